@@ -1,0 +1,220 @@
+"""REST API of tenancy (DESIGN §1, §9). Views read through selectors and write through
+services; serializers are the contract."""
+
+from __future__ import annotations
+
+from django.contrib.auth import authenticate
+from django.utils.translation import gettext as _
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.authtoken.models import Token
+from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.throttling import AnonRateThrottle
+from rest_framework.views import APIView
+
+from . import services
+from .api_base import DetailApi, ListCreateApi
+from .models import Department, Membership, Project, Role, User
+from .selectors import (
+    scope_for,
+    visible_departments,
+    visible_memberships,
+    visible_projects,
+)
+
+
+class VisibleRelatedField(serializers.PrimaryKeyRelatedField):
+    """A foreign key the caller can only point at objects they can see; anything else
+    reads as "does not exist", the same answer as for a missing id."""
+
+    def __init__(self, selector, **kwargs):
+        self.selector = selector
+        super().__init__(**kwargs)
+
+    def get_queryset(self):
+        return self.selector(self.context["request"].user)
+
+
+class DepartmentOut(serializers.ModelSerializer):
+    class Meta:
+        model = Department
+        fields = ["id", "code", "name", "parent", "cost_centre", "created_at"]
+
+
+class DepartmentIn(serializers.Serializer):
+    code = serializers.CharField(max_length=40)
+    name = serializers.CharField(max_length=120)
+    parent = VisibleRelatedField(visible_departments, allow_null=True, required=False)
+    cost_centre = serializers.CharField(max_length=40, required=False, allow_blank=True)
+
+
+class DepartmentListApi(ListCreateApi):
+    output, input = DepartmentOut, DepartmentIn
+    filterset_fields = ["parent", "code"]
+
+    def visible(self):
+        return visible_departments(self.request.user).order_by("code")
+
+    def perform(self, data):
+        return services.department_create(
+            actor=self.request.user,
+            code=data["code"],
+            name=data["name"],
+            parent=data.get("parent"),
+            cost_centre=data.get("cost_centre", ""),
+        )
+
+
+class DepartmentDetailApi(DetailApi):
+    output, input, deletable = DepartmentOut, DepartmentIn, True
+
+    def visible(self):
+        return visible_departments(self.request.user)
+
+    def update_object(self, obj, data):
+        return services.department_update(actor=self.request.user, department=obj, **data)
+
+    def delete_object(self, obj):
+        services.department_delete(actor=self.request.user, department=obj)
+
+
+class ProjectOut(serializers.ModelSerializer):
+    class Meta:
+        model = Project
+        fields = ["id", "code", "name", "department", "description", "active", "created_at"]
+
+
+class ProjectIn(serializers.Serializer):
+    code = serializers.CharField(max_length=40)
+    name = serializers.CharField(max_length=120)
+    department = VisibleRelatedField(visible_departments)
+    description = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+    active = serializers.BooleanField(required=False)
+
+
+class ProjectListApi(ListCreateApi):
+    output, input = ProjectOut, ProjectIn
+    filterset_fields = ["department", "code", "active"]
+
+    def visible(self):
+        return visible_projects(self.request.user).order_by("code")
+
+    def perform(self, data):
+        return services.project_create(
+            actor=self.request.user,
+            code=data["code"],
+            name=data["name"],
+            department=data["department"],
+            description=data.get("description", ""),
+        )
+
+
+class ProjectDetailApi(DetailApi):
+    output, input = ProjectOut, ProjectIn
+
+    def visible(self):
+        return visible_projects(self.request.user)
+
+    def update_object(self, obj, data):
+        return services.project_update(actor=self.request.user, project=obj, **data)
+
+
+class MembershipOut(serializers.ModelSerializer):
+    user = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["id", "user", "role", "department", "project", "created_at"]
+
+
+class MembershipIn(serializers.Serializer):
+    user = serializers.SlugRelatedField(slug_field="username", queryset=User.objects.filter(is_active=True))
+    role = serializers.ChoiceField(choices=Role.choices)
+    department = VisibleRelatedField(visible_departments, allow_null=True, required=False)
+    project = VisibleRelatedField(visible_projects, allow_null=True, required=False)
+
+
+class MembershipListApi(ListCreateApi):
+    output, input = MembershipOut, MembershipIn
+    filterset_fields = ["role", "department", "project"]
+
+    def visible(self):
+        return visible_memberships(self.request.user).select_related("user").order_by("id")
+
+    def perform(self, data):
+        return services.membership_create(
+            actor=self.request.user,
+            user=data["user"],
+            role=data["role"],
+            department=data.get("department"),
+            project=data.get("project"),
+        )
+
+
+class MembershipDetailApi(DetailApi):
+    output, deletable = MembershipOut, True
+
+    def visible(self):
+        return visible_memberships(self.request.user).select_related("user", "department", "project")
+
+    def delete_object(self, obj):
+        services.membership_delete(actor=self.request.user, membership=obj)
+
+
+class MeOut(serializers.Serializer):
+    username = serializers.CharField()
+    display_name = serializers.CharField()
+    roles = serializers.ListField(child=serializers.CharField())
+    departments = serializers.ListField(child=serializers.IntegerField())
+    projects = serializers.ListField(child=serializers.IntegerField())
+
+
+class MeApi(APIView):
+    @extend_schema(responses=MeOut)
+    def get(self, request):
+        user = request.user
+        scope = scope_for(user)
+        return Response(
+            MeOut(
+                {
+                    "username": user.username,
+                    "display_name": str(user),
+                    "roles": sorted(scope.roles),
+                    "departments": sorted(visible_departments(user).values_list("id", flat=True)),
+                    "projects": sorted(visible_projects(user).values_list("id", flat=True)),
+                }
+            ).data
+        )
+
+
+class TokenIn(serializers.Serializer):
+    username = serializers.CharField(max_length=150)
+    password = serializers.CharField(max_length=256, style={"input_type": "password"})
+
+
+class TokenOut(serializers.Serializer):
+    token = serializers.CharField()
+
+
+class LoginThrottle(AnonRateThrottle):
+    rate = "20/min"
+
+
+class TokenApi(APIView):
+    """Exchange a username and password for an API token (``Authorization: Token …``)."""
+
+    permission_classes = [AllowAny]
+    authentication_classes: list = []
+    throttle_classes = [LoginThrottle]
+
+    @extend_schema(request=TokenIn, responses=TokenOut)
+    def post(self, request):
+        data = TokenIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        user = authenticate(request, **data.validated_data)
+        if user is None:
+            raise AuthenticationFailed(_("Unknown user or wrong password."))
+        token, _created = Token.objects.get_or_create(user=user)
+        return Response({"token": token.key})

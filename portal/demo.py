@@ -1,0 +1,78 @@
+"""Demo tenancy: departments with sub-departments, projects, and a user for every role."""
+
+from .models import Department, Membership, Project, Role, User
+
+DEMO_PASSWORD = "gpupool-demo"  # noqa: S105 - printed by `make demo`; demo data only
+
+# code, name, parent code, cost centre
+DEPARTMENTS = [
+    ("ai", "AI Research / 人工智能研究院", None, "CC-1001"),
+    ("ai-nlp", "NLP Lab / 自然语言处理实验室", "ai", "CC-1001"),
+    ("ai-cv", "Vision Lab / 计算机视觉实验室", "ai", "CC-1002"),
+    ("ad", "Autonomous Driving / 自动驾驶事业部", None, "CC-2001"),
+    ("ad-perc", "Perception / 感知组", "ad", "CC-2001"),
+    ("ad-sim", "Simulation / 仿真组", "ad", "CC-2002"),
+    ("svc", "Online Services / 在线服务部", None, "CC-3001"),
+    ("svc-inf", "Inference Platform / 推理平台组", "svc", "CC-3001"),
+    ("plat", "Platform Engineering / 平台工程部", None, "CC-4001"),
+]
+
+# code, name, department code
+PROJECTS = [
+    ("nlp-llm", "LLM pre-training / 大模型预训练", "ai-nlp"),
+    ("nlp-asr", "Speech recognition / 语音识别", "ai-nlp"),
+    ("cv-detect", "Detection / 目标检测", "ai-cv"),
+    ("cv-gen", "Image generation / 图像生成", "ai-cv"),
+    ("ad-bev", "BEV perception / BEV 感知", "ad-perc"),
+    ("ad-replay", "Scenario replay / 场景回放", "ad-sim"),
+    ("svc-rank", "Search ranking / 搜索排序", "svc-inf"),
+    ("svc-chat", "Chat assistant / 智能客服", "svc-inf"),
+    ("plat-bench", "Hardware benchmarks / 硬件评测", "plat"),
+]
+
+# username, display name, [(role, scope code or None)]
+USERS = [
+    ("admin", "Platform Admin / 平台管理员", [(Role.PLATFORM_ADMIN, None)]),
+    ("auditor", "Auditor / 审计员", [(Role.AUDITOR, None)]),
+    ("ai-admin", "Wang Fang / 王芳", [(Role.DEPARTMENT_ADMIN, "ai")]),
+    ("ad-admin", "Li Qiang / 李强", [(Role.DEPARTMENT_ADMIN, "ad")]),
+    ("svc-admin", "Zhao Min / 赵敏", [(Role.DEPARTMENT_ADMIN, "svc")]),
+    ("ai-finance", "Chen Jing / 陈静", [(Role.FINANCE, "ai")]),
+    (
+        "finance",
+        "Finance Office / 财务处",
+        [(Role.FINANCE, "ai"), (Role.FINANCE, "ad"), (Role.FINANCE, "svc"), (Role.FINANCE, "plat")],
+    ),
+    ("nlp-lead", "Liu Yang / 刘洋", [(Role.PROJECT_ADMIN, "nlp-llm")]),
+    ("alice", "Alice Zhang / 张爱丽", [(Role.MEMBER, "nlp-llm"), (Role.MEMBER, "nlp-asr")]),
+    ("bob", "Bob Sun / 孙博", [(Role.MEMBER, "cv-detect")]),
+    ("carol", "Carol Zhou / 周卡", [(Role.MEMBER, "ad-bev")]),
+    ("dave", "Dave Wu / 吴迪", [(Role.MEMBER, "svc-chat")]),
+    ("outsider", "Outsider / 访客", []),
+]
+
+
+def seed(stdout) -> None:
+    departments: dict[str, Department] = {}
+    for code, name, parent, cost_centre in DEPARTMENTS:
+        departments[code], _ = Department.objects.update_or_create(
+            code=code, defaults={"name": name, "parent": departments.get(parent), "cost_centre": cost_centre}
+        )
+    projects: dict[str, Project] = {}
+    for code, name, dept in PROJECTS:
+        projects[code], _ = Project.objects.update_or_create(
+            code=code, defaults={"name": name, "department": departments[dept]}
+        )
+    for username, display_name, roles in USERS:
+        user, created = User.objects.get_or_create(username=username, defaults={"display_name": display_name})
+        if created:
+            user.set_password(DEMO_PASSWORD)
+            user.save()
+        for role, scope in roles:
+            target = (
+                {"department": departments[scope]}
+                if scope in departments
+                else ({"project": projects[scope]} if scope else {})
+            )
+            Membership.objects.get_or_create(user=user, role=role, **target)
+    stdout.write(f"tenancy: {len(departments)} departments, {len(projects)} projects, {len(USERS)} users")

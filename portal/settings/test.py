@@ -1,0 +1,20 @@
+"""Settings for the test suite: the real PostgreSQL and Redis, nothing faked."""
+
+from portal.env import env_str
+
+from .base import *  # noqa: F403
+from .base import GPUPOOL
+
+DEBUG = False
+SECRET_KEY = env_str("SECRET_KEY", "test-only-key")
+# Fast hashing keeps persona fixtures cheap; the algorithm is not under test.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+GPUPOOL = {**GPUPOOL, "DEMO": False}
+# Static files come from the finders (no collectstatic outside production).
+STATIC_ROOT = None
+WHITENOISE_USE_FINDERS = True

@@ -1,0 +1,255 @@
+"""Demo resources and quota tree: seven flavors (whole cards, a MIG slice, a shared GPU and
+three domestic accelerators), three clusters, 76 nodes on a zone/spine/leaf topology, and a
+quota tree with overcommit, a lend limit, a night window and an active loan.
+
+Quotas are set through ``quota_node_set`` so the demo tree passes the same validation as
+any edit."""
+
+from datetime import time, timedelta
+from decimal import Decimal
+
+from django.utils import timezone
+
+from portal.models import Department, Project, User
+
+from .models import Cluster, Flavor, Loan, LoanState, Node, NodeState, QuotaNode, QuotaWindow
+from .services import quota_node_set
+
+FLAVORS = [
+    # name, vendor, model, memory_mib, card_fraction, mig, shareable, premium, k8s, slurm gres
+    (
+        "A100-80G",
+        "nvidia",
+        "NVIDIA A100-SXM4-80GB",
+        81920,
+        "1",
+        "",
+        False,
+        False,
+        "nvidia.com/gpu",
+        "gpu:a100",
+    ),
+    ("H800", "nvidia", "NVIDIA H800-SXM5-80GB", 81920, "1", "", False, True, "nvidia.com/gpu", "gpu:h800"),
+    (
+        "A100-1g.10gb",
+        "nvidia",
+        "NVIDIA A100 MIG 1g.10gb",
+        9728,
+        "0.14285714",
+        "1g.10gb",
+        False,
+        False,
+        "nvidia.com/mig-1g.10gb",
+        "gpu:1g.10gb",
+    ),
+    (
+        "T4-shared",
+        "nvidia",
+        "NVIDIA T4 (HAMi shared)",
+        15360,
+        "1",
+        "",
+        True,
+        False,
+        "nvidia.com/gpu",
+        "shard",
+    ),
+    (
+        "Ascend-910B",
+        "huawei",
+        "Huawei Ascend 910B",
+        65536,
+        "1",
+        "",
+        False,
+        False,
+        "huawei.com/Ascend910",
+        "npu:910b",
+    ),
+    ("MLU370", "cambricon", "Cambricon MLU370-X8", 49152, "1", "", False, False, "cambricon.com/mlu", "mlu"),
+    ("DCU-Z100", "hygon", "Hygon DCU Z100", 32768, "1", "", False, False, "hygon.com/dcu", "dcu"),
+]
+
+# cluster, kind, flavor, node name prefix, zone, spines, leaves per spine, nodes per leaf, gpus
+NODE_GROUPS = [
+    ("sim-bj", "simulator", "A100-80G", "a100", "bj-1", 2, 4, 4, 8),
+    ("sim-bj", "simulator", "H800", "h800", "bj-1", 1, 2, 4, 8),
+    ("sim-bj", "simulator", "A100-1g.10gb", "mig", "bj-2", 1, 1, 4, 56),  # 8 cards × 7 slices
+    ("sim-bj", "simulator", "T4-shared", "t4", "bj-2", 1, 1, 4, 4),
+    ("slurm-sh", "slurm", "Ascend-910B", "ascend", "sh-1", 2, 2, 4, 8),
+    ("k8s-sz", "kubernetes", "MLU370", "mlu", "sz-1", 1, 2, 4, 8),
+    ("k8s-sz", "kubernetes", "DCU-Z100", "dcu", "sz-1", 1, 1, 4, 8),
+]
+UNHEALTHY = {"h800-s1-l2-n4": NodeState.DOWN, "a100-s2-l4-n4": NodeState.CORDONED}
+
+# flavor → [(owner code, quota, borrow_limit, lend_limit, overcommit_ratio)], parents first.
+QUOTAS = {
+    "A100-80G": [
+        ("ai", 120, None, None, "1.5"),
+        ("ad", 72, None, None, "1"),
+        ("svc", 32, None, 16, "1"),
+        ("plat", 8, 0, None, "1"),
+        ("ai-nlp", 96, None, 32, "1"),
+        ("ai-cv", 84, None, None, "1"),
+        ("ad-perc", 40, None, None, "1"),
+        ("ad-sim", 32, None, None, "1"),
+        ("svc-inf", 32, None, None, "1"),
+        ("nlp-llm", 64, 64, None, "1"),
+        ("nlp-asr", 32, 8, None, "1"),
+        ("cv-detect", 42, None, None, "1"),
+        ("cv-gen", 42, None, None, "1"),
+        ("ad-bev", 40, None, None, "1"),
+        ("ad-replay", 32, None, None, "1"),
+        ("svc-rank", 16, None, None, "1"),
+        ("svc-chat", 16, None, 8, "1"),
+        ("plat-bench", 8, 0, None, "1"),
+    ],
+    "H800": [
+        ("ai", 32, None, None, "1"),
+        ("svc", 24, None, None, "1"),
+        ("ai-nlp", 32, None, None, "1"),
+        ("svc-inf", 24, None, None, "1"),
+        ("nlp-llm", 32, None, None, "1"),
+        ("svc-chat", 24, None, None, "1"),
+    ],
+    "A100-1g.10gb": [
+        ("ai", 112, None, None, "1"),
+        ("svc", 112, None, None, "1"),
+        ("ai-cv", 112, None, None, "1"),
+        ("svc-inf", 112, None, None, "1"),
+        ("cv-detect", 56, None, None, "1"),
+        ("cv-gen", 56, None, None, "1"),
+        ("svc-rank", 112, None, None, "1"),
+    ],
+    "T4-shared": [
+        ("svc", 16, None, None, "1.25"),
+        ("svc-inf", 16, None, None, "1.25"),
+        ("svc-chat", 10, None, None, "1"),
+        ("svc-rank", 10, None, None, "1"),
+    ],
+    "Ascend-910B": [
+        ("ad", 96, None, None, "1"),
+        ("ai", 32, None, None, "1"),
+        ("ad-perc", 64, None, None, "1"),
+        ("ad-sim", 32, None, None, "1"),
+        ("ai-nlp", 32, None, None, "1"),
+        ("ad-bev", 64, None, None, "1"),
+        ("ad-replay", 32, None, None, "1"),
+        ("nlp-asr", 32, None, None, "1"),
+    ],
+    "MLU370": [
+        ("plat", 32, None, None, "1"),
+        ("ai", 32, None, None, "1"),
+        ("ai-cv", 32, None, None, "1"),
+        ("cv-gen", 32, None, None, "1"),
+        ("plat-bench", 32, None, None, "1"),
+    ],
+    "DCU-Z100": [("plat", 32, None, None, "1"), ("plat-bench", 32, None, None, "1")],
+}
+
+
+def _seed_flavors() -> dict[str, Flavor]:
+    flavors = {}
+    for name, vendor, model, mem, fraction, mig, shareable, premium, k8s, gres in FLAVORS:
+        flavors[name], _ = Flavor.objects.update_or_create(
+            name=name,
+            defaults={
+                "vendor": vendor,
+                "model": model,
+                "memory_mib": mem,
+                "card_fraction": Decimal(fraction),
+                "mig_profile": mig,
+                "shareable": shareable,
+                "premium": premium,
+                "k8s_resource_name": k8s,
+                "slurm_gres": gres,
+            },
+        )
+    return flavors
+
+
+def _seed_nodes(flavors) -> int:
+    count = 0
+    for cluster_name, kind, flavor, prefix, zone, spines, leaves, per_leaf, gpus in NODE_GROUPS:
+        cluster, _ = Cluster.objects.get_or_create(name=cluster_name, defaults={"kind": kind})
+        for s in range(1, spines + 1):
+            for leaf in range(1, leaves + 1):
+                for n in range(1, per_leaf + 1):
+                    name = f"{prefix}-s{s}-l{leaf}-n{n}"
+                    Node.objects.update_or_create(
+                        cluster=cluster,
+                        name=name,
+                        defaults={
+                            "flavor": flavors[flavor],
+                            "gpu_count": gpus,
+                            "zone": zone,
+                            "spine": f"{zone}-spine{s}",
+                            "leaf": f"{zone}-s{s}-leaf{leaf}",
+                            "state": UNHEALTHY.get(name, NodeState.READY),
+                        },
+                    )
+                    count += 1
+    return count
+
+
+def _owner(code):
+    project = Project.objects.filter(code=code).first()
+    if project is not None:
+        return {"project": project}
+    return {"department": Department.objects.get(code=code)}
+
+
+def _seed_quotas(flavors, admin) -> int:
+    count = 0
+    for flavor, rows in QUOTAS.items():
+        for code, quota, borrow, lend, ratio in rows:
+            quota_node_set(
+                actor=admin,
+                flavor=flavors[flavor],
+                quota=Decimal(quota),
+                borrow_limit=None if borrow is None else Decimal(borrow),
+                lend_limit=None if lend is None else Decimal(lend),
+                overcommit_ratio=Decimal(ratio),
+                **_owner(code),
+            )
+            count += 1
+    return count
+
+
+def _seed_sharing(flavors, admin) -> None:
+    a100 = flavors["A100-80G"]
+    svc = QuotaNode.objects.get(flavor=a100, department__code="svc")
+    QuotaWindow.objects.get_or_create(
+        quota_node=svc,
+        name="night lending / 夜间借出",
+        defaults={
+            "weekdays": "0123456",
+            "start_time": time(20),
+            "end_time": time(8),
+            "lend_limit": Decimal(32),
+        },
+    )
+    if not Loan.objects.filter(reason="demo loan: ad → ai for a paper deadline").exists():
+        now = timezone.now()
+        Loan.objects.create(
+            lender=QuotaNode.objects.get(flavor=a100, department__code="ad"),
+            borrower=QuotaNode.objects.get(flavor=a100, department__code="ai"),
+            amount=Decimal(8),
+            starts_at=now - timedelta(days=1),
+            ends_at=now + timedelta(days=13),
+            state=LoanState.ACTIVE,
+            reason="demo loan: ad → ai for a paper deadline",
+            requested_by=admin,
+        )
+
+
+def seed(stdout) -> None:
+    admin = User.objects.get(username="admin")
+    flavors = _seed_flavors()
+    nodes = _seed_nodes(flavors)
+    quotas = _seed_quotas(flavors, admin)
+    _seed_sharing(flavors, admin)
+    stdout.write(
+        f"resources: {len(flavors)} flavors, {Cluster.objects.count()} clusters, {nodes} nodes, "
+        f"{quotas} quota nodes"
+    )

@@ -1,0 +1,285 @@
+"""Resources (DESIGN §2) and the quota tree (DESIGN §3).
+
+Inventory lives here rather than in ``jobs``: quota validation at the pool root needs the
+healthy capacity of each flavor, and dependencies only point portal ← quotas ← jobs.
+Quantities of a flavor are Decimal in units of that flavor (one card, one MIG slice);
+fractions only arise for shareable flavors (``gpu_milli`` requests).
+"""
+
+from decimal import Decimal
+
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+from portal.models import Department, Project, User
+
+name_validator = RegexValidator(
+    r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$",
+    _("Use 1–40 letters, digits, '.', '_' or '-', starting with a letter or digit."),
+)
+MAX_UNITS = Decimal("1000000")
+QUANTITY = {"max_digits": 12, "decimal_places": 3}
+
+
+class Vendor(models.TextChoices):
+    NVIDIA = "nvidia", "NVIDIA"
+    HUAWEI = "huawei", _("Huawei Ascend")
+    CAMBRICON = "cambricon", _("Cambricon")
+    HYGON = "hygon", _("Hygon DCU")
+    OTHER = "other", _("Other")
+
+
+class Flavor(models.Model):
+    """资源规格: a GPU model or a slice of one."""
+
+    name = models.CharField(_("name"), max_length=40, unique=True, validators=[name_validator])
+    vendor = models.CharField(_("vendor"), max_length=20, choices=Vendor.choices)
+    model = models.CharField(_("model"), max_length=80)
+    memory_mib = models.PositiveIntegerField(_("memory (MiB)"), validators=[MaxValueValidator(10**7)])
+    # 1 for a whole card, 1/7 for an A100 1g.10gb MIG slice. Eight places keep Σ of seven
+    # slices within 1e-7 of a card, below the billing resolution of 0.01 CNY.
+    card_fraction = models.DecimalField(
+        _("card fraction"),
+        max_digits=10,
+        decimal_places=8,
+        default=Decimal(1),
+        validators=[MinValueValidator(Decimal("0.00000001")), MaxValueValidator(Decimal(1))],
+    )
+    mig_profile = models.CharField(_("MIG profile"), max_length=20, blank=True)
+    shareable = models.BooleanField(
+        _("shareable"),
+        default=False,
+        help_text=_("Jobs may ask for gpu_milli < 1000 of one card (vGPU / HAMi / time-slicing)."),
+    )
+    premium = models.BooleanField(_("premium"), default=False)
+    k8s_resource_name = models.CharField(_("Kubernetes resource"), max_length=80)
+    slurm_gres = models.CharField(_("Slurm GRES"), max_length=80, blank=True)
+    # Σ top-level departments' quota may reach this × healthy capacity (DESIGN §3).
+    pool_overcommit_ratio = models.DecimalField(
+        _("pool overcommit ratio"),
+        max_digits=5,
+        decimal_places=2,
+        default=Decimal(1),
+        validators=[MinValueValidator(Decimal(1)), MaxValueValidator(Decimal(10))],
+    )
+    active = models.BooleanField(_("active"), default=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = _("flavor")
+        verbose_name_plural = _("flavors")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(card_fraction__gt=0) & Q(card_fraction__lte=1), name="flavor_fraction_range"
+            ),
+            models.CheckConstraint(condition=Q(pool_overcommit_ratio__gte=1), name="flavor_ratio_ge_1"),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class ClusterKind(models.TextChoices):
+    SIMULATOR = "simulator", _("Simulated cluster")
+    SLURM = "slurm", "Slurm"
+    KUBERNETES = "kubernetes", "Kubernetes"
+
+
+class Cluster(models.Model):
+    name = models.CharField(_("name"), max_length=40, unique=True, validators=[name_validator])
+    kind = models.CharField(_("kind"), max_length=20, choices=ClusterKind.choices)
+    description = models.CharField(_("description"), max_length=200, blank=True)
+    # Connection settings (endpoint, namespace, partition map); secrets stay in the env.
+    config = models.JSONField(_("configuration"), default=dict, blank=True)
+    active = models.BooleanField(_("active"), default=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = _("cluster")
+        verbose_name_plural = _("clusters")
+
+    def __str__(self):
+        return self.name
+
+
+class NodeState(models.TextChoices):
+    READY = "ready", _("Ready")
+    CORDONED = "cordoned", _("Cordoned")
+    DOWN = "down", _("Down")
+
+
+class Node(models.Model):
+    """A GPU server. Its GPUs share one NVLink domain; topology is zone/spine/leaf/node."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(_("name"), max_length=63, validators=[name_validator])
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="nodes")
+    gpu_count = models.PositiveSmallIntegerField(
+        _("GPU count"), validators=[MinValueValidator(1), MaxValueValidator(128)]
+    )
+    state = models.CharField(_("state"), max_length=10, choices=NodeState.choices, default=NodeState.READY)
+    zone = models.CharField(_("zone"), max_length=40, validators=[name_validator])
+    spine = models.CharField(_("spine"), max_length=40, validators=[name_validator])
+    leaf = models.CharField(_("leaf"), max_length=40, validators=[name_validator])
+    last_seen_at = models.DateTimeField(_("last seen"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["cluster_id", "zone", "spine", "leaf", "name"]
+        verbose_name = _("node")
+        verbose_name_plural = _("nodes")
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="node_unique_name"),
+            models.CheckConstraint(condition=Q(gpu_count__gte=1), name="node_has_gpus"),
+        ]
+        indexes = [models.Index(fields=["flavor", "state"])]
+
+    def __str__(self):
+        return self.topology_path
+
+    @property
+    def topology_path(self) -> str:
+        return f"{self.zone}/{self.spine}/{self.leaf}/{self.name}"
+
+
+class QuotaNode(models.Model):
+    """Quota of one department or project for one flavor (DESIGN §3)."""
+
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="quota_nodes")
+    department = models.ForeignKey(
+        Department, null=True, blank=True, on_delete=models.CASCADE, related_name="quota_nodes"
+    )
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="quota_nodes"
+    )
+    quota = models.DecimalField(_("quota"), **QUANTITY, validators=[MinValueValidator(0)])
+    borrow_limit = models.DecimalField(
+        _("borrow limit"),
+        **QUANTITY,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text=_("Empty: may borrow any idle capacity. 0: never borrows."),
+    )
+    lend_limit = models.DecimalField(
+        _("lend limit"),
+        **QUANTITY,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text=_("Empty: all idle quota may be lent. 0: lends nothing."),
+    )
+    overcommit_ratio = models.DecimalField(
+        _("overcommit ratio"),
+        max_digits=5,
+        decimal_places=2,
+        default=Decimal(1),
+        validators=[MinValueValidator(Decimal(1)), MaxValueValidator(Decimal(10))],
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = _("quota node")
+        verbose_name_plural = _("quota nodes")
+        constraints = [
+            models.CheckConstraint(
+                name="quota_node_one_owner",
+                condition=(
+                    Q(department__isnull=False, project__isnull=True)
+                    | Q(department__isnull=True, project__isnull=False)
+                ),
+            ),
+            models.UniqueConstraint(fields=["flavor", "department"], name="quota_node_unique_department"),
+            models.UniqueConstraint(fields=["flavor", "project"], name="quota_node_unique_project"),
+            models.CheckConstraint(condition=Q(quota__gte=0), name="quota_node_quota_ge_0"),
+            models.CheckConstraint(condition=Q(overcommit_ratio__gte=1), name="quota_node_ratio_ge_1"),
+        ]
+
+    def __str__(self):
+        return f"{self.owner} · {self.flavor}"
+
+    @property
+    def owner(self):
+        return self.project or self.department
+
+
+class LoanState(models.TextChoices):
+    PENDING = "pending", _("Pending approval")
+    ACTIVE = "active", _("Active")
+    REJECTED = "rejected", _("Rejected")
+    RETURNED = "returned", _("Returned")
+    CANCELLED = "cancelled", _("Cancelled")
+
+
+class Loan(models.Model):
+    """借用: a time-boxed transfer of ``amount`` of one flavor from lender to borrower.
+
+    It moves effective quota only while ``state`` is active and ``starts_at ≤ t < ends_at``;
+    at ``ends_at`` it returns by itself (the effective-quota computation simply stops
+    counting it), so no job is killed by a missed timer.
+    """
+
+    lender = models.ForeignKey(QuotaNode, on_delete=models.PROTECT, related_name="loans_out")
+    borrower = models.ForeignKey(QuotaNode, on_delete=models.PROTECT, related_name="loans_in")
+    amount = models.DecimalField(_("amount"), **QUANTITY, validators=[MinValueValidator(0)])
+    starts_at = models.DateTimeField(_("starts at"))
+    ends_at = models.DateTimeField(_("ends at"))
+    state = models.CharField(_("state"), max_length=10, choices=LoanState.choices, default=LoanState.PENDING)
+    reason = models.CharField(_("reason"), max_length=500, blank=True)
+    requested_by = models.ForeignKey(User, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-starts_at", "id"]
+        verbose_name = _("loan")
+        verbose_name_plural = _("loans")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(ends_at__gt=models.F("starts_at")), name="loan_ends_after_start"
+            ),
+            models.CheckConstraint(condition=Q(amount__gt=0), name="loan_amount_positive"),
+            models.CheckConstraint(condition=~Q(lender=models.F("borrower")), name="loan_not_to_self"),
+        ]
+
+    def __str__(self):
+        return f"{self.lender} → {self.borrower}: {self.amount}"
+
+
+class QuotaWindow(models.Model):
+    """A recurring override of a node's quota and/or lend limit, in the site time zone
+    (e.g. lend 80 % of inference quota 20:00–08:00). ``end_time`` < ``start_time`` wraps
+    past midnight; the window then belongs to the weekday on which it starts."""
+
+    quota_node = models.ForeignKey(QuotaNode, on_delete=models.CASCADE, related_name="windows")
+    name = models.CharField(_("name"), max_length=80)
+    weekdays = models.CharField(
+        _("weekdays"),
+        max_length=7,
+        default="0123456",
+        validators=[RegexValidator(r"^(?!.*(.).*\1)[0-6]{1,7}$", _("Digits 0 (Monday) to 6, each once."))],
+    )
+    start_time = models.TimeField(_("start time"))
+    end_time = models.TimeField(_("end time"))
+    quota = models.DecimalField(
+        _("quota"), **QUANTITY, null=True, blank=True, validators=[MinValueValidator(0)]
+    )
+    lend_limit = models.DecimalField(
+        _("lend limit"), **QUANTITY, null=True, blank=True, validators=[MinValueValidator(0)]
+    )
+    active = models.BooleanField(_("active"), default=True)
+
+    class Meta:
+        ordering = ["quota_node_id", "start_time", "id"]
+        verbose_name = _("quota window")
+        verbose_name_plural = _("quota windows")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(quota__isnull=False) | Q(lend_limit__isnull=False),
+                name="window_overrides_something",
+            ),
+            models.CheckConstraint(condition=~Q(start_time=models.F("end_time")), name="window_not_empty"),
+        ]
+
+    def __str__(self):
+        return f"{self.quota_node}: {self.name}"

@@ -1,0 +1,138 @@
+"""Reads of resources and the quota tree, always through the tenancy scope."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+from django.db.models import Q, QuerySet, Sum
+
+from portal.models import User
+from portal.selectors import scope_for, visible_departments, visible_projects
+
+from .effective import Limits, LoanSpan, Window, effective_limits
+from .models import Loan, LoanState, Node, NodeState, QuotaNode, QuotaWindow
+
+
+def healthy_capacity(flavor_id: int) -> Decimal:
+    """GPUs of the flavor on ready nodes of active clusters: the pool root's capacity."""
+    total = Node.objects.filter(flavor_id=flavor_id, state=NodeState.READY, cluster__active=True).aggregate(
+        total=Sum("gpu_count")
+    )["total"]
+    return Decimal(total or 0)
+
+
+def capacity_by_flavor() -> dict[int, Decimal]:
+    rows = (
+        Node.objects.filter(state=NodeState.READY, cluster__active=True)
+        .values("flavor_id")
+        .annotate(total=Sum("gpu_count"))
+    )
+    return {row["flavor_id"]: Decimal(row["total"]) for row in rows}
+
+
+def visible_quota_nodes(user: User) -> QuerySet[QuotaNode]:
+    if scope_for(user).sees_everything:
+        qs = QuotaNode.objects.all()
+    else:
+        qs = QuotaNode.objects.filter(
+            Q(department_id__in=visible_departments(user).values("id"))
+            | Q(project_id__in=visible_projects(user).values("id"))
+        )
+    return qs.select_related("flavor", "department", "project")
+
+
+def visible_loans(user: User) -> QuerySet[Loan]:
+    nodes = visible_quota_nodes(user).values("id")
+    return Loan.objects.filter(Q(lender_id__in=nodes) | Q(borrower_id__in=nodes)).select_related(
+        "lender__flavor",
+        "lender__department",
+        "lender__project",
+        "borrower__department",
+        "borrower__project",
+    )
+
+
+def visible_windows(user: User) -> QuerySet[QuotaWindow]:
+    return QuotaWindow.objects.filter(quota_node_id__in=visible_quota_nodes(user).values("id"))
+
+
+def site_zone() -> ZoneInfo:
+    return ZoneInfo(settings.TIME_ZONE)
+
+
+def effective_limits_map(nodes: list[QuotaNode], at: datetime) -> dict[int, Limits]:
+    """Effective limits of each node at ``at``, with two queries for all windows and loans."""
+    ids = [n.pk for n in nodes]
+    windows: dict[int, list[Window]] = defaultdict(list)
+    for w in QuotaWindow.objects.filter(quota_node_id__in=ids, active=True).order_by("id"):
+        windows[w.quota_node_id].append(
+            Window(frozenset(int(d) for d in w.weekdays), w.start_time, w.end_time, w.quota, w.lend_limit)
+        )
+    loans_out: dict[int, list[LoanSpan]] = defaultdict(list)
+    loans_in: dict[int, list[LoanSpan]] = defaultdict(list)
+    for loan in Loan.objects.filter(
+        Q(lender_id__in=ids) | Q(borrower_id__in=ids),
+        state=LoanState.ACTIVE,
+        starts_at__lte=at,
+        ends_at__gt=at,
+    ):
+        span = LoanSpan(loan.amount, loan.starts_at, loan.ends_at)
+        loans_out[loan.lender_id].append(span)
+        loans_in[loan.borrower_id].append(span)
+    zone = site_zone()
+    return {
+        n.pk: effective_limits(
+            Limits(n.quota, n.borrow_limit, n.lend_limit),
+            at=at,
+            zone=zone,
+            windows=windows[n.pk],
+            loans_out=loans_out[n.pk],
+            loans_in=loans_in[n.pk],
+        )
+        for n in nodes
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class TreeRow:
+    node: QuotaNode
+    parent_key: tuple[str, int] | None
+    key: tuple[str, int]
+    depth: int
+    effective: Limits
+
+
+def quota_tree(user: User, flavor_id: int, at: datetime) -> list[TreeRow]:
+    """The visible quota nodes of one flavor in tree order (parents before children)."""
+    nodes = list(visible_quota_nodes(user).filter(flavor_id=flavor_id))
+    limits = effective_limits_map(nodes, at)
+    by_key = {_key(n): n for n in nodes}
+    children: dict[tuple[str, int] | None, list[QuotaNode]] = defaultdict(list)
+    for n in nodes:
+        parent = _parent_key(n)
+        children[parent if parent in by_key else None].append(n)
+    rows: list[TreeRow] = []
+
+    def walk(parent, depth):
+        for n in sorted(children[parent], key=lambda n: (n.project_id is not None, str(n.owner))):
+            rows.append(TreeRow(n, parent, _key(n), depth, limits[n.pk]))
+            walk(_key(n), depth + 1)
+
+    walk(None, 0)
+    return rows
+
+
+def _key(node: QuotaNode) -> tuple[str, int]:
+    return ("project", node.project_id) if node.project_id else ("department", node.department_id)
+
+
+def _parent_key(node: QuotaNode) -> tuple[str, int] | None:
+    if node.project_id:
+        return ("department", node.project.department_id)
+    parent_id = node.department.parent_id
+    return ("department", parent_id) if parent_id else None

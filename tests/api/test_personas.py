@@ -1,0 +1,194 @@
+"""Every API list and detail endpoint against every persona (DESIGN §1: visibility fails
+closed; another tenant's object is 404). The endpoint list comes from the URL
+configuration, so a new endpoint without a rule here fails ``test_every_endpoint_has_a_rule``."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.urls import get_resolver, reverse
+from django.utils import timezone
+
+from quotas.models import Loan, LoanState, QuotaWindow
+
+ALL = ("platform", "auditor", "a_admin", "b_admin", "a_finance", "b_finance", "pa1_admin", "pa1_member",
+       "pb_member", "outsider")
+
+# Which objects (by fixture name) each persona sees, per tenant-scoped list endpoint.
+VISIBLE = {
+    "department-list": {
+        "platform": {"A", "A1", "B"}, "auditor": {"A", "A1", "B"}, "a_admin": {"A", "A1"}, "b_admin": {"B"},
+        "a_finance": {"A", "A1"}, "b_finance": {"B"}, "pa1_admin": {"A1"}, "pa1_member": {"A1"},
+        "pb_member": {"B"}, "outsider": set(),
+    },
+    "project-list": {
+        "platform": {"pa", "pa1", "pb"}, "auditor": {"pa", "pa1", "pb"}, "a_admin": {"pa", "pa1"},
+        "b_admin": {"pb"}, "a_finance": {"pa", "pa1"}, "b_finance": {"pb"}, "pa1_admin": {"pa1"},
+        "pa1_member": {"pa1"}, "pb_member": {"pb"}, "outsider": set(),
+    },
+    "quotanode-list": {
+        "platform": {"A", "A1", "pa", "pa1", "B", "pb"}, "auditor": {"A", "A1", "pa", "pa1", "B", "pb"},
+        "a_admin": {"A", "A1", "pa", "pa1"}, "a_finance": {"A", "A1", "pa", "pa1"}, "b_admin": {"B", "pb"},
+        "b_finance": {"B", "pb"}, "pa1_admin": {"A1", "pa1"}, "pa1_member": {"A1", "pa1"},
+        "pb_member": {"B", "pb"}, "outsider": set(),
+    },
+    "membership-list": {
+        "platform": set(ALL) - {"outsider"}, "auditor": set(ALL) - {"outsider"},
+        "a_admin": {"a_admin", "a_finance", "pa1_admin", "pa1_member"},
+        "a_finance": {"a_admin", "a_finance", "pa1_admin", "pa1_member"},
+        "b_admin": {"b_admin", "b_finance", "pb_member"}, "b_finance": {"b_admin", "b_finance", "pb_member"},
+        "pa1_admin": {"pa1_admin", "pa1_member"}, "pa1_member": {"pa1_admin", "pa1_member"},
+        "pb_member": {"pb_member"}, "outsider": set(),
+    },
+    # One loan A1 → pb: seen by whoever sees either quota node.
+    "loan-list": {p: ({"loan"} if p not in ("outsider",) else set()) for p in ALL},
+    # One window on pa's quota: only who sees project pa.
+    "quotawindow-list": {p: ({"window"} if p in ("platform", "auditor", "a_admin", "a_finance") else set())
+                         for p in ALL},
+}
+# Pool resources are not tenant data: every signed-in user reads them, only platform admins write.
+GLOBAL_LISTS = {"flavor-list", "cluster-list", "node-list"}
+# Endpoints covered by dedicated tests elsewhere (not object lists).
+OTHER = {"me", "token", "quota-tree", "loan-cancel"}
+
+
+def _api_route_names():
+    resolver = get_resolver()
+    for pattern in resolver.url_patterns:
+        if getattr(pattern, "namespace", None) == "api":
+            for sub in pattern.url_patterns:
+                yield sub.name
+
+
+def test_every_endpoint_has_a_rule():
+    names = set(_api_route_names())
+    lists = set(VISIBLE) | GLOBAL_LISTS
+    details = {n.replace("-list", "-detail") for n in lists}
+    assert names - lists - details - OTHER == set(), "new API endpoint without a persona rule"
+
+
+@pytest.fixture
+def objects(world):
+    loan = Loan.objects.create(lender=world.quota["A1"], borrower=world.quota["pb"], amount=Decimal(1),
+                               starts_at=timezone.now(), ends_at=timezone.now() + timedelta(days=1),
+                               state=LoanState.ACTIVE)
+    window = QuotaWindow.objects.create(quota_node=world.quota["pa"], name="night", start_time="20:00",
+                                        end_time="08:00", lend_limit=Decimal(4))
+    by_list = {
+        "department-list": {"A": world.A.pk, "A1": world.A1.pk, "B": world.B.pk},
+        "project-list": {"pa": world.pa.pk, "pa1": world.pa1.pk, "pb": world.pb.pk},
+        "quotanode-list": {k: v.pk for k, v in world.quota.items()},
+        "membership-list": {u.username: u.memberships.get().pk for u in world.users.values()
+                            if u.memberships.exists()},
+        "loan-list": {"loan": loan.pk},
+        "quotawindow-list": {"window": window.pk},
+    }
+    return by_list
+
+
+def _ids(response):
+    assert response.status_code == 200, response.content
+    return {row["id"] for row in response.json()["results"]}
+
+
+@pytest.mark.parametrize("persona", ALL)
+@pytest.mark.parametrize("endpoint", sorted(VISIBLE))
+def test_list_shows_exactly_the_visible_objects(world, objects, api, persona, endpoint):
+    client = api(world.users[persona])
+    expected = {objects[endpoint][name] for name in VISIBLE[endpoint][persona]}
+    assert _ids(client.get(reverse(f"api:{endpoint}"))) == expected
+
+
+@pytest.mark.parametrize("persona", ALL)
+@pytest.mark.parametrize("endpoint", sorted(VISIBLE))
+def test_detail_is_404_outside_the_scope(world, objects, api, persona, endpoint):
+    client = api(world.users[persona])
+    detail = endpoint.replace("-list", "-detail")
+    for name, pk in objects[endpoint].items():
+        response = client.get(reverse(f"api:{detail}", args=[pk]))
+        visible = name in VISIBLE[endpoint][persona]
+        assert response.status_code == (200 if visible else 404), (persona, name, response.content)
+        if visible:
+            assert response.json()["id"] == pk
+
+
+@pytest.mark.parametrize("persona", ALL)
+@pytest.mark.parametrize("endpoint", sorted(GLOBAL_LISTS))
+def test_pool_resources_are_readable_by_every_signed_in_user(world, api, persona, endpoint):
+    response = api(world.users[persona]).get(reverse(f"api:{endpoint}"))
+    assert response.status_code == 200
+    assert response.json()["count"] >= 1
+
+
+@pytest.mark.parametrize("endpoint", sorted(set(VISIBLE) | GLOBAL_LISTS | {"me", "quota-tree"}))
+def test_anonymous_requests_are_refused(world, api, endpoint):
+    assert api(None).get(reverse(f"api:{endpoint}")).status_code in (401, 403)
+
+
+WRITES = [
+    # (persona, method, endpoint, target fixture, body, expected status)
+    ("auditor", "post", "department-list", None, {"code": "X", "name": "x"}, 403),
+    ("auditor", "patch", "department-detail", "A1", {"name": "renamed"}, 403),
+    ("auditor", "patch", "quotanode-detail", "pa1", {"quota": "2"}, 403),
+    ("a_admin", "patch", "department-detail", "A", {"name": "renamed"}, 403),  # own node: parent's call
+    ("a_admin", "patch", "department-detail", "A1", {"name": "renamed"}, 200),
+    ("b_admin", "patch", "department-detail", "A1", {"name": "renamed"}, 404),
+    ("outsider", "patch", "department-detail", "A", {"name": "renamed"}, 404),
+    ("pa1_member", "patch", "project-detail", "pa1", {"description": "x"}, 403),
+    ("pa1_admin", "patch", "project-detail", "pa1", {"description": "x"}, 200),
+    ("pb_member", "patch", "project-detail", "pa1", {"description": "x"}, 404),
+    ("a_admin", "patch", "quotanode-detail", "pa1", {"quota": "2"}, 200),
+    ("pa1_admin", "patch", "quotanode-detail", "pa1", {"quota": "2"}, 403),
+    ("b_admin", "patch", "quotanode-detail", "pa1", {"quota": "2"}, 404),
+    ("a_finance", "patch", "quotanode-detail", "pa1", {"quota": "2"}, 403),
+    ("platform", "patch", "quotanode-detail", "A", {"borrow_limit": "4"}, 200),
+    ("a_admin", "patch", "flavor-detail", "F", {"memory_mib": 1}, 403),
+    ("platform", "patch", "flavor-detail", "F", {"memory_mib": 2048}, 200),
+    ("auditor", "delete", "membership-detail", "pa1_member", None, 403),
+    ("pa1_admin", "delete", "membership-detail", "pa1_member", None, 204),
+    ("b_admin", "delete", "membership-detail", "pa1_member", None, 404),
+]
+
+
+@pytest.mark.parametrize(("persona", "method", "endpoint", "target", "body", "status"), WRITES)
+def test_writes_follow_the_role_rules(world, objects, api, persona, method, endpoint, target, body, status):
+    client = api(world.users[persona])
+    if target is None:
+        url = reverse(f"api:{endpoint}")
+    elif endpoint == "flavor-detail":
+        url = reverse(f"api:{endpoint}", args=[world.F.pk])
+    else:
+        url = reverse(f"api:{endpoint}", args=[objects[endpoint.replace("-detail", "-list")][target]])
+    response = getattr(client, method)(url, body, format="json")
+    assert response.status_code == status, response.content
+
+
+def test_department_admin_creates_projects_only_in_its_subtree(world, api):
+    client = api(world.users["a_admin"])
+    ok = client.post(reverse("api:project-list"), {"code": "new", "name": "n", "department": world.A1.pk},
+                     format="json")
+    assert ok.status_code == 201
+    refused = client.post(reverse("api:project-list"), {"code": "new2", "name": "n", "department": world.B.pk},
+                          format="json")
+    assert refused.status_code == 400
+    assert "department" in refused.json()
+
+
+def test_me_reports_roles_and_scope(world, api):
+    body = api(world.users["a_admin"]).get(reverse("api:me")).json()
+    assert body["roles"] == ["department_admin"]
+    assert set(body["departments"]) == {world.A.pk, world.A1.pk}
+    assert set(body["projects"]) == {world.pa.pk, world.pa1.pk}
+
+
+def test_token_endpoint_issues_a_working_token(world, api):
+    response = api(None).post(reverse("api:token"), {"username": "pa1_member", "password": "pw-pa1_member"},
+                              format="json")
+    assert response.status_code == 200
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {response.json()['token']}")
+    assert client.get(reverse("api:me")).json()["username"] == "pa1_member"
+    bad = api(None).post(reverse("api:token"), {"username": "pa1_member", "password": "nope"}, format="json")
+    assert bad.status_code in (401, 403)
