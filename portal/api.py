@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from django.contrib.auth import authenticate
 from django.utils.translation import gettext as _
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import AuthenticationFailed
@@ -25,6 +26,7 @@ from .selectors import (
 )
 
 
+@extend_schema_field(OpenApiTypes.INT)
 class VisibleRelatedField(serializers.PrimaryKeyRelatedField):
     """A foreign key the caller can only point at objects they can see; anything else
     reads as "does not exist", the same answer as for a missing id."""

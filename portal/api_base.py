@@ -37,7 +37,7 @@ def exception_handler(exc, context):
 
 
 def _apply_schema(cls, methods: dict):
-    decorated = {m: extend_schema(**kw) for m, kw in methods.items() if hasattr(cls, m)}
+    decorated = {m: extend_schema(**kw) for m, kw in methods.items() if m in cls.http_method_names}
     if decorated:
         extend_schema_view(**decorated)(cls)
 
@@ -52,7 +52,7 @@ class ListCreateApi(generics.ListCreateAPIView):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if "input" not in cls.__dict__ or cls.input is None:
+        if cls.input is None:
             cls.http_method_names = ["get", "head", "options"]
         _apply_schema(
             cls,
@@ -99,7 +99,7 @@ class DetailApi(generics.RetrieveUpdateDestroyAPIView):
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         methods = ["get", "head", "options"]
-        if cls.__dict__.get("input") is not None or (cls.input is not None):
+        if cls.input is not None:
             methods.append("patch")
         if cls.deletable:
             methods.append("delete")

@@ -5,6 +5,7 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 from django.utils import timezone
 
+from portal.models import Role
 from portal.selectors import scope_for, visible_departments, visible_projects
 from quotas import selectors as quota_selectors
 from quotas.models import Flavor
@@ -20,7 +21,7 @@ def dashboard(request):
         request,
         "portal/dashboard.html",
         {
-            "scope": scope_for(user),
+            "role_labels": [Role(role).label for role in sorted(scope_for(user).roles)],
             "departments": visible_departments(user).select_related("parent").order_by("code"),
             "projects": visible_projects(user).select_related("department").order_by("code"),
             "quota_rows": [(n, limits[n.pk]) for n in nodes],

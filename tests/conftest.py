@@ -57,12 +57,14 @@ def world(db) -> World:
     pa = Project.objects.create(code="pa", name="Project a", department=A)
     pa1 = Project.objects.create(code="pa1", name="Project a1", department=A1)
     pb = Project.objects.create(code="pb", name="Project b", department=B)
-    F = Flavor.objects.create(name="F", vendor="nvidia", model="Test GPU", memory_mib=1024,
-                              k8s_resource_name="nvidia.com/gpu")
+    F = Flavor.objects.create(
+        name="F", vendor="nvidia", model="Test GPU", memory_mib=1024, k8s_resource_name="nvidia.com/gpu"
+    )
     cluster = Cluster.objects.create(name="c1", kind="simulator")
     for i in range(2):
-        Node.objects.create(cluster=cluster, name=f"n{i}", flavor=F, gpu_count=8, zone="z", spine="s",
-                            leaf=f"l{i}")
+        Node.objects.create(
+            cluster=cluster, name=f"n{i}", flavor=F, gpu_count=8, zone="z", spine="s", leaf=f"l{i}"
+        )
     scopes = {"A": A, "A1": A1, "B": B, "pa": pa, "pa1": pa1, "pb": pb}
     users = {}
     for name, roles in PERSONAS.items():
@@ -72,8 +74,14 @@ def world(db) -> World:
             kind = "project" if isinstance(target, Project) else "department"
             Membership.objects.create(user=user, role=role, **({kind: target} if target else {}))
         users[name] = user
-    quota = {"A": _quota(F, A, 8), "A1": _quota(F, A1, 4), "pa": _quota(F, pa, 4),
-             "pa1": _quota(F, pa1, 4), "B": _quota(F, B, 8), "pb": _quota(F, pb, 8)}
+    quota = {
+        "A": _quota(F, A, 8),
+        "A1": _quota(F, A1, 4),
+        "pa": _quota(F, pa, 4),
+        "pa1": _quota(F, pa1, 4),
+        "B": _quota(F, B, 8),
+        "pb": _quota(F, pb, 8),
+    }
     return World(A, A1, B, pa, pa1, pb, F, users, quota)
 
 
@@ -82,7 +90,7 @@ def api():
     """``api(user)`` → an APIClient that authenticates with the user's real API token."""
 
     def make(user: User | None) -> APIClient:
-        client = APIClient()
+        client = APIClient(HTTP_ACCEPT_LANGUAGE="en")  # messages asserted below are English
         if user is not None:
             token, _ = Token.objects.get_or_create(user=user)
             client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")

@@ -130,6 +130,10 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "NodeStateEnum": "quotas.models.NodeState",
+        "LoanStateEnum": "quotas.models.LoanState",
+    },
 }
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -11,40 +11,75 @@ from django.utils import timezone
 
 from quotas.models import Loan, LoanState, QuotaWindow
 
-ALL = ("platform", "auditor", "a_admin", "b_admin", "a_finance", "b_finance", "pa1_admin", "pa1_member",
-       "pb_member", "outsider")
+ALL = (
+    "platform",
+    "auditor",
+    "a_admin",
+    "b_admin",
+    "a_finance",
+    "b_finance",
+    "pa1_admin",
+    "pa1_member",
+    "pb_member",
+    "outsider",
+)
 
 # Which objects (by fixture name) each persona sees, per tenant-scoped list endpoint.
 VISIBLE = {
     "department-list": {
-        "platform": {"A", "A1", "B"}, "auditor": {"A", "A1", "B"}, "a_admin": {"A", "A1"}, "b_admin": {"B"},
-        "a_finance": {"A", "A1"}, "b_finance": {"B"}, "pa1_admin": {"A1"}, "pa1_member": {"A1"},
-        "pb_member": {"B"}, "outsider": set(),
+        "platform": {"A", "A1", "B"},
+        "auditor": {"A", "A1", "B"},
+        "a_admin": {"A", "A1"},
+        "b_admin": {"B"},
+        "a_finance": {"A", "A1"},
+        "b_finance": {"B"},
+        "pa1_admin": {"A1"},
+        "pa1_member": {"A1"},
+        "pb_member": {"B"},
+        "outsider": set(),
     },
     "project-list": {
-        "platform": {"pa", "pa1", "pb"}, "auditor": {"pa", "pa1", "pb"}, "a_admin": {"pa", "pa1"},
-        "b_admin": {"pb"}, "a_finance": {"pa", "pa1"}, "b_finance": {"pb"}, "pa1_admin": {"pa1"},
-        "pa1_member": {"pa1"}, "pb_member": {"pb"}, "outsider": set(),
+        "platform": {"pa", "pa1", "pb"},
+        "auditor": {"pa", "pa1", "pb"},
+        "a_admin": {"pa", "pa1"},
+        "b_admin": {"pb"},
+        "a_finance": {"pa", "pa1"},
+        "b_finance": {"pb"},
+        "pa1_admin": {"pa1"},
+        "pa1_member": {"pa1"},
+        "pb_member": {"pb"},
+        "outsider": set(),
     },
     "quotanode-list": {
-        "platform": {"A", "A1", "pa", "pa1", "B", "pb"}, "auditor": {"A", "A1", "pa", "pa1", "B", "pb"},
-        "a_admin": {"A", "A1", "pa", "pa1"}, "a_finance": {"A", "A1", "pa", "pa1"}, "b_admin": {"B", "pb"},
-        "b_finance": {"B", "pb"}, "pa1_admin": {"A1", "pa1"}, "pa1_member": {"A1", "pa1"},
-        "pb_member": {"B", "pb"}, "outsider": set(),
+        "platform": {"A", "A1", "pa", "pa1", "B", "pb"},
+        "auditor": {"A", "A1", "pa", "pa1", "B", "pb"},
+        "a_admin": {"A", "A1", "pa", "pa1"},
+        "a_finance": {"A", "A1", "pa", "pa1"},
+        "b_admin": {"B", "pb"},
+        "b_finance": {"B", "pb"},
+        "pa1_admin": {"A1", "pa1"},
+        "pa1_member": {"A1", "pa1"},
+        "pb_member": {"B", "pb"},
+        "outsider": set(),
     },
     "membership-list": {
-        "platform": set(ALL) - {"outsider"}, "auditor": set(ALL) - {"outsider"},
+        "platform": set(ALL) - {"outsider"},
+        "auditor": set(ALL) - {"outsider"},
         "a_admin": {"a_admin", "a_finance", "pa1_admin", "pa1_member"},
         "a_finance": {"a_admin", "a_finance", "pa1_admin", "pa1_member"},
-        "b_admin": {"b_admin", "b_finance", "pb_member"}, "b_finance": {"b_admin", "b_finance", "pb_member"},
-        "pa1_admin": {"pa1_admin", "pa1_member"}, "pa1_member": {"pa1_admin", "pa1_member"},
-        "pb_member": {"pb_member"}, "outsider": set(),
+        "b_admin": {"b_admin", "b_finance", "pb_member"},
+        "b_finance": {"b_admin", "b_finance", "pb_member"},
+        "pa1_admin": {"pa1_admin", "pa1_member"},
+        "pa1_member": {"pa1_admin", "pa1_member"},
+        "pb_member": {"pb_member"},
+        "outsider": set(),
     },
     # One loan A1 → pb: seen by whoever sees either quota node.
     "loan-list": {p: ({"loan"} if p not in ("outsider",) else set()) for p in ALL},
     # One window on pa's quota: only who sees project pa.
-    "quotawindow-list": {p: ({"window"} if p in ("platform", "auditor", "a_admin", "a_finance") else set())
-                         for p in ALL},
+    "quotawindow-list": {
+        p: ({"window"} if p in ("platform", "auditor", "a_admin", "a_finance") else set()) for p in ALL
+    },
 }
 # Pool resources are not tenant data: every signed-in user reads them, only platform admins write.
 GLOBAL_LISTS = {"flavor-list", "cluster-list", "node-list"}
@@ -69,17 +104,28 @@ def test_every_endpoint_has_a_rule():
 
 @pytest.fixture
 def objects(world):
-    loan = Loan.objects.create(lender=world.quota["A1"], borrower=world.quota["pb"], amount=Decimal(1),
-                               starts_at=timezone.now(), ends_at=timezone.now() + timedelta(days=1),
-                               state=LoanState.ACTIVE)
-    window = QuotaWindow.objects.create(quota_node=world.quota["pa"], name="night", start_time="20:00",
-                                        end_time="08:00", lend_limit=Decimal(4))
+    loan = Loan.objects.create(
+        lender=world.quota["A1"],
+        borrower=world.quota["pb"],
+        amount=Decimal(1),
+        starts_at=timezone.now(),
+        ends_at=timezone.now() + timedelta(days=1),
+        state=LoanState.ACTIVE,
+    )
+    window = QuotaWindow.objects.create(
+        quota_node=world.quota["pa"],
+        name="night",
+        start_time="20:00",
+        end_time="08:00",
+        lend_limit=Decimal(4),
+    )
     by_list = {
         "department-list": {"A": world.A.pk, "A1": world.A1.pk, "B": world.B.pk},
         "project-list": {"pa": world.pa.pk, "pa1": world.pa1.pk, "pb": world.pb.pk},
         "quotanode-list": {k: v.pk for k, v in world.quota.items()},
-        "membership-list": {u.username: u.memberships.get().pk for u in world.users.values()
-                            if u.memberships.exists()},
+        "membership-list": {
+            u.username: u.memberships.get().pk for u in world.users.values() if u.memberships.exists()
+        },
         "loan-list": {"loan": loan.pk},
         "quotawindow-list": {"window": window.pk},
     }
@@ -165,11 +211,13 @@ def test_writes_follow_the_role_rules(world, objects, api, persona, method, endp
 
 def test_department_admin_creates_projects_only_in_its_subtree(world, api):
     client = api(world.users["a_admin"])
-    ok = client.post(reverse("api:project-list"), {"code": "new", "name": "n", "department": world.A1.pk},
-                     format="json")
+    ok = client.post(
+        reverse("api:project-list"), {"code": "new", "name": "n", "department": world.A1.pk}, format="json"
+    )
     assert ok.status_code == 201
-    refused = client.post(reverse("api:project-list"), {"code": "new2", "name": "n", "department": world.B.pk},
-                          format="json")
+    refused = client.post(
+        reverse("api:project-list"), {"code": "new2", "name": "n", "department": world.B.pk}, format="json"
+    )
     assert refused.status_code == 400
     assert "department" in refused.json()
 
@@ -182,8 +230,9 @@ def test_me_reports_roles_and_scope(world, api):
 
 
 def test_token_endpoint_issues_a_working_token(world, api):
-    response = api(None).post(reverse("api:token"), {"username": "pa1_member", "password": "pw-pa1_member"},
-                              format="json")
+    response = api(None).post(
+        reverse("api:token"), {"username": "pa1_member", "password": "pw-pa1_member"}, format="json"
+    )
     assert response.status_code == 200
     from rest_framework.test import APIClient
 

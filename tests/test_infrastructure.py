@@ -1,0 +1,71 @@
+"""The suite runs on the real services: PostgreSQL, Redis, and a real Celery worker."""
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+
+from portal.tasks import ping
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_database_is_postgresql(db):
+    assert connection.vendor == "postgresql"
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        assert int(cursor.fetchone()[0].split(".")[0]) >= 14
+
+
+def test_a_task_round_trips_through_the_broker_and_a_real_worker():
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings.test", "CELERY_QUEUE": queue}
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "portal",
+            "worker",
+            "-Q",
+            queue,
+            "--concurrency=1",
+            "--pool=solo",
+            "--without-heartbeat",
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel=WARNING",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        result = ping.apply_async(args=["hello"], queue=queue)
+        assert result.get(timeout=60) == "pong:hello"
+    finally:
+        worker.terminate()
+        output = worker.communicate(timeout=30)[0].decode(errors="replace")
+    assert "Traceback" not in output, output
+
+
+def test_healthz_checks_database_and_broker(client, db):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "checks": {"database": "ok", "broker": "ok"}}
+
+
+@pytest.mark.django_db
+def test_healthz_fails_when_the_broker_is_unreachable(client):
+    with override_settings(REDIS_CLIENT_URL="redis://127.0.0.1:1/0"):
+        response = client.get("/healthz")
+    assert response.status_code == 503
+    assert response.json()["checks"]["broker"].startswith("error")
+    assert response.json()["checks"]["database"] == "ok"

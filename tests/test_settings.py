@@ -1,0 +1,90 @@
+"""Settings come from the environment through typed helpers; production fails fast."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from portal.env import env_bool, env_int, parse_database_url, redis_urls
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_database_url_with_host_port_and_credentials():
+    cfg = parse_database_url("postgresql://app:s%40cret@db.example:6543/gpupool?sslmode=require")
+    assert (cfg["USER"], cfg["PASSWORD"], cfg["HOST"], cfg["PORT"], cfg["NAME"]) == (
+        "app",
+        "s@cret",
+        "db.example",
+        "6543",
+        "gpupool",
+    )
+    assert cfg["OPTIONS"] == {"sslmode": "require"}
+
+
+def test_database_url_from_pgserver_uses_the_socket_directory():
+    cfg = parse_database_url("postgresql://postgres:@/postgres?host=/srv/run/pgdata")
+    assert cfg["HOST"] == "/srv/run/pgdata" and cfg["NAME"] == "postgres" and cfg["OPTIONS"] == {}
+
+
+def test_non_postgres_database_url_is_refused():
+    with pytest.raises(ImproperlyConfigured):
+        parse_database_url("mysql://root@localhost/x")
+
+
+def test_redis_urls_for_tcp_and_unix_sockets():
+    assert redis_urls("redis://127.0.0.1:6379/2") == ("redis://127.0.0.1:6379/2",) * 2
+    assert redis_urls("unix:///tmp/r.sock") == ("redis+socket:///tmp/r.sock", "unix:///tmp/r.sock")
+    with pytest.raises(ImproperlyConfigured):
+        redis_urls("http://nope")
+
+
+def test_typed_helpers_reject_garbage(monkeypatch):
+    monkeypatch.setenv("X_BOOL", "maybe")
+    monkeypatch.setenv("X_INT", "ten")
+    with pytest.raises(ImproperlyConfigured):
+        env_bool("X_BOOL", False)
+    with pytest.raises(ImproperlyConfigured):
+        env_int("X_INT", 1)
+    monkeypatch.setenv("X_BOOL", "on")
+    assert env_bool("X_BOOL", False) is True
+
+
+def _production(env_extra: dict, *args: str):
+    env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "ALLOWED_HOSTS")}
+    env.update({"DJANGO_SETTINGS_MODULE": "portal.settings.production", **env_extra})
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_production_refuses_to_start_without_a_secret_key():
+    result = _production({"ALLOWED_HOSTS": "gpupool.example"}, "check")
+    assert result.returncode != 0 and "Set the environment variable SECRET_KEY" in result.stderr
+
+
+def test_production_refuses_a_weak_secret_key_and_missing_hosts():
+    weak = _production({"SECRET_KEY": "short", "ALLOWED_HOSTS": "gpupool.example"}, "check")
+    assert weak.returncode != 0 and "at least 50 characters" in weak.stderr
+    no_hosts = _production({"SECRET_KEY": "k" * 64}, "check")
+    assert no_hosts.returncode != 0 and "ALLOWED_HOSTS" in no_hosts.stderr
+
+
+def test_production_settings_pass_the_deploy_check():
+    result = _production(
+        {"SECRET_KEY": "q7Z!m2#Lp9$wX4&rT8^yB3*nK6(cV1)hJ5-dF0+gS" * 2, "ALLOWED_HOSTS": "gpupool.example"},
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+
+
+def test_default_time_zone_and_languages(settings):
+    assert os.environ.get("TIME_ZONE", "Asia/Shanghai") == settings.TIME_ZONE
+    assert [code for code, _ in settings.LANGUAGES] == ["zh-hans", "en"]
+    assert settings.USE_TZ is True
