@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from jobs import api as jobs_api
 from portal import api as portal_api
 from portal import dashboard, views
 from portal.health import healthz
@@ -33,6 +34,12 @@ api_v1 = [
     path("loans/<int:pk>/cancel/", quotas_api.LoanCancelApi.as_view(), name="loan-cancel"),
     path("quota-windows/", quotas_api.WindowListApi.as_view(), name="quotawindow-list"),
     path("quota-windows/<int:pk>/", quotas_api.WindowDetailApi.as_view(), name="quotawindow-detail"),
+    path("quota-usage/", jobs_api.QuotaUsageApi.as_view(), name="quota-usage"),
+    path("jobs/", jobs_api.JobListApi.as_view(), name="job-list"),
+    path("jobs/<int:pk>/", jobs_api.JobDetailApi.as_view(), name="job-detail"),
+    path("jobs/<int:pk>/cancel/", jobs_api.JobCancelApi.as_view(), name="job-cancel"),
+    path("jobs/<int:pk>/events/", jobs_api.JobEventsApi.as_view(), name="job-events"),
+    path("jobs/<int:pk>/explain/", jobs_api.JobExplainApi.as_view(), name="job-explain"),
 ]
 
 urlpatterns = [

@@ -358,8 +358,8 @@ class WindowDetailApi(DetailApi):
 
 class TreeRowOut(serializers.Serializer):
     quota_node = serializers.IntegerField(source="node.pk")
-    kind = serializers.CharField(source="key.0")
-    owner_id = serializers.IntegerField(source="key.1")
+    kind = serializers.CharField()
+    owner_id = serializers.IntegerField()
     owner = serializers.CharField(source="node.owner")
     parent = serializers.SerializerMethodField()
     depth = serializers.IntegerField()

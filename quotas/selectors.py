@@ -106,6 +106,14 @@ class TreeRow:
     depth: int
     effective: Limits
 
+    @property
+    def kind(self) -> str:
+        return self.key[0]
+
+    @property
+    def owner_id(self) -> int:
+        return self.key[1]
+
 
 def quota_tree(user: User, flavor_id: int, at: datetime) -> list[TreeRow]:
     """The visible quota nodes of one flavor in tree order (parents before children)."""

@@ -85,7 +85,11 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "gpupool")
 CELERY_RESULT_EXPIRES = 3600
-CELERY_BEAT_SCHEDULE: dict = {}
+CELERY_BEAT_SCHEDULE = {
+    # DESIGN §5: a cycle every few seconds, plus one on every submit/finish.
+    "scheduling-cycle": {"task": "jobs.schedule_cycle", "schedule": env_int("SCHEDULE_INTERVAL_SECONDS", 5),
+                         "options": {"expires": 10}},
+}
 CELERY_TIMEZONE = "UTC"
 
 CACHES = {

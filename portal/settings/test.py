@@ -15,6 +15,8 @@ STORAGES = {
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
 GPUPOOL = {**GPUPOOL, "DEMO": False}
+# Tasks the code under test sends go to a queue no demo worker consumes.
+CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "gpupool-test")
 # Static files come from the finders (no collectstatic outside production).
 STATIC_ROOT = None
 WHITENOISE_USE_FINDERS = True

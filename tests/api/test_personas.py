@@ -74,6 +74,12 @@ VISIBLE = {
         "pb_member": {"pb_member"},
         "outsider": set(),
     },
+    # Jobs follow their project.
+    "job-list": {
+        "platform": {"job_pa1", "job_pb"}, "auditor": {"job_pa1", "job_pb"}, "a_admin": {"job_pa1"},
+        "b_admin": {"job_pb"}, "a_finance": {"job_pa1"}, "b_finance": {"job_pb"}, "pa1_admin": {"job_pa1"},
+        "pa1_member": {"job_pa1"}, "pb_member": {"job_pb"}, "outsider": set(),
+    },
     # One loan A1 → pb: seen by whoever sees either quota node.
     "loan-list": {p: ({"loan"} if p not in ("outsider",) else set()) for p in ALL},
     # One window on pa's quota: only who sees project pa.
@@ -84,7 +90,8 @@ VISIBLE = {
 # Pool resources are not tenant data: every signed-in user reads them, only platform admins write.
 GLOBAL_LISTS = {"flavor-list", "cluster-list", "node-list"}
 # Endpoints covered by dedicated tests elsewhere (not object lists).
-OTHER = {"me", "token", "quota-tree", "loan-cancel"}
+# Sub-resources with their own tests (job-events / job-explain: test_job_sub_resources_…).
+OTHER = {"me", "token", "quota-tree", "quota-usage", "loan-cancel", "job-cancel", "job-events", "job-explain"}
 
 
 def _api_route_names():
@@ -128,8 +135,27 @@ def objects(world):
         },
         "loan-list": {"loan": loan.pk},
         "quotawindow-list": {"window": window.pk},
+        "job-list": {"job_pa1": _job(world, world.pa1).pk, "job_pb": _job(world, world.pb).pk},
     }
     return by_list
+
+
+def _job(world, project):
+    from jobs.models import PriorityClass
+    from jobs.services import job_submit
+
+    prio = PriorityClass.objects.get_or_create(name="training", defaults={"value": 100})[0]
+    return job_submit(actor=world.users["platform"], project=project, name=f"job-{project.code}", kind="training",
+                      flavor=world.F, priority_class=prio, image="img", gpus_per_worker=1)
+
+
+@pytest.mark.parametrize("persona", ALL)
+@pytest.mark.parametrize("route", ["job-events", "job-explain"])
+def test_job_sub_resources_are_404_outside_the_scope(world, objects, api, persona, route):
+    client = api(world.users[persona])
+    for name, pk in objects["job-list"].items():
+        response = client.get(reverse(f"api:{route}", args=[pk]))
+        assert response.status_code == (200 if name in VISIBLE["job-list"][persona] else 404), (persona, name)
 
 
 def _ids(response):

@@ -1,0 +1,34 @@
+from django.contrib import admin
+
+from portal.admin_site import PlatformModelAdmin
+
+from .models import Job, JobEvent, PriorityClass
+
+
+@admin.register(PriorityClass)
+class PriorityClassAdmin(PlatformModelAdmin):
+    list_display = ["name", "value", "preemptible", "grace_seconds"]
+
+
+class ReadOnlyAdmin(PlatformModelAdmin):
+    """Jobs change state only through services (conditional updates + events)."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Job)
+class JobAdmin(ReadOnlyAdmin):
+    list_display = ["id", "name", "project", "kind", "flavor", "state", "submitted_at"]
+    list_filter = ["state", "kind", "flavor"]
+
+
+@admin.register(JobEvent)
+class JobEventAdmin(ReadOnlyAdmin):
+    list_display = ["job", "kind", "from_state", "to_state", "reason", "at"]

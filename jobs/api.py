@@ -1,0 +1,178 @@
+"""REST API of jobs: submit, list, detail, cancel, events, explain; and quota usage."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.api import VisibleRelatedField
+from portal.api_base import DetailApi, ListCreateApi
+from portal.selectors import get_visible, visible_projects
+from quotas.models import Flavor
+from quotas.selectors import healthy_capacity
+
+from . import selectors, services
+from .models import Job, JobEvent, JobKind, PriorityClass
+from .scheduling import explain_job
+
+
+class JobOut(serializers.ModelSerializer):
+    flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    priority = serializers.SlugRelatedField(source="priority_class", slug_field="name", read_only=True)
+    submitted_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "name",
+            "project",
+            "kind",
+            "flavor",
+            "priority",
+            "workers",
+            "min_workers",
+            "gpus_per_worker",
+            "gpu_milli",
+            "image",
+            "command",
+            "max_runtime_seconds",
+            "checkpointing",
+            "sim_duration_seconds",
+            "state",
+            "submitted_by",
+            "submitted_at",
+            "admitted_at",
+            "started_at",
+            "finished_at",
+            "granted_workers",
+            "placement",
+            "on_loan",
+            "terminating_since",
+        ]
+
+
+class JobIn(serializers.Serializer):
+    name = serializers.CharField(max_length=63)
+    project = VisibleRelatedField(visible_projects)
+    kind = serializers.ChoiceField(choices=JobKind.choices)
+    flavor = serializers.SlugRelatedField(slug_field="name", queryset=Flavor.objects.all())
+    workers = serializers.IntegerField(min_value=1, max_value=services.MAX_WORKERS, default=1)
+    gpus_per_worker = serializers.IntegerField(min_value=1, max_value=128, default=1)
+    gpu_milli = serializers.IntegerField(min_value=1, max_value=999, required=False, allow_null=True)
+    min_workers = serializers.IntegerField(
+        min_value=1, max_value=services.MAX_WORKERS, required=False, allow_null=True
+    )
+    priority = serializers.SlugRelatedField(slug_field="name", queryset=PriorityClass.objects.all())
+    image = serializers.CharField(max_length=300)
+    command = serializers.CharField(max_length=10000, required=False, allow_blank=True, default="")
+    max_runtime_seconds = serializers.IntegerField(
+        min_value=60, max_value=services.MAX_RUNTIME, required=False, allow_null=True
+    )
+    checkpointing = serializers.BooleanField(default=False)
+    sim_duration_seconds = serializers.IntegerField(
+        min_value=1, max_value=services.MAX_RUNTIME, required=False, allow_null=True
+    )
+
+
+class JobListApi(ListCreateApi):
+    output, input = JobOut, JobIn
+    filterset_fields = ["project", "state", "kind", "flavor"]
+
+    def visible(self):
+        return selectors.visible_jobs(self.request.user).order_by("-submitted_at", "-id")
+
+    def perform(self, data):
+        data = dict(data)
+        data["priority_class"] = data.pop("priority")
+        return services.job_submit(actor=self.request.user, **data)
+
+
+class JobDetailApi(DetailApi):
+    output = JobOut
+
+    def visible(self):
+        return selectors.visible_jobs(self.request.user)
+
+
+class JobCancelApi(APIView):
+    @extend_schema(request=None, responses=JobOut)
+    def post(self, request, pk):
+        job = get_visible(selectors.visible_jobs(request.user), pk=pk)
+        return Response(JobOut(services.job_cancel(actor=request.user, job=job)).data)
+
+
+class JobEventOut(serializers.ModelSerializer):
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = JobEvent
+        fields = ["id", "kind", "from_state", "to_state", "reason", "actor", "at", "data"]
+
+
+class JobEventsApi(APIView):
+    @extend_schema(responses=JobEventOut(many=True))
+    def get(self, request, pk):
+        job = get_visible(selectors.visible_jobs(request.user), pk=pk)
+        return Response(JobEventOut(selectors.job_events(job), many=True).data)
+
+
+class ExplainOut(serializers.Serializer):
+    position = serializers.IntegerField(allow_null=True)
+    reason = serializers.CharField()
+    message = serializers.CharField(required=False)
+    flavor = serializers.CharField(required=False)
+    blocking_node = serializers.CharField(required=False, allow_null=True)
+    numbers = serializers.DictField(child=serializers.FloatField(), required=False)
+    holders = serializers.ListField(child=serializers.DictField(), required=False)
+    reservation = serializers.DictField(required=False, allow_null=True)
+    computed_at = serializers.CharField(required=False)
+
+
+class JobExplainApi(APIView):
+    """Why the job waits: its queue position, the blocking quota level or resource, and who
+    holds what it is owed (DESIGN §4 Explain)."""
+
+    @extend_schema(responses=ExplainOut)
+    def get(self, request, pk):
+        job = get_visible(selectors.visible_jobs(request.user), pk=pk)
+        return Response(explain_job(job))
+
+
+class UsageRowOut(serializers.Serializer):
+    quota_node = serializers.IntegerField(source="row.node.pk")
+    kind = serializers.CharField(source="row.kind")
+    owner_id = serializers.IntegerField(source="row.owner_id")
+    owner = serializers.CharField(source="row.node.owner")
+    depth = serializers.IntegerField(source="row.depth")
+    quota = serializers.DecimalField(max_digits=12, decimal_places=3, source="row.effective.quota")
+    used = serializers.DecimalField(max_digits=12, decimal_places=3)
+    in_quota = serializers.DecimalField(max_digits=12, decimal_places=3)
+    borrowed = serializers.DecimalField(max_digits=12, decimal_places=3)
+    lent = serializers.DecimalField(max_digits=12, decimal_places=3)
+
+
+class QuotaUsageApi(APIView):
+    """Quota, usage, borrowed and lent per visible tree node for one flavor."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("flavor", str, required=True)], responses=UsageRowOut(many=True)
+    )
+    def get(self, request):
+        name = request.query_params.get("flavor", "")
+        flavor = Flavor.objects.filter(name=name).first()
+        if flavor is None:
+            raise ValidationError({"flavor": [f"Unknown flavor {name[:40]!r}."]})
+        rows = selectors.quota_usage(request.user, flavor.pk)
+        return Response(
+            {
+                "flavor": flavor.name,
+                "capacity": healthy_capacity(flavor.pk) or Decimal(0),
+                "nodes": UsageRowOut(rows, many=True).data,
+            }
+        )

@@ -1,0 +1,127 @@
+"""Jobs, their append-only event log, and priority classes (DESIGN §4)."""
+
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+from portal.models import Project, User
+from quotas.models import Flavor
+
+from .states import JobState
+
+name_validator = RegexValidator(
+    r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
+    _("Lower-case letters, digits and '-', 1–63 characters, starting and ending with a letter or digit."),
+)
+
+
+class PriorityClass(models.Model):
+    name = models.CharField(_("name"), max_length=40, unique=True, validators=[name_validator])
+    value = models.IntegerField(_("value"), validators=[MinValueValidator(-1000), MaxValueValidator(100000)])
+    preemptible = models.BooleanField(_("preemptible"), default=True)
+    grace_seconds = models.PositiveIntegerField(
+        _("grace period (s)"), default=30, validators=[MaxValueValidator(86400)]
+    )
+    description = models.CharField(_("description"), max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-value", "name"]
+        verbose_name = _("priority class")
+        verbose_name_plural = _("priority classes")
+
+    def __str__(self):
+        return f"{self.name} ({self.value})"
+
+
+class JobKind(models.TextChoices):
+    TRAINING = "training", _("Training")
+    INFERENCE = "inference", _("Inference")
+    DEV = "dev", _("Development")
+
+
+STATE_CHOICES = [(s.value, s.value) for s in JobState]
+
+
+class Job(models.Model):
+    name = models.CharField(_("name"), max_length=63, validators=[name_validator])
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="jobs")
+    submitted_by = models.ForeignKey(User, on_delete=models.PROTECT, related_name="jobs")
+    kind = models.CharField(_("kind"), max_length=12, choices=JobKind.choices)
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="jobs")
+    priority_class = models.ForeignKey(PriorityClass, on_delete=models.PROTECT, related_name="jobs")
+    workers = models.PositiveIntegerField(_("workers"), default=1)
+    min_workers = models.PositiveIntegerField(_("minimum workers"), null=True, blank=True)
+    gpus_per_worker = models.PositiveIntegerField(_("GPUs per worker"), default=1)
+    gpu_milli = models.PositiveIntegerField(_("GPU milli"), null=True, blank=True)
+    image = models.CharField(_("image"), max_length=300)
+    command = models.TextField(_("command"), max_length=10000, blank=True)
+    max_runtime_seconds = models.PositiveIntegerField(_("maximum runtime (s)"), null=True, blank=True)
+    checkpointing = models.BooleanField(_("checkpointing"), default=False)
+    sim_duration_seconds = models.PositiveIntegerField(null=True, blank=True)
+    approved = models.BooleanField(default=False)
+
+    state = models.CharField(_("state"), max_length=20, choices=STATE_CHOICES, default=JobState.QUEUED)
+    state_changed_at = models.DateTimeField()
+    submitted_at = models.DateTimeField()
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # The current allocation while admitted/running: [[node_id, gpu_index, milli], ...] per worker.
+    granted_workers = models.PositiveIntegerField(null=True, blank=True)
+    placement = models.JSONField(default=list, blank=True)
+    on_loan = models.BooleanField(null=True, blank=True)
+    # Set when a preemption is signalled: the job keeps its GPUs until it has exited.
+    terminating_since = models.DateTimeField(null=True, blank=True)
+    requeue_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [
+            models.Index(fields=["state", "flavor"]),
+            models.Index(fields=["project", "state"]),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(workers__gte=1), name="job_workers_ge_1"),
+            models.CheckConstraint(
+                condition=Q(min_workers__isnull=True) | Q(min_workers__lte=models.F("workers")),
+                name="job_min_workers_le_workers",
+            ),
+            models.CheckConstraint(
+                condition=Q(gpu_milli__isnull=True) | (Q(gpu_milli__gte=1) & Q(gpu_milli__lt=1000)),
+                name="job_gpu_milli_range",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.name} #{self.pk}"
+
+    @property
+    def demand_units(self):
+        """Devices of the flavor asked for (fractional for shared requests)."""
+        if self.gpu_milli:
+            return self.workers * self.gpu_milli / 1000
+        return self.workers * self.gpus_per_worker
+
+
+class JobEvent(models.Model):
+    """Append-only: the audit trail, the metering source and the outbox for backends.
+
+    ``kind`` is "transition" for a state change (``from_state`` → ``to_state``) or a
+    scheduling note without a state change ("reservation", "preemption_signal", "placement")."""
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="events")
+    kind = models.CharField(max_length=20, default="transition")
+    from_state = models.CharField(max_length=20, blank=True)
+    to_state = models.CharField(max_length=20, blank=True)
+    reason = models.CharField(max_length=300, blank=True)
+    actor = models.ForeignKey(User, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    at = models.DateTimeField()
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["job", "at"]), models.Index(fields=["kind", "at"])]
+
+    def __str__(self):
+        return f"{self.job_id}: {self.from_state}→{self.to_state} ({self.reason})"

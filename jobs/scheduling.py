@@ -1,0 +1,247 @@
+"""``schedule_once``: snapshot → pure engine → decisions applied in one transaction.
+
+Safety against over-admission:
+* one cycle at a time — a transaction-scoped PostgreSQL advisory lock serialises cycles, even
+  across worker processes and hosts;
+* every admission is a conditional ``UPDATE … WHERE state = 'queued'``: a job cancelled while
+  the cycle ran is simply not admitted (its capacity stays free), never admitted twice;
+* preemption signals are conditional on the victim still holding its GPUs.
+Backend calls (dispatch, stop) happen after commit, driven by the event rows (the outbox).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.core.cache import cache
+from django.db import connection, transaction
+from django.utils import timezone
+
+from .engine.model import CycleResult, Explain
+from .models import Job
+from .scheduler import schedule
+from .snapshot import build_snapshot
+from .states import HOLDING, JobState
+
+log = logging.getLogger(__name__)
+CYCLE_LOCK = 0x6770_7001  # "gp" + 1: the advisory lock key of the scheduling cycle
+EXPLAIN_HEAD = 500  # explanations cached per cycle for the head of the queue
+EXPLAIN_TTL = 600
+
+
+@dataclass(frozen=True)
+class CycleReport:
+    admitted: int
+    preempted: int
+    reservations: int
+    waiting: int
+    snapshot_ms: float
+    decide_ms: float
+    apply_ms: float
+
+
+def schedule_once(now: datetime | None = None, *, wait: bool = True) -> CycleReport | None:
+    """One scheduling cycle. With ``wait=False`` it returns None at once if another cycle holds
+    the lock (the periodic task uses that: a cycle already running will see the new jobs)."""
+    with transaction.atomic():
+        if not _lock(wait):
+            return None
+        now = now or timezone.now()
+        t0 = time.perf_counter()
+        snapshot = build_snapshot(now)
+        t1 = time.perf_counter()
+        result = schedule(snapshot)
+        t2 = time.perf_counter()
+        admitted = _apply_admissions(result, now)
+        preempted = _apply_preemptions(result, now)
+        reserved = _apply_reservations(result, now)
+        _apply_on_loan(result)
+        t3 = time.perf_counter()
+        waiting = _cache_explanations(result, now)
+    report = CycleReport(
+        admitted, preempted, reserved, waiting, (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3
+    )
+    log.info("scheduling cycle: %s", report)
+    return report
+
+
+def _lock(wait: bool) -> bool:
+    with connection.cursor() as cursor:
+        if wait:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CYCLE_LOCK])
+            return True
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [CYCLE_LOCK])
+        return cursor.fetchone()[0]
+
+
+def _placement_json(admission) -> str:
+    return json.dumps(
+        [[[int(node[1:]), gpu, m] for node, gpu, m in worker] for worker in admission.placement]
+    )
+
+
+def _apply_admissions(result: CycleResult, now: datetime) -> int:
+    if not result.admissions:
+        return 0
+    rows = [
+        (int(a.job_id), a.workers, _placement_json(a), not a.in_quota, json.dumps(list(a.preempts)))
+        for a in result.admissions
+    ]
+    with connection.cursor() as cursor:
+        # One statement for all admissions; WHERE state = 'queued' makes each conditional.
+        cursor.execute(
+            """
+            WITH v(id, workers, placement, on_loan, preempts) AS (
+                SELECT * FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::bool[], %s::text[])
+            ), moved AS (
+                UPDATE jobs_job j SET state = 'admitted', state_changed_at = %s, admitted_at = %s,
+                       granted_workers = v.workers, placement = v.placement::jsonb, on_loan = v.on_loan
+                FROM v WHERE j.id = v.id AND j.state = 'queued'
+                RETURNING j.id, v.workers, v.on_loan, v.preempts
+            )
+            INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, reason, at, data)
+            SELECT id, 'transition', 'queued', 'admitted', 'admitted by the scheduler', %s,
+                   jsonb_build_object('workers', workers, 'on_loan', on_loan, 'preempts', preempts::jsonb)
+            FROM moved
+            """,
+            [
+                [r[0] for r in rows],
+                [r[1] for r in rows],
+                [r[2] for r in rows],
+                [r[3] for r in rows],
+                [r[4] for r in rows],
+                now,
+                now,
+                now,
+            ],
+        )
+        return cursor.rowcount
+
+
+def _apply_preemptions(result: CycleResult, now: datetime) -> int:
+    if not result.preemptions:
+        return 0
+    ids = [int(p.victim_id) for p in result.preemptions]
+    reasons = [f"{p.reason} for job {p.for_job_id}" for p in result.preemptions]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH v(id, reason) AS (SELECT * FROM unnest(%s::bigint[], %s::text[])),
+            signalled AS (
+                UPDATE jobs_job j SET terminating_since = %s
+                FROM v WHERE j.id = v.id AND j.state = ANY(%s) AND j.terminating_since IS NULL
+                RETURNING j.id, j.state, v.reason
+            )
+            INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, reason, at, data)
+            SELECT id, 'preemption_signal', state, state, reason, %s, '{}'::jsonb FROM signalled
+            """,
+            [ids, reasons, now, [s.value for s in HOLDING], now],
+        )
+        return cursor.rowcount
+
+
+def _apply_reservations(result: CycleResult, now: datetime) -> int:
+    """Record a reservation event when a job's reservation is new or moved, not every cycle."""
+    from .models import JobEvent
+
+    written = 0
+    for r in result.reservations:
+        data = {
+            "flavor": r.flavor,
+            "nodes": [int(n[1:]) for n in r.nodes],
+            "earliest_start": r.earliest_start.isoformat(),
+        }
+        last = (
+            JobEvent.objects.filter(job_id=int(r.job_id), kind="reservation")
+            .order_by("-at", "-id")
+            .values_list("data", flat=True)
+            .first()
+        )
+        if last != data:
+            JobEvent.objects.create(
+                job_id=int(r.job_id),
+                kind="reservation",
+                from_state=JobState.QUEUED,
+                to_state=JobState.QUEUED,
+                reason="head of its priority level",
+                at=now,
+                data=data,
+            )
+            written += 1
+    return written
+
+
+def _apply_on_loan(result: CycleResult) -> None:
+    """Rule 1 is recomputed every cycle: store the split where it changed."""
+    ids = [int(j) for j in result.on_loan]
+    flags = [result.on_loan[j] for j in result.on_loan]
+    if not ids:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE jobs_job j SET on_loan = v.on_loan
+            FROM unnest(%s::bigint[], %s::bool[]) AS v(id, on_loan)
+            WHERE j.id = v.id AND j.on_loan IS DISTINCT FROM v.on_loan AND j.state = ANY(%s)
+            """,
+            [ids, flags, [s.value for s in HOLDING]],
+        )
+
+
+def explain_to_dict(e: Explain, at: datetime) -> dict:
+    return {
+        "position": e.position,
+        "reason": e.reason,
+        "flavor": e.flavor,
+        "blocking_node": e.node_id,
+        "numbers": {k: v / 1000 for k, v in e.numbers},
+        "message": e.message,
+        "holders": [
+            {"job": int(h.job_id), "project": int(h.project_id[1:]), "gpus": h.milli / 1000}
+            for h in e.holders
+        ],
+        "reservation": None
+        if e.reservation is None
+        else {
+            "job": int(e.reservation.job_id),
+            "nodes": [int(n[1:]) for n in e.reservation.nodes],
+            "earliest_start": e.reservation.earliest_start.isoformat(),
+        },
+        "computed_at": at.isoformat(),
+    }
+
+
+def _cache_explanations(result: CycleResult, now: datetime) -> int:
+    explanations = result.explanations
+    waiting = list(explanations)
+    head = {f"explain:{jid}": explain_to_dict(explanations[jid], now) for jid in waiting[:EXPLAIN_HEAD]}
+    positions = {
+        f"explain:{jid}": {"position": k, "computed_at": now.isoformat()}
+        for k, jid in enumerate(waiting[EXPLAIN_HEAD:], EXPLAIN_HEAD + 1)
+    }
+    cache.set_many({**positions, **head}, timeout=EXPLAIN_TTL)
+    return len(waiting)
+
+
+def explain_job(job: Job) -> dict:
+    """Why ``job`` waits: from the last cycle's cache, else from a dry cycle (no writes)."""
+    if job.state != JobState.QUEUED:
+        return {"position": None, "reason": job.state, "message": "the job is not waiting"}
+    cached = cache.get(f"explain:{job.pk}")
+    if cached and "reason" in cached:
+        return cached
+    now = timezone.now()
+    result = schedule(build_snapshot(now))
+    e = result.explanations.get(str(job.pk))
+    if e is None:  # it would be admitted by the next cycle
+        return {
+            "position": 0,
+            "reason": "admissible",
+            "message": "admitted at the next cycle",
+            "computed_at": now.isoformat(),
+        }
+    return explain_to_dict(e, now)

@@ -1,0 +1,159 @@
+"""Job writes: submission, cancellation and state transitions.
+
+Every state change is a conditional UPDATE from the states the transition table allows, plus
+an event row in the same transaction; the caller proceeds only if its update changed the row,
+so two workers (or a cycle and a cancel) can never both move one job."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from portal import permissions as perm
+from portal.models import Project, User
+from portal.selectors import scope_for
+from quotas.models import Flavor, Node
+
+from .models import Job, JobEvent, JobKind, PriorityClass
+from .states import JobState, sources_of
+
+MAX_WORKERS = 4096
+MAX_RUNTIME = 90 * 86400
+
+
+def job_transition(
+    job: Job, target: JobState, *, reason: str, actor: User | None = None, data: dict | None = None, **fields
+) -> bool:
+    """Move ``job`` to ``target`` if its current state allows it. Returns False when another
+    worker moved it first (nothing is written then)."""
+    now = timezone.now()
+    sources = [s.value for s in sources_of(target)]
+    changed = Job.objects.filter(pk=job.pk, state__in=sources).update(
+        state=target.value, state_changed_at=now, **fields
+    )
+    if not changed:
+        return False
+    previous = job.state
+    JobEvent.objects.create(
+        job_id=job.pk,
+        from_state=previous,
+        to_state=target.value,
+        reason=reason,
+        actor=actor,
+        at=now,
+        data=data or {},
+    )
+    job.refresh_from_db()
+    return True
+
+
+def _can_submit(actor: User, project: Project) -> bool:
+    scope = scope_for(actor)
+    return project.pk in scope.member_projects or perm.can_manage_projects_of(scope, project.department_id)
+
+
+def _validate_shape(*, kind, flavor: Flavor, workers, gpus_per_worker, gpu_milli, min_workers) -> None:
+    errors: dict[str, list[str]] = {}
+    if not 1 <= workers <= MAX_WORKERS:
+        errors["workers"] = [_("Between 1 and %(n)d workers.") % {"n": MAX_WORKERS}]
+    if min_workers is not None and not 1 <= min_workers <= workers:
+        errors["min_workers"] = [_("Between 1 and the number of workers.")]
+    if gpu_milli is not None:
+        if not flavor.shareable:
+            errors["gpu_milli"] = [_("%(f)s is not shareable: ask for whole devices.") % {"f": flavor}]
+        elif not 1 <= gpu_milli < 1000:
+            errors["gpu_milli"] = [_("A shared request is 1–999 thousandths of one device.")]
+        elif workers != 1 or gpus_per_worker != 1:
+            errors["gpu_milli"] = [_("A shared request is one worker with one device.")]
+    largest = Node.objects.filter(flavor=flavor).aggregate(m=Max("gpu_count"))["m"] or 0
+    if not 1 <= gpus_per_worker <= max(largest, 1):
+        errors["gpus_per_worker"] = [
+            _("%(f)s nodes have at most %(n)d devices; a worker must fit on one node.")
+            % {"f": flavor, "n": largest}
+        ]
+    if kind == JobKind.DEV and (workers != 1 or gpus_per_worker != 1):
+        errors["kind"] = [_("A development job uses one device or slice.")]
+    if errors:
+        raise ValidationError(errors)
+
+
+def job_submit(
+    *,
+    actor: User,
+    project: Project,
+    name: str,
+    kind: str,
+    flavor: Flavor,
+    priority_class: PriorityClass,
+    image: str,
+    command: str = "",
+    workers: int = 1,
+    gpus_per_worker: int = 1,
+    gpu_milli: int | None = None,
+    min_workers: int | None = None,
+    max_runtime_seconds: int | None = None,
+    checkpointing: bool = False,
+    sim_duration_seconds: int | None = None,
+) -> Job:
+    perm.require(_can_submit(actor, project))
+    if not flavor.active:
+        raise ValidationError({"flavor": [_("%(f)s is not available for new jobs.") % {"f": flavor}]})
+    _validate_shape(
+        kind=kind,
+        flavor=flavor,
+        workers=workers,
+        gpus_per_worker=gpus_per_worker,
+        gpu_milli=gpu_milli,
+        min_workers=min_workers,
+    )
+    if max_runtime_seconds is not None and not 60 <= max_runtime_seconds <= MAX_RUNTIME:
+        raise ValidationError({"max_runtime_seconds": [_("Between 60 s and 90 days.")]})
+    now = timezone.now()
+    job = Job(
+        name=name,
+        project=project,
+        submitted_by=actor,
+        kind=kind,
+        flavor=flavor,
+        priority_class=priority_class,
+        image=image,
+        command=command,
+        workers=workers,
+        gpus_per_worker=gpus_per_worker,
+        gpu_milli=gpu_milli,
+        min_workers=min_workers,
+        max_runtime_seconds=max_runtime_seconds,
+        checkpointing=checkpointing,
+        sim_duration_seconds=sim_duration_seconds,
+        state=JobState.QUEUED,
+        state_changed_at=now,
+        submitted_at=now,
+    )
+    job.full_clean(validate_constraints=False)
+    job.save()
+    JobEvent.objects.create(
+        job=job, from_state="", to_state=JobState.QUEUED, reason="submitted", actor=actor, at=now
+    )
+    _request_cycle()
+    return job
+
+
+def job_cancel(*, actor: User, job: Job) -> Job:
+    scope = scope_for(actor)
+    perm.require(job.submitted_by_id == actor.pk or perm.can_edit_project(scope, job.project))
+    if not job_transition(
+        job, JobState.CANCELLED, reason="cancelled by user", actor=actor, finished_at=timezone.now()
+    ):
+        raise ValidationError(_("A %(state)s job cannot be cancelled.") % {"state": job.state})
+    _request_cycle()
+    return job
+
+
+def _request_cycle() -> None:
+    """Run a scheduling cycle soon after this transaction commits (DESIGN §5: on submit/finish)."""
+    from .tasks import schedule_cycle
+
+    transaction.on_commit(lambda: schedule_cycle.apply_async(expires=30), robust=True)
