@@ -18,35 +18,31 @@ from portal.selectors import scope_for
 from quotas.models import Flavor, Node
 
 from .models import Job, JobEvent, JobKind, PriorityClass
-from .states import JobState, sources_of
+from .states import TERMINAL, JobState, can_transition
 
 MAX_WORKERS = 4096
 MAX_RUNTIME = 90 * 86400
 
 
-def job_transition(
-    job: Job, target: JobState, *, reason: str, actor: User | None = None, data: dict | None = None, **fields
-) -> bool:
-    """Move ``job`` to ``target`` if its current state allows it. Returns False when another
-    worker moved it first (nothing is written then)."""
+def job_transition(job: Job, target: JobState, *, reason: str, actor: User | None = None,
+                   data: dict | None = None, **fields) -> bool:
+    """Move ``job`` from the state it was loaded in to ``target``, if the transition table
+    allows it and nobody moved the job since (``UPDATE … WHERE state = <loaded state>``).
+    Returns False, writing nothing, when the transition is not allowed or another worker won."""
+    expected = JobState(job.state)
+    if not can_transition(expected, target):
+        return False
     now = timezone.now()
-    sources = [s.value for s in sources_of(target)]
-    changed = Job.objects.filter(pk=job.pk, state__in=sources).update(
+    changed = Job.objects.filter(pk=job.pk, state=expected.value).update(
         state=target.value, state_changed_at=now, **fields
     )
     if not changed:
         return False
-    previous = job.state
-    JobEvent.objects.create(
-        job_id=job.pk,
-        from_state=previous,
-        to_state=target.value,
-        reason=reason,
-        actor=actor,
-        at=now,
-        data=data or {},
-    )
+    JobEvent.objects.create(job_id=job.pk, from_state=expected.value, to_state=target.value, reason=reason,
+                            actor=actor, at=now, data=data or {})
     job.refresh_from_db()
+    if target in TERMINAL or target in (JobState.PREEMPTED, JobState.QUEUED):
+        _request_cycle()  # GPUs were freed or a job joined the queue
     return True
 
 
@@ -144,12 +140,14 @@ def job_submit(
 def job_cancel(*, actor: User, job: Job) -> Job:
     scope = scope_for(actor)
     perm.require(job.submitted_by_id == actor.pk or perm.can_edit_project(scope, job.project))
-    if not job_transition(
-        job, JobState.CANCELLED, reason="cancelled by user", actor=actor, finished_at=timezone.now()
-    ):
-        raise ValidationError(_("A %(state)s job cannot be cancelled.") % {"state": job.state})
-    _request_cycle()
-    return job
+    for _attempt in range(3):  # the scheduler may move the job between our read and our update
+        if job_transition(job, JobState.CANCELLED, reason="cancelled by user", actor=actor,
+                          finished_at=timezone.now()):
+            return job
+        job.refresh_from_db()
+        if job.state in TERMINAL:
+            break
+    raise ValidationError(_("A %(state)s job cannot be cancelled.") % {"state": job.state})
 
 
 def _request_cycle() -> None:

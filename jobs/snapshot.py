@@ -5,9 +5,12 @@ the decimal primary key. Quantities become integer milli-units (1000 = one devic
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from datetime import datetime
 from decimal import Decimal
+
+from django.db import connection
 
 from portal.models import Department, Project
 from quotas.admission import Limits, TreeNode
@@ -17,7 +20,7 @@ from quotas.selectors import effective_limits_map
 from .engine.model import Node as CoreNode
 from .engine.model import PriorityClass as CorePriorityClass
 from .engine.model import QueuedJob, RunningJob, Snapshot
-from .models import Job, PriorityClass
+from .models import PriorityClass
 from .states import HOLDING, JobState
 
 MILLI = 1000
@@ -63,61 +66,44 @@ def core_nodes() -> tuple[CoreNode, ...]:
     )
 
 
-_JOB_FIELDS = (
-    "id",
-    "project_id",
-    "flavor__name",
-    "priority_class__value",
-    "priority_class__preemptible",
-    "workers",
-    "min_workers",
-    "gpus_per_worker",
-    "gpu_milli",
-    "submitted_at",
-    "max_runtime_seconds",
-    "approved",
-    "state",
-    "admitted_at",
-    "started_at",
-    "placement",
-    "terminating_since",
-)
+# Raw SQL rather than the ORM: at 50,000 queued jobs the ORM's per-row converters cost ~1 s a cycle.
+_JOBS_SQL = """
+    SELECT j.id, j.project_id, f.name, pc.value, pc.preemptible, j.workers, j.min_workers,
+           j.gpus_per_worker, j.gpu_milli, j.submitted_at, j.max_runtime_seconds, j.approved,
+           j.admitted_at, j.started_at, j.placement, j.terminating_since
+    FROM jobs_job j
+    JOIN quotas_flavor f ON f.id = j.flavor_id
+    JOIN jobs_priorityclass pc ON pc.id = j.priority_class_id
+    WHERE j.state = ANY(%s)
+"""
 
 
-def _running(row: dict) -> RunningJob:
-    slots = tuple((f"n{node}", gpu, m) for worker in row["placement"] for node, gpu, m in worker)
+def _running(row: tuple) -> RunningJob:
+    jid, project, flavor, priority, preemptible, *_shape, max_runtime, _approved = row[:12]
+    admitted_at, started_at, placement, terminating_since = row[12:]
+    # Django's psycopg adapter hands jsonb over as text (JSONField parses it); so do we.
+    slots = tuple((f"n{node}", gpu, m) for worker in json.loads(placement) for node, gpu, m in worker)
     return RunningJob(
-        id=str(row["id"]),
-        project_id=f"p{row['project_id']}",
-        flavor=row["flavor__name"],
-        priority=row["priority_class__value"],
-        preemptible=row["priority_class__preemptible"],
-        started_at=row["started_at"] or row["admitted_at"],
-        max_runtime_seconds=row["max_runtime_seconds"],
-        placement=slots,
-        terminating=row["terminating_since"] is not None,
+        id=str(jid), project_id=f"p{project}", flavor=flavor, priority=priority, preemptible=preemptible,
+        started_at=started_at or admitted_at, max_runtime_seconds=max_runtime, placement=slots,
+        terminating=terminating_since is not None,
     )
 
 
-def _queued(row: dict) -> QueuedJob:
+def _queued(row: tuple) -> QueuedJob:
+    jid, project, flavor, priority, preemptible, workers, min_workers, gpus, milli = row[:9]
+    submitted, runtime, ok = row[9:12]
     return QueuedJob(
-        id=str(row["id"]),
-        project_id=f"p{row['project_id']}",
-        flavor=row["flavor__name"],
-        submitted_at=row["submitted_at"],
-        workers=row["workers"],
-        min_workers=row["min_workers"],
-        gpus_per_worker=row["gpus_per_worker"],
-        gpu_milli=row["gpu_milli"],
-        priority=row["priority_class__value"],
-        preemptible=row["priority_class__preemptible"],
-        max_runtime_seconds=row["max_runtime_seconds"],
-        approved=row["approved"],
+        id=str(jid), project_id=f"p{project}", flavor=flavor, submitted_at=submitted, workers=workers,
+        min_workers=min_workers, gpus_per_worker=gpus, gpu_milli=milli, priority=priority,
+        preemptible=preemptible, max_runtime_seconds=runtime, approved=ok,
     )
 
 
-def jobs_in(states: Iterable[str]):
-    return Job.objects.filter(state__in=list(states)).values(*_JOB_FIELDS).iterator(chunk_size=5000)
+def jobs_in(states: Iterable[str]) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(_JOBS_SQL, [list(states)])
+        return cursor.fetchall()
 
 
 def build_snapshot(now: datetime) -> Snapshot:

@@ -5,6 +5,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from jobs import api as jobs_api
+from jobs import views as jobs_views
 from portal import api as portal_api
 from portal import dashboard, views
 from portal.health import healthz
@@ -52,6 +53,6 @@ urlpatterns = [
     path("accounts/login/", views.LoginView.as_view(), name="login"),
     path("accounts/logout/", views.LogoutView.as_view(), name="logout"),
     path("", dashboard.dashboard, name="dashboard"),
-    path("quotas/", quotas_views.quota_tree, name="quota-tree"),
+    path("quotas/", jobs_views.quota_tree, name="quota-tree"),
     path("inventory/", quotas_views.inventory, name="inventory"),
 ]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from portal.models import Department, Membership, Project, Role, User
-from quotas.models import Cluster, Flavor, Node, QuotaNode
 from jobs.models import PriorityClass
 from jobs.services import job_submit
+from portal.models import Department, Membership, Project, Role, User
+from quotas.models import Cluster, Flavor, Node, QuotaNode
 
 
 def platform_admin(username="root-admin") -> User:
@@ -18,17 +18,33 @@ def platform_admin(username="root-admin") -> User:
 
 
 def flavor(name="A100", shareable=False) -> Flavor:
-    return Flavor.objects.get_or_create(name=name, defaults={
-        "vendor": "nvidia", "model": name, "memory_mib": 81920, "k8s_resource_name": "nvidia.com/gpu",
-        "shareable": shareable})[0]
+    return Flavor.objects.get_or_create(
+        name=name,
+        defaults={
+            "vendor": "nvidia",
+            "model": name,
+            "memory_mib": 81920,
+            "k8s_resource_name": "nvidia.com/gpu",
+            "shareable": shareable,
+        },
+    )[0]
 
 
 def nodes(f: Flavor, count: int, gpus: int = 8, *, per_leaf: int = 4, cluster="sim") -> list[Node]:
     c = Cluster.objects.get_or_create(name=cluster, defaults={"kind": "simulator"})[0]
     start = Node.objects.filter(cluster=c).count()
-    return [Node.objects.create(cluster=c, name=f"{f.name.lower()}-{start + i}", flavor=f, gpu_count=gpus,
-                                zone="z1", spine=f"s{(start + i) // (per_leaf * 4)}",
-                                leaf=f"l{(start + i) // per_leaf}") for i in range(count)]
+    return [
+        Node.objects.create(
+            cluster=c,
+            name=f"{f.name.lower()}-{start + i}",
+            flavor=f,
+            gpu_count=gpus,
+            zone="z1",
+            spine=f"s{(start + i) // (per_leaf * 4)}",
+            leaf=f"l{(start + i) // per_leaf}",
+        )
+        for i in range(count)
+    ]
 
 
 def department(code, parent=None) -> Department:
@@ -41,17 +57,33 @@ def project(code, dept) -> Project:
 
 def quota(f: Flavor, owner, q, *, borrow=None, lend=None, ratio="1") -> QuotaNode:
     field = "project" if isinstance(owner, Project) else "department"
-    return QuotaNode.objects.create(flavor=f, quota=Decimal(q), borrow_limit=None if borrow is None else Decimal(borrow),
-                                    lend_limit=None if lend is None else Decimal(lend), overcommit_ratio=Decimal(ratio),
-                                    **{field: owner})
+    return QuotaNode.objects.create(
+        flavor=f,
+        quota=Decimal(q),
+        borrow_limit=None if borrow is None else Decimal(borrow),
+        lend_limit=None if lend is None else Decimal(lend),
+        overcommit_ratio=Decimal(ratio),
+        **{field: owner},
+    )
 
 
 def priority(name="training", value=100, preemptible=True) -> PriorityClass:
-    return PriorityClass.objects.get_or_create(name=name, defaults={"value": value, "preemptible": preemptible,
-                                                                   "grace_seconds": 30})[0]
+    return PriorityClass.objects.get_or_create(
+        name=name, defaults={"value": value, "preemptible": preemptible, "grace_seconds": 30}
+    )[0]
 
 
 def submit(proj: Project, f: Flavor, *, workers=1, gpus=8, name="job", prio=None, **kw):
-    return job_submit(actor=platform_admin(), project=proj, name=name, kind="training", flavor=f,
-                      priority_class=prio or priority(), image="pytorch:2.3", workers=workers,
-                      gpus_per_worker=gpus, max_runtime_seconds=3600, **kw)
+    return job_submit(
+        actor=platform_admin(),
+        project=proj,
+        name=name,
+        kind="training",
+        flavor=f,
+        priority_class=prio or priority(),
+        image="pytorch:2.3",
+        workers=workers,
+        gpus_per_worker=gpus,
+        max_runtime_seconds=3600,
+        **kw,
+    )

@@ -137,6 +137,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "NodeStateEnum": "quotas.models.NodeState",
         "LoanStateEnum": "quotas.models.LoanState",
+        "ClusterKindEnum": "quotas.models.ClusterKind",
+        "JobKindEnum": "jobs.models.JobKind",
     },
 }
 

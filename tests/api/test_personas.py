@@ -76,9 +76,16 @@ VISIBLE = {
     },
     # Jobs follow their project.
     "job-list": {
-        "platform": {"job_pa1", "job_pb"}, "auditor": {"job_pa1", "job_pb"}, "a_admin": {"job_pa1"},
-        "b_admin": {"job_pb"}, "a_finance": {"job_pa1"}, "b_finance": {"job_pb"}, "pa1_admin": {"job_pa1"},
-        "pa1_member": {"job_pa1"}, "pb_member": {"job_pb"}, "outsider": set(),
+        "platform": {"job_pa1", "job_pb"},
+        "auditor": {"job_pa1", "job_pb"},
+        "a_admin": {"job_pa1"},
+        "b_admin": {"job_pb"},
+        "a_finance": {"job_pa1"},
+        "b_finance": {"job_pb"},
+        "pa1_admin": {"job_pa1"},
+        "pa1_member": {"job_pa1"},
+        "pb_member": {"job_pb"},
+        "outsider": set(),
     },
     # One loan A1 → pb: seen by whoever sees either quota node.
     "loan-list": {p: ({"loan"} if p not in ("outsider",) else set()) for p in ALL},
@@ -145,8 +152,16 @@ def _job(world, project):
     from jobs.services import job_submit
 
     prio = PriorityClass.objects.get_or_create(name="training", defaults={"value": 100})[0]
-    return job_submit(actor=world.users["platform"], project=project, name=f"job-{project.code}", kind="training",
-                      flavor=world.F, priority_class=prio, image="img", gpus_per_worker=1)
+    return job_submit(
+        actor=world.users["platform"],
+        project=project,
+        name=f"job-{project.code}",
+        kind="training",
+        flavor=world.F,
+        priority_class=prio,
+        image="img",
+        gpus_per_worker=1,
+    )
 
 
 @pytest.mark.parametrize("persona", ALL)

@@ -34,14 +34,38 @@ def test_beat_and_worker_admit_a_submitted_job(tmp_path):
     fx.quota(f, p, 8)
     job = fx.submit(p, f, gpus=8)
     queue = f"test-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings.test", "CELERY_QUEUE": queue,
-           "DATABASE_URL": _test_database_url(), "SCHEDULE_INTERVAL_SECONDS": "1"}
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "portal.settings.test",
+        "CELERY_QUEUE": queue,
+        "DATABASE_URL": _test_database_url(),
+        "SCHEDULE_INTERVAL_SECONDS": "1",
+    }
     celery = [sys.executable, "-m", "celery", "-A", "portal"]
     procs = [
-        subprocess.Popen([*celery, "worker", "-Q", queue, "--pool=solo", "--without-gossip", "--without-mingle",
-                          "--loglevel=WARNING"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT),
-        subprocess.Popen([*celery, "beat", "--schedule", str(tmp_path / "beat"), "--loglevel=WARNING"], cwd=ROOT,
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT),
+        subprocess.Popen(
+            [
+                *celery,
+                "worker",
+                "-Q",
+                queue,
+                "--pool=solo",
+                "--without-gossip",
+                "--without-mingle",
+                "--loglevel=WARNING",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        ),
+        subprocess.Popen(
+            [*celery, "beat", "--schedule", str(tmp_path / "beat"), "--loglevel=WARNING"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        ),
     ]
     try:
         deadline = time.monotonic() + 60

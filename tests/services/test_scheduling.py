@@ -93,7 +93,7 @@ def _explain(job):
 
 
 def test_every_admission_is_an_event_row(two_departments):
-    f, pa, pb, _, _ = two_departments
+    f, pa, _, _, _ = two_departments
     jobs = [fx.submit(pa, f, gpus=2, name=f"j{i}") for i in range(6)]
     schedule_once()
     admitted = Job.objects.filter(state="admitted")

@@ -1,0 +1,249 @@
+"""Topology- and fragmentation-aware placement (DESIGN §5.3), pure.
+
+Placement works on a :class:`~jobs.engine.pool.Pool` (the schedulable nodes of ONE flavor, so
+MIG slice flavors only ever land on nodes of that flavor) and returns a *plan*: one tuple of
+slots ``(node index, GPU index, milli)`` per worker, or ``None``. Planning never mutates the
+pool; :func:`commit` / :func:`uncommit` apply or undo a plan.
+
+Rules:
+
+* a worker's GPUs are all on one node; a gang is all-or-nothing (``None`` when any worker
+  cannot be placed);
+* whole-GPU workers only take GPUs with nothing on them; shared requests (``gpu_milli`` < 1000)
+  take part of one GPU, and several pack onto one physical GPU;
+* ``frag=True`` (fragmentation-aware, the default): gangs go to the fewest leaves, then the
+  fewest spines, and inside a leaf onto the fullest nodes that fit; a single worker best-fits
+  into the node with the fewest whole free GPUs that still fit, in the leaf with the fewest free
+  GPUs, so whole nodes and whole leaves stay free for big gangs; shared requests best-fit onto
+  the partly used GPU with the least free milli before breaking a whole GPU;
+* ``frag=False`` (plain best-fit, for replay comparisons): every worker independently best-fits
+  into the node with the fewest free GPUs (ties: topology order), no leaf or spine awareness;
+  shared requests go to the node with the least free milli in total, first GPU that fits.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+
+from jobs.engine.pool import FULL, Pool
+
+__all__ = ["FULL", "Pool", "commit", "plan", "plan_at", "plan_fits", "uncommit"]
+
+Plan = list[tuple[tuple[int, int, int], ...]]
+
+
+def plan(pool: Pool, workers: int, milli: int, *, frag: bool = True) -> Plan | None:
+    """Place ``workers`` workers of ``milli`` each (a multiple of 1000, or < 1000 shared)."""
+    if workers <= 0 or milli <= 0:
+        return None
+    if milli < FULL:
+        return _plan_shared(pool, milli, frag) if workers == 1 else None
+    if milli % FULL:
+        return None
+    g = milli // FULL
+    if pool.whole_capacity(g) < workers:
+        return None
+    if workers == 1:
+        i = _best_node(pool, g, frag)
+        return [tuple((i, x, FULL) for x in pool.free_gpus(i, g))]
+    if frag:
+        return _plan_topology(pool, workers, g)
+    return _plan_best_fit(pool, workers, g)
+
+
+def plan_at(pool: Pool, node_caps: dict[int, int], gpus_of, workers: int, g: int, *,
+            frag: bool = True) -> Plan | None:
+    """Place a gang on a *future* state given as workers-per-node (``node_caps``) and the GPUs
+    free then (``gpus_of(node)``): the same leaf/spine choice as :func:`plan`, for reservations.
+    """
+    if sum(node_caps.values()) < workers:
+        return None
+    if frag:
+        caps: dict[int, int] = {}
+        for i, c in node_caps.items():
+            caps[pool.leaf_of[i]] = caps.get(pool.leaf_of[i], 0) + c
+        fitting = [li for li, c in caps.items() if c >= workers]
+        if fitting:
+            chosen = [(min(fitting, key=lambda li: (caps[li], pool.leaf_rank[li])), workers)]
+        else:
+            chosen = _choose_leaves(pool, caps, workers)
+        groups = [(sorted((node_caps[i], i) for i in pool.leaf_nodes[li] if i in node_caps),
+                   count) for li, count in chosen]
+    else:
+        groups = [(sorted((c, i) for i, c in node_caps.items()), workers)]
+    placement: Plan = []
+    for nodes, count in groups:
+        for c, i in nodes:
+            if count <= 0:
+                break
+            k = min(c, count)
+            count -= k
+            gpus = gpus_of(i)
+            for w in range(k):
+                placement.append(tuple((i, x, FULL) for x in gpus[w * g:(w + 1) * g]))
+    return placement
+
+
+def plan_fits(pool: Pool, workers: int, milli: int) -> bool:
+    """Cheap necessary-and-sufficient test for whole GPUs (any nodes will do for a gang)."""
+    if milli < FULL:
+        return workers == 1 and pool.max_shared_free() >= milli
+    return pool.whole_capacity(milli // FULL) >= workers
+
+
+def commit(pool: Pool, placement: Plan) -> None:
+    for worker in placement:
+        for i, g, m in worker:
+            pool.occupy(i, g, m)
+
+
+def uncommit(pool: Pool, placement: Plan) -> None:
+    for worker in placement:
+        for i, g, m in worker:
+            pool.release(i, g, m)
+
+
+# -- single worker ---------------------------------------------------------------------
+def _best_node(pool: Pool, g: int, frag: bool) -> int:
+    """Best fit: the node with the fewest whole free GPUs >= g (caller checked one exists)."""
+    for k in range(g, pool.maxg + 1):
+        leaves = pool.bucket[k]
+        if leaves:
+            li = min(leaves, key=pool.leaf_rank.__getitem__) if frag else min(leaves)
+            free = pool.free
+            for i in pool.leaf_nodes[li]:
+                if free[i] == k:
+                    return i
+    raise AssertionError("whole_capacity said a node fits")
+
+
+def _plan_shared(pool: Pool, milli: int, frag: bool) -> Plan | None:
+    if not frag:
+        return _plan_shared_plain(pool, milli)
+    pos = bisect_left(pool.pkeys, milli)
+    if pos < len(pool.pkeys):
+        i, g = min(pool.part[pool.pkeys[pos]])
+        return [((i, g, milli),)]
+    if pool.whole_capacity(1) < 1:
+        return None
+    i = _best_node(pool, 1, frag)
+    return [((i, pool.free_gpus(i, 1)[0], milli),)]
+
+
+def _plan_shared_plain(pool: Pool, milli: int) -> Plan | None:
+    best = None
+    for i, row in enumerate(pool.used):
+        total = len(row) * FULL - sum(row)
+        if total < milli or (best is not None and total >= best[0]):
+            continue
+        for g, u in enumerate(row):
+            if FULL - u >= milli:
+                best = (total, i, g)
+                break
+    if best is None:
+        return None
+    return [((best[1], best[2], milli),)]
+
+
+# -- gangs -----------------------------------------------------------------------------
+def _plan_best_fit(pool: Pool, workers: int, g: int) -> Plan:
+    """Plain mode: each worker best-fits independently, as if placed one after another."""
+    free = pool.free
+    avail = sorted((free[i], i) for i in range(len(free)) if free[i] >= g)
+    taken: dict[int, int] = {}
+    for _ in range(workers):
+        f, i = avail.pop(0)
+        taken[i] = taken.get(i, 0) + 1
+        if f - g >= g:
+            insort(avail, (f - g, i))
+    return _workers_on_nodes(pool, sorted(taken.items()), g)
+
+
+def _plan_topology(pool: Pool, workers: int, g: int) -> Plan:
+    caps = _leaf_caps(pool, g)
+    fitting = [li for li, c in caps.items() if c >= workers]
+    if fitting:
+        li = min(fitting, key=lambda leaf: (caps[leaf], pool.leaf_rank[leaf]))
+        chosen = [(li, workers)]
+    else:
+        chosen = _choose_leaves(pool, caps, workers)
+    placement: Plan = []
+    for li, count in chosen:
+        placement.extend(_fill_leaf(pool, li, count, g))
+    return placement
+
+
+def _leaf_caps(pool: Pool, g: int) -> dict[int, int]:
+    """Workers of ``g`` GPUs each leaf can host (only leaves with a node that fits one)."""
+    top = pool.maxg
+    leaves: set[int] = set()
+    for k in range(g, top + 1):
+        leaves |= pool.bucket[k]
+    hist = pool.leaf_hist
+    if 2 * g > top:  # at most one worker per node: count nodes
+        return {li: sum(hist[li][g:]) for li in leaves}
+    return {li: sum(hist[li][k] * (k // g) for k in range(g, top + 1)) for li in leaves}
+
+
+def _choose_leaves(pool: Pool, caps: dict[int, int], workers: int) -> list[tuple[int, int]]:
+    """Fewest leaves (largest first), then fewest spines; the last leaf is a best fit."""
+    rank = pool.leaf_rank
+    by_spine: dict[int, list[int]] = {}
+    for li in caps:
+        by_spine.setdefault(pool.leaf_spine[li], []).append(li)
+    spine_cap = {s: sum(caps[li] for li in lst) for s, lst in by_spine.items()}
+    order = sorted(caps, key=lambda li: (-caps[li], -spine_cap[pool.leaf_spine[li]], rank[li]))
+    need = _leaves_needed([caps[li] for li in order], workers)
+    best = None
+    for s, lst in by_spine.items():
+        if spine_cap[s] < workers:
+            continue
+        lst.sort(key=lambda li: (-caps[li], rank[li]))
+        n = _leaves_needed([caps[li] for li in lst], workers)
+        key = (n, spine_cap[s], s)
+        if best is None or key < best[0]:
+            best = (key, lst)
+    if best is not None and best[0][0] == need:
+        order = best[1]
+    return _take_leaves(order, caps, need, workers, rank)
+
+
+def _leaves_needed(sorted_caps: list[int], workers: int) -> int:
+    acc = 0
+    for n, c in enumerate(sorted_caps, 1):
+        acc += c
+        if acc >= workers:
+            return n
+    return len(sorted_caps) + 1
+
+
+def _take_leaves(order: list[int], caps: dict[int, int], need: int, workers: int,
+                 rank: list[int]) -> list[tuple[int, int]]:
+    head = order[: need - 1]
+    rest = workers - sum(caps[li] for li in head)
+    last = min((li for li in order[need - 1:] if caps[li] >= rest),
+               key=lambda li: (caps[li], rank[li]))
+    return [(li, caps[li]) for li in head] + [(last, rest)]
+
+
+def _fill_leaf(pool: Pool, li: int, count: int, g: int) -> Plan:
+    """``count`` workers in leaf ``li``: fullest fitting nodes first (keeps whole nodes free)."""
+    free = pool.free
+    nodes = sorted((free[i], i) for i in pool.leaf_nodes[li] if free[i] >= g)
+    taken = []
+    for f, i in nodes:
+        if count <= 0:
+            break
+        k = min(f // g, count)
+        taken.append((i, k))
+        count -= k
+    return _workers_on_nodes(pool, taken, g)
+
+
+def _workers_on_nodes(pool: Pool, taken, g: int) -> Plan:
+    placement: Plan = []
+    for i, k in taken:
+        gpus = pool.free_gpus(i, k * g)
+        for w in range(k):
+            placement.append(tuple((i, x, FULL) for x in gpus[w * g:(w + 1) * g]))
+    return placement

@@ -1,0 +1,155 @@
+"""The scheduling cycle of gpupool (DESIGN §5), pure: no Django, no I/O, no wall clock.
+
+Public API::
+
+    schedule(snapshot, *, fragmentation_aware=True, backfill=True, borrowing=True) -> CycleResult
+
+    engine = Engine(snapshot, ...)        # the same cycle, keeping its state between cycles
+    result = engine.cycle()               # == schedule(snapshot)
+    engine.finish(ids); engine.submit(queued_jobs); engine.cancel(ids)
+    result = engine.cycle(now)            # incremental: only the deltas are applied
+
+Inputs and outputs are the dataclasses of :mod:`jobs.engine.model` (re-exported here); amounts
+are integer milli-units. ``borrowing=False`` is the static policy (jobs run in-quota only);
+``backfill=False`` stops every later job behind the first blocked head (strict order);
+``fragmentation_aware=False`` switches placement to plain best-fit (see :mod:`jobs.placement`).
+
+Decisions of one cycle:
+
+* ``admissions`` — in the order they were made. A job admitted by preemption lists the victims
+  in ``preempts``: it takes their GPUs, and the backend starts it when they have exited.
+* ``preemptions`` — victims keep running through their grace period. GPUs they free beyond what
+  the preemptor takes are NOT handed to anyone else in the same cycle; the next snapshot lists
+  the victims with ``terminating=True`` until they exit (see :mod:`jobs.engine.model`).
+* ``reservations`` — one per priority level at most (EASY backfill).
+* ``on_loan`` — rule 1 recomputed over all running jobs plus the new admissions.
+* ``explanations`` — for every job still waiting, computed on demand
+  (see :mod:`jobs.engine.explain`).
+
+Determinism: inputs are re-sorted by id wherever order could matter, and every tie is broken
+by id, so the same snapshot gives the same decisions whatever the order of its tuples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from jobs.engine.cycle import Cycle
+from jobs.engine.explain import Explanations
+from jobs.engine.model import (
+    Admission,
+    CycleResult,
+    Explain,
+    Holder,
+    Limits,
+    Node,
+    Preemption,
+    PriorityClass,
+    QueuedJob,
+    Reservation,
+    RunningJob,
+    Snapshot,
+    TreeNode,
+)
+from jobs.engine.state import State
+
+__all__ = [
+    "Admission", "CycleResult", "Engine", "Explain", "Holder", "Limits", "Node", "Preemption",
+    "PriorityClass", "QueuedJob", "Reservation", "RunningJob", "Snapshot", "TreeNode",
+    "schedule",
+]
+
+
+def schedule(snapshot: Snapshot, *, fragmentation_aware: bool = True, backfill: bool = True,
+             borrowing: bool = True) -> CycleResult:
+    """One cycle over ``snapshot``."""
+    return Engine(snapshot, fragmentation_aware=fragmentation_aware, backfill=backfill,
+                  borrowing=borrowing).cycle()
+
+
+class Engine:
+    """The cycle with its state kept between calls, for the service loop and replay.
+
+    After a cycle the engine assumes its decisions were applied: admitted jobs run (from the
+    cycle's ``now``), victims are terminating. ``finish`` (a job ended, or a victim exited),
+    ``submit`` and ``cancel`` are recorded and applied when the next cycle starts.
+    """
+
+    def __init__(self, snapshot: Snapshot, *, fragmentation_aware: bool = True,
+                 backfill: bool = True, borrowing: bool = True) -> None:
+        self.state = State(snapshot)
+        self._opts = {"frag": fragmentation_aware, "backfill": backfill, "borrowing": borrowing}
+        self._last: Cycle | None = None
+        self._last_explain: Explanations | None = None
+        self._finished: list[str] = []
+        self._submitted: list[QueuedJob] = []
+        self._cancelled: list[str] = []
+
+    def finish(self, job_ids: Iterable[str]) -> None:
+        self._finished.extend(job_ids)
+
+    def submit(self, jobs: Iterable[QueuedJob]) -> None:
+        self._submitted.extend(jobs)
+
+    def cancel(self, job_ids: Iterable[str]) -> None:
+        self._cancelled.extend(job_ids)
+
+    def cycle(self, now: datetime | None = None) -> CycleResult:
+        self._settle(now)
+        c = Cycle(self.state, **self._opts)
+        c.run()
+        s = self.state
+        on_loan = s.resplit()
+        self._last = c
+        self._last_explain = Explanations(c)
+        return CycleResult(c.admissions(), tuple(c.preemptions),
+                           tuple(r.public(s) for r in c.reservations), on_loan,
+                           self._last_explain)
+
+    def _settle(self, now: datetime | None) -> None:
+        """Apply the previous cycle's decisions and the recorded deltas."""
+        s = self.state
+        gone: dict[str, tuple] = {}
+        if self._last is not None:
+            self._last_explain.expired = True
+            self._close(self._last, gone)
+        for jid in self._finished:
+            if jid in s.running:
+                s.drop_run(s.running[jid])
+            elif jid in s.terminating:
+                s.drop_terminating(s.terminating[jid])
+        for jid in self._cancelled:
+            p = s.pending.pop(jid, None)
+            if p is not None:
+                gone[jid] = (p.priority, p.proj, p.flavor)
+        self._finished, self._cancelled = [], []
+        if now is not None:
+            s.now_dt, s.now = now, now.timestamp()
+        self._compact(gone)
+        for key in s.submit(self._submitted):
+            s.queues[key].compact(set())
+        self._submitted = []
+        s.resplit()
+
+    def _close(self, c: Cycle, gone: dict[str, tuple]) -> None:
+        s = self.state
+        for res in c.reservations:
+            res.lift(s.pools[res.flavor])
+            s.timelines[res.flavor].untrack(("res", res.job_id), res.slots)
+        for v in c.fresh_ghosts:
+            s.release_ghost(v)
+        for p, run, _, _ in c.admitted.values():
+            run.fresh = False
+            s.pending.pop(p.id, None)
+            gone[p.id] = (p.priority, p.proj, p.flavor)
+
+    def _compact(self, gone: dict[str, tuple]) -> None:
+        s = self.state
+        by_queue: dict[tuple, set[str]] = {}
+        for jid, key in gone.items():
+            by_queue.setdefault(key, set()).add(jid)
+        for key, sq in list(s.queues.items()):
+            sq.compact(by_queue.get(key, set()))
+            if not sq.jobs:
+                del s.queues[key]
