@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
@@ -106,23 +107,51 @@ def jobs_in(states: Iterable[str]) -> list[tuple]:
         return cursor.fetchall()
 
 
-def build_snapshot(now: datetime) -> Snapshot:
-    running = tuple(_running(r) for r in jobs_in(HOLDING))
-    queued = tuple(_queued(r) for r in jobs_in([JobState.QUEUED]))
-    over_budget = frozenset(t for provider in over_budget_providers for t in provider(now))
+@dataclass(frozen=True)
+class Config:
+    """What the engine is built on besides jobs. A warm engine is rebuilt when it changes
+    (a quota edit, a loan or window starting or ending, a node going down, …)."""
+
+    nodes: tuple[CoreNode, ...]
+    tree: tuple[TreeNode, ...]
+    limits: dict
+    classes: tuple[CorePriorityClass, ...]
+    over_budget: frozenset[str]
+
+
+def read_config(now: datetime) -> Config:
     classes = tuple(
         CorePriorityClass(name, value, preemptible, grace)
-        for name, value, preemptible, grace in PriorityClass.objects.values_list(
-            "name", "value", "preemptible", "grace_seconds"
-        )
+        for name, value, preemptible, grace in PriorityClass.objects.order_by("id").values_list(
+            "name", "value", "preemptible", "grace_seconds")
     )
+    over_budget = frozenset(t for provider in over_budget_providers for t in provider(now))
+    return Config(core_nodes(), tree_nodes(), limits_at(now), classes, over_budget)
+
+
+def queued_jobs(ids: Iterable[int] | None = None) -> tuple[QueuedJob, ...]:
+    if ids is None:
+        return tuple(_queued(r) for r in jobs_in([JobState.QUEUED]))
+    with connection.cursor() as cursor:
+        cursor.execute(_JOBS_SQL + " AND j.id = ANY(%s)", [[JobState.QUEUED.value], list(ids)])
+        return tuple(_queued(r) for r in cursor.fetchall())
+
+
+def build_snapshot(now: datetime, config: Config | None = None) -> Snapshot:
+    config = config or read_config(now)
     return Snapshot(
-        now=now,
-        nodes=core_nodes(),
-        tree=tree_nodes(),
-        limits=limits_at(now),
-        running=running,
-        queued=queued,
-        over_budget_tenants=over_budget,
-        priority_classes=classes,
+        now=now, nodes=config.nodes, tree=config.tree, limits=config.limits,
+        running=tuple(_running(r) for r in jobs_in(HOLDING)), queued=queued_jobs(),
+        over_budget_tenants=config.over_budget, priority_classes=config.classes,
     )
+
+
+def live_job_states() -> list[tuple[int, str, bool]]:
+    """(id, state, terminating) of every queued or GPU-holding job: the cheap per-cycle read
+    from which a warm engine derives what changed since its last cycle."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, state, terminating_since IS NOT NULL FROM jobs_job WHERE state = ANY(%s)",
+            [[JobState.QUEUED.value, *(s.value for s in HOLDING)]],
+        )
+        return cursor.fetchall()

@@ -97,3 +97,13 @@ def api():
         return client
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _cold_scheduler():
+    """Each test starts with no warm scheduling engine left over from another test's data."""
+    from jobs.warm import warm_engine
+
+    warm_engine().invalidate()
+    yield
+    warm_engine().invalidate()

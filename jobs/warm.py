@@ -1,0 +1,81 @@
+"""A scheduling engine kept warm between cycles in one process.
+
+Rebuilding the engine from a full snapshot costs ~1.5 s with 50,000 queued jobs; a warm engine
+only applies what changed. What changed is derived each cycle from the database itself — the
+(id, state) of every live job and the configuration (nodes, tree, effective limits, priority
+classes, budget holds) — never from messages that could be lost or reordered:
+
+* configuration differs from the one the engine was built on → rebuild;
+* a job holds GPUs or is terminating that this engine did not admit or signal (another process
+  ran a cycle, or an operator intervened) → rebuild;
+* a decision of the last cycle did not apply in full (a job was cancelled meanwhile) → rebuild;
+* otherwise: queued jobs the engine does not know are submitted, known pending jobs no longer
+  queued are cancelled, known holders no longer holding are finished.
+
+A rebuild is always correct; the warm path is an optimisation that must decide exactly as a
+cold cycle would (tested by ``test_warm_engine_decides_like_a_cold_one``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from .engine.model import CycleResult
+from .scheduler import Engine
+from .snapshot import Config, build_snapshot, live_job_states, queued_jobs, read_config
+from .states import JobState
+
+
+@dataclass
+class WarmEngine:
+    engine: Engine | None = None
+    config: Config | None = None
+    admitted: set[str] = field(default_factory=set)  # by the last cycle
+    signalled: set[str] = field(default_factory=set)  # victims of the last cycle
+    rebuilds: int = 0
+
+    def invalidate(self) -> None:
+        self.engine = None
+
+    def cycle(self, now: datetime) -> CycleResult:
+        config = read_config(now)
+        if self.engine is None or config != self.config or not self._catch_up():
+            self.engine = Engine(build_snapshot(now, config))
+            self.config = config
+            self.rebuilds += 1
+        result = self.engine.cycle(now)
+        self.admitted = {a.job_id for a in result.admissions}
+        self.signalled = {p.victim_id for p in result.preemptions}
+        return result
+
+    def _catch_up(self) -> bool:
+        """Feed the engine what changed; False when only a rebuild can be trusted."""
+        state = self.engine.state
+        pending = set(state.pending) - self.admitted
+        holding = set(state.running) | set(state.terminating) | self.admitted
+        terminating = set(state.terminating) | self.signalled
+        queued, held, ending = set(), set(), set()
+        for job_id, job_state, is_terminating in live_job_states():
+            key = str(job_id)
+            if job_state == JobState.QUEUED:
+                queued.add(key)
+            else:
+                held.add(key)
+                if is_terminating:
+                    ending.add(key)
+        if held - holding or ending - terminating:
+            return False
+        self.engine.finish(sorted(holding - held))
+        self.engine.cancel(sorted(pending - queued))
+        new = queued - pending
+        if new:
+            self.engine.submit(queued_jobs(int(j) for j in new))
+        return True
+
+
+_WARM = WarmEngine()
+
+
+def warm_engine() -> WarmEngine:
+    return _WARM
