@@ -6,7 +6,7 @@ from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from portal.models import Project, User
-from quotas.models import Flavor
+from quotas.models import Cluster, Flavor
 
 from .states import JobState
 
@@ -74,6 +74,16 @@ class Job(models.Model):
     # Set when a preemption is signalled: the job keeps its GPUs until it has exited.
     terminating_since = models.DateTimeField(null=True, blank=True)
     requeue_count = models.PositiveIntegerField(default=0)
+    # Backend bookkeeping. The backend object is named backend_name(id); these fields are claims
+    # (set by conditional updates) so a retried task never submits or stops a job twice.
+    cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs")
+    dispatch_claimed_at = models.DateTimeField(null=True, blank=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    backend_id = models.CharField(max_length=100, blank=True)
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    message = models.CharField(max_length=500, blank=True)
 
     class Meta:
         ordering = ["-submitted_at", "-id"]

@@ -18,7 +18,7 @@ from portal.selectors import scope_for
 from quotas.models import Flavor, Node
 
 from .models import Job, JobEvent, JobKind, PriorityClass
-from .states import TERMINAL, JobState, can_transition
+from .states import HOLDING, TERMINAL, JobState, can_transition
 
 MAX_WORKERS = 4096
 MAX_RUNTIME = 90 * 86400
@@ -138,9 +138,13 @@ def job_submit(
 
 
 def job_cancel(*, actor: User, job: Job) -> Job:
+    """Cancel a job. A job already on the cluster is asked to stop; it becomes ``cancelled`` when
+    the backend confirms, so its GPUs are not handed out while it still runs."""
     scope = scope_for(actor)
     perm.require(job.submitted_by_id == actor.pk or perm.can_edit_project(scope, job.project))
     for _attempt in range(3):  # the scheduler may move the job between our read and our update
+        if job.state in HOLDING and job.dispatched_at is not None:
+            return _request_stop(job, actor)
         if job_transition(job, JobState.CANCELLED, reason="cancelled by user", actor=actor,
                           finished_at=timezone.now()):
             return job
@@ -148,6 +152,19 @@ def job_cancel(*, actor: User, job: Job) -> Job:
         if job.state in TERMINAL:
             break
     raise ValidationError(_("A %(state)s job cannot be cancelled.") % {"state": job.state})
+
+
+def _request_stop(job: Job, actor: User) -> Job:
+    now = timezone.now()
+    if Job.objects.filter(pk=job.pk, state=job.state, cancel_requested_at__isnull=True).update(
+            cancel_requested_at=now):
+        JobEvent.objects.create(job=job, kind="cancel_requested", from_state=job.state, to_state=job.state,
+                                reason="cancelled by user", actor=actor, at=now)
+        from .tasks import stop_job
+
+        transaction.on_commit(lambda: stop_job.delay(job.pk), robust=True)
+    job.refresh_from_db()
+    return job
 
 
 def _request_cycle() -> None:

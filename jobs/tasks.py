@@ -1,11 +1,56 @@
-"""Thin Celery tasks: take ids (or nothing), call a service, are safe to run twice."""
+"""Thin Celery tasks: they take ids (or nothing), call a service, and are safe to run twice —
+each service claims its row with a conditional update before it calls a backend."""
 
 from celery import shared_task
+from django.db import transaction
 
+from quotas.models import Cluster
+
+from . import dispatch
+from .models import Job
 from .scheduling import schedule_once
+from .states import HOLDING, JobState
 
 
 @shared_task(name="jobs.schedule_cycle", ignore_result=True)
 def schedule_cycle() -> None:
     # wait=False: if a cycle is running it will see whatever triggered this one.
-    schedule_once(wait=False)
+    report = schedule_once(wait=False)
+    if report is not None and (report.admitted or report.preempted):
+        transaction.on_commit(lambda: backend_work.delay())
+
+
+@shared_task(
+    name="jobs.dispatch_job", ignore_result=True, autoretry_for=(Exception,), retry_backoff=5, max_retries=10
+)
+def dispatch_job(job_id: int) -> str:
+    return dispatch.dispatch_job(job_id)
+
+
+@shared_task(
+    name="jobs.stop_job", ignore_result=True, autoretry_for=(Exception,), retry_backoff=5, max_retries=10
+)
+def stop_job(job_id: int) -> str:
+    return dispatch.stop_job(job_id)
+
+
+@shared_task(name="jobs.sync_cluster", ignore_result=True)
+def sync_cluster(cluster_id: int) -> dict:
+    return dispatch.sync_cluster(cluster_id)
+
+
+@shared_task(name="jobs.backend_work", ignore_result=True)
+def backend_work() -> None:
+    """Fan out: dispatch admitted jobs, stop preempted/cancelled ones, sync every cluster.
+    Runs from beat as a safety net, so a lost message delays work but never loses it."""
+    for job_id in Job.objects.filter(state=JobState.ADMITTED, dispatched_at__isnull=True).values_list(
+        "pk", flat=True
+    ):
+        dispatch_job.delay(job_id)
+    stopping = Job.objects.filter(
+        state__in=list(HOLDING), dispatched_at__isnull=False, stop_requested_at__isnull=True
+    ).exclude(terminating_since__isnull=True, cancel_requested_at__isnull=True)
+    for job_id in stopping.values_list("pk", flat=True):
+        stop_job.delay(job_id)
+    for cluster_id in Cluster.objects.filter(active=True).values_list("pk", flat=True):
+        sync_cluster.delay(cluster_id)

@@ -107,3 +107,7 @@ def _cold_scheduler():
     warm_engine().invalidate()
     yield
     warm_engine().invalidate()
+
+
+# A real simulated-cluster server per test that asks for it (tests/simserver.py).
+from tests.simserver import simserver  # noqa: E402, F401

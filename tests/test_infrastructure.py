@@ -22,6 +22,7 @@ def test_database_is_postgresql(db):
         assert int(cursor.fetchone()[0].split(".")[0]) >= 14
 
 
+@pytest.mark.celery_worker
 def test_a_task_round_trips_through_the_broker_and_a_real_worker():
     queue = f"test-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings.test", "CELERY_QUEUE": queue}

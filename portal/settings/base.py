@@ -89,6 +89,8 @@ CELERY_BEAT_SCHEDULE = {
     # DESIGN §5: a cycle every few seconds, plus one on every submit/finish.
     "scheduling-cycle": {"task": "jobs.schedule_cycle", "schedule": env_int("SCHEDULE_INTERVAL_SECONDS", 5),
                          "options": {"expires": 10}},
+    "backend-work": {"task": "jobs.backend_work", "schedule": env_int("SYNC_INTERVAL_SECONDS", 10),
+                     "options": {"expires": 20}},
 }
 CELERY_TIMEZONE = "UTC"
 

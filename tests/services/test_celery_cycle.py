@@ -24,6 +24,7 @@ def _test_database_url() -> str:
     return f"postgresql://{quote(s['USER'])}:{quote(s['PASSWORD'])}@{host}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
+@pytest.mark.celery_worker
 @pytest.mark.django_db(transaction=True)
 def test_beat_and_worker_admit_a_submitted_job(tmp_path):
     f = fx.flavor()

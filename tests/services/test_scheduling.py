@@ -192,3 +192,21 @@ def test_concurrent_cycles_and_cancels_never_over_admit():
     # One admission event per admitted job, never two.
     per_job = Counter(JobEvent.objects.filter(to_state="admitted").values_list("job_id", flat=True))
     assert max(per_job.values()) == 1
+
+
+def test_budget_hold_keeps_unapproved_jobs_waiting(two_departments):
+    from jobs import snapshot
+
+    f, pa, _, _, _ = two_departments
+    held = fx.submit(pa, f, gpus=1, name="held")
+    approved = fx.submit(pa, f, gpus=1, name="approved")
+    approved.approved = True
+    approved.save(update_fields=["approved"])
+    provider = lambda now: {f"p{pa.pk}"}  # noqa: E731 - billing registers a real provider
+    snapshot.over_budget_providers.append(provider)
+    try:
+        schedule_once()
+    finally:
+        snapshot.over_budget_providers.remove(provider)
+    assert _state(held) == "queued" and _state(approved) == "admitted"
+    assert _explain(held)["reason"] == "budget"

@@ -1,0 +1,626 @@
+"""A simulated GPU cluster served over HTTP: the embedded default backend for the demo and tests.
+
+Stdlib only and no Django, so it runs as its own process and the portal talks to it exactly as it
+would to a remote cluster (client: ``jobs.backends.simulator``)::
+
+    python -m jobs.backends.simserver --port 9400 --state sim.json --speed 60 [--inventory nodes.json]
+
+Time: jobs run on the real clock sped up by ``--speed``. Every duration in the API
+(``sim_duration_seconds``, ``max_runtime_seconds``, ``grace_seconds``, slow start) is in simulated
+seconds and lasts ``seconds / speed`` real seconds; reported timestamps are real (UTC).
+State advances lazily: each request first replays, in time order, every start and end that fell
+due since the previous request, so results never depend on how often anyone polls, and a server
+restarted on the same state file catches up with what happened while it was down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import signal
+import sys
+import threading
+import time
+import uuid
+import zlib
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST = (
+    "pending", "running", "succeeded", "failed", "cancelled", "lost")
+TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
+NODE_STATES = ("ready", "cordoned", "down")
+DEFAULT_DURATION = 600  # simulated seconds, when a spec has no sim_duration_seconds
+STATE_VERSION = 1
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, detail: str):
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+def iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat()
+
+
+# ---------------------------------------------------------------- the cluster
+
+
+class SimCluster:
+    """Nodes and jobs of the simulated cluster. Every public method holds one lock: requests
+    arrive on many threads, and the advance-then-mutate-then-save sequence must not interleave."""
+
+    def __init__(self, state_path: Path, speed: float, clock=time.time):
+        if speed <= 0:
+            raise ValueError("speed must be positive")
+        self.path = state_path
+        self.speed = speed
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.state = self._load()
+
+    # -- persistence
+
+    def _load(self) -> dict:
+        if not self.path.exists():
+            return {"version": STATE_VERSION, "clock": self.clock(), "seq": 0,
+                    "nodes": {}, "jobs": {}, "armed": {}}
+        # A corrupt state file stops the server instead of silently starting an empty cluster.
+        state = json.loads(self.path.read_text())
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"{self.path}: unsupported state version {state.get('version')!r}")
+        return state
+
+    def _save(self) -> None:
+        # temp file + fsync + os.replace: a kill -9 mid-write leaves the previous complete file.
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        with open(tmp, "w") as fh:
+            json.dump(self.state, fh, separators=(",", ":"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+
+    def _real(self, sim_seconds: float) -> float:
+        return max(0.0, float(sim_seconds)) / self.speed
+
+    # -- time
+
+    def _advance(self, now: float) -> None:
+        """Apply every job start and end due by ``now``, earliest first. Ends sort before starts
+        at the same instant so a finishing job frees its GPUs for the job waiting on them."""
+        cursor = self.state["clock"]
+        while True:
+            event = self._next_event(cursor, now)
+            if event is None:
+                break
+            at, _order, _seq, job, outcome = event
+            if outcome == RUNNING:
+                job.update(phase=RUNNING, started_at=at, message="")
+            else:
+                self._finish(job, at, *outcome)
+            cursor = at
+        self.state["clock"] = max(now, self.state["clock"])
+
+    def _next_event(self, cursor: float, now: float):
+        events = []
+        usage = self._gpu_usage()
+        for job in self._active():
+            if job["phase"] == RUNNING:
+                at, outcome = _end_of(job)
+                events.append((at, 0, job["seq"], job, outcome))
+            else:
+                at = max(job["start_after"], cursor)
+                if self._fits(job, usage):
+                    events.append((at, 1, job["seq"], job, RUNNING))
+        due = [e for e in events if e[0] <= now]
+        return min(due, key=lambda e: e[:3]) if due else None
+
+    def _active(self) -> list[dict]:
+        return [j for j in self.state["jobs"].values() if j["phase"] not in TERMINAL]
+
+    def _gpu_usage(self) -> dict[tuple[str, int], list[tuple[dict, int]]]:
+        usage: dict[tuple[str, int], list[tuple[dict, int]]] = {}
+        for job in self.state["jobs"].values():
+            if job["phase"] == RUNNING:
+                for slot in _slots(job):
+                    usage.setdefault((slot["node"], slot["gpu"]), []).append((job, slot["milli"]))
+        return usage
+
+    @staticmethod
+    def _fits(job: dict, usage) -> bool:
+        want: dict[tuple[str, int], int] = {}
+        for slot in _slots(job):
+            key = (slot["node"], slot["gpu"])
+            want[key] = want.get(key, 0) + slot["milli"]
+        return all(m + sum(h for _, h in usage.get(k, ())) <= 1000 for k, m in want.items())
+
+    @staticmethod
+    def _finish(job, at, phase, exit_code, message, node_failure=False) -> None:
+        job.update(phase=phase, finished_at=at, exit_code=exit_code, message=message,
+                   node_failure=node_failure)
+
+    def _run(self, fn, *args, save: bool = True):
+        with self.lock:
+            now = self.clock()
+            self._advance(now)
+            result = fn(now, *args)
+            if save:
+                self._save()
+            return result
+
+    # -- nodes
+
+    def nodes(self) -> list[dict]:
+        return self._run(lambda now: list(self.state["nodes"].values()), save=False)
+
+    def set_inventory(self, nodes: list[dict], *, keep_states: bool = False) -> list[dict]:
+        return self._run(self._set_inventory, [_clean_node(n) for n in nodes], keep_states)
+
+    def _set_inventory(self, now, nodes, keep_states):
+        old = self.state["nodes"]
+        if keep_states:  # a restart with --inventory keeps injected down/cordoned states
+            nodes = [{**n, "state": old[n["name"]]["state"]} if n["name"] in old else n for n in nodes]
+        self.state["nodes"] = {n["name"]: n for n in nodes}
+        for name in old:
+            if name not in self.state["nodes"]:
+                self._fail_jobs_on(name, now, f"node {name} removed from the inventory")
+        for n in nodes:
+            if n["state"] == "down":
+                self._fail_jobs_on(n["name"], now, f"node {n['name']} down")
+        return list(self.state["nodes"].values())
+
+    def set_node_state(self, name: str, state: str) -> dict:
+        if state not in NODE_STATES:
+            raise ApiError(400, f"state must be one of {', '.join(NODE_STATES)}")
+        return self._run(self._set_node_state, name, state)
+
+    def _set_node_state(self, now, name, state):
+        node = self._node(name)
+        node["state"] = state
+        if state == "down":
+            self._fail_jobs_on(name, now, f"node {name} down")
+        return node
+
+    def _node(self, name: str) -> dict:
+        if name not in self.state["nodes"]:
+            raise ApiError(404, f"no node {name}")
+        return self.state["nodes"][name]
+
+    def _fail_jobs_on(self, node: str, now: float, message: str) -> None:
+        for job in self._active():
+            if any(s["node"] == node for s in _slots(job)):
+                self._finish(job, now, FAILED, None, message, node_failure=True)
+
+    # -- jobs
+
+    def submit(self, spec: dict) -> tuple[dict, bool]:
+        name = spec.get("name")
+        if not isinstance(name, str) or not name:
+            raise ApiError(400, "name is required")
+        placement = _clean_placement(spec.get("placement") or [], spec.get("gpu_milli"))
+        return self._run(self._submit, name, spec, placement)
+
+    def _submit(self, now, name, spec, placement):
+        jobs = self.state["jobs"]
+        if name in jobs:  # idempotent: a retried dispatch finds the job it already created
+            return self._view(jobs[name], now), False
+        self.state["seq"] += 1
+        duration = spec.get("sim_duration_seconds")
+        max_runtime = spec.get("max_runtime_seconds")
+        job = {
+            "name": name, "seq": self.state["seq"], "job_id": spec.get("job_id"),
+            "kind": spec.get("kind", ""), "command": spec.get("command") or "",
+            "flavor": spec.get("flavor", ""), "labels": spec.get("labels") or {},
+            "placement": placement, "phase": PENDING, "submitted_at": now,
+            "start_after": now + self.state["armed"].pop(name, 0.0),
+            "run_seconds": self._real(DEFAULT_DURATION if duration is None else duration),
+            "deadline_seconds": None if max_runtime is None else self._real(max_runtime),
+            "cancel_at": None, "started_at": None, "finished_at": None,
+            "exit_code": None, "message": "", "node_failure": False,
+        }
+        jobs[name] = job
+        self._check_placement(job, now)
+        self._advance(now)  # starts at once when its GPUs are free
+        return self._view(job, now), True
+
+    def _check_placement(self, job: dict, now: float) -> None:
+        for slot in _slots(job):
+            node = self.state["nodes"].get(slot["node"])
+            if node is None or node["state"] == "down":
+                why = "unknown" if node is None else "down"
+                self._finish(job, now, FAILED, None, f"node {slot['node']} {why}", node_failure=True)
+                return
+            if not 0 <= slot["gpu"] < node["gpus"]:
+                self._finish(job, now, FAILED, None, f"node {slot['node']} has no GPU {slot['gpu']}")
+                return
+
+    def statuses(self, names: list[str] | None) -> dict[str, dict]:
+        return self._run(self._statuses, names)
+
+    def _statuses(self, now, names):
+        jobs = self.state["jobs"]
+        if names is None:
+            return {n: self._view(j, now) for n, j in jobs.items()}
+        return {n: self._view(jobs[n], now) if n in jobs else {"name": n, "phase": LOST} for n in names}
+
+    def job(self, name: str) -> dict:
+        return self._run(lambda now: self._view(self._job(name), now))
+
+    def _job(self, name: str) -> dict:
+        if name not in self.state["jobs"]:
+            raise ApiError(404, f"no job {name}")
+        return self.state["jobs"][name]
+
+    def cancel(self, name: str, grace_seconds: float) -> dict:
+        return self._run(self._cancel, name, grace_seconds)
+
+    def _cancel(self, now, name, grace_seconds):
+        job = self._job(name)
+        if job["phase"] == PENDING:  # nothing runs yet, so there is nothing to signal
+            self._finish(job, now, CANCELLED, None, "cancelled before start")
+        elif job["phase"] == RUNNING:
+            at = now + self._real(grace_seconds)
+            # a repeated cancel may shorten the grace period, never extend it
+            job["cancel_at"] = at if job["cancel_at"] is None else min(job["cancel_at"], at)
+            self._advance(now)
+        return self._view(job, now)
+
+    def crash(self, name: str) -> dict:
+        return self._run(self._crash, name)
+
+    def _crash(self, now, name):
+        job = self._job(name)
+        if job["phase"] in TERMINAL:
+            raise ApiError(409, f"job {name} already {job['phase']}")
+        self._finish(job, now, FAILED, 137, "crashed (injected): killed by signal 9")
+        return self._view(job, now)
+
+    def slow_start(self, name: str, seconds: float) -> dict:
+        return self._run(self._slow_start, name, seconds)
+
+    def _slow_start(self, now, name, seconds):
+        job = self.state["jobs"].get(name)
+        if job is None:  # armed for a job not submitted yet (the portal dispatches later)
+            self.state["armed"][name] = self._real(seconds)
+            return {"name": name, "phase": LOST, "armed": True}
+        if job["phase"] != PENDING:
+            raise ApiError(409, f"job {name} is already {job['phase']}")
+        job["start_after"] = now + self._real(seconds)
+        return self._view(job, now)
+
+    def _view(self, job: dict, now: float) -> dict:
+        message = job["message"]
+        if job["phase"] == PENDING:
+            message = "slow start" if job["start_after"] > now else "waiting for GPUs"
+        elif job["phase"] == RUNNING and job["cancel_at"] is not None:
+            message = "cancelling"
+        return {
+            "name": job["name"], "phase": job["phase"], "job_id": job["job_id"],
+            "command": job["command"], "submitted_at": iso(job["submitted_at"]),
+            "started_at": iso(job["started_at"]), "finished_at": iso(job["finished_at"]),
+            "exit_code": job["exit_code"], "message": message,
+            "nodes": list(dict.fromkeys(s["node"] for s in _slots(job))),
+            "node_failure": job["node_failure"], "placement": job["placement"],
+        }
+
+    # -- metrics
+
+    def metrics(self, node: str | None) -> str:
+        return self._run(self._metrics, node, save=False)
+
+    def _metrics(self, now, node_name):
+        nodes = self.state["nodes"]
+        if node_name is not None:
+            node = self._node(node_name)
+            if node["state"] == "down":  # a down node's exporter does not answer: the scrape fails
+                raise ApiError(503, f"node {node_name} is down")
+            nodes = {node_name: node}
+        usage = self._gpu_usage()
+        live = [n for n in nodes.values() if n["state"] != "down"]
+        return render_metrics(live, usage, now)
+
+
+def _slots(job: dict):
+    for worker in job["placement"]:
+        yield from worker
+
+
+def _end_of(job: dict) -> tuple[float, tuple]:
+    """When a running job ends and how: its own end, the max runtime, or a cancel."""
+    start = job["started_at"]
+    ends = [(start + job["run_seconds"], 0, (SUCCEEDED, 0, "completed"))]
+    if job["deadline_seconds"] is not None:
+        ends.append((start + job["deadline_seconds"], 1, (FAILED, None, "max runtime exceeded")))
+    if job["cancel_at"] is not None:
+        ends.append((max(start, job["cancel_at"]), 2, (CANCELLED, 143, "cancelled")))
+    at, _, outcome = min(ends, key=lambda e: e[:2])
+    return at, outcome
+
+
+def _clean_node(raw: dict) -> dict:
+    if not isinstance(raw, dict) or not raw.get("name"):
+        raise ApiError(400, "every node needs a name")
+    state = raw.get("state", "ready")
+    if state not in NODE_STATES:
+        raise ApiError(400, f"node {raw['name']}: state must be one of {', '.join(NODE_STATES)}")
+    try:
+        gpus = int(raw.get("gpus", 0))
+    except (TypeError, ValueError):
+        raise ApiError(400, f"node {raw['name']}: gpus must be an integer") from None
+    node = {k: str(raw.get(k) or "") for k in ("flavor_hint", "zone", "spine", "leaf")}
+    return {"name": str(raw["name"]), **node, "gpus": gpus, "state": state}
+
+
+def _clean_placement(raw, gpu_milli) -> list[list[dict]]:
+    default_milli = int(gpu_milli) if gpu_milli else 1000
+    try:
+        placement = [[{"node": str(s["node"]), "gpu": int(s["gpu"]),
+                       "milli": int(s.get("milli") or default_milli)} for s in worker] for worker in raw]
+    except (TypeError, KeyError, ValueError, AttributeError):
+        raise ApiError(400, "placement: a list of workers, each a list of {node, gpu, milli}") from None
+    if any(not 0 < s["milli"] <= 1000 for w in placement for s in w):
+        raise ApiError(400, "milli must be between 1 and 1000")
+    return placement
+
+
+# ---------------------------------------------------------------- DCGM-exporter metrics
+
+DCGM_METRICS = (
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %)."),
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)."),
+    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)."),
+)
+DRIVER_VERSION = "535.161.08"
+MODEL_NAMES = {
+    "A100-80G": "NVIDIA A100-SXM4-80GB", "A100-40G": "NVIDIA A100-SXM4-40GB",
+    "H800": "NVIDIA H800", "H100": "NVIDIA H100 80GB HBM3", "V100": "Tesla V100-SXM2-32GB",
+}
+DEFAULT_MEMORY_MIB = 80 * 1024
+
+
+def render_metrics(nodes: list[dict], usage, now: float) -> str:
+    """Prometheus text exposition as dcgm-exporter writes it. A GPU shared by several jobs has
+    one series per job (each with its part of the device's utilisation and memory), so a query
+    by ``job`` label finds every job; their GPU_UTIL values sum to the device's."""
+    rows = [row for node in nodes for i in range(node["gpus"])
+            for row in _gpu_rows(node, i, usage.get((node["name"], i), []), now)]
+    out = []
+    for metric, help_text in DCGM_METRICS:
+        out += [f"# HELP {metric} {help_text}", f"# TYPE {metric} gauge"]
+        out += [f"{metric}{{{_labels(labels)}}} {values[metric]}" for labels, values in rows]
+    return "\n".join(out) + "\n"
+
+
+def _gpu_rows(node: dict, index: int, holders: list[tuple[dict, int]], now: float):
+    base = {
+        "gpu": str(index), "UUID": gpu_uuid(node["name"], index), "device": f"nvidia{index}",
+        "modelName": MODEL_NAMES.get(node["flavor_hint"], node["flavor_hint"]),
+        "Hostname": node["name"], "DCGM_FI_DRIVER_VERSION": DRIVER_VERSION,
+    }
+    total = _memory_mib(node["flavor_hint"])
+    parts = [(job, _activity(job, index, now) * milli / 1000, _memory(job, total) * milli // 1000)
+             for job, milli in holders]
+    device_util = min(100.0, sum(u for _, u, _ in parts))
+    free = max(0, total - sum(m for _, _, m in parts))
+    device = {
+        "DCGM_FI_DEV_FB_FREE": free,
+        "DCGM_FI_DEV_GPU_TEMP": round(31 + device_util * 0.45),
+        "DCGM_FI_DEV_POWER_USAGE": f"{62.5 + device_util * 3.3:.3f}",
+    }
+    if not parts:
+        return [(base, {"DCGM_FI_DEV_GPU_UTIL": 0, "DCGM_FI_DEV_MEM_COPY_UTIL": 0,
+                        "DCGM_FI_DEV_FB_USED": 0, **device})]
+    return [({**base, "job": job["name"], "hpc_job": job["name"]},
+             {"DCGM_FI_DEV_GPU_UTIL": round(util), "DCGM_FI_DEV_MEM_COPY_UTIL": round(util * 0.6),
+              "DCGM_FI_DEV_FB_USED": mem, **device})
+            for job, util, mem in parts]
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    return f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'gpupool-sim:{node}/{index}')}"
+
+
+def _activity(job: dict, index: int, now: float) -> float:
+    """Deterministic from the job's name and the time: a slow wave around a per-job level, so
+    range queries show shapes. A command mentioning ``idle`` stays under 5 % (idle-job demos)."""
+    h = zlib.crc32(job["name"].encode())
+    phase = 2 * math.pi * now / (90 + h % 120) + index
+    if "idle" in job["command"]:
+        return 2.0 + 1.5 * math.sin(phase)
+    return min(100.0, 45 + h % 40 + 12 * math.sin(phase))
+
+
+def _memory(job: dict, total: int) -> int:
+    h = zlib.crc32(job["name"].encode())
+    share = 0.1 if "idle" in job["command"] else 0.35 + (h % 50) / 100
+    return int(total * share)
+
+
+def _memory_mib(flavor_hint: str) -> int:
+    # "A100-80G" → 80 GiB; a MIG profile "A100-1g.10gb" → its slice, 10 GiB (the last match)
+    sizes = re.findall(r"(\d+)\s*g(?:b)?\b", flavor_hint, flags=re.IGNORECASE)
+    return int(sizes[-1]) * 1024 if sizes else DEFAULT_MEMORY_MIB
+
+
+def _labels(labels: dict[str, str]) -> str:
+    def esc(v: str) -> str:
+        return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    return ",".join(f'{k}="{esc(v)}"' for k, v in labels.items())
+
+
+# ---------------------------------------------------------------- HTTP
+
+ROUTES = [
+    ("GET", r"/healthz", "healthz"),
+    ("GET", r"/nodes", "get_nodes"),
+    ("PUT", r"/inventory", "put_inventory"),
+    ("POST", r"/nodes/([^/]+)/state", "post_node_state"),
+    ("POST", r"/jobs", "post_job"),
+    ("GET", r"/jobs", "get_jobs"),
+    ("GET", r"/jobs/([^/]+)", "get_job"),
+    ("DELETE", r"/jobs/([^/]+)", "delete_job"),
+    ("POST", r"/jobs/([^/]+)/crash", "post_crash"),
+    ("POST", r"/jobs/([^/]+)/slow_start", "post_slow_start"),
+    ("GET", r"/metrics", "get_metrics"),
+]
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Handler(BaseHTTPRequestHandler):
+    cluster: SimCluster  # set on the subclass made by make_server
+    server_version = "gpupool-simserver/1"
+
+    def do_GET(self):
+        self._dispatch("GET")
+
+    def do_POST(self):
+        self._dispatch("POST")
+
+    def do_PUT(self):
+        self._dispatch("PUT")
+
+    def do_DELETE(self):
+        self._dispatch("DELETE")
+
+    def log_message(self, format, *args):
+        pass  # one line per poll would drown the demo's output
+
+    def _dispatch(self, method: str) -> None:
+        url = urlsplit(self.path)
+        self.query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        try:
+            for verb, pattern, handler in ROUTES:
+                match = re.fullmatch(pattern, url.path.rstrip("/") or "/")
+                if match and verb == method:
+                    getattr(self, handler)(*(unquote(g) for g in match.groups()))
+                    return
+            raise ApiError(404, f"no route {method} {url.path}")
+        except ApiError as exc:
+            self._json(exc.status, {"detail": exc.detail})
+        except Exception as exc:  # the client sees a 5xx and retries; the server keeps serving
+            self._json(500, {"detail": f"{type(exc).__name__}: {exc}"})
+
+    def _body(self) -> dict | list:
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            return json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            raise ApiError(400, "body must be JSON") from None
+
+    def _json(self, status: int, payload) -> None:
+        self._send(status, json.dumps(payload).encode(), "application/json")
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _number(self, value, what: str) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ApiError(400, f"{what} must be a number") from None
+        if not math.isfinite(number) or number < 0:
+            raise ApiError(400, f"{what} must be a non-negative number")
+        return number
+
+    def healthz(self):
+        with self.cluster.lock:
+            state = self.cluster.state
+            self._json(200, {"status": "ok", "nodes": len(state["nodes"]), "jobs": len(state["jobs"]),
+                             "speed": self.cluster.speed})
+
+    def get_nodes(self):
+        self._json(200, {"nodes": self.cluster.nodes()})
+
+    def put_inventory(self):
+        body = self._body()
+        nodes = body.get("nodes") if isinstance(body, dict) else body
+        if not isinstance(nodes, list):
+            raise ApiError(400, "body must be a list of nodes or {\"nodes\": [...]}")
+        self._json(200, {"nodes": self.cluster.set_inventory(nodes)})
+
+    def post_node_state(self, name):
+        body = self._body()
+        state = body.get("state") if isinstance(body, dict) else None
+        self._json(200, self.cluster.set_node_state(name, state))
+
+    def post_job(self):
+        body = self._body()
+        if not isinstance(body, dict):
+            raise ApiError(400, "body must be a JobSpec object")
+        view, created = self.cluster.submit(body)
+        self._json(201 if created else 200, view)
+
+    def get_jobs(self):
+        names = self.query.get("names")
+        wanted = None if names is None else [n for n in names.split(",") if n]
+        self._json(200, {"jobs": self.cluster.statuses(wanted)})
+
+    def get_job(self, name):
+        self._json(200, self.cluster.job(name))
+
+    def delete_job(self, name):
+        grace = self._number(self.query.get("grace_seconds", 0), "grace_seconds")
+        self._json(200, self.cluster.cancel(name, grace))
+
+    def post_crash(self, name):
+        self._json(200, self.cluster.crash(name))
+
+    def post_slow_start(self, name):
+        body = self._body()
+        seconds = self._number(body.get("seconds") if isinstance(body, dict) else None, "seconds")
+        self._json(200, self.cluster.slow_start(name, seconds))
+
+    def get_metrics(self):
+        text = self.cluster.metrics(self.query.get("node"))
+        self._send(200, text.encode(), METRICS_CONTENT_TYPE)
+
+
+def make_server(host: str, port: int, cluster: SimCluster) -> ThreadingHTTPServer:
+    handler = type("BoundHandler", (Handler,), {"cluster": cluster})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    return server
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="gpupool simulated GPU cluster")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9400)
+    parser.add_argument("--state", type=Path, required=True, help="JSON state file (kept across restarts)")
+    parser.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second")
+    parser.add_argument("--inventory", type=Path, help="JSON list of nodes (or {\"nodes\": [...]})")
+    args = parser.parse_args(argv)
+    cluster = SimCluster(args.state, args.speed)
+    if args.inventory:
+        raw = json.loads(args.inventory.read_text())
+        cluster.set_inventory(raw["nodes"] if isinstance(raw, dict) else raw, keep_states=True)
+    server = make_server(args.host, args.port, cluster)
+    # SIGTERM ends serve_forever cleanly; the state is already on disk after every change.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print(f"simserver listening on http://{args.host}:{server.server_address[1]}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""The simulated cluster as a :class:`~jobs.backends.base.Backend`, over the HTTP API of
+``jobs.backends.simserver`` (stdlib ``urllib`` only, no Django).
+
+Besides the backend protocol it offers the failure-injection calls the tests and the demo use:
+``set_inventory``, ``set_node_state``, ``crash``, ``slow_start`` and ``metrics``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
+
+from jobs.backends.base import LOST, BackendError, JobSpec, JobStatus, NodeInfo
+
+# Names per GET /jobs request: keeps the query string far below common URL length limits.
+STATUS_BATCH = 200
+
+
+class SimulatorBackend:
+    def __init__(self, base_url: str, timeout: float = 5):
+        if urlsplit(base_url).scheme not in ("http", "https"):
+            raise ValueError(f"simulator URL must be http(s): {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+
+    # -- Backend protocol
+
+    def submit(self, spec: JobSpec) -> str:
+        # The server is idempotent by name, so a retried dispatch gets the job it already made.
+        return self._call("POST", "/jobs", dataclasses.asdict(spec))["name"]
+
+    def cancel(self, name: str, *, grace_seconds: int = 0) -> None:
+        query = urlencode({"grace_seconds": grace_seconds})
+        # Unknown to the simulator = nothing left to stop, which is what cancel promises.
+        self._call("DELETE", f"/jobs/{quote(name, safe='')}?{query}", missing_ok=True)
+
+    def status(self, names: list[str]) -> dict[str, JobStatus]:
+        result: dict[str, JobStatus] = {}
+        for i in range(0, len(names), STATUS_BATCH):
+            batch = names[i : i + STATUS_BATCH]
+            jobs = self._call("GET", "/jobs?" + urlencode({"names": ",".join(batch)}))["jobs"]
+            result.update({n: _job_status(jobs[n]) if n in jobs else JobStatus(n, LOST) for n in batch})
+        return result
+
+    def list_nodes(self) -> list[NodeInfo]:
+        return [_node_info(n) for n in self._call("GET", "/nodes")["nodes"]]
+
+    def health(self) -> str:
+        try:
+            answer = self._call("GET", "/healthz")
+        except BackendError as exc:
+            return str(exc)
+        return "ok" if answer.get("status") == "ok" else f"simulator says {answer!r}"
+
+    # -- failure injection and helpers for tests and the demo
+
+    def set_inventory(self, nodes: Iterable[NodeInfo | Mapping[str, Any]]) -> list[NodeInfo]:
+        body = [dataclasses.asdict(n) if isinstance(n, NodeInfo) else dict(n) for n in nodes]
+        return [_node_info(n) for n in self._call("PUT", "/inventory", {"nodes": body})["nodes"]]
+
+    def set_node_state(self, name: str, state: str) -> NodeInfo:
+        return _node_info(self._call("POST", f"/nodes/{quote(name, safe='')}/state", {"state": state}))
+
+    def crash(self, name: str) -> JobStatus:
+        return _job_status(self._call("POST", f"/jobs/{quote(name, safe='')}/crash", {}))
+
+    def slow_start(self, name: str, seconds: float) -> None:
+        """Keep the job pending ``seconds`` (simulated); works before the job is submitted too."""
+        self._call("POST", f"/jobs/{quote(name, safe='')}/slow_start", {"seconds": seconds})
+
+    def metrics(self, node: str | None = None) -> str:
+        path = "/metrics" + ("?" + urlencode({"node": node}) if node else "")
+        return self._request("GET", path, None).decode()
+
+    # -- transport
+
+    def _call(self, method: str, path: str, body: Any = None, *, missing_ok: bool = False) -> Any:
+        raw = self._request(method, path, body, missing_ok=missing_ok)
+        if raw is None:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise BackendError(f"simulator {method} {path}: answer is not JSON") from exc
+
+    def _request(self, method: str, path: str, body: Any, *, missing_ok: bool = False) -> bytes | None:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(  # noqa: S310 - the scheme is checked in __init__
+            self.base_url + path, data=data, method=method, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+                return response.read()
+        except urllib.error.HTTPError as exc:
+            detail = _detail(exc)
+            if exc.code == 404 and missing_ok:
+                return None
+            raise BackendError(f"simulator {method} {path}: HTTP {exc.code} {detail}") from exc
+        except (OSError, TimeoutError) as exc:  # URLError, refused connections, resets, timeouts
+            raise BackendError(f"simulator at {self.base_url} unreachable: {exc}") from exc
+
+
+def _detail(exc: urllib.error.HTTPError) -> str:
+    try:
+        return json.loads(exc.read()).get("detail", "")
+    except (ValueError, AttributeError, OSError):
+        return ""
+    finally:
+        exc.close()
+
+
+def _when(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+def _job_status(d: Mapping[str, Any]) -> JobStatus:
+    return JobStatus(
+        name=d["name"],
+        phase=d["phase"],
+        started_at=_when(d.get("started_at")),
+        finished_at=_when(d.get("finished_at")),
+        exit_code=d.get("exit_code"),
+        message=d.get("message") or "",
+        nodes=tuple(d.get("nodes") or ()),
+        node_failure=bool(d.get("node_failure")),
+    )
+
+
+def _node_info(d: Mapping[str, Any]) -> NodeInfo:
+    return NodeInfo(
+        name=d["name"],
+        flavor_hint=d.get("flavor_hint", ""),
+        gpus=int(d.get("gpus", 0)),
+        state=d.get("state", "ready"),
+        zone=d.get("zone", ""),
+        spine=d.get("spine", ""),
+        leaf=d.get("leaf", ""),
+    )

@@ -1,0 +1,207 @@
+"""Between the portal and the cluster backends: dispatch admitted jobs, stop preempted or
+cancelled ones, and apply what the backend reports.
+
+Every step first *claims* its job with a conditional UPDATE and calls the backend only after
+that claim committed — never inside a transaction — so a task run twice (a retry, a worker killed
+mid-call) neither submits nor stops a job twice: ``submit`` itself looks before it creates, under
+the name derived from the job id.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from quotas.models import Cluster, Node
+
+from .backends import base
+from .backends.registry import backend_for
+from .models import Job, JobEvent
+from .services import job_transition
+from .states import HOLDING, JobState
+
+log = logging.getLogger(__name__)
+CLAIM_TIMEOUT = timedelta(seconds=120)  # a claim older than this belongs to a dead worker
+
+
+def backend_of(cluster: Cluster) -> base.Backend:
+    return backend_for(cluster.kind, cluster.config or {})
+
+
+def job_spec(job: Job, node_names: dict[int, str]) -> base.JobSpec:
+    placement = tuple(tuple(base.Slot(node_names[n], g, m) for n, g, m in worker) for worker in job.placement)
+    return base.JobSpec(
+        job_id=job.pk,
+        name=base.backend_name(job.pk),
+        kind=job.kind,
+        image=job.image,
+        command=job.command,
+        flavor=job.flavor.name,
+        k8s_resource=job.flavor.k8s_resource_name,
+        slurm_gres=job.flavor.slurm_gres,
+        workers=job.granted_workers or job.workers,
+        gpus_per_worker=job.gpus_per_worker,
+        gpu_milli=job.gpu_milli,
+        placement=placement,
+        max_runtime_seconds=job.max_runtime_seconds,
+        checkpointing=job.checkpointing,
+        sim_duration_seconds=job.sim_duration_seconds,
+        labels={
+            "job": str(job.pk),
+            "project": job.project.code,
+            "department": job.project.department.code,
+            "user": job.submitted_by.username,
+        },
+    )
+
+
+def _claim_dispatch(job_id: int, now: datetime) -> bool:
+    stale = now - CLAIM_TIMEOUT
+    return bool(
+        Job.objects.filter(
+            Q(dispatch_claimed_at__isnull=True) | Q(dispatch_claimed_at__lt=stale),
+            pk=job_id,
+            state=JobState.ADMITTED,
+            dispatched_at__isnull=True,
+        ).update(dispatch_claimed_at=now)
+    )
+
+
+def _victims_gone(job: Job) -> bool:
+    """A job admitted by preemption starts only once its victims have exited (grace period)."""
+    event = job.events.filter(to_state=JobState.ADMITTED).order_by("-at", "-id").first()
+    victims = [int(v) for v in (event.data.get("preempts") or [])] if event else []
+    return not Job.objects.filter(pk__in=victims, state__in=list(HOLDING)).exists()
+
+
+def dispatch_job(job_id: int) -> str:
+    now = timezone.now()
+    job = Job.objects.select_related("flavor", "project__department", "submitted_by").get(pk=job_id)
+    if not _victims_gone(job):
+        return "waiting for victims"
+    if not _claim_dispatch(job_id, now):
+        return "not claimable"
+    node_ids = {n for worker in job.placement for n, _g, _m in worker}
+    nodes = {n.pk: n for n in Node.objects.filter(pk__in=node_ids).select_related("cluster")}
+    clusters = {n.cluster for n in nodes.values()}
+    if len(clusters) != 1:
+        job_transition(job, JobState.FAILED, reason="placement spans clusters", finished_at=now)
+        return "failed"
+    cluster = clusters.pop()
+    backend = backend_of(cluster)
+    backend_id = backend.submit(job_spec(job, {pk: n.name for pk, n in nodes.items()}))
+    recorded = Job.objects.filter(pk=job_id, state=JobState.ADMITTED).update(
+        dispatched_at=timezone.now(), backend_id=backend_id, cluster=cluster
+    )
+    if not recorded:  # cancelled while we were submitting: take the backend job back
+        backend.cancel(base.backend_name(job.pk))
+        return "cancelled meanwhile"
+    JobEvent.objects.create(
+        job=job,
+        kind="dispatched",
+        from_state=job.state,
+        to_state=job.state,
+        reason=f"submitted to {cluster.name}",
+        at=timezone.now(),
+        data={"backend_id": backend_id},
+    )
+    return "dispatched"
+
+
+def stop_job(job_id: int) -> str:
+    """Stop a dispatched job that was preempted or cancelled, once (claimed)."""
+    now = timezone.now()
+    claimed = Job.objects.filter(
+        Q(terminating_since__isnull=False) | Q(cancel_requested_at__isnull=False),
+        pk=job_id,
+        state__in=list(HOLDING),
+        dispatched_at__isnull=False,
+        stop_requested_at__isnull=True,
+    ).update(stop_requested_at=now)
+    if not claimed:
+        return "not claimable"
+    job = Job.objects.select_related("cluster", "priority_class").get(pk=job_id)
+    grace = job.priority_class.grace_seconds if job.checkpointing and job.terminating_since else 0
+    backend_of(job.cluster).cancel(base.backend_name(job.pk), grace_seconds=grace)
+    return "stopping"
+
+
+def sync_cluster(cluster_id: int) -> dict[str, int]:
+    """Apply the backend's view of every dispatched job of the cluster that holds GPUs."""
+    cluster = Cluster.objects.get(pk=cluster_id)
+    jobs = {
+        base.backend_name(j.pk): j
+        for j in Job.objects.filter(cluster=cluster, state__in=list(HOLDING), dispatched_at__isnull=False)
+    }
+    if not jobs:
+        return {}
+    statuses = backend_of(cluster).status(sorted(jobs))
+    counts: dict[str, int] = {}
+    for name, job in jobs.items():
+        outcome = apply_status(job, statuses.get(name) or base.JobStatus(name, base.LOST))
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return counts
+
+
+def apply_status(job: Job, st: base.JobStatus) -> str:
+    with transaction.atomic():
+        if st.phase == base.PENDING:
+            return "pending"
+        if st.phase == base.RUNNING:
+            if job.state == JobState.ADMITTED:
+                job_transition(
+                    job, JobState.RUNNING, reason="started", started_at=st.started_at or timezone.now()
+                )
+            return "running"
+        _ensure_started(job, st)
+        return _finish(job, st)
+
+
+def _ensure_started(job: Job, st: base.JobStatus) -> None:
+    # A job that started and ended between two syncs still gets its running interval (metering).
+    if job.state == JobState.ADMITTED and st.phase != base.LOST:
+        job_transition(job, JobState.RUNNING, reason="started", started_at=st.started_at or timezone.now())
+
+
+def _finish(job: Job, st: base.JobStatus) -> str:
+    end = st.finished_at or timezone.now()
+    ended = {"finished_at": end, "exit_code": st.exit_code, "message": st.message[:500]}
+    if job.cancel_requested_at and st.phase in (base.CANCELLED, base.FAILED, base.LOST):
+        job_transition(job, JobState.CANCELLED, reason="cancelled by user", **ended)
+        return "cancelled"
+    if job.terminating_since and st.phase in (base.CANCELLED, base.FAILED, base.LOST):
+        job_transition(job, JobState.PREEMPTED, reason="preempted", **ended)
+        _requeue(job, "requeued after preemption")
+        return "preempted"
+    if st.phase == base.SUCCEEDED:
+        job_transition(job, JobState.SUCCEEDED, reason="completed", **ended)
+        return "succeeded"
+    if (st.node_failure or st.phase == base.LOST) and job.checkpointing:
+        job_transition(job, JobState.LOST, reason=st.message or "node failure", **ended)
+        _requeue(job, "requeued from its checkpoint")
+        return "requeued"
+    job_transition(job, JobState.FAILED, reason=st.message or st.phase, **ended)
+    return "failed"
+
+
+def _requeue(job: Job, reason: str) -> None:
+    job_transition(
+        job,
+        JobState.QUEUED,
+        reason=reason,
+        placement=[],
+        granted_workers=None,
+        on_loan=None,
+        terminating_since=None,
+        dispatch_claimed_at=None,
+        dispatched_at=None,
+        backend_id="",
+        stop_requested_at=None,
+        cancel_requested_at=None,
+        admitted_at=None,
+        requeue_count=job.requeue_count + 1,
+    )

@@ -1,0 +1,130 @@
+"""Jobs really run on the simulated cluster and flow back: dispatch, status sync, preemption
+with its grace period and requeue, user cancel, node failure. The simulator is a real server
+process (tests/simserver.py); the portal talks to it only through the backend interface."""
+
+import time
+from datetime import timedelta
+
+import pytest
+
+from jobs import dispatch
+from jobs.backends.base import NodeInfo, backend_name
+from jobs.models import Job
+from jobs.scheduling import schedule_once
+from jobs.services import job_cancel
+from quotas.models import Cluster, Node
+from tests import factories as fx
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def sim_pool(simserver):
+    """C = 16 on 2 simulated nodes; departments A and B with q = 8, one project each."""
+    f = fx.flavor()
+    cluster = Cluster.objects.create(name="sim-test", kind="simulator", config={"url": simserver.url})
+    nodes = [Node.objects.create(cluster=cluster, name=f"sim-{i}", flavor=f, gpu_count=8, zone="z", spine="s",
+                                 leaf=f"l{i}") for i in range(2)]
+    simserver.backend().set_inventory([NodeInfo(n.name, f.name, 8, "ready", "z", "s", n.leaf) for n in nodes])
+    a, b = fx.department("A"), fx.department("B")
+    pa, pb = fx.project("pa", a), fx.project("pb", b)
+    for owner in (a, b, pa, pb):
+        fx.quota(f, owner, 8)
+    return f, cluster, pa, pb, simserver
+
+
+def _settle(cluster, job, want, timeout=15):
+    """Sync the cluster until the job reaches one of the wanted states."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        dispatch.sync_cluster(cluster.pk)
+        job.refresh_from_db()
+        if job.state in want:
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"job {job.pk} stuck in {job.state}, wanted {want}")
+
+
+def _transitions(job):
+    return list(job.events.filter(kind="transition").values_list("to_state", flat=True))
+
+
+def test_a_job_runs_on_the_simulator_and_its_states_and_times_flow_back(sim_pool):
+    f, cluster, pa, _, sim = sim_pool
+    job = fx.submit(pa, f, gpus=4, workers=2, sim_duration_seconds=50)
+    schedule_once()
+    assert dispatch.dispatch_job(job.pk) == "dispatched"
+    assert dispatch.dispatch_job(job.pk) == "not claimable"  # a retry never submits twice
+    assert len(sim.backend().status([backend_name(job.pk)])) == 1
+    _settle(cluster, job, {"succeeded"})
+    assert _transitions(job) == ["queued", "admitted", "running", "succeeded"]
+    assert job.started_at < job.finished_at and job.exit_code == 0
+
+
+def test_a_dispatch_retried_after_a_crash_finds_the_job_it_created(sim_pool):
+    f, cluster, pa, _, sim = sim_pool
+    job = fx.submit(pa, f, gpus=8, sim_duration_seconds=5000)
+    schedule_once()
+    dispatch.dispatch_job(job.pk)
+    # The worker "died" after submitting but before recording: forget the record, age the claim.
+    Job.objects.filter(pk=job.pk).update(dispatched_at=None, dispatch_claimed_at=job.submitted_at - timedelta(hours=1))
+    assert dispatch.dispatch_job(job.pk) == "dispatched"
+    listed = [name for name in sim.backend().status([backend_name(job.pk)])]
+    assert listed == [backend_name(job.pk)]
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(sim.url + "/jobs") as response:
+        assert len(json.load(response)["jobs"]) == 1  # exactly one backend job for the portal job
+
+
+def test_reclaim_stops_the_on_loan_job_after_its_grace_and_requeues_it(sim_pool):
+    f, cluster, pa, pb, sim = sim_pool
+    b1 = fx.submit(pb, f, gpus=8, sim_duration_seconds=100000, name="b1")
+    b2 = fx.submit(pb, f, gpus=8, sim_duration_seconds=100000, name="b2", checkpointing=True)
+    schedule_once()
+    for job in (b1, b2):
+        dispatch.dispatch_job(job.pk)
+        _settle(cluster, job, {"running"})
+    a1 = fx.submit(pa, f, gpus=8, sim_duration_seconds=50, name="a1")
+    report = schedule_once()
+    assert report.preempted == 1
+    victim = Job.objects.get(pk__in=[b1.pk, b2.pk], terminating_since__isnull=False)
+    assert dispatch.dispatch_job(a1.pk) == "waiting for victims"
+    assert dispatch.stop_job(victim.pk) == "stopping"
+    assert dispatch.stop_job(victim.pk) == "not claimable"
+    _settle(cluster, victim, {"queued"})
+    assert _transitions(victim)[-3:] == ["running", "preempted", "queued"]
+    assert victim.requeue_count == 1 and victim.placement == []
+    assert dispatch.dispatch_job(a1.pk) == "dispatched"
+    _settle(cluster, a1, {"succeeded"})
+
+
+def test_cancelling_a_running_job_stops_it_before_releasing_its_gpus(sim_pool):
+    f, cluster, pa, _, _ = sim_pool
+    job = fx.submit(pa, f, gpus=8, sim_duration_seconds=100000)
+    schedule_once()
+    dispatch.dispatch_job(job.pk)
+    _settle(cluster, job, {"running"})
+    job_cancel(actor=fx.platform_admin(), job=job)
+    job.refresh_from_db()
+    assert job.state == "running" and job.cancel_requested_at is not None  # still holds its GPUs
+    dispatch.stop_job(job.pk)
+    _settle(cluster, job, {"cancelled"})
+    assert _transitions(job)[-1] == "cancelled"
+
+
+def test_node_failure_requeues_checkpointing_jobs_and_fails_the_others(sim_pool):
+    f, cluster, pa, pb, sim = sim_pool
+    plain = fx.submit(pa, f, gpus=8, sim_duration_seconds=100000, name="plain")
+    ckpt = fx.submit(pb, f, gpus=8, sim_duration_seconds=100000, name="ckpt", checkpointing=True)
+    schedule_once()
+    for job in (plain, ckpt):
+        dispatch.dispatch_job(job.pk)
+        _settle(cluster, job, {"running"})
+    for node in Node.objects.filter(cluster=cluster):
+        sim.backend().set_node_state(node.name, "down")
+    _settle(cluster, plain, {"failed"})
+    _settle(cluster, ckpt, {"queued"})
+    assert _transitions(ckpt)[-2:] == ["lost", "queued"]
+    assert not Job.objects.filter(state__in=["admitted", "running"]).exists()  # quota usage released
