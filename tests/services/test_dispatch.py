@@ -23,8 +23,12 @@ def sim_pool(simserver):
     """C = 16 on 2 simulated nodes; departments A and B with q = 8, one project each."""
     f = fx.flavor()
     cluster = Cluster.objects.create(name="sim-test", kind="simulator", config={"url": simserver.url})
-    nodes = [Node.objects.create(cluster=cluster, name=f"sim-{i}", flavor=f, gpu_count=8, zone="z", spine="s",
-                                 leaf=f"l{i}") for i in range(2)]
+    nodes = [
+        Node.objects.create(
+            cluster=cluster, name=f"sim-{i}", flavor=f, gpu_count=8, zone="z", spine="s", leaf=f"l{i}"
+        )
+        for i in range(2)
+    ]
     simserver.backend().set_inventory([NodeInfo(n.name, f.name, 8, "ready", "z", "s", n.leaf) for n in nodes])
     a, b = fx.department("A"), fx.department("B")
     pa, pb = fx.project("pa", a), fx.project("pb", b)
@@ -67,7 +71,9 @@ def test_a_dispatch_retried_after_a_crash_finds_the_job_it_created(sim_pool):
     schedule_once()
     dispatch.dispatch_job(job.pk)
     # The worker "died" after submitting but before recording: forget the record, age the claim.
-    Job.objects.filter(pk=job.pk).update(dispatched_at=None, dispatch_claimed_at=job.submitted_at - timedelta(hours=1))
+    Job.objects.filter(pk=job.pk).update(
+        dispatched_at=None, dispatch_claimed_at=job.submitted_at - timedelta(hours=1)
+    )
     assert dispatch.dispatch_job(job.pk) == "dispatched"
     listed = [name for name in sim.backend().status([backend_name(job.pk)])]
     assert listed == [backend_name(job.pk)]
