@@ -66,7 +66,7 @@ def test_a_job_runs_on_the_simulator_and_its_states_and_times_flow_back(sim_pool
 
 
 def test_a_dispatch_retried_after_a_crash_finds_the_job_it_created(sim_pool):
-    f, cluster, pa, _, sim = sim_pool
+    f, _cluster, pa, _, sim = sim_pool
     job = fx.submit(pa, f, gpus=8, sim_duration_seconds=5000)
     schedule_once()
     dispatch.dispatch_job(job.pk)
@@ -85,7 +85,7 @@ def test_a_dispatch_retried_after_a_crash_finds_the_job_it_created(sim_pool):
 
 
 def test_reclaim_stops_the_on_loan_job_after_its_grace_and_requeues_it(sim_pool):
-    f, cluster, pa, pb, sim = sim_pool
+    f, cluster, pa, pb, _sim = sim_pool
     b1 = fx.submit(pb, f, gpus=8, sim_duration_seconds=100000, name="b1")
     b2 = fx.submit(pb, f, gpus=8, sim_duration_seconds=100000, name="b2", checkpointing=True)
     schedule_once()
