@@ -14,6 +14,60 @@ CLASSES = [
 
 def seed(stdout) -> None:
     for name, value, preemptible, grace, description in CLASSES:
-        PriorityClass.objects.update_or_create(name=name, defaults={
-            "value": value, "preemptible": preemptible, "grace_seconds": grace, "description": description})
+        PriorityClass.objects.update_or_create(
+            name=name,
+            defaults={
+                "value": value,
+                "preemptible": preemptible,
+                "grace_seconds": grace,
+                "description": description,
+            },
+        )
     stdout.write(f"jobs: {len(CLASSES)} priority classes")
+    seed_jobs(stdout)
+
+
+# A believable morning: training gangs, inference services, dev boxes; durations in simulated s.
+DEMO_JOBS = [
+    # project, user, name, kind, flavor, workers, gpus/worker, gpu_milli, priority, duration, checkpointing
+    ("nlp-llm", "alice", "llama-pretrain", "training", "A100-80G", 4, 8, None, "training-high", 7200, True),
+    ("nlp-llm", "alice", "llama-sft", "training", "A100-80G", 2, 8, None, "training", 3600, True),
+    ("nlp-asr", "alice", "whisper-finetune", "training", "Ascend-910B", 1, 8, None, "training", 5400, False),
+    ("cv-detect", "bob", "yolo-sweep", "training", "A100-1g.10gb", 1, 2, None, "best-effort", 1800, False),
+    ("cv-gen", "ai-admin", "sdxl-train", "training", "MLU370", 2, 8, None, "training", 9000, True),
+    ("ad-bev", "carol", "bev-fusion", "training", "Ascend-910B", 4, 8, None, "training", 10800, True),
+    ("ad-replay", "ad-admin", "replay-batch", "training", "A100-80G", 1, 4, None, "best-effort", 1200, False),
+    ("svc-chat", "dave", "chat-serving", "inference", "H800", 2, 4, None, "inference-online", 86400, False),
+    ("svc-rank", "svc-admin", "rank-serving", "inference", "T4-shared", 1, 1, 500, "inference-online", 86400, False),
+    ("svc-chat", "dave", "notebook-idle", "dev", "T4-shared", 1, 1, 250, "dev", 43200, False),
+    ("plat-bench", "admin", "dcu-burnin", "training", "DCU-Z100", 4, 8, None, "best-effort", 2400, False),
+]
+
+
+def seed_jobs(stdout) -> None:
+    from portal.models import Project, User
+    from quotas.models import Flavor
+
+    from .models import Job
+    from .services import job_submit
+
+    if Job.objects.exists():
+        return
+    for project, user, name, kind, flavor, workers, gpus, milli, prio, duration, ckpt in DEMO_JOBS:
+        job_submit(
+            actor=User.objects.get(username=user),
+            project=Project.objects.get(code=project),
+            name=name,
+            kind=kind,
+            flavor=Flavor.objects.get(name=flavor),
+            priority_class=PriorityClass.objects.get(name=prio),
+            image="registry.local/ai/base:2026.11",
+            command="python train.py" if "idle" not in name else "sleep infinity  # idle notebook",
+            workers=workers,
+            gpus_per_worker=gpus,
+            gpu_milli=milli,
+            max_runtime_seconds=172800,
+            checkpointing=ckpt,
+            sim_duration_seconds=duration,
+        )
+    stdout.write(f"jobs: {len(DEMO_JOBS)} demo jobs submitted")

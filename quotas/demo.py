@@ -171,7 +171,9 @@ def _seed_flavors() -> dict[str, Flavor]:
 def _seed_nodes(flavors) -> int:
     count = 0
     for cluster_name, kind, flavor, prefix, zone, spines, leaves, per_leaf, gpus in NODE_GROUPS:
-        cluster, _ = Cluster.objects.get_or_create(name=cluster_name, defaults={"kind": kind})
+        # The demo has no real Slurm or Kubernetes: the simulator serves every cluster.
+        config = {} if kind == "simulator" else {"simulated": True}
+        cluster, _ = Cluster.objects.get_or_create(name=cluster_name, defaults={"kind": kind, "config": config})
         for s in range(1, spines + 1):
             for leaf in range(1, leaves + 1):
                 for n in range(1, per_leaf + 1):

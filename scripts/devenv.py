@@ -78,10 +78,28 @@ def cmd_demo(port: int) -> int:
     with services() as env:
         env.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.dev")
         env["GPUPOOL_DEMO"] = "1"
-        for step in (["migrate", "--noinput"], ["seed_demo"]):
+        env.setdefault("GPUPOOL_SIMULATOR_URL", "http://127.0.0.1:9400")
+        simulator = subprocess.Popen(
+            [
+                python,
+                "-m",
+                "jobs.backends.simserver",
+                "--port",
+                "9400",
+                "--state",
+                str(RUN / "simulator.json"),
+                "--speed",
+                os.environ.get("SIM_SPEED", "60"),
+            ],
+            env=env,
+            cwd=ROOT,
+        )
+        for step in (["migrate", "--noinput"], ["seed_demo"], ["sync_inventory"]):
             if subprocess.call([python, "manage.py", *step], env=env, cwd=ROOT) != 0:
+                simulator.terminate()
                 return 1
         procs = [
+            simulator,
             subprocess.Popen(
                 [python, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"], env=env, cwd=ROOT
             ),

@@ -1,5 +1,8 @@
 """Which backend serves a cluster. Connection settings come from ``Cluster.config`` (no secrets:
-those stay in the environment)."""
+those stay in the environment).
+
+``{"simulated": true}`` in a Slurm or Kubernetes cluster's config serves it from the simulator
+instead: the demo centre uses that, so all its clusters run jobs without real controllers."""
 
 from __future__ import annotations
 
@@ -7,14 +10,22 @@ import os
 
 from .base import Backend
 
+DEFAULT_SIMULATOR_URL = "http://127.0.0.1:9400"
+
+
+def is_simulated(kind: str, config: dict) -> bool:
+    return kind == "simulator" or bool(config.get("simulated"))
+
+
+def simulator_url(config: dict) -> str:
+    return config.get("url") or os.environ.get("GPUPOOL_SIMULATOR_URL", DEFAULT_SIMULATOR_URL)
+
 
 def backend_for(kind: str, config: dict) -> Backend:
-    if kind == "simulator":
+    if is_simulated(kind, config):
         from .simulator import SimulatorBackend
 
-        return SimulatorBackend(
-            config.get("url") or os.environ.get("GPUPOOL_SIMULATOR_URL", "http://127.0.0.1:9400")
-        )
+        return SimulatorBackend(simulator_url(config))
     if kind == "slurm":
         from .slurm import SlurmBackend
 

@@ -1,0 +1,73 @@
+"""Inventory sync (DESIGN §2: nodes come from the backend, never typed in by hand).
+
+For real backends the backend is the source: ``sync_inventory`` applies ``list_nodes()`` to the
+Node rows. The simulator is the opposite: it simulates the inventory the portal holds, so
+``push_simulated_inventory`` sends the portal's nodes to it."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from django.db import transaction
+from django.utils import timezone
+
+from quotas.models import Cluster, Flavor, Node
+
+from .backends.base import NodeInfo
+from .backends.registry import backend_for, is_simulated, simulator_url
+
+
+def push_simulated_inventory() -> dict[str, int]:
+    by_url: dict[str, list[NodeInfo]] = defaultdict(list)
+    for cluster in Cluster.objects.filter(active=True):
+        if not is_simulated(cluster.kind, cluster.config or {}):
+            continue
+        url = simulator_url(cluster.config or {})
+        for node in cluster.nodes.select_related("flavor"):
+            by_url[url].append(
+                NodeInfo(
+                    node.name, node.flavor.name, node.gpu_count, node.state, node.zone, node.spine, node.leaf
+                )
+            )
+    for url, nodes in by_url.items():
+        backend_for("simulator", {"url": url}).set_inventory(nodes)
+    return {url: len(nodes) for url, nodes in by_url.items()}
+
+
+def _flavor_for(hint: str) -> Flavor | None:
+    for flavor in Flavor.objects.all():
+        if hint in (flavor.name, flavor.slurm_gres, flavor.k8s_resource_name):
+            return flavor
+    return None
+
+
+def sync_inventory(cluster: Cluster) -> dict[str, int]:
+    """Create, update and mark down nodes from the backend's list. A node the backend no longer
+    lists is marked down (its jobs are handled by the status sync), never deleted: jobs and
+    metering refer to it."""
+    listed = backend_for(cluster.kind, cluster.config or {}).list_nodes()
+    now, counts = timezone.now(), {"created": 0, "updated": 0, "missing": 0, "unknown_flavor": 0}
+    with transaction.atomic():
+        seen = set()
+        for info in listed:
+            flavor = _flavor_for(info.flavor_hint)
+            if flavor is None:
+                counts["unknown_flavor"] += 1
+                continue
+            _, created = Node.objects.update_or_create(
+                cluster=cluster,
+                name=info.name,
+                defaults={
+                    "flavor": flavor,
+                    "gpu_count": info.gpus,
+                    "state": info.state,
+                    "zone": info.zone or "default",
+                    "spine": info.spine or "default",
+                    "leaf": info.leaf or "default",
+                    "last_seen_at": now,
+                },
+            )
+            counts["created" if created else "updated"] += 1
+            seen.add(info.name)
+        counts["missing"] = cluster.nodes.exclude(name__in=seen).exclude(state="down").update(state="down")
+    return counts
