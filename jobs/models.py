@@ -84,6 +84,7 @@ class Job(models.Model):
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     message = models.CharField(max_length=500, blank=True)
+    idle_since = models.DateTimeField(null=True, blank=True)  # flagged by the metrics poll
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
@@ -135,3 +136,18 @@ class JobEvent(models.Model):
 
     def __str__(self):
         return f"{self.job_id}: {self.from_state}→{self.to_state} ({self.reason})"
+
+
+class JobGpuSample(models.Model):
+    """Per-minute GPU utilisation of a running job, from Prometheus (DCGM). A minute with no
+    data has no row: an outage of the metrics pipeline stays a gap, never reads as zero."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="gpu_samples")
+    minute = models.DateTimeField()
+    gpu_util_pct = models.FloatField()
+    fb_used_mib = models.FloatField()
+    gpus = models.PositiveIntegerField()  # GPU series seen (a gap in a series shows as fewer)
+
+    class Meta:
+        ordering = ["job_id", "minute"]
+        constraints = [models.UniqueConstraint(fields=["job", "minute"], name="gpu_sample_unique_minute")]

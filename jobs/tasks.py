@@ -54,3 +54,11 @@ def backend_work() -> None:
         stop_job.delay(job_id)
     for cluster_id in Cluster.objects.filter(active=True).values_list("pk", flat=True):
         sync_cluster.delay(cluster_id)
+
+
+@shared_task(name="jobs.poll_metrics", ignore_result=True)
+def poll_metrics() -> None:
+    from .metrics import flag_idle_jobs, poll_gpu_metrics
+
+    poll_gpu_metrics()
+    flag_idle_jobs()

@@ -89,6 +89,7 @@ CELERY_BEAT_SCHEDULE = {
     # DESIGN §5: a cycle every few seconds, plus one on every submit/finish.
     "scheduling-cycle": {"task": "jobs.schedule_cycle", "schedule": env_int("SCHEDULE_INTERVAL_SECONDS", 5),
                          "options": {"expires": 10}},
+    "gpu-metrics": {"task": "jobs.poll_metrics", "schedule": 60.0, "options": {"expires": 50}},
     "backend-work": {"task": "jobs.backend_work", "schedule": env_int("SYNC_INTERVAL_SECONDS", 10),
                      "options": {"expires": 20}},
 }
@@ -168,4 +169,12 @@ LOGGING = {
 GPUPOOL = {
     "CURRENCY": env_str("GPUPOOL_CURRENCY", "CNY"),
     "DEMO": env_bool("GPUPOOL_DEMO", False),
+    "PROMETHEUS_URL": env_str("PROMETHEUS_URL", "http://127.0.0.1:9090"),
+    # The DCGM label naming the job on a GPU series: dcgm-exporter's HPC job mapping writes
+    # hpc_job (our simulator too); a Kubernetes setup may relabel pod names into it.
+    "METRICS_JOB_LABEL": env_str("GPUPOOL_METRICS_JOB_LABEL", "hpc_job"),
+    "IDLE_THRESHOLD_PCT": env_int("GPUPOOL_IDLE_THRESHOLD_PCT", 5),
+    "IDLE_WINDOW_MINUTES": env_int("GPUPOOL_IDLE_WINDOW_MINUTES", 120),
+    # When set, GET /metrics needs "Authorization: Bearer <token>" (labels name departments).
+    "METRICS_TOKEN": env_str("GPUPOOL_METRICS_TOKEN", ""),
 }

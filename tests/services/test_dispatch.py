@@ -8,33 +8,14 @@ from datetime import timedelta
 import pytest
 
 from jobs import dispatch
-from jobs.backends.base import NodeInfo, backend_name
+from jobs.backends.base import backend_name
 from jobs.models import Job
 from jobs.scheduling import schedule_once
 from jobs.services import job_cancel
-from quotas.models import Cluster, Node
+from quotas.models import Node
 from tests import factories as fx
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def sim_pool(simserver):
-    """C = 16 on 2 simulated nodes; departments A and B with q = 8, one project each."""
-    f = fx.flavor()
-    cluster = Cluster.objects.create(name="sim-test", kind="simulator", config={"url": simserver.url})
-    nodes = [
-        Node.objects.create(
-            cluster=cluster, name=f"sim-{i}", flavor=f, gpu_count=8, zone="z", spine="s", leaf=f"l{i}"
-        )
-        for i in range(2)
-    ]
-    simserver.backend().set_inventory([NodeInfo(n.name, f.name, 8, "ready", "z", "s", n.leaf) for n in nodes])
-    a, b = fx.department("A"), fx.department("B")
-    pa, pb = fx.project("pa", a), fx.project("pb", b)
-    for owner in (a, b, pa, pb):
-        fx.quota(f, owner, 8)
-    return f, cluster, pa, pb, simserver
 
 
 def _settle(cluster, job, want, timeout=15):

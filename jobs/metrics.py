@@ -1,0 +1,168 @@
+"""GPU metrics: poll Prometheus (DCGM exporter series) for running jobs, store per-minute
+samples, flag idle jobs; and the portal's own metrics in Prometheus text format.
+
+Metering is allocation-based (billing reads job events), so nothing here affects cost: a
+Prometheus outage only leaves gaps in utilisation, and gaps are never stored as zeros.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import connection
+from django.db.models import Count, Max
+from django.utils import timezone
+
+from .backends.base import backend_name
+from .models import Job, JobEvent, JobGpuSample
+from .states import HOLDING, JobState
+
+log = logging.getLogger(__name__)
+
+
+def _prometheus():
+    from prometheus_api_client import PrometheusConnect
+
+    return PrometheusConnect(url=settings.GPUPOOL["PROMETHEUS_URL"], disable_ssl=True)
+
+
+def _per_job(query: str) -> dict[str, float]:
+    label = settings.GPUPOOL["METRICS_JOB_LABEL"]
+    result = _prometheus().custom_query(query.format(label=label, selector=f'{{{label}=~"gp-[0-9]+"}}'))
+    return {r["metric"].get(label, ""): float(r["value"][1]) for r in result}
+
+
+# Per job (the label named by METRICS_JOB_LABEL): mean utilisation, framebuffer used, GPU series.
+_QUERIES = (
+    "avg by ({label}) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{selector}[1m]))",
+    "sum by ({label}) (avg_over_time(DCGM_FI_DEV_FB_USED{selector}[1m]))",
+    "count by ({label}) (DCGM_FI_DEV_GPU_UTIL{selector})",
+)
+_UPSERT_SAMPLE = """
+    INSERT INTO jobs_jobgpusample (job_id, minute, gpu_util_pct, fb_used_mib, gpus)
+    VALUES (%s, %s, %s, %s, %s)
+    ON CONFLICT (job_id, minute) DO UPDATE
+    SET gpu_util_pct = EXCLUDED.gpu_util_pct, fb_used_mib = EXCLUDED.fb_used_mib, gpus = EXCLUDED.gpus
+"""
+
+
+def poll_gpu_metrics(now: datetime | None = None) -> int:
+    """One sample per running job for the current minute (re-running the same minute
+    overwrites it, so a retried task never double counts)."""
+    ids = Job.objects.filter(state=JobState.RUNNING).values_list("pk", flat=True)
+    running = {backend_name(pk): pk for pk in ids}
+    if not running:
+        return 0
+    util, memory, count = (_per_job(query) for query in _QUERIES)
+    minute = (now or timezone.now()).replace(second=0, microsecond=0)
+    rows = [(running[name], minute, value, memory.get(name, 0.0), int(count.get(name, 0)))
+            for name, value in util.items() if name in running]
+    with connection.cursor() as cursor:
+        cursor.executemany(_UPSERT_SAMPLE, rows)
+    return len(rows)
+
+
+def flag_idle_jobs(now: datetime | None = None) -> list[int]:
+    """A running job is idle when, over the last window, it has samples for most minutes and
+    every one is below the threshold. Flag it once, with an event and a mail to its owner."""
+    now = now or timezone.now()
+    window = timedelta(minutes=settings.GPUPOOL["IDLE_WINDOW_MINUTES"])
+    threshold = settings.GPUPOOL["IDLE_THRESHOLD_PCT"]
+    since = now - window
+    stats = (
+        JobGpuSample.objects.filter(
+            job__state=JobState.RUNNING,
+            job__idle_since__isnull=True,
+            job__started_at__lte=since,
+            minute__gte=since,
+        )
+        .values("job_id")
+        .annotate(n=Count("id"), peak=Max("gpu_util_pct"))
+    )
+    needed = int(window.total_seconds() // 60 * 0.8)  # tolerate a few missing minutes
+    flagged = [s["job_id"] for s in stats if s["n"] >= needed and s["peak"] < threshold]
+    for job in Job.objects.filter(pk__in=flagged).select_related("submitted_by"):
+        if Job.objects.filter(pk=job.pk, idle_since__isnull=True).update(idle_since=now):
+            JobEvent.objects.create(
+                job=job,
+                kind="idle_flagged",
+                from_state=job.state,
+                to_state=job.state,
+                reason=f"GPU utilisation below {threshold}% for {window}",
+                at=now,
+            )
+            _notify_idle(job, threshold, window)
+    return flagged
+
+
+def _notify_idle(job: Job, threshold: float, window: timedelta) -> None:
+    if not job.submitted_by.email:
+        return
+    send_mail(
+        subject=f"[gpupool] job {job.name} (#{job.pk}) looks idle",
+        message=(
+            f"Your job {job.name} has used less than {threshold}% of its GPUs for {window}. "
+            "Please stop it if it is not needed: idle cards are still billed."
+        ),
+        from_email=None,
+        recipient_list=[job.submitted_by.email],
+        fail_silently=True,
+    )
+
+
+# --- the portal's own /metrics ------------------------------------------------------------
+
+
+def _line(name: str, value: float, **labels) -> str:
+    if not labels:
+        return f"{name} {value}"
+    text = ",".join(
+        f'{k}="{str(v).replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
+        for k, v in sorted(labels.items())
+    )
+    return f"{name}{{{text}}} {value}"
+
+
+def portal_metrics() -> str:
+    lines = ["# HELP gpupool_jobs Jobs by state.", "# TYPE gpupool_jobs gauge"]
+    for row in Job.objects.values("state").annotate(n=Count("id")).order_by("state"):
+        lines.append(_line("gpupool_jobs", row["n"], state=row["state"]))
+    lines += [
+        "# HELP gpupool_queue_length Queued jobs by priority class.",
+        "# TYPE gpupool_queue_length gauge",
+    ]
+    for row in (
+        Job.objects.filter(state=JobState.QUEUED)
+        .values("priority_class__name")
+        .annotate(n=Count("id"))
+        .order_by("priority_class__name")
+    ):
+        lines.append(_line("gpupool_queue_length", row["n"], priority=row["priority_class__name"]))
+    lines += [
+        "# HELP gpupool_admissions_total Admissions recorded.",
+        "# TYPE gpupool_admissions_total counter",
+        _line("gpupool_admissions_total", JobEvent.objects.filter(to_state=JobState.ADMITTED).count()),
+    ]
+    lines += [
+        "# HELP gpupool_gpus_in_use Devices held by admitted or running jobs.",
+        "# TYPE gpupool_gpus_in_use gauge",
+    ]
+    usage: dict[tuple[str, str], float] = {}
+    for dept, flavor, placement in Job.objects.filter(state__in=list(HOLDING)).values_list(
+        "project__department__code", "flavor__name", "placement"
+    ):
+        milli = sum(m for worker in placement for _n, _g, m in worker)
+        usage[(dept, flavor)] = usage.get((dept, flavor), 0) + milli / 1000
+    for (dept, flavor), value in sorted(usage.items()):
+        lines.append(_line("gpupool_gpus_in_use", value, department=dept, flavor=flavor))
+    lines += [
+        "# HELP gpupool_idle_jobs Running jobs flagged idle.",
+        "# TYPE gpupool_idle_jobs gauge",
+        _line(
+            "gpupool_idle_jobs", Job.objects.filter(state=JobState.RUNNING, idle_since__isnull=False).count()
+        ),
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,82 @@
+"""GPU utilisation flows from the simulator's DCGM exporter through a real Prometheus into the
+portal; an idle job is flagged; a Prometheus outage leaves gaps, not zeros."""
+
+import time
+from datetime import timedelta
+
+import pytest
+import requests
+from django.test import override_settings
+from django.utils import timezone
+
+from jobs import dispatch
+from jobs.metrics import flag_idle_jobs, poll_gpu_metrics, portal_metrics
+from jobs.models import JobGpuSample
+from jobs.scheduling import schedule_once
+from tests import factories as fx
+
+pytestmark = pytest.mark.django_db
+
+
+def _running(cluster, *jobs):
+    schedule_once()
+    for job in jobs:
+        dispatch.dispatch_job(job.pk)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        dispatch.sync_cluster(cluster.pk)
+        if all(j.__class__.objects.get(pk=j.pk).state == "running" for j in jobs):
+            return
+        time.sleep(0.1)
+    raise AssertionError("jobs did not start")
+
+
+@pytest.mark.prometheus
+def test_utilisation_of_running_jobs_reaches_the_portal(sim_pool, prometheus_for):
+    f, cluster, pa, pb, sim = sim_pool
+    busy = fx.submit(pa, f, gpus=4, sim_duration_seconds=10**6, name="busy", command="python train.py")
+    idle = fx.submit(pb, f, gpus=2, sim_duration_seconds=10**6, name="idle", command="sleep infinity # idle")
+    _running(cluster, busy, idle)
+    prom = prometheus_for([sim.url.removeprefix("http://")])
+    prom.wait_for_scrapes(3)
+    with override_settings(GPUPOOL={**_gpupool(), "PROMETHEUS_URL": prom.url, "IDLE_WINDOW_MINUTES": 2}):
+        now = timezone.now()
+        assert poll_gpu_metrics(now) == 2
+        assert poll_gpu_metrics(now) == 2  # the same minute again overwrites, never duplicates
+        for minute in (1, 2):  # two more minutes of samples make a full idle window
+            poll_gpu_metrics(now - timedelta(minutes=minute))
+        samples = {
+            s.job_id: s for s in JobGpuSample.objects.filter(minute=now.replace(second=0, microsecond=0))
+        }
+        assert samples[busy.pk].gpus == 4 and samples[busy.pk].gpu_util_pct > 20
+        assert samples[idle.pk].gpus == 2 and samples[idle.pk].gpu_util_pct < 5
+        assert JobGpuSample.objects.filter(job=busy).count() == 3
+        type(busy).objects.filter(pk__in=[busy.pk, idle.pk]).update(started_at=now - timedelta(hours=1))
+        assert flag_idle_jobs(now) == [idle.pk]
+        assert flag_idle_jobs(now) == []  # flagged once
+    assert "gpupool_idle_jobs 1" in portal_metrics()
+
+
+def test_a_prometheus_outage_leaves_a_gap_not_zeros(sim_pool):
+    f, cluster, pa, _, _ = sim_pool
+    job = fx.submit(pa, f, gpus=1, sim_duration_seconds=10**6)
+    _running(cluster, job)
+    down = override_settings(GPUPOOL={**_gpupool(), "PROMETHEUS_URL": "http://127.0.0.1:1"})
+    with down, pytest.raises(requests.exceptions.ConnectionError):
+        poll_gpu_metrics()
+    assert not JobGpuSample.objects.filter(job=job).exists()
+
+
+def _gpupool():
+    from django.conf import settings
+
+    return dict(settings.GPUPOOL)
+
+
+def test_portal_metrics_endpoint_and_its_token(client):
+    fx.flavor()
+    response = client.get("/metrics")
+    assert response.status_code == 200 and b"# TYPE gpupool_jobs gauge" in response.content
+    with override_settings(GPUPOOL={**_gpupool(), "METRICS_TOKEN": "s3cret"}):
+        assert client.get("/metrics").status_code == 403
+        assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
