@@ -93,14 +93,12 @@ def plan_fits(pool: Pool, workers: int, milli: int) -> bool:
 
 def commit(pool: Pool, placement: Plan) -> None:
     for worker in placement:
-        for i, g, m in worker:
-            pool.occupy(i, g, m)
+        pool.occupy_slots(worker)
 
 
 def uncommit(pool: Pool, placement: Plan) -> None:
     for worker in placement:
-        for i, g, m in worker:
-            pool.release(i, g, m)
+        pool.release_slots(worker)
 
 
 # -- single worker ---------------------------------------------------------------------
@@ -160,6 +158,10 @@ def _plan_best_fit(pool: Pool, workers: int, g: int) -> Plan:
 
 
 def _plan_topology(pool: Pool, workers: int, g: int) -> Plan:
+    if g == pool.maxg:
+        li = _best_full_leaf(pool, workers)
+        if li is not None:
+            return _fill_leaf(pool, li, workers, g)
     caps = _leaf_caps(pool, g)
     fitting = [li for li, c in caps.items() if c >= workers]
     if fitting:
@@ -171,6 +173,15 @@ def _plan_topology(pool: Pool, workers: int, g: int) -> Plan:
     for li, count in chosen:
         placement.extend(_fill_leaf(pool, li, count, g))
     return placement
+
+
+def _best_full_leaf(pool: Pool, workers: int) -> int | None:
+    """Whole-node workers: the leaf with the fewest fully free nodes that still hosts them."""
+    for c in range(workers, len(pool.full_leaves)):
+        leaves = pool.full_leaves[c]
+        if leaves:
+            return min(leaves, key=pool.leaf_rank.__getitem__)
+    return None
 
 
 def _leaf_caps(pool: Pool, g: int) -> dict[int, int]:

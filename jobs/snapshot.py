@@ -87,7 +87,7 @@ def _running(row: tuple) -> RunningJob:
     return RunningJob(
         id=str(jid), project_id=f"p{project}", flavor=flavor, priority=priority, preemptible=preemptible,
         started_at=started_at or admitted_at, max_runtime_seconds=max_runtime, placement=slots,
-        terminating=terminating_since is not None,
+        terminating=terminating_since is not None, terminating_since=terminating_since,
     )
 
 

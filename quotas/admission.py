@@ -19,9 +19,10 @@ What this module decides (per flavor, on a :class:`Ledger`):
 3. ``Ledger.in_quota_room`` — whether a request is in-quota (rule 3).
 4. ``Ledger.loan_room`` — the on-loan admission with lend-limit hold-backs ``hold(n)`` summed over
    the sibling subtrees along the job's path (rule 4).
-5. ``reclaim_key`` / ``minimal_victim_set`` — reclaim victim order and a minimal victim set
-   (rule 5); ``priority_victims`` — within-project priority preemption (rule 6).
-6. ``validate_quota_tree`` — the edit-time checks (overcommit and never-lent parts).
+5. ``minimal_victim_set`` — a minimal victim set taken in preference order (rule 5; the order
+   itself — nearest subtree first, then lowest priority, then most recently started — is
+   generated from per-subtree indexes in ``jobs.engine.preempt.reclaim_order``);
+   ``priority_victims`` — within-project priority preemption (rule 6).
 
 "Rooms" are the largest request a rule still admits, so elastic jobs can size themselves without
 trial and error: a request ``r`` passes a rule iff ``r <= room``.
@@ -48,8 +49,6 @@ __all__ = [
     "TreeNode",
     "minimal_victim_set",
     "priority_victims",
-    "reclaim_key",
-    "validate_quota_tree",
 ]
 
 
@@ -321,11 +320,6 @@ class Ledger:
 
 
 # -- rule 5 and 6: victims ---------------------------------------------------------------
-def reclaim_key(distance: int, priority: int, started: float, job_id: str) -> tuple:
-    """Rule 5 order: nearest in the tree, then lowest priority, then most recently started."""
-    return (distance, priority, -started, job_id)
-
-
 def priority_victims(candidates: Iterable, priority: int) -> list:
     """Rule 6: same-project jobs that are preemptible and of lower priority, cheapest first.
 
@@ -356,42 +350,11 @@ def minimal_victim_set(candidates: Iterable, remove: Callable, restore: Callable
         for victim in reversed(chosen):
             restore(victim)
         return None
-    for victim in reversed(chosen[:-1]):
-        restore(victim)
+    spared = set()
+    for k in range(len(chosen) - 2, -1, -1):
+        restore(chosen[k])
         if fits():
-            chosen.remove(victim)
+            spared.add(k)
         else:
-            remove(victim)
-    return chosen
-
-
-# -- edit-time validation ----------------------------------------------------------------
-def validate_quota_tree(tree: QuotaTree, limits: Mapping[tuple[str, str], Limits], flavor: str,
-                        capacity: int, overcommit: Mapping[str, float] | None = None) -> list[str]:
-    """The §3 checks on a quota edit; returns human-readable problems (empty when valid).
-
-    ``overcommit`` maps a tree node id (or ``""`` for the pool root) to its overcommit ratio.
-    Σ q(children) <= ratio × q(parent) (root: × C), and Σ (q − l)(children) <= q(parent).
-    """
-    overcommit = overcommit or {}
-    kids: dict[int, list[int]] = {}
-    for i, p in enumerate(tree.parent):
-        kids.setdefault(p, []).append(i)
-    problems: list[str] = []
-
-    def lim(i: int) -> Limits:
-        return limits.get((tree.ids[i], flavor), NO_LIMITS)
-
-    for p, children in sorted(kids.items()):
-        name = "pool" if p == ROOT else tree.ids[p]
-        parent_q = capacity if p == ROOT else lim(p).quota
-        ratio = overcommit.get("" if p == ROOT else tree.ids[p], 1.0)
-        total = sum(lim(c).quota for c in children)
-        if total > ratio * parent_q:
-            problems.append(f"{name}/{flavor}: children quota {total} > {ratio} × {parent_q}")
-        never_lent = sum(max(0, lim(c).quota - (lim(c).lend_limit if lim(c).lend_limit
-                                                is not None else lim(c).quota))
-                         for c in children)
-        if never_lent > parent_q:
-            problems.append(f"{name}/{flavor}: never-lent quota {never_lent} > {parent_q}")
-    return problems
+            remove(chosen[k])
+    return [v for k, v in enumerate(chosen) if k not in spared]

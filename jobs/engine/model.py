@@ -1,0 +1,180 @@
+"""Snapshot (input) and CycleResult (output) of the pure scheduling core.
+
+Everything is a frozen, slotted dataclass; amounts are integer milli-units (1000 = one device of
+the flavor). Times are tz-aware datetimes; the core never reads the wall clock, only
+``Snapshot.now``.
+
+Conventions the caller (the Django service) must follow:
+
+* ``Node.external_milli`` — per-GPU milli occupied by allocations NOT listed in
+  ``Snapshot.running`` (e.g. pods the portal does not manage, a GPU fenced off as faulty = 1000).
+  Usage of running jobs is derived from their placements; do not add it here as well.
+* A job admitted by a previous cycle but not yet started belongs in ``running`` with its placement
+  and ``started_at`` = admission time: its GPUs are taken.
+* A preemption victim in its grace period stays in ``running`` with ``terminating=True``. It no
+  longer counts for any quota (its preemptor already does), its GPUs stay occupied except where
+  the preemptor's placement overlaps them (per GPU the core counts
+  ``min(1000, live + terminating)``) and it is never chosen as a victim again. Drop it once it
+  has exited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from quotas.admission import Limits, TreeNode
+
+__all__ = [
+    "Admission", "CycleResult", "Explain", "Holder", "Limits", "Node", "Preemption",
+    "PriorityClass", "QueuedJob", "Reservation", "RunningJob", "Snapshot", "TreeNode",
+]
+
+Slot = tuple[str, int, int]  # (node id, GPU index on the node, milli)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A GPU server. ``flavor`` is per node: MIG slice flavors exist only on nodes of that
+    flavor, and ``gpus`` then counts slices. ``schedulable`` is False when cordoned or down."""
+
+    id: str
+    flavor: str
+    gpus: int
+    zone: str = ""
+    spine: str = ""
+    leaf: str = ""
+    schedulable: bool = True
+    external_milli: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    name: str
+    value: int
+    preemptible: bool = True
+    grace_seconds: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    id: str
+    project_id: str
+    flavor: str
+    priority: int
+    preemptible: bool
+    started_at: datetime
+    max_runtime_seconds: int | None
+    placement: tuple[Slot, ...]
+    terminating: bool = False
+    terminating_since: datetime | None = None  # when the preemption was signalled
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """A pending job. Demand per worker = ``gpus_per_worker`` × 1000, or ``gpu_milli`` (< 1000)
+    of one shared GPU (then ``workers`` must be 1). Elastic when ``min_workers < workers``."""
+
+    id: str
+    project_id: str
+    flavor: str
+    submitted_at: datetime
+    workers: int = 1
+    min_workers: int | None = None  # None: same as workers (plain gang)
+    gpus_per_worker: int = 1
+    gpu_milli: int | None = None
+    priority: int = 0
+    preemptible: bool = True
+    max_runtime_seconds: int | None = None
+    approved: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    now: datetime
+    nodes: tuple[Node, ...]
+    tree: tuple[TreeNode, ...]
+    limits: Mapping[tuple[str, str], Limits]  # (tree node id, flavor) -> effective limits
+    running: tuple[RunningJob, ...] = ()
+    queued: tuple[QueuedJob, ...] = ()
+    over_budget_tenants: frozenset[str] = frozenset()  # tree node ids (departments/projects)
+    priority_classes: tuple[PriorityClass, ...] = ()  # grace periods of terminating jobs
+
+
+# -- results ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """``placement`` has one tuple of slots per granted worker. ``preempts`` lists the victims
+    whose GPUs this job takes: start it only after they have exited (grace period)."""
+
+    job_id: str
+    workers: int
+    placement: tuple[tuple[Slot, ...], ...]
+    in_quota: bool
+    preempts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    victim_id: str
+    reason: str  # "reclaim" (rule 5) | "priority" (rule 6)
+    for_job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """EASY backfill: the blocked head job of a priority level starts on ``nodes`` at
+    ``earliest_start`` at the latest; jobs that would delay it are not backfilled."""
+
+    job_id: str
+    flavor: str
+    nodes: tuple[str, ...]
+    earliest_start: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Who holds what a waiting job is owed: a running job and the milli it uses."""
+
+    job_id: str
+    project_id: str
+    milli: int
+
+
+@dataclass(frozen=True, slots=True)
+class Explain:
+    """Why a job waits. ``reason`` is one of REASONS; ``node_id`` / ``flavor`` name the
+    blocking quota level (``None`` node = the pool root); ``numbers`` are the milli figures of
+    the failed comparison; ``holders`` the running jobs using capacity it is owed."""
+
+    position: int
+    reason: str
+    flavor: str
+    node_id: str | None = None
+    numbers: tuple[tuple[str, int], ...] = ()
+    holders: tuple[Holder, ...] = ()
+    message: str = ""
+    reservation: Reservation | None = None
+
+
+REASONS = (
+    "budget",        # tenant over budget and the job not approved (§3 rule 9)
+    "quota",         # not in-quota and borrowing disabled
+    "borrow_limit",  # rule 2 cap at a tree node
+    "lend_limit",    # rule 4: capacity held back by siblings' lend limits
+    "capacity",      # rule 2 at the root: not enough healthy capacity
+    "placement",     # enough capacity in total but no node set fits (topology/fragmentation)
+    "reservation",   # would delay the reservation of a higher job (EASY backfill)
+    "reclaimed",     # admitted earlier in this cycle, then reclaimed by an in-quota job
+    "invalid",       # can never run here (e.g. worker larger than any node of the flavor)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    admissions: tuple[Admission, ...]
+    preemptions: tuple[Preemption, ...]
+    reservations: tuple[Reservation, ...]
+    on_loan: Mapping[str, bool]  # every running + newly admitted job -> True when on loan
+    explanations: Mapping[str, Explain] = field(default_factory=dict)

@@ -1,0 +1,285 @@
+"""Preemption inside a cycle: reclaim (DESIGN §3 rule 5) and within-project priority (rule 6).
+
+Victims are taken in the rule's order until the job fits, then unneeded ones are given back
+(:func:`quotas.admission.minimal_victim_set`); reclaim does this on paper, rule 6 (a handful
+of candidates) on the live state by *lifting* jobs reversibly. The job is admitted into the
+room at once; its
+victims' GPUs that it does not take stay occupied until the next cycle (they are still running
+through their grace period), so nobody else is admitted onto a GPU that is not yet free.
+
+A victim that was itself admitted earlier in this same cycle never started: it is un-admitted
+(explanation "reclaimed") instead of preempted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from jobs.engine.model import Preemption
+from jobs.engine.pool import FULL
+from jobs.engine.state import Pending, Run
+from jobs.placement import plan_fits
+from quotas.admission import minimal_victim_set, priority_victims
+
+
+def rule6_possible(cycle, proj: int, flavor: str, priority: int) -> bool:
+    """Has the project a preemptible job of lower priority in ``flavor``? The lowest such
+    priority is taken once per cycle: admissions in a cycle are never candidates for the
+    level being processed or the ones after it (same or higher priority), and victims
+    leaving only make the answer conservative."""
+    lowest = cycle.r6_cache
+    if lowest is None:
+        lowest = cycle.r6_cache = {}
+        for (pj, f), runs in cycle.s.by_proj.items():
+            low = min((v.priority for v in runs.values() if v.preemptible), default=None)
+            if low is not None:
+                lowest[(pj, f)] = low
+    low = lowest.get((proj, flavor))
+    return low is not None and low < priority
+
+
+def possible(cycle, p: Pending, mode: str) -> bool:
+    """Could a preemption let ``p`` in? (cheap, may say yes wrongly, never no wrongly)."""
+    s = cycle.s
+    if mode == "in" and s.ledgers[p.flavor].loan > 0 and _shape(p) not in cycle.no_reclaim:
+        return True
+    if cycle.no_priority.get(_rule6_key(p)) == cycle.loosen:
+        return False
+    return rule6_possible(cycle, p.proj, p.flavor, p.priority)
+
+
+def reclaim(cycle, p: Pending) -> bool:
+    """Rule 5: an in-quota job preempts on-loan jobs anywhere, nearest first.
+
+    The search runs on paper (:class:`_Paper`: quota rooms and GPU counts; the pool is not
+    touched), then the chosen victims are lifted for real and the fit is confirmed."""
+    s = cycle.s
+    if s.ledgers[p.flavor].loan <= 0 or _shape(p) in cycle.no_reclaim:
+        return False
+    paper = _Paper(cycle, p)
+    chosen = []
+    helps = _helper(cycle, p, paper)
+    for v in reclaim_order(cycle, p):
+        if helps is not None and not helps(v):
+            continue
+        paper.take(v)
+        chosen.append(v)
+        if paper.fits():
+            break
+    else:
+        if not paper.room.fits(p.min_workers):
+            # Even with every on-loan job gone it would not fit, and within a cycle GPUs only
+            # get scarcer (admissions, reservations, victims' grace): skip this shape now on.
+            cycle.no_reclaim.add(_shape(p))
+        return False
+    chosen = paper.useful(chosen)
+    paper = _Paper(cycle, p)
+    victims = minimal_victim_set(chosen, paper.take, paper.give, paper.fits)
+    for v in victims:
+        s.lift(v)
+    if not _fits(cycle, p, in_quota=True):
+        for v in victims:
+            s.unlift(v)
+        return False
+    return _admit_over(cycle, p, victims, "reclaim")
+
+
+def _helper(cycle, p: Pending, paper: _Paper):
+    """When only GPUs are short (not quota), a victim can help only if one of its nodes could
+    host a worker with every on-loan job there gone; others are skipped, not taken."""
+    if p.milli < FULL or paper.root < paper.need or max(paper.short.values()) > 0:
+        return None
+    pool = cycle.s.pools[p.flavor]
+    free, loans, g = pool.free, cycle.s.loan_gpus[p.flavor], p.milli // FULL
+
+    def helps(v: Run) -> bool:
+        return any(free[i] + loans.get(i, 0) >= g for i, _, _ in v.slots)
+    return helps
+
+
+class _Paper:
+    """Quota rooms and GPU counts for ``p`` with some on-loan jobs taken away on paper."""
+
+    __slots__ = ("need", "workers", "root", "short", "room")
+
+    def __init__(self, cycle, p: Pending):
+        ledger = cycle.s.ledgers[p.flavor]
+        self.need = p.min_workers * p.milli
+        self.workers = p.min_workers
+        self.root = ledger.root_room()
+        self.short = {n: self.need - (ledger.cap[n] - ledger.used(n)) for n in p.path}
+        self.room = _Room(cycle.s.pools[p.flavor], p.milli)
+
+    def take(self, v: Run) -> None:
+        self._count(v, -1)
+        self.room.free_slots(v.slots)
+
+    def give(self, v: Run) -> None:
+        self._count(v, 1)
+        self.room.refill(v.slots)
+
+    def _count(self, v: Run, sign: int) -> None:
+        self.root -= sign * v.root_r
+        short = self.short
+        for n in v.path:
+            if n in short:
+                short[n] += sign * v.r
+
+    def fits(self) -> bool:
+        return self.root >= self.need and self.room.fits(self.workers) \
+            and max(self.short.values()) <= 0
+
+    def useful(self, chosen: list[Run]) -> list[Run]:
+        """``chosen`` (all taken, fitting) without the victims that free nothing a worker can
+        use, when quota does not need them either: the rule-5 order is blind to GPUs, so the
+        greedy often takes many scattered small jobs before one node has room."""
+        room = self.room
+        kept = [v for v in chosen if room.helps(v.slots)]
+        if len(kept) == len(chosen):
+            return chosen
+        dropped = [v for v in chosen if not room.helps(v.slots)]
+        if self.root - sum(v.root_r for v in dropped) < self.need:
+            return chosen
+        for n, left in self.short.items():  # left <= 0: what the dropped ones may take back
+            if left + sum(v.r for v in dropped if n in v.path) > 0:
+                return chosen
+        return kept
+
+
+class _Room:
+    """Workers of one size that fit, with some slots freed on paper."""
+
+    __slots__ = ("pool", "milli", "g", "used", "free", "cap")
+
+    def __init__(self, pool, milli: int):
+        self.pool, self.milli = pool, milli
+        self.g = max(1, milli // FULL)
+        self.used: dict[tuple[int, int], int] = {}
+        self.free: dict[int, int] = {}
+        self.cap = pool.whole_capacity(self.g) if milli >= FULL else 0
+
+    def free_slots(self, slots) -> None:
+        used, g = self.pool.used, self.g
+        for i, x, m in slots:
+            u = self.used.get((i, x), used[i][x]) - m
+            self.used[(i, x)] = u
+            if u == 0:
+                f = self.free.get(i, self.pool.free[i])
+                self.free[i] = f + 1
+                self.cap += (f + 1) // g - f // g
+
+    def refill(self, slots) -> None:
+        used, g = self.pool.used, self.g
+        for i, x, m in slots:
+            old = self.used.get((i, x), used[i][x])
+            self.used[(i, x)] = old + m
+            if old == 0 and m:
+                f = self.free[i]
+                self.free[i] = f - 1
+                self.cap += (f - 1) // g - f // g
+
+    def fits(self, workers: int) -> bool:
+        if self.milli < FULL:
+            return self.pool.max_shared_free() >= self.milli or any(
+                FULL - u >= self.milli for u in self.used.values())
+        return self.cap >= workers
+
+    def helps(self, slots) -> bool:
+        """Does any slot sit where the paper state gained room a worker can use?"""
+        free, g = self.pool.free, self.g
+        for i, x, _ in slots:
+            if self.milli < FULL:
+                if FULL - self.used.get((i, x), FULL) >= self.milli:
+                    return True
+            elif self.free.get(i, 0) // g > free[i] // g:
+                return True
+        return False
+
+
+def by_priority(cycle, p: Pending) -> bool:
+    """Rule 6: preempt lower-priority preemptible jobs of the same project (any split)."""
+    s = cycle.s
+    runs = s.by_proj.get((p.proj, p.flavor))
+    if not runs:
+        return False
+    key = _rule6_key(p)
+    if cycle.no_priority.get(key) == cycle.loosen:
+        return False
+    candidates = priority_victims(runs.values(), p.priority)
+    if not candidates:
+        return False
+    victims = minimal_victim_set(candidates, s.lift, s.unlift,
+                                 lambda: _fits(cycle, p, in_quota=False))
+    if victims is None:
+        cycle.no_priority[key] = cycle.loosen
+        return False
+    return _admit_over(cycle, p, victims, "priority")
+
+
+# Failure cache of rule 6: within a cycle admissions and reservations only take room away, so
+# a failed search stays failed until a preemption gives quota back (``cycle.loosen``).
+def _shape(p: Pending) -> tuple:
+    return (p.flavor, p.milli, p.min_workers)
+
+
+def _rule6_key(p: Pending) -> tuple:
+    return (p.proj, p.flavor, p.milli, p.min_workers, p.priority)
+
+
+def _fits(cycle, p: Pending, *, in_quota: bool) -> bool:
+    ledger = cycle.s.ledgers[p.flavor]
+    r = p.min_workers * p.milli
+    if r > ledger.root_room():
+        return False
+    if in_quota:
+        if r > ledger.in_quota_room(p.path) or r > ledger.tree_cap_room(p.path):
+            return False
+    elif cycle.gate(p.flavor, p.path, r)[0] is None:
+        return False
+    return plan_fits(cycle.s.pools[p.flavor], p.min_workers, p.milli)
+
+
+def reclaim_order(cycle, p: Pending) -> Iterator[Run]:
+    """Rule 5 order: same project, then each enclosing department outwards, then the rest;
+    inside a level lowest priority first, then most recently started."""
+    s = cycle.s
+    inner = None
+    for anc in p.path:
+        for e in s.loan_sub.get((p.flavor, anc), ()):
+            if inner is None or inner not in e[3].path:
+                yield e[3]
+        inner = anc
+    for e in s.loan_sorted[p.flavor]:
+        if inner not in e[3].path:
+            yield e[3]
+
+
+def _admit_over(cycle, p: Pending, victims: list[Run], reason: str) -> bool:
+    s = cycle.s
+    for v in victims:
+        s.forget(v)
+    preempts = tuple(v.id for v in victims if not v.fresh)
+    if not cycle.admit_now(p, preempts):
+        for v in victims:  # cannot happen when plan_fits is exact; stay consistent anyway
+            s.unlift(v)
+            s.reindex(v)
+        return False
+    for v in victims:
+        _retire(cycle, v, p, reason)
+    return True
+
+
+def _retire(cycle, v: Run, p: Pending, reason: str) -> None:
+    s = cycle.s
+    if v.fresh:  # never started: its GPUs are free for the next cycle
+        s.retire(v, s.now)
+        del cycle.admitted[v.id]
+        cycle.reclaimed[v.id] = p.id
+        cycle.fresh_ghosts.append(v)
+    else:
+        s.retire(v, s.now + s.grace.get(v.priority, 0))
+        v.terminating = True
+        s.terminating[v.id] = v
+        cycle.preemptions.append(Preemption(v.id, reason, p.id))
+    cycle.loosen += 1
+    cycle.requeue_project(v.proj)

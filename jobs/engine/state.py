@@ -1,0 +1,411 @@
+"""Mutable engine state built from a Snapshot: pools, ledgers, running jobs, sub-queues.
+
+Internally times are float POSIX seconds and tree nodes / GPUs small ints, so the hot loops
+compare numbers, not datetimes and strings. The state outlives one cycle in the incremental
+:class:`~jobs.scheduler.Engine`; :func:`~jobs.scheduler.schedule` builds a fresh one.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Iterable
+from datetime import datetime
+
+from jobs.engine.model import QueuedJob, RunningJob, Snapshot
+from jobs.engine.pool import FULL, Pool
+from jobs.engine.timeline import Timeline
+from quotas.admission import Ledger, QuotaTree
+
+NEVER = float("inf")
+
+
+class Run:
+    """A running (or admitted this cycle) job. ``slots`` are its GPUs on healthy nodes as
+    pool indices; ``root_r`` their milli (what counts at the root)."""
+
+    __slots__ = ("id", "project_id", "proj", "path", "flavor", "r", "root_r", "priority",
+                 "preemptible", "started", "end", "slots", "placement", "in_quota",
+                 "terminating", "fresh", "ghost", "ghost_until", "key")
+
+    def __init__(self, rid, project_id, proj, path, flavor, r, priority, preemptible, started,
+                 end, placement, slots):
+        self.id = rid
+        self.project_id = project_id
+        self.proj = proj
+        self.path = path
+        self.flavor = flavor
+        self.r = r
+        self.priority = priority
+        self.preemptible = preemptible
+        self.started = started
+        self.end = end
+        self.placement = placement
+        self.slots = slots
+        self.root_r = sum(m for _, _, m in slots)
+        self.in_quota = False
+        self.terminating = False
+        self.fresh = False
+        self.ghost: list[tuple[int, int, int]] = []
+        self.ghost_until = 0.0
+        self.key = (-priority, started, rid)  # rule 1 order
+
+
+class Pending:
+    """A queued job, flattened for the hot loop (``milli`` is the demand of ONE worker)."""
+
+    __slots__ = ("id", "project_id", "proj", "path", "flavor", "workers", "min_workers", "milli",
+                 "priority", "preemptible", "submitted", "runtime", "approved", "job")
+
+    def __init__(self, job: QueuedJob, proj: int, path: tuple[int, ...]):
+        self.job = job
+        self.id = job.id
+        self.project_id = job.project_id
+        self.proj = proj
+        self.path = path
+        self.flavor = job.flavor
+        shared = job.gpu_milli is not None and job.gpu_milli < FULL
+        self.milli = job.gpu_milli if shared else job.gpus_per_worker * FULL
+        self.workers = 1 if shared else job.workers
+        mw = job.min_workers if job.min_workers is not None else job.workers
+        self.min_workers = 1 if shared else max(1, min(mw, job.workers))
+        self.priority = job.priority
+        self.preemptible = job.preemptible
+        self.submitted = job.submitted_at.timestamp()
+        rt = job.max_runtime_seconds
+        self.runtime = NEVER if rt is None else float(rt)
+        self.approved = job.approved
+
+
+class SubQueue:
+    """Pending jobs of one (priority, project, flavor), by submit time then id.
+
+    Suffix minima let a cycle pass over a whole sub-queue in O(1) when even its least
+    demanding remaining job cannot move (``suf_*[k]`` = min over jobs ``k..``).
+    """
+
+    __slots__ = ("priority", "proj", "flavor", "jobs", "pos", "epoch", "seq", "dirty",
+                 "suf_g", "suf_shared", "suf_r", "suf_rt", "suf_w")
+
+    def __init__(self, priority: int, proj: int, flavor: str, seq: int):
+        self.priority = priority
+        self.proj = proj
+        self.flavor = flavor
+        self.jobs: list[tuple[float, str, Pending]] = []
+        self.pos = 0
+        self.epoch = 0
+        self.seq = seq
+        self.dirty = True
+
+    def add(self, p: Pending) -> None:
+        insort(self.jobs, (p.submitted, p.id, p))
+        self.dirty = True
+
+    def compact(self, gone: set[str]) -> None:
+        """Drop admitted/cancelled jobs and refresh the suffix minima; rewind."""
+        self.pos = 0
+        if gone:
+            jobs = self.jobs
+            cut = 0
+            while cut < len(jobs) and jobs[cut][1] in gone:
+                cut += 1
+            if cut == len(gone) and not self.dirty:
+                # FIFO case: the first ``cut`` jobs left; later minima are unchanged.
+                self.jobs = jobs[cut:]
+                for name in ("suf_g", "suf_shared", "suf_r", "suf_rt", "suf_w"):
+                    setattr(self, name, getattr(self, name)[cut:])
+                return
+            kept = [e for e in jobs if e[1] not in gone]
+            if len(kept) != len(jobs):
+                self.jobs = kept
+                self.dirty = True
+        if self.dirty:
+            self._suffixes()
+            self.dirty = False
+
+    def _suffixes(self) -> None:
+        n = len(self.jobs)
+        g = [NEVER] * (n + 1)
+        sh = [NEVER] * (n + 1)
+        r = [NEVER] * (n + 1)
+        rt = [NEVER] * (n + 1)
+        w = [NEVER] * (n + 1)
+        for k in range(n - 1, -1, -1):
+            p = self.jobs[k][2]
+            g[k], sh[k], r[k], rt[k], w[k] = g[k + 1], sh[k + 1], r[k + 1], rt[k + 1], w[k + 1]
+            if p.milli < FULL:
+                sh[k] = min(sh[k], p.milli)
+            else:
+                g[k] = min(g[k], p.milli // FULL)
+            r[k] = min(r[k], p.min_workers * p.milli)
+            rt[k] = min(rt[k], p.runtime)
+            w[k] = min(w[k], p.min_workers)
+        self.suf_g, self.suf_shared, self.suf_r, self.suf_rt, self.suf_w = g, sh, r, rt, w
+
+    def head(self) -> Pending | None:
+        return self.jobs[self.pos][2] if self.pos < len(self.jobs) else None
+
+
+class State:
+    """Everything the cycle mutates. Built once from a Snapshot."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.now_dt: datetime = snap.now
+        self.now = snap.now.timestamp()
+        self.tree = QuotaTree(snap.tree)
+        self.grace = {pc.value: pc.grace_seconds for pc in snap.priority_classes}
+        self.over_budget = {self.tree.index[t] for t in snap.over_budget_tenants
+                            if t in self.tree.index}
+        flavors = {n.flavor for n in snap.nodes} | {f for _, f in snap.limits}
+        flavors |= {j.flavor for j in snap.running} | {j.flavor for j in snap.queued}
+        self.pools = {f: Pool(f, [n for n in snap.nodes if n.flavor == f and n.schedulable])
+                      for f in sorted(flavors)}
+        self.ledgers = {f: Ledger(self.tree, f, snap.limits, self.pools[f].capacity)
+                        for f in self.pools}
+        self.timelines = {f: Timeline(pool) for f, pool in self.pools.items()}
+        self.running: dict[str, Run] = {}
+        self.terminating: dict[str, Run] = {}
+        self.order: dict[str, list[tuple]] = {f: [] for f in self.pools}  # rule-1 order
+        self.ends: dict[str, list[tuple]] = {f: [] for f in self.pools}  # (end, id, run)
+        self.by_proj: dict[tuple[int, str], dict[str, Run]] = {}
+        self.onloan: dict[str, dict[str, Run]] = {f: {} for f in self.pools}
+        # On-loan jobs in rule-5 order within a level (lowest priority, most recent), kept
+        # sorted so a reclaim never sorts: (priority, -started, id, run).
+        self.loan_sorted: dict[str, list[tuple]] = {f: [] for f in self.pools}
+        self.loan_sub: dict[tuple[str, int], list[tuple]] = {}  # the same per subtree
+        # GPUs (slots) held by on-loan jobs per node: reclaim skips nodes that can never host
+        # a worker even with all of them gone.
+        self.loan_gpus: dict[str, dict[int, int]] = {f: {} for f in self.pools}
+        self.queues: dict[tuple[int, int, str], SubQueue] = {}
+        self.pending: dict[str, Pending] = {}
+        self.shares: dict[int, float] = {}  # dominant share cache, dropped on usage change
+        self.tentative: dict[tuple[str, int], int] = {}  # (flavor, project) promised on loan
+        self._ingest([j for j in snap.running if not j.terminating])
+        for job in sorted((j for j in snap.running if j.terminating), key=lambda j: j.id):
+            since = job.terminating_since.timestamp() if job.terminating_since else self.now
+            self.add_terminating(self.make_run(job), since)
+        self.submit(snap.queued)
+        # The rule-1 split is computed when a cycle starts (Engine._settle).
+
+    def _ingest(self, jobs: list[RunningJob]) -> None:
+        """The snapshot's running jobs in bulk: one sort per index instead of an insort each."""
+        for job in sorted(jobs, key=lambda j: j.id):
+            if job.id in self.running:
+                raise ValueError(f"running job {job.id!r} listed twice")
+            run = self.make_run(job)
+            self.pools[run.flavor].occupy_slots(run.slots)
+            self.running[run.id] = run
+            self.timelines[run.flavor].track(run.id, run.slots, run.end)
+            self.by_proj.setdefault((run.proj, run.flavor), {})[run.id] = run
+            self.order[run.flavor].append((run.key, run))
+            if run.end < NEVER:
+                self.ends[run.flavor].append((run.end, run.id, run))
+        for f in self.pools:
+            self.order[f].sort()
+            self.ends[f].sort()
+
+    # -- ingestion -----------------------------------------------------------------------
+    def project(self, project_id: str) -> tuple[int, tuple[int, ...]]:
+        try:
+            proj = self.tree.index[project_id]
+        except KeyError:
+            raise ValueError(f"job of unknown project {project_id!r}") from None
+        return proj, self.tree.path(proj)
+
+    def make_run(self, job: RunningJob) -> Run:
+        proj, path = self.project(job.project_id)
+        pool = self.pools[job.flavor]
+        slots = tuple((pool.index[n], g, m) for n, g, m in job.placement if n in pool.index)
+        started = job.started_at.timestamp()
+        rt = job.max_runtime_seconds
+        end = NEVER if rt is None else started + rt
+        r = sum(m for _, _, m in job.placement)
+        return Run(job.id, job.project_id, proj, path, job.flavor, r, job.priority,
+                   job.preemptible, started, end, job.placement, slots)
+
+    def submit(self, jobs: Iterable[QueuedJob]) -> set[tuple[int, int, str]]:
+        """Queue jobs; returns the keys of the sub-queues that changed."""
+        touched = set()
+        for job in jobs:
+            if job.id in self.pending or job.id in self.running:
+                raise ValueError(f"job {job.id!r} is already queued or running")
+            proj, path = self.project(job.project_id)
+            p = Pending(job, proj, path)
+            if p.flavor not in self.pools:
+                self._add_flavor(p.flavor)
+            self.pending[p.id] = p
+            key = (p.priority, proj, p.flavor)
+            sq = self.queues.get(key)
+            if sq is None:
+                sq = self.queues[key] = SubQueue(p.priority, proj, p.flavor, len(self.queues))
+            sq.add(p)
+            touched.add(key)
+        return touched
+
+    def _add_flavor(self, flavor: str) -> None:
+        # A flavor nobody has nodes or limits for: jobs wait with capacity 0.
+        self.pools[flavor] = Pool(flavor, [])
+        self.ledgers[flavor] = Ledger(self.tree, flavor, {}, 0)
+        self.timelines[flavor] = Timeline(self.pools[flavor])
+        self.order[flavor] = []
+        self.ends[flavor] = []
+        self.onloan[flavor] = {}
+        self.loan_sorted[flavor] = []
+        self.loan_gpus[flavor] = {}
+
+    # -- running jobs --------------------------------------------------------------------
+    def add_run(self, run: Run, in_quota: bool | None = None) -> None:
+        """Count ``run`` (its GPUs and, when ``in_quota`` is given, its quota usage)."""
+        self.pools[run.flavor].occupy_slots(run.slots)
+        self.index(run)
+        if in_quota is not None:
+            self.count(run, in_quota)
+
+    def index(self, run: Run) -> None:
+        self.running[run.id] = run
+        self.timelines[run.flavor].track(run.id, run.slots, run.end)
+        insort(self.order[run.flavor], (run.key, run))
+        if run.end < NEVER:
+            insort(self.ends[run.flavor], (run.end, run.id, run))
+        self.by_proj.setdefault((run.proj, run.flavor), {})[run.id] = run
+
+    def reindex(self, run: Run) -> None:
+        """Undo :meth:`forget` (the job is counted again by :meth:`unlift`)."""
+        self.index(run)
+        if not run.in_quota:
+            self._loan_add(run)
+
+    def count(self, run: Run, in_quota: bool) -> None:
+        self.shares.pop(run.proj, None)
+        run.in_quota = in_quota
+        self.ledgers[run.flavor].add(run.path, run.r, in_quota, run.root_r)
+        if not in_quota:
+            self._loan_add(run)
+
+    def _loan_add(self, run: Run) -> None:
+        self.onloan[run.flavor][run.id] = run
+        entry = (run.priority, -run.started, run.id, run)
+        insort(self.loan_sorted[run.flavor], entry)
+        for n in run.path:
+            insort(self.loan_sub.setdefault((run.flavor, n), []), entry)
+        counts = self.loan_gpus[run.flavor]
+        for i, _, _ in run.slots:
+            counts[i] = counts.get(i, 0) + 1
+
+    def drop_run(self, run: Run) -> None:
+        """Forget a live job entirely: quota usage, GPUs and indexes."""
+        self.lift(run)
+        self.forget(run)
+
+    def lift(self, run: Run) -> None:
+        """Take a live job's usage off the ledger and its GPUs off the pool (reversible)."""
+        self.shares.pop(run.proj, None)
+        self.ledgers[run.flavor].remove(run.path, run.r, run.in_quota, run.root_r)
+        self.pools[run.flavor].release_slots(run.slots)
+
+    def unlift(self, run: Run) -> None:
+        self.shares.pop(run.proj, None)
+        self.ledgers[run.flavor].add(run.path, run.r, run.in_quota, run.root_r)
+        self.pools[run.flavor].occupy_slots(run.slots)
+
+    def forget(self, run: Run) -> None:
+        """Drop a lifted job from the indexes."""
+        if self.onloan[run.flavor].pop(run.id, None) is not None:
+            key = (run.priority, -run.started, run.id)
+            ls = self.loan_sorted[run.flavor]
+            del ls[bisect_left(ls, key)]
+            for n in run.path:
+                ls = self.loan_sub[(run.flavor, n)]
+                del ls[bisect_left(ls, key)]
+            counts = self.loan_gpus[run.flavor]
+            for i, _, _ in run.slots:
+                counts[i] -= 1
+        del self.running[run.id]
+        self.timelines[run.flavor].untrack(run.id, run.slots)
+        order = self.order[run.flavor]
+        del order[bisect_left(order, (run.key,))]
+        if run.end < NEVER:
+            ends = self.ends[run.flavor]
+            del ends[bisect_left(ends, (run.end, run.id))]
+        del self.by_proj[(run.proj, run.flavor)][run.id]
+
+    def add_terminating(self, run: Run, since: float) -> None:
+        """A victim in its grace period (from the snapshot): signalled at ``since``, it exits by
+        ``since`` + grace — the same deadline the cycle that signalled it used."""
+        self.retire(run, since + self.grace.get(run.priority, 0))
+        run.terminating = True
+        self.terminating[run.id] = run
+
+    def retire(self, run: Run, until: float) -> None:
+        """Keep a removed job's GPUs taken where nobody else took them, until ``until``."""
+        pool = self.pools[run.flavor]
+        used = pool.used
+        run.ghost = []
+        for i, g, m in run.slots:
+            amount = min(m, FULL - used[i][g])
+            if amount > 0:
+                pool.occupy(i, g, amount)
+                run.ghost.append((i, g, amount))
+        run.ghost_until = until
+        self.timelines[run.flavor].track(("ghost", run.id), run.ghost, until)
+
+    def release_ghost(self, run: Run) -> None:
+        pool = self.pools[run.flavor]
+        for i, g, m in run.ghost:
+            pool.release(i, g, m)
+        self.timelines[run.flavor].untrack(("ghost", run.id), run.ghost)
+        run.ghost = []
+
+    def drop_terminating(self, run: Run) -> None:
+        self.release_ghost(run)
+        del self.terminating[run.id]
+
+    def resplit(self) -> dict[str, bool]:
+        """Rule 1 over every live job; returns job id -> on loan."""
+        self.shares.clear()
+        out: dict[str, bool] = {}
+        for flavor, order in self.order.items():
+            runs = [run for _, run in order]
+            flags = self.ledgers[flavor].rebuild((r.path, r.r, r.root_r) for r in runs)
+            loans = self.onloan[flavor] = {}
+            for run, ok in zip(runs, flags, strict=True):
+                run.in_quota = ok
+                out[run.id] = not ok
+                if not ok:
+                    loans[run.id] = run
+            entries = sorted((v.priority, -v.started, v.id, v) for v in loans.values())
+            self.loan_sorted[flavor] = entries
+            for key in [k for k in self.loan_sub if k[0] == flavor]:
+                del self.loan_sub[key]
+            counts = self.loan_gpus[flavor] = {}
+            for e in entries:  # already in order: appending keeps every list sorted
+                for n in e[3].path:
+                    self.loan_sub.setdefault((flavor, n), []).append(e)
+                for i, _, _ in e[3].slots:
+                    counts[i] = counts.get(i, 0) + 1
+        return out
+
+    # -- fair share ----------------------------------------------------------------------
+    def share(self, proj: int) -> float:
+        """Dominant share of a project: max over flavors of usage ÷ quota (§5.1)."""
+        best = self.shares.get(proj)
+        if best is not None:
+            return best
+        best = 0.0
+        tentative = self.tentative
+        for f, ledger in self.ledgers.items():
+            used = ledger.u_q[proj] + ledger.u_l[proj]
+            if tentative:
+                used += tentative.get((f, proj), 0)
+            if used:
+                q = ledger.quota[proj]
+                s = used / q if q > 0 else NEVER
+                if s > best:
+                    best = s
+        self.shares[proj] = best
+        return best
+
+    def held(self, p: Pending) -> bool:
+        """Budget hold (§3 rule 9): the tenant or an ancestor is over budget, not approved."""
+        if p.approved or not self.over_budget:
+            return False
+        return any(n in self.over_budget for n in p.path)

@@ -1,0 +1,89 @@
+"""When each GPU of a flavor becomes free: the index EASY backfill plans reservations with.
+
+It knows everything occupying a GPU and until when (live jobs until ``started +
+max_runtime``, terminating victims until ``now + grace``, reservations until their end) and
+keeps per node the sorted busy-until times, rebuilt lazily for the nodes that changed. A GPU
+with usage but nothing tracked on it (``Node.external_milli``) is busy forever.
+
+Earliest start of ``w`` workers of ``g`` whole GPUs: node ``i`` hosts ``k`` workers from its
+``(k·g)``-th smallest busy-until time on, so the start is the ``w``-th smallest of those times
+over all nodes — O(nodes), no replay of every job ending.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from heapq import nsmallest
+
+NEVER = float("inf")
+
+
+class Timeline:
+    """Occupants (jobs, victims in grace, reservations) are registered per node they touch, so
+    an admission costs one dict insert per node, and a node's busy-until times are rebuilt
+    only when a reservation is planned after it changed."""
+
+    __slots__ = ("pool", "occ", "times", "dirty")
+
+    def __init__(self, pool) -> None:
+        self.pool = pool
+        self.occ: list[dict] = [{} for _ in pool.ids]
+        self.times: list[list[float] | None] = [None] * len(pool.ids)
+        self.dirty: set[int] = set(range(len(pool.ids)))
+
+    def track(self, key, slots, until: float) -> None:
+        occ, dirty, last = self.occ, self.dirty, -1
+        for i, _, _ in slots:
+            if i != last:  # slots come grouped by node; a repeat only rewrites the same entry
+                occ[i][key] = (slots, until)
+                dirty.add(i)
+                last = i
+
+    def untrack(self, key, slots) -> None:
+        occ, dirty, last = self.occ, self.dirty, -1
+        for i, _, _ in slots:
+            if i != last:
+                occ[i].pop(key, None)
+                dirty.add(i)
+                last = i
+
+    def _busy(self, i: int) -> list[float]:
+        """Busy-until per GPU of node ``i``: 0.0 when free (so the cache survives the clock
+        moving on), NEVER when used by something not tracked (external usage)."""
+        row = [0.0] * len(self.pool.used[i])
+        for slots, until in self.occ[i].values():
+            for j, x, _ in slots:
+                if j == i and until > row[x]:
+                    row[x] = until
+        for x, u in enumerate(self.pool.used[i]):
+            if u and not row[x]:
+                row[x] = NEVER
+        return row
+
+    def _refresh(self) -> list[list[float] | None]:
+        for i in self.dirty:
+            self.times[i] = sorted(self._busy(i))
+        self.dirty.clear()
+        return self.times
+
+    def earliest(self, workers: int, g: int, now: float) -> float | None:
+        """Earliest time ``workers`` × ``g`` whole GPUs are free (None: never)."""
+        times = self._refresh()
+        if 2 * g > self.pool.maxg:  # one worker per node at most
+            vals = [row[g - 1] for row in times if len(row) >= g]
+        else:
+            vals = [row[k] for row in times for k in range(g - 1, len(row), g)]
+        if len(vals) < workers:
+            return None
+        t = nsmallest(workers, vals)[-1]
+        return None if t == NEVER else max(t, now)
+
+    def caps_at(self, t: float, g: int) -> dict[int, int]:
+        """Workers of ``g`` GPUs each node can host at time ``t``."""
+        k = g - 1
+        return {i: bisect_right(row, t) // g for i, row in enumerate(self.times)
+                if len(row) > k and row[k] <= t}
+
+    def gpus_at(self, i: int, t: float) -> list[int]:
+        """GPU indices of node ``i`` free at time ``t``, lowest first."""
+        return [x for x, busy in enumerate(self._busy(i)) if busy <= t]
