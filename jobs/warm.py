@@ -9,6 +9,7 @@ classes, budget holds) — never from messages that could be lost or reordered:
 * a job holds GPUs or is terminating that this engine did not admit or signal (another process
   ran a cycle, or an operator intervened) → rebuild;
 * a decision of the last cycle did not apply in full (a job was cancelled meanwhile) → rebuild;
+* a job ended while a preemption victim is still in its grace period → rebuild (see _catch_up);
 * otherwise: queued jobs the engine does not know are submitted, known pending jobs no longer
   queued are cancelled, known holders no longer holding are finished.
 
@@ -66,7 +67,13 @@ class WarmEngine:
                     ending.add(key)
         if held - holding or ending - terminating:
             return False
-        self.engine.finish(sorted(holding - held))
+        finished = holding - held
+        if finished and ending:
+            # A victim still in its grace period keeps all its GPUs; the engine's ghost of it
+            # covers only what its preemptor left, so a preemptor leaving first would free GPUs
+            # the victim still uses. Rare (victims exit within their grace): rebuild.
+            return False
+        self.engine.finish(sorted(finished))
         self.engine.cancel(sorted(pending - queued))
         new = queued - pending
         if new:

@@ -73,7 +73,7 @@ def _step(rng, f, tenants, prios, now):
                 )
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(8))
 def test_warm_engine_decides_like_a_cold_one(seed):
     rng = random.Random(seed)
     f, tenants, prios = _world()
