@@ -117,7 +117,12 @@ def _populate(departments: int, projects: int, nodes: int, pending: int) -> None
 
 
 def _reset() -> None:
+    """Every run starts like a fresh portal process: all jobs queued, no warm engine."""
     from django.db import connection
+
+    from jobs.warm import warm_engine
+
+    warm_engine().invalidate()
 
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM jobs_jobevent")
