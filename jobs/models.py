@@ -151,3 +151,6 @@ class JobGpuSample(models.Model):
     class Meta:
         ordering = ["job_id", "minute"]
         constraints = [models.UniqueConstraint(fields=["job", "minute"], name="gpu_sample_unique_minute")]
+
+    def __str__(self):
+        return f"{self.job_id} @ {self.minute:%Y-%m-%d %H:%M}: {self.gpu_util_pct:.0f}%"

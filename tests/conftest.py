@@ -110,5 +110,5 @@ def _cold_scheduler():
 
 
 # A real simulated-cluster server per test that asks for it (tests/simserver.py).
-from tests.simserver import simserver  # noqa: E402, F401
 from tests.prometheus import prometheus_for  # noqa: E402, F401
+from tests.simserver import simserver  # noqa: E402, F401
