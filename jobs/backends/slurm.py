@@ -1,0 +1,564 @@
+"""Slurm backend: the Slurm command line (sbatch, squeue, sacct, scancel, sinfo, scontrol).
+
+Plain Python, no Django. Every call runs a Slurm client with a timeout and a small, fixed
+environment: ``SLURM_CONF`` names the cluster, ``TZ=UTC`` makes every time Slurm prints a UTC time
+(so they can be made timezone-aware without guessing), and nothing of the caller's environment
+(database URLs, secrets) leaks into the jobs, which inherit the environment of ``sbatch``.
+
+How portal concepts map onto Slurm:
+
+* A job is one batch job named ``spec.name`` (``gp-<id>``); ``submit`` looks for an unfinished job
+  of that name in ``squeue`` before it calls ``sbatch``, so a retried dispatch never starts a second one.
+* A gang of ``workers`` × ``gpus_per_worker`` is ``--nodes=<workers> --ntasks-per-node=1
+  --gres=<gres>:<gpus_per_worker>`` on the placement's nodes (``--nodelist``; workers sharing a node
+  become ``--ntasks-per-node``); the batch script runs the command once per worker with ``srun``,
+  which kills the whole gang when one worker fails.
+* Slurm does not requeue our jobs (``--no-requeue``): the portal decides what a node failure means
+  (checkpointing jobs are requeued by the portal, others fail), so Slurm reports NODE_FAIL.
+* Cancel with a grace period sends the grace signal to the job's processes (``scancel --signal``)
+  and leaves a detached waiter that cancels the job when the grace period is over. A job that
+  exits by itself after the signal (checkpoint written, exit 0) still reports *cancelled*:
+  ``cancel`` leaves a marker in the job's directory, so the portal never reads a preempted job as
+  succeeded.
+* Finished jobs: ``squeue`` keeps them for ``MinJobAge`` seconds, ``sacct`` (slurmdbd) for good.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from .base import (
+    CANCELLED,
+    FAILED,
+    LOST,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    BackendError,
+    JobSpec,
+    JobStatus,
+    NodeInfo,
+)
+
+# Slurm job states (long names, as squeue %T and sacct State print them) → portal phases.
+PHASES = {
+    "PENDING": PENDING,
+    "CONFIGURING": PENDING,
+    "PREEMPTED": PENDING,
+    "REQUEUED": PENDING,
+    "REQUEUE_HOLD": PENDING,
+    "REQUEUE_FED": PENDING,
+    "RESV_DEL_HOLD": PENDING,
+    "RUNNING": RUNNING,
+    "COMPLETING": RUNNING,
+    "SUSPENDED": RUNNING,  # still holds its allocation (metering is allocation-based)
+    "STOPPED": RUNNING,
+    "SIGNALING": RUNNING,
+    "STAGE_OUT": RUNNING,
+    "RESIZING": RUNNING,
+    "COMPLETED": SUCCEEDED,
+    "FAILED": FAILED,
+    "TIMEOUT": FAILED,
+    "OUT_OF_MEMORY": FAILED,
+    "DEADLINE": FAILED,
+    "SPECIAL_EXIT": FAILED,
+    "NODE_FAIL": FAILED,
+    "BOOT_FAIL": FAILED,
+    "CANCELLED": CANCELLED,
+    "REVOKED": CANCELLED,
+}
+NODE_FAILURES = {"NODE_FAIL", "BOOT_FAIL"}
+FINISHED = {state for state, phase in PHASES.items() if phase in (SUCCEEDED, FAILED, CANCELLED)}
+# Jobs in these states have processes that a signal can reach.
+SIGNALABLE = {"RUNNING", "SUSPENDED", "STOPPED", "SIGNALING", "CONFIGURING"}
+
+# squeue's --name and sacct's --name take a comma list; keep command lines short.
+NAMES_PER_CALL = 200
+# Replies that mean "that job is already gone", not a failure of scancel.
+GONE = ("already completing or completed", "Invalid job id specified")
+UNSET = {"", "N/A", "None", "Unknown", "NONE"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    """One job as squeue or sacct printed it."""
+
+    job_id: int
+    name: str
+    state: str  # long Slurm state, first word only ("CANCELLED by 0" → CANCELLED)
+    start: datetime | None
+    end: datetime | None
+    nodes: tuple[str, ...]
+    reason: str
+    exit_code: int | None = None
+
+
+class SlurmBackend:
+    """Runs portal jobs on a Slurm cluster through its command-line clients.
+
+    ``slurm_conf`` is the path clients get as ``SLURM_CONF``; ``partition`` limits jobs and the
+    inventory to one partition; ``gres_map`` maps the portal's GRES name for a flavor
+    (``Flavor.slurm_gres``, e.g. ``gpu:a100``) or the flavor's name to the GRES this cluster uses
+    (e.g. ``gpu:nvidia_a100-sxm4-80gb``) — the inventory maps it back. ``jobs_dir`` holds one
+    directory per job (script, output, cancel markers); it must be on a file system the nodes see,
+    and defaults to ``$GPUPOOL_SLURM_JOBS_DIR`` or ``jobs/`` next to the ``etc/`` of ``slurm_conf``.
+    """
+
+    def __init__(
+        self,
+        slurm_conf: str,
+        partition: str | None = None,
+        gres_map: dict[str, str] | None = None,
+        *,
+        jobs_dir: str | None = None,
+        timeout: float = 30.0,
+        grace_signal: str = "USR1",
+        checkpoint_warning_seconds: int = 120,
+        requeue: bool = False,
+        sacct_lookback_days: int = 60,
+    ) -> None:
+        self.slurm_conf = str(slurm_conf)
+        self.partition = partition
+        self.gres_map = dict(gres_map or {})
+        default_jobs = Path(self.slurm_conf).resolve().parent.parent / "jobs"
+        self.jobs_dir = Path(jobs_dir or os.environ.get("GPUPOOL_SLURM_JOBS_DIR") or default_jobs)
+        self.timeout = timeout
+        self.grace_signal = grace_signal
+        self.checkpoint_warning_seconds = checkpoint_warning_seconds
+        self.requeue = requeue
+        self.sacct_lookback = timedelta(days=sacct_lookback_days)
+        self.env = {
+            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            "HOME": os.environ.get("HOME", "/"),
+            "LANG": "C.UTF-8",
+            "TZ": "UTC",
+            "SLURM_TIME_FORMAT": "standard",  # ISO 8601 without zone, e.g. 2024-05-01T12:00:00
+            "SLURM_CONF": self.slurm_conf,
+        }
+
+    # ---- the Backend protocol -------------------------------------------------------------------
+
+    def submit(self, spec: JobSpec) -> str:
+        existing = self._unfinished(spec.name)
+        if existing:
+            return str(existing[-1].job_id)
+        workdir = self.jobs_dir / spec.name
+        workdir.mkdir(parents=True, exist_ok=True)
+        script = workdir / "job.sh"
+        script.write_text(self._script(spec))
+        out = self._run(["sbatch", "--parsable", *self._sbatch_options(spec, workdir), str(script)])
+        return out.strip().split(";")[0]  # "<id>" or "<id>;<cluster>"
+
+    def cancel(self, name: str, *, grace_seconds: int = 0) -> None:
+        for rec in self._unfinished(name):
+            self._mark_cancelled(name, rec.job_id)
+            if grace_seconds > 0 and rec.state in SIGNALABLE:
+                self._scancel(["--signal", self.grace_signal, str(rec.job_id)])
+                self._cancel_later(rec.job_id, grace_seconds)
+            else:
+                self._scancel([str(rec.job_id)])
+
+    def status(self, names: list[str]) -> dict[str, JobStatus]:
+        if not names:
+            return {}
+        live = _newest(self._squeue(names))
+        unsure = [n for n in names if n not in live or live[n].state in FINISHED]
+        done = self._finished(unsure, live) if unsure else {}
+        result = {}
+        for name in names:
+            rec = _pick(live.get(name), done.get(name))
+            if rec is not None and rec.state in FINISHED and rec.exit_code is None:
+                rec = self._with_exit_code(rec)
+            result[name] = self._to_status(name, rec) if rec else JobStatus(name, LOST, message="unknown")
+        return result
+
+    def list_nodes(self) -> list[NodeInfo]:
+        args = ["sinfo", "-h", "-N", "-o", "%N|%G|%T|%f|%E"]
+        if self.partition:
+            args += ["-p", self.partition]
+        nodes: dict[str, NodeInfo] = {}
+        for line in self._run(args).splitlines():
+            if line.strip():
+                node = self._node(line)
+                nodes.setdefault(node.name, node)  # sinfo -N prints a node once per partition
+        return sorted(nodes.values(), key=lambda n: _natural_key(n.name))
+
+    def health(self) -> str:
+        try:
+            self._run(["scontrol", "ping"])
+        except BackendError as exc:
+            return f"slurmctld unreachable: {exc}"
+        try:  # status() needs accounting for finished jobs
+            self._run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"])
+        except BackendError as exc:
+            return f"slurmdbd unreachable: {exc}"
+        return "ok"
+
+    # ---- running the clients ----------------------------------------------------------------------
+
+    def _run(self, args: Sequence[str]) -> str:
+        try:
+            proc = subprocess.run(  # noqa: S603 — fixed Slurm clients, arguments as a list
+                list(args), env=self.env, capture_output=True, text=True, timeout=self.timeout, check=False
+            )
+        except FileNotFoundError as exc:
+            raise BackendError(f"{args[0]} is not installed") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise BackendError(f"{args[0]} timed out after {self.timeout:g}s") from exc
+        if proc.returncode != 0:
+            detail = (proc.stderr or proc.stdout).strip().splitlines()
+            raise BackendError(f"{args[0]} failed ({proc.returncode}): {detail[-1] if detail else ''}")
+        return proc.stdout
+
+    def _scancel(self, args: list[str]) -> None:
+        try:
+            self._run(["scancel", *args])
+        except BackendError as exc:
+            if not any(text in str(exc) for text in GONE):  # gone meanwhile: cancel is idempotent
+                raise
+
+    def _cancel_later(self, job_id: int, seconds: int) -> None:
+        # The kill after the grace period must not block the caller (a Celery task) nor depend on it
+        # staying alive: a detached shell waits, then cancels that job id (never the name, which a
+        # requeued job reuses). It gives up early once the job has ended by itself (checkpoint
+        # written). `sh -c '... &'` returns at once and leaves no child behind.
+        finished = "|".join(sorted(FINISHED))
+        waiter = (
+            f"end=$(($(date +%s) + {int(seconds)})); "
+            f'while [ "$(date +%s)" -lt "$end" ]; do '
+            f'case "$(squeue -h -t all -j {int(job_id)} -o %T 2>/dev/null)" in {finished}) exit 0;; esac; '
+            "sleep 1; done; "
+            f"exec scancel {int(job_id)}"
+        )
+        subprocess.run(  # noqa: S603
+            ["/bin/sh", "-c", f"({waiter}) </dev/null >/dev/null 2>&1 &"],
+            env=self.env,
+            timeout=self.timeout,
+            check=False,
+            start_new_session=True,
+        )
+
+    # ---- submit ----------------------------------------------------------------------------------
+
+    def _sbatch_options(self, spec: JobSpec, workdir: Path) -> list[str]:
+        opts = ["-J", spec.name, "-D", str(workdir), "-o", str(workdir / "slurm-%j.out")]
+        opts += self._layout(spec)
+        if self.partition:
+            opts += ["-p", self.partition]
+        if spec.max_runtime_seconds:
+            opts.append(f"--time={_minutes(spec.max_runtime_seconds)}")
+        if spec.checkpointing:
+            # Warn the job before its time limit kills it, so it can write a checkpoint.
+            opts.append(f"--signal={self.grace_signal}@{self.checkpoint_warning_seconds}")
+        if not self.requeue:
+            opts.append("--no-requeue")
+        if spec.labels:
+            opts.append("--comment=" + ",".join(f"{k}={_safe(v)}" for k, v in sorted(spec.labels.items())))
+        return opts
+
+    def _layout(self, spec: JobSpec) -> list[str]:
+        """Node count, tasks and GRES: one task per worker, on the placement's nodes."""
+        gres = self._gres(spec)
+        gpus = max(spec.gpus_per_worker, 1)  # a shared (gpu_milli) request still takes a whole GPU here
+        # A worker's GPUs are all on one node; several workers may share a node.
+        per_node = Counter(worker[0].node for worker in spec.placement if worker)
+        if not per_node:
+            return [f"--nodes={spec.workers}", "--ntasks-per-node=1", f"--gres={gres}:{gpus}"]
+        most = max(per_node.values())
+        opts = [f"--nodes={len(per_node)}", f"--ntasks-per-node={most}", f"--gres={gres}:{most * gpus}"]
+        if most > 1:
+            # Workers of a node share its GPUs (CUDA_VISIBLE_DEVICES lists them all; a worker takes
+            # its slice by SLURM_LOCALID). GRES is per node in Slurm, so with an uneven spread
+            # (2 + 1) the lighter node is asked for as many GPUs as the heaviest.
+            opts.append(f"--ntasks={spec.workers}")
+        return [*opts, "--nodelist=" + ",".join(per_node)]
+
+    def _gres(self, spec: JobSpec) -> str:
+        for key in (spec.slurm_gres, spec.flavor):
+            if key and key in self.gres_map:
+                return self.gres_map[key]
+        return spec.slurm_gres or "gpu"
+
+    def _script(self, spec: JobSpec) -> str:
+        env = {
+            "GPUPOOL_JOB_NAME": spec.name,
+            "GPUPOOL_JOB_KIND": spec.kind,
+            "GPUPOOL_IMAGE": spec.image,  # no container runtime here: the command runs on the node
+            "GPUPOOL_GRACE_SIGNAL": self.grace_signal,
+            "GPUPOOL_GPUS_PER_WORKER": spec.gpus_per_worker,
+            **{f"GPUPOOL_{_env_key(k)}": v for k, v in spec.labels.items()},
+        }
+        exports = "\n".join(f"export {k}={shlex.quote(str(v))}" for k, v in env.items())
+        command = spec.command or "true"
+        # srun starts one task per worker; --kill-on-bad-exit ends the gang when one worker fails.
+        return (
+            f"#!/bin/bash\n# gpupool job {spec.name} (generated)\n{exports}\n"
+            f"srun --kill-on-bad-exit=1 /bin/bash -c {shlex.quote(command)}\n"
+        )
+
+    # ---- lookups ---------------------------------------------------------------------------------
+
+    def _unfinished(self, name: str) -> list[_Record]:
+        """The jobs of that name Slurm has not finished, oldest first. The controller is authoritative
+        for live jobs; accounting may lag behind it or hold stale rows after a crash."""
+        return sorted((r for r in self._squeue([name]) if r.state not in FINISHED), key=lambda r: r.job_id)
+
+    def _squeue(self, names: list[str]) -> list[_Record]:
+        records = []
+        for chunk in _chunks(names, NAMES_PER_CALL):
+            out = self._run(
+                ["squeue", "-h", "-t", "all", "--name=" + ",".join(chunk), "-o", "%i|%j|%T|%S|%e|%N|%r"]
+            )
+            for line in out.splitlines():
+                if line.strip():
+                    job_id, name, state, start, end, nodes, reason = line.split("|", 6)
+                    active = PHASES.get(state) != PENDING  # a pending job's %S is a forecast
+                    records.append(
+                        _Record(
+                            int(job_id),
+                            name,
+                            state,
+                            _time(start) if active else None,
+                            _time(end) if state in FINISHED else None,
+                            expand_hostlist(nodes),
+                            reason,
+                        )
+                    )
+        return records
+
+    def _finished(self, names: list[str], live: dict[str, _Record]) -> dict[str, _Record]:
+        """Accounting's newest record per name. Without slurmdbd, jobs the controller still
+        remembers are answered from squeue; any other name cannot be called lost: raise."""
+        try:
+            return _newest(self._sacct(names))
+        except BackendError:
+            if all(name in live for name in names):
+                return {}
+            raise
+
+    def _sacct(self, names: list[str]) -> list[_Record]:
+        # sacct starts at midnight by default: look back far enough for any job the portal tracks.
+        since = (datetime.now(UTC) - self.sacct_lookback).strftime("%Y-%m-%dT%H:%M:%S")
+        records = []
+        for chunk in _chunks(names, NAMES_PER_CALL):
+            out = self._run(
+                [
+                    "sacct",
+                    "-X",
+                    "-n",
+                    "-P",
+                    "-a",
+                    "-S",
+                    since,
+                    "-E",
+                    "now",
+                    "--name=" + ",".join(chunk),
+                    "-o",
+                    "JobIDRaw,JobName,State,Start,End,ExitCode,NodeList,Reason",
+                ]
+            )
+            for line in out.splitlines():
+                if line.strip():
+                    records.append(_sacct_record(line))
+        return records
+
+    def _with_exit_code(self, rec: _Record) -> _Record:
+        """A job squeue already shows finished may not have reached accounting yet (slurmdbd gets
+        it asynchronously): the controller still has its exit code for MinJobAge seconds."""
+        out = self._run(["scontrol", "-o", "show", "job", str(rec.job_id)])
+        match = re.search(r"\bExitCode=(\S+)", out)
+        return replace(rec, exit_code=_exit_code(match.group(1))) if match else rec
+
+    def _to_status(self, name: str, rec: _Record) -> JobStatus:
+        phase = PHASES.get(rec.state, FAILED)
+        message = rec.state if rec.reason in UNSET else f"{rec.state} ({rec.reason})"
+        if phase in (SUCCEEDED, FAILED) and self._cancel_marked(name, rec.job_id):
+            phase, message = CANCELLED, f"cancelled by the portal, ended {message}"
+        return JobStatus(
+            name=name,
+            phase=phase,
+            started_at=rec.start,
+            finished_at=rec.end if phase in (SUCCEEDED, FAILED, CANCELLED) else None,
+            exit_code=rec.exit_code,
+            message=message,
+            nodes=rec.nodes,
+            node_failure=rec.state in NODE_FAILURES,
+        )
+
+    def _marker(self, name: str, job_id: int) -> Path:
+        return self.jobs_dir / name / f"cancelled-{job_id}"
+
+    def _mark_cancelled(self, name: str, job_id: int) -> None:
+        marker = self._marker(name, job_id)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+
+    def _cancel_marked(self, name: str, job_id: int) -> bool:
+        return self._marker(name, job_id).exists()
+
+    # ---- inventory -------------------------------------------------------------------------------
+
+    def _node(self, line: str) -> NodeInfo:
+        name, gres, state, features, _reason = line.split("|", 4)
+        gres_type, count = _gpu_gres(gres)
+        topo = dict(f.split("-", 1) for f in features.split(",") if "-" in f)
+        return NodeInfo(
+            name=name,
+            flavor_hint=self._flavor_hint(gres_type),
+            gpus=count,
+            state=node_state(state),
+            zone=topo.get("zone", ""),
+            spine=topo.get("spine", ""),
+            leaf=topo.get("leaf", ""),
+        )
+
+    def _flavor_hint(self, gres_type: str) -> str:
+        for portal_name, cluster_gres in self.gres_map.items():
+            if cluster_gres == gres_type:
+                return portal_name
+        return gres_type
+
+
+# ---- parsing helpers (pure) --------------------------------------------------------------------------
+
+
+def node_state(sinfo_state: str) -> str:
+    """sinfo's long node state (``idle``, ``mixed``, ``drained``, ``down*``, ``idle~``…) → ready |
+    cordoned | down. A trailing ``*`` means the node does not answer."""
+    state = sinfo_state.strip().lower()
+    if state.endswith("*"):
+        return "down"
+    base = state.rstrip("~#%$@^-!+").split("+")[0]
+    if base in {"down", "unknown", "inval", "future", "powered_down", "power_down", "powering_down"}:
+        return "down"
+    if base.startswith(("drain", "fail", "maint", "reboot")):
+        return "cordoned"
+    return "ready"
+
+
+def expand_hostlist(text: str) -> tuple[str, ...]:
+    """``gpu-a100-[1-2,4],login1`` → (gpu-a100-1, gpu-a100-2, gpu-a100-4, login1)."""
+    text = text.strip()
+    if text in UNSET or text.startswith(("(", "None")):
+        return ()
+    hosts: list[str] = []
+    for part in _split_top(text):
+        hosts.extend(_expand_one(part))
+    return tuple(hosts)
+
+
+def _split_top(text: str) -> Iterable[str]:
+    depth, start = 0, 0
+    for i, ch in enumerate(text):
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            yield text[start:i]
+            start = i + 1
+    yield text[start:]
+
+
+def _expand_one(pattern: str) -> list[str]:
+    match = re.search(r"\[([^\]]*)\]", pattern)
+    if not match:
+        return [pattern] if pattern else []
+    head, tail = pattern[: match.start()], pattern[match.end() :]
+    out = []
+    for item in match.group(1).split(","):
+        lo, _, hi = item.partition("-")
+        width = len(lo)  # zero padding, as in node[01-16]
+        for n in range(int(lo), int(hi or lo) + 1):
+            out.extend(_expand_one(f"{head}{n:0{width}d}{tail}"))
+    return out
+
+
+def _gpu_gres(gres: str) -> tuple[str, int]:
+    """``gpu:a100:8(S:0-1)`` → (``gpu:a100``, 8); several gpu entries are summed under the first type."""
+    kind, total = "", 0
+    for entry in _split_top(re.sub(r"\([^)]*\)", "", gres)):
+        parts = entry.strip().split(":")
+        if parts[0] != "gpu" or len(parts) < 2 or not parts[-1].isdigit():
+            continue
+        total += int(parts[-1])
+        kind = kind or ":".join(parts[:-1])
+    return kind, total
+
+
+def _sacct_record(line: str) -> _Record:
+    job_id, name, state, start, end, exit_code, nodes, reason = line.split("|", 7)
+    state = state.split()[0] if state.strip() else "UNKNOWN"  # "CANCELLED by 0"
+    return _Record(
+        int(job_id),
+        name,
+        state,
+        _time(start),
+        _time(end),
+        expand_hostlist(nodes),
+        reason,
+        _exit_code(exit_code),
+    )
+
+
+def _exit_code(text: str) -> int | None:
+    """sacct's ``status:signal``: the exit status, or 128 + signal when a signal ended the job."""
+    status, _, signal = text.partition(":")
+    if not status.isdigit():
+        return None
+    return 128 + int(signal) if signal.isdigit() and int(signal) else int(status)
+
+
+def _time(text: str) -> datetime | None:
+    text = text.strip()
+    if text in UNSET:
+        return None
+    try:
+        return datetime.fromisoformat(text).replace(tzinfo=UTC)  # clients run with TZ=UTC
+    except ValueError:
+        return None
+
+
+def _newest(records: Iterable[_Record]) -> dict[str, _Record]:
+    """The most recent job per name (a requeued portal job reuses its name)."""
+    newest: dict[str, _Record] = {}
+    for rec in records:
+        if rec.name not in newest or rec.job_id > newest[rec.name].job_id:
+            newest[rec.name] = rec
+    return newest
+
+
+def _pick(live: _Record | None, done: _Record | None) -> _Record | None:
+    """squeue for live jobs; sacct for finished ones (it has the exit code) when it knows that job."""
+    if live is None:
+        return done
+    if live.state in FINISHED and done is not None and done.job_id == live.job_id:
+        # sacct's Reason is often just "None" where the controller still says why (e.g. NodeDown).
+        return done if done.reason not in UNSET else replace(done, reason=live.reason)
+    return live
+
+
+def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _minutes(seconds: int) -> int:
+    return max(1, -(-int(seconds) // 60))  # Slurm time limits have minute resolution: round up
+
+
+def _safe(value: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.@-]", "_", str(value))
+
+
+def _env_key(key: str) -> str:
+    return re.sub(r"[^A-Z0-9_]", "_", key.upper())
+
+
+def _natural_key(name: str) -> list:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]

@@ -1,0 +1,405 @@
+"""The Slurm backend against a real cluster: slurmctld, slurmdbd (on the machine's MariaDB) and four
+fake-GPU slurmd nodes, started by deploy/slurm/start.sh in a temporary RUN_DIR for this module and
+stopped (accounting purged) at its end.
+
+Where Slurm cannot be installed or started the tests skip, except under CI (``CI`` set), where a
+missing cluster fails the run.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from jobs.backends.base import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    BackendError,
+    JobSpec,
+    Slot,
+)
+from jobs.backends.slurm import SlurmBackend, expand_hostlist, node_state
+
+pytestmark = pytest.mark.slurm
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "slurm"
+NODES = [f"gpu-a100-{i}" for i in range(1, 5)]
+
+
+@dataclass
+class Cluster:
+    run_dir: Path
+    conf: str
+    env: dict[str, str]
+    start_args: list[str]
+
+    def scontrol(self, *args: str) -> str:
+        return _sh(["scontrol", *args], self.env).stdout
+
+
+def _sh(args: list[str], env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout, check=True)
+
+
+def _free_port_base(span: int) -> int:
+    """A base port with ``span`` free ports above it, so this cluster clashes with no other one."""
+    for _ in range(50):
+        base = random.randrange(20000, 32000, 100)  # below the kernel's ephemeral ports
+        try:
+            for port in range(base, base + span):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no free port range")
+
+
+def _unavailable(message: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    run_dir = Path(tempfile.mkdtemp(prefix="gp-slurm-"))  # short: slurmd puts unix sockets under it
+    env = {**os.environ, "SLURM_PORT_BASE": str(_free_port_base(10 + len(NODES) + 1))}
+    args = [str(DEPLOY / "start.sh"), str(run_dir), "--nodes", str(len(NODES)), "--gpus-per-node", "8"]
+    try:
+        _sh([str(DEPLOY / "install.sh")], env, timeout=900)
+        started = time.monotonic()
+        out = _sh(args, env).stdout
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+        subprocess.run([str(DEPLOY / "stop.sh"), str(run_dir), "--purge"], env=env, check=False)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        _unavailable(f"no Slurm cluster: {exc}\n{getattr(exc, 'stderr', '')}")
+    conf = out.strip().splitlines()[-1].removeprefix("export SLURM_CONF=")
+    print(f"slurm cluster up in {time.monotonic() - started:.1f}s")
+    env["SLURM_CONF"] = conf
+    try:
+        yield Cluster(run_dir, conf, env, args)
+    finally:
+        subprocess.run([str(DEPLOY / "stop.sh"), str(run_dir), "--purge"], env=env, check=False, timeout=120)
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def backend(cluster) -> SlurmBackend:
+    return SlurmBackend(cluster.conf, timeout=30)
+
+
+def wait_for(check: Callable[[], object], timeout: float = 30, interval: float = 0.3):
+    """Poll ``check`` until it returns something truthy; that value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {check}")
+        time.sleep(interval)
+
+
+_ids = iter(range(1000, 100000))
+
+
+def make_spec(command: str, *, nodes=("gpu-a100-1",), gpus: int = 1, **kw) -> JobSpec:
+    job_id = next(_ids)
+    return JobSpec(
+        job_id=job_id,
+        name=f"gp-{job_id}",
+        kind="training",
+        image="pytorch:2",
+        command=command,
+        flavor="A100-80G",
+        k8s_resource="nvidia.com/gpu",
+        slurm_gres="gpu:a100",
+        workers=len(nodes),
+        gpus_per_worker=gpus,
+        gpu_milli=None,
+        placement=tuple(tuple(Slot(node, g, 1000) for g in range(gpus)) for node in nodes),
+        labels={"job": str(job_id), "project": "pa", "department": "A", "user": "alice"},
+        **kw,
+    )
+
+
+def phase_of(backend: SlurmBackend, name: str, *phases: str):
+    st = backend.status([name])[name]
+    return st if st.phase in phases else None
+
+
+def squeue_ids(cluster: Cluster, name: str) -> list[str]:
+    return _sh(["squeue", "-h", "-t", "all", "--name", name, "-o", "%i"], cluster.env).stdout.split()
+
+
+def test_inventory_has_four_nodes_with_eight_gpus_and_topology(backend):
+    nodes = backend.list_nodes()
+    assert [n.name for n in nodes] == NODES
+    assert {(n.flavor_hint, n.gpus, n.state, n.zone, n.spine) for n in nodes} == {
+        ("gpu:a100", 8, "ready", "z1", "s1")
+    }
+    assert [n.leaf for n in nodes] == ["l1", "l1", "l2", "l2"]
+    assert backend.health() == "ok"
+
+
+def test_gang_job_runs_on_its_placement_and_reports_back(backend, cluster):
+    # Not the first nodes Slurm would pick by itself: the node list must come from the placement.
+    spec = make_spec(
+        'echo "$SLURM_PROCID $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES" > rank-$SLURM_PROCID.txt; sleep 2',
+        nodes=("gpu-a100-2", "gpu-a100-4"),
+        gpus=2,
+    )
+    job_id = backend.submit(spec)
+    seen = []
+
+    def finished():
+        st = backend.status([spec.name])[spec.name]
+        seen.append(st.phase)
+        return st if st.phase not in (PENDING, RUNNING) else None
+
+    st = wait_for(finished, timeout=60)
+    assert RUNNING in seen
+    assert st.phase == SUCCEEDED and st.exit_code == 0 and not st.node_failure
+    assert st.nodes == ("gpu-a100-2", "gpu-a100-4")
+    assert st.started_at.tzinfo is not None and st.started_at <= st.finished_at
+    assert abs((datetime.now(UTC) - st.finished_at).total_seconds()) < 30  # right zone, not only aware
+    assert (st.finished_at - st.started_at).total_seconds() >= 2
+    workdir = cluster.run_dir / "jobs" / spec.name
+    ranks = sorted((workdir / f"rank-{r}.txt").read_text().split() for r in range(2))
+    assert ranks == [["0", "gpu-a100-2", "0,1"], ["1", "gpu-a100-4", "0,1"]]
+    job = cluster.scontrol("show", "job", job_id)
+    assert "NumNodes=2" in job and "gres/gpu:a100=4" in job and "Comment=department=A,job=" in job
+
+
+def test_failed_job_reports_its_exit_code(backend):
+    spec = make_spec("exit 3")
+    backend.submit(spec)
+    st = wait_for(lambda: phase_of(backend, spec.name, FAILED, SUCCEEDED))
+    assert st.phase == FAILED and st.exit_code == 3 and st.finished_at is not None
+
+
+def test_submit_twice_makes_one_slurm_job_and_cancel_reaches_slurm(backend, cluster):
+    spec = make_spec("sleep 60")
+    first = backend.submit(spec)
+    assert backend.submit(spec) == first
+    assert squeue_ids(cluster, spec.name) == [first]
+    wait_for(lambda: phase_of(backend, spec.name, RUNNING))
+    backend.cancel(spec.name)
+    st = wait_for(lambda: phase_of(backend, spec.name, CANCELLED, FAILED, SUCCEEDED))
+    assert st.phase == CANCELLED and st.finished_at is not None
+    backend.cancel(spec.name)  # idempotent
+    assert squeue_ids(cluster, spec.name) == [first]
+
+
+def test_grace_period_signals_then_cancels(backend, cluster):
+    # The job notes the signal and keeps running: the kill comes when the grace period is over.
+    spec = make_spec(
+        "trap 'date +%s.%N > signalled' USR1; touch ready; while :; do sleep 0.1; done",
+        checkpointing=True,
+        max_runtime_seconds=3600,
+    )
+    workdir = cluster.run_dir / "jobs" / spec.name
+    job_id = backend.submit(spec)
+    assert "TimeLimit=01:00:00" in cluster.scontrol("show", "job", job_id)
+    wait_for(lambda: (workdir / "ready").exists())  # the trap is set
+    asked = time.time()
+    backend.cancel(spec.name, grace_seconds=3)
+    signalled = float(
+        wait_for(lambda: (workdir / "signalled").exists() and (workdir / "signalled").read_text())
+    )
+    assert signalled - asked < 2
+    assert backend.status([spec.name])[spec.name].phase == RUNNING  # still in its grace period
+    st = wait_for(lambda: phase_of(backend, spec.name, CANCELLED, FAILED, SUCCEEDED), timeout=20)
+    assert st.phase == CANCELLED
+    assert st.finished_at.timestamp() >= asked + 2  # not before the grace period (Slurm: whole seconds)
+
+
+def test_job_that_exits_after_the_signal_still_reports_cancelled(backend, cluster):
+    # A checkpointing job saves and exits 0 on the signal; Slurm says COMPLETED, the portal must
+    # not read a preempted job as succeeded.
+    spec = make_spec("trap 'exit 0' USR1; touch ready; while :; do sleep 0.1; done", checkpointing=True)
+    backend.submit(spec)
+    wait_for(lambda: (cluster.run_dir / "jobs" / spec.name / "ready").exists())
+    backend.cancel(spec.name, grace_seconds=30)
+    st = wait_for(lambda: phase_of(backend, spec.name, CANCELLED, FAILED, SUCCEEDED))
+    assert st.phase == CANCELLED and st.exit_code == 0 and "COMPLETED" in st.message
+
+
+def test_drained_node_is_cordoned(backend, cluster):
+    cluster.scontrol("update", "NodeName=gpu-a100-4", "State=DRAIN", "Reason=XID-79")
+    try:
+        states = {n.name: n.state for n in backend.list_nodes()}
+        assert states["gpu-a100-4"] == "cordoned" and states["gpu-a100-1"] == "ready"
+    finally:
+        cluster.scontrol("update", "NodeName=gpu-a100-4", "State=RESUME")
+    # A resumed node shows "idle*" (not responding) until the controller has pinged it again.
+    wait_for(lambda: {n.name: n.state for n in backend.list_nodes()}["gpu-a100-4"] == "ready", timeout=20)
+
+
+def _node_down(cluster: Cluster, node: str) -> None:
+    cluster.scontrol("update", f"NodeName={node}", "State=DOWN", "Reason=test-node-down")
+
+
+def _node_back(cluster: Cluster, node: str) -> None:
+    # ReturnToService=2 brings a DOWN node back as soon as its slurmd registers again; make sure.
+    resume = ["scontrol", "update", f"NodeName={node}", "State=RESUME"]
+    subprocess.run(resume, env=cluster.env, check=False, capture_output=True)  # fails if already back
+    wait_for(lambda: "idle" in _sh(["sinfo", "-h", "-n", node, "-o", "%T"], cluster.env).stdout)
+
+
+def _started(cluster: Cluster, spec: JobSpec) -> None:
+    # RUNNING only means the batch script started: a node that goes down before srun has started
+    # the worker leaves that worker running on (this fake) node until it ends by itself.
+    wait_for(lambda: (cluster.run_dir / "jobs" / spec.name / "ready").exists())
+
+
+def test_node_down_fails_its_job_with_node_failure(backend, cluster):
+    spec = make_spec("touch ready; sleep 60", nodes=("gpu-a100-3",))
+    backend.submit(spec)
+    _started(cluster, spec)
+    _node_down(cluster, "gpu-a100-3")
+    try:
+        st = wait_for(lambda: phase_of(backend, spec.name, FAILED, CANCELLED, SUCCEEDED, PENDING))
+        assert st.phase == FAILED and st.node_failure
+        assert "NODE_FAIL" in st.message and st.finished_at is not None
+    finally:
+        _node_back(cluster, "gpu-a100-3")
+
+
+def test_with_slurm_requeue_a_node_failure_requeues_the_job(cluster):
+    # What Slurm 22.05 itself does with a requeueable batch job (not our default): it puts the job
+    # back to PENDING (Restarts=1, held for ~2 min by a BeginTime) — reported as pending.
+    backend = SlurmBackend(cluster.conf, requeue=True)
+    spec = make_spec("touch ready; sleep 60", nodes=("gpu-a100-3",))
+    job_id = backend.submit(spec)
+    _started(cluster, spec)
+    _node_down(cluster, "gpu-a100-3")
+    try:
+        st = wait_for(lambda: phase_of(backend, spec.name, PENDING, FAILED, CANCELLED))
+        assert st.phase == PENDING and not st.node_failure
+        assert "Restarts=1" in cluster.scontrol("show", "job", job_id)
+    finally:
+        backend.cancel(spec.name)
+        _node_back(cluster, "gpu-a100-3")
+
+
+def test_killed_slurmd_takes_its_node_down_and_fails_its_job(backend, cluster):
+    # SIGKILL, like a crashed host: the controller notices only when SlurmdTimeout passes (start.sh
+    # sets it low; about 17 s here).
+    spec = make_spec("touch ready; sleep 120", nodes=("gpu-a100-2",))
+    backend.submit(spec)
+    _started(cluster, spec)
+    os.kill(int((cluster.run_dir / "slurmd-gpu-a100-2.pid").read_text()), 9)
+    try:
+        st = wait_for(lambda: phase_of(backend, spec.name, FAILED, CANCELLED, SUCCEEDED, PENDING), timeout=60)
+        assert st.phase == FAILED and st.node_failure and "NODE_FAIL" in st.message
+        assert {n.name: n.state for n in backend.list_nodes()}["gpu-a100-2"] == "down"
+    finally:
+        _sh(cluster.start_args, cluster.env)  # idempotent: starts only the missing slurmd
+    # The restarted slurmd is told to end the job's orphaned worker.
+    wait_for(lambda: not _job_steps(cluster), timeout=20)
+    assert {n.name: n.state for n in backend.list_nodes()}["gpu-a100-2"] == "ready"
+
+
+def test_without_slurmdbd_finished_jobs_come_from_the_controller(backend, cluster):
+    spec = make_spec("exit 0")
+    backend.submit(spec)
+    wait_for(lambda: phase_of(backend, spec.name, SUCCEEDED, FAILED))
+    pid = int((cluster.run_dir / "slurmdbd.pid").read_text())
+    os.kill(pid, 15)
+    wait_for(lambda: not Path(f"/proc/{pid}").exists())
+    try:
+        assert backend.health().startswith("slurmdbd unreachable")
+        st = backend.status([spec.name])[spec.name]  # squeue keeps it for MinJobAge
+        assert st.phase == SUCCEEDED and st.exit_code == 0 and st.finished_at is not None
+        with pytest.raises(BackendError):  # not known to the controller: lost or not, nobody can say
+            backend.status([spec.name, "gp-999998"])
+    finally:
+        _sh(cluster.start_args, cluster.env)  # idempotent: starts only slurmdbd
+    assert backend.health() == "ok"
+
+
+def test_unknown_name_is_lost(backend):
+    assert backend.status(["gp-999999"])["gp-999999"].phase == "lost"
+
+
+def _job_steps(cluster: Cluster) -> list[str]:
+    """Our slurmstepd processes (they inherit SLURM_CONF from our slurmds)."""
+    steps = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if (proc / "comm").read_text().strip() == "slurmstepd" and (
+                f"SLURM_CONF={cluster.conf}".encode() in (proc / "environ").read_bytes().split(b"\0")
+            ):
+                steps.append(proc.name)
+        except OSError:  # gone meanwhile, or a zombie
+            continue
+    return steps
+
+
+def test_calls_raise_backend_error_when_the_controller_is_down(backend, cluster):
+    # Steps still winding down would retry their completion message for a minute or more while
+    # the controller is away: let earlier tests' jobs finish first.
+    wait_for(lambda: not _job_steps(cluster), timeout=20)
+    pid = int((cluster.run_dir / "slurmctld.pid").read_text())
+    os.kill(pid, 15)
+    wait_for(lambda: not Path(f"/proc/{pid}").exists())
+    try:
+        assert backend.health().startswith("slurmctld unreachable")
+        calls = [
+            lambda: backend.status(["gp-1"]),
+            backend.list_nodes,
+            lambda: backend.submit(make_spec("true")),
+            lambda: backend.cancel("gp-1"),
+        ]
+        with ThreadPoolExecutor(len(calls)) as pool:  # each client retries for ~MessageTimeout
+            errors = list(pool.map(_error_of, calls))
+        assert all(isinstance(e, BackendError) for e in errors), errors
+    finally:
+        _sh(cluster.start_args, cluster.env)  # idempotent: starts only the controller again
+    assert backend.health() == "ok"
+
+
+def _error_of(call: Callable[[], object]) -> Exception | None:
+    try:
+        call()
+    except Exception as exc:
+        return exc
+    return None
+
+
+def test_parsers():
+    assert expand_hostlist("gpu-a100-[1-2,4],n[08-10]") == (
+        "gpu-a100-1",
+        "gpu-a100-2",
+        "gpu-a100-4",
+        "n08",
+        "n09",
+        "n10",
+    )
+    assert expand_hostlist("None assigned") == ()
+    assert [node_state(s) for s in ("idle", "mixed", "drained", "draining", "down*", "idle*", "down")] == [
+        "ready",
+        "ready",
+        "cordoned",
+        "cordoned",
+        "down",
+        "down",
+        "down",
+    ]
