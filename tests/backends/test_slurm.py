@@ -403,3 +403,93 @@ def test_parsers():
         "down",
         "down",
     ]
+
+
+# -- through the portal ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def portal_on_slurm(cluster, db):
+    """The portal's view of the Slurm cluster: inventory synced from sinfo, one project with
+    quota for all 32 GPUs."""
+    from jobs.inventory import sync_inventory
+    from quotas.models import Cluster as PortalCluster
+    from tests import factories as fx
+
+    flavor = fx.flavor("A100-slurm")
+    flavor.slurm_gres = "gpu:a100"
+    flavor.save()
+    portal_cluster = PortalCluster.objects.create(
+        name="slurm-test", kind="slurm", config={"slurm_conf": cluster.conf}
+    )
+    counts = sync_inventory(portal_cluster)
+    assert counts["created"] == len(NODES), counts
+    dept = fx.department("S")
+    project = fx.project("s1", dept)
+    fx.quota(flavor, dept, 32)
+    fx.quota(flavor, project, 32)
+    return flavor, portal_cluster, project
+
+
+def _sync_until(portal_cluster, job, states, timeout=60):
+    from jobs import dispatch
+
+    def reached():
+        dispatch.sync_cluster(portal_cluster.pk)
+        job.refresh_from_db()
+        return job.state in states
+
+    wait_for(reached, timeout=timeout, interval=0.5)
+    return job
+
+
+def test_a_gang_submitted_through_the_portal_runs_on_slurm_and_flows_back(portal_on_slurm):
+    from jobs import dispatch
+    from jobs.scheduling import schedule_once
+    from tests import factories as fx
+
+    flavor, portal_cluster, project = portal_on_slurm
+    job = fx.submit(project, flavor, workers=2, gpus=8, name="gang", command="sleep 2")
+    assert schedule_once().admitted == 1
+    job.refresh_from_db()
+    placed = {node for worker in job.placement for node, _gpu, _milli in worker}
+    assert len(placed) == 2  # a worker of 8 GPUs fills a node: a 2-node gang
+    assert dispatch.dispatch_job(job.pk) == "dispatched"
+    _sync_until(portal_cluster, job, {"succeeded"})
+    transitions = list(job.events.filter(kind="transition").values_list("to_state", flat=True))
+    assert transitions == ["queued", "admitted", "running", "succeeded"]
+    assert job.started_at <= job.finished_at and job.exit_code == 0
+
+
+def test_preemption_and_cancel_through_the_portal_reach_slurm(portal_on_slurm):
+    from jobs import dispatch
+    from jobs.scheduling import schedule_once
+    from jobs.services import job_cancel
+    from tests import factories as fx
+
+    flavor, portal_cluster, project = portal_on_slurm
+    low = fx.submit(
+        project, flavor, workers=4, gpus=8, name="low", command="sleep 300", prio=fx.priority("low", 10)
+    )
+    schedule_once()
+    dispatch.dispatch_job(low.pk)
+    _sync_until(portal_cluster, low, {"running"})
+    high = fx.submit(
+        project, flavor, workers=1, gpus=8, name="high", command="sleep 300", prio=fx.priority("high", 500)
+    )
+    assert schedule_once().preempted == 1  # rule 6: a higher priority in the same project
+    assert dispatch.stop_job(low.pk) == "stopping"
+    _sync_until(portal_cluster, low, {"queued"})
+    assert list(low.events.filter(kind="transition").values_list("to_state", flat=True))[-2:] == [
+        "preempted",
+        "queued",
+    ]
+    assert dispatch.dispatch_job(high.pk) == "dispatched"
+    _sync_until(portal_cluster, high, {"running"})
+    job_cancel(actor=fx.platform_admin(), job=high)
+    dispatch.stop_job(high.pk)
+    _sync_until(portal_cluster, high, {"cancelled"})
+    assert (
+        SlurmBackend(portal_cluster.config["slurm_conf"]).status([f"gp-{high.pk}"])[f"gp-{high.pk}"].phase
+        == CANCELLED
+    )
