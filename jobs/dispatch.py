@@ -116,7 +116,9 @@ def stop_job(job_id: int) -> str:
     """Stop a dispatched job that was preempted or cancelled, once (claimed)."""
     now = timezone.now()
     claimed = Job.objects.filter(
-        Q(terminating_since__isnull=False) | Q(cancel_requested_at__isnull=False),
+        Q(terminating_since__isnull=False)
+        | Q(cancel_requested_at__isnull=False)
+        | Q(expire_requested_at__isnull=False),
         pk=job_id,
         state__in=list(HOLDING),
         dispatched_at__isnull=False,
@@ -173,6 +175,12 @@ def _finish(job: Job, st: base.JobStatus) -> str:
     if job.cancel_requested_at and st.phase in (base.CANCELLED, base.FAILED, base.LOST):
         job_transition(job, JobState.CANCELLED, reason="cancelled by user", **ended)
         return "cancelled"
+    if _overran(job, st):
+        state = JobState.EXPIRED if job.kind == "dev" else JobState.FAILED
+        job_transition(
+            job, state, reason="lifetime ended" if job.kind == "dev" else "max runtime exceeded", **ended
+        )
+        return str(state)
     if job.terminating_since and st.phase in (base.CANCELLED, base.FAILED, base.LOST):
         job_transition(job, JobState.PREEMPTED, reason="preempted", **ended)
         _requeue(job, "requeued after preemption")
@@ -186,6 +194,43 @@ def _finish(job: Job, st: base.JobStatus) -> str:
         return "requeued"
     job_transition(job, JobState.FAILED, reason=st.message or st.phase, **ended)
     return "failed"
+
+
+def _overran(job: Job, st: base.JobStatus) -> bool:
+    """Stopped by us at its deadline, or by the backend's own time limit."""
+    if st.phase not in (base.CANCELLED, base.FAILED, base.LOST):
+        return False
+    return job.expire_requested_at is not None or "max runtime" in st.message.lower()
+
+
+def expire_overdue(now: datetime | None = None) -> list[int]:
+    """Ask running jobs past ``max_runtime_seconds`` (a dev job's lifetime) to stop; the status
+    sync then records ``expired`` (dev) or ``failed``. Claimed once per job."""
+    now = now or timezone.now()
+    overdue = [
+        pk
+        for pk, started, limit in Job.objects.filter(
+            state=JobState.RUNNING,
+            max_runtime_seconds__isnull=False,
+            expire_requested_at__isnull=True,
+            started_at__isnull=False,
+        ).values_list("pk", "started_at", "max_runtime_seconds")
+        if started + timedelta(seconds=limit) <= now
+    ]
+    claimed = []
+    for pk in overdue:
+        if Job.objects.filter(pk=pk, expire_requested_at__isnull=True).update(expire_requested_at=now):
+            job = Job.objects.get(pk=pk)
+            JobEvent.objects.create(
+                job=job,
+                kind="expire_requested",
+                from_state=job.state,
+                to_state=job.state,
+                reason="max runtime reached",
+                at=now,
+            )
+            claimed.append(pk)
+    return claimed
 
 
 def _requeue(job: Job, reason: str) -> None:
@@ -202,6 +247,7 @@ def _requeue(job: Job, reason: str) -> None:
         backend_id="",
         stop_requested_at=None,
         cancel_requested_at=None,
+        expire_requested_at=None,
         admitted_at=None,
         requeue_count=job.requeue_count + 1,
     )

@@ -82,6 +82,7 @@ class Job(models.Model):
     backend_id = models.CharField(max_length=100, blank=True)
     stop_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    expire_requested_at = models.DateTimeField(null=True, blank=True)  # max runtime / dev lifetime
     exit_code = models.IntegerField(null=True, blank=True)
     message = models.CharField(max_length=500, blank=True)
     idle_since = models.DateTimeField(null=True, blank=True)  # flagged by the metrics poll

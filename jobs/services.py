@@ -6,6 +6,7 @@ so two workers (or a cycle and a cancel) can never both move one job."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Max
@@ -24,8 +25,9 @@ MAX_WORKERS = 4096
 MAX_RUNTIME = 90 * 86400
 
 
-def job_transition(job: Job, target: JobState, *, reason: str, actor: User | None = None,
-                   data: dict | None = None, **fields) -> bool:
+def job_transition(
+    job: Job, target: JobState, *, reason: str, actor: User | None = None, data: dict | None = None, **fields
+) -> bool:
     """Move ``job`` from the state it was loaded in to ``target``, if the transition table
     allows it and nobody moved the job since (``UPDATE … WHERE state = <loaded state>``).
     Returns False, writing nothing, when the transition is not allowed or another worker won."""
@@ -38,8 +40,15 @@ def job_transition(job: Job, target: JobState, *, reason: str, actor: User | Non
     )
     if not changed:
         return False
-    JobEvent.objects.create(job_id=job.pk, from_state=expected.value, to_state=target.value, reason=reason,
-                            actor=actor, at=now, data=data or {})
+    JobEvent.objects.create(
+        job_id=job.pk,
+        from_state=expected.value,
+        to_state=target.value,
+        reason=reason,
+        actor=actor,
+        at=now,
+        data=data or {},
+    )
     job.refresh_from_db()
     if target in TERMINAL or target in (JobState.PREEMPTED, JobState.QUEUED):
         _request_cycle()  # GPUs were freed or a job joined the queue
@@ -107,6 +116,9 @@ def job_submit(
     )
     if max_runtime_seconds is not None and not 60 <= max_runtime_seconds <= MAX_RUNTIME:
         raise ValidationError({"max_runtime_seconds": [_("Between 60 s and 90 days.")]})
+    if kind == JobKind.DEV:
+        max_runtime_seconds = max_runtime_seconds or settings.GPUPOOL["DEV_LIFETIME_SECONDS"]
+        _check_dev_limit(actor)
     now = timezone.now()
     job = Job(
         name=name,
@@ -137,6 +149,22 @@ def job_submit(
     return job
 
 
+def _check_dev_limit(actor: User) -> None:
+    """At most DEV_JOBS_PER_USER live dev jobs per user. The user row is locked so two
+    submissions at the same moment cannot both slip under the limit."""
+    User.objects.select_for_update().filter(pk=actor.pk).first()
+    limit = settings.GPUPOOL["DEV_JOBS_PER_USER"]
+    live = (
+        Job.objects.filter(submitted_by=actor, kind=JobKind.DEV)
+        .exclude(state__in=[s.value for s in TERMINAL])
+        .count()
+    )
+    if live >= limit:
+        raise ValidationError(
+            {"kind": [_("You already have %(n)d development jobs; stop one first.") % {"n": live}]}
+        )
+
+
 def job_cancel(*, actor: User, job: Job) -> Job:
     """Cancel a job. A job already on the cluster is asked to stop; it becomes ``cancelled`` when
     the backend confirms, so its GPUs are not handed out while it still runs."""
@@ -145,8 +173,9 @@ def job_cancel(*, actor: User, job: Job) -> Job:
     for _attempt in range(3):  # the scheduler may move the job between our read and our update
         if job.state in HOLDING and job.dispatched_at is not None:
             return _request_stop(job, actor)
-        if job_transition(job, JobState.CANCELLED, reason="cancelled by user", actor=actor,
-                          finished_at=timezone.now()):
+        if job_transition(
+            job, JobState.CANCELLED, reason="cancelled by user", actor=actor, finished_at=timezone.now()
+        ):
             return job
         job.refresh_from_db()
         if job.state in TERMINAL:
@@ -157,9 +186,17 @@ def job_cancel(*, actor: User, job: Job) -> Job:
 def _request_stop(job: Job, actor: User) -> Job:
     now = timezone.now()
     if Job.objects.filter(pk=job.pk, state=job.state, cancel_requested_at__isnull=True).update(
-            cancel_requested_at=now):
-        JobEvent.objects.create(job=job, kind="cancel_requested", from_state=job.state, to_state=job.state,
-                                reason="cancelled by user", actor=actor, at=now)
+        cancel_requested_at=now
+    ):
+        JobEvent.objects.create(
+            job=job,
+            kind="cancel_requested",
+            from_state=job.state,
+            to_state=job.state,
+            reason="cancelled by user",
+            actor=actor,
+            at=now,
+        )
         from .tasks import stop_job
 
         transaction.on_commit(lambda: stop_job.delay(job.pk), robust=True)

@@ -49,7 +49,9 @@ def backend_work() -> None:
         dispatch_job.delay(job_id)
     stopping = Job.objects.filter(
         state__in=list(HOLDING), dispatched_at__isnull=False, stop_requested_at__isnull=True
-    ).exclude(terminating_since__isnull=True, cancel_requested_at__isnull=True)
+    ).exclude(
+        terminating_since__isnull=True, cancel_requested_at__isnull=True, expire_requested_at__isnull=True
+    )
     for job_id in stopping.values_list("pk", flat=True):
         stop_job.delay(job_id)
     for cluster_id in Cluster.objects.filter(active=True).values_list("pk", flat=True):
@@ -62,3 +64,9 @@ def poll_metrics() -> None:
 
     poll_gpu_metrics()
     flag_idle_jobs()
+
+
+@shared_task(name="jobs.expire_jobs", ignore_result=True)
+def expire_jobs() -> None:
+    for job_id in dispatch.expire_overdue():
+        stop_job.delay(job_id)

@@ -10,6 +10,7 @@ import sys
 import polib
 
 GLOSSARY = {
+    'You already have %(n)d development jobs; stop one first.': '您已有 %(n)d 个开发调试任务，请先停止一个。',
     "%(amount)s of this quota is promised to loans; the quota cannot go below that.": "该配额中有 %(amount)s 已承诺借出，配额不能低于此数。",
     "%(f)s is not available for new jobs.": "%(f)s 不接受新任务。",
     "%(f)s is not shareable: ask for whole devices.": "%(f)s 不可共享：请申请整卡。",

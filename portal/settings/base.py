@@ -89,6 +89,7 @@ CELERY_BEAT_SCHEDULE = {
     # DESIGN §5: a cycle every few seconds, plus one on every submit/finish.
     "scheduling-cycle": {"task": "jobs.schedule_cycle", "schedule": env_int("SCHEDULE_INTERVAL_SECONDS", 5),
                          "options": {"expires": 10}},
+    "expire-jobs": {"task": "jobs.expire_jobs", "schedule": 60.0, "options": {"expires": 50}},
     "gpu-metrics": {"task": "jobs.poll_metrics", "schedule": 60.0, "options": {"expires": 50}},
     "backend-work": {"task": "jobs.backend_work", "schedule": env_int("SYNC_INTERVAL_SECONDS", 10),
                      "options": {"expires": 20}},
@@ -177,4 +178,6 @@ GPUPOOL = {
     "IDLE_WINDOW_MINUTES": env_int("GPUPOOL_IDLE_WINDOW_MINUTES", 120),
     # When set, GET /metrics needs "Authorization: Bearer <token>" (labels name departments).
     "METRICS_TOKEN": env_str("GPUPOOL_METRICS_TOKEN", ""),
+    "DEV_LIFETIME_SECONDS": env_int("GPUPOOL_DEV_LIFETIME_SECONDS", 86400),  # DESIGN §4: 24 h
+    "DEV_JOBS_PER_USER": env_int("GPUPOOL_DEV_JOBS_PER_USER", 2),
 }

@@ -115,3 +115,71 @@ def test_node_failure_requeues_checkpointing_jobs_and_fails_the_others(sim_pool)
     _settle(cluster, ckpt, {"queued"})
     assert _transitions(ckpt)[-2:] == ["lost", "queued"]
     assert not Job.objects.filter(state__in=["admitted", "running"]).exists()  # quota usage released
+
+
+def test_a_dev_job_past_its_lifetime_is_stopped_and_expires(sim_pool):
+    from jobs.services import job_submit
+
+    f, cluster, pa, _, _ = sim_pool
+    dev = job_submit(
+        actor=fx.platform_admin(),
+        project=pa,
+        name="notebook",
+        kind="dev",
+        flavor=f,
+        priority_class=fx.priority(),
+        image="jupyter",
+        sim_duration_seconds=10**6,
+    )
+    assert dev.max_runtime_seconds == 86400  # DESIGN §4: 24 h by default
+    schedule_once()
+    dispatch.dispatch_job(dev.pk)
+    _settle(cluster, dev, {"running"})
+    assert dispatch.expire_overdue(dev.started_at + timedelta(hours=23)) == []
+    assert dispatch.expire_overdue(dev.started_at + timedelta(hours=24)) == [dev.pk]
+    assert dispatch.expire_overdue(dev.started_at + timedelta(hours=25)) == []  # claimed once
+    assert dispatch.stop_job(dev.pk) == "stopping"
+    _settle(cluster, dev, {"expired"})
+    assert _transitions(dev)[-1] == "expired"
+
+
+def test_a_training_job_past_max_runtime_fails(sim_pool):
+    f, cluster, pa, _, _ = sim_pool
+    job = fx.submit(pa, f, gpus=8, sim_duration_seconds=10**6)  # max_runtime_seconds=3600
+    schedule_once()
+    dispatch.dispatch_job(job.pk)
+    _settle(cluster, job, {"running"})
+    dispatch.expire_overdue(job.started_at + timedelta(seconds=3600))
+    dispatch.stop_job(job.pk)
+    _settle(cluster, job, {"failed"})
+    assert job.events.filter(to_state="failed").get().reason == "max runtime exceeded"
+
+
+def test_each_user_has_a_limit_of_live_dev_jobs(sim_pool):
+    from django.core.exceptions import ValidationError
+
+    from jobs.services import job_submit
+
+    f, _, pa, _, _ = sim_pool
+    user = fx.platform_admin()
+    for i in range(2):
+        job_submit(
+            actor=user,
+            project=pa,
+            name=f"nb{i}",
+            kind="dev",
+            flavor=f,
+            priority_class=fx.priority(),
+            image="jupyter",
+        )
+    with pytest.raises(ValidationError) as refused:
+        job_submit(
+            actor=user,
+            project=pa,
+            name="nb2",
+            kind="dev",
+            flavor=f,
+            priority_class=fx.priority(),
+            image="jupyter",
+        )
+    assert "kind" in refused.value.message_dict
