@@ -47,10 +47,20 @@ GPU_RESOURCES = ("nvidia.com/gpu", "huawei.com/Ascend910", "cambricon.com/mlu", 
 GPU_RESOURCE_PREFIXES = ("nvidia.com/mig-",)
 
 # Pod / Job reasons meaning the node went away (lost, shut down, drained) rather than the program failing.
-NODE_FAILURE_REASONS = frozenset({
-    "NodeLost", "NodeShutdown", "Shutdown", "Terminated", "Evicted", "NodeAffinity", "UnexpectedAdmissionError",
-    "DeletionByTaintManager", "DeletionByPodGC", "TerminationByKubelet",
-})
+NODE_FAILURE_REASONS = frozenset(
+    {
+        "NodeLost",
+        "NodeShutdown",
+        "Shutdown",
+        "Terminated",
+        "Evicted",
+        "NodeAffinity",
+        "UnexpectedAdmissionError",
+        "DeletionByTaintManager",
+        "DeletionByPodGC",
+        "TerminationByKubelet",
+    }
+)
 
 T = TypeVar("T")
 
@@ -241,18 +251,31 @@ class KubernetesBackend:
 
     def cancel(self, name: str, *, grace_seconds: int = 0) -> None:
         # The kind is not known from the name alone: delete whichever exists (404 = already gone).
-        for delete in (self.batch.delete_namespaced_job, self.apps.delete_namespaced_deployment,
-                       self.core.delete_namespaced_pod):
-            self._call(delete, name, self.namespace, missing_ok=True,
-                       propagation_policy="Background", grace_period_seconds=max(0, int(grace_seconds)))
+        for delete in (
+            self.batch.delete_namespaced_job,
+            self.apps.delete_namespaced_deployment,
+            self.core.delete_namespaced_pod,
+        ):
+            self._call(
+                delete,
+                name,
+                self.namespace,
+                missing_ok=True,
+                propagation_policy="Background",
+                grace_period_seconds=max(0, int(grace_seconds)),
+            )
 
     def status(self, names: list[str]) -> dict[str, JobStatus]:
         if not names:
             return {}
         ns, sel = self.namespace, MANAGED_SELECTOR
-        jobs = {j.metadata.name: j for j in self._call(self.batch.list_namespaced_job, ns, label_selector=sel).items}
+        jobs = {
+            j.metadata.name: j
+            for j in self._call(self.batch.list_namespaced_job, ns, label_selector=sel).items
+        }
         deployments = {
-            d.metadata.name: d for d in self._call(self.apps.list_namespaced_deployment, ns, label_selector=sel).items
+            d.metadata.name: d
+            for d in self._call(self.apps.list_namespaced_deployment, ns, label_selector=sel).items
         }
         pods = self._call(self.core.list_namespaced_pod, ns, label_selector=sel).items
         pods_of: dict[str, list[Any]] = {}
@@ -284,11 +307,17 @@ class KubernetesBackend:
             version = self._call(client.VersionApi(self.api_client).get_code)
         except BackendError as exc:
             return str(exc)
-        return "ok" if getattr(version, "git_version", None) else "kubernetes /version answered without gitVersion"
+        return (
+            "ok"
+            if getattr(version, "git_version", None)
+            else "kubernetes /version answered without gitVersion"
+        )
 
     # -- transport
 
-    def _call(self, method: Callable[..., T], *args: Any, missing_ok: bool = False, **kwargs: Any) -> T | None:
+    def _call(
+        self, method: Callable[..., T], *args: Any, missing_ok: bool = False, **kwargs: Any
+    ) -> T | None:
         what = getattr(method, "__name__", "call")
         try:
             return method(*args, _request_timeout=self.timeout, **kwargs)
@@ -297,7 +326,9 @@ class KubernetesBackend:
                 return None
             raise _error(what, args[0] if args else "", exc) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:  # refused, reset, timeout, max retries
-            raise BackendError(f"kubernetes API at {self.api_client.configuration.host} unreachable: {exc}") from exc
+            raise BackendError(
+                f"kubernetes API at {self.api_client.configuration.host} unreachable: {exc}"
+            ) from exc
 
 
 def _error(what: str, name: Any, exc: ApiException) -> BackendError:
@@ -317,10 +348,7 @@ def _pod_node_failure(pod: Any) -> bool:
         return False
     if status.reason in NODE_FAILURE_REASONS:
         return True
-    for cond in status.conditions or []:
-        if cond.type == "DisruptionTarget" and cond.status == "True":
-            return True
-    return False
+    return any(cond.type == "DisruptionTarget" and cond.status == "True" for cond in status.conditions or [])
 
 
 def _exit_code(pods: Iterable[Any]) -> int | None:
@@ -348,9 +376,15 @@ def job_status(job: Any, pods: list[Any]) -> JobStatus:
     failed = conditions.get("Failed") or conditions.get("FailureTarget")
     if failed is not None:
         node_failure = failed.reason in NODE_FAILURE_REASONS or any(_pod_node_failure(p) for p in pods)
-        return JobStatus(name, FAILED, finished_at=failed.last_transition_time, exit_code=_exit_code(pods),
-                         message=f"{failed.reason or ''}: {failed.message or ''}".strip(": "),
-                         node_failure=node_failure, **common)
+        return JobStatus(
+            name,
+            FAILED,
+            finished_at=failed.last_transition_time,
+            exit_code=_exit_code(pods),
+            message=f"{failed.reason or ''}: {failed.message or ''}".strip(": "),
+            node_failure=node_failure,
+            **common,
+        )
     if job.metadata.deletion_timestamp is not None:
         return JobStatus(name, CANCELLED, finished_at=job.metadata.deletion_timestamp, **common)
     running = bool(status and status.ready) or any(p.status and p.status.phase == "Running" for p in pods)
@@ -363,14 +397,29 @@ def deployment_status(deployment: Any, pods: list[Any]) -> JobStatus:
     if deployment.metadata.deletion_timestamp is not None:
         return JobStatus(name, CANCELLED, finished_at=deployment.metadata.deletion_timestamp, nodes=nodes)
     for cond in (status.conditions if status else None) or []:
-        if cond.type == "Progressing" and cond.status == "False" and cond.reason == "ProgressDeadlineExceeded":
-            return JobStatus(name, FAILED, message=cond.message or cond.reason, nodes=nodes,
-                             finished_at=cond.last_transition_time)
+        if (
+            cond.type == "Progressing"
+            and cond.status == "False"
+            and cond.reason == "ProgressDeadlineExceeded"
+        ):
+            return JobStatus(
+                name,
+                FAILED,
+                message=cond.message or cond.reason,
+                nodes=nodes,
+                finished_at=cond.last_transition_time,
+            )
     wanted = deployment.spec.replicas if deployment.spec and deployment.spec.replicas is not None else 1
     available = (status.available_replicas if status else None) or 0
     if wanted > 0 and available >= wanted:
-        started = min((c.last_transition_time for c in (status.conditions or [])
-                       if c.type == "Available" and c.status == "True" and c.last_transition_time), default=None)
+        started = min(
+            (
+                c.last_transition_time
+                for c in (status.conditions or [])
+                if c.type == "Available" and c.status == "True" and c.last_transition_time
+            ),
+            default=None,
+        )
         return JobStatus(name, RUNNING, started_at=started, nodes=nodes)
     return JobStatus(name, PENDING, nodes=nodes)
 
@@ -388,18 +437,28 @@ def pod_status(pod: Any) -> JobStatus:
         return JobStatus(name, SUCCEEDED, started_at=started, finished_at=finished, exit_code=0, nodes=nodes)
     if phase == "Failed":
         message = f"{status.reason or ''}: {status.message or ''}".strip(": ")
-        return JobStatus(name, FAILED, started_at=started, finished_at=finished, exit_code=_exit_code([pod]),
-                         message=message, nodes=nodes, node_failure=_pod_node_failure(pod))
+        return JobStatus(
+            name,
+            FAILED,
+            started_at=started,
+            finished_at=finished,
+            exit_code=_exit_code([pod]),
+            message=message,
+            nodes=nodes,
+            node_failure=_pod_node_failure(pod),
+        )
     if pod.metadata.deletion_timestamp is not None:
-        return JobStatus(name, CANCELLED, started_at=started, finished_at=pod.metadata.deletion_timestamp,
-                         nodes=nodes)
+        return JobStatus(
+            name, CANCELLED, started_at=started, finished_at=pod.metadata.deletion_timestamp, nodes=nodes
+        )
     if phase == "Running":
         return JobStatus(name, RUNNING, started_at=started, nodes=nodes)
     if phase == "Pending":
         return JobStatus(name, PENDING, nodes=nodes)
     # "Unknown": the kubelet stopped reporting, so the pod's fate is unknown.
-    return JobStatus(name, LOST, started_at=started, nodes=nodes, node_failure=True,
-                     message=f"pod phase {phase}")
+    return JobStatus(
+        name, LOST, started_at=started, nodes=nodes, node_failure=True, message=f"pod phase {phase}"
+    )
 
 
 # -- nodes

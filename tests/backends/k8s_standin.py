@@ -1,0 +1,291 @@
+"""A tiny Kubernetes API stand-in (stdlib HTTP server in a thread) for the Kubernetes backend tests.
+
+It serves what :mod:`jobs.backends.kubernetes` uses: ``/version``, namespaced create / read / list /
+delete of batch/v1 Jobs, apps/v1 Deployments and v1 Pods, and the cluster-wide v1 Node list (seeded
+by the tests). Objects are stored as posted, with ``uid``, ``resourceVersion`` and
+``creationTimestamp`` added; a duplicate create answers 409 and a missing object 404. Equality label
+selectors (``a=b,c=d``) are honoured. Every request is recorded as ``(method, path, query)``.
+
+Nothing here acts like a controller: the tests set statuses with :meth:`StandIn.set_status` and add
+the pods a controller would start with :meth:`StandIn.add`.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import re
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+# (group path, resource) -> (apiVersion, kind)
+RESOURCES = {
+    ("/apis/batch/v1", "jobs"): ("batch/v1", "Job"),
+    ("/apis/apps/v1", "deployments"): ("apps/v1", "Deployment"),
+    ("/api/v1", "pods"): ("v1", "Pod"),
+}
+NAMESPACED = re.compile(
+    r"^(?P<group>/api/v1|/apis/[^/]+/v1)/namespaces/(?P<ns>[^/]+)/(?P<res>[^/]+)"
+    r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?/?$"
+)
+
+VERSION = {
+    "major": "1",
+    "minor": "30",
+    "gitVersion": "v1.30.0-standin",
+    "gitCommit": "0" * 40,
+    "gitTreeState": "clean",
+    "buildDate": "2024-04-17T00:00:00Z",
+    "goVersion": "go1.22.2",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure" if code >= 400 else "Success",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+def _matches(obj: dict[str, Any], selector: str | None) -> bool:
+    if not selector:
+        return True
+    labels = obj.get("metadata", {}).get("labels") or {}
+    for term in selector.split(","):
+        key, _, value = term.partition("=")
+        if labels.get(key.strip()) != value.lstrip("=").strip():
+            return False
+    return True
+
+
+class StandIn:
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (resource, ns, name) -> object
+        self.nodes: list[dict[str, Any]] = []
+        self.requests: list[tuple[str, str, dict[str, list[str]]]] = []
+        self.authorization: list[str | None] = []  # the Authorization header of each request
+        self.fail_with: int | None = None  # answer every request with this HTTP status (e.g. 503)
+        self._versions = itertools.count(1)
+        self._lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+
+    # -- lifecycle
+
+    def start(self) -> StandIn:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(5)
+
+    # -- helpers for tests
+
+    def calls(self, method: str | None = None) -> list[tuple[str, str]]:
+        return [(m, p) for m, p, _ in self.requests if method is None or m == method]
+
+    def get(self, resource: str, name: str, namespace: str = "gpupool") -> dict[str, Any] | None:
+        return self.objects.get((resource, namespace, name))
+
+    def add(self, resource: str, obj: dict[str, Any], namespace: str = "gpupool") -> dict[str, Any]:
+        """Store an object directly, as a controller would (e.g. a Job's worker pods)."""
+        with self._lock:
+            return self._store(resource, namespace, copy.deepcopy(obj))
+
+    def set_status(
+        self, resource: str, name: str, status: dict[str, Any], namespace: str = "gpupool"
+    ) -> None:
+        with self._lock:
+            obj = self.objects[(resource, namespace, name)]
+            obj["status"] = copy.deepcopy(status)
+            obj["metadata"]["resourceVersion"] = str(next(self._versions))
+
+    def job_succeeded(self, name: str, namespace: str = "gpupool") -> None:
+        now = _now()
+        self.set_status(
+            "jobs",
+            name,
+            {
+                "startTime": now,
+                "completionTime": now,
+                "succeeded": 1,
+                "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": now}],
+            },
+            namespace,
+        )
+
+    def job_failed(
+        self, name: str, reason: str = "BackoffLimitExceeded", message: str = "", namespace: str = "gpupool"
+    ) -> None:
+        now = _now()
+        self.set_status(
+            "jobs",
+            name,
+            {
+                "startTime": now,
+                "failed": 1,
+                "conditions": [
+                    {
+                        "type": "Failed",
+                        "status": "True",
+                        "reason": reason,
+                        "message": message,
+                        "lastTransitionTime": now,
+                    }
+                ],
+            },
+            namespace,
+        )
+
+    def _store(self, resource: str, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("namespace", namespace)
+        meta["uid"] = str(uuid.uuid4())
+        meta["resourceVersion"] = str(next(self._versions))
+        meta["creationTimestamp"] = _now()
+        self.objects[(resource, namespace, meta["name"])] = obj
+        return obj
+
+    # -- request handling (called from the server threads)
+
+    def handle(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, list[str]],
+        body: bytes,
+        authorization: str | None = None,
+    ) -> tuple[int, Any]:
+        with self._lock:
+            self.requests.append((method, path, query))
+            self.authorization.append(authorization)
+            if self.fail_with is not None:
+                return self.fail_with, _status(self.fail_with, "InternalError", "stand-in told to fail")
+            if path.rstrip("/") == "/version" and method == "GET":
+                return 200, VERSION
+            if path.rstrip("/") == "/api/v1/nodes" and method == "GET":
+                return 200, {
+                    "apiVersion": "v1",
+                    "kind": "NodeList",
+                    "metadata": {"resourceVersion": "1"},
+                    "items": copy.deepcopy(self.nodes),
+                }
+            match = NAMESPACED.match(path)
+            if not match or (match["group"], match["res"]) not in RESOURCES:
+                return 404, _status(
+                    404, "NotFound", f"the server could not find the requested resource {path}"
+                )
+            api_version, kind = RESOURCES[(match["group"], match["res"])]
+            return self._namespaced(
+                method, match["res"], match["ns"], match["name"], api_version, kind, query, body
+            )
+
+    def _namespaced(
+        self,
+        method: str,
+        res: str,
+        ns: str,
+        name: str | None,
+        api_version: str,
+        kind: str,
+        query: dict[str, list[str]],
+        body: bytes,
+    ) -> tuple[int, Any]:
+        if name is None and method == "GET":
+            selector = (query.get("labelSelector") or [None])[0]
+            items = [
+                copy.deepcopy(o)
+                for (r, n, _), o in sorted(self.objects.items())
+                if r == res and n == ns and _matches(o, selector)
+            ]
+            return 200, {
+                "apiVersion": api_version,
+                "kind": f"{kind}List",
+                "metadata": {"resourceVersion": str(next(self._versions))},
+                "items": items,
+            }
+        if name is None and method == "POST":
+            try:
+                obj = json.loads(body or b"{}")
+            except ValueError:
+                return 400, _status(400, "BadRequest", "body is not JSON")
+            obj_name = (obj.get("metadata") or {}).get("name")
+            if not obj_name:
+                return 422, _status(422, "Invalid", "metadata.name: Required value")
+            if (res, ns, obj_name) in self.objects:
+                return 409, _status(409, "AlreadyExists", f'{res} "{obj_name}" already exists')
+            obj.setdefault("apiVersion", api_version)
+            obj.setdefault("kind", kind)
+            return 201, copy.deepcopy(self._store(res, ns, obj))
+        key = (res, ns, name)
+        if key not in self.objects:
+            return 404, _status(404, "NotFound", f'{res} "{name}" not found')
+        if method == "GET":
+            return 200, copy.deepcopy(self.objects[key])
+        if method == "DELETE":
+            del self.objects[key]
+            return 200, {
+                **_status(200, "", ""),
+                "status": "Success",
+                "details": {"name": name, "kind": res, "uid": "x"},
+            }
+        return 405, _status(405, "MethodNotAllowed", f"{method} not supported by the stand-in")
+
+
+def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body go out in separate writes
+
+        def _serve(self) -> None:
+            parts = urlsplit(self.path)
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            code, payload = standin.handle(
+                self.command, parts.path, parse_qs(parts.query), body, self.headers.get("Authorization")
+            )
+            data = json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _serve
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            pass
+
+    return Handler
+
+
+@pytest.fixture
+def k8s_api() -> Iterator[StandIn]:
+    standin = StandIn().start()
+    try:
+        yield standin
+    finally:
+        standin.stop()
