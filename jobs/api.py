@@ -176,3 +176,23 @@ class QuotaUsageApi(APIView):
                 "nodes": UsageRowOut(rows, many=True).data,
             }
         )
+
+
+class GpuSampleOut(serializers.Serializer):
+    minute = serializers.DateTimeField()
+    gpu_util_pct = serializers.FloatField()
+    fb_used_mib = serializers.FloatField()
+    gpus = serializers.IntegerField()
+
+
+class JobUtilisationApi(APIView):
+    """Per-minute GPU utilisation of the job (from Prometheus/DCGM); minutes without data are
+    absent, not zero. ``idle_since`` is set when the job was flagged idle."""
+
+    @extend_schema(responses=GpuSampleOut(many=True))
+    def get(self, request, pk):
+        job = get_visible(selectors.visible_jobs(request.user), pk=pk)
+        samples = job.gpu_samples.order_by("minute")[:10080]  # a week of minutes at most
+        return Response(
+            {"job": job.pk, "idle_since": job.idle_since, "samples": GpuSampleOut(samples, many=True).data}
+        )

@@ -42,6 +42,7 @@ api_v1 = [
     path("jobs/<int:pk>/cancel/", jobs_api.JobCancelApi.as_view(), name="job-cancel"),
     path("jobs/<int:pk>/events/", jobs_api.JobEventsApi.as_view(), name="job-events"),
     path("jobs/<int:pk>/explain/", jobs_api.JobExplainApi.as_view(), name="job-explain"),
+    path("jobs/<int:pk>/utilisation/", jobs_api.JobUtilisationApi.as_view(), name="job-utilisation"),
 ]
 
 urlpatterns = [

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -100,6 +101,7 @@ def cmd_demo(port: int) -> int:
                 return 1
         procs = [
             simulator,
+            *_prometheus(env),
             subprocess.Popen(
                 [python, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"], env=env, cwd=ROOT
             ),
@@ -127,6 +129,30 @@ def cmd_demo(port: int) -> int:
         _say(f"gpupool is up: http://127.0.0.1:{port}/  (API docs: /api/docs/, Ctrl-C stops)")
         print(DEMO_LOGINS, flush=True)
         return _supervise(procs)
+
+
+PROMETHEUS_CONFIG = """\
+global: {scrape_interval: 15s}
+scrape_configs:
+  - job_name: dcgm
+    honor_labels: true  # keep the exporter's job labels (hpc_job) as they are
+    static_configs: [{targets: ["127.0.0.1:9400"]}]
+"""
+
+
+def _prometheus(env: dict) -> list[subprocess.Popen]:
+    """DESIGN §8: Prometheus scrapes the simulator's DCGM metrics when the binary is present."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        _say("no prometheus binary: GPU utilisation stays empty (apt-get install prometheus)")
+        return []
+    config = RUN / "prometheus.yml"
+    config.write_text(PROMETHEUS_CONFIG)
+    env.setdefault("PROMETHEUS_URL", "http://127.0.0.1:9090")
+    _say(f"Prometheus: {env['PROMETHEUS_URL']}")
+    return [subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={RUN / 'prometheus'}",
+                              "--web.listen-address=127.0.0.1:9090", "--storage.tsdb.retention.time=7d"],
+                             env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
 
 
 def _supervise(procs: list[subprocess.Popen]) -> int:

@@ -98,7 +98,8 @@ VISIBLE = {
 GLOBAL_LISTS = {"flavor-list", "cluster-list", "node-list"}
 # Endpoints covered by dedicated tests elsewhere (not object lists).
 # Sub-resources with their own tests (job-events / job-explain: test_job_sub_resources_…).
-OTHER = {"me", "token", "quota-tree", "quota-usage", "loan-cancel", "job-cancel", "job-events", "job-explain"}
+OTHER = {"me", "token", "quota-tree", "quota-usage", "loan-cancel", "job-cancel", "job-events", "job-explain",
+         "job-utilisation"}
 
 
 def _api_route_names():
@@ -165,7 +166,7 @@ def _job(world, project):
 
 
 @pytest.mark.parametrize("persona", ALL)
-@pytest.mark.parametrize("route", ["job-events", "job-explain"])
+@pytest.mark.parametrize("route", ["job-events", "job-explain", "job-utilisation"])
 def test_job_sub_resources_are_404_outside_the_scope(world, objects, api, persona, route):
     client = api(world.users[persona])
     for name, pk in objects["job-list"].items():

@@ -493,3 +493,39 @@ def test_preemption_and_cancel_through_the_portal_reach_slurm(portal_on_slurm):
         SlurmBackend(portal_cluster.config["slurm_conf"]).status([f"gp-{high.pk}"])[f"gp-{high.pk}"].phase
         == CANCELLED
     )
+
+
+def test_a_slurm_node_failure_requeues_checkpointing_jobs_and_fails_the_others(portal_on_slurm, cluster):
+    from jobs import dispatch
+    from jobs.models import Job
+    from jobs.scheduling import schedule_once
+    from tests import factories as fx
+
+    flavor, portal_cluster, project = portal_on_slurm
+    plain = fx.submit(project, flavor, workers=1, gpus=8, name="plain", command="sleep 300")
+    ckpt = fx.submit(project, flavor, workers=1, gpus=8, name="ckpt", command="sleep 300", checkpointing=True)
+    schedule_once()
+    for job in (plain, ckpt):
+        dispatch.dispatch_job(job.pk)
+        _sync_until(portal_cluster, job, {"running"})
+    nodes = {node.name for job in (plain, ckpt) for node in _placed_nodes(job)}
+    try:
+        for name in nodes:
+            cluster.scontrol("update", f"NodeName={name}", "State=DOWN", "Reason=test-failure")
+        _sync_until(portal_cluster, plain, {"failed"})
+        _sync_until(portal_cluster, ckpt, {"queued"})
+    finally:
+        for name in nodes:  # ReturnToService=2 may have brought it back already
+            subprocess.run(["scontrol", "update", f"NodeName={name}", "State=RESUME"], env=cluster.env,
+                           capture_output=True, check=False)
+    assert list(ckpt.events.filter(kind="transition").values_list("to_state", flat=True))[-2:] == [
+        "lost",
+        "queued",
+    ]
+    assert not Job.objects.filter(pk__in=[plain.pk, ckpt.pk], state__in=["admitted", "running"]).exists()
+
+
+def _placed_nodes(job):
+    from quotas.models import Node
+
+    return Node.objects.filter(pk__in={n for worker in job.placement for n, _g, _m in worker})

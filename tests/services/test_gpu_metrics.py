@@ -55,6 +55,14 @@ def test_utilisation_of_running_jobs_reaches_the_portal(sim_pool, prometheus_for
         assert flag_idle_jobs(now) == [idle.pk]
         assert flag_idle_jobs(now) == []  # flagged once
     assert "gpupool_idle_jobs 1" in portal_metrics()
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_authenticate(fx.platform_admin())
+    shown = client.get(f"/api/v1/jobs/{busy.pk}/utilisation/").json()
+    assert len(shown["samples"]) == 3 and shown["samples"][-1]["gpu_util_pct"] > 20
+    assert shown["idle_since"] is None
+    assert client.get(f"/api/v1/jobs/{idle.pk}/utilisation/").json()["idle_since"] is not None
 
 
 def test_a_prometheus_outage_leaves_a_gap_not_zeros(sim_pool):
