@@ -58,8 +58,11 @@ def poll_gpu_metrics(now: datetime | None = None) -> int:
         return 0
     util, memory, count = (_per_job(query) for query in _QUERIES)
     minute = (now or timezone.now()).replace(second=0, microsecond=0)
-    rows = [(running[name], minute, value, memory.get(name, 0.0), int(count.get(name, 0)))
-            for name, value in util.items() if name in running]
+    rows = [
+        (running[name], minute, value, memory.get(name, 0.0), int(count.get(name, 0)))
+        for name, value in util.items()
+        if name in running
+    ]
     with connection.cursor() as cursor:
         cursor.executemany(_UPSERT_SAMPLE, rows)
     return len(rows)
@@ -158,6 +161,7 @@ def portal_metrics() -> str:
         usage[(dept, flavor)] = usage.get((dept, flavor), 0) + milli / 1000
     for (dept, flavor), value in sorted(usage.items()):
         lines.append(_line("gpupool_gpus_in_use", value, department=dept, flavor=flavor))
+    lines += _quota_lines() + _cycle_lines()
     lines += [
         "# HELP gpupool_idle_jobs Running jobs flagged idle.",
         "# TYPE gpupool_idle_jobs gauge",
@@ -166,3 +170,34 @@ def portal_metrics() -> str:
         ),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _quota_lines() -> list[str]:
+    from quotas.models import QuotaNode
+
+    lines = [
+        "# HELP gpupool_quota Nominal quota of each department (devices of the flavor).",
+        "# TYPE gpupool_quota gauge",
+    ]
+    rows = QuotaNode.objects.filter(department__isnull=False).values_list(
+        "department__code", "flavor__name", "quota"
+    )
+    for dept, flavor, quota in rows.order_by("department__code", "flavor__name"):
+        lines.append(_line("gpupool_quota", float(quota), department=dept, flavor=flavor))
+    return lines
+
+
+def _cycle_lines() -> list[str]:
+    from django.core.cache import cache
+
+    from .scheduling import LAST_CYCLE_KEY
+
+    last = cache.get(LAST_CYCLE_KEY)
+    if not last:
+        return []
+    seconds = (last["decide_ms"] + last["apply_ms"]) / 1000
+    return [
+        "# HELP gpupool_cycle_seconds Duration of the last scheduling cycle.",
+        "# TYPE gpupool_cycle_seconds gauge",
+        _line("gpupool_cycle_seconds", round(seconds, 4)),
+    ]

@@ -33,6 +33,7 @@ CYCLE_LOCK = 0x6770_7001  # "gp" + 1: the advisory lock key of the scheduling cy
 EXPLAIN_HEAD = 100  # explanations cached per cycle for the head of the queue
 EXPLAIN_TTL = 600
 QUEUE_KEY = "explain:queue"
+LAST_CYCLE_KEY = "scheduler:last_cycle"  # read by the portal's /metrics
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,16 @@ def schedule_once(now: datetime | None = None, *, wait: bool = True, warm: bool 
             engine.invalidate()  # e.g. a job was cancelled while the cycle ran
     report = CycleReport(*applied, waiting, (t1 - t0) * 1e3, (t2 - t1) * 1e3, engine.rebuilds)
     log.info("scheduling cycle: %s", report)
+    cache.set(
+        LAST_CYCLE_KEY,
+        {
+            "at": now.isoformat(),
+            "decide_ms": report.decide_ms,
+            "apply_ms": report.apply_ms,
+            "admitted": report.admitted,
+        },
+        timeout=None,
+    )
     return report
 
 
@@ -248,8 +259,12 @@ def explain_job(job: Job) -> dict:
     now = timezone.now()
     e = schedule(build_snapshot(now)).explanations.get(str(job.pk))
     if e is None:  # the next cycle admits it
-        return {"position": 0, "reason": "admissible", "message": "admitted at the next cycle",
-                "computed_at": now.isoformat()}
+        return {
+            "position": 0,
+            "reason": "admissible",
+            "message": "admitted at the next cycle",
+            "computed_at": now.isoformat(),
+        }
     found = explain_to_dict(e, now)
     cache.set(f"explain:{job.pk}", found, timeout=30)  # a dry run goes stale quickly
     return found

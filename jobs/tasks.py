@@ -70,3 +70,16 @@ def poll_metrics() -> None:
 def expire_jobs() -> None:
     for job_id in dispatch.expire_overdue():
         stop_job.delay(job_id)
+
+
+@shared_task(name="jobs.sync_inventory", ignore_result=True)
+def sync_inventory() -> None:
+    """Nodes come from the backends (DESIGN §2); the simulator gets the portal's inventory."""
+    from .backends.registry import is_simulated
+    from .inventory import push_simulated_inventory
+    from .inventory import sync_inventory as sync_one
+
+    push_simulated_inventory()
+    for cluster in Cluster.objects.filter(active=True):
+        if not is_simulated(cluster.kind, cluster.config or {}):
+            sync_one(cluster)

@@ -89,6 +89,8 @@ CELERY_BEAT_SCHEDULE = {
     # DESIGN §5: a cycle every few seconds, plus one on every submit/finish.
     "scheduling-cycle": {"task": "jobs.schedule_cycle", "schedule": env_int("SCHEDULE_INTERVAL_SECONDS", 5),
                          "options": {"expires": 10}},
+    "inventory": {"task": "jobs.sync_inventory", "schedule": env_int("INVENTORY_INTERVAL_SECONDS", 300),
+                  "options": {"expires": 250}},
     "expire-jobs": {"task": "jobs.expire_jobs", "schedule": 60.0, "options": {"expires": 50}},
     "gpu-metrics": {"task": "jobs.poll_metrics", "schedule": 60.0, "options": {"expires": 50}},
     "backend-work": {"task": "jobs.backend_work", "schedule": env_int("SYNC_INTERVAL_SECONDS", 10),

@@ -81,10 +81,21 @@ def _gpupool():
     return dict(settings.GPUPOOL)
 
 
-def test_portal_metrics_endpoint_and_its_token(client):
-    fx.flavor()
+def test_portal_metrics_endpoint_and_its_token(client, sim_pool):
+    f, _, pa, _, _ = sim_pool
+    fx.submit(pa, f, gpus=2)
+    schedule_once()
     response = client.get("/metrics")
-    assert response.status_code == 200 and b"# TYPE gpupool_jobs gauge" in response.content
+    assert response.status_code == 200
+    text = response.content.decode()
+    for expected in (
+        'gpupool_jobs{state="admitted"} 1',
+        'gpupool_gpus_in_use{department="A",flavor="A100"} 2.0',
+        'gpupool_quota{department="A",flavor="A100"} 8.0',
+        "gpupool_cycle_seconds",
+        "gpupool_admissions_total 1",
+    ):
+        assert expected in text, expected
     with override_settings(GPUPOOL={**_gpupool(), "METRICS_TOKEN": "s3cret"}):
         assert client.get("/metrics").status_code == 403
         assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
