@@ -1,9 +1,5 @@
 """The suite runs on the real services: PostgreSQL, Redis, and a real Celery worker."""
 
-import os
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -11,6 +7,7 @@ from django.db import connection
 from django.test import override_settings
 
 from portal.tasks import ping
+from tests.celery_procs import private_queue, start_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,30 +21,8 @@ def test_database_is_postgresql(db):
 
 @pytest.mark.celery_worker
 def test_a_task_round_trips_through_the_broker_and_a_real_worker():
-    queue = f"test-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings.test", "CELERY_QUEUE": queue}
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "portal",
-            "worker",
-            "-Q",
-            queue,
-            "--concurrency=1",
-            "--pool=solo",
-            "--without-heartbeat",
-            "--without-gossip",
-            "--without-mingle",
-            "--loglevel=WARNING",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    queue = private_queue()
+    worker = start_worker(queue, test_db=False)
     try:
         result = ping.apply_async(args=["hello"], queue=queue)
         assert result.get(timeout=60) == "pong:hello"

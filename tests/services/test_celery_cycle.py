@@ -1,27 +1,14 @@
 """A real Celery worker and beat run the scheduling cycle by themselves (DESIGN §5)."""
 
-import os
-import subprocess
-import sys
 import time
-import uuid
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
-from django.db import connection
 
 from tests import factories as fx
+from tests.celery_procs import private_queue, start_beat, start_worker
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _test_database_url() -> str:
-    s = connection.settings_dict
-    host = s["HOST"] or ""
-    if host.startswith("/"):
-        return f"postgresql://{quote(s['USER'])}:{quote(s['PASSWORD'])}@/{s['NAME']}?host={host}"
-    return f"postgresql://{quote(s['USER'])}:{quote(s['PASSWORD'])}@{host}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
 @pytest.mark.celery_worker
@@ -34,39 +21,10 @@ def test_beat_and_worker_admit_a_submitted_job(tmp_path):
     fx.quota(f, d, 8)
     fx.quota(f, p, 8)
     job = fx.submit(p, f, gpus=8)
-    queue = f"test-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "portal.settings.test",
-        "CELERY_QUEUE": queue,
-        "DATABASE_URL": _test_database_url(),
-        "SCHEDULE_INTERVAL_SECONDS": "1",
-    }
-    celery = [sys.executable, "-m", "celery", "-A", "portal"]
+    queue = private_queue()
     procs = [
-        subprocess.Popen(
-            [
-                *celery,
-                "worker",
-                "-Q",
-                queue,
-                "--pool=solo",
-                "--without-gossip",
-                "--without-mingle",
-                "--loglevel=WARNING",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        ),
-        subprocess.Popen(
-            [*celery, "beat", "--schedule", str(tmp_path / "beat"), "--loglevel=WARNING"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        ),
+        start_worker(queue, SCHEDULE_INTERVAL_SECONDS="1"),
+        start_beat(queue, tmp_path / "beat", SCHEDULE_INTERVAL_SECONDS="1"),
     ]
     try:
         deadline = time.monotonic() + 60

@@ -3,10 +3,8 @@ portal recorded it): after a restart there is exactly one backend job per portal
 
 import http.server
 import json
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -21,7 +19,7 @@ from jobs.models import Job
 from jobs.scheduling import schedule_once
 from quotas.models import Cluster, Node
 from tests import factories as fx
-from tests.services.test_celery_cycle import _test_database_url
+from tests.celery_procs import start_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLD_SECONDS = 4.0
@@ -73,32 +71,7 @@ class _Forward(http.server.BaseHTTPRequestHandler):
 
 
 def _worker(queue: str) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "portal.settings.test",
-        "CELERY_QUEUE": queue,
-        "DATABASE_URL": _test_database_url(),
-    }
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "portal",
-            "worker",
-            "-Q",
-            queue,
-            "--pool=solo",
-            "--without-gossip",
-            "--without-mingle",
-            "--loglevel=WARNING",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    return start_worker(queue, output=subprocess.DEVNULL)
 
 
 def _wait(check, timeout=45):
