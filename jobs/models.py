@@ -108,13 +108,6 @@ class Job(models.Model):
     def __str__(self):
         return f"{self.name} #{self.pk}"
 
-    @property
-    def demand_units(self):
-        """Devices of the flavor asked for (fractional for shared requests)."""
-        if self.gpu_milli:
-            return self.workers * self.gpu_milli / 1000
-        return self.workers * self.gpus_per_worker
-
 
 class JobEvent(models.Model):
     """Append-only: the audit trail, the metering source and the outbox for backends.

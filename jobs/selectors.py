@@ -8,7 +8,7 @@ from decimal import Decimal
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from portal.models import User
+from portal.models import Department, Project, User
 from portal.selectors import visible_projects
 from quotas.selectors import quota_tree
 
@@ -40,34 +40,38 @@ def _usage_by_project(flavor_id: int) -> dict[int, tuple[Decimal, Decimal]]:
     return {k: (v[0], v[1]) for k, v in usage.items()}
 
 
+def _usage_by_node(by_project: dict[int, tuple[Decimal, Decimal]]) -> dict[tuple[str, int], list[Decimal]]:
+    """(in-quota, on-loan) usage of every project and of every department's whole subtree —
+    independent of which rows the viewer sees, and counting projects with no quota node."""
+    parent_of = dict(Department.objects.values_list("id", "parent_id"))
+    department_of = dict(Project.objects.filter(pk__in=by_project).values_list("id", "department_id"))
+    totals: dict[tuple[str, int], list[Decimal]] = {}
+    for project_id, (in_quota, on_loan) in by_project.items():
+        keys = [("project", project_id)]
+        node = department_of.get(project_id)
+        while node is not None:
+            keys.append(("department", node))
+            node = parent_of.get(node)
+        for key in keys:
+            sums = totals.setdefault(key, [Decimal(0), Decimal(0)])
+            sums[0] += in_quota
+            sums[1] += on_loan
+    return totals
+
+
 def quota_usage(user: User, flavor_id: int) -> list[dict]:
-    """The visible quota tree of a flavor with usage: in-quota, borrowed (on-loan usage in the
-    subtree) and lent (own idle, lendable quota that on-loan jobs elsewhere occupy)."""
-    rows = quota_tree(user, flavor_id, timezone.now())
+    """The visible quota tree of a flavor with usage: used (in-quota + on-loan in the subtree),
+    borrowed (the on-loan part) and lent (own idle, lendable quota that on-loan jobs elsewhere
+    occupy)."""
     by_project = _usage_by_project(flavor_id)
-    subtree: dict[tuple[str, int], list[Decimal]] = {}
-    # Children follow parents in tree order: walk backwards to sum subtrees bottom-up.
-    for row in reversed(rows):
-        own = by_project.get(row.key[1], (Decimal(0), Decimal(0))) if row.key[0] == "project" else (0, 0)
-        sums = subtree.setdefault(row.key, [Decimal(own[0]), Decimal(own[1])])
-        if row.parent_key in {r.key for r in rows}:
-            parent = subtree.setdefault(row.parent_key, [Decimal(0), Decimal(0)])
-            parent[0] += sums[0]
-            parent[1] += sums[1]
+    usage = _usage_by_node(by_project)
     total_on_loan = sum((u[1] for u in by_project.values()), Decimal(0))
     out = []
-    for row in rows:
-        in_quota, on_loan = subtree[row.key]
+    for row in quota_tree(user, flavor_id, timezone.now()):
+        in_quota, on_loan = usage.get(row.key, (Decimal(0), Decimal(0)))
         quota, lend_limit = row.effective.quota, row.effective.lend_limit
         idle = max(quota - in_quota - on_loan, Decimal(0))
         lendable = idle if lend_limit is None else min(idle, lend_limit)
-        out.append(
-            {
-                "row": row,
-                "used": in_quota + on_loan,
-                "in_quota": in_quota,
-                "borrowed": on_loan,
-                "lent": min(lendable, max(total_on_loan - on_loan, Decimal(0))),
-            }
-        )
+        out.append({"row": row, "used": in_quota + on_loan, "in_quota": in_quota, "borrowed": on_loan,
+                    "lent": min(lendable, max(total_on_loan - on_loan, Decimal(0)))})
     return out

@@ -44,6 +44,3 @@ HOLDING = frozenset({S.ADMITTED, S.RUNNING})
 def can_transition(source: JobState | str, target: JobState | str) -> bool:
     return JobState(target) in TRANSITIONS[JobState(source)]
 
-
-def sources_of(target: JobState | str) -> frozenset[JobState]:
-    return frozenset(s for s, targets in TRANSITIONS.items() if JobState(target) in targets)

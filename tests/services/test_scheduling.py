@@ -210,3 +210,20 @@ def test_budget_hold_keeps_unapproved_jobs_waiting(two_departments):
         snapshot.over_budget_providers.remove(provider)
     assert _state(held) == "queued" and _state(approved) == "admitted"
     assert _explain(held)["reason"] == "budget"
+
+
+def test_department_usage_counts_projects_without_a_quota_node(two_departments):
+    f, pa, _, _, _ = two_departments
+    unquoted = fx.project("pa-extra", pa.department)  # no quota node: it can only borrow
+    fx.submit(unquoted, f, gpus=2, name="borrower")
+    schedule_once()
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_authenticate(fx.platform_admin())
+    rows = {
+        (r["kind"], r["owner_id"]): r
+        for r in client.get(reverse("api:quota-usage"), {"flavor": f.name}).json()["nodes"]
+    }
+    a_row = rows[("department", pa.department_id)]
+    assert (a_row["used"], a_row["borrowed"]) == ("2.000", "2.000")
