@@ -14,46 +14,15 @@ Needs DATABASE_URL and REDIS_URL (run it under ``scripts/devenv.py run`` for emb
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from urllib.parse import urlsplit, urlunsplit
 
-import psycopg
+from scratchdb import scratch_django
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)
 CLASSES = ((1, 1, 50, 200), (5, 1, 100, 500), (8, 3, 200, 1000))  # gpus/worker, workers, priority, runtime s
-
-
-def _bench_url(base: str) -> tuple[str, str, str]:
-    parts = urlsplit(base)
-    name = (parts.path.lstrip("/") or "postgres") + "_bench"
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    return urlunsplit(parts._replace(path=f"/{name}")), admin, name
-
-
-def _recreate(admin_url: str, name: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-
-
-def _drop(admin_url: str, name: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def _setup_django(url: str) -> None:
-    os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.test")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def _populate(departments: int, projects: int, nodes: int, pending: int) -> None:
@@ -180,10 +149,7 @@ def _drain() -> tuple[int, float, int, float]:
 
 def run(quick: bool, runs: int) -> dict:
     sizes = (10, 10, 250, 5_000) if quick else (10, 100, 2_500, 50_000)
-    url, admin, name = _bench_url(os.environ["DATABASE_URL"])
-    _recreate(admin, name)
-    try:
-        _setup_django(url)
+    with scratch_django():
         started = time.perf_counter()
         _populate(*sizes)
         populate_s = time.perf_counter() - started
@@ -191,11 +157,6 @@ def run(quick: bool, runs: int) -> dict:
         for _ in range(runs):
             _reset()
             samples.append(_drain())
-        from django.db import connections
-
-        connections.close_all()
-    finally:
-        _drop(admin, name)
     rates = [a / s for a, s, _, _ in samples]
     return {
         "e2e_admissions_per_s": round(statistics.median(rates), 1),

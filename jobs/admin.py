@@ -2,7 +2,7 @@ from django.contrib import admin
 
 from portal.admin_site import PlatformModelAdmin
 
-from .models import Job, JobEvent, PriorityClass
+from .models import ApprovalPolicy, Job, JobEvent, PriorityClass
 
 
 @admin.register(PriorityClass)
@@ -32,3 +32,10 @@ class JobAdmin(ReadOnlyAdmin):
 @admin.register(JobEvent)
 class JobEventAdmin(ReadOnlyAdmin):
     list_display = ["job", "kind", "from_state", "to_state", "reason", "at"]
+
+
+@admin.register(ApprovalPolicy)
+class ApprovalPolicyAdmin(PlatformModelAdmin):
+    list_display = ["department", "max_gpus", "max_runtime_hours", "premium_flavors", "platform_gpus"]
+    filter_horizontal = ["flavors"]
+    readonly_fields = ["updated_by"]

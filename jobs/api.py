@@ -17,6 +17,7 @@ from quotas.models import Flavor
 from quotas.selectors import healthy_capacity
 
 from . import selectors, services
+from .approvals import approval_request_of, with_approval_request
 from .models import Job, JobEvent, JobKind, PriorityClass
 from .scheduling import explain_job
 
@@ -25,6 +26,11 @@ class JobOut(serializers.ModelSerializer):
     flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)
     priority = serializers.SlugRelatedField(source="priority_class", slug_field="name", read_only=True)
     submitted_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    approval_request = serializers.SerializerMethodField()
+
+    def get_approval_request(self, job) -> int | None:
+        """The job's (latest) approval request, when it needed one (DESIGN §6)."""
+        return approval_request_of(job)
 
     class Meta:
         model = Job
@@ -54,6 +60,7 @@ class JobOut(serializers.ModelSerializer):
             "placement",
             "on_loan",
             "terminating_since",
+            "approval_request",
         ]
 
 
@@ -85,7 +92,8 @@ class JobListApi(ListCreateApi):
     filterset_fields = ["project", "state", "kind", "flavor"]
 
     def visible(self):
-        return selectors.visible_jobs(self.request.user).order_by("-submitted_at", "-id")
+        jobs = with_approval_request(selectors.visible_jobs(self.request.user))
+        return jobs.order_by("-submitted_at", "-id")
 
     def perform(self, data):
         data = dict(data)
@@ -97,7 +105,7 @@ class JobDetailApi(DetailApi):
     output = JobOut
 
     def visible(self):
-        return selectors.visible_jobs(self.request.user)
+        return with_approval_request(selectors.visible_jobs(self.request.user))
 
 
 class JobCancelApi(APIView):
@@ -192,7 +200,37 @@ class JobUtilisationApi(APIView):
     @extend_schema(responses=GpuSampleOut(many=True))
     def get(self, request, pk):
         job = get_visible(selectors.visible_jobs(request.user), pk=pk)
-        samples = job.gpu_samples.order_by("minute")[:10080]  # a week of minutes at most
+        samples = selectors.job_gpu_samples(job)  # a week of minutes at most
         return Response(
             {"job": job.pk, "idle_since": job.idle_since, "samples": GpuSampleOut(samples, many=True).data}
         )
+
+
+class JobScaleIn(serializers.Serializer):
+    replicas = serializers.IntegerField(min_value=1, max_value=services.MAX_WORKERS)
+
+
+class JobScaleOut(serializers.Serializer):
+    """The job's size after the call (the full job is at ``/jobs/{id}/``)."""
+
+    id = serializers.IntegerField()
+    state = serializers.CharField()
+    workers = serializers.IntegerField()
+    min_workers = serializers.IntegerField(allow_null=True)
+    granted_workers = serializers.IntegerField(allow_null=True)
+    target_workers = serializers.IntegerField(allow_null=True)
+    placement = serializers.JSONField()
+
+
+class JobScaleApi(APIView):
+    """Scale a running elastic job (an inference service, or a checkpointing training job)
+    between its ``min_workers`` and ``workers``: down releases the surplus workers at once, up
+    sets the target the scheduler grows it to as room allows (docs/scheduling.md)."""
+
+    @extend_schema(request=JobScaleIn, responses=JobScaleOut)
+    def post(self, request, pk):
+        job = get_visible(selectors.visible_jobs(request.user), pk=pk)
+        data = JobScaleIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        job = services.job_scale(actor=request.user, job=job, replicas=data.validated_data["replicas"])
+        return Response(JobScaleOut(job).data)

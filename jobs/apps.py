@@ -5,3 +5,8 @@ from django.utils.translation import gettext_lazy as _
 class JobsConfig(AppConfig):
     name = "jobs"
     verbose_name = _("Jobs")
+
+    def ready(self):
+        from .approvals import register as register_approval_kinds
+
+        register_approval_kinds()

@@ -25,6 +25,7 @@ def seed(stdout) -> None:
         )
     stdout.write(f"jobs: {len(CLASSES)} priority classes")
     seed_jobs(stdout)
+    seed_approvals(stdout)
 
 
 # A believable morning: training gangs, inference services, dev boxes; durations in simulated s.
@@ -71,3 +72,36 @@ def seed_jobs(stdout) -> None:
             sim_duration_seconds=duration,
         )
     stdout.write(f"jobs: {len(DEMO_JOBS)} demo jobs submitted")
+
+
+def seed_approvals(stdout) -> None:
+    """AI Research asks for approval above 8 cards or on a premium flavor (H800), and a platform
+    admin too above 32 cards; alice's H800 fine-tune waits for ai-admin. Added after the demo
+    jobs, so those run as before."""
+    from portal.models import Department, Project, User
+    from quotas.models import Flavor
+
+    from .models import ApprovalPolicy, Job
+    from .services import job_submit
+
+    ApprovalPolicy.objects.get_or_create(
+        department=Department.objects.get(code="ai"),
+        defaults={"max_gpus": 8, "premium_flavors": True, "platform_gpus": 32, "max_runtime_hours": 72},
+    )
+    if not Job.objects.filter(name="llama-70b-sft").exists():
+        job_submit(
+            actor=User.objects.get(username="alice"),
+            project=Project.objects.get(code="nlp-llm"),
+            name="llama-70b-sft",
+            kind="training",
+            flavor=Flavor.objects.get(name="H800"),
+            priority_class=PriorityClass.objects.get(name="training"),
+            image="registry.local/ai/base:2026.11",
+            command="python sft.py --model llama-70b",
+            workers=2,
+            gpus_per_worker=8,
+            max_runtime_seconds=86400,
+            checkpointing=True,
+            sim_duration_seconds=5400,
+        )
+    stdout.write("approvals: a policy for ai, one pending job, quota and loan request")

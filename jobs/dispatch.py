@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -26,6 +26,7 @@ from .states import HOLDING, JobState
 
 log = logging.getLogger(__name__)
 CLAIM_TIMEOUT = timedelta(seconds=120)  # a claim older than this belongs to a dead worker
+RESIZE_LOCK = 0x6770_7002  # "gp" + 2: session advisory locks (this, job id) serialise resizes
 
 
 def backend_of(cluster: Cluster) -> base.Backend:
@@ -44,6 +45,7 @@ def job_spec(job: Job, node_names: dict[int, str]) -> base.JobSpec:
         k8s_resource=job.flavor.k8s_resource_name,
         slurm_gres=job.flavor.slurm_gres,
         workers=job.granted_workers or job.workers,
+        min_workers=min(job.min_workers or job.workers, job.granted_workers or job.workers),
         gpus_per_worker=job.gpus_per_worker,
         gpu_milli=job.gpu_milli,
         placement=placement,
@@ -153,6 +155,10 @@ def apply_status(job: Job, st: base.JobStatus) -> str:
     with transaction.atomic():
         if st.phase == base.PENDING:
             return "pending"
+        if st.phase == base.LOST and job.resize_requested_at is not None:
+            # A training job is deleted and created again to change size: between the two calls
+            # the backend does not know it. The resize task settles it; never fail it for that.
+            return "resizing"
         if st.phase == base.RUNNING:
             if job.state == JobState.ADMITTED:
                 job_transition(
@@ -201,6 +207,38 @@ def _overran(job: Job, st: base.JobStatus) -> bool:
     if st.phase not in (base.CANCELLED, base.FAILED, base.LOST):
         return False
     return job.expire_requested_at is not None or "max runtime" in st.message.lower()
+
+
+def resize_job(job_id: int) -> str:
+    """Bring the backend to the size the job has in the portal (grown by the scheduler, scaled by
+    its owner, or shrunk by a reclaim). Idempotent; one resize per job at a time (a session-level
+    advisory lock held across the backend call, outside any transaction), and the claim
+    ``resize_requested_at`` is cleared only if no newer resize was requested meanwhile."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [RESIZE_LOCK, job_id])
+        if not cursor.fetchone()[0]:
+            return "busy"  # another worker resizes it now; the beat safety net comes back
+        try:
+            return _resize(job_id)
+        finally:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [RESIZE_LOCK, job_id])
+
+
+def _resize(job_id: int) -> str:
+    job = Job.objects.select_related("flavor", "project__department", "submitted_by", "cluster").get(
+        pk=job_id
+    )
+    requested = job.resize_requested_at
+    if requested is None:
+        return "nothing to do"
+    if job.state not in HOLDING or job.cluster is None or job.terminating_since or job.cancel_requested_at:
+        Job.objects.filter(pk=job_id, resize_requested_at=requested).update(resize_requested_at=None)
+        return "not running"  # stopping or gone: the stop, not a resize, is what the backend needs
+    node_ids = {n for worker in job.placement for n, _g, _m in worker}
+    names = dict(Node.objects.filter(pk__in=node_ids).values_list("pk", "name"))
+    backend_of(job.cluster).resize(job_spec(job, names))
+    Job.objects.filter(pk=job_id, resize_requested_at=requested).update(resize_requested_at=None)
+    return "resized"
 
 
 def expire_overdue(now: datetime | None = None) -> list[int]:

@@ -5,7 +5,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
-from portal.models import Project, User
+from portal.models import Department, Project, User
 from quotas.models import Cluster, Flavor
 
 from .states import JobState
@@ -86,6 +86,12 @@ class Job(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     message = models.CharField(max_length=500, blank=True)
     idle_since = models.DateTimeField(null=True, blank=True)  # flagged by the metrics poll
+    # Elastic scaling (docs/scheduling.md): the worker count the grow pass aims for (None: workers),
+    # the grow times of the last len(grown_at) workers of placement (ISO strings, oldest first),
+    # and the outbox claim of a resize the backend has not confirmed yet.
+    target_workers = models.PositiveIntegerField(_("target workers"), null=True, blank=True)
+    grown_at = models.JSONField(default=list, blank=True)
+    resize_requested_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
@@ -148,3 +154,68 @@ class JobGpuSample(models.Model):
 
     def __str__(self):
         return f"{self.job_id} @ {self.minute:%Y-%m-%d %H:%M}: {self.gpu_util_pct:.0f}%"
+
+
+class ApprovalPolicy(models.Model):
+    """When a job of a department's subtree needs approval (DESIGN §6). The nearest department
+    up the tree that has a policy decides for a project; no policy on the way up: no approval.
+
+    GPU figures are whole-card equivalents (count × card_fraction × gpu_milli/1000), the unit
+    of card-hours, so seven MIG slices count as one card."""
+
+    department = models.OneToOneField(
+        Department, on_delete=models.CASCADE, related_name="approval_policy", verbose_name=_("department")
+    )
+    max_gpus = models.PositiveIntegerField(
+        _("GPUs without approval"),
+        null=True,
+        blank=True,
+        validators=[MaxValueValidator(1_000_000)],
+        help_text=_("A job using more cards than this needs approval. Empty: no limit."),
+    )
+    max_runtime_hours = models.PositiveIntegerField(
+        _("runtime without approval (h)"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(90 * 24)],
+        help_text=_(
+            "A job that may run longer (or without a maximum runtime) needs approval. Empty: no limit."
+        ),
+    )
+    premium_flavors = models.BooleanField(_("premium flavors need approval"), default=True)
+    flavors = models.ManyToManyField(
+        Flavor, blank=True, related_name="+", verbose_name=_("flavors that need approval")
+    )
+    platform_gpus = models.PositiveIntegerField(
+        _("GPUs needing a platform admin too"),
+        null=True,
+        blank=True,
+        validators=[MaxValueValidator(1_000_000)],
+        help_text=_("Above this many cards a platform admin approves after the department admin."),
+    )
+    # Budgets arrive with billing; the check is the hook jobs.approvals.budget_checks.
+    over_budget = models.BooleanField(_("over budget needs approval"), default=True)
+    step_timeout_hours = models.PositiveIntegerField(
+        _("hours to decide"),
+        default=48,
+        validators=[MinValueValidator(1), MaxValueValidator(30 * 24)],
+        help_text=_("After this long an undecided step goes to the next level up."),
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["department__code"]
+        verbose_name = _("approval policy")
+        verbose_name_plural = _("approval policies")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(platform_gpus__isnull=True)
+                | Q(max_gpus__isnull=True)
+                | Q(platform_gpus__gte=models.F("max_gpus")),
+                name="approval_policy_platform_above_department",
+            ),
+        ]
+
+    def __str__(self):
+        return str(self.department)

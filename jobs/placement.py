@@ -27,7 +27,7 @@ from bisect import bisect_left, insort
 
 from jobs.engine.pool import FULL, Pool
 
-__all__ = ["FULL", "Pool", "commit", "plan", "plan_at", "plan_fits", "uncommit"]
+__all__ = ["FULL", "Pool", "commit", "plan", "plan_at", "plan_fits", "plan_grow", "uncommit"]
 
 Plan = list[tuple[tuple[int, int, int], ...]]
 
@@ -89,6 +89,55 @@ def plan_fits(pool: Pool, workers: int, milli: int) -> bool:
     if milli < FULL:
         return workers == 1 and pool.max_shared_free() >= milli
     return pool.whole_capacity(milli // FULL) >= workers
+
+
+def plan_grow(pool: Pool, g: int, near: set[int], cluster: str, *, frag: bool = True) -> Plan | None:
+    """One more worker of ``g`` whole GPUs for a running job whose workers sit on nodes ``near``
+    (pool indices), only on nodes of ``cluster``. ``frag=True``: in the job's own leaves first,
+    then its spines, then anywhere (the gang stays close), each tier best fit (fewest whole free
+    GPUs that fit, then the fullest leaf); ``frag=False``: best fit anywhere."""
+    if pool.whole_capacity(g) < 1:
+        return None
+    i = None
+    if frag:
+        leaves = {pool.leaf_of[x] for x in near}
+        spines = {pool.leaf_spine[li] for li in leaves}
+        i = _grow_fit(pool, g, cluster, leaves)
+        if i is None:
+            i = _grow_fit(pool, g, cluster, {li for s in spines for li in pool.spine_leaves[s]} - leaves)
+    if i is None:
+        i = _grow_anywhere(pool, g, cluster, frag)
+    if i is None:
+        return None
+    return [tuple((i, x, FULL) for x in pool.free_gpus(i, g))]
+
+
+def _grow_fit(pool: Pool, g: int, cluster: str, leaves: set[int]) -> int | None:
+    best = None
+    for li in leaves:
+        rank = pool.leaf_rank[li]
+        for i in pool.leaf_nodes[li]:
+            free = pool.free[i]
+            if free >= g and pool.cluster[i] == cluster and (best is None or (free, rank, i) < best):
+                best = (free, rank, i)
+    return None if best is None else best[2]
+
+
+def _grow_anywhere(pool: Pool, g: int, cluster: str, frag: bool) -> int | None:
+    """Best fit over the whole pool through the free-GPU buckets: the fewest free GPUs first."""
+    for k in range(g, pool.maxg + 1):
+        leaves = pool.bucket[k]
+        if not leaves:
+            continue
+        best = None
+        for li in leaves:
+            rank = pool.leaf_rank[li] if frag else 0
+            for i in pool.leaf_nodes[li]:
+                if pool.free[i] == k and pool.cluster[i] == cluster and (best is None or (rank, i) < best):
+                    best = (rank, i)
+        if best is not None:
+            return best[1]
+    return None
 
 
 def commit(pool: Pool, placement: Plan) -> None:

@@ -7,6 +7,7 @@ Public API::
     engine = Engine(snapshot, ...)        # the same cycle, keeping its state between cycles
     result = engine.cycle()               # == schedule(snapshot)
     engine.finish(ids); engine.submit(queued_jobs); engine.cancel(ids)
+    engine.retarget(job_id, grow_to=…)    # a running job's growth target changed
     result = engine.cycle(now)            # incremental: only the deltas are applied
 
 Inputs and outputs are the dataclasses of :mod:`jobs.engine.model` (re-exported here); amounts
@@ -28,6 +29,8 @@ How a cycle decides (details in :mod:`jobs.engine.cycle` and the modules it name
    pass and placed in a borrowing phase after the last level, in promise order (see
    :mod:`jobs.engine.borrow`). Rule 5 would reclaim such same-cycle loans anyway; this gets
    the same result without the churn, and running on-loan jobs are still reclaimed.
+5. The grow pass: running elastic jobs below their target get one more worker at a time, in
+   queue order, with what the queue cannot use (see :mod:`jobs.engine.grow`).
 
 Decisions of one cycle:
 
@@ -35,7 +38,9 @@ Decisions of one cycle:
   in ``preempts``: it takes their GPUs, and the backend starts it when they have exited.
 * ``preemptions`` — victims keep running through their grace period. GPUs they free beyond what
   the preemptor takes are NOT handed to anyone else in the same cycle; the next snapshot lists
-  the victims with ``terminating=True`` until they exit (see :mod:`jobs.engine.model`).
+  the victims with ``terminating=True`` until they exit (see :mod:`jobs.engine.model`). A
+  preemption with ``worker`` set takes one grown worker of a job, which shrinks at once.
+* ``growths`` — running jobs that got workers, with the slots added (placement order).
 * ``reservations`` — one per priority level at most (EASY backfill).
 * ``on_loan`` — rule 1 recomputed over all running jobs plus the new admissions.
 * ``explanations`` — for every job still waiting, computed on demand from the end-of-cycle
@@ -58,6 +63,7 @@ from jobs.engine.model import (
     Admission,
     CycleResult,
     Explain,
+    Growth,
     Holder,
     Limits,
     Node,
@@ -72,7 +78,7 @@ from jobs.engine.model import (
 from jobs.engine.state import State
 
 __all__ = [
-    "Admission", "CycleResult", "Engine", "Explain", "Holder", "Limits", "Node", "Preemption",
+    "Admission", "CycleResult", "Engine", "Explain", "Growth", "Holder", "Limits", "Node", "Preemption",
     "PriorityClass", "QueuedJob", "Reservation", "RunningJob", "Snapshot", "TreeNode",
     "schedule",
 ]
@@ -117,6 +123,7 @@ class Engine:
         self._finished: list[str] = []
         self._submitted: list[QueuedJob] = []
         self._cancelled: list[str] = []
+        self._targets: dict[str, tuple[int, int, datetime | None]] = {}
 
     def finish(self, job_ids: Iterable[str]) -> None:
         self._finished.extend(job_ids)
@@ -126,6 +133,13 @@ class Engine:
 
     def cancel(self, job_ids: Iterable[str]) -> None:
         self._cancelled.extend(job_ids)
+
+    def retarget(self, job_id: str, *, grow_to: int, worker_milli: int,
+                 submitted_at: datetime | None = None) -> None:
+        """A running job's growth target changed (it became growable, its owner set a target,
+        or it may no longer grow: ``grow_to=0``). Its worker count must be what the engine
+        believes; a job that shrank outside the engine needs a fresh engine instead."""
+        self._targets[job_id] = (grow_to, worker_milli, submitted_at)
 
     def cycle(self, now: datetime | None = None) -> CycleResult:
         with _no_cyclic_gc():
@@ -141,7 +155,7 @@ class Engine:
         self._last_explain = Explanations(c)
         return CycleResult(c.admissions(), tuple(c.preemptions),
                            tuple(r.public(s) for r in c.reservations), on_loan,
-                           self._last_explain)
+                           self._last_explain, tuple(c.growths))
 
     def _settle(self, now: datetime | None) -> None:
         """Apply the previous cycle's decisions and the recorded deltas."""
@@ -152,9 +166,14 @@ class Engine:
             self._close(self._last, gone)
         for jid in self._finished:
             if jid in s.running:
-                s.drop_run(s.running[jid])
+                s.drop_job(s.running[jid])
             elif jid in s.terminating:
                 s.drop_terminating(s.terminating[jid])
+        for jid, (grow_to, wm, submitted) in self._targets.items():
+            run = s.running.get(jid)
+            if run is not None and run.base is None:
+                s.retarget(run, grow_to, wm, submitted)
+        self._targets = {}
         for jid in self._cancelled:
             p = s.pending.pop(jid, None)
             if p is not None:

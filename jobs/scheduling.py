@@ -5,8 +5,11 @@ Safety against over-admission:
   across worker processes and hosts;
 * every admission is a conditional ``UPDATE … WHERE state = 'queued'``: a job cancelled while
   the cycle ran is simply not admitted (its capacity stays free), never admitted twice;
-* preemption signals are conditional on the victim still holding its GPUs.
-Backend calls (dispatch, stop) happen after commit, driven by the event rows (the outbox).
+* preemption signals are conditional on the victim still holding its GPUs;
+* a growth is conditional on the job still running with the worker count the engine saw, and
+  a reclaimed grown worker is removed only from a job still holding it (row locked).
+Backend calls (dispatch, stop, resize) happen after commit, driven by the event rows and claims
+(the outbox).
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from django.core.cache import cache
 from django.db import connection, transaction
 from django.utils import timezone
 
-from .engine.model import CycleResult, Explain
+from .engine.model import CycleResult, Explain, Preemption
 from .models import Job
+from .resize import drop_workers, record_scaled, request_resize
 from .scheduler import schedule
 from .snapshot import build_snapshot
 from .states import HOLDING, JobState
@@ -45,6 +49,7 @@ class CycleReport:
     decide_ms: float  # reading the snapshot (or only what changed) and running the engine
     apply_ms: float
     rebuilds: int  # engine rebuilds so far in this process
+    grown: int = 0  # running jobs that got workers (the grow pass)
 
 
 def schedule_once(now: datetime | None = None, *, wait: bool = True, warm: bool = True) -> CycleReport | None:
@@ -66,9 +71,19 @@ def schedule_once(now: datetime | None = None, *, wait: bool = True, warm: bool 
         except BaseException:
             engine.invalidate()  # the engine believes decisions that were rolled back
             raise
-        if applied[0] < len(result.admissions) or applied[1] < len(result.preemptions):
-            engine.invalidate()  # e.g. a job was cancelled while the cycle ran
-    report = CycleReport(*applied, waiting, (t1 - t0) * 1e3, (t2 - t1) * 1e3, engine.rebuilds)
+        admitted, preempted, reserved, grown = applied
+        if (
+            admitted < len(result.admissions)
+            or preempted < len(result.preemptions)
+            or grown < len(result.growths)
+            or any(p.worker is not None for p in result.preemptions)
+        ):
+            # A job was cancelled or changed while the cycle ran — or a grown worker was taken
+            # back, which renumbers the job's workers: a fresh engine reads them as stored.
+            engine.invalidate()
+    report = CycleReport(
+        admitted, preempted, reserved, waiting, (t1 - t0) * 1e3, (t2 - t1) * 1e3, engine.rebuilds, grown
+    )
     log.info("scheduling cycle: %s", report)
     cache.set(
         LAST_CYCLE_KEY,
@@ -83,12 +98,13 @@ def schedule_once(now: datetime | None = None, *, wait: bool = True, warm: bool 
     return report
 
 
-def _apply(result: CycleResult, now: datetime) -> tuple[int, int, int]:
+def _apply(result: CycleResult, now: datetime) -> tuple[int, int, int, int]:
     admitted = _apply_admissions(result, now)
-    preempted = _apply_preemptions(result, now)
+    preempted = _apply_preemptions(result, now) + _apply_shrinks(result, now)
     reserved = _apply_reservations(result, now)
-    _apply_on_loan(result)
-    return admitted, preempted, reserved
+    _apply_on_loan(result, now)
+    grown = _apply_growths(result, now)
+    return admitted, preempted, reserved, grown
 
 
 def _lock(wait: bool) -> bool:
@@ -121,7 +137,8 @@ def _apply_admissions(result: CycleResult, now: datetime) -> int:
                 SELECT * FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::bool[], %s::text[])
             ), moved AS (
                 UPDATE jobs_job j SET state = 'admitted', state_changed_at = %s, admitted_at = %s,
-                       granted_workers = v.workers, placement = v.placement::jsonb, on_loan = v.on_loan
+                       granted_workers = v.workers, placement = v.placement::jsonb, on_loan = v.on_loan,
+                       grown_at = '[]'::jsonb
                 FROM v WHERE j.id = v.id AND j.state = 'queued'
                 RETURNING j.id, v.workers, v.on_loan, v.preempts
             )
@@ -145,10 +162,11 @@ def _apply_admissions(result: CycleResult, now: datetime) -> int:
 
 
 def _apply_preemptions(result: CycleResult, now: datetime) -> int:
-    if not result.preemptions:
+    whole = [p for p in result.preemptions if p.worker is None]
+    if not whole:
         return 0
-    ids = [int(p.victim_id) for p in result.preemptions]
-    reasons = [f"{p.reason} for job {p.for_job_id}" for p in result.preemptions]
+    ids = [int(p.victim_id) for p in whole]
+    reasons = [f"{p.reason} for job {p.for_job_id}" for p in whole]
     with connection.cursor() as cursor:
         cursor.execute(
             """
@@ -164,6 +182,79 @@ def _apply_preemptions(result: CycleResult, now: datetime) -> int:
             [ids, reasons, now, [s.value for s in HOLDING], now],
         )
         return cursor.rowcount
+
+
+def _apply_shrinks(result: CycleResult, now: datetime) -> int:
+    """Grown workers taken back by a reclaim or a higher-priority job of the project: the job
+    runs on without them, from now (no grace period: see jobs/engine/preempt.py)."""
+    by_job: dict[int, list[Preemption]] = {}
+    for p in result.preemptions:
+        if p.worker is not None:
+            by_job.setdefault(int(p.victim_id), []).append(p)
+    applied, resized = 0, []
+    for job_id, taken in sorted(by_job.items()):
+        job = Job.objects.select_for_update().filter(pk=job_id, state__in=list(HOLDING)).first()
+        drop = {p.worker for p in taken}
+        held = len(job.placement) if job else 0
+        if job is None or job.terminating_since or max(drop) >= held or min(drop) < held - len(job.grown_at):
+            continue  # it ended or changed meanwhile: nothing of what the engine saw is left
+        placement, grown = drop_workers(job, drop)
+        Job.objects.filter(pk=job_id).update(
+            placement=placement, grown_at=grown, granted_workers=len(placement), resize_requested_at=now
+        )
+        why = f"{taken[0].reason} for job {taken[0].for_job_id}"
+        record_scaled(
+            job,
+            before=held,
+            after=len(placement),
+            reason=f"scaled {held}→{len(placement)}: {why}",
+            at=now,
+            removed=sorted(drop),
+        )
+        applied += len(taken)
+        resized.append(job_id)
+    request_resize(resized)
+    return applied
+
+
+_GROW_SQL = """
+    WITH v(id, before, after, added) AS (
+        SELECT * FROM unnest(%s::bigint[], %s::int[], %s::int[], %s::text[])
+    ), grown AS (
+        UPDATE jobs_job j
+        SET placement = j.placement || v.added::jsonb,
+            grown_at = j.grown_at
+                || (SELECT jsonb_agg(%s::jsonb) FROM generate_series(v.before + 1, v.after)),
+            granted_workers = v.after, resize_requested_at = %s
+        FROM v WHERE j.id = v.id AND j.state = 'running' AND j.terminating_since IS NULL
+               AND jsonb_array_length(j.placement) = v.before
+        RETURNING j.id, v.before, v.after
+    ), events AS (
+        INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, reason, at, data)
+        SELECT id, 'scaled', 'running', 'running', 'scaled ' || before || '→' || after || ' by the scheduler',
+               %s, jsonb_build_object('workers', after, 'from', before)
+        FROM grown
+    )
+    SELECT id FROM grown
+"""
+
+
+def _apply_growths(result: CycleResult, now: datetime) -> int:
+    """One conditional UPDATE for all growths: only jobs still running (not being stopped) with
+    the worker count the engine saw get the new workers; each gets one ``scaled`` event."""
+    if not result.growths:
+        return 0
+    ids, before, after, added = [], [], [], []
+    for g in result.growths:
+        ids.append(int(g.job_id))
+        before.append(g.workers - len(g.added))
+        after.append(g.workers)
+        added.append(json.dumps([[[int(n[1:]), gpu, m] for n, gpu, m in worker] for worker in g.added]))
+    with connection.cursor() as cursor:
+        cursor.execute(_GROW_SQL, [ids, before, after, added, json.dumps(now.isoformat()), now, now])
+        done = [row[0] for row in cursor.fetchall()]
+    request_resize(done)
+    return len(done)
 
 
 def _apply_reservations(result: CycleResult, now: datetime) -> int:
@@ -197,8 +288,9 @@ def _apply_reservations(result: CycleResult, now: datetime) -> int:
     return written
 
 
-def _apply_on_loan(result: CycleResult) -> None:
-    """Rule 1 is recomputed every cycle: store the split where it changed."""
+def _apply_on_loan(result: CycleResult, now: datetime) -> None:
+    """Rule 1 is recomputed every cycle: store the split where it changed, with an "on_loan"
+    event per flipped job (metering bills in-quota and on-loan time apart from these)."""
     ids = [int(j) for j in result.on_loan]
     flags = [result.on_loan[j] for j in result.on_loan]
     if not ids:
@@ -206,11 +298,18 @@ def _apply_on_loan(result: CycleResult) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            UPDATE jobs_job j SET on_loan = v.on_loan
-            FROM unnest(%s::bigint[], %s::bool[]) AS v(id, on_loan)
-            WHERE j.id = v.id AND j.on_loan IS DISTINCT FROM v.on_loan AND j.state = ANY(%s)
+            WITH flipped AS (
+                UPDATE jobs_job j SET on_loan = v.on_loan
+                FROM unnest(%s::bigint[], %s::bool[]) AS v(id, on_loan)
+                WHERE j.id = v.id AND j.on_loan IS DISTINCT FROM v.on_loan AND j.state = ANY(%s)
+                RETURNING j.id, j.state, v.on_loan
+            )
+            INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, reason, at, data)
+            SELECT id, 'on_loan', state, state, 'in-quota / on-loan split recomputed', %s,
+                   jsonb_build_object('on_loan', on_loan)
+            FROM flipped
             """,
-            [ids, flags, [s.value for s in HOLDING]],
+            [ids, flags, [s.value for s in HOLDING], now],
         )
 
 

@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import datetime
 from decimal import Decimal
 
-from django.db.models import QuerySet
+from django.core.cache import cache
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
+from portal import permissions as perm
 from portal.models import Department, Project, User
-from portal.selectors import visible_projects
-from quotas.selectors import quota_tree
+from portal.selectors import scope_for, visible_departments, visible_projects
+from quotas.models import Flavor, Node
+from quotas.selectors import effective_limits_map, quota_tree, visible_quota_nodes
 
-from .models import Job, JobEvent
-from .states import HOLDING
+from .models import Job, JobEvent, JobGpuSample
+from .scheduling import QUEUE_KEY
+from .states import HOLDING, TERMINAL, JobState
 
 MILLI = Decimal(1000)
+EXPLAIN_KEY = "explain:{}"  # the per-job key ``scheduling`` caches explanations under
 
 
 def visible_jobs(user: User) -> QuerySet[Job]:
@@ -28,23 +34,37 @@ def job_events(job: Job) -> QuerySet[JobEvent]:
     return job.events.select_related("actor").order_by("at", "id")
 
 
+def _holding_usage(flavor_id: int | None = None) -> dict[int, dict[int, tuple[Decimal, Decimal]]]:
+    """{flavor: {project: (in-quota, on-loan)}} in devices of the flavor, over jobs holding GPUs."""
+    usage: dict[int, dict[int, list[Decimal]]] = defaultdict(
+        lambda: defaultdict(lambda: [Decimal(0), Decimal(0)])
+    )
+    jobs = Job.objects.filter(state__in=list(HOLDING))
+    if flavor_id is not None:
+        jobs = jobs.filter(flavor_id=flavor_id)
+    rows = jobs.values_list("flavor_id", "project_id", "placement", "on_loan")
+    for flavor, project_id, placement, on_loan in rows:
+        milli = sum(m for worker in placement for _node, _gpu, m in worker)
+        usage[flavor][project_id][1 if on_loan else 0] += Decimal(milli) / MILLI
+    return {f: {k: (v[0], v[1]) for k, v in by_project.items()} for f, by_project in usage.items()}
+
+
 def _usage_by_project(flavor_id: int) -> dict[int, tuple[Decimal, Decimal]]:
     """(in-quota, on-loan) usage per project in devices of the flavor, over jobs holding GPUs."""
-    usage: dict[int, list[Decimal]] = defaultdict(lambda: [Decimal(0), Decimal(0)])
-    rows = Job.objects.filter(flavor_id=flavor_id, state__in=list(HOLDING)).values_list(
-        "project_id", "placement", "on_loan"
-    )
-    for project_id, placement, on_loan in rows:
-        milli = sum(m for worker in placement for _node, _gpu, m in worker)
-        usage[project_id][1 if on_loan else 0] += Decimal(milli) / MILLI
-    return {k: (v[0], v[1]) for k, v in usage.items()}
+    return _holding_usage(flavor_id).get(flavor_id, {})
 
 
-def _usage_by_node(by_project: dict[int, tuple[Decimal, Decimal]]) -> dict[tuple[str, int], list[Decimal]]:
+def _usage_by_node(
+    by_project: dict[int, tuple[Decimal, Decimal]],
+    parent_of: dict[int, int | None] | None = None,
+    department_of: dict[int, int] | None = None,
+) -> dict[tuple[str, int], list[Decimal]]:
     """(in-quota, on-loan) usage of every project and of every department's whole subtree —
     independent of which rows the viewer sees, and counting projects with no quota node."""
-    parent_of = dict(Department.objects.values_list("id", "parent_id"))
-    department_of = dict(Project.objects.filter(pk__in=by_project).values_list("id", "department_id"))
+    if parent_of is None:
+        parent_of = dict(Department.objects.values_list("id", "parent_id"))
+    if department_of is None:
+        department_of = dict(Project.objects.filter(pk__in=by_project).values_list("id", "department_id"))
     totals: dict[tuple[str, int], list[Decimal]] = {}
     for project_id, (in_quota, on_loan) in by_project.items():
         keys = [("project", project_id)]
@@ -75,3 +95,170 @@ def quota_usage(user: User, flavor_id: int) -> list[dict]:
         out.append({"row": row, "used": in_quota + on_loan, "in_quota": in_quota, "borrowed": on_loan,
                     "lent": min(lendable, max(total_on_loan - on_loan, Decimal(0)))})
     return out
+
+
+# --- reads for the browser pages ------------------------------------------------------------
+
+# The queue page's states, in the order it lists them: the waiting ones first.
+QUEUE_STATES = (JobState.QUEUED, JobState.PENDING_APPROVAL, JobState.ADMITTED, JobState.RUNNING)
+UTILISATION_MAX_SAMPLES = 10080  # a week of minutes
+
+
+def submittable_projects(user: User) -> QuerySet[Project]:
+    """Active projects ``user`` may submit into: the same rule as ``services.job_submit``
+    (member or project admin of the project, or admin of its department's subtree)."""
+    scope = scope_for(user)
+    projects = Project.objects.filter(active=True).select_related("department").order_by("code")
+    if scope.platform_admin:
+        return projects
+    return projects.filter(Q(id__in=scope.member_projects) | Q(department_id__in=scope.admin_departments))
+
+
+def can_cancel(user: User, job: Job) -> bool:
+    """Whether the page offers a cancel button: ``job_cancel``'s permission and a live job."""
+    if job.state in TERMINAL or job.cancel_requested_at is not None:
+        return False
+    return job.submitted_by_id == user.pk or perm.can_edit_project(scope_for(user), job.project)
+
+
+def job_devices(workers: int, gpus_per_worker: int, gpu_milli: int | None) -> Decimal:
+    """Devices of the flavor a request asks for (a shared request is a fraction of one)."""
+    devices = Decimal(workers * gpus_per_worker)
+    return devices * gpu_milli / MILLI if gpu_milli else devices
+
+
+def card_hours_estimate(
+    *, flavor: Flavor, workers: int, gpus_per_worker: int, gpu_milli: int | None, runtime_seconds: int
+) -> Decimal:
+    """Whole-card hours if the job runs for ``runtime_seconds`` (DESIGN §2: devices ×
+    card_fraction × hours)."""
+    devices = job_devices(workers, gpus_per_worker, gpu_milli)
+    return (devices * flavor.card_fraction * Decimal(runtime_seconds) / 3600).quantize(Decimal("0.01"))
+
+
+def filter_jobs(jobs: QuerySet[Job], user: User, filters: dict) -> QuerySet[Job]:
+    """Apply the page filters (already validated by a form) to a visible-jobs queryset."""
+    lookups = {"flavor": "flavor", "project": "project", "state": "state", "kind": "kind"}
+    for key, lookup in lookups.items():
+        if filters.get(key):
+            jobs = jobs.filter(**{lookup: filters[key]})
+    if filters.get("mine"):
+        jobs = jobs.filter(submitted_by=user)
+    if filters.get("q"):
+        jobs = jobs.filter(name__icontains=filters["q"])
+    return jobs
+
+
+def queue_positions() -> tuple[dict[int, int], datetime | None]:
+    """Every waiting job's place in the last cycle's order, and when that cycle ran (one cache
+    read, written by the cycle for all waiting jobs at once)."""
+    cached = cache.get(QUEUE_KEY) or {}
+    at = cached.get("at")
+    return cached.get("positions", {}), datetime.fromisoformat(at) if at else None
+
+
+def cached_explanations(job_ids: list[int]) -> dict[int, dict]:
+    """The explanations the last cycle cached (the head of the queue), in one cache round trip.
+    Jobs further back have none here; their page computes one with ``explain_job``."""
+    found = cache.get_many([EXPLAIN_KEY.format(pk) for pk in job_ids])
+    return {pk: found[key] for pk in job_ids if (key := EXPLAIN_KEY.format(pk)) in found}
+
+
+def queue_order(jobs: QuerySet[Job], positions: dict[int, int]) -> list[int]:
+    """Ids of ``jobs`` in queue order: queued jobs by their ``positions`` in the last cycle
+    (jobs that arrived since, after them by priority and submit time), then pending approval,
+    admitted and running. One narrow query; the caller loads only the page it shows."""
+    group = {state.value: k for k, state in enumerate(QUEUE_STATES)}
+    rows = jobs.filter(state__in=[s.value for s in QUEUE_STATES]).values_list(
+        "id", "state", "priority_class__value", "submitted_at"
+    )
+    never = len(positions) + 1
+
+    def key(row):
+        pk, state, priority, submitted = row
+        position = positions.get(pk, never) if state == JobState.QUEUED else never
+        return group[state], position, -priority, submitted, pk
+
+    return [row[0] for row in sorted(rows, key=key)]
+
+
+def jobs_by_ids(jobs: QuerySet[Job], ids: list[int]) -> list[Job]:
+    """Load ``ids`` from ``jobs`` (one query) in the given order."""
+    found = {job.pk: job for job in jobs.filter(pk__in=ids)}
+    return [found[pk] for pk in ids if pk in found]
+
+
+def job_state_counts(user: User) -> dict[str, int]:
+    rows = (
+        visible_jobs(user)
+        .filter(state__in=[s.value for s in QUEUE_STATES])
+        .order_by()
+        .values("state")
+        .annotate(n=Count("id"))
+    )
+    return {row["state"]: row["n"] for row in rows}
+
+
+def gpus_in_use_by_flavor() -> dict[int, Decimal]:
+    """Devices held by admitted or running jobs, per flavor (pool-wide: the pool is shared)."""
+    used: dict[int, Decimal] = defaultdict(Decimal)
+    rows = Job.objects.filter(state__in=list(HOLDING)).values_list("flavor_id", "placement")
+    for flavor_id, placement in rows:
+        used[flavor_id] += Decimal(sum(m for worker in placement for _n, _g, m in worker)) / MILLI
+    return dict(used)
+
+
+def quota_usage_rows(user: User) -> list[dict]:
+    """Every visible quota node of every flavor with its effective quota, used and borrowed —
+    the all-flavors counterpart of ``quota_usage``, in a fixed number of queries."""
+    nodes = list(visible_quota_nodes(user).order_by("flavor__name"))
+    limits = effective_limits_map(nodes, timezone.now())
+    by_flavor = _holding_usage()
+    parent_of = dict(Department.objects.values_list("id", "parent_id"))
+    department_of = dict(Project.objects.values_list("id", "department_id"))
+    usage = {
+        flavor_id: _usage_by_node(by_project, parent_of, department_of)
+        for flavor_id, by_project in by_flavor.items()
+    }
+    out = []
+    for node in nodes:
+        key = ("project", node.project_id) if node.project_id else ("department", node.department_id)
+        in_quota, on_loan = usage.get(node.flavor_id, {}).get(key, (Decimal(0), Decimal(0)))
+        out.append(
+            {"node": node, "effective": limits[node.pk], "used": in_quota + on_loan, "borrowed": on_loan}
+        )
+    out.sort(key=lambda r: (r["node"].flavor.name, r["node"].project_id is not None, str(r["node"].owner)))
+    return out
+
+
+def job_gpu_samples(job: Job) -> QuerySet[JobGpuSample]:
+    """Per-minute utilisation samples of a job, oldest first, at most a week of them."""
+    return job.gpu_samples.order_by("minute")[:UTILISATION_MAX_SAMPLES]
+
+
+def job_placement(job: Job) -> list[dict]:
+    """The job's allocation per worker: node name and the GPU indexes (with shares) it holds."""
+    node_ids = {slot[0] for worker in job.placement or [] for slot in worker}
+    names = dict(Node.objects.filter(pk__in=node_ids).values_list("id", "name")) if node_ids else {}
+    workers = []
+    for index, worker in enumerate(job.placement or []):
+        by_node: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        for node_id, gpu, milli in worker:
+            by_node[node_id].append((gpu, milli))
+        for node_id, gpus in by_node.items():
+            workers.append({"worker": index, "node": names.get(node_id, f"#{node_id}"), "gpus": sorted(gpus)})
+    return workers
+
+
+def tree_node_names(user: User, node_ids: list[str]) -> dict[str, str]:
+    """Names of engine tree ids (``d<id>`` / ``p<id>``) the user may see; others are left out."""
+    departments = [int(n[1:]) for n in node_ids if n and n[0] == "d" and n[1:].isdigit()]
+    projects = [int(n[1:]) for n in node_ids if n and n[0] == "p" and n[1:].isdigit()]
+    names = {}
+    if departments:
+        for pk, name in visible_departments(user).filter(pk__in=departments).values_list("id", "name"):
+            names[f"d{pk}"] = name
+    if projects:
+        for pk, name in visible_projects(user).filter(pk__in=projects).values_list("id", "name"):
+            names[f"p{pk}"] = name
+    return names

@@ -18,6 +18,7 @@ from portal.models import Project, User
 from portal.selectors import scope_for
 from quotas.models import Flavor, Node
 
+from .approvals import approval_reasons, job_approval_open, job_approval_withdraw
 from .models import Job, JobEvent, JobKind, PriorityClass
 from .states import HOLDING, TERMINAL, JobState, can_transition
 
@@ -119,6 +120,11 @@ def job_submit(
     if kind == JobKind.DEV:
         max_runtime_seconds = max_runtime_seconds or settings.GPUPOOL["DEV_LIFETIME_SECONDS"]
         _check_dev_limit(actor)
+    # DESIGN §6: a job over its department's policy waits in pending_approval for a decision.
+    needs_approval = bool(
+        approval_reasons(project, kind, flavor, workers, gpus_per_worker, gpu_milli, max_runtime_seconds)
+    )
+    state = JobState.PENDING_APPROVAL if needs_approval else JobState.QUEUED
     now = timezone.now()
     job = Job(
         name=name,
@@ -136,16 +142,17 @@ def job_submit(
         max_runtime_seconds=max_runtime_seconds,
         checkpointing=checkpointing,
         sim_duration_seconds=sim_duration_seconds,
-        state=JobState.QUEUED,
+        state=state,
         state_changed_at=now,
         submitted_at=now,
     )
     job.full_clean(validate_constraints=False)
     job.save()
-    JobEvent.objects.create(
-        job=job, from_state="", to_state=JobState.QUEUED, reason="submitted", actor=actor, at=now
-    )
-    _request_cycle()
+    JobEvent.objects.create(job=job, from_state="", to_state=state, reason="submitted", actor=actor, at=now)
+    if needs_approval:
+        job_approval_open(job=job, actor=actor)  # the scheduler ignores the job until approved
+    else:
+        _request_cycle()
     return job
 
 
@@ -173,9 +180,12 @@ def job_cancel(*, actor: User, job: Job) -> Job:
     for _attempt in range(3):  # the scheduler may move the job between our read and our update
         if job.state in HOLDING and job.dispatched_at is not None:
             return _request_stop(job, actor)
+        was_waiting = job.state == JobState.PENDING_APPROVAL
         if job_transition(
             job, JobState.CANCELLED, reason="cancelled by user", actor=actor, finished_at=timezone.now()
         ):
+            if was_waiting:
+                job_approval_withdraw(job=job, actor=actor)
             return job
         job.refresh_from_db()
         if job.state in TERMINAL:
@@ -209,3 +219,74 @@ def _request_cycle() -> None:
     from .tasks import schedule_cycle
 
     transaction.on_commit(lambda: schedule_cycle.apply_async(expires=30), robust=True)
+
+
+# --- priority classes (DESIGN §4: configurable) ------------------------------------------
+
+
+def priority_class_create(
+    *,
+    actor: User,
+    name: str,
+    value: int,
+    preemptible: bool = True,
+    grace_seconds: int = 30,
+    description: str = "",
+) -> PriorityClass:
+    perm.require(scope_for(actor).platform_admin)
+    pc = PriorityClass(
+        name=name, value=value, preemptible=preemptible, grace_seconds=grace_seconds, description=description
+    )
+    pc.full_clean()
+    pc.save()
+    return pc
+
+
+def priority_class_update(
+    *,
+    actor: User,
+    priority_class: PriorityClass,
+    value: int,
+    preemptible: bool,
+    grace_seconds: int,
+    description: str = "",
+) -> PriorityClass:
+    """Change a class's value or preemption policy. The name stays: jobs and API clients refer
+    to it. The next cycle orders the queue by the new value (the engine's configuration changed)."""
+    perm.require(scope_for(actor).platform_admin)
+    pc = PriorityClass.objects.get(pk=priority_class.pk)
+    pc.value, pc.preemptible, pc.grace_seconds = value, preemptible, grace_seconds
+    pc.description = description
+    pc.full_clean()
+    pc.save(update_fields=["value", "preemptible", "grace_seconds", "description"])
+    _request_cycle()
+    return pc
+
+
+# --- elastic scaling (DESIGN §4: inference "scaled between min and max") ------------------
+
+
+def job_scale(*, actor: User, job: Job, replicas: int) -> Job:
+    """Set a running elastic job's target between ``min_workers`` and ``workers``. Down: the
+    surplus workers go at once (the most recently added first), their GPUs and quota are free
+    for the next cycle and the backend is told; up: the grow pass adds workers as room allows."""
+    from .resize import scale_down, set_target, why_not_scalable
+
+    scope = scope_for(actor)
+    perm.require(job.submitted_by_id == actor.pk or perm.can_edit_project(scope, job.project))
+    with transaction.atomic():
+        job = Job.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=job.pk)
+        reason = why_not_scalable(job)
+        if reason:
+            raise ValidationError(reason)
+        if not job.min_workers <= replicas <= job.workers:
+            raise ValidationError(
+                {"replicas": [_("Between %(lo)d and %(hi)d.") % {"lo": job.min_workers, "hi": job.workers}]}
+            )
+        if replicas < len(job.placement):
+            scale_down(job, replicas, actor=actor, at=timezone.now())
+        elif replicas != (job.target_workers or job.workers):
+            set_target(job, replicas, actor=actor, at=timezone.now())
+        _request_cycle()  # freed GPUs, or a new target for the grow pass
+    job.refresh_from_db()
+    return job

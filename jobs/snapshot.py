@@ -59,11 +59,12 @@ def limits_at(now: datetime) -> dict[tuple[str, str], Limits]:
 
 def core_nodes() -> tuple[CoreNode, ...]:
     rows = Node.objects.filter(cluster__active=True).values_list(
-        "id", "flavor__name", "gpu_count", "zone", "spine", "leaf", "state"
+        "id", "flavor__name", "gpu_count", "zone", "spine", "leaf", "state", "cluster_id"
     )
     return tuple(
-        CoreNode(f"n{pk}", flavor, gpus, zone, spine, leaf, schedulable=(state == NodeState.READY))
-        for pk, flavor, gpus, zone, spine, leaf, state in rows
+        CoreNode(f"n{pk}", flavor, gpus, zone, spine, leaf, schedulable=(state == NodeState.READY),
+                 cluster=f"c{cluster}")
+        for pk, flavor, gpus, zone, spine, leaf, state, cluster in rows
     )
 
 
@@ -79,15 +80,52 @@ _JOBS_SQL = """
 """
 
 
+# What the grow pass may bring a GPU-holding job to (its target), 0 when it may not grow: elastic
+# (min_workers < workers, whole GPUs), running on the cluster (dispatched), not being stopped, an
+# inference service or a checkpointing training job (training restarts from its checkpoint when
+# resized), on a cluster whose backend resizes jobs (Kubernetes, the simulator; never Slurm).
+GROW_TO_SQL = """
+    CASE WHEN j.state = 'running' AND j.dispatched_at IS NOT NULL AND j.terminating_since IS NULL
+              AND j.cancel_requested_at IS NULL AND j.expire_requested_at IS NULL
+              AND j.gpu_milli IS NULL AND j.min_workers < j.workers
+              AND (j.kind = 'inference' OR (j.kind = 'training' AND j.checkpointing))
+              AND c.kind IN ('kubernetes', 'simulator')
+         THEN COALESCE(j.target_workers, j.workers) ELSE 0 END
+"""
+_HOLDING_SQL = f"""
+    SELECT j.id, j.project_id, f.name, pc.value, pc.preemptible, j.workers, j.min_workers,
+           j.gpus_per_worker, j.gpu_milli, j.submitted_at, j.max_runtime_seconds, j.approved,
+           j.admitted_at, j.started_at, j.placement, j.terminating_since, j.grown_at, {GROW_TO_SQL}
+    FROM jobs_job j
+    JOIN quotas_flavor f ON f.id = j.flavor_id
+    JOIN jobs_priorityclass pc ON pc.id = j.priority_class_id
+    LEFT JOIN quotas_cluster c ON c.id = j.cluster_id
+    WHERE j.state = ANY(%s)
+"""  # noqa: S608 - a constant, no user input
+
+
+def worker_milli(workers: int, min_workers: int | None, gpus: int, gpu_milli: int | None) -> int:
+    """One worker's milli for an elastic whole-GPU job, else 0 (the engine never grows it)."""
+    if gpu_milli is not None or min_workers is None or min_workers >= workers:
+        return 0
+    return gpus * MILLI
+
+
 def _running(row: tuple) -> RunningJob:
-    jid, project, flavor, priority, preemptible, *_shape, max_runtime, _approved = row[:12]
-    admitted_at, started_at, placement, terminating_since = row[12:]
+    jid, project, flavor, priority, preemptible, workers, min_workers, gpus, gpu_milli = row[:9]
+    submitted, max_runtime = row[9], row[10]
+    admitted_at, started_at, placement, terminating_since, grown_at, grow_to = row[12:]
     # Django's psycopg adapter hands jsonb over as text (JSONField parses it); so do we.
     slots = tuple((f"n{node}", gpu, m) for worker in json.loads(placement) for node, gpu, m in worker)
+    wm = worker_milli(workers, min_workers, gpus, gpu_milli)
+    grown = tuple(datetime.fromisoformat(at) for at in json.loads(grown_at)) if wm else ()
     return RunningJob(
         id=str(jid), project_id=f"p{project}", flavor=flavor, priority=priority, preemptible=preemptible,
-        started_at=started_at or admitted_at, max_runtime_seconds=max_runtime, placement=slots,
+        # The engine's start is when the GPUs were taken (its own admission): a warm engine knows
+        # only that, and a cold one must order rule 1 and reclaim exactly as the warm one does.
+        started_at=admitted_at or started_at, max_runtime_seconds=max_runtime, placement=slots,
         terminating=terminating_since is not None, terminating_since=terminating_since,
+        worker_milli=wm, grow_to=grow_to, grown=grown, submitted_at=submitted,
     )
 
 
@@ -139,11 +177,30 @@ def queued_jobs(ids: Iterable[int] | None = None) -> tuple[QueuedJob, ...]:
 
 def build_snapshot(now: datetime, config: Config | None = None) -> Snapshot:
     config = config or read_config(now)
+    with connection.cursor() as cursor:
+        cursor.execute(_HOLDING_SQL, [[s.value for s in HOLDING]])
+        running = tuple(_running(r) for r in cursor.fetchall())
     return Snapshot(
         now=now, nodes=config.nodes, tree=config.tree, limits=config.limits,
-        running=tuple(_running(r) for r in jobs_in(HOLDING)), queued=queued_jobs(),
+        running=running, queued=queued_jobs(),
         over_budget_tenants=config.over_budget, priority_classes=config.classes,
     )
+
+
+def elastic_job_states() -> list[tuple[int, int, int, int, int | None, datetime]]:
+    """(id, workers held, grow_to, gpus_per_worker, gpu_milli, submitted_at) of the elastic jobs
+    holding GPUs: the warm engine retargets them, or rebuilds when one shrank outside it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT j.id, jsonb_array_length(j.placement), {GROW_TO_SQL}, j.gpus_per_worker,
+                   j.gpu_milli, j.submitted_at
+            FROM jobs_job j LEFT JOIN quotas_cluster c ON c.id = j.cluster_id
+            WHERE j.state = ANY(%s) AND j.min_workers < j.workers
+            """,  # noqa: S608 - constants only
+            [[s.value for s in HOLDING]],
+        )
+        return cursor.fetchall()
 
 
 def live_job_states() -> list[tuple[int, str, bool]]:

@@ -34,6 +34,13 @@ def stop_job(job_id: int) -> str:
     return dispatch.stop_job(job_id)
 
 
+@shared_task(
+    name="jobs.resize_job", ignore_result=True, autoretry_for=(Exception,), retry_backoff=5, max_retries=10
+)
+def resize_job(job_id: int) -> str:
+    return dispatch.resize_job(job_id)
+
+
 @shared_task(name="jobs.sync_cluster", ignore_result=True)
 def sync_cluster(cluster_id: int) -> dict:
     return dispatch.sync_cluster(cluster_id)
@@ -41,8 +48,9 @@ def sync_cluster(cluster_id: int) -> dict:
 
 @shared_task(name="jobs.backend_work", ignore_result=True)
 def backend_work() -> None:
-    """Fan out: dispatch admitted jobs, stop preempted/cancelled ones, sync every cluster.
-    Runs from beat as a safety net, so a lost message delays work but never loses it."""
+    """Fan out: dispatch admitted jobs, stop preempted/cancelled ones, resize grown or scaled ones,
+    sync every cluster. Runs from beat as a safety net, so a lost message delays work but never
+    loses it."""
     for job_id in Job.objects.filter(state=JobState.ADMITTED, dispatched_at__isnull=True).values_list(
         "pk", flat=True
     ):
@@ -54,6 +62,9 @@ def backend_work() -> None:
     )
     for job_id in stopping.values_list("pk", flat=True):
         stop_job.delay(job_id)
+    resizing = Job.objects.filter(state__in=list(HOLDING), resize_requested_at__isnull=False)
+    for job_id in resizing.values_list("pk", flat=True):
+        resize_job.delay(job_id)
     for cluster_id in Cluster.objects.filter(active=True).values_list("pk", flat=True):
         sync_cluster.delay(cluster_id)
 

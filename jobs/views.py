@@ -1,10 +1,38 @@
-from django.contrib.auth.decorators import login_required
-from django.shortcuts import render
+"""Pages of jobs: the list, the queue, a job, the submission form, priority classes; and the
+quota tree. Views validate input with forms and call selectors and services only."""
 
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from portal.approvals.selectors import visible_approval_requests
+from portal.selectors import get_visible, scope_for
 from quotas.models import Flavor
 from quotas.selectors import healthy_capacity
 
-from . import selectors
+from . import charts, estimates, selectors, services
+from .approvals import approval_reasons, approval_request_of
+from .backends.base import backend_name
+from .forms import ALL_STATES, QUEUE_STATES, JobFilterForm, JobForm, PriorityClassForm
+from .models import Job, JobKind, PriorityClass
+from .scheduling import explain_job
+from .states import JobState
+
+LIST_PAGE_SIZE = 25
+QUEUE_PAGE_SIZE = 50
+QUEUE_REFRESH_SECONDS = 5
 
 
 @login_required
@@ -25,3 +53,295 @@ def quota_tree(request):
             "capacity": healthy_capacity(chosen.pk) if chosen else 0,
         },
     )
+
+
+# --- list and queue -----------------------------------------------------------------------
+
+
+@login_required
+def job_list(request):
+    form = JobFilterForm(request.GET, user=request.user, states=ALL_STATES)
+    jobs = selectors.filter_jobs(selectors.visible_jobs(request.user), request.user, form.filters())
+    page = Paginator(jobs.order_by("-submitted_at", "-id"), LIST_PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(request, "jobs/list.html", {"form": form, "page": page})
+
+
+def _queue_context(request) -> dict:
+    """The rows of one queue page. A fixed number of queries whatever the queue's length: the
+    order comes from one narrow query plus the cached positions, then only the page is loaded;
+    explanations come from the cache the scheduling cycle fills (one round trip)."""
+    form = JobFilterForm(request.GET, user=request.user, states=QUEUE_STATES)
+    visible = selectors.visible_jobs(request.user)
+    positions, positions_at = selectors.queue_positions()
+    order = selectors.queue_order(selectors.filter_jobs(visible, request.user, form.filters()), positions)
+    page = Paginator(order, QUEUE_PAGE_SIZE).get_page(request.GET.get("page"))
+    jobs = selectors.jobs_by_ids(visible, list(page.object_list))
+    queued = [job.pk for job in jobs if job.state == JobState.QUEUED]
+    explanations = selectors.cached_explanations(queued)
+    rows = [
+        {
+            "job": job,
+            "position": positions.get(job.pk) if job.state == JobState.QUEUED else None,
+            "explain": explanations.get(job.pk),
+        }
+        for job in jobs
+    ]
+    return {
+        "form": form,
+        "page": page,
+        "rows": rows,
+        "now": timezone.now(),
+        "positions_at": positions_at,
+        "refresh_seconds": QUEUE_REFRESH_SECONDS,
+    }
+
+
+@login_required
+def job_queue(request):
+    return render(request, "jobs/queue.html", _queue_context(request))
+
+
+@login_required
+def job_queue_table(request):
+    """The queue table alone: what the page's htmx poll swaps in every few seconds."""
+    return render(request, "jobs/_queue_table.html", _queue_context(request))
+
+
+# --- one job ------------------------------------------------------------------------------
+
+
+@login_required
+def job_detail(request, pk: int):
+    job = get_visible(selectors.visible_jobs(request.user).select_related("cluster"), pk=pk)
+    explain = _readable(explain_job(job)) if job.state == JobState.QUEUED else None
+    blocking = None
+    if explain and explain.get("blocking_node"):
+        blocking = selectors.tree_node_names(request.user, [explain["blocking_node"]]).get(
+            explain["blocking_node"], ""
+        )
+    samples = list(selectors.job_gpu_samples(job))
+    approval_pk = approval_request_of(job)
+    approval = visible_approval_requests(request.user).filter(pk=approval_pk).first() if approval_pk else None
+    return render(
+        request,
+        "jobs/detail.html",
+        {
+            "job": job,
+            "approval": approval,
+            "explain": explain,
+            "blocking_name": blocking,
+            "placement": selectors.job_placement(job),
+            "events": selectors.job_events(job),
+            "samples": len(samples),
+            "chart": charts.utilisation(samples) if samples else None,
+            "can_cancel": selectors.can_cancel(request.user, job),
+            "backend": _backend_info(job),
+        },
+    )
+
+
+def _readable(explain: dict) -> dict:
+    """The explain answer with its reservation time as a datetime, shown in the site zone."""
+    reservation = explain.get("reservation")
+    if reservation and isinstance(reservation.get("earliest_start"), str):
+        start = datetime.fromisoformat(reservation["earliest_start"])
+        explain = {**explain, "reservation": {**reservation, "earliest_start": start}}
+    return explain
+
+
+def _backend_info(job) -> dict:
+    """Where to find the job on its cluster. There is no log store yet: the page names the
+    backend object (``gp-<id>``) and links the cluster's log viewer when its configuration has
+    a ``log_url`` template such as ``https://grafana.example/explore?job={name}``."""
+    name = backend_name(job.pk)
+    info = {"name": name, "backend_id": job.backend_id, "cluster": job.cluster, "log_url": ""}
+    template = (job.cluster.config or {}).get("log_url", "") if job.cluster else ""
+    if isinstance(template, str) and template.startswith(("https://", "http://")):
+        # A malformed template in the cluster configuration shows no link rather than failing.
+        with contextlib.suppress(KeyError, IndexError, ValueError):
+            info["log_url"] = template.format(name=name, backend_id=job.backend_id, job=job.pk)
+    return info
+
+
+@login_required
+@require_POST
+def job_cancel(request, pk: int):
+    job = get_visible(selectors.visible_jobs(request.user), pk=pk)
+    try:
+        job = services.job_cancel(actor=request.user, job=job)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        if job.state == JobState.CANCELLED:
+            messages.success(request, _("Job %(name)s was cancelled.") % {"name": job.name})
+        else:
+            messages.success(request, _("Job %(name)s was asked to stop.") % {"name": job.name})
+    return redirect("job-detail", pk=job.pk)
+
+
+# --- submission ---------------------------------------------------------------------------
+
+
+def _copy_initial(request) -> dict:
+    """``?copy=<id>`` pre-fills the form from a job the user can see."""
+    try:
+        source = selectors.visible_jobs(request.user).get(pk=int(request.GET["copy"]))
+    except (KeyError, ValueError, TypeError, Job.DoesNotExist):
+        return {}
+    fields = [
+        "kind",
+        "workers",
+        "gpus_per_worker",
+        "min_workers",
+        "gpu_milli",
+        "image",
+        "command",
+        "max_runtime_seconds",
+        "checkpointing",
+    ]
+    initial = {name: getattr(source, name) for name in fields}
+    initial.update(name=source.name, project=source.project_id, flavor=source.flavor_id)
+    initial["priority_class"] = source.priority_class_id
+    return initial
+
+
+def _summary(form: JobForm) -> dict | None:
+    """What the request amounts to: devices, whole-card equivalents, card-hours over its
+    maximum runtime, and the approval it will need. Money appears once rates exist."""
+    data = getattr(form, "cleaned_data", {})
+    flavor, workers, per_worker = data.get("flavor"), data.get("workers"), data.get("gpus_per_worker")
+    if not (flavor and workers and per_worker):
+        return None
+    milli = data.get("gpu_milli") if flavor.shareable else None
+    devices = selectors.job_devices(workers, per_worker, milli)
+    runtime = data.get("max_runtime_seconds")
+    if runtime is None and data.get("kind") == JobKind.DEV:
+        runtime = settings.GPUPOOL["DEV_LIFETIME_SECONDS"]
+    card_hours = None
+    if runtime:
+        card_hours = selectors.card_hours_estimate(
+            flavor=flavor,
+            workers=workers,
+            gpus_per_worker=per_worker,
+            gpu_milli=milli,
+            runtime_seconds=runtime,
+        )
+    project, kind = data.get("project"), data.get("kind")
+    return {
+        "flavor": flavor,
+        "devices": devices,
+        "cards": devices * flavor.card_fraction,
+        "runtime": runtime,
+        "card_hours": card_hours,
+        "cost": estimates.cost_estimate(flavor, card_hours, timezone.now()) if card_hours else None,
+        # None: not known yet (no project chosen); [] : no approval needed.
+        "approvals": approval_reasons(
+            project, kind, flavor, workers, per_worker, milli, data.get("max_runtime_seconds")
+        )
+        if project and kind
+        else None,
+    }
+
+
+class _DryRun(Exception):
+    pass
+
+
+def _dry_run(user, kwargs: dict) -> ValidationError | None:
+    """Run ``job_submit`` in a transaction that is always rolled back: live validation shows
+    exactly the service's errors and writes nothing (after-commit hooks are discarded too)."""
+    try:
+        with transaction.atomic():
+            services.job_submit(actor=user, **kwargs)
+            raise _DryRun
+    except _DryRun:
+        return None
+    except ValidationError as exc:
+        return exc
+
+
+def _form_context(form: JobForm) -> dict:
+    summary = _summary(form)
+    form.mark_invalid()
+    return {"form": form, "summary": summary}
+
+
+@login_required
+def job_new(request):
+    form = JobForm(request.POST if request.method == "POST" else None, user=request.user)
+    if request.method != "POST":
+        form.initial.update(_copy_initial(request))
+    elif form.is_valid():
+        try:
+            with transaction.atomic():
+                job = services.job_submit(actor=request.user, **form.submit_kwargs())
+        except ValidationError as exc:
+            form.add_service_error(exc)
+        except PermissionDenied as exc:
+            form.add_error("project", str(exc))
+        else:
+            messages.success(request, _("Job %(name)s was submitted.") % {"name": job.name})
+            return redirect("job-detail", pk=job.pk)
+    return render(request, "jobs/new.html", _form_context(form))
+
+
+# Free-text fields that no rule reads: while they are still empty, live validation checks the
+# rest of the request with a stand-in, so a wrong shape is reported before the image is typed.
+_STAND_INS = {"name": "draft", "image": "draft"}
+
+
+@login_required
+@require_POST
+def job_new_validate(request):
+    """The form fragment with its errors and summary, for htmx on every change."""
+    form = JobForm(request.POST, user=request.user)
+    form.is_valid()
+    data = request.POST.copy()
+    stand_in = {k for k in _STAND_INS if not data.get(k)}
+    for key in stand_in:
+        data[key] = _STAND_INS[key]
+    probe = JobForm(data, user=request.user)
+    if probe.is_valid():
+        try:
+            error = _dry_run(request.user, probe.submit_kwargs())
+        except PermissionDenied as exc:
+            form.add_error("project", str(exc))
+        else:
+            if error is not None:
+                form.add_service_error(error, skip=stand_in)
+    form.hide_untouched()
+    return render(request, "jobs/_job_form_feedback.html", _form_context(form))
+
+
+# --- priority classes ---------------------------------------------------------------------
+
+
+@login_required
+def priority_class_list(request):
+    return render(
+        request,
+        "jobs/priority_classes.html",
+        {"classes": PriorityClass.objects.all(), "can_edit": scope_for(request.user).platform_admin},
+    )
+
+
+@login_required
+def priority_class_edit(request, pk: int | None = None):
+    if not scope_for(request.user).platform_admin:
+        raise PermissionDenied
+    instance = get_object_or_404(PriorityClass, pk=pk) if pk is not None else None
+    form = PriorityClassForm(request.POST or None, instance=instance)
+    if request.method == "POST" and form.is_valid():
+        data = {k: v for k, v in form.cleaned_data.items() if k != "name"}
+        name = form.cleaned_data["name"]
+        try:
+            if instance is None:
+                pc = services.priority_class_create(actor=request.user, name=name, **data)
+            else:
+                pc = services.priority_class_update(actor=request.user, priority_class=instance, **data)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, _("Priority class %(name)s was saved.") % {"name": pc.name})
+            return redirect("priority-class-list")
+    return render(request, "jobs/priority_class_form.html", {"form": form, "instance": instance})

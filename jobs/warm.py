@@ -10,6 +10,8 @@ classes, budget holds) — never from messages that could be lost or reordered:
   ran a cycle, or an operator intervened) → rebuild;
 * a decision of the last cycle did not apply in full (a job was cancelled meanwhile) → rebuild;
 * a job ended while a preemption victim is still in its grace period → rebuild (see _catch_up);
+* an elastic job holds another number of workers than the engine believes (its owner scaled it
+  down, a growth did not apply) → rebuild; only its growth target changed → ``retarget``;
 * otherwise: queued jobs the engine does not know are submitted, known pending jobs no longer
   queued are cancelled, known holders no longer holding are finished.
 
@@ -24,7 +26,7 @@ from datetime import datetime
 
 from .engine.model import CycleResult
 from .scheduler import Engine
-from .snapshot import Config, build_snapshot, live_job_states, queued_jobs, read_config
+from .snapshot import Config, build_snapshot, elastic_job_states, live_job_states, queued_jobs, read_config
 from .states import JobState
 
 
@@ -54,7 +56,8 @@ class WarmEngine:
         """Feed the engine what changed; False when only a rebuild can be trusted."""
         state = self.engine.state
         pending = set(state.pending) - self.admitted
-        holding = set(state.running) | set(state.terminating) | self.admitted
+        jobs = {jid for jid, run in state.running.items() if run.base is None}  # grown workers are not jobs
+        holding = jobs | set(state.terminating) | self.admitted
         terminating = set(state.terminating) | self.signalled
         queued, held, ending = set(), set(), set()
         for job_id, job_state, is_terminating in live_job_states():
@@ -78,6 +81,21 @@ class WarmEngine:
         new = queued - pending
         if new:
             self.engine.submit(queued_jobs(int(j) for j in new))
+        return self._retarget()
+
+    def _retarget(self) -> bool:
+        """Growth targets follow the database; a worker count that does not is a rebuild."""
+        running = self.engine.state.running
+        for job_id, held, grow_to, gpus, gpu_milli, submitted in elastic_job_states():
+            run = running.get(str(job_id))
+            if run is None:
+                continue  # terminating: it no longer grows, and its size no longer changes
+            wm = 0 if gpu_milli is not None else gpus * 1000
+            workers = run.workers if run.wmilli else (run.r // wm if wm else held)
+            if workers != held:
+                return False
+            if grow_to != run.grow_to:
+                self.engine.retarget(str(job_id), grow_to=grow_to, worker_milli=wm, submitted_at=submitted)
         return True
 
 

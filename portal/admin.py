@@ -1,7 +1,16 @@
 from django.contrib import admin
 
 from .admin_site import PlatformModelAdmin
-from .models import Department, Membership, Project, User
+from .models import (
+    ApprovalAudit,
+    ApprovalRequest,
+    ApprovalStep,
+    Department,
+    Membership,
+    Notification,
+    Project,
+    User,
+)
 
 
 @admin.register(User)
@@ -28,3 +37,53 @@ class ProjectAdmin(PlatformModelAdmin):
 class MembershipAdmin(PlatformModelAdmin):
     list_display = ["user", "role", "department", "project"]
     list_filter = ["role"]
+
+
+class ReadOnlyAdmin(PlatformModelAdmin):
+    """Approvals change only through the services (conditional updates + audit rows); the
+    audit trail is append-only, so nothing here can add, change or delete."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class ApprovalStepInline(admin.TabularInline):
+    model = ApprovalStep
+    extra = 0
+    can_delete = False
+    fields = [
+        "order", "approver_role", "department", "state", "deadline", "decided_by", "decided_at", "comment"
+    ]
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ApprovalRequest)
+class ApprovalRequestAdmin(ReadOnlyAdmin):
+    list_display = ["id", "kind", "summary", "requester", "state", "created_at", "decided_at"]
+    list_filter = ["kind", "state"]
+    search_fields = ["summary"]
+    inlines = [ApprovalStepInline]
+
+
+@admin.register(ApprovalAudit)
+class ApprovalAuditAdmin(ReadOnlyAdmin):
+    list_display = ["request", "action", "actor", "at", "comment"]
+    list_filter = ["action"]
+
+
+@admin.register(Notification)
+class NotificationAdmin(ReadOnlyAdmin):
+    list_display = ["recipient", "text", "created_at", "read_at", "mail_state"]
+    list_filter = ["mail_state"]

@@ -4,6 +4,7 @@ from django.contrib.auth.models import AbstractUser
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 code_validator = RegexValidator(
@@ -117,3 +118,226 @@ class Membership(models.Model):
     def __str__(self):
         scope = self.project or self.department or _("platform")
         return f"{self.user} · {self.get_role_display()} · {scope}"
+
+
+# --- approvals (DESIGN §6) -----------------------------------------------------------------
+# The engine is generic: apps above ``portal`` register their kinds (``portal.approvals``);
+# here a request only records which kind and which subject id it is about.
+
+
+class ApprovalKind(models.TextChoices):
+    JOB = "job", _("Job")
+    QUOTA = "quota", _("Quota request")
+    LOAN = "loan", _("Loan request")
+
+
+class ApprovalState(models.TextChoices):
+    PENDING = "pending", _("Pending")
+    APPROVED = "approved", _("Approved")
+    REJECTED = "rejected", _("Rejected")
+    EXPIRED = "expired", _("Expired")
+    CANCELLED = "cancelled", _("Cancelled")
+
+
+class StepState(models.TextChoices):
+    WAITING = "waiting", _("Waiting for earlier steps")
+    PENDING = "pending", _("Pending")
+    APPROVED = "approved", _("Approved")
+    REJECTED = "rejected", _("Rejected")
+    ESCALATED = "escalated", _("Escalated")
+    EXPIRED = "expired", _("Expired")
+    SKIPPED = "skipped", _("Skipped")
+
+
+class OnDeadline(models.TextChoices):
+    ESCALATE = "escalate", _("Escalate to the next level")
+    EXPIRE = "expire", _("Expire the request")
+
+
+APPROVER_ROLES = (Role.DEPARTMENT_ADMIN, Role.PLATFORM_ADMIN)
+
+
+class ApprovalRequest(models.Model):
+    """One request for approval: a job over policy, a quota change, a loan. ``department`` and
+    ``project`` are what it concerns (they decide who sees it); ``counterparty`` is a second
+    department involved, e.g. the lender asked for a loan."""
+
+    kind = models.CharField(_("kind"), max_length=20, choices=ApprovalKind.choices)
+    subject_id = models.BigIntegerField(_("subject"), null=True, blank=True)
+    payload = models.JSONField(_("details"), default=dict, blank=True)
+    summary = models.CharField(_("summary"), max_length=300)
+    reason = models.TextField(_("reason"), max_length=2000, blank=True)
+    requester = models.ForeignKey(
+        User, on_delete=models.PROTECT, related_name="approval_requests", verbose_name=_("requester")
+    )
+    department = models.ForeignKey(
+        Department, null=True, blank=True, on_delete=models.SET_NULL, related_name="approval_requests"
+    )
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.SET_NULL, related_name="approval_requests"
+    )
+    counterparty = models.ForeignKey(
+        Department, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    state = models.CharField(
+        _("state"), max_length=12, choices=ApprovalState.choices, default=ApprovalState.PENDING
+    )
+    created_at = models.DateTimeField(_("created"), default=timezone.now)
+    decided_at = models.DateTimeField(_("decided"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = _("approval request")
+        verbose_name_plural = _("approval requests")
+        indexes = [
+            models.Index(fields=["state", "kind"]),
+            models.Index(fields=["kind", "subject_id"]),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "subject_id"],
+                condition=Q(state="pending", subject_id__isnull=False),
+                name="approval_one_pending_per_subject",
+            ),
+        ]
+
+    def __str__(self):
+        return f"#{self.pk} {self.summary}"
+
+
+class ApprovalStep(models.Model):
+    """One level of a request's chain. Exactly one step of a pending request is ``pending``
+    (open); later ones wait. An escalated step is followed by a new step at the same ``order``
+    addressed one level up."""
+
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.PROTECT, related_name="steps")
+    order = models.PositiveSmallIntegerField(_("order"))
+    approver_role = models.CharField(
+        _("approver role"), max_length=20, choices=[(r.value, r.label) for r in APPROVER_ROLES]
+    )
+    department = models.ForeignKey(
+        Department, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        verbose_name=_("department"),
+    )
+    state = models.CharField(_("state"), max_length=12, choices=StepState.choices, default=StepState.WAITING)
+    timeout_seconds = models.PositiveIntegerField(_("time to decide (s)"))
+    on_deadline = models.CharField(_("on deadline"), max_length=10, choices=OnDeadline.choices)
+    opened_at = models.DateTimeField(null=True, blank=True)
+    deadline = models.DateTimeField(_("deadline"), null=True, blank=True)
+    decided_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    comment = models.TextField(_("comment"), max_length=2000, blank=True)
+    escalated_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["request_id", "order", "id"]
+        verbose_name = _("approval step")
+        verbose_name_plural = _("approval steps")
+        indexes = [models.Index(fields=["state", "deadline"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["request"], condition=Q(state="pending"), name="approval_one_open_step"
+            ),
+            models.CheckConstraint(
+                name="approval_step_scope_matches_role",
+                condition=Q(approver_role=Role.PLATFORM_ADMIN, department__isnull=True)
+                | Q(approver_role=Role.DEPARTMENT_ADMIN),
+            ),
+        ]
+
+    def __str__(self):
+        return f"#{self.request_id}.{self.order} {self.approver_role} {self.department_id or ''}"
+
+
+class AuditAction(models.TextChoices):
+    CREATED = "created", _("Created")
+    OPENED = "opened", _("Step opened")
+    APPROVED = "approved", _("Approved")
+    REJECTED = "rejected", _("Rejected")
+    ESCALATED = "escalated", _("Escalated")
+    EXPIRED = "expired", _("Expired")
+    CANCELLED = "cancelled", _("Cancelled")
+    APPLIED = "applied", _("Applied")
+    COMMENT = "comment", _("Comment")
+
+
+class ImmutableQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise TypeError("The approval audit trail is append-only.")
+
+    def delete(self):
+        raise TypeError("The approval audit trail is append-only.")
+
+
+class ApprovalAudit(models.Model):
+    """Append-only audit trail of a request. Rows are never changed or removed: ``save`` of an
+    existing row, ``delete`` and queryset ``update``/``delete`` raise, and a database trigger
+    (migration 0003) refuses UPDATE and DELETE from any client."""
+
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.PROTECT, related_name="audit")
+    step = models.ForeignKey(ApprovalStep, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    action = models.CharField(_("action"), max_length=12, choices=AuditAction.choices)
+    actor = models.ForeignKey(User, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    at = models.DateTimeField(_("at"))
+    comment = models.TextField(_("comment"), max_length=2000, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    objects = ImmutableQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["at", "id"]
+        verbose_name = _("approval audit entry")
+        verbose_name_plural = _("approval audit trail")
+
+    def __str__(self):
+        return f"#{self.request_id} {self.action} {self.at:%Y-%m-%d %H:%M}"
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise TypeError("The approval audit trail is append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise TypeError("The approval audit trail is append-only.")
+
+
+class MailState(models.TextChoices):
+    NONE = "none", _("No e-mail")
+    PENDING = "pending", _("To send")
+    SENT = "sent", _("Sent")
+    FAILED = "failed", _("Failed")
+
+
+class Notification(models.Model):
+    """An in-app message, and the outbox of its e-mail: the row is written in the business
+    transaction, the mail is sent after commit (and retried by beat until sent)."""
+
+    recipient = models.ForeignKey(User, on_delete=models.CASCADE, related_name="notifications")
+    request = models.ForeignKey(
+        ApprovalRequest, null=True, blank=True, on_delete=models.SET_NULL, related_name="notifications"
+    )
+    text = models.CharField(_("text"), max_length=500)
+    link = models.CharField(_("link"), max_length=300, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    read_at = models.DateTimeField(null=True, blank=True)
+    mail_state = models.CharField(max_length=8, choices=MailState.choices, default=MailState.NONE)
+    mail_attempts = models.PositiveSmallIntegerField(default=0)
+    mail_claimed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = _("notification")
+        verbose_name_plural = _("notifications")
+        indexes = [
+            models.Index(fields=["recipient", "read_at"]),
+            models.Index(fields=["mail_state"]),
+        ]
+
+    def __str__(self):
+        return f"{self.recipient}: {self.text[:60]}"
+
+    @property
+    def read(self) -> bool:
+        return self.read_at is not None

@@ -5,3 +5,22 @@ from celery import shared_task
 def ping(payload: str) -> str:
     """Round-trip probe: proves a worker consumes from the broker and returns results."""
     return f"pong:{payload}"
+
+
+@shared_task(name="portal.approvals_tick", ignore_result=True)
+def approvals_tick() -> dict:
+    """Every minute: escalate or expire overdue approval steps, then retry unsent mails.
+    Idempotent: every change is a conditional update, every mail a claimed row."""
+    from .approvals import approval_deadlines_process
+    from .notifications import mail_pending
+
+    counts = approval_deadlines_process()
+    counts["mailed"] = mail_pending()
+    return counts
+
+
+@shared_task(name="portal.send_notification_mail", ignore_result=True)
+def send_notification_mail(ids: list[int]) -> int:
+    from .notifications import mail_pending
+
+    return mail_pending(ids)

@@ -4,13 +4,19 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from billing import api as billing_api
 from jobs import api as jobs_api
+from jobs import api_approvals as jobs_approvals_api
 from jobs import views as jobs_views
+from jobs import views_policies as policy_views
 from jobs.metrics_view import metrics
 from portal import api as portal_api
+from portal import api_approvals as approvals_api
 from portal import dashboard, views
+from portal import views_approvals as approval_views
 from portal.health import healthz
 from quotas import api as quotas_api
+from quotas import api_approvals as quotas_approvals_api
 from quotas import views as quotas_views
 
 api_v1 = [
@@ -40,9 +46,45 @@ api_v1 = [
     path("jobs/", jobs_api.JobListApi.as_view(), name="job-list"),
     path("jobs/<int:pk>/", jobs_api.JobDetailApi.as_view(), name="job-detail"),
     path("jobs/<int:pk>/cancel/", jobs_api.JobCancelApi.as_view(), name="job-cancel"),
+    path("jobs/<int:pk>/scale/", jobs_api.JobScaleApi.as_view(), name="job-scale"),
     path("jobs/<int:pk>/events/", jobs_api.JobEventsApi.as_view(), name="job-events"),
     path("jobs/<int:pk>/explain/", jobs_api.JobExplainApi.as_view(), name="job-explain"),
     path("jobs/<int:pk>/utilisation/", jobs_api.JobUtilisationApi.as_view(), name="job-utilisation"),
+    # Billing (DESIGN §7): statements, the current-month estimate, the chargeback file.
+    path("statements/", billing_api.StatementListApi.as_view(), name="statement-list"),
+    path("statements/estimate/", billing_api.StatementEstimateApi.as_view(), name="statement-estimate"),
+    path("statements/<int:pk>/", billing_api.StatementDetailApi.as_view(), name="statement-detail"),
+    path("chargeback/", billing_api.ChargebackApi.as_view(), name="chargeback"),
+    path("budgets/", billing_api.BudgetListApi.as_view(), name="budget-list"),
+    path("budgets/<int:pk>/", billing_api.BudgetDetailApi.as_view(), name="budget-detail"),
+    # Approvals (DESIGN §6): the generic engine, its kinds, job policies, notifications.
+    path("approvals/", approvals_api.ApprovalListApi.as_view(), name="approval-list"),
+    path(
+        "approvals/bulk-decide/", approvals_api.ApprovalBulkDecideApi.as_view(), name="approval-bulk-decide"
+    ),
+    path("approvals/<int:pk>/", approvals_api.ApprovalDetailApi.as_view(), name="approval-detail"),
+    path("approvals/<int:pk>/decide/", approvals_api.ApprovalDecideApi.as_view(), name="approval-decide"),
+    path("approvals/<int:pk>/cancel/", approvals_api.ApprovalCancelApi.as_view(), name="approval-cancel"),
+    path("approvals/<int:pk>/comments/", approvals_api.ApprovalCommentApi.as_view(), name="approval-comment"),
+    path("quota-requests/", quotas_approvals_api.QuotaRequestApi.as_view(), name="quota-request"),
+    path("loan-requests/", quotas_approvals_api.LoanRequestApi.as_view(), name="loan-request"),
+    path(
+        "approval-policies/", jobs_approvals_api.ApprovalPolicyListApi.as_view(), name="approvalpolicy-list"
+    ),
+    path(
+        "approval-policies/<int:pk>/",
+        jobs_approvals_api.ApprovalPolicyDetailApi.as_view(),
+        name="approvalpolicy-detail",
+    ),
+    path("notifications/", approvals_api.NotificationListApi.as_view(), name="notification-list"),
+    path(
+        "notifications/read-all/",
+        approvals_api.NotificationReadAllApi.as_view(),
+        name="notification-read-all",
+    ),
+    path(
+        "notifications/<int:pk>/read/", approvals_api.NotificationReadApi.as_view(), name="notification-read"
+    ),
 ]
 
 urlpatterns = [
@@ -58,4 +100,34 @@ urlpatterns = [
     path("", dashboard.dashboard, name="dashboard"),
     path("quotas/", jobs_views.quota_tree, name="quota-tree"),
     path("inventory/", quotas_views.inventory, name="inventory"),
+    # Job pages (issue 5); "jobs/new/" and "jobs/queue/" come before "jobs/<int:pk>/".
+    path("jobs/", jobs_views.job_list, name="job-list"),
+    path("jobs/new/", jobs_views.job_new, name="job-new"),
+    path("jobs/new/validate/", jobs_views.job_new_validate, name="job-new-validate"),
+    path("jobs/queue/", jobs_views.job_queue, name="job-queue"),
+    path("jobs/queue/table/", jobs_views.job_queue_table, name="job-queue-table"),
+    path("jobs/<int:pk>/", jobs_views.job_detail, name="job-detail"),
+    path("jobs/<int:pk>/cancel/", jobs_views.job_cancel, name="job-cancel"),
+    path("quotas/loans/", quotas_views.loan_list, name="loan-list"),
+    path("priority-classes/", jobs_views.priority_class_list, name="priority-class-list"),
+    path("priority-classes/new/", jobs_views.priority_class_edit, name="priority-class-new"),
+    path("priority-classes/<int:pk>/edit/", jobs_views.priority_class_edit, name="priority-class-edit"),
+    # Approval pages (issue 5); "approvals/bulk/" comes before "approvals/<int:pk>/".
+    path("approvals/", approval_views.approval_inbox, name="approval-inbox"),
+    path("approvals/bulk/", approval_views.approval_bulk_decide, name="approval-bulk-decide"),
+    path("approvals/<int:pk>/", approval_views.approval_detail, name="approval-detail"),
+    path("approvals/<int:pk>/decide/", approval_views.approval_decide, name="approval-decide"),
+    path("approvals/<int:pk>/cancel/", approval_views.approval_cancel, name="approval-cancel"),
+    path("approvals/<int:pk>/comment/", approval_views.approval_comment, name="approval-comment"),
+    path("quotas/requests/new/", quotas_views.quota_request_new, name="quota-request-new"),
+    path("quotas/loans/request/", quotas_views.loan_request_new, name="loan-request-new"),
+    path("approval-policies/", policy_views.policy_list, name="approval-policy-list"),
+    path("approval-policies/new/", policy_views.policy_edit, name="approval-policy-new"),
+    path("approval-policies/<int:pk>/edit/", policy_views.policy_edit, name="approval-policy-edit"),
+    path("approval-policies/<int:pk>/delete/", policy_views.policy_delete, name="approval-policy-delete"),
+    path("notifications/", approval_views.notification_list, name="notification-list"),
+    path("notifications/read-all/", approval_views.notification_read_all, name="notification-read-all"),
+    path("notifications/<int:pk>/read/", approval_views.notification_read, name="notification-read"),
+    # Billing pages (issue 6): reports, statements, budgets.
+    path("", include("billing.urls")),
 ]

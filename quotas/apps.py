@@ -12,3 +12,7 @@ class QuotasConfig(AppConfig):
         from .services import check_tree_move
 
         tree_move_checks.append(check_tree_move)
+
+        from .approvals import register as register_approval_kinds
+
+        register_approval_kinds()

@@ -245,12 +245,42 @@ def _seed_sharing(flavors, admin) -> None:
         )
 
 
+def _seed_requests(flavors) -> None:
+    """One pending quota request (the department must grow: two steps) and one pending loan
+    request, made through the services so they carry their chains and notifications."""
+    from portal.models import ApprovalRequest
+
+    from .approvals import loan_request_create, quota_request_create
+
+    a100 = flavors["A100-80G"]
+    if not ApprovalRequest.objects.filter(kind="quota", requester__username="bob").exists():
+        quota_request_create(
+            actor=User.objects.get(username="bob"),
+            flavor=a100,
+            project=Project.objects.get(code="cv-detect"),
+            quota=Decimal(48),
+            reason="demo: detection sweep for the Q3 release / Q3 发布前的检测模型调参",
+        )
+    if not ApprovalRequest.objects.filter(kind="loan", requester__username="ad-admin").exists():
+        now = timezone.now()
+        loan_request_create(
+            actor=User.objects.get(username="ad-admin"),
+            borrower=QuotaNode.objects.get(flavor=a100, department__code="ad"),
+            lender=Department.objects.get(code="svc"),
+            amount=Decimal(8),
+            starts_at=now,
+            ends_at=now + timedelta(days=7),
+            reason="demo: simulation backlog / 仿真积压",
+        )
+
+
 def seed(stdout) -> None:
     admin = User.objects.get(username="admin")
     flavors = _seed_flavors()
     nodes = _seed_nodes(flavors)
     quotas = _seed_quotas(flavors, admin)
     _seed_sharing(flavors, admin)
+    _seed_requests(flavors)
     stdout.write(
         f"resources: {len(flavors)} flavors, {Cluster.objects.count()} clusters, {nodes} nodes, "
         f"{quotas} quota nodes"

@@ -49,6 +49,12 @@ def _quota(flavor, owner, quota, **kw):
     return QuotaNode.objects.create(flavor=flavor, quota=Decimal(quota), **{field: owner}, **kw)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Browser tests run last: Playwright's session needs Django's async guard relaxed for the
+    rest of the run (tests/browser/conftest.py), and no other test should run without it."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
 @pytest.fixture
 def world(db) -> World:
     A = Department.objects.create(code="A", name="Dept A")

@@ -54,7 +54,9 @@ def test_typed_helpers_reject_garbage(monkeypatch):
 
 
 def _production(env_extra: dict, *args: str):
-    env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "ALLOWED_HOSTS")}
+    # A production process starts from a clean slate: none of the test run's own switches.
+    dropped = ("SECRET_KEY", "ALLOWED_HOSTS", "DJANGO_ALLOW_ASYNC_UNSAFE")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env.update({"DJANGO_SETTINGS_MODULE": "portal.settings.production", **env_extra})
     return subprocess.run(
         [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120

@@ -44,6 +44,7 @@ class JobSpec:
     checkpointing: bool = False
     sim_duration_seconds: int | None = None
     labels: dict[str, str] = field(default_factory=dict)  # job, project, department, user
+    min_workers: int | None = None  # the gang: the fewest workers the job runs with (None = workers)
 
 
 # Backend-neutral job phases reported by status().
@@ -87,6 +88,10 @@ class Backend(Protocol):
 
     def status(self, names: list[str]) -> dict[str, JobStatus]:
         """Phases of the named jobs; a name the backend does not know is reported LOST."""
+
+    def resize(self, spec: JobSpec) -> None:
+        """Bring a running job to ``spec.workers`` workers on ``spec.placement`` (the scheduler
+        grew it, or its owner scaled it). Idempotent; BackendError where jobs cannot resize."""
 
     def list_nodes(self) -> list[NodeInfo]: ...
 

@@ -3,37 +3,49 @@ client (the classic 36.x generator). Plain Python, no Django.
 
 A portal job becomes one object named ``spec.name`` (``gp-<id>``) in the configured namespace:
 
-* training  -> an Indexed ``batch/v1`` Job (one completion per worker, no retries);
+* training  -> an Indexed ``batch/v1`` Job (one completion per worker, no retries), or with
+  ``{"training_api": "volcano"}`` in the cluster's config a Volcano ``batch.volcano.sh/v1alpha1``
+  Job (gang of ``minAvailable`` workers, see :mod:`jobs.backends.volcano`);
 * inference -> an ``apps/v1`` Deployment (one replica per worker);
 * dev       -> a bare ``v1`` Pod.
 
 The manifests are built by the pure functions :func:`build_manifest` and friends, so they can be
-validated offline against the official schemas.
+validated offline against the official schemas. Statuses and nodes are mapped by
+:mod:`jobs.backends.k8s_status`.
+
+Resizing (the scheduler grew or the owner scaled a running job): a Deployment gets its
+``replicas`` patched, and its pod template's node affinity when the node set changed (a rolling
+update that replaces one pod at a time: ``maxSurge: 0`` never asks for a GPU beyond the
+allocation). A training job's pod template is immutable (batch Job and Volcano Job alike), so
+elastic training *restarts*: the object is deleted and created again with the new worker count
+and nodes, and the workers resume from their checkpoint — only checkpointing training jobs are
+resized (see docs/backends.md).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from datetime import datetime
 from typing import Any, TypeVar
 
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
-from kubernetes.utils.quantity import parse_quantity
 
-from jobs.backends.base import (
-    CANCELLED,
-    FAILED,
-    LOST,
-    PENDING,
-    RUNNING,
-    SUCCEEDED,
-    BackendError,
-    JobSpec,
-    JobStatus,
-    NodeInfo,
+from jobs.backends import volcano
+from jobs.backends.base import LOST, BackendError, JobSpec, JobStatus, NodeInfo
+from jobs.backends.k8s_status import (  # noqa: F401 - re-exported: the backend's public mapping
+    GPU_RESOURCE_PREFIXES,
+    GPU_RESOURCES,
+    NODE_FAILURE_REASONS,
+    deployment_status,
+    exit_code_of,
+    gpu_resource,
+    job_status,
+    node_info,
+    nodes_of,
+    pod_node_failure,
+    pod_status,
 )
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -41,26 +53,8 @@ NAME_LABEL = "gpupool.io/name"
 LABEL_KEYS = {"job": "gpupool.io/job", "project": "gpupool.io/project", "department": "gpupool.io/department"}
 GPU_MILLI_ANNOTATION = "gpupool.io/gpu-milli"
 MANAGED_SELECTOR = f"{MANAGED_BY}=gpupool"
-
-# Extended resources counted as accelerators, in the order a node's capacity is searched.
-GPU_RESOURCES = ("nvidia.com/gpu", "huawei.com/Ascend910", "cambricon.com/mlu", "hygon.com/dcu")
-GPU_RESOURCE_PREFIXES = ("nvidia.com/mig-",)
-
-# Pod / Job reasons meaning the node went away (lost, shut down, drained) rather than the program failing.
-NODE_FAILURE_REASONS = frozenset(
-    {
-        "NodeLost",
-        "NodeShutdown",
-        "Shutdown",
-        "Terminated",
-        "Evicted",
-        "NodeAffinity",
-        "UnexpectedAdmissionError",
-        "DeletionByTaintManager",
-        "DeletionByPodGC",
-        "TerminationByKubelet",
-    }
-)
+TRAINING_APIS = ("batch", "volcano")
+MERGE_PATCH = "application/merge-patch+json"
 
 T = TypeVar("T")
 
@@ -168,6 +162,9 @@ def build_deployment(spec: JobSpec, namespace: str = "gpupool") -> dict[str, Any
         "spec": {
             "replicas": spec.workers,
             "selector": {"matchLabels": {MANAGED_BY: "gpupool", NAME_LABEL: spec.name}},
+            # A resize that moves pods to other nodes replaces them one at a time, never
+            # starting a pod beyond the replicas the portal allocated GPUs for.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "template": _template(spec, pod_spec(spec, restart_policy="Always", deadline=False)),
         },
     }
@@ -182,6 +179,14 @@ def build_pod(spec: JobSpec, namespace: str = "gpupool") -> dict[str, Any]:
     }
 
 
+def build_volcano_job(spec: JobSpec, namespace: str = "gpupool", queue: str | None = None) -> dict[str, Any]:
+    # Volcano Jobs have no job-level deadline: the pods carry activeDeadlineSeconds.
+    template = _template(spec, pod_spec(spec, restart_policy="Never", deadline=True))
+    return volcano.build_volcano_job(
+        spec, namespace, metadata=_metadata(spec, namespace), template=template, queue=queue
+    )
+
+
 BUILDERS: dict[str, Callable[[JobSpec, str], dict[str, Any]]] = {
     "training": build_training_job,
     "inference": build_deployment,
@@ -189,12 +194,22 @@ BUILDERS: dict[str, Callable[[JobSpec, str], dict[str, Any]]] = {
 }
 
 
-def build_manifest(spec: JobSpec, namespace: str = "gpupool") -> dict[str, Any]:
+def build_manifest(
+    spec: JobSpec, namespace: str = "gpupool", *, training_api: str = "batch", queue: str | None = None
+) -> dict[str, Any]:
+    if spec.kind == "training" and training_api == "volcano":
+        return build_volcano_job(spec, namespace, queue)
     try:
         builder = BUILDERS[spec.kind]
     except KeyError:
         raise ValueError(f"unknown job kind {spec.kind!r}") from None
     return builder(spec, namespace)
+
+
+def affinity_hosts(obj: dict[str, Any]) -> set[str]:
+    """Node names the pod template of a Job / Deployment (as a dict) is pinned to."""
+    template_spec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return volcano.affinity_hosts(template_spec.get("affinity"))
 
 
 # -- the backend
@@ -208,9 +223,13 @@ class KubernetesBackend:
         token: str | None = None,
         kubeconfig: str | None = None,
         *,
+        training_api: str = "batch",
+        volcano_queue: str | None = None,
         timeout: float = 10,
         **_ignored: Any,
     ):
+        if training_api not in TRAINING_APIS:
+            raise ValueError(f"training_api must be one of {', '.join(TRAINING_APIS)}, not {training_api!r}")
         cfg = client.Configuration()
         if kubeconfig:
             config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
@@ -223,39 +242,38 @@ class KubernetesBackend:
         cfg.retries = 0  # the Celery task retries; a dead API server must fail fast
         self.namespace = namespace
         self.timeout = timeout
+        self.training_api = training_api
+        self.volcano_queue = volcano_queue
         self.api_client = client.ApiClient(cfg)
         self.batch = client.BatchV1Api(self.api_client)
         self.apps = client.AppsV1Api(self.api_client)
         self.core = client.CoreV1Api(self.api_client)
+        self.custom = client.CustomObjectsApi(self.api_client)
+
+    @property
+    def volcano(self) -> bool:
+        return self.training_api == "volcano"
+
+    def manifest(self, spec: JobSpec) -> dict[str, Any]:
+        return build_manifest(spec, self.namespace, training_api=self.training_api, queue=self.volcano_queue)
 
     # -- Backend protocol
 
     def submit(self, spec: JobSpec) -> str:
-        manifest = build_manifest(spec, self.namespace)
-        read, create = {
-            "training": (self.batch.read_namespaced_job, self.batch.create_namespaced_job),
-            "inference": (self.apps.read_namespaced_deployment, self.apps.create_namespaced_deployment),
-            "dev": (self.core.read_namespaced_pod, self.core.create_namespaced_pod),
-        }[spec.kind]
+        manifest = self.manifest(spec)
+        read, create, _delete = self._verbs(spec.kind)
         # Look before creating: a retried dispatch finds the object it already made.
         if self._call(read, spec.name, self.namespace, missing_ok=True) is not None:
             return spec.name
-        try:
-            create(self.namespace, manifest, _request_timeout=self.timeout)
-        except ApiException as exc:
-            if exc.status != 409:  # 409 Conflict: created meanwhile, which is what we wanted
-                raise _error("create", spec.name, exc) from exc
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise BackendError(f"kubernetes create {spec.name}: unreachable: {exc}") from exc
+        self._create(create, spec.name, manifest)
         return spec.name
 
     def cancel(self, name: str, *, grace_seconds: int = 0) -> None:
         # The kind is not known from the name alone: delete whichever exists (404 = already gone).
-        for delete in (
-            self.batch.delete_namespaced_job,
-            self.apps.delete_namespaced_deployment,
-            self.core.delete_namespaced_pod,
-        ):
+        deletes = [self.batch.delete_namespaced_job, self.apps.delete_namespaced_deployment]
+        if self.volcano:
+            deletes.append(self._vc_delete)
+        for delete in (*deletes, self.core.delete_namespaced_pod):
             self._call(
                 delete,
                 name,
@@ -277,6 +295,10 @@ class KubernetesBackend:
             d.metadata.name: d
             for d in self._call(self.apps.list_namespaced_deployment, ns, label_selector=sel).items
         }
+        vcjobs: dict[str, dict[str, Any]] = {}
+        if self.volcano:
+            listed = self._call(self._vc_list, ns, label_selector=sel) or {}
+            vcjobs = {o["metadata"]["name"]: o for o in listed.get("items") or []}
         pods = self._call(self.core.list_namespaced_pod, ns, label_selector=sel).items
         pods_of: dict[str, list[Any]] = {}
         for pod in pods:
@@ -285,7 +307,9 @@ class KubernetesBackend:
         result: dict[str, JobStatus] = {}
         for name in names:
             owned = pods_of.get(name, [])
-            if name in jobs:
+            if name in vcjobs:
+                result[name] = _volcano_status(vcjobs[name], owned)
+            elif name in jobs:
                 result[name] = job_status(jobs[name], owned)
             elif name in deployments:
                 result[name] = deployment_status(deployments[name], owned)
@@ -293,6 +317,15 @@ class KubernetesBackend:
                 bare = [p for p in owned if p.metadata.name == name]
                 result[name] = pod_status(bare[0]) if bare else JobStatus(name, LOST, message="not found")
         return result
+
+    def resize(self, spec: JobSpec) -> None:
+        """Make the running object match ``spec.workers`` and ``spec.placement`` (idempotent)."""
+        if spec.kind == "inference":
+            self._resize_deployment(spec)
+        elif spec.kind == "training":
+            self._restart_resized(spec)
+        else:
+            raise BackendError(f"kubernetes resize {spec.name}: a {spec.kind} job has one worker")
 
     def list_nodes(self) -> list[NodeInfo]:
         nodes = []
@@ -313,7 +346,88 @@ class KubernetesBackend:
             else "kubernetes /version answered without gitVersion"
         )
 
+    # -- resizing
+
+    def _resize_deployment(self, spec: JobSpec) -> None:
+        current = self._call(self.apps.read_namespaced_deployment, spec.name, self.namespace, missing_ok=True)
+        if current is None:
+            raise BackendError(f"kubernetes resize {spec.name}: the Deployment does not exist")
+        obj = self.api_client.sanitize_for_serialization(current)
+        hosts = placement_nodes(spec)
+        body: dict[str, Any] = {"spec": {"replicas": spec.workers}}
+        if set(hosts) != affinity_hosts(obj):
+            # Merge patch: the hostname list is replaced whole, the rest of the template kept.
+            body["spec"]["template"] = {"spec": {"affinity": node_affinity(hosts)}}
+        elif (obj.get("spec") or {}).get("replicas") == spec.workers:
+            return
+        self._call(
+            self.apps.patch_namespaced_deployment, spec.name, self.namespace, body, _content_type=MERGE_PATCH
+        )
+
+    def _restart_resized(self, spec: JobSpec) -> None:
+        read, create, delete = self._verbs("training")
+        current = self._call(read, spec.name, self.namespace, missing_ok=True)
+        if current is not None:
+            obj = self.api_client.sanitize_for_serialization(current)
+            if _training_finished(obj, self.volcano):
+                return  # ended meanwhile: the status sync records it; never start it again
+            hosts = volcano.hostnames_of(obj) if self.volcano else affinity_hosts(obj)
+            if _training_size(obj, self.volcano) == spec.workers and hosts == set(placement_nodes(spec)):
+                return  # already resized (a retried task)
+            self._call(delete, spec.name, self.namespace, missing_ok=True, propagation_policy="Background")
+        self._create(create, spec.name, self.manifest(spec))
+
     # -- transport
+
+    def _verbs(self, kind: str) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
+        if kind == "training" and self.volcano:
+            return self._vc_read, self._vc_create, self._vc_delete
+        return {
+            "training": (
+                self.batch.read_namespaced_job,
+                self.batch.create_namespaced_job,
+                self.batch.delete_namespaced_job,
+            ),
+            "inference": (
+                self.apps.read_namespaced_deployment,
+                self.apps.create_namespaced_deployment,
+                self.apps.delete_namespaced_deployment,
+            ),
+            "dev": (
+                self.core.read_namespaced_pod,
+                self.core.create_namespaced_pod,
+                self.core.delete_namespaced_pod,
+            ),
+        }[kind]
+
+    def _vc_read(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        return self.custom.get_namespaced_custom_object(
+            volcano.GROUP, volcano.VERSION, namespace, volcano.PLURAL, name, **kwargs
+        )
+
+    def _vc_create(self, namespace: str, body: dict[str, Any], **kwargs: Any) -> Any:
+        return self.custom.create_namespaced_custom_object(
+            volcano.GROUP, volcano.VERSION, namespace, volcano.PLURAL, body, **kwargs
+        )
+
+    def _vc_delete(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        return self.custom.delete_namespaced_custom_object(
+            volcano.GROUP, volcano.VERSION, namespace, volcano.PLURAL, name, **kwargs
+        )
+
+    def _vc_list(self, namespace: str, **kwargs: Any) -> Any:
+        return self.custom.list_namespaced_custom_object(
+            volcano.GROUP, volcano.VERSION, namespace, volcano.PLURAL, **kwargs
+        )
+
+    def _create(self, create: Callable[..., Any], name: str, manifest: dict[str, Any]) -> None:
+        try:
+            create(self.namespace, manifest, _request_timeout=self.timeout)
+        except ApiException as exc:
+            if exc.status != 409:  # 409 Conflict: created meanwhile, which is what we wanted
+                raise _error("create", name, exc) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise BackendError(f"kubernetes create {name}: unreachable: {exc}") from exc
 
     def _call(
         self, method: Callable[..., T], *args: Any, missing_ok: bool = False, **kwargs: Any
@@ -335,167 +449,26 @@ def _error(what: str, name: Any, exc: ApiException) -> BackendError:
     return BackendError(f"kubernetes {what} {name}: HTTP {exc.status} {exc.reason or ''}".rstrip())
 
 
-# -- status mapping (pure, on the client's model objects)
-
-
-def _conditions(obj: Any) -> dict[str, Any]:
-    return {c.type: c for c in (getattr(obj.status, "conditions", None) or []) if c.status == "True"}
-
-
-def _pod_node_failure(pod: Any) -> bool:
-    status = pod.status
-    if status is None:
-        return False
-    if status.reason in NODE_FAILURE_REASONS:
-        return True
-    return any(cond.type == "DisruptionTarget" and cond.status == "True" for cond in status.conditions or [])
-
-
-def _exit_code(pods: Iterable[Any]) -> int | None:
-    codes = []
-    for pod in pods:
-        for cs in (pod.status.container_statuses if pod.status else None) or []:
-            terminated = cs.state.terminated if cs.state else None
-            if terminated is not None and terminated.exit_code is not None:
-                codes.append(terminated.exit_code)
-    nonzero = [c for c in codes if c != 0]
-    return nonzero[0] if nonzero else (codes[0] if codes else None)
-
-
-def _nodes(pods: Iterable[Any]) -> tuple[str, ...]:
-    return tuple(sorted({p.spec.node_name for p in pods if p.spec is not None and p.spec.node_name}))
-
-
-def job_status(job: Any, pods: list[Any]) -> JobStatus:
-    name, status = job.metadata.name, job.status
-    started: datetime | None = status.start_time if status else None
-    common = {"started_at": started, "nodes": _nodes(pods)}
-    conditions = _conditions(job)
-    if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
-        return JobStatus(name, SUCCEEDED, finished_at=status.completion_time, exit_code=0, **common)
-    failed = conditions.get("Failed") or conditions.get("FailureTarget")
-    if failed is not None:
-        node_failure = failed.reason in NODE_FAILURE_REASONS or any(_pod_node_failure(p) for p in pods)
-        return JobStatus(
-            name,
-            FAILED,
-            finished_at=failed.last_transition_time,
-            exit_code=_exit_code(pods),
-            message=f"{failed.reason or ''}: {failed.message or ''}".strip(": "),
-            node_failure=node_failure,
-            **common,
-        )
-    if job.metadata.deletion_timestamp is not None:
-        return JobStatus(name, CANCELLED, finished_at=job.metadata.deletion_timestamp, **common)
-    running = bool(status and status.ready) or any(p.status and p.status.phase == "Running" for p in pods)
-    return JobStatus(name, RUNNING if running else PENDING, **common)
-
-
-def deployment_status(deployment: Any, pods: list[Any]) -> JobStatus:
-    name, status = deployment.metadata.name, deployment.status
-    nodes = _nodes(pods)
-    if deployment.metadata.deletion_timestamp is not None:
-        return JobStatus(name, CANCELLED, finished_at=deployment.metadata.deletion_timestamp, nodes=nodes)
-    for cond in (status.conditions if status else None) or []:
-        if (
-            cond.type == "Progressing"
-            and cond.status == "False"
-            and cond.reason == "ProgressDeadlineExceeded"
-        ):
-            return JobStatus(
-                name,
-                FAILED,
-                message=cond.message or cond.reason,
-                nodes=nodes,
-                finished_at=cond.last_transition_time,
-            )
-    wanted = deployment.spec.replicas if deployment.spec and deployment.spec.replicas is not None else 1
-    available = (status.available_replicas if status else None) or 0
-    if wanted > 0 and available >= wanted:
-        started = min(
-            (
-                c.last_transition_time
-                for c in (status.conditions or [])
-                if c.type == "Available" and c.status == "True" and c.last_transition_time
-            ),
-            default=None,
-        )
-        return JobStatus(name, RUNNING, started_at=started, nodes=nodes)
-    return JobStatus(name, PENDING, nodes=nodes)
-
-
-def pod_status(pod: Any) -> JobStatus:
-    name, status = pod.metadata.name, pod.status
-    phase = (status.phase if status else None) or "Pending"
-    started = status.start_time if status else None
-    nodes = _nodes([pod])
-    finished = None
-    for cs in (status.container_statuses if status else None) or []:
-        if cs.state and cs.state.terminated and cs.state.terminated.finished_at:
-            finished = cs.state.terminated.finished_at
-    if phase == "Succeeded":
-        return JobStatus(name, SUCCEEDED, started_at=started, finished_at=finished, exit_code=0, nodes=nodes)
-    if phase == "Failed":
-        message = f"{status.reason or ''}: {status.message or ''}".strip(": ")
-        return JobStatus(
-            name,
-            FAILED,
-            started_at=started,
-            finished_at=finished,
-            exit_code=_exit_code([pod]),
-            message=message,
-            nodes=nodes,
-            node_failure=_pod_node_failure(pod),
-        )
-    if pod.metadata.deletion_timestamp is not None:
-        return JobStatus(
-            name, CANCELLED, started_at=started, finished_at=pod.metadata.deletion_timestamp, nodes=nodes
-        )
-    if phase == "Running":
-        return JobStatus(name, RUNNING, started_at=started, nodes=nodes)
-    if phase == "Pending":
-        return JobStatus(name, PENDING, nodes=nodes)
-    # "Unknown": the kubelet stopped reporting, so the pod's fate is unknown.
-    return JobStatus(
-        name, LOST, started_at=started, nodes=nodes, node_failure=True, message=f"pod phase {phase}"
+def _volcano_status(obj: dict[str, Any], pods: list[Any]) -> JobStatus:
+    starts = [p.status.start_time for p in pods if p.status is not None and p.status.start_time]
+    return volcano.volcano_status(
+        obj,
+        nodes=nodes_of(pods),
+        node_failure=any(pod_node_failure(p) for p in pods),
+        exit_code=exit_code_of(pods),
+        started=min(starts, default=None),
     )
 
 
-# -- nodes
+def _training_size(obj: dict[str, Any], is_volcano: bool) -> int:
+    if is_volcano:
+        return volcano.replicas_of(obj)
+    return int((obj.get("spec") or {}).get("parallelism") or 0)
 
 
-def gpu_resource(capacity: dict[str, Any] | None) -> tuple[str, int] | None:
-    """The first known accelerator resource with a non-zero count in ``capacity``."""
-    capacity = capacity or {}
-    names = [r for r in GPU_RESOURCES if r in capacity]
-    names += sorted(r for r in capacity if r.startswith(GPU_RESOURCE_PREFIXES))
-    for resource in names:
-        count = int(parse_quantity(str(capacity[resource])))
-        if count > 0:
-            return resource, count
-    return None
-
-
-def node_info(node: Any) -> NodeInfo | None:
-    """The node as the portal sees it, or None for a node without accelerators."""
-    found = gpu_resource(node.status.capacity if node.status else None)
-    if found is None:
-        return None
-    resource, count = found
-    ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
-    if not ready:
-        state = "down"
-    elif node.spec is not None and node.spec.unschedulable:
-        state = "cordoned"
-    else:
-        state = "ready"
-    labels = node.metadata.labels or {}
-    return NodeInfo(
-        name=node.metadata.name,
-        flavor_hint=resource,
-        gpus=count,
-        state=state,
-        zone=labels.get("topology.kubernetes.io/zone", ""),
-        spine=labels.get("gpupool.io/spine", ""),
-        leaf=labels.get("gpupool.io/leaf", ""),
-    )
+def _training_finished(obj: dict[str, Any], is_volcano: bool) -> bool:
+    status = obj.get("status") or {}
+    if is_volcano:
+        return (status.get("state") or {}).get("phase") in volcano.FINISHED
+    done = {"Complete", "Failed", "SuccessCriteriaMet", "FailureTarget"}
+    return any(c.get("type") in done and c.get("status") == "True" for c in status.get("conditions") or [])

@@ -282,6 +282,31 @@ class SimCluster:
         self._finish(job, now, FAILED, 137, "crashed (injected): killed by signal 9")
         return self._view(job, now)
 
+    def resize(self, name: str, raw_placement, gpu_milli) -> dict:
+        placement = _clean_placement(raw_placement, gpu_milli)
+        if not placement:
+            raise ApiError(400, "a job keeps at least one worker")
+        return self._run(self._resize, name, placement)
+
+    def _resize(self, now, name, placement):
+        """The job now runs on ``placement`` (workers added or removed). A running job can only
+        take GPUs nobody else runs on (409 otherwise: the portal retries once they are free);
+        a finished job is left as it is (there is nothing to resize)."""
+        job = self._job(name)
+        if job["phase"] in TERMINAL:
+            return self._view(job, now)
+        if job["phase"] == RUNNING:
+            usage = self._gpu_usage()
+            for slot in (s for w in placement for s in w):
+                others = sum(m for j, m in usage.get((slot["node"], slot["gpu"]), ()) if j is not job)
+                if others + slot["milli"] > 1000:
+                    raise ApiError(409, f"GPU {slot['gpu']} of {slot['node']} is busy")
+        job["placement"] = placement
+        job["resized_at"] = now
+        self._check_placement(job, now)
+        self._advance(now)
+        return self._view(job, now)
+
     def slow_start(self, name: str, seconds: float) -> dict:
         return self._run(self._slow_start, name, seconds)
 
@@ -308,6 +333,7 @@ class SimCluster:
             "exit_code": job["exit_code"], "message": message,
             "nodes": list(dict.fromkeys(s["node"] for s in _slots(job))),
             "node_failure": job["node_failure"], "placement": job["placement"],
+            "workers": len(job["placement"]), "resized_at": iso(job.get("resized_at")),
         }
 
     # -- metrics
@@ -472,6 +498,7 @@ ROUTES = [
     ("DELETE", r"/jobs/([^/]+)", "delete_job"),
     ("POST", r"/jobs/([^/]+)/crash", "post_crash"),
     ("POST", r"/jobs/([^/]+)/slow_start", "post_slow_start"),
+    ("POST", r"/jobs/([^/]+)/resize", "post_resize"),
     ("GET", r"/metrics", "get_metrics"),
 ]
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -584,6 +611,12 @@ class Handler(BaseHTTPRequestHandler):
         body = self._body()
         seconds = self._number(body.get("seconds") if isinstance(body, dict) else None, "seconds")
         self._json(200, self.cluster.slow_start(name, seconds))
+
+    def post_resize(self, name):
+        body = self._body()
+        if not isinstance(body, dict) or not isinstance(body.get("placement"), list):
+            raise ApiError(400, "body must be {\"placement\": [[{node, gpu, milli}, ...], ...]}")
+        self._json(200, self.cluster.resize(name, body["placement"], body.get("gpu_milli")))
 
     def get_metrics(self):
         text = self.cluster.metrics(self.query.get("node"))

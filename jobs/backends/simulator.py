@@ -2,7 +2,8 @@
 ``jobs.backends.simserver`` (stdlib ``urllib`` only, no Django).
 
 Besides the backend protocol it offers the failure-injection calls the tests and the demo use:
-``set_inventory``, ``set_node_state``, ``crash``, ``slow_start`` and ``metrics``.
+``set_inventory``, ``set_node_state``, ``crash``, ``slow_start``, ``metrics``, and ``view`` (the
+simulator's record of one job, placement and worker count included).
 """
 
 from __future__ import annotations
@@ -48,6 +49,12 @@ class SimulatorBackend:
             result.update({n: _job_status(jobs[n]) if n in jobs else JobStatus(n, LOST) for n in batch})
         return result
 
+    def resize(self, spec: JobSpec) -> None:
+        # The simulated job runs on the new placement at once (no restart): 409 while a GPU it
+        # gains is still used by another job, and the resize task retries.
+        body = {"placement": dataclasses.asdict(spec)["placement"], "gpu_milli": spec.gpu_milli}
+        self._call("POST", f"/jobs/{quote(spec.name, safe='')}/resize", body)
+
     def list_nodes(self) -> list[NodeInfo]:
         return [_node_info(n) for n in self._call("GET", "/nodes")["nodes"]]
 
@@ -73,6 +80,9 @@ class SimulatorBackend:
     def slow_start(self, name: str, seconds: float) -> None:
         """Keep the job pending ``seconds`` (simulated); works before the job is submitted too."""
         self._call("POST", f"/jobs/{quote(name, safe='')}/slow_start", {"seconds": seconds})
+
+    def view(self, name: str) -> dict[str, Any]:
+        return self._call("GET", f"/jobs/{quote(name, safe='')}")
 
     def metrics(self, node: str | None = None) -> str:
         path = "/metrics" + ("?" + urlencode({"node": node}) if node else "")

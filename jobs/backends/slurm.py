@@ -166,6 +166,11 @@ class SlurmBackend:
             else:
                 self._scancel([str(rec.job_id)])
 
+    def resize(self, spec: JobSpec) -> None:
+        # A Slurm allocation can shrink (scontrol update NumNodes) but never grow, and the node
+        # list it was given is fixed: the portal never resizes Slurm jobs (docs/backends.md).
+        raise BackendError(f"slurm: {spec.name} cannot be resized; Slurm jobs keep their size")
+
     def status(self, names: list[str]) -> dict[str, JobStatus]:
         if not names:
             return {}

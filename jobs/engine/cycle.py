@@ -5,7 +5,8 @@ project's current dominant share (re-read after every admission, so tenants take
 submit time, then id. Each job at its turn: budget hold → quota rules (§3) → placement →
 preemption (rule 5 reclaim if in-quota, then rule 6) → else it waits; the first job of a level
 that waits for capacity or placement becomes the level's head and gets a reservation (EASY).
-Borrowers are promised their room and placed after the last level (:mod:`jobs.engine.borrow`).
+Borrowers are promised their room and placed after the last level (:mod:`jobs.engine.borrow`);
+then running elastic jobs grow with what is left (:mod:`jobs.engine.grow`).
 
 Shortcut, and why it is safe: within the pass free capacity only shrinks (admissions,
 reservation blocks; GPUs freed by preemption stay occupied until the next cycle) and quota
@@ -20,9 +21,9 @@ from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
 
-from jobs.engine import backfill, preempt
+from jobs.engine import backfill, grow, preempt
 from jobs.engine.borrow import Tentative
-from jobs.engine.model import Admission, Preemption
+from jobs.engine.model import Admission, Growth, Preemption
 from jobs.engine.pool import FULL
 from jobs.engine.state import Pending, Run, State, SubQueue
 from jobs.placement import plan, plan_fits
@@ -51,6 +52,7 @@ class Cycle:
         self.head_done = False
         self.heap: list = []
         self.level_queues: dict[int, list[SubQueue]] = {}
+        self.growths: list[Growth] = []
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> None:
@@ -61,6 +63,8 @@ class Cycle:
         for level in sorted(levels, reverse=True):
             self._level(levels[level])
         self._borrowing_phase()
+        if self.s.elastic:
+            self.growths = grow.grow(self)
 
     def _borrowing_phase(self) -> None:
         """Place the promised on-loan admissions, in promise order, in what is left."""

@@ -166,7 +166,7 @@ def _loan_holders(cycle, p: Pending, r: int) -> tuple[Holder, ...]:
     out: list[Holder] = []
     total = 0
     for v in reclaim_order(cycle, p):
-        out.append(Holder(v.id, v.project_id, v.r))
+        out.append(Holder(v.job, v.project_id, v.r))
         total += v.r
         if total >= r or len(out) >= MAX_HOLDERS:
             break
@@ -178,4 +178,4 @@ def _in_quota_holders(cycle, p: Pending, node: int) -> tuple[Holder, ...]:
     runs = [v for _, v in cycle.s.order[p.flavor]
             if v.in_quota and node in v.path and v.proj != p.proj]
     runs.sort(key=lambda v: (-v.r, v.id))
-    return tuple(Holder(v.id, v.project_id, v.r) for v in runs[:MAX_HOLDERS])
+    return tuple(Holder(v.job, v.project_id, v.r) for v in runs[:MAX_HOLDERS])

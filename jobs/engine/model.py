@@ -9,13 +9,21 @@ Conventions the caller (the Django service) must follow:
 * ``Node.external_milli`` — per-GPU milli occupied by allocations NOT listed in
   ``Snapshot.running`` (e.g. pods the portal does not manage, a GPU fenced off as faulty = 1000).
   Usage of running jobs is derived from their placements; do not add it here as well.
-* A job admitted by a previous cycle but not yet started belongs in ``running`` with its placement
-  and ``started_at`` = admission time: its GPUs are taken.
+* A job admitted by a previous cycle belongs in ``running`` with its placement and
+  ``started_at`` = admission time (also once the backend has started it): its GPUs are taken
+  from then, and rule 1 / reclaim order by it.
 * A preemption victim in its grace period stays in ``running`` with ``terminating=True``. It no
   longer counts for any quota (its preemptor already does), its GPUs stay occupied except where
   the preemptor's placement overlaps them (per GPU the core counts
   ``min(1000, live + terminating)``) and it is never chosen as a victim again. Drop it once it
   has exited.
+* Elastic growth (DESIGN §4, §5.4): a running job with ``worker_milli`` set may grow one worker
+  at a time up to ``grow_to`` workers (see :mod:`jobs.engine.grow`). Workers added by growth are
+  listed, in order, at the END of ``placement`` with their grow times in ``grown``; inside the
+  core each is a *unit* of its job, ``"<job id>/<k>"`` (``k`` = the worker's index in the
+  job's placement), with its own rule-1 place (priority, grow time): an on-loan unit is
+  reclaimed alone (the job shrinks by that worker, at once — see :class:`Preemption`), and a
+  unit is on loan whenever its job's first workers are.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from datetime import datetime
 from quotas.admission import Limits, TreeNode
 
 __all__ = [
-    "Admission", "CycleResult", "Explain", "Holder", "Limits", "Node", "Preemption",
+    "Admission", "CycleResult", "Explain", "Growth", "Holder", "Limits", "Node", "Preemption",
     "PriorityClass", "QueuedJob", "Reservation", "RunningJob", "Snapshot", "TreeNode",
 ]
 
@@ -47,6 +55,7 @@ class Node:
     leaf: str = ""
     schedulable: bool = True
     external_milli: tuple[int, ...] = ()
+    cluster: str = ""  # a job grows only onto nodes of the cluster it runs on
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +78,10 @@ class RunningJob:
     placement: tuple[Slot, ...]
     terminating: bool = False
     terminating_since: datetime | None = None  # when the preemption was signalled
+    worker_milli: int = 0  # the demand of one worker, a multiple of 1000 (0: never grows)
+    grow_to: int = 0  # the grow pass may add workers up to this many (its target)
+    grown: tuple[datetime, ...] = ()  # grow times of the last len(grown) workers of placement
+    submitted_at: datetime | None = None  # the grow pass's queue order (None: started_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +130,25 @@ class Admission:
 
 @dataclass(frozen=True, slots=True)
 class Preemption:
+    """``worker`` None: the whole job ``victim_id`` is preempted (signal, grace period). A
+    worker index: only that grown worker of the job goes (a unit, see the module docstring);
+    its GPUs count as free from the next cycle on, so the job shrinks at once and the
+    preemptor's ``preempts`` does not name it."""
+
     victim_id: str
     reason: str  # "reclaim" (rule 5) | "priority" (rule 6)
     for_job_id: str
+    worker: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Growth:
+    """The grow pass added ``added`` (one tuple of slots per worker, appended to the job's
+    placement in this order) to running job ``job_id``, which now has ``workers`` workers."""
+
+    job_id: str
+    workers: int
+    added: tuple[tuple[Slot, ...], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,3 +207,4 @@ class CycleResult:
     reservations: tuple[Reservation, ...]
     on_loan: Mapping[str, bool]  # every running + newly admitted job -> True when on loan
     explanations: Mapping[str, Explain] = field(default_factory=dict)
+    growths: tuple[Growth, ...] = ()  # in the order they were made, one per job

@@ -22,7 +22,7 @@ class Pool:
     __slots__ = (
         "flavor", "ids", "index", "size", "used", "free", "leaf_of", "leaf_nodes", "leaf_spine",
         "leaf_hist", "leaf_rank", "spine_leaves", "bucket", "hist",
-        "maxg", "part", "pkeys", "capacity", "version", "_caps", "full_leaves",
+        "maxg", "part", "pkeys", "capacity", "version", "_caps", "full_leaves", "cluster",
     )
 
     def __init__(self, flavor: str, nodes) -> None:
@@ -30,6 +30,7 @@ class Pool:
         self.flavor = flavor
         ordered = sorted(nodes, key=lambda n: (n.zone, n.spine, n.leaf, n.id))
         self.ids = [n.id for n in ordered]
+        self.cluster = [n.cluster for n in ordered]
         self.index = {nid: i for i, nid in enumerate(self.ids)}
         self.size = [n.gpus for n in ordered]
         self.used = [[0] * n.gpus for n in ordered]
@@ -204,7 +205,7 @@ class Pool:
     def clone(self) -> Pool:
         twin = Pool.__new__(Pool)
         for name in ("flavor", "ids", "index", "size", "leaf_of", "leaf_nodes", "leaf_spine",
-                     "spine_leaves", "maxg", "capacity"):
+                     "spine_leaves", "maxg", "capacity", "cluster"):
             setattr(twin, name, getattr(self, name))
         twin.used = [row[:] for row in self.used]
         twin.free = self.free[:]

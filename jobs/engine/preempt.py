@@ -9,6 +9,11 @@ through their grace period), so nobody else is admitted onto a GPU that is not y
 
 A victim that was itself admitted earlier in this same cycle never started: it is un-admitted
 (explanation "reclaimed") instead of preempted.
+
+Grown workers (units, see :mod:`jobs.engine.grow`) are victims of their own: a unit taken alone
+shrinks its job at once (its GPUs are free from the next cycle, no grace period: the job goes
+on with its other workers). A job taken as a whole takes its units with it, whether the search
+chose them or not, and they share its grace period.
 """
 
 from __future__ import annotations
@@ -74,7 +79,7 @@ def reclaim(cycle, p: Pending) -> bool:
         return False
     chosen = paper.useful(chosen)
     paper = _Paper(cycle, p)
-    victims = minimal_victim_set(chosen, paper.take, paper.give, paper.fits)
+    victims = _with_units(minimal_victim_set(chosen, paper.take, paper.give, paper.fits))
     for v in victims:
         s.lift(v)
     if not _fits(cycle, p, in_quota=True):
@@ -213,7 +218,17 @@ def by_priority(cycle, p: Pending) -> bool:
     if victims is None:
         cycle.no_priority[key] = cycle.loosen
         return False
-    return _admit_over(cycle, p, victims, "priority")
+    whole = _with_units(victims)
+    for v in whole[len(victims):]:
+        s.lift(v)
+    return _admit_over(cycle, p, whole, "priority")
+
+
+def _with_units(victims: list[Run]) -> list[Run]:
+    """``victims`` plus the units of every job taken as a whole (appended at the end)."""
+    have = {v.id for v in victims}
+    extra = [u for v in victims for u in v.units if u.id not in have]
+    return victims + extra if extra else victims
 
 
 # Failure cache of rule 6: within a cycle admissions and reservations only take room away, so
@@ -258,19 +273,41 @@ def _admit_over(cycle, p: Pending, victims: list[Run], reason: str) -> bool:
     s = cycle.s
     for v in victims:
         s.forget(v)
-    preempts = tuple(v.id for v in victims if not v.fresh)
+    # A unit taken alone is released at once: the preemptor has nothing to wait for.
+    preempts = tuple(v.id for v in victims if not v.fresh and v.base is None)
     if not cycle.admit_now(p, preempts):
         for v in victims:  # cannot happen when plan_fits is exact; stay consistent anyway
             s.unlift(v)
             s.reindex(v)
         return False
+    whole = {v.id for v in victims if v.base is None}
     for v in victims:
-        _retire(cycle, v, p, reason)
+        if v.base is None:
+            _retire(cycle, v, p, reason)
+        elif v.job not in whole:
+            _shrink(cycle, v, p, reason)
     return True
+
+
+def _shrink(cycle, unit: Run, p: Pending, reason: str) -> None:
+    """One grown worker of a running job goes; the job runs on with the others."""
+    s = cycle.s
+    s.retire(unit, s.now)  # what the preemptor did not take stays busy until the cycle ends
+    cycle.fresh_ghosts.append(unit)
+    s.detach_unit(unit)
+    worker = int(unit.id.rsplit("/", 1)[1])
+    cycle.preemptions.append(Preemption(unit.job, reason, p.id, worker))
+    cycle.loosen += 1
+    cycle.requeue_project(unit.proj)
 
 
 def _retire(cycle, v: Run, p: Pending, reason: str) -> None:
     s = cycle.s
+    s.elastic.pop(v.id, None)
+    for unit in list(v.units):  # the job stops as a whole: its grown workers share its grace
+        v.slots += unit.slots
+        v.placement += unit.placement
+        s.detach_unit(unit)
     if v.fresh:  # never started: its GPUs are free for the next cycle
         s.retire(v, s.now)
         del cycle.admitted[v.id]

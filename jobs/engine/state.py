@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime
 
 from jobs.engine.model import QueuedJob, RunningJob, Snapshot
@@ -21,11 +22,16 @@ NEVER = float("inf")
 
 class Run:
     """A running (or admitted this cycle) job. ``slots`` are its GPUs on healthy nodes as
-    pool indices; ``root_r`` their milli (what counts at the root)."""
+    pool indices; ``root_r`` their milli (what counts at the root).
+
+    A worker added by the grow pass is a Run of its own, a *unit*: ``base`` is the job's first
+    Run, ``job`` the job's id (a base's ``units`` lists its live units). Elastic bases carry
+    ``wmilli`` (one worker's milli), ``grow_to`` and ``submitted`` (see jobs/engine/grow.py)."""
 
     __slots__ = ("id", "project_id", "proj", "path", "flavor", "r", "root_r", "priority",
                  "preemptible", "started", "end", "slots", "placement", "in_quota",
-                 "terminating", "fresh", "ghost", "ghost_until", "key")
+                 "terminating", "fresh", "ghost", "ghost_until", "key",
+                 "job", "base", "units", "wmilli", "grow_to", "submitted", "workers")
 
     def __init__(self, rid, project_id, proj, path, flavor, r, priority, preemptible, started,
                  end, placement, slots):
@@ -48,6 +54,13 @@ class Run:
         self.ghost: list[tuple[int, int, int]] = []
         self.ghost_until = 0.0
         self.key = (-priority, started, rid)  # rule 1 order
+        self.job = rid
+        self.base: Run | None = None
+        self.units: list[Run] | tuple = ()  # a list once it has units (most jobs never do)
+        self.wmilli = 0
+        self.grow_to = 0
+        self.submitted = started
+        self.workers = 0  # of a base: its workers, units included (0: not elastic)
 
 
 class Pending:
@@ -179,6 +192,8 @@ class State:
         self.pending: dict[str, Pending] = {}
         self.shares: dict[int, float] = {}  # dominant share cache, dropped on usage change
         self.tentative: dict[tuple[str, int], int] = {}  # (flavor, project) promised on loan
+        self.units: dict[str, Run] = {}  # every live unit (a worker added by the grow pass)
+        self.elastic: dict[str, Run] = {}  # bases that may grow (grow_to above their workers)
         self._ingest([j for j in snap.running if not j.terminating])
         for job in sorted((j for j in snap.running if j.terminating), key=lambda j: j.id):
             since = job.terminating_since.timestamp() if job.terminating_since else self.now
@@ -191,14 +206,14 @@ class State:
         for job in sorted(jobs, key=lambda j: j.id):
             if job.id in self.running:
                 raise ValueError(f"running job {job.id!r} listed twice")
-            run = self.make_run(job)
-            self.pools[run.flavor].occupy_slots(run.slots)
-            self.running[run.id] = run
-            self.timelines[run.flavor].track(run.id, run.slots, run.end)
-            self.by_proj.setdefault((run.proj, run.flavor), {})[run.id] = run
-            self.order[run.flavor].append((run.key, run))
-            if run.end < NEVER:
-                self.ends[run.flavor].append((run.end, run.id, run))
+            for run in self.make_runs(job):
+                self.pools[run.flavor].occupy_slots(run.slots)
+                self.running[run.id] = run
+                self.timelines[run.flavor].track(run.id, run.slots, run.end)
+                self.by_proj.setdefault((run.proj, run.flavor), {})[run.id] = run
+                self.order[run.flavor].append((run.key, run))
+                if run.end < NEVER:
+                    self.ends[run.flavor].append((run.end, run.id, run))
         for f in self.pools:
             self.order[f].sort()
             self.ends[f].sort()
@@ -221,6 +236,72 @@ class State:
         r = sum(m for _, _, m in job.placement)
         return Run(job.id, job.project_id, proj, path, job.flavor, r, job.priority,
                    job.preemptible, started, end, job.placement, slots)
+
+    def make_runs(self, job: RunningJob) -> list[Run]:
+        """A live job as its base Run plus one unit per grown worker (jobs/engine/grow.py)."""
+        wm = job.worker_milli
+        if wm < FULL or wm % FULL or not (job.grown or job.grow_to):
+            return [self.make_run(job)]
+        g = wm // FULL
+        placement = job.placement
+        workers = len(placement) // g
+        n_units = min(len(job.grown), workers - 1)
+        cut = (workers - n_units) * g
+        base = self.make_run(replace(job, placement=placement[:cut]))
+        base.wmilli, base.grow_to, base.workers = wm, job.grow_to, workers
+        base.submitted = (job.submitted_at or job.started_at).timestamp()
+        if base.grow_to > workers:
+            self.elastic[base.id] = base
+        runs = [base]
+        grown = job.grown[len(job.grown) - n_units:]
+        for k, at in enumerate(grown):
+            first = cut + k * g
+            unit = self.make_unit(base, workers - n_units + k, placement[first:first + g], at.timestamp())
+            runs.append(unit)
+        return runs
+
+    def make_unit(self, base: Run, k: int, placement, started: float) -> Run:
+        pool = self.pools[base.flavor]
+        slots = tuple((pool.index[n], g, m) for n, g, m in placement if n in pool.index)
+        r = sum(m for _, _, m in placement)
+        unit = Run(f"{base.id}/{k}", base.project_id, base.proj, base.path, base.flavor, r,
+                   base.priority, base.preemptible, started, base.end, tuple(placement), slots)
+        unit.job, unit.base = base.id, base
+        if not base.units:
+            base.units = []
+        base.units.append(unit)
+        self.units[unit.id] = unit
+        return unit
+
+    def detach_unit(self, unit: Run) -> None:
+        """A unit left for good (reclaimed, or its job ended): its job has one worker less."""
+        base = unit.base
+        del self.units[unit.id]
+        base.units.remove(unit)
+        base.workers -= 1
+        if base.grow_to > base.workers and not base.terminating and base.id in self.running:
+            self.elastic[base.id] = base
+
+    def retarget(self, base: Run, grow_to: int, wmilli: int, submitted: datetime | None) -> None:
+        if wmilli < FULL or wmilli % FULL:
+            grow_to = 0
+        if not base.wmilli and wmilli:
+            base.wmilli, base.workers = wmilli, base.r // wmilli
+        base.grow_to = grow_to
+        if submitted is not None:
+            base.submitted = submitted.timestamp()
+        if base.wmilli and grow_to > base.workers and not base.terminating:
+            self.elastic[base.id] = base
+        else:
+            self.elastic.pop(base.id, None)
+
+    def drop_job(self, run: Run) -> None:
+        """A job ended: forget it and its units."""
+        for unit in list(run.units):
+            self.drop_run(unit)
+            self.detach_unit(unit)
+        self.elastic.pop(run.id, None)
+        self.drop_run(run)
 
     def submit(self, jobs: Iterable[QueuedJob]) -> set[tuple[int, int, str]]:
         """Queue jobs; returns the keys of the sub-queues that changed."""
@@ -365,11 +446,17 @@ class State:
         out: dict[str, bool] = {}
         for flavor, order in self.order.items():
             runs = [run for _, run in order]
-            flags = self.ledgers[flavor].rebuild((r.path, r.r, r.root_r) for r in runs)
-            loans = self.onloan[flavor] = {}
+            ledger = self.ledgers[flavor]
+            flags = ledger.rebuild((r.path, r.r, r.root_r) for r in runs)
             for run, ok in zip(runs, flags, strict=True):
                 run.in_quota = ok
-                out[run.id] = not ok
+            if self.units:
+                self._units_follow_their_job(ledger, runs)
+            loans = self.onloan[flavor] = {}
+            for run in runs:
+                ok = run.in_quota
+                if run.base is None:
+                    out[run.id] = not ok
                 if not ok:
                     loans[run.id] = run
             entries = sorted((v.priority, -v.started, v.id, v) for v in loans.values())
@@ -383,6 +470,18 @@ class State:
                 for i, _, _ in e[3].slots:
                     counts[i] = counts.get(i, 0) + 1
         return out
+
+    @staticmethod
+    def _units_follow_their_job(ledger: Ledger, runs: list[Run]) -> None:
+        """A grown worker is in quota only while its job's first workers are: rule 1 may find
+        room for a small unit after passing over its larger job, but reclaiming that job must
+        take the whole job, so such a unit is counted on loan with it."""
+        for run in runs:
+            base = run.base
+            if base is not None and run.in_quota and not base.in_quota:
+                ledger.remove(run.path, run.r, True, run.root_r)
+                ledger.add(run.path, run.r, False, run.root_r)
+                run.in_quota = False
 
     # -- fair share ----------------------------------------------------------------------
     def share(self, proj: int) -> float:

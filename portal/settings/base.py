@@ -95,6 +95,16 @@ CELERY_BEAT_SCHEDULE = {
     "gpu-metrics": {"task": "jobs.poll_metrics", "schedule": 60.0, "options": {"expires": 50}},
     "backend-work": {"task": "jobs.backend_work", "schedule": env_int("SYNC_INTERVAL_SECONDS", 10),
                      "options": {"expires": 20}},
+    # DESIGN §6: overdue approval steps escalate or expire; unsent notification mails retry.
+    "approval-deadlines": {"task": "portal.approvals_tick", "schedule": 60.0, "options": {"expires": 50}},
+    # DESIGN §3.7: loans past their end are marked returned (effective quota already ignores them).
+    "return-loans": {"task": "quotas.return_loans", "schedule": 60.0, "options": {"expires": 50}},
+    # DESIGN §7: the meter brings the usage ledger up to the last full hour (idempotent).
+    "meter": {"task": "billing.meter", "schedule": env_int("METER_INTERVAL_SECONDS", 600),
+              "options": {"expires": 500}},
+    # DESIGN §3.9: budgets at 80 % / 100 % notify their owners, once per threshold and month.
+    "budget-alerts": {"task": "billing.budget_alerts",
+                      "schedule": env_int("BUDGET_ALERT_INTERVAL_SECONDS", 300), "options": {"expires": 250}},
 }
 CELERY_TIMEZONE = "UTC"
 
@@ -145,6 +155,12 @@ SPECTACULAR_SETTINGS = {
         "LoanStateEnum": "quotas.models.LoanState",
         "ClusterKindEnum": "quotas.models.ClusterKind",
         "JobKindEnum": "jobs.models.JobKind",
+        "ApprovalKindEnum": "portal.models.ApprovalKind",
+        "ApprovalStateEnum": "portal.models.ApprovalState",
+        "ApprovalStepStateEnum": "portal.models.StepState",
+        "StatementStateEnum": "billing.models.StatementState",
+        "BillingTierEnum": "billing.models.Tier",
+        "StatementLineKindEnum": "billing.models.LineKind",
     },
 }
 
@@ -182,4 +198,28 @@ GPUPOOL = {
     "METRICS_TOKEN": env_str("GPUPOOL_METRICS_TOKEN", ""),
     "DEV_LIFETIME_SECONDS": env_int("GPUPOOL_DEV_LIFETIME_SECONDS", 86400),  # DESIGN §4: 24 h
     "DEV_JOBS_PER_USER": env_int("GPUPOOL_DEV_JOBS_PER_USER", 2),
+    # Time an approver has to decide a step before it escalates (or expires at the top).
+    "APPROVAL_STEP_HOURS": env_int("GPUPOOL_APPROVAL_STEP_HOURS", 48),
+    # Absolute links in notification mails.
+    "SITE_URL": env_str("GPUPOOL_SITE_URL", "http://localhost:8000"),
 }
+
+# --- billing (DESIGN §7, docs/billing.md); the currency is GPUPOOL["CURRENCY"] -----------
+BILLING = {
+    # Credit lenders (negative lines) for card-hours other departments borrowed from them.
+    "INTERNAL_SETTLEMENT": env_bool("GPUPOOL_INTERNAL_SETTLEMENT", False),
+    # The meter stays this far behind now (then rounds down to the hour), so a transition whose
+    # transaction committed a little late is in the log before its hour is metered.
+    "METER_LAG_SECONDS": env_int("GPUPOOL_METER_LAG_SECONDS", 300),
+    "METER_BATCH_JOBS": env_int("GPUPOOL_METER_BATCH_JOBS", 5000),  # jobs per meter transaction
+}
+
+# --- e-mail (approval notifications) ------------------------------------------------------
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 20)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpupool <gpupool@localhost>")

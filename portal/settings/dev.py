@@ -10,3 +10,5 @@ SECRET_KEY = env_str("SECRET_KEY", "dev-only-insecure-key-do-not-use-in-producti
 # Static files come from the finders (no collectstatic outside production).
 STATIC_ROOT = None
 WHITENOISE_USE_FINDERS = True
+# Mails of the demo go to the console log, not to a mail server.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")

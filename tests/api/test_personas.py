@@ -9,6 +9,7 @@ import pytest
 from django.urls import get_resolver, reverse
 from django.utils import timezone
 
+from jobs.models import ApprovalPolicy
 from quotas.models import Loan, LoanState, QuotaWindow
 
 ALL = (
@@ -93,6 +94,59 @@ VISIBLE = {
     "quotawindow-list": {
         p: ({"window"} if p in ("platform", "auditor", "a_admin", "a_finance") else set()) for p in ALL
     },
+    # Approval requests: a quota request of pa1, one of pb, and a loan request pa1 ← B, which the
+    # lender's side (B's admin and finance) sees too; its requester is pa1_admin.
+    "approval-list": {
+        "platform": {"req_pa1", "req_pb", "loan_pa1_b"},
+        "auditor": {"req_pa1", "req_pb", "loan_pa1_b"},
+        "a_admin": {"req_pa1", "loan_pa1_b"},
+        "a_finance": {"req_pa1", "loan_pa1_b"},
+        "b_admin": {"req_pb", "loan_pa1_b"},
+        "b_finance": {"req_pb", "loan_pa1_b"},
+        "pa1_admin": {"req_pa1", "loan_pa1_b"},
+        "pa1_member": {"req_pa1", "loan_pa1_b"},
+        "pb_member": {"req_pb"},
+        "outsider": set(),
+    },
+    # Job approval policies on A1 and B: seen with their department and from below it.
+    "approvalpolicy-list": {
+        "platform": {"pol_A1", "pol_B"},
+        "auditor": {"pol_A1", "pol_B"},
+        "a_admin": {"pol_A1"},
+        "a_finance": {"pol_A1"},
+        "b_admin": {"pol_B"},
+        "b_finance": {"pol_B"},
+        "pa1_admin": {"pol_A1"},
+        "pa1_member": {"pol_A1"},
+        "pb_member": {"pol_B"},
+        "outsider": set(),
+    },
+}
+# Statements: finance and department admins of the subtree, platform admins and auditors only.
+VISIBLE["statement-list"] = {
+    "platform": {"st_A", "st_A1", "st_B"},
+    "auditor": {"st_A", "st_A1", "st_B"},
+    "a_admin": {"st_A", "st_A1"},
+    "a_finance": {"st_A", "st_A1"},
+    "b_admin": {"st_B"},
+    "b_finance": {"st_B"},
+    "pa1_admin": set(),
+    "pa1_member": set(),
+    "pb_member": set(),
+    "outsider": set(),
+}
+# Budgets follow their department (as the quota nodes do) or their project: budgets on A1, pa1, B, pb.
+VISIBLE["budget-list"] = {
+    "platform": {"bu_A1", "bu_pa1", "bu_B", "bu_pb"},
+    "auditor": {"bu_A1", "bu_pa1", "bu_B", "bu_pb"},
+    "a_admin": {"bu_A1", "bu_pa1"},
+    "a_finance": {"bu_A1", "bu_pa1"},
+    "b_admin": {"bu_B", "bu_pb"},
+    "b_finance": {"bu_B", "bu_pb"},
+    "pa1_admin": {"bu_A1", "bu_pa1"},
+    "pa1_member": {"bu_A1", "bu_pa1"},
+    "pb_member": {"bu_B", "bu_pb"},
+    "outsider": set(),
 }
 # Pool resources are not tenant data: every signed-in user reads them, only platform admins write.
 GLOBAL_LISTS = {"flavor-list", "cluster-list", "node-list"}
@@ -100,6 +154,11 @@ GLOBAL_LISTS = {"flavor-list", "cluster-list", "node-list"}
 # Sub-resources with their own tests (job-events / job-explain: test_job_sub_resources_…).
 OTHER = {"me", "token", "quota-tree", "quota-usage", "loan-cancel", "job-cancel", "job-events", "job-explain",
          "job-utilisation"}
+OTHER |= {"statement-estimate", "chargeback"}  # per-persona tests in tests/billing/test_api.py
+OTHER |= {"job-scale"}  # test_job_scale_follows_visibility_then_the_edit_rule below
+# Approval actions, request creation and notifications: tests/api/test_approvals_api.py.
+OTHER |= {"approval-decide", "approval-bulk-decide", "approval-cancel", "approval-comment", "quota-request",
+          "loan-request", "notification-list", "notification-read", "notification-read-all"}
 
 
 def _api_route_names():
@@ -144,8 +203,50 @@ def objects(world):
         "loan-list": {"loan": loan.pk},
         "quotawindow-list": {"window": window.pk},
         "job-list": {"job_pa1": _job(world, world.pa1).pk, "job_pb": _job(world, world.pb).pk},
+        "approval-list": _approval_requests(world),
+        "approvalpolicy-list": {
+            "pol_A1": ApprovalPolicy.objects.create(department=world.A1, max_gpus=100).pk,
+            "pol_B": ApprovalPolicy.objects.create(department=world.B, max_gpus=100).pk,
+        },
     }
+    by_list["statement-list"] = _statements(world)
+    by_list["budget-list"] = _budgets(world)
     return by_list
+
+
+def _budgets(world):
+    from billing.models import Budget
+
+    owners = {"A1": {"department": world.A1}, "pa1": {"project": world.pa1}, "B": {"department": world.B},
+              "pb": {"project": world.pb}}
+    return {f"bu_{name}": Budget.objects.create(card_hours=100, **owner).pk for name, owner in owners.items()}
+
+
+def _statements(world):
+    from billing.models import Statement
+
+    month = timezone.now().date().replace(day=1)
+    made = {d.code: Statement.objects.create(department=d, month=month) for d in (world.A, world.A1, world.B)}
+    return {f"st_{code}": statement.pk for code, statement in made.items()}
+
+
+def _approval_requests(world):
+    from quotas.approvals import loan_request_create, quota_request_create
+
+    def quota(persona, project):
+        user = world.users[persona]
+        return quota_request_create(actor=user, flavor=world.F, project=project, quota=Decimal(2))
+
+    loan = loan_request_create(
+        actor=world.users["pa1_admin"],
+        borrower=world.quota["pa1"],
+        lender=world.B,
+        amount=Decimal(1),
+        starts_at=timezone.now(),
+        ends_at=timezone.now() + timedelta(days=1),
+    )
+    return {"req_pa1": quota("pa1_member", world.pa1).pk, "req_pb": quota("pb_member", world.pb).pk,
+            "loan_pa1_b": loan.pk}
 
 
 def _job(world, project):
@@ -172,6 +273,26 @@ def test_job_sub_resources_are_404_outside_the_scope(world, objects, api, person
     for name, pk in objects["job-list"].items():
         response = client.get(reverse(f"api:{route}", args=[pk]))
         assert response.status_code == (200 if name in VISIBLE["job-list"][persona] else 404), (persona, name)
+
+
+# Who may scale a job (its owner — here the platform admin submitted both — or an admin of
+# its project); everyone else who sees it gets 403, the others 404.
+SCALERS = {"platform": {"job_pa1", "job_pb"}, "a_admin": {"job_pa1"}, "b_admin": {"job_pb"},
+           "pa1_admin": {"job_pa1"}}
+
+
+@pytest.mark.parametrize("persona", ALL)
+def test_job_scale_follows_visibility_then_the_edit_rule(world, objects, api, persona):
+    client = api(world.users[persona])
+    for name, pk in objects["job-list"].items():
+        response = client.post(reverse("api:job-scale", args=[pk]), {"replicas": 1}, format="json")
+        if name not in VISIBLE["job-list"][persona]:
+            expected = 404
+        elif name not in SCALERS.get(persona, set()):
+            expected = 403
+        else:
+            expected = 400  # allowed, but a queued fixed-size job cannot be scaled
+        assert response.status_code == expected, (persona, name, response.content)
 
 
 def _ids(response):

@@ -1,10 +1,14 @@
 """A tiny Kubernetes API stand-in (stdlib HTTP server in a thread) for the Kubernetes backend tests.
 
 It serves what :mod:`jobs.backends.kubernetes` uses: ``/version``, namespaced create / read / list /
-delete of batch/v1 Jobs, apps/v1 Deployments and v1 Pods, and the cluster-wide v1 Node list (seeded
-by the tests). Objects are stored as posted, with ``uid``, ``resourceVersion`` and
-``creationTimestamp`` added; a duplicate create answers 409 and a missing object 404. Equality label
-selectors (``a=b,c=d``) are honoured. Every request is recorded as ``(method, path, query)``.
+delete / merge-patch of batch/v1 Jobs, apps/v1 Deployments, v1 Pods and Volcano
+``batch.volcano.sh/v1alpha1`` Jobs (a custom resource, stored as ``vcjobs``), and the cluster-wide
+v1 Node list (seeded by the tests). Objects are stored as posted, with ``uid``, ``resourceVersion``
+and ``creationTimestamp`` added; a duplicate create answers 409 and a missing object 404. PATCH
+takes only ``application/merge-patch+json`` (RFC 7386), as a dict body must be sent: anything else
+answers 415, the way the API server refuses a JSON Patch content type with an object body.
+Equality label selectors (``a=b,c=d``) are honoured. Every request is recorded as
+``(method, path, query)``.
 
 Nothing here acts like a controller: the tests set statuses with :meth:`StandIn.set_status` and add
 the pods a controller would start with :meth:`StandIn.add`.
@@ -26,14 +30,16 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-# (group path, resource) -> (apiVersion, kind)
+# (group path, resource) -> (apiVersion, kind, the name objects are stored under)
 RESOURCES = {
-    ("/apis/batch/v1", "jobs"): ("batch/v1", "Job"),
-    ("/apis/apps/v1", "deployments"): ("apps/v1", "Deployment"),
-    ("/api/v1", "pods"): ("v1", "Pod"),
+    ("/apis/batch/v1", "jobs"): ("batch/v1", "Job", "jobs"),
+    ("/apis/apps/v1", "deployments"): ("apps/v1", "Deployment", "deployments"),
+    ("/api/v1", "pods"): ("v1", "Pod", "pods"),
+    ("/apis/batch.volcano.sh/v1alpha1", "jobs"): ("batch.volcano.sh/v1alpha1", "Job", "vcjobs"),
 }
+MERGE_PATCH = "application/merge-patch+json"
 NAMESPACED = re.compile(
-    r"^(?P<group>/api/v1|/apis/[^/]+/v1)/namespaces/(?P<ns>[^/]+)/(?P<res>[^/]+)"
+    r"^(?P<group>/api/v1|/apis/[^/]+/[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<res>[^/]+)"
     r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?/?$"
 )
 
@@ -178,6 +184,7 @@ class StandIn:
         query: dict[str, list[str]],
         body: bytes,
         authorization: str | None = None,
+        content_type: str | None = None,
     ) -> tuple[int, Any]:
         with self._lock:
             self.requests.append((method, path, query))
@@ -198,9 +205,11 @@ class StandIn:
                 return 404, _status(
                     404, "NotFound", f"the server could not find the requested resource {path}"
                 )
-            api_version, kind = RESOURCES[(match["group"], match["res"])]
+            api_version, kind, stored = RESOURCES[(match["group"], match["res"])]
+            if method == "PATCH" and (content_type or "").split(";")[0].strip() != MERGE_PATCH:
+                return 415, _status(415, "UnsupportedMediaType", f"the stand-in only merges {MERGE_PATCH}")
             return self._namespaced(
-                method, match["res"], match["ns"], match["name"], api_version, kind, query, body
+                method, stored, match["ns"], match["name"], api_version, kind, query, body
             )
 
     def _namespaced(
@@ -245,6 +254,15 @@ class StandIn:
             return 404, _status(404, "NotFound", f'{res} "{name}" not found')
         if method == "GET":
             return 200, copy.deepcopy(self.objects[key])
+        if method == "PATCH":
+            try:
+                patch = json.loads(body or b"{}")
+            except ValueError:
+                return 400, _status(400, "BadRequest", "body is not JSON")
+            obj = _merge(self.objects[key], patch)
+            obj["metadata"]["resourceVersion"] = str(next(self._versions))
+            self.objects[key] = obj
+            return 200, copy.deepcopy(obj)
         if method == "DELETE":
             del self.objects[key]
             return 200, {
@@ -253,6 +271,19 @@ class StandIn:
                 "details": {"name": name, "kind": res, "uid": "x"},
             }
         return 405, _status(405, "MethodNotAllowed", f"{method} not supported by the stand-in")
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: objects merge key by key, ``null`` deletes, the rest replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _merge(result.get(key), value)
+    return result
 
 
 def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
@@ -265,7 +296,12 @@ def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             code, payload = standin.handle(
-                self.command, parts.path, parse_qs(parts.query), body, self.headers.get("Authorization")
+                self.command,
+                parts.path,
+                parse_qs(parts.query),
+                body,
+                self.headers.get("Authorization"),
+                self.headers.get("Content-Type"),
             )
             data = json.dumps(payload).encode()
             self.send_response(code)

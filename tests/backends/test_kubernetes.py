@@ -132,6 +132,8 @@ def test_inference_manifest_is_a_valid_deployment():
     assert m["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
     assert hostnames(template["spec"]) == ["gpu-c"]
     assert "activeDeadlineSeconds" not in template["spec"]
+    # a resize that moves pods never starts one beyond the allocation
+    assert m["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
     assert container(template["spec"])["resources"]["limits"] == {"nvidia.com/gpu": "1"}
 
 
@@ -440,3 +442,65 @@ def test_kubeconfig(tmp_path, k8s_api):
     assert backend.health() == "ok"
     assert backend.list_nodes() == []
     assert set(k8s_api.authorization) == {"Bearer kc-token"}
+
+
+# -- resizing (the scheduler grew the job, or its owner scaled it)
+
+DEPLOYMENTS = "/apis/apps/v1/namespaces/gpupool/deployments"
+
+
+def test_resize_patches_the_deployments_replicas(k8s_api, backend):
+    backend.submit(make_spec("inference", workers=2, gpus=1, nodes=("gpu-a", "gpu-b")))
+    uid = k8s_api.get("deployments", "gp-42")["metadata"]["uid"]
+    backend.resize(make_spec("inference", workers=4, gpus=1, nodes=("gpu-a", "gpu-b")))
+    stored = k8s_api.get("deployments", "gp-42")
+    assert stored["spec"]["replicas"] == 4 and stored["metadata"]["uid"] == uid  # patched in place
+    assert hostnames(stored["spec"]["template"]["spec"]) == ["gpu-a", "gpu-b"]  # same nodes: no rollout
+    [(_, path, _)] = [r for r in k8s_api.requests if r[0] == "PATCH"]
+    assert path == f"{DEPLOYMENTS}/gp-42"
+    calls = len(k8s_api.requests)
+    backend.resize(make_spec("inference", workers=4, gpus=1, nodes=("gpu-a", "gpu-b")))
+    assert [m for m, _ in k8s_api.calls()[calls:]] == ["GET"]  # already that size
+
+
+def test_resize_onto_new_nodes_patches_the_affinity_too(k8s_api, backend):
+    backend.submit(make_spec("inference", workers=2, gpus=1, nodes=("gpu-a",)))
+    backend.resize(make_spec("inference", workers=3, gpus=1, nodes=("gpu-a", "gpu-c")))
+    stored = k8s_api.get("deployments", "gp-42")
+    assert stored["spec"]["replicas"] == 3
+    assert hostnames(stored["spec"]["template"]["spec"]) == ["gpu-a", "gpu-c"]
+    assert container(stored["spec"]["template"]["spec"])["image"] == "registry.local/train:1"  # merged
+    stored.pop("status", None)
+    for key in ("uid", "resourceVersion", "creationTimestamp"):
+        stored["metadata"].pop(key)
+    validate(stored)  # still a valid Deployment after the merge patch
+    backend.resize(make_spec("inference", workers=1, gpus=1, nodes=("gpu-c",)))  # scale down
+    stored = k8s_api.get("deployments", "gp-42")
+    assert stored["spec"]["replicas"] == 1 and hostnames(stored["spec"]["template"]["spec"]) == ["gpu-c"]
+
+
+def test_resize_restarts_a_training_job_and_leaves_finished_ones_alone(k8s_api, backend):
+    backend.submit(make_spec("training", workers=2, gpus=4, nodes=("gpu-a",)))
+    uid = k8s_api.get("jobs", "gp-42")["metadata"]["uid"]
+    backend.resize(make_spec("training", workers=3, gpus=4, nodes=("gpu-a", "gpu-b")))
+    stored = k8s_api.get("jobs", "gp-42")
+    assert stored["metadata"]["uid"] != uid  # deleted and created again: the template is immutable
+    assert stored["spec"]["completions"] == stored["spec"]["parallelism"] == 3
+    assert hostnames(stored["spec"]["template"]["spec"]) == ["gpu-a", "gpu-b"]
+    k8s_api.job_succeeded("gp-42")
+    backend.resize(make_spec("training", workers=1, gpus=4, nodes=("gpu-a",)))
+    assert k8s_api.get("jobs", "gp-42")["spec"]["parallelism"] == 3  # finished: not restarted
+
+
+def test_resize_of_a_missing_deployment_or_a_dev_pod_is_refused(k8s_api, backend):
+    with pytest.raises(BackendError, match="does not exist"):
+        backend.resize(make_spec("inference"))
+    with pytest.raises(BackendError, match="one worker"):
+        backend.resize(make_spec("dev", workers=1))
+
+
+def test_the_stand_in_refuses_a_json_patch_content_type_with_an_object_body(k8s_api, backend):
+    # What the client would send without _content_type: the real API server refuses it too.
+    backend.submit(make_spec("inference"))
+    with pytest.raises(BackendError, match="415"):
+        backend._call(backend.apps.patch_namespaced_deployment, "gp-42", "gpupool", {"spec": {"replicas": 1}})

@@ -292,3 +292,32 @@ def test_unreachable_or_refusing_simulator_raises_backend_error(sim):
     assert dead.health() != "ok"
     with pytest.raises(BackendError, match="400"):
         sim.set_node_state("n1", "melting")
+
+
+def test_resize_moves_a_running_job_to_its_new_placement(sim):
+    sim.submit(spec("gp-71", workers=(("n1", (0,)), ("n1", (1,)))))
+    wait_for(phase_is(sim, "gp-71", RUNNING))
+    sim.submit(spec("gp-72", workers=(("n2", (0,)),)))
+    grown = spec("gp-71", workers=(("n1", (0,)), ("n1", (1,)), ("n2", (1,)), ("n2", (2,))))
+    sim.resize(grown)
+    view = sim.view("gp-71")
+    assert view["workers"] == 4 and view["phase"] == RUNNING and view["resized_at"]
+    assert view["nodes"] == ["n1", "n2"]
+    sim.resize(grown)  # idempotent
+    assert sim.view("gp-71")["workers"] == 4
+    with pytest.raises(BackendError, match="409"):  # gp-72 runs on n2's GPU 0
+        sim.resize(spec("gp-71", workers=(("n1", (0,)), ("n2", (0,)))))
+    sim.resize(spec("gp-71", workers=(("n1", (0,)),)))  # scaled down to one worker
+    assert sim.view("gp-71")["workers"] == 1
+    # what it released is free: a job needing it starts at once
+    sim.submit(spec("gp-73", workers=(("n1", (1,)), ("n2", (1,)))))
+    wait_for(phase_is(sim, "gp-73", RUNNING))
+
+
+def test_resize_of_a_finished_or_unknown_job(sim):
+    sim.submit(spec("gp-74", duration=1))
+    wait_for(phase_is(sim, "gp-74", SUCCEEDED))
+    sim.resize(spec("gp-74", workers=(("n1", (0,)), ("n1", (1,)))))  # nothing to resize: no error
+    assert sim.view("gp-74")["workers"] == 1
+    with pytest.raises(BackendError, match="404"):
+        sim.resize(spec("gp-75"))

@@ -1,0 +1,204 @@
+"""Server time of the pages people look at most, with a realistic amount of history.
+
+The demo centre (``seed_demo``: 9 departments, 9 projects, 76 nodes, every persona) gets
+``--jobs`` more jobs (10,000 by default) spread over its projects, flavors and the job states
+of a working centre (a third waiting, a tenth running, the rest finished), each with its
+events; one scheduling cycle then runs so the queue's explanations exist, as in production.
+Each page is requested ``--repeat`` times per persona through Django's test client (the whole
+request: middleware, session, queries, template rendering), after one warm-up request.
+
+Prints one JSON object: ``jobs``, ``queue_page_ms_p50``, ``dashboard_ms_p50`` (the worst
+persona's median), and per persona and page the p50 / p95 and the number of SQL queries.
+Needs DATABASE_URL and REDIS_URL; works in a scratch database (bench/scratchdb.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import random
+import statistics
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scratchdb import scratch_django
+
+PAGES = {"queue": "/jobs/queue/", "dashboard": "/", "jobs": "/jobs/"}
+PERSONAS = ("alice", "ai-admin", "admin")
+# state, share of the generated jobs
+MIX = (
+    ("queued", 0.30),
+    ("pending_approval", 0.03),
+    ("running", 0.10),
+    ("succeeded", 0.42),
+    ("failed", 0.08),
+    ("cancelled", 0.05),
+    ("preempted", 0.0),
+    ("rejected", 0.02),
+)
+
+
+def _populate(total: int, seed: int) -> None:
+    """Bulk-insert ``total`` jobs with their events (running ones on real nodes of their flavor)."""
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from jobs.models import Job, JobEvent, PriorityClass
+    from portal.models import Membership, Project, User
+    from quotas.models import Node, QuotaNode
+
+    call_command("seed_demo", verbosity=0, stdout=io.StringIO())  # stdout carries only the JSON
+    rng = random.Random(seed)
+    now = timezone.now()
+    projects = list(Project.objects.all())
+    members = {
+        p.pk: list(User.objects.filter(memberships__project=p).distinct())
+        or [User.objects.get(username="admin")]
+        for p in projects
+    }
+    flavors_of = {}
+    for q in QuotaNode.objects.filter(project__isnull=False).select_related("flavor"):
+        flavors_of.setdefault(q.project_id, []).append(q.flavor)
+    classes = list(PriorityClass.objects.all())
+    nodes_of = {}
+    for node in Node.objects.all():
+        nodes_of.setdefault(node.flavor_id, []).append(node)
+    states = [s for s, _ in MIX]
+    weights = [w for _, w in MIX]
+    jobs = []
+    for i in range(total):
+        project = rng.choice([p for p in projects if p.pk in flavors_of])
+        flavor = rng.choice(flavors_of[project.pk])
+        state = rng.choices(states, weights)[0]
+        submitted = now - timedelta(seconds=rng.randint(60, 30 * 86400))
+        started = submitted + timedelta(seconds=rng.randint(0, 3600))
+        finished = started + timedelta(seconds=rng.randint(60, 86400))
+        gpus = 1 if flavor.shareable or flavor.card_fraction < 1 else rng.choice((1, 1, 2, 4, 8))
+        node = rng.choice(nodes_of[flavor.pk])
+        live = state == "running"
+        jobs.append(
+            Job(
+                name=f"bench-{i}",
+                project=project,
+                submitted_by=rng.choice(members[project.pk]),
+                kind=rng.choice(("training", "training", "inference", "dev")) if gpus == 1 else "training",
+                flavor=flavor,
+                priority_class=rng.choice(classes),
+                workers=1,
+                gpus_per_worker=gpus,
+                image="registry.local/bench:1",
+                state=state,
+                state_changed_at=finished if state in ("succeeded", "failed", "cancelled") else submitted,
+                submitted_at=submitted,
+                admitted_at=started if live or state in ("succeeded", "failed") else None,
+                started_at=started if live or state in ("succeeded", "failed") else None,
+                finished_at=finished if state in ("succeeded", "failed", "cancelled") else None,
+                granted_workers=1 if live else None,
+                placement=[[[node.pk, g, 1000] for g in range(gpus)]] if live else [],
+                on_loan=False if live else None,
+            )
+        )
+    Job.objects.bulk_create(jobs, batch_size=2000)
+    events = []
+    for job in Job.objects.filter(name__startswith="bench-").only(
+        "id", "state", "submitted_at", "started_at"
+    ):
+        events.append(
+            JobEvent(job=job, from_state="", to_state="queued", reason="submitted", at=job.submitted_at)
+        )
+        if job.started_at:
+            events.append(
+                JobEvent(
+                    job=job, from_state="queued", to_state="admitted", reason="admitted", at=job.started_at
+                )
+            )
+            events.append(
+                JobEvent(
+                    job=job, from_state="admitted", to_state="running", reason="started", at=job.started_at
+                )
+            )
+        if job.state not in ("queued", "running", "admitted"):
+            events.append(JobEvent(job=job, from_state="queued", to_state=job.state, reason="bench", at=now))
+    JobEvent.objects.bulk_create(events, batch_size=5000)
+    assert Membership.objects.exists()
+
+
+def _measure(repeat: int) -> dict:
+    from django.db import connection, reset_queries
+    from django.test import Client
+    from django.test.utils import override_settings
+
+    from portal.models import User
+
+    out = {}
+    for username in PERSONAS:
+        client = Client(HTTP_ACCEPT_LANGUAGE="zh-hans", SERVER_NAME="localhost")  # an allowed host
+        client.force_login(User.objects.get(username=username))
+        for page, url in PAGES.items():
+            response = client.get(url)  # warm-up (template loading, first-connection costs)
+            if response.status_code != 200:
+                raise SystemExit(f"{url} as {username}: HTTP {response.status_code}")
+            samples = []
+            for _ in range(repeat):
+                started = time.perf_counter()
+                response = client.get(url)
+                samples.append((time.perf_counter() - started) * 1000)
+                assert response.status_code == 200
+            with override_settings(DEBUG=True):
+                reset_queries()
+                client.get(url)
+                queries = len(connection.queries)
+            samples.sort()
+            out[f"{username}:{page}"] = {
+                "p50_ms": round(statistics.median(samples), 1),
+                "p95_ms": round(samples[int(0.95 * (len(samples) - 1))], 1),
+                "queries": queries,
+                "bytes": len(response.content),
+            }
+    return out
+
+
+def run(jobs: int, repeat: int, seed: int) -> dict:
+    with scratch_django():
+        from jobs.models import Job
+        from jobs.scheduling import schedule_once
+
+        started = time.perf_counter()
+        _populate(jobs, seed)
+        populate_s = time.perf_counter() - started
+        started = time.perf_counter()
+        schedule_once()
+        cycle_s = time.perf_counter() - started
+        pages = _measure(repeat)
+        total = Job.objects.count()
+    worst = {p: max(v["p50_ms"] for k, v in pages.items() if k.endswith(":" + p)) for p in PAGES}
+    return {
+        "jobs": total,
+        "queue_page_ms_p50": worst["queue"],
+        "dashboard_ms_p50": worst["dashboard"],
+        "job_list_ms_p50": worst["jobs"],
+        "repeat": repeat,
+        "populate_s": round(populate_s, 1),
+        "first_cycle_s": round(cycle_s, 2),
+        "pages": pages,
+    }
+
+
+if __name__ == "__main__":
+    import logging
+
+    logging.disable(logging.WARNING)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="1,000 jobs, 5 requests per page")
+    args = parser.parse_args()
+    if args.quick:
+        args.jobs, args.repeat = 1_000, 5
+    print(json.dumps(run(args.jobs, args.repeat, args.seed)))

@@ -1,0 +1,348 @@
+"""REST API of statements: list and detail (JSON), the current-month estimate, and the chargeback
+download (CSV / XLSX). Everything starts from ``selectors.statement_departments``: finance and
+department admins of the department's subtree, platform admins and auditors; others get 404."""
+
+from __future__ import annotations
+
+from datetime import date
+from decimal import Decimal
+
+from django.http import Http404, HttpResponse
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
+from rest_framework import serializers
+from rest_framework.exceptions import ValidationError
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.api import VisibleRelatedField
+from portal.api_base import DetailApi, ListCreateApi
+from portal.selectors import visible_departments, visible_projects
+from quotas.selectors import site_zone
+
+from . import budgets, exports, selectors
+from .models import Budget, Statement, StatementLine
+from .periods import month_label, month_of, parse_month
+
+MONTH_PARAM = OpenApiParameter("month", str, description="YYYY-MM (site time zone)")
+
+
+def month_param(request, *, required: bool) -> date | None:
+    raw = request.query_params.get("month")
+    if raw is None or raw == "":
+        if required:
+            raise ValidationError({"month": [_("Give the month as YYYY-MM.")]})
+        return None
+    try:
+        return parse_month(raw)
+    except ValueError:
+        raise ValidationError(
+            {"month": [_("%(v)s is not a month: use YYYY-MM.") % {"v": repr(raw[:20])}]}
+        ) from None
+
+
+def department_param(request) -> frozenset[int] | None:
+    """The visible departments, narrowed to ``?department=`` when given (404 if not visible)."""
+    visible = selectors.statement_departments(request.user)
+    raw = request.query_params.get("department")
+    if raw in (None, ""):
+        return visible
+    try:
+        wanted = int(raw)
+    except ValueError:
+        raise ValidationError({"department": [_("A department id is a number.")]}) from None
+    if visible is not None and wanted not in visible:
+        raise Http404
+    return frozenset({wanted})
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class MonthField(serializers.Field):
+    def to_representation(self, value: date) -> str:
+        return month_label(value)
+
+    def to_internal_value(self, data):  # pragma: no cover - read-only
+        raise NotImplementedError
+
+
+class StatementOut(serializers.ModelSerializer):
+    department_code = serializers.CharField(source="department.code", read_only=True)
+    department_name = serializers.CharField(source="department.name", read_only=True)
+    month = MonthField(read_only=True)
+
+    class Meta:
+        model = Statement
+        fields = [
+            "id",
+            "department",
+            "department_code",
+            "department_name",
+            "month",
+            "state",
+            "currency",
+            "total",
+            "created_at",
+            "closed_at",
+        ]
+
+
+class LineOut(serializers.ModelSerializer):
+    project_code = serializers.CharField(source="project.code", read_only=True, default=None)
+    user = serializers.CharField(source="user.username", read_only=True, default=None)
+    flavor = serializers.CharField(source="flavor.name", read_only=True)
+    original_month = serializers.SerializerMethodField()
+
+    class Meta:
+        model = StatementLine
+        fields = [
+            "kind",
+            "project",
+            "project_code",
+            "user",
+            "flavor",
+            "tier",
+            "original_month",
+            "unit_price",
+            "card_hours",
+            "card_seconds",
+            "amount",
+            "period_start",
+            "period_end",
+        ]
+
+    def get_original_month(self, line) -> str | None:
+        return month_label(line.original_month) if line.original_month else None
+
+
+class StatementDetailOut(StatementOut):
+    lines = serializers.SerializerMethodField()
+
+    class Meta(StatementOut.Meta):
+        fields = [*StatementOut.Meta.fields, "lines"]
+
+    @extend_schema_field(LineOut(many=True))
+    def get_lines(self, statement) -> list[dict]:
+        return LineOut(selectors.statement_lines(statement), many=True).data
+
+
+class StatementListApi(ListCreateApi):
+    output = StatementOut
+
+    @extend_schema(
+        parameters=[MONTH_PARAM, OpenApiParameter("department", int), OpenApiParameter("state", str)]
+    )
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    def visible(self):
+        qs = selectors.visible_statements(self.request.user)
+        month = month_param(self.request, required=False)
+        if month is not None:
+            qs = qs.filter(month=month)
+        departments = department_param(self.request)
+        if departments is not None:
+            qs = qs.filter(department_id__in=departments)
+        state = self.request.query_params.get("state")
+        if state:
+            qs = qs.filter(state=state)
+        return qs.order_by("-month", "department__code")
+
+
+class StatementDetailApi(DetailApi):
+    output = StatementDetailOut
+
+    def visible(self):
+        return selectors.visible_statements(self.request.user)
+
+
+class EstimateLineOut(serializers.Serializer):
+    kind = serializers.CharField(source="key.kind")
+    project = serializers.IntegerField(source="key.project_id", allow_null=True)
+    user = serializers.IntegerField(source="key.user_id", allow_null=True)
+    flavor = serializers.IntegerField(source="key.flavor_id")
+    tier = serializers.CharField(source="key.tier")
+    original_month = serializers.SerializerMethodField()
+    unit_price = serializers.SerializerMethodField()
+    card_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
+    amount = serializers.DecimalField(max_digits=16, decimal_places=2, allow_null=True)
+
+    def get_original_month(self, line) -> str | None:
+        return month_label(line.key.original_month) if line.key.original_month else None
+
+    def get_unit_price(self, line) -> str | None:
+        return None if line.period is None else str(line.period.price)
+
+
+class EstimateOut(serializers.Serializer):
+    department = serializers.IntegerField(source="department.pk")
+    department_code = serializers.CharField(source="department.code")
+    month = MonthField()
+    metered_through = serializers.DateTimeField(allow_null=True)
+    total = serializers.DecimalField(max_digits=16, decimal_places=2)
+    unpriced = serializers.BooleanField()
+    lines = EstimateLineOut(many=True)
+
+
+class StatementEstimateApi(APIView):
+    """The statements of an open month (default: this month) as they stand now, computed on the
+    fly from the ledger and never stored: a cost estimate, not a bill."""
+
+    @extend_schema(
+        parameters=[MONTH_PARAM, OpenApiParameter("department", int)], responses=EstimateOut(many=True)
+    )
+    def get(self, request):
+        if not selectors.sees_statements(request.user):
+            raise Http404
+        month = month_param(request, required=False) or month_of(timezone.now(), site_zone())
+        if selectors.is_closed(month):
+            raise ValidationError(
+                {"month": [_("%(m)s is closed: read its statements.") % {"m": month_label(month)}]}
+            )
+        departments = department_param(request)
+        estimates = [
+            e
+            for e in selectors.statement_estimate(request.user, month)
+            if departments is None or e.department.pk in departments
+        ]
+        return Response(EstimateOut(estimates, many=True).data)
+
+
+class ChargebackApi(APIView):
+    """The chargeback file of a closed month (``format`` csv or xlsx), limited to the statements
+    the caller sees. Columns: docs/billing.md."""
+
+    def perform_content_negotiation(self, request, force=False):
+        # ``format`` names the file type here, not a DRF renderer; errors are JSON.
+        renderer = JSONRenderer()
+        return renderer, renderer.media_type
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("month", str, required=True, description="YYYY-MM"),
+            OpenApiParameter("format", str, enum=list(exports.FORMATS), description="csv (default) or xlsx"),
+            OpenApiParameter("department", int),
+        ],
+        responses={
+            (200, "text/csv"): OpenApiResponse(OpenApiTypes.BINARY),
+            (200, exports.CONTENT_TYPES["xlsx"]): OpenApiResponse(OpenApiTypes.BINARY),
+        },
+    )
+    def get(self, request):
+        if not selectors.sees_statements(request.user):
+            raise Http404
+        fmt = (request.query_params.get("format") or "csv").lower()
+        if fmt not in exports.FORMATS:
+            raise ValidationError(
+                {"format": [_("Unknown format %(f)s: use csv or xlsx.") % {"f": repr(fmt[:10])}]}
+            )
+        month = month_param(request, required=True)
+        departments = department_param(request)
+        if not selectors.is_closed(month):
+            raise ValidationError({"month": [_("%(m)s is not closed yet.") % {"m": month_label(month)}]})
+        body = exports.render(exports.chargeback_rows(month, departments), fmt)
+        response = HttpResponse(body, content_type=exports.CONTENT_TYPES[fmt])
+        response["Content-Disposition"] = f'attachment; filename="{exports.filename(month, fmt)}"'
+        return response
+
+
+# --- budgets (DESIGN §3.9) ------------------------------------------------------------------------
+
+
+class BudgetOut(serializers.ModelSerializer):
+    month = serializers.SerializerMethodField()
+    used_card_hours = serializers.SerializerMethodField()
+    percent = serializers.SerializerMethodField()
+    over = serializers.SerializerMethodField()
+    updated_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = Budget
+        fields = [
+            "id",
+            "department",
+            "project",
+            "card_hours",
+            "month",
+            "used_card_hours",
+            "percent",
+            "over",
+            "updated_at",
+            "updated_by",
+        ]
+
+    def _status(self, budget) -> budgets.BudgetStatus:
+        statuses = self.context.setdefault("budget_statuses", {})
+        if budget.pk not in statuses:
+            statuses.update(budgets.budget_statuses([budget]))
+        return statuses[budget.pk]
+
+    def get_month(self, budget) -> str:
+        return month_label(self._status(budget).month)
+
+    @extend_schema_field(serializers.DecimalField(max_digits=16, decimal_places=2))
+    def get_used_card_hours(self, budget) -> str:
+        return str(self._status(budget).used.quantize(budgets.CENT))
+
+    def get_percent(self, budget) -> int:
+        return self._status(budget).percent
+
+    def get_over(self, budget) -> bool:
+        return self._status(budget).over
+
+
+class BudgetIn(serializers.Serializer):
+    department = VisibleRelatedField(visible_departments, required=False, allow_null=True)
+    project = VisibleRelatedField(visible_projects, required=False, allow_null=True)
+    card_hours = serializers.DecimalField(max_digits=14, decimal_places=2, min_value=Decimal("0.01"))
+
+
+class BudgetListApi(ListCreateApi):
+    """Monthly card-hour budgets of the visible departments and projects, with this month's usage
+    (ledger + the unmetered tail). POST sets one (creates or changes the budget of that
+    department or project): department admins and finance of the department or above, platform
+    admins."""
+
+    output, input = BudgetOut, BudgetIn
+
+    def visible(self):
+        return budgets.visible_budgets(self.request.user).order_by("id")
+
+    def list(self, request, *args, **kwargs):
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        context = self.get_serializer_context()
+        context["budget_statuses"] = budgets.budget_statuses(page)  # one usage computation per page
+        return self.get_paginated_response(BudgetOut(page, many=True, context=context).data)
+
+    def perform(self, data):
+        return budgets.budget_set(
+            actor=self.request.user,
+            card_hours=data["card_hours"],
+            department=data.get("department"),
+            project=data.get("project"),
+        )
+
+
+class BudgetDetailApi(DetailApi):
+    output, input, deletable = BudgetOut, BudgetIn, True
+
+    def visible(self):
+        return budgets.visible_budgets(self.request.user)
+
+    def update_object(self, obj, data):
+        for field in ("department", "project"):
+            if field in data and data[field] != getattr(obj, field):
+                raise ValidationError({field: [_("A budget stays with its department or project.")]})
+        if "card_hours" not in data:
+            return obj
+        return budgets.budget_set(
+            actor=self.request.user,
+            card_hours=data["card_hours"],
+            department=obj.department,
+            project=obj.project,
+        )
+
+    def delete_object(self, obj):
+        budgets.budget_delete(actor=self.request.user, budget=obj)

@@ -1,0 +1,182 @@
+"""Plotly figures of the reports page, built on the server like ``jobs/charts.py``: the page
+embeds each figure's JSON in a ``data-plotly`` attribute and ``static/js/charts.js`` draws it
+with the vendored plotly.js. Every figure has a title and axis titles; a chart without data is
+not drawn at all (the page says so instead), so each function returns None for no data."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+import plotly.graph_objects as go
+from django.utils.translation import gettext as _
+
+from .reports import IdleJob, QuotaBar, WaitBox
+
+_LAYOUT = {
+    "template": "none",  # plotly's default template would add ~10 kB of JSON to every chart
+    "height": 380,
+    "margin": {"l": 60, "r": 20, "t": 50, "b": 110},
+    # Below the x-axis title: the legend is placed in pixels under the plot, not over its title.
+    "legend": {"orientation": "h", "x": 0, "y": -0.22, "yanchor": "top"},
+    "font": {"size": 12},
+    "paper_bgcolor": "rgba(0,0,0,0)",
+    "plot_bgcolor": "rgba(0,0,0,0)",
+}
+
+
+def _layout(title: str, x: str, y: str, **more) -> dict:
+    return {
+        **_LAYOUT,
+        "title": {"text": title, "x": 0, "xanchor": "left"},
+        "xaxis": {"title": {"text": x}, "automargin": True, **more.pop("xaxis", {})},
+        "yaxis": {"title": {"text": y}, "automargin": True, "rangemode": "tozero", **more.pop("yaxis", {})},
+        **more,
+    }
+
+
+def month_days(month: date) -> list[date]:
+    nxt = date(month.year + month.month // 12, month.month % 12 + 1, 1)
+    return [month + timedelta(days=i) for i in range((nxt - month).days)]
+
+
+def daily_card_hours(month: date, rows, names: dict[int, str], title: str) -> str | None:
+    """(a) Stacked bars: card-hours per day, one trace per department; days without usage are
+    left out of the data (the axis still spans the whole month)."""
+    if not rows:
+        return None
+    series: dict[int, dict[str, float]] = {}
+    for dept, day, hours in rows:
+        points = series.setdefault(dept, {})
+        points[day.isoformat()] = points.get(day.isoformat(), 0.0) + round(float(hours), 3)
+    traces = [
+        go.Bar(x=list(points), y=list(points.values()), name=names.get(dept, str(dept)))
+        for dept, points in sorted(series.items(), key=lambda kv: names.get(kv[0], ""))
+    ]
+    days = month_days(month)
+    span = [f"{days[0].isoformat()} 00:00", f"{(days[-1] + timedelta(days=1)).isoformat()} 00:00"]
+    layout = _layout(
+        title,
+        _("Day"),
+        _("Card-hours"),
+        barmode="stack",
+        showlegend=True,
+        xaxis={"type": "date", "range": span},
+    )
+    return go.Figure(traces, layout=layout).to_json()
+
+
+def quota_usage(bars: list[QuotaBar], title: str) -> str | None:
+    """(b) Grouped bars per department: effective quota, used, borrowed (on loan), lent."""
+    if not bars:
+        return None
+    x = [b.name for b in bars]
+    traces = [
+        go.Bar(x=x, y=[float(b.quota) for b in bars], name=_("Quota")),
+        go.Bar(x=x, y=[float(b.used) for b in bars], name=_("Used")),
+        go.Bar(x=x, y=[float(b.borrowed) for b in bars], name=_("Borrowed")),
+        go.Bar(x=x, y=[float(b.lent) for b in bars], name=_("Lent")),
+    ]
+    return go.Figure(traces, layout=_layout(title, _("Department"), _("GPUs"), barmode="group")).to_json()
+
+
+def node_utilisation(month: date, rows, title: str) -> str | None:
+    """(c) Heatmap: mean utilisation of the allocated GPUs per node and day (a gap: no data)."""
+    if not rows:
+        return None
+    days = month_days(month)
+    nodes = sorted({name for name, _day, _v in rows})
+    col = {d: i for i, d in enumerate(days)}
+    row = {n: i for i, n in enumerate(nodes)}
+    z: list[list[float | None]] = [[None] * len(days) for _n in nodes]
+    for name, day, value in rows:
+        z[row[name]][col[day]] = None if value is None else round(float(value), 1)
+    trace = go.Heatmap(
+        x=[d.isoformat() for d in days],
+        y=nodes,
+        z=z,
+        zmin=0,
+        zmax=100,
+        colorscale="Viridis",
+        colorbar={"title": {"text": "%"}},
+        hoverongaps=False,
+        name=_("GPU utilisation (%)"),
+    )
+    height = max(_LAYOUT["height"], 120 + 22 * len(nodes))
+    layout = _layout(title, _("Day"), _("Node"), height=height, xaxis={"type": "date"})
+    layout["yaxis"].pop("rangemode")
+    return go.Figure([trace], layout=layout).to_json()
+
+
+def queue_waits(boxes: list[WaitBox], title: str) -> str | None:
+    """(d) One box per priority class from quantiles computed in SQL: whiskers at the 5th and
+    95th percentile, box at the quartiles, line at the median; the mean is marked."""
+    if not boxes:
+        return None
+    traces = []
+    for b in boxes:
+        p05, p25, p50, p75, p95 = (round(v, 2) for v in b.quantiles)
+        label = f"{b.priority} (n={b.count})"
+        traces.append(
+            go.Box(
+                x=[label],
+                q1=[p25],
+                median=[p50],
+                q3=[p75],
+                lowerfence=[p05],
+                upperfence=[p95],
+                mean=[round(b.mean, 2)],
+                name=label,
+                boxpoints=False,
+            )
+        )
+    layout = _layout(title, _("Priority class"), _("Minutes queued"), showlegend=False)
+    return go.Figure(traces, layout=layout).to_json()
+
+
+def idle_jobs(jobs: list[IdleJob], title: str) -> str | None:
+    """(e) Horizontal bars per job: card-hours, and the part of them its GPUs sat idle."""
+    if not jobs:
+        return None
+    ordered = list(reversed(jobs))  # plotly draws the first category at the bottom
+    y = [f"{j.name} #{j.id}" for j in ordered]
+    text = [f"{j.mean_util:.0f} %" for j in ordered]
+    traces = [
+        go.Bar(
+            y=y,
+            x=[float(j.card_hours) for j in ordered],
+            orientation="h",
+            name=_("Card-hours"),
+            text=text,
+            textposition="auto",
+        ),
+        go.Bar(
+            y=y,
+            x=[float(j.idle_card_hours) for j in ordered],
+            orientation="h",
+            name=_("Idle card-hours (card-hours × (1 − utilisation))"),
+        ),
+    ]
+    height = max(_LAYOUT["height"], 120 + 30 * len(jobs))
+    layout = _layout(title, _("Card-hours"), _("Job"), barmode="group", height=height)
+    layout["yaxis"].pop("rangemode")
+    return go.Figure(traces, layout=layout).to_json()
+
+
+def project_costs(rows, names: dict[int, str], projects: dict[int, str], currency: str, title: str):
+    """(f) Bars per project, one trace (colour) per department."""
+    if not rows:
+        return None
+    by_dept: dict[int, list[tuple[str, float]]] = {}
+    fees = _("(department fees and credits)")
+    for dept, project, amount in rows:
+        label = projects.get(project, str(project)) if project is not None else fees
+        by_dept.setdefault(dept, []).append((label, float(amount)))
+    traces = []
+    for dept, items in sorted(by_dept.items(), key=lambda kv: names.get(kv[0], "")):
+        items.sort()
+        traces.append(
+            go.Bar(x=[i[0] for i in items], y=[i[1] for i in items], name=names.get(dept, str(dept)))
+        )
+    layout = _layout(title, _("Project"), _("Cost (%(currency)s)") % {"currency": currency}, showlegend=True)
+    layout["yaxis"].pop("rangemode")
+    return go.Figure(traces, layout=layout).to_json()

@@ -1,0 +1,299 @@
+"""Usage ledger, rates, month closes and statements (DESIGN §7).
+
+The ledger and closed statements are append-only; database triggers (migration 0002) refuse
+an UPDATE or DELETE of a ledger row, of a month close, and of a closed statement or its
+lines, so no code path — admin, shell, a future bug — can rewrite what was billed.
+"""
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.contrib.postgres.indexes import BrinIndex
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+from jobs.models import Job, PriorityClass
+from portal.models import Department, Project, User
+from quotas.models import Flavor
+
+CARD_SECONDS = {"max_digits": 22, "decimal_places": 6}
+MONEY = {"max_digits": 16, "decimal_places": 2}
+PRICE = {"max_digits": 12, "decimal_places": 4}
+
+
+def default_currency() -> str:
+    return settings.GPUPOOL["CURRENCY"]
+
+
+class Tier(models.TextChoices):
+    STANDARD = "standard", _("In quota")
+    ON_LOAN = "on_loan", _("On loan")
+    RESERVED = "reserved", _("Reserved quota")
+
+
+USAGE_TIERS = (Tier.STANDARD, Tier.ON_LOAN)
+
+
+class UsageRecord(models.Model):
+    """Card-seconds of one job in one [segment_start, segment_end) inside one local hour.
+
+    The natural key is (job, segment_start): a job's segments are disjoint, so their starts
+    are unique, and a start fixes the hour and the tier. Re-running the meter inserts the
+    same rows again with ``ON CONFLICT DO NOTHING`` — never a second count."""
+
+    # No database-level foreign keys (db_constraint=False): every value is read from the job and
+    # its project in the very statement that inserts the row, and the deferred FK checks cost
+    # three quarters of the meter's time at a million rows a month. Deletion stays PROTECTed by
+    # Django, and a job with events cannot be deleted at all (JobEvent keeps its FK).
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="usage", db_constraint=False)
+    segment_start = models.DateTimeField()
+    segment_end = models.DateTimeField()
+    hour_start = models.DateTimeField()
+    month = models.DateField()  # first day of the site-zone month of hour_start
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+", db_constraint=False)
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="+", db_constraint=False)
+    # The project's department when the row was metered (a project moved later keeps its past).
+    department = models.ForeignKey(
+        Department, on_delete=models.PROTECT, related_name="+", db_constraint=False
+    )
+    user = models.ForeignKey(User, on_delete=models.PROTECT, related_name="+", db_constraint=False)
+    priority_class = models.ForeignKey(
+        PriorityClass, on_delete=models.PROTECT, related_name="+", db_constraint=False
+    )
+    tier = models.CharField(max_length=10, choices=[(t.value, t.label) for t in USAGE_TIERS])
+    gpu_count = models.PositiveIntegerField()  # devices (or slices) held: workers × GPUs per worker
+    card_seconds = models.DecimalField(**CARD_SECONDS)  # in whole-card units (DESIGN §2)
+    metered_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "segment_start"], name="usage_natural_key"),
+            models.CheckConstraint(
+                condition=Q(segment_end__gt=models.F("segment_start")), name="usage_segment_not_empty"
+            ),
+            models.CheckConstraint(condition=Q(card_seconds__gte=0), name="usage_card_seconds_ge_0"),
+        ]
+        # BRIN: the meter appends hour after hour, so a month's rows sit in a run of blocks; a
+        # block-range index finds them at almost no cost per insert (a B-tree costs ~20 %).
+        indexes = [BrinIndex(fields=["month"], name="usage_month_brin")]
+
+    def __str__(self):
+        return f"{self.job_id} {self.segment_start:%Y-%m-%d %H:%M} {self.card_seconds}"
+
+
+class MeterState(models.Model):
+    """The meter's cursor (one row): everything before ``metered_through`` is in the ledger.
+    ``open_jobs`` held GPUs at that instant and are continued by the next run."""
+
+    metered_through = models.DateTimeField(null=True, blank=True)
+    open_jobs = models.JSONField(default=list, blank=True)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    last_rows = models.PositiveIntegerField(default=0)
+
+    def __str__(self):
+        return f"metered through {self.metered_through}"
+
+
+class Rate(models.Model):
+    """单价: price per card-hour of a flavor and tier from ``valid_from`` until the next rate
+    of the same flavor and tier. Rates start on a site-zone hour and are never edited: a new
+    price is a new row."""
+
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="rates")
+    tier = models.CharField(_("tier"), max_length=10, choices=Tier.choices)
+    price = models.DecimalField(_("price per card-hour"), **PRICE, validators=[MinValueValidator(0)])
+    currency = models.CharField(_("currency"), max_length=3, default=default_currency)
+    valid_from = models.DateTimeField(_("valid from"))
+    note = models.CharField(_("note"), max_length=200, blank=True)
+    created_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["flavor_id", "tier", "valid_from"]
+        verbose_name = _("rate")
+        verbose_name_plural = _("rates")
+        constraints = [
+            models.UniqueConstraint(fields=["flavor", "tier", "valid_from"], name="rate_unique_start"),
+            models.CheckConstraint(condition=Q(price__gte=0), name="rate_price_ge_0"),
+        ]
+
+    def __str__(self):
+        return f"{self.flavor} {self.tier} {self.price} {self.currency} from {self.valid_from:%Y-%m-%d %H:%M}"
+
+
+class MonthClose(models.Model):
+    """A closed month. Ledger rows with ``id ≤ through_record`` were billed by the time it
+    closed; a row of a closed month metered later is late and becomes an adjustment line in the
+    next month that closes (the "invoiced through" cursor)."""
+
+    month = models.DateField(unique=True)
+    through_record = models.BigIntegerField()
+    closed_at = models.DateTimeField()
+    closed_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["month"]
+
+    def __str__(self):
+        return f"{self.month:%Y-%m} closed through #{self.through_record}"
+
+
+class StatementState(models.TextChoices):
+    DRAFT = "draft", _("Draft")
+    CLOSED = "closed", _("Closed")
+
+
+class Statement(models.Model):
+    """账单: one department, one month. Draft statements may be rebuilt; closed ones never change."""
+
+    department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="statements")
+    month = models.DateField(_("month"))
+    state = models.CharField(
+        _("state"), max_length=10, choices=StatementState.choices, default=StatementState.DRAFT
+    )
+    currency = models.CharField(_("currency"), max_length=3, default=default_currency)
+    total = models.DecimalField(_("total"), **MONEY, default=Decimal("0.00"))
+    created_at = models.DateTimeField(auto_now_add=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-month", "department__code"]
+        verbose_name = _("statement")
+        verbose_name_plural = _("statements")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["department", "month"], name="statement_one_per_department_month"
+            ),
+            models.CheckConstraint(
+                condition=Q(state=StatementState.DRAFT) | Q(closed_at__isnull=False),
+                name="statement_closed_has_time",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.department.code} {self.month:%Y-%m} ({self.state})"
+
+
+class LineKind(models.TextChoices):
+    USAGE = "usage", _("Usage")
+    ADJUSTMENT = "adjustment", _("Late usage of a closed month")
+    LENDER_CREDIT = "lender_credit", _("Credit for lent capacity")
+    RESERVED = "reserved", _("Reserved quota fee")
+
+
+class StatementLine(models.Model):
+    statement = models.ForeignKey(Statement, on_delete=models.CASCADE, related_name="lines")
+    kind = models.CharField(max_length=14, choices=LineKind.choices)
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    user = models.ForeignKey(User, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
+    tier = models.CharField(max_length=10, choices=Tier.choices)
+    original_month = models.DateField(null=True, blank=True)  # adjustments: the month the usage is from
+    rate = models.ForeignKey(Rate, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    unit_price = models.DecimalField(**PRICE, null=True, blank=True)
+    period_start = models.DateTimeField()  # first and last hour of usage on the line
+    period_end = models.DateTimeField()
+    card_seconds = models.DecimalField(**CARD_SECONDS)  # exact; negative on a credit
+    card_hours = models.DecimalField(max_digits=20, decimal_places=6)  # for reading; amount uses seconds
+    amount = models.DecimalField(**MONEY, null=True, blank=True)  # None only on an unpriced draft line
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind=LineKind.ADJUSTMENT, original_month__isnull=False)
+                | (~Q(kind=LineKind.ADJUSTMENT) & Q(original_month__isnull=True)),
+                name="line_adjustment_has_original_month",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.statement_id}: {self.kind} {self.flavor_id} {self.tier} {self.amount}"
+
+
+# --- budgets (DESIGN §3.9, docs/billing.md "Budgets") ---------------------------------------
+
+BUDGET_HOURS = {"max_digits": 14, "decimal_places": 2}
+
+
+class Budget(models.Model):
+    """预算: a monthly card-hour budget of a department (its whole subtree) or of one project.
+    The same amount applies every calendar month of the site zone; usage is the ledger plus
+    the not yet metered tail of the month (``billing.budgets``)."""
+
+    department = models.ForeignKey(
+        Department,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="budgets",
+        verbose_name=_("department"),
+    )
+    project = models.ForeignKey(
+        Project,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="budgets",
+        verbose_name=_("project"),
+    )
+    card_hours = models.DecimalField(
+        _("card-hours per month"), **BUDGET_HOURS, validators=[MinValueValidator(Decimal("0.01"))]
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name = _("budget")
+        verbose_name_plural = _("budgets")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(department__isnull=False, project__isnull=True)
+                | Q(department__isnull=True, project__isnull=False),
+                name="budget_one_owner",
+            ),
+            models.CheckConstraint(condition=Q(card_hours__gt=0), name="budget_card_hours_gt_0"),
+            models.UniqueConstraint(
+                fields=["department"], condition=Q(department__isnull=False), name="budget_one_per_department"
+            ),
+            models.UniqueConstraint(
+                fields=["project"], condition=Q(project__isnull=False), name="budget_one_per_project"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.owner}: {self.card_hours} card-hours/month"
+
+    @property
+    def owner(self):
+        return self.project if self.project_id else self.department
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return ("project", self.project_id) if self.project_id else ("department", self.department_id)
+
+
+class BudgetAlert(models.Model):
+    """A budget threshold crossed in a month. The natural key (budget, month, threshold) makes
+    the alert task idempotent: the notification is written with the row that wins the insert,
+    so a re-run, or two workers at once, never notify twice."""
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="alerts")
+    month = models.DateField()
+    threshold = models.PositiveSmallIntegerField()  # percent: 80 or 100
+    used_card_hours = models.DecimalField(max_digits=16, decimal_places=2)
+    budget_card_hours = models.DecimalField(**BUDGET_HOURS)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["budget", "month", "threshold"], name="budget_alert_natural_key"),
+        ]
+
+    def __str__(self):
+        return f"{self.budget_id} {self.month:%Y-%m} ≥ {self.threshold} %"

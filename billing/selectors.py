@@ -1,0 +1,125 @@
+"""Billing reads, always starting from the tenancy scope (DESIGN §1).
+
+Statements are seen by the finance and department admins of the department's subtree, by
+platform admins and auditors; project members and admins see none (404)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from decimal import Decimal
+
+from django.db.models import QuerySet
+
+from portal.models import Department, User
+from portal.selectors import scope_for
+from quotas.models import Flavor
+from quotas.selectors import site_zone
+
+from . import pricing
+from .lines import by_department, rate_schedules, usage_lines
+from .meter import meter_state
+from .models import MonthClose, Rate, Statement, StatementLine, Tier, UsageRecord
+from .periods import month_bounds
+from .settlement import settlement_usages
+
+
+def statement_departments(user: User) -> frozenset[int] | None:
+    """Department ids whose statements ``user`` sees; None = all of them."""
+    scope = scope_for(user)
+    if scope.sees_everything:
+        return None
+    return scope.department_ids
+
+
+def sees_statements(user: User) -> bool:
+    departments = statement_departments(user)
+    return departments is None or bool(departments)
+
+
+def visible_statements(user: User) -> QuerySet[Statement]:
+    departments = statement_departments(user)
+    qs = Statement.objects.select_related("department")
+    return qs if departments is None else qs.filter(department_id__in=departments)
+
+
+def statement_lines(statement: Statement) -> QuerySet[StatementLine]:
+    return statement.lines.select_related("project", "user", "flavor").order_by("id")
+
+
+def is_closed(month: date) -> bool:
+    return MonthClose.objects.filter(month=month).exists()
+
+
+def month_lines(
+    month: date, *, through: int | None, adjustments_after: int | None, until: datetime, departments=None
+) -> dict[int, list[pricing.Line]]:
+    """Every priced line of ``month`` by department: usage, adjustments, reserved fees, credits."""
+    schedules = rate_schedules()
+    found = usage_lines(
+        month, schedules, through=through, adjustments_after=adjustments_after, department_ids=departments
+    )
+    extra = settlement_usages(month, schedules, until=until, through=through)
+    if departments is not None:
+        extra = [u for u in extra if u.key.department_id in departments]
+    return by_department(found + pricing.price(extra, schedules))
+
+
+@dataclass
+class Estimate:
+    """A department's statement for an open month, computed now and stored nowhere."""
+
+    department: Department
+    month: date
+    metered_through: datetime | None
+    lines: list[pricing.Line] = field(default_factory=list)
+
+    @property
+    def total(self) -> Decimal:
+        return pricing.total(self.lines)
+
+    @property
+    def unpriced(self) -> bool:
+        return any(line.amount is None for line in self.lines)
+
+
+def statement_estimate(user: User, month: date) -> list[Estimate]:
+    """Current-month (or any open month's) statements as they stand, for the visible departments.
+    Adjustments of closed months are included when this is the month they will be billed in."""
+    departments = statement_departments(user)
+    metered = meter_state().metered_through
+    start, end = month_bounds(month, site_zone())
+    previous = MonthClose.objects.filter(month__lt=month).order_by("-month").first()
+    adjust = (
+        previous is not None
+        and not UsageRecord.objects.filter(month__gt=previous.month, month__lt=month).exists()
+    )
+    until = min(end, metered) if metered else start
+    found = month_lines(
+        month,
+        through=None,
+        adjustments_after=previous.through_record if adjust else None,
+        until=until,
+        departments=departments,
+    )
+    names = Department.objects.in_bulk(list(found))
+    return [
+        Estimate(names[dept], month, metered, dept_lines)
+        for dept, dept_lines in sorted(found.items(), key=lambda kv: names[kv[0]].code)
+    ]
+
+
+def standard_cost(flavor: Flavor, card_hours: Decimal, at: datetime) -> tuple[Decimal, str] | None:
+    """Registered in ``jobs.estimates.cost_estimators``: ``card_hours`` whole-card hours of
+    ``flavor`` at the standard (in-quota) rate in force at ``at``, rounded by the one rule;
+    None when no standard rate covers ``at``. Rates start on hours and are consecutive, so the
+    one in force is the latest that started."""
+    rate = (
+        Rate.objects.filter(flavor=flavor, tier=Tier.STANDARD, valid_from__lte=at)
+        .order_by("-valid_from")
+        .only("price", "currency")
+        .first()
+    )
+    if rate is None:
+        return None
+    return pricing.cost(card_hours, rate.price), rate.currency

@@ -1,0 +1,25 @@
+"""Thin Celery tasks: safe to run twice and to kill (the meter's rows and the budget alerts have
+natural keys)."""
+
+from dataclasses import asdict
+
+from celery import shared_task
+
+from .meter import usage_meter
+
+
+@shared_task(name="billing.meter", ignore_result=True)
+def meter() -> dict | None:
+    # wait=False: a run already in progress meters the same window; this one would only queue.
+    report = usage_meter(wait=False)
+    if report is not None and report.rows:
+        budget_alerts.delay()  # new ledger rows may cross a budget threshold
+    return None if report is None else asdict(report)
+
+
+@shared_task(name="billing.budget_alerts", ignore_result=True)
+def budget_alerts() -> int:
+    """Alert budget owners at 80 % and 100 % of this month's budget (once per threshold)."""
+    from .budgets import budget_alerts_run
+
+    return len(budget_alerts_run())

@@ -1,0 +1,16 @@
+"""Billing pages, included by ``portal/urls.py``."""
+
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("reports/", views.report_page, name="reports"),
+    path("billing/statements/", views.statement_list, name="billing-statements"),
+    path("billing/statements/<int:pk>/", views.statement_detail, name="billing-statement"),
+    path(
+        "billing/statements/<int:pk>/download/", views.statement_download, name="billing-statement-download"
+    ),
+    path("billing/budgets/", views.budget_list, name="billing-budgets"),
+    path("billing/budgets/<int:pk>/delete/", views.budget_remove, name="billing-budget-delete"),
+]

@@ -1,0 +1,274 @@
+"""Billing pages: the reports (plotly charts), statements with their chargeback downloads and
+the current-month estimate, and budgets. Views validate input with forms and call selectors and
+services only; every read starts from the visibility selector (``portal.selectors.scope_for``)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.http import Http404, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from portal.models import Department, Project, User
+from portal.selectors import get_visible, scope_for
+from quotas.models import Flavor
+from quotas.selectors import visible_quota_nodes
+
+from . import charts, exports, reports, selectors
+from .budgets import budget_delete, budget_set, budget_statuses, can_set_budget, visible_budgets
+from .forms import BudgetForm, ReportFilterForm, this_month
+from .meter import meter_state
+from .models import StatementState
+from .periods import month_label
+
+STATEMENTS_PAGE_SIZE = 50
+
+
+# --- reports --------------------------------------------------------------------------------------
+
+
+@login_required
+def report_page(request):
+    """Six charts of one month, within the viewer's scope (``billing.reports``)."""
+    form = ReportFilterForm(request.GET, user=request.user)
+    scope = reports.ReportScope.of(request.user)
+    context = {"form": form, "scope_empty": scope.empty, "charts": []}
+    if form.is_valid() and not scope.empty:
+        context.update(_report(request.user, scope, form.report_filter()))
+    return render(request, "billing/reports.html", context)
+
+
+def _default_flavor(user: User) -> int | None:
+    """The quota chart shows one flavor (quotas of different flavors do not add up): the chosen
+    one, else the first active flavor with a visible department quota."""
+    return (
+        visible_quota_nodes(user)
+        .filter(department__isnull=False, flavor__active=True)
+        .order_by("flavor__name")
+        .values_list("flavor_id", flat=True)
+        .first()
+    )
+
+
+def _titles(month: str, flavor: Flavor | None) -> dict[str, str]:
+    return {
+        "daily": _("Card-hours by department per day, %(month)s") % {"month": month},
+        "quota": _("Quota and usage per department now, %(flavor)s")
+        % {"flavor": flavor.name if flavor else "—"},
+        "heatmap": _("GPU utilisation by node and day, %(month)s") % {"month": month},
+        "waits": _("Queue wait by priority class, %(month)s") % {"month": month},
+        "idle": _("Idle jobs: lowest mean utilisation, %(month)s") % {"month": month},
+        "costs": _("Cost by project, %(month)s") % {"month": month},
+    }
+
+
+def _empty_states(*, money: bool) -> dict[str, str]:
+    return {
+        "daily": _("No metered card-hours in this month."),
+        "quota": _("No department quota of this flavor is visible to you."),
+        "heatmap": _("No utilisation samples in this month."),
+        "waits": _("No job was admitted in this month."),
+        "idle": _("No metered job with utilisation samples in this month."),
+        "costs": _("No costs in this month.")
+        if money
+        else _("Costs are shown to finance, department admins, platform admins and auditors."),
+    }
+
+
+def _cost_figure(costs: reports.Costs | None, names: dict, title: str) -> str | None:
+    if costs is None or not costs.rows:
+        return None
+    wanted = {p for _d, p, _a in costs.rows if p}
+    projects = dict(Project.objects.filter(pk__in=wanted).values_list("id", "code"))
+    return charts.project_costs(costs.rows, names, projects, costs.currency, title)
+
+
+def _report(user: User, scope: reports.ReportScope, report: reports.ReportFilter) -> dict:
+    """Each chart: one scoped aggregate query, one figure (None: the empty-state message)."""
+    names = dict(Department.objects.values_list("id", "name"))
+    daily = reports.daily_card_hours(scope, report)
+    flavor_id = report.flavor_id or _default_flavor(user)
+    flavor = Flavor.objects.filter(pk=flavor_id).first() if flavor_id else None
+    idle = reports.idle_jobs(scope, report)
+    costs = reports.project_costs(user, report, settings.GPUPOOL["CURRENCY"])
+    titles = _titles(month_label(report.month), flavor)
+    figures = {
+        "daily": charts.daily_card_hours(report.month, daily, names, titles["daily"]),
+        "quota": charts.quota_usage(
+            reports.quota_bars(user, report, flavor_id) if flavor_id else [], titles["quota"]
+        ),
+        "heatmap": charts.node_utilisation(
+            report.month, reports.node_utilisation(scope, report), titles["heatmap"]
+        ),
+        "waits": charts.queue_waits(reports.queue_waits(scope, report), titles["waits"]),
+        "idle": charts.idle_jobs(idle, titles["idle"]),
+        "costs": _cost_figure(costs, names, titles["costs"]),
+    }
+    empty = _empty_states(money=costs is not None)
+    return {
+        "charts": [
+            {"id": f"chart-{k}", "key": k, "title": titles[k], "figure": figures[k], "empty": empty[k]}
+            for k in titles
+        ],
+        "month": report.month,
+        "total_card_hours": sum((hours for _d, _day, hours in daily), 0),
+        "metered_through": meter_state().metered_through,
+        "idle": idle,
+        "costs": costs,
+        "flavor": flavor,
+    }
+
+
+# --- statements -----------------------------------------------------------------------------------
+
+
+@login_required
+def statement_list(request):
+    """Statements the user sees (as the statements API: finance and department admins of the
+    subtree, platform admins and auditors; nobody else sees any) and this month's estimate."""
+    statements = selectors.visible_statements(request.user).order_by("-month", "department__code")
+    page = Paginator(statements, STATEMENTS_PAGE_SIZE).get_page(request.GET.get("page"))
+    month = this_month()
+    estimates = []
+    if selectors.sees_statements(request.user) and not selectors.is_closed(month):
+        estimates = _estimate_rows(selectors.statement_estimate(request.user, month))
+    return render(
+        request,
+        "billing/statements.html",
+        {
+            "page": page,
+            "sees": selectors.sees_statements(request.user),
+            "month": month,
+            "estimates": estimates,
+            "metered_through": meter_state().metered_through,
+            "currency": settings.GPUPOOL["CURRENCY"],
+        },
+    )
+
+
+def _estimate_rows(estimates: list[selectors.Estimate]) -> list[dict]:
+    """The estimate's lines with names, looked up in one query per kind of name."""
+    keys = [line.key for e in estimates for line in e.lines]
+    projects = Project.objects.in_bulk({k.project_id for k in keys if k.project_id})
+    users = User.objects.in_bulk({k.user_id for k in keys if k.user_id})
+    flavors = Flavor.objects.in_bulk({k.flavor_id for k in keys})
+    return [
+        {
+            "estimate": e,
+            "lines": [
+                {
+                    "line": line,
+                    "project": projects.get(line.key.project_id),
+                    "user": users.get(line.key.user_id),
+                    "flavor": flavors.get(line.key.flavor_id),
+                }
+                for line in e.lines
+            ],
+        }
+        for e in estimates
+    ]
+
+
+@login_required
+def statement_detail(request, pk: int):
+    statement = get_visible(selectors.visible_statements(request.user), pk=pk)
+    lines = list(selectors.statement_lines(statement))
+    return render(
+        request,
+        "billing/statement.html",
+        {
+            "statement": statement,
+            "lines": lines,
+            "closed": statement.state == StatementState.CLOSED,
+            "formats": exports.FORMATS,
+        },
+    )
+
+
+@login_required
+def statement_download(request, pk: int):
+    """The chargeback file of one closed statement (the columns of ``billing/exports.py``)."""
+    statement = get_visible(selectors.visible_statements(request.user), pk=pk)
+    if statement.state != StatementState.CLOSED:
+        raise Http404
+    fmt = (request.GET.get("format") or "csv").lower()
+    if fmt not in exports.FORMATS:
+        return HttpResponseBadRequest(_("Unknown format: use csv or xlsx."), content_type="text/plain")
+    body = exports.render(exports.chargeback_rows(statement.month, frozenset({statement.department_id})), fmt)
+    response = HttpResponse(body, content_type=exports.CONTENT_TYPES[fmt])
+    name = f"chargeback-{month_label(statement.month)}-{statement.department.code}.{fmt}"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+# --- budgets --------------------------------------------------------------------------------------
+
+
+@login_required
+def budget_list(request):
+    """Budgets of the visible departments and projects with this month's usage; the form sets
+    one (department admins and finance of the department or above, platform admins)."""
+    form = BudgetForm(request.POST if request.method == "POST" else None, user=request.user)
+    if request.method == "POST":
+        if not form.allowed:
+            raise PermissionDenied
+        if form.is_valid():
+            try:
+                with transaction.atomic():
+                    budget = budget_set(
+                        actor=request.user, card_hours=form.cleaned_data["card_hours"], **form.owner_kwargs()
+                    )
+            except ValidationError as exc:
+                errors = exc.error_dict if hasattr(exc, "error_dict") else {None: exc.error_list}
+                for field, found in errors.items():
+                    form.add_error(field if field in form.fields else None, found)
+            except PermissionDenied as exc:
+                form.add_error(None, str(exc))
+            else:
+                messages.success(
+                    request, _("The budget of %(owner)s was saved.") % {"owner": budget.owner.name}
+                )
+                return redirect("billing-budgets")
+    elif request.GET.get("owner"):
+        form.initial["owner"] = request.GET["owner"]
+    scope = scope_for(request.user)
+    budgets = list(visible_budgets(request.user))
+    statuses = budget_statuses(budgets)
+    current = {(f"p{b.project_id}" if b.project_id else f"d{b.department_id}"): b for b in budgets}
+    if request.method != "POST" and form.initial.get("owner") in current:
+        form.initial["card_hours"] = current[form.initial["owner"]].card_hours  # "Change": pre-filled
+    rows = [
+        {
+            "budget": b,
+            "status": statuses[b.pk],
+            "can_edit": can_set_budget(scope, department=b.department, project=b.project),
+            "owner_key": f"p{b.project_id}" if b.project_id else f"d{b.department_id}",
+        }
+        for b in sorted(budgets, key=lambda b: (b.project_id is not None, str(b.owner)))
+    ]
+    return render(
+        request,
+        "billing/budgets.html",
+        {"form": form, "rows": rows, "month": this_month(), "thresholds": (80, 100)},
+    )
+
+
+@login_required
+@require_POST
+def budget_remove(request, pk: int):
+    budget = get_visible(visible_budgets(request.user), pk=pk)
+    name = budget.owner.name
+    try:
+        with transaction.atomic():
+            budget_delete(actor=request.user, budget=budget)
+    except PermissionDenied as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, _("The budget of %(owner)s was deleted.") % {"owner": name})
+    return redirect("billing-budgets")

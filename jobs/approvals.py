@@ -1,0 +1,329 @@
+"""Job approvals (DESIGN §6): the department policies, why a job needs approval, and the
+``job`` kind of the generic approval engine (``portal.approvals``).
+
+``approval_reasons`` is the one decision, used by ``job_submit`` and by the submission form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.utils import timezone, translation
+from django.utils.translation import gettext as _
+
+from portal import permissions as perm
+from portal.approvals import (
+    ApprovalKindHandler,
+    StepSpec,
+    approval_request_close,
+    approval_request_create,
+    register_kind,
+)
+from portal.models import ApprovalKind, ApprovalRequest, Department, Project, Role, User
+from portal.selectors import department_ancestors, scope_for, visible_departments
+from quotas.models import Flavor
+
+from .models import ApprovalPolicy, Job, JobKind
+from .states import JobState
+
+# Budgets come with billing (DESIGN §3.9). Billing registers callables here, each
+# ``check(project, cards) -> str | None`` returning a reason when the project (or a department
+# above it) is over budget (billing registers one). Over budget asks for approval unless the
+# policy that applies switches ``over_budget`` off.
+budget_checks: list[Callable[[Project, Decimal], str | None]] = []
+
+
+# --- policies -----------------------------------------------------------------------------
+
+
+def policy_for_department(department_id: int) -> ApprovalPolicy | None:
+    """The policy of the nearest department up the tree (the department itself first)."""
+    path = department_ancestors(department_id)
+    policies = {p.department_id: p for p in ApprovalPolicy.objects.filter(department_id__in=path)}
+    for dept_id in path:
+        if dept_id in policies:
+            return policies[dept_id]
+    return None
+
+
+def policy_for_project(project: Project) -> ApprovalPolicy | None:
+    return policy_for_department(project.department_id)
+
+
+def visible_approval_policies(user: User) -> QuerySet[ApprovalPolicy]:
+    """Policies of the departments the user sees and of the departments above them: a member
+    must be able to read the rule that applies to their project."""
+    scope = scope_for(user)
+    qs = ApprovalPolicy.objects.select_related("department").prefetch_related("flavors")
+    if scope.sees_everything:
+        return qs
+    ids: set[int] = set()
+    for dept_id in visible_departments(user).values_list("id", flat=True):
+        ids.update(department_ancestors(dept_id))
+    return qs.filter(department_id__in=ids)
+
+
+POLICY_FIELDS = (
+    "max_gpus",
+    "max_runtime_hours",
+    "premium_flavors",
+    "platform_gpus",
+    "over_budget",
+    "step_timeout_hours",
+)
+
+
+def approval_policy_set(*, actor: User, department: Department, flavors=None, **fields) -> ApprovalPolicy:
+    """Create or change the policy of ``department``. Like the department itself, its policy
+    belongs to whoever administers the parent (platform admins for top-level departments), so a
+    department admin cannot loosen the rule that makes its own jobs ask."""
+    perm.require(perm.can_edit_department(scope_for(actor), department))
+    unknown = set(fields) - set(POLICY_FIELDS)
+    if unknown:
+        raise ValidationError({name: [_("Unknown field.")] for name in sorted(unknown)})
+    policy = ApprovalPolicy.objects.filter(department=department).first() or ApprovalPolicy(
+        department=department
+    )
+    for name, value in fields.items():
+        setattr(policy, name, value)
+    policy.updated_by = actor
+    policy.full_clean(validate_constraints=False)
+    if (
+        policy.platform_gpus is not None
+        and policy.max_gpus is not None
+        and policy.platform_gpus < policy.max_gpus
+    ):
+        raise ValidationError(
+            {
+                "platform_gpus": [
+                    _("Cannot be below the GPUs allowed without approval (%(n)d).") % {"n": policy.max_gpus}
+                ]
+            }
+        )
+    policy.save()
+    if flavors is not None:
+        policy.flavors.set(flavors)
+    return policy
+
+
+def approval_policy_delete(*, actor: User, policy: ApprovalPolicy) -> None:
+    perm.require(perm.can_edit_department(scope_for(actor), policy.department))
+    policy.delete()
+
+
+# --- the decision -------------------------------------------------------------------------
+
+
+def job_cards(flavor: Flavor, workers, gpus_per_worker, gpu_milli) -> Decimal:
+    """Whole-card equivalents of a job: count × card_fraction (× gpu_milli/1000 if shared)."""
+    count = Decimal(_int(workers)) * Decimal(_int(gpus_per_worker))
+    cards = count * flavor.card_fraction
+    if gpu_milli:
+        cards = cards * Decimal(_int(gpu_milli)) / Decimal(1000)
+    return cards.quantize(Decimal("0.001"))
+
+
+def _int(value, default: int = 1) -> int:
+    try:
+        return max(int(value), 0)
+    except (TypeError, ValueError):
+        return default
+
+
+def _fmt(value: Decimal) -> str:
+    return f"{value.normalize():f}"
+
+
+def _hours(seconds: int) -> str:
+    hours = Decimal(seconds) / Decimal(3600)
+    return _fmt(hours.quantize(Decimal("0.1")))
+
+
+def approval_reasons(
+    project: Project,
+    kind: str,
+    flavor: Flavor,
+    workers: int | None,
+    gpus_per_worker: int | None,
+    gpu_milli: int | None,
+    max_runtime_seconds: int | None,
+) -> list[str]:
+    """Why a job of this shape in ``project`` needs approval (empty: it does not), one
+    human-readable, translated sentence per reason. Tolerates unvalidated form input."""
+    policy = policy_for_project(project)
+    cards = job_cards(flavor, workers, gpus_per_worker, gpu_milli)
+    # A spent budget holds new jobs for approval everywhere (issue 6); only a policy that
+    # explicitly turns ``over_budget`` off lets them through.
+    budget = [] if policy is not None and not policy.over_budget else _budget_reasons(project, cards)
+    if policy is None:
+        return budget
+    where = policy.department.name
+    reasons = []
+    if policy.max_gpus is not None and cards > policy.max_gpus:
+        reasons.append(
+            _("%(n)s GPUs is more than the %(max)d a job may use in %(where)s without approval.")
+            % {"n": _fmt(cards), "max": policy.max_gpus, "where": where}
+        )
+    runtime = max_runtime_seconds
+    if runtime is None and kind == JobKind.DEV:
+        runtime = settings.GPUPOOL["DEV_LIFETIME_SECONDS"]
+    if policy.max_runtime_hours is not None:
+        if runtime is None:
+            reasons.append(
+                _(
+                    "No maximum runtime is set; jobs in %(where)s that may run longer than %(max)d h "
+                    "need approval."
+                )
+                % {"where": where, "max": policy.max_runtime_hours}
+            )
+        elif _int(runtime, 0) > policy.max_runtime_hours * 3600:
+            reasons.append(
+                _(
+                    "A maximum runtime of %(h)s h is longer than the %(max)d h allowed in %(where)s "
+                    "without approval."
+                )
+                % {"h": _hours(_int(runtime, 0)), "max": policy.max_runtime_hours, "where": where}
+            )
+    if policy.premium_flavors and flavor.premium:
+        reasons.append(_("%(flavor)s is a premium flavor.") % {"flavor": flavor.name})
+    elif flavor.pk and policy.flavors.filter(pk=flavor.pk).exists():
+        reasons.append(_("%(flavor)s needs approval in %(where)s.") % {"flavor": flavor.name, "where": where})
+    return reasons + budget
+
+
+def _budget_reasons(project: Project, cards: Decimal) -> list[str]:
+    return [r for r in (check(project, cards) for check in budget_checks) if r]
+
+
+def _needs_platform(policy: ApprovalPolicy | None, cards: Decimal) -> bool:
+    return policy is not None and policy.platform_gpus is not None and cards > policy.platform_gpus
+
+
+# --- the ``job`` approval kind ------------------------------------------------------------
+
+
+def job_approval_open(*, job: Job, actor: User) -> ApprovalRequest:
+    """Open the approval request of a job just submitted in ``pending_approval``: the
+    department admin of its project's department decides, then a platform admin when the job
+    is above the policy's platform threshold."""
+    project = job.project
+    policy = policy_for_project(project)
+    cards = job_cards(job.flavor, job.workers, job.gpus_per_worker, job.gpu_milli)
+    # Stored texts are read by other people later: write them in the site language.
+    with translation.override(settings.LANGUAGE_CODE):
+        reasons = approval_reasons(
+            project,
+            job.kind,
+            job.flavor,
+            job.workers,
+            job.gpus_per_worker,
+            job.gpu_milli,
+            job.max_runtime_seconds,
+        )
+        summary = _("Job %(name)s in %(project)s: %(cards)s × %(flavor)s") % {
+            "name": job.name,
+            "project": project.code,
+            "cards": _fmt(cards),
+            "flavor": job.flavor.name,
+        }
+    timeout = timedelta(hours=policy.step_timeout_hours if policy else 48)
+    steps = [StepSpec(Role.DEPARTMENT_ADMIN, project.department_id, timeout=timeout)]
+    if _needs_platform(policy, cards):
+        steps.append(StepSpec(Role.PLATFORM_ADMIN, None, timeout=timeout))
+    return approval_request_create(
+        requester=actor,
+        kind=ApprovalKind.JOB,
+        department=project.department,
+        project=project,
+        subject_id=job.pk,
+        payload={
+            "job": job.pk,
+            "name": job.name,
+            "flavor": job.flavor.name,
+            "kind": job.kind,
+            "workers": job.workers,
+            "gpus_per_worker": job.gpus_per_worker,
+            "gpu_milli": job.gpu_milli,
+            "cards": _fmt(cards),
+            "max_runtime_seconds": job.max_runtime_seconds,
+            "reasons": reasons,
+        },
+        summary=summary,
+        steps=steps,
+    )
+
+
+def job_approval_withdraw(*, job: Job, actor: User | None) -> None:
+    """The job left ``pending_approval`` by itself (cancelled): close its pending request."""
+    request = ApprovalRequest.objects.filter(
+        kind=ApprovalKind.JOB, subject_id=job.pk, state="pending"
+    ).first()
+    if request is not None:
+        approval_request_close(
+            request=request, outcome="cancelled", actor=actor, comment=_("The job was cancelled.")
+        )
+
+
+def _job_of(request: ApprovalRequest) -> Job:
+    return Job.objects.get(pk=request.subject_id)
+
+
+def _apply(request: ApprovalRequest, actor: User) -> None:
+    from .services import job_transition
+
+    job = _job_of(request)
+    if job.state != JobState.PENDING_APPROVAL or not job_transition(
+        job, JobState.QUEUED, reason="approved", actor=actor, data={"approval": request.pk}, approved=True
+    ):
+        raise ValidationError(
+            _("The job is no longer waiting for approval (it is %(state)s).") % {"state": job.state}
+        )
+
+
+_CLOSE_TARGET = {
+    "rejected": JobState.REJECTED,
+    "expired": JobState.EXPIRED,
+    "cancelled": JobState.CANCELLED,
+}
+
+
+def _close(request: ApprovalRequest, outcome: str, actor: User | None, comment: str) -> None:
+    from .services import job_transition
+
+    job = _job_of(request)
+    if job.state != JobState.PENDING_APPROVAL:
+        return  # it already left (e.g. cancelled by its owner, which closed this request)
+    job_transition(
+        job,
+        _CLOSE_TARGET[outcome],
+        reason=f"approval {outcome}",
+        actor=actor,
+        data={"approval": request.pk, "comment": comment[:500]},
+        finished_at=timezone.now(),
+    )
+
+
+def with_approval_request(jobs: QuerySet[Job]) -> QuerySet[Job]:
+    """Annotate each job with the id of its latest approval request (``approval_request_pk``)."""
+    latest = ApprovalRequest.objects.filter(kind=ApprovalKind.JOB, subject_id=OuterRef("pk")).order_by("-id")
+    return jobs.annotate(approval_request_pk=Subquery(latest.values("pk")[:1]))
+
+
+def approval_request_of(job: Job) -> int | None:
+    if hasattr(job, "approval_request_pk"):
+        return job.approval_request_pk
+    return (
+        ApprovalRequest.objects.filter(kind=ApprovalKind.JOB, subject_id=job.pk)
+        .order_by("-id")
+        .values_list("pk", flat=True)
+        .first()
+    )
+
+
+def register() -> None:
+    register_kind(ApprovalKindHandler(kind=ApprovalKind.JOB, apply=_apply, close=_close))

@@ -1,0 +1,27 @@
+"""Money in the submission form's cost estimate. Prices live in ``billing``, which ``jobs`` may
+not import; billing registers a function here (e.g. in its ``AppConfig.ready()``), like the
+budget checks of ``jobs.approvals``. Until one is registered the form shows card-hours only and
+claims nothing about money.
+
+An estimator is ``estimate(flavor, card_hours, at) -> (amount, currency) | None``: the price of
+``card_hours`` whole-card hours of ``flavor`` at the standard rate in force at ``at``, or None
+when the flavor has no rate."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from decimal import Decimal
+
+from quotas.models import Flavor
+
+Estimator = Callable[[Flavor, Decimal, datetime], tuple[Decimal, str] | None]
+cost_estimators: list[Estimator] = []
+
+
+def cost_estimate(flavor: Flavor, card_hours: Decimal, at: datetime) -> tuple[Decimal, str] | None:
+    for estimate in cost_estimators:
+        found = estimate(flavor, card_hours, at)
+        if found is not None:
+            return found
+    return None

@@ -1,0 +1,161 @@
+"""Forms of the job pages. They check the shape of the input; the rules (permissions, flavor
+limits, the dev-job limit, approvals) stay in ``jobs.services`` and reach the form as errors."""
+
+from __future__ import annotations
+
+from django import forms
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.utils.translation import gettext_lazy as _
+
+from portal.models import Project, User
+from portal.selectors import visible_projects
+from quotas.models import Flavor
+
+from . import selectors, services
+from .models import JobKind, PriorityClass, name_validator
+from .states import JobState
+from .templatetags.jobs_ui import STATE_LABELS
+
+DEFAULT_PRIORITY_CLASS = "training"  # preselected when it exists (DESIGN §4's example classes)
+
+
+class _FlavorChoice(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Flavor) -> str:
+        return f"{obj.name} ({_('shareable')})" if obj.shareable else obj.name
+
+
+class JobForm(forms.Form):
+    """The submission body of DESIGN §9 as a browser form."""
+
+    name = forms.CharField(
+        label=_("Name"),
+        max_length=63,
+        validators=[name_validator],
+        help_text=_("Lower-case letters, digits and '-'."),
+    )
+    project = forms.ModelChoiceField(queryset=Project.objects.none(), label=_("Project"))
+    kind = forms.ChoiceField(label=_("Kind"), choices=JobKind.choices, initial=JobKind.TRAINING)
+    flavor = _FlavorChoice(queryset=Flavor.objects.none(), label=_("Flavor"))
+    priority_class = forms.ModelChoiceField(queryset=PriorityClass.objects.none(), label=_("Priority class"))
+    workers = forms.IntegerField(label=_("Workers"), min_value=1, max_value=services.MAX_WORKERS, initial=1)
+    gpus_per_worker = forms.IntegerField(label=_("GPUs per worker"), min_value=1, max_value=128, initial=1)
+    min_workers = forms.IntegerField(
+        label=_("Minimum workers"),
+        min_value=1,
+        max_value=services.MAX_WORKERS,
+        required=False,
+        help_text=_("Elastic training: starts with at least this many workers."),
+    )
+    gpu_milli = forms.IntegerField(
+        label=_("GPU share (‰)"),
+        min_value=1,
+        max_value=999,
+        required=False,
+        help_text=_("Shareable flavors only: thousandths of one GPU, e.g. 250."),
+    )
+    image = forms.CharField(label=_("Container image"), max_length=300)
+    command = forms.CharField(
+        label=_("Command"), max_length=10000, required=False, widget=forms.Textarea(attrs={"rows": 3})
+    )
+    max_runtime_seconds = forms.IntegerField(
+        label=_("Maximum runtime (s)"),
+        min_value=60,
+        max_value=services.MAX_RUNTIME,
+        required=False,
+        help_text=_("86400 s = 24 hours. Development jobs default to their lifetime."),
+    )
+    checkpointing = forms.BooleanField(
+        label=_("Checkpointing: the job saves a checkpoint and resumes after preemption"), required=False
+    )
+    sim_duration_seconds = forms.IntegerField(
+        label=_("Simulated duration (s)"),
+        min_value=1,
+        max_value=services.MAX_RUNTIME,
+        required=False,
+        help_text=_("Demo only: how long the simulated cluster runs the job."),
+    )
+
+    def __init__(self, *args, user: User, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["project"].queryset = selectors.submittable_projects(user)
+        self.fields["flavor"].queryset = Flavor.objects.filter(active=True).order_by("name")
+        classes = PriorityClass.objects.all()
+        self.fields["priority_class"].queryset = classes
+        self.fields["priority_class"].initial = next(
+            (pc.pk for pc in classes if pc.name == DEFAULT_PRIORITY_CLASS), None
+        )
+        if not settings.GPUPOOL["DEMO"]:
+            del self.fields["sim_duration_seconds"]
+
+    def submit_kwargs(self) -> dict:
+        """``cleaned_data`` as the keyword arguments of ``services.job_submit``."""
+        data = dict(self.cleaned_data)
+        data.setdefault("sim_duration_seconds", None)
+        return data
+
+    def add_service_error(self, error: ValidationError, skip=()) -> None:
+        """Errors raised by the service, on the field they name (others above the form);
+        errors on the fields in ``skip`` are left out."""
+        if hasattr(error, "error_dict"):
+            for field, errors in error.error_dict.items():
+                if field not in skip:
+                    self.add_error(field if field in self.fields else None, errors)
+        else:
+            self.add_error(None, error)
+
+    def hide_untouched(self) -> None:
+        """While the user is still typing, a blank field is not an error yet."""
+        for name in list(self.errors):
+            if name in self.fields and self.data.get(self.add_prefix(name), "") == "":
+                del self.errors[name]
+
+    def mark_invalid(self) -> None:
+        for name in self.errors:
+            if name in self.fields:
+                self.fields[name].widget.attrs["aria-invalid"] = "true"
+
+
+class JobFilterForm(forms.Form):
+    """The filters of the job list and the queue (GET). Invalid values are ignored."""
+
+    q = forms.CharField(label=_("Name contains"), max_length=63, required=False)
+    project = forms.ModelChoiceField(
+        queryset=Project.objects.none(), to_field_name="code", required=False, label=_("Project")
+    )
+    flavor = forms.ModelChoiceField(
+        queryset=Flavor.objects.none(), to_field_name="name", required=False, label=_("Flavor")
+    )
+    state = forms.ChoiceField(required=False, label=_("State"))
+    kind = forms.ChoiceField(required=False, label=_("Kind"), choices=[("", _("all")), *JobKind.choices])
+    mine = forms.BooleanField(required=False, label=_("Only mine"))
+
+    def __init__(self, *args, user: User, states, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["project"].queryset = visible_projects(user).order_by("code")
+        self.fields["flavor"].queryset = Flavor.objects.order_by("name")
+        self.fields["state"].choices = [("", _("all"))] + [(s.value, STATE_LABELS[s.value]) for s in states]
+        self.fields["project"].empty_label = _("all")
+        self.fields["flavor"].empty_label = _("all")
+
+    def filters(self) -> dict:
+        self.is_valid()
+        return {k: v for k, v in self.cleaned_data.items() if v}
+
+
+QUEUE_STATES = selectors.QUEUE_STATES
+ALL_STATES = tuple(JobState)
+
+
+class PriorityClassForm(forms.ModelForm):
+    """Validates a priority class; the write goes through ``services.priority_class_*``."""
+
+    class Meta:
+        model = PriorityClass
+        fields = ["name", "value", "preemptible", "grace_seconds", "description"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            # The name is how the API and jobs refer to the class: fixed once created.
+            self.fields["name"].disabled = True

@@ -1,0 +1,102 @@
+"""Presentation of jobs in templates: state badges, explain reasons, sizes and durations."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django import template
+from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from jobs.selectors import job_devices
+
+register = template.Library()
+
+STATE_LABELS = {
+    "pending_approval": _("Pending approval"),
+    "queued": _("Queued"),
+    "admitted": _("Admitted"),
+    "running": _("Running"),
+    "succeeded": _("Succeeded"),
+    "failed": _("Failed"),
+    "cancelled": _("Cancelled"),
+    "rejected": _("Rejected"),
+    "preempted": _("Preempted"),
+    "expired": _("Expired"),
+    "lost": _("Lost"),
+}
+
+# The explain reasons of jobs.engine.model.REASONS, plus what explain_job answers itself.
+REASON_LABELS = {
+    "budget": _("Over budget: held for approval"),
+    "quota": _("Not in quota, and borrowing is off"),
+    "borrow_limit": _("Borrow limit reached"),
+    "lend_limit": _("Idle quota of others is not lent"),
+    "capacity": _("Not enough healthy capacity"),
+    "placement": _("No node set fits (resource fragmentation)"),
+    "reservation": _("Would delay a reserved job (backfill)"),
+    "reclaimed": _("Reclaimed by an in-quota job; retried next cycle"),
+    "invalid": _("Can never run: no node of the flavor is big enough"),
+    "admissible": _("Admitted at the next cycle"),
+}
+
+NUMBER_LABELS = {
+    "usage": _("usage"),
+    "request": _("request"),
+    "quota": _("quota"),
+    "borrow_limit": _("borrow limit"),
+    "held_back": _("held back by lend limits"),
+    "capacity": _("capacity"),
+    "in_quota_usage": _("in-quota usage"),
+    "per_worker": _("per worker"),
+    "workers": _("workers"),
+    "largest_node": _("largest node"),
+    "largest_free_node": _("largest free node"),
+}
+
+
+@register.simple_tag
+def state_badge(state: str):
+    return format_html('<mark class="badge state-{}">{}</mark>', state, STATE_LABELS.get(state, state))
+
+
+@register.filter
+def state_label(state: str) -> str:
+    return STATE_LABELS.get(state, state)
+
+
+@register.filter
+def reason_label(reason: str) -> str:
+    return REASON_LABELS.get(reason, reason)
+
+
+@register.filter
+def number_label(key: str) -> str:
+    return NUMBER_LABELS.get(key, key)
+
+
+@register.filter
+def devices(job) -> str:
+    """Devices of the flavor the job asks for: 16, or 0.25 for a shared request."""
+    value = job_devices(job.workers, job.gpus_per_worker, job.gpu_milli)
+    return f"{value.normalize():f}" if isinstance(value, Decimal) else str(value)
+
+
+@register.filter
+def duration(seconds) -> str:
+    """A length of time in seconds as days, hours and minutes."""
+    if seconds is None or seconds == "":
+        return "—"
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes = rest // 60
+    parts = []
+    if days:
+        parts.append(ngettext("%(n)d day", "%(n)d days", days) % {"n": days})
+    if hours:
+        parts.append(ngettext("%(n)d hour", "%(n)d hours", hours) % {"n": hours})
+    if minutes or not parts:
+        parts.append(ngettext("%(n)d minute", "%(n)d minutes", minutes) % {"n": minutes})
+    return " ".join(parts)

@@ -1,0 +1,447 @@
+"""Budgets (DESIGN §3.9): who sets them, usage = ledger + unmetered tail, the 80 % / 100 %
+alerts (once per threshold and month), the approval check at 100 %, the API and the page; and
+the submission form's cost estimate (``jobs.estimates.cost_estimators``)."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from decimal import Decimal
+
+import pytest
+from django.core import mail
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone, translation
+
+from billing.budgets import (
+    BudgetStatus,
+    budget_alerts_run,
+    budget_reason,
+    budget_set,
+    month_usage,
+    over_budget_reason,
+)
+from billing.meter import usage_meter
+from billing.models import Budget, BudgetAlert
+from billing.periods import month_of
+from billing.tasks import budget_alerts
+from jobs.approvals import approval_reasons, budget_checks
+from jobs.estimates import cost_estimate, cost_estimators
+from jobs.models import ApprovalPolicy, Job
+from jobs.services import job_submit
+from portal.approvals import open_step
+from portal.models import ApprovalRequest, Notification
+from portal.notifications import mail_pending
+from quotas.selectors import site_zone
+from tests import factories as fx
+
+from .conftest import local, rates
+
+pytestmark = pytest.mark.django_db
+NOV = date(2026, 11, 1)
+AT = local(2026, 11, 20, 10, 30)  # "now" of the usage tests: the meter's watermark is 10:00
+
+
+# --- setting a budget ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("persona", "owner", "allowed"),
+    [
+        ("a_finance", "A1", True),
+        ("a_finance", "A", True),  # its own department: finance of it or above
+        ("a_admin", "pa1", True),
+        ("platform", "B", True),
+        ("b_finance", "A1", False),
+        ("pa1_admin", "pa1", False),
+        ("pa1_member", "pa1", False),
+        ("auditor", "A", False),
+        ("outsider", "pb", False),
+    ],
+)
+def test_who_sets_a_budget(world, persona, owner, allowed):
+    target = {"A": world.A, "A1": world.A1, "B": world.B, "pa1": world.pa1, "pb": world.pb}[owner]
+    kind = "project" if owner.startswith("p") else "department"
+    if not allowed:
+        with pytest.raises(PermissionDenied):
+            budget_set(actor=world.users[persona], card_hours="100", **{kind: target})
+        assert not Budget.objects.exists()
+        return
+    budget = budget_set(actor=world.users[persona], card_hours="100", **{kind: target})
+    again = budget_set(actor=world.users[persona], card_hours="250.5", **{kind: target})
+    assert again.pk == budget.pk and Budget.objects.get().card_hours == Decimal("250.50")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "x", "1.001", "1e20", "NaN"])
+def test_a_budget_is_a_positive_amount_of_card_hours(world, value):
+    with pytest.raises(ValidationError) as error:
+        budget_set(actor=world.users["platform"], card_hours=value, department=world.A)
+    assert "card_hours" in error.value.message_dict
+
+
+def test_a_budget_has_exactly_one_owner(world):
+    for owners in ({}, {"department": world.A, "project": world.pa}):
+        with pytest.raises(ValidationError):
+            budget_set(actor=world.users["platform"], card_hours="1", **owners)
+
+
+# --- usage this month ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def usage(world, history):
+    """November: pa1 ran 4 GPUs 10:00–12:00 on the 19th (8 card-hours) and has run 8 GPUs since
+    06:00 on the 20th; pb ran 8 GPUs for an hour on the 19th. At AT (10:30) the meter has the
+    ledger up to 10:00: pa1 8 + 32 metered, 4 in the tail; pb 8."""
+    rates(world.F, "12", "9.6")
+    history.run(world.pa1, world.F, local(2026, 11, 19, 10), local(2026, 11, 19, 12), gpus=4)
+    running = history.run(world.pa1, world.F, local(2026, 11, 20, 6), None, gpus=8)
+    history.run(world.pb, world.F, local(2026, 11, 19, 15), local(2026, 11, 19, 16), gpus=8)
+    history.run(world.pa, world.F, local(2026, 10, 31, 12), local(2026, 10, 31, 14), gpus=8)  # October
+    return running
+
+
+def test_usage_is_the_ledger_plus_the_unmetered_tail(world, usage):
+    unmetered = month_usage(NOV, AT)  # nothing metered yet: all of it is tail
+    usage_meter(now=AT)
+    metered = month_usage(NOV, AT)
+    for found in (unmetered, metered):
+        assert found[("project", world.pa1.pk)] == Decimal(44)
+        assert found[("department", world.A1.pk)] == Decimal(44)
+        assert found[("department", world.A.pk)] == Decimal(44)  # a department counts its subtree
+        assert found[("department", world.B.pk)] == Decimal(8)
+        assert ("project", world.pa.pk) not in found  # October's usage is not November's
+    later = month_usage(NOV, AT + timedelta(minutes=90))  # the tail grows until the next run
+    assert later[("project", world.pa1.pk)] == Decimal(56)
+
+
+def test_a_project_moved_keeps_its_metered_usage_with_the_old_department(world, usage):
+    usage_meter(now=AT)
+    world.pa1.department = world.B
+    world.pa1.save()
+    found = month_usage(NOV, AT)
+    assert found[("department", world.A1.pk)] == Decimal(40)  # metered while in A1
+    assert found[("department", world.B.pk)] == Decimal(8 + 4)  # the tail follows the project now
+
+
+# --- alerts ------------------------------------------------------------------------------------------
+
+
+def _notes(world, persona):
+    return list(
+        Notification.objects.filter(recipient=world.users[persona])
+        .order_by("id")
+        .values_list("text", flat=True)
+    )
+
+
+def test_thresholds_notify_the_owners_once_each(world, usage):
+    world.users["a_finance"].email = "fin@example.org"
+    world.users["a_finance"].save()
+    budget_set(actor=None, card_hours="50", department=world.A1)
+    usage_meter(now=AT)
+    with translation.override("en"):
+        assert [a.threshold for a in budget_alerts_run(now=AT)] == [80]  # 44 of 50: 88 %
+        assert budget_alerts_run(now=AT) == []  # a re-run notifies nobody twice
+        # A1 has no admin or finance of its own: the nearest department above that has them (A).
+        for persona in ("a_admin", "a_finance"):
+            [text] = _notes(world, persona)  # stored in the site language (zh-hans)
+            assert "88" in text and "50" in text and "2026-11" in text and "Dept A1" in text
+        assert _notes(world, "b_finance") == [] and _notes(world, "pa1_member") == []
+        later = AT + timedelta(minutes=90)  # 56 of 50
+        assert [a.threshold for a in budget_alerts_run(now=later)] == [100]
+        assert budget_alerts_run(now=later) == []
+    texts = _notes(world, "a_finance")
+    assert len(texts) == 2 and "112" in texts[1]
+    assert BudgetAlert.objects.count() == 2
+    assert mail_pending() == 2 and len(mail.outbox) == 2  # a_finance has an address; a_admin none
+    assert mail.outbox[0].to == ["fin@example.org"]
+
+
+def test_crossing_both_thresholds_at_once_sends_one_notice(world, usage):
+    budget_set(actor=None, card_hours="10", project=world.pa1)
+    Notification.objects.all().delete()
+    assert sorted(a.threshold for a in budget_alerts_run(now=AT)) == [80, 100]
+    assert len(_notes(world, "a_admin")) == 1
+    assert budget_alerts_run(now=AT) == []
+
+
+def test_a_new_month_alerts_again(world, usage, history):
+    budget_set(actor=None, card_hours="10", project=world.pa1)
+    budget_alerts_run(now=AT)
+    # The running job goes on into December: 8 GPUs × 0.5 h is 40 %, × 1 h 80 %.
+    assert budget_alerts_run(now=local(2026, 12, 1, 0, 30)) == []
+    assert [a.threshold for a in budget_alerts_run(now=local(2026, 12, 1, 1))] == [80]
+    assert set(BudgetAlert.objects.values_list("month", "threshold")) == {
+        (NOV, 80),
+        (NOV, 100),
+        (date(2026, 12, 1), 80),
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_alert_runs_at_once_notify_once(world, usage):
+    """Each run on its own connection, inside a transaction held open a moment: the second one's
+    insert of the alert waits for the first to commit, then finds the row and notifies nobody."""
+    import threading
+    import time
+
+    from django.db import connection, transaction
+
+    budget_set(actor=None, card_hours="50", department=world.A1)
+    barrier, found = threading.Barrier(2), []
+
+    def run():
+        try:
+            with transaction.atomic():
+                barrier.wait(timeout=10)
+                found.append(len(budget_alerts_run(now=AT)))
+                time.sleep(0.5)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(found) == [0, 1]
+    assert BudgetAlert.objects.count() == 1
+    assert len(_notes(world, "a_finance")) == 1 and len(_notes(world, "a_admin")) == 1
+
+
+def test_the_celery_task_runs_the_alerts(world):
+    assert budget_alerts.apply().get() == 0  # no budget: nothing to do
+
+
+# --- the approval check at 100 % --------------------------------------------------------------------
+
+
+def test_the_reason_names_the_percentage_the_budget_and_the_month(world):
+    budget = Budget(department=world.A, card_hours=Decimal(2000))
+    with translation.override("en"):
+        text = over_budget_reason(BudgetStatus(budget, date(2026, 12, 1), Decimal("2100.4")))
+    assert text == "over budget: 105 % of 2,000 card-hours in 2026-12 (Dept A)"
+
+
+@pytest.fixture
+def running_now(world, history):
+    """pa1 has held 8 GPUs since half an hour ago (this month, as the tail: nothing metered)."""
+    now = timezone.now()
+    begin = now - timedelta(minutes=30)
+    if month_of(begin, site_zone()) != month_of(now, site_zone()):
+        pytest.skip("the first half hour of a month has no earlier usage in it")
+    ApprovalPolicy.objects.create(department=world.A)  # over_budget: on by default; no other rule
+    ApprovalPolicy.objects.create(department=world.B)
+    return history.run(world.pa1, world.F, begin, None, gpus=8)  # ≈ 4 card-hours
+
+
+def _submit(world, project, name="next"):
+    return job_submit(
+        actor=world.users["platform"],
+        project=project,
+        name=name,
+        kind="training",
+        flavor=world.F,
+        priority_class=fx.priority(),
+        image="img",
+        gpus_per_worker=1,
+        max_runtime_seconds=3600,
+    )
+
+
+def _reasons(world, project):
+    with translation.override("en"):
+        return approval_reasons(project, "training", world.F, 1, 1, None, 3600)
+
+
+def test_over_budget_a_new_job_needs_approval_with_the_reason(world, running_now):
+    budget_set(actor=None, card_hours="2", project=world.pa1)
+    [reason] = _reasons(world, world.pa1)
+    month = month_of(timezone.now(), site_zone())
+    assert reason.startswith("over budget: ") and f"% of 2 card-hours in {month:%Y-%m} (Project a1)" in reason
+    job = _submit(world, world.pa1)
+    assert job.state == "pending_approval"
+    request = ApprovalRequest.objects.get(subject_id=job.pk)
+    assert len(request.payload["reasons"]) == 1 and "2" in request.payload["reasons"][0]
+
+
+def test_under_budget_there_is_no_reason(world, running_now):
+    budget_set(actor=None, card_hours="1000", project=world.pa1)
+    assert _reasons(world, world.pa1) == []
+    assert budget_reason(world.pa1, Decimal(1)) is None
+    assert _submit(world, world.pa1).state == "queued"
+
+
+def test_a_department_budget_holds_its_whole_subtree_and_nothing_else(world, running_now):
+    budget_set(actor=None, card_hours="1", department=world.A)
+    [reason] = _reasons(world, world.pa1)
+    assert reason.endswith("(Dept A)")
+    assert _reasons(world, world.pa) != []  # pa is in A too (its own usage is zero)
+    assert _reasons(world, world.pb) == []  # B has its own policy, and no budget
+    assert _submit(world, world.pb).state == "queued"
+
+
+def test_a_project_budget_holds_only_its_project(world, running_now):
+    budget_set(actor=None, card_hours="1", project=world.pa1)
+    budget_set(actor=None, card_hours="1000", department=world.A)
+    assert len(_reasons(world, world.pa1)) == 1
+    assert _reasons(world, world.pa) == []  # same department, own (no) budget, A under budget
+
+
+def test_the_nearest_spent_budget_is_named(world, running_now):
+    budget_set(actor=None, card_hours="1", department=world.A)
+    budget_set(actor=None, card_hours="2", department=world.A1)
+    [reason] = _reasons(world, world.pa1)
+    assert reason.endswith("(Dept A1)")
+
+
+def test_a_spent_budget_holds_jobs_even_where_no_policy_applies(world, running_now):
+    ApprovalPolicy.objects.all().delete()
+    assert _reasons(world, world.pa1) == []
+    budget_set(actor=None, card_hours="1", project=world.pa1)
+    [reason] = _reasons(world, world.pa1)
+    assert reason.startswith("over budget: ")
+    job = _submit(world, world.pa1)
+    assert job.state == "pending_approval"
+    request = ApprovalRequest.objects.get(subject_id=job.pk)
+    assert open_step(request).approver_role == "department_admin"
+
+
+def test_a_policy_without_over_budget_asks_nothing(world, running_now):
+    ApprovalPolicy.objects.filter(department=world.A).update(over_budget=False)
+    budget_set(actor=None, card_hours="1", project=world.pa1)
+    assert _reasons(world, world.pa1) == []
+
+
+def test_billing_registers_its_hooks_once(world):
+    assert budget_checks.count(budget_reason) == 1
+    from billing.selectors import standard_cost
+
+    assert cost_estimators.count(standard_cost) == 1
+
+
+# --- the API -----------------------------------------------------------------------------------------
+
+
+def test_the_budget_api_sets_lists_and_deletes(world, api, usage):
+    usage_meter(now=AT)
+    client = api(world.users["a_finance"])
+    created = client.post(
+        reverse("api:budget-list"), {"department": world.A1.pk, "card_hours": "50"}, format="json"
+    )
+    assert created.status_code == 201, created.content
+    body = created.json()
+    assert (body["department"], body["project"], body["card_hours"]) == (world.A1.pk, None, "50.00")
+    changed = client.patch(
+        reverse("api:budget-detail", args=[body["id"]]), {"card_hours": "60"}, format="json"
+    )
+    assert changed.status_code == 200 and changed.json()["card_hours"] == "60.00"
+    listed = client.get(reverse("api:budget-list")).json()["results"]
+    assert [row["id"] for row in listed] == [body["id"]]
+    assert listed[0]["month"] == month_of(timezone.now(), site_zone()).strftime("%Y-%m")
+    assert client.delete(reverse("api:budget-detail", args=[body["id"]])).status_code == 204
+    assert not Budget.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("persona", "body_of", "status", "field"),
+    [
+        ("pa1_admin", lambda w: {"project": w.pa1.pk, "card_hours": "5"}, 403, None),
+        ("auditor", lambda w: {"department": w.A.pk, "card_hours": "5"}, 403, None),
+        ("b_finance", lambda w: {"department": w.A1.pk, "card_hours": "5"}, 400, "department"),  # not visible
+        ("a_finance", lambda w: {"department": w.A1.pk, "card_hours": "0"}, 400, "card_hours"),
+        ("a_finance", lambda w: {"department": w.A1.pk, "card_hours": "abc"}, 400, "card_hours"),
+        ("a_finance", lambda w: {"card_hours": "5"}, 400, "department"),
+        (
+            "a_finance",
+            lambda w: {"department": w.A1.pk, "project": w.pa1.pk, "card_hours": "5"},
+            400,
+            "department",
+        ),
+    ],
+)
+def test_bad_or_forbidden_budget_writes(world, api, persona, body_of, status, field):
+    response = api(world.users[persona]).post(reverse("api:budget-list"), body_of(world), format="json")
+    assert response.status_code == status, response.content
+    if field:
+        assert field in response.json()
+    assert not Budget.objects.exists()
+
+
+def test_a_budget_stays_with_its_owner(world, api):
+    budget = budget_set(actor=None, card_hours="5", department=world.A1)
+    response = api(world.users["a_finance"]).patch(
+        reverse("api:budget-detail", args=[budget.pk]), {"department": world.A.pk}, format="json"
+    )
+    assert response.status_code == 400 and "department" in response.json()
+    other = api(world.users["b_finance"]).delete(reverse("api:budget-detail", args=[budget.pk]))
+    assert other.status_code == 404
+    member = api(world.users["pa1_member"]).delete(reverse("api:budget-detail", args=[budget.pk]))
+    assert member.status_code == 403  # sees the budget of its department, may not change it
+
+
+# --- the page ---------------------------------------------------------------------------------------
+
+
+def _client(world, persona):
+    client = Client(HTTP_ACCEPT_LANGUAGE="en")
+    client.force_login(world.users[persona])
+    return client
+
+
+def test_the_budget_page_sets_a_budget_and_shows_its_use(world, running_now):
+    client = _client(world, "a_finance")
+    response = client.post("/billing/budgets/", {"owner": f"p{world.pa1.pk}", "card_hours": "2"}, follow=True)
+    assert response.status_code == 200
+    [row] = response.context["rows"]
+    assert row["budget"].project == world.pa1 and row["status"].over and row["can_edit"]
+    assert "over budget" in response.content.decode()
+    bad = client.post("/billing/budgets/", {"owner": f"d{world.B.pk}", "card_hours": "2"})
+    assert bad.status_code == 200 and "Select a valid choice" in bad.content.decode()
+    assert Budget.objects.count() == 1
+    other = _client(world, "b_finance").get("/billing/budgets/")
+    assert other.context["rows"] == []
+    assert _client(world, "b_finance").post(f"/billing/budgets/{row['budget'].pk}/delete/").status_code == 404
+    assert client.post(f"/billing/budgets/{row['budget'].pk}/delete/").status_code == 302
+    assert not Budget.objects.exists()
+
+
+def test_a_member_reads_budgets_but_gets_no_form(world):
+    budget_set(actor=None, card_hours="5", project=world.pa1)
+    response = _client(world, "pa1_member").get("/billing/budgets/")
+    assert [r["budget"].project for r in response.context["rows"]] == [world.pa1]
+    assert not response.context["form"].allowed and "Set a budget" not in response.content.decode()
+    assert _client(world, "pa1_member").post("/billing/budgets/", {"owner": "x"}).status_code == 403
+
+
+# --- the cost estimate on the submission form -------------------------------------------------------
+
+
+def test_the_estimate_prices_card_hours_at_the_standard_rate_in_force(world):
+    assert cost_estimate(world.F, Decimal("16.00"), timezone.now()) is None  # no rate: no money
+    rates(world.F, "12", "9.6", since=local(2026, 1, 1))
+    rates(world.F, "12.345", "9", since=local(2026, 6, 1))
+    assert cost_estimate(world.F, Decimal("16.00"), local(2026, 3, 1)) == (Decimal("192.00"), "CNY")
+    # 1.01 × 12.345 = 12.46845 → half-up to the cent, the one rounding rule.
+    assert cost_estimate(world.F, Decimal("1.01"), local(2026, 7, 1)) == (Decimal("12.47"), "CNY")
+
+
+def test_the_submission_form_shows_the_cost_next_to_the_card_hours(world):
+    rates(world.F, "12", "9.6")
+    body = {
+        "name": "bert",
+        "project": world.pa1.pk,
+        "kind": "training",
+        "flavor": world.F.pk,
+        "priority_class": fx.priority().pk,
+        "workers": "2",
+        "gpus_per_worker": "4",
+        "image": "img",
+        "max_runtime_seconds": "7200",
+    }
+    response = _client(world, "pa1_member").post("/jobs/new/validate/", body)
+    page = response.content.decode()
+    assert "16" in page and "192.00 CNY" in page  # 8 GPUs × 2 h = 16 card-hours × 12
+    assert not Job.objects.exists()

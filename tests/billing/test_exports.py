@@ -1,0 +1,168 @@
+"""The chargeback file: a pinned header, its rows, CSV and XLSX alike, and the commands."""
+
+import csv
+import io
+import json
+from datetime import date
+
+import pytest
+from django.core.management import CommandError, call_command
+from openpyxl import load_workbook
+
+from billing import exports
+from billing.services import statement_close_month
+
+from .conftest import local, rates
+
+pytestmark = pytest.mark.django_db
+NOV = date(2026, 11, 1)
+HEADER = (
+    "month,department_code,cost_centre,project,user,flavor,tier,card_hours,rate,amount,currency,"
+    "line_type,original_month"
+)
+
+
+@pytest.fixture
+def closed(world, history, flavors):
+    _, mig, _ = flavors
+    world.A.cost_centre = "CC-1001"
+    world.A.save()  # A1 has none of its own: it inherits A's
+    world.B.cost_centre = "CC-2001"
+    world.B.save()
+    rates(world.F, "12", "9.6")
+    rates(mig, "12", "9.6")
+    history.run(world.pa1, world.F, local(2026, 11, 3, 10), local(2026, 11, 3, 12), gpus=2)
+    history.run(
+        world.pb, mig, local(2026, 11, 4, 10), local(2026, 11, 4, 17), gpus=1, user=world.users["pb_member"]
+    )
+    loaned = history.job(world.pb, world.F, user=world.users["pb_member"])
+    history.admit(loaned, local(2026, 11, 5, 9), on_loan=True)
+    history.start(loaned, local(2026, 11, 5, 9))
+    history.end(loaned, local(2026, 11, 5, 9, 30))
+    statement_close_month(month=NOV, now=local(2026, 12, 2))
+
+
+EXPECTED = [
+    [
+        "2026-11",
+        "A1",
+        "CC-1001",
+        "pa1",
+        "pa1_member",
+        "F",
+        "standard",
+        "4.000000",
+        "12.0000",
+        "48.00",
+        "CNY",
+        "usage",
+        "",
+    ],
+    [
+        "2026-11",
+        "B",
+        "CC-2001",
+        "pb",
+        "pb_member",
+        "A100-1g",
+        "standard",
+        "1.000000",
+        "12.0000",
+        "12.00",
+        "CNY",
+        "usage",
+        "",
+    ],
+    [
+        "2026-11",
+        "B",
+        "CC-2001",
+        "pb",
+        "pb_member",
+        "F",
+        "on_loan",
+        "0.500000",
+        "9.6000",
+        "4.80",
+        "CNY",
+        "usage",
+        "",
+    ],
+]
+
+
+def test_the_header_is_the_documented_column_set():
+    assert ",".join(exports.COLUMNS) == HEADER
+    docs = exports.__file__.rsplit("/billing/", 1)[0] + "/docs/billing.md"
+    with open(docs, encoding="utf-8") as handle:
+        assert HEADER in handle.read()  # the docs show the same header
+
+
+def test_csv_has_one_row_per_statement_line(closed):
+    out = io.StringIO()
+    exports.write_csv(exports.chargeback_rows(NOV), out)
+    text = out.getvalue()
+    assert text.splitlines()[0] == HEADER
+    assert list(csv.reader(io.StringIO(text)))[1:] == EXPECTED
+
+
+def test_xlsx_holds_the_same_rows_with_numbers_as_numbers(closed):
+    data = exports.render(exports.chargeback_rows(NOV), "xlsx")
+    sheet = load_workbook(io.BytesIO(data), read_only=True).active
+    found = [list(r) for r in sheet.iter_rows(values_only=True)]
+    assert tuple(found[0]) == exports.COLUMNS
+    assert [[("" if v is None else v) for v in row] for row in found[1:]] == [
+        [float(v) if i in (7, 8, 9) else v for i, v in enumerate(row)] for row in EXPECTED
+    ]
+
+
+def test_commands_close_and_export_a_month(world, history, tmp_path, capsys):
+    rates(world.F, "12", "9.6")
+    history.run(world.pa1, world.F, local(2026, 10, 3, 10), local(2026, 10, 3, 11), gpus=8)
+    call_command("close_month", "2026-10")
+    report = json.loads(capsys.readouterr().out)
+    assert (report["month"], report["already_closed"], report["statements"], report["total"]) == (
+        "2026-10",
+        False,
+        1,
+        "96.00",
+    )
+    call_command("close_month", "2026-10")
+    assert json.loads(capsys.readouterr().out)["already_closed"] is True
+    out = tmp_path / "oct.csv"
+    call_command("export_chargeback", "2026-10", "--format", "csv", "--out", str(out))
+    assert (
+        out.read_text()
+        .splitlines()[1]
+        .startswith("2026-10,A1,,pa1,pa1_member,F,standard,8.000000,12.0000,96.00,CNY")
+    )
+    xlsx = tmp_path / "oct.xlsx"
+    call_command("export_chargeback", "2026-10", "--format", "xlsx", "--out", str(xlsx))
+    assert len(list(load_workbook(xlsx, read_only=True).active.iter_rows(values_only=True))) == 2
+    call_command("export_chargeback", "2026-10", "--out", "-")
+    assert capsys.readouterr().out.splitlines()[0] == HEADER
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "message"),
+    [
+        ("export_chargeback", ["2026-13"], "not a month"),
+        ("export_chargeback", ["nov"], "use YYYY-MM"),
+        ("export_chargeback", ["2026-10", "--format", "pdf"], "Unknown format 'pdf'"),
+        ("export_chargeback", ["2099-01"], "not closed"),
+        ("close_month", ["2026/10"], "not a month"),
+        ("close_month", ["2099-01"], "has not ended"),
+        ("meter", ["--batch-size", "0"], "at least 1"),
+        ("meter", ["--until", "yesterday"], "not a date-time"),
+    ],
+)
+def test_bad_input_is_a_clear_error(world, command, args, message):
+    with pytest.raises(CommandError, match=message):
+        call_command(command, *args)
+
+
+def test_meter_command_reports_json(world, history, capsys):
+    history.run(world.pa1, world.F, local(2026, 10, 3, 10), local(2026, 10, 3, 11, 30))
+    call_command("meter")
+    report = json.loads(capsys.readouterr().out)
+    assert report["rows"] == 2 and report["jobs"] == 1

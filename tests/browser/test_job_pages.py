@@ -1,0 +1,101 @@
+"""The job pages in a real browser: live validation of the submission form, the queue table
+refreshing itself, charts drawn by plotly.js, and a layout that fits a 1280-px laptop."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from jobs.models import Job, JobGpuSample
+from jobs.services import job_submit
+from tests import factories as fx
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def _fits_the_window(page) -> bool:
+    return page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+
+def _submit(world, name, *, gpus=4):
+    return job_submit(
+        actor=world.users["pa1_member"],
+        project=world.pa1,
+        name=name,
+        kind="training",
+        flavor=world.F,
+        priority_class=fx.priority(),
+        image="pytorch:2.3",
+        gpus_per_worker=gpus,
+        max_runtime_seconds=7200,
+    )
+
+
+def test_submit_form_validates_live_and_submits(world, browser_for, shot):
+    fx.priority()
+    page = browser_for(world.users["pa1_member"], "pw-pa1_member")
+    page.click("header a[href='/jobs/new/']")
+    page.wait_for_url("**/jobs/new/")
+    assert _fits_the_window(page)
+    page.fill("#id_name", "bert-large")
+    page.select_option("#id_project", label="Project a1 (pa1)")
+    page.select_option("#id_flavor", label="F")
+    page.fill("#id_workers", "2")
+    page.fill("#id_gpus_per_worker", "16")
+    page.fill("#id_max_runtime_seconds", "7200")
+    page.locator("#id_image").click()  # leaving the field fires "change": htmx validates
+    page.wait_for_selector("#id_gpus_per_worker-error")
+    assert "at most 8" in page.inner_text("#id_gpus_per_worker-error")
+    page.fill("#id_gpus_per_worker", "8")
+    page.locator("#id_image").click()
+    page.wait_for_selector("#id_gpus_per_worker-error", state="detached")
+    assert "32" in page.inner_text("article.summary")  # 16 cards × 2 h
+    page.fill("#id_image", "pytorch:2.3")
+    shot(page, "job-submit")
+    assert Job.objects.count() == 0  # live validation wrote nothing
+    with page.expect_navigation():
+        page.click("form button[type=submit]:has-text('Submit')")
+    job = Job.objects.get()
+    assert page.url.endswith(f"/jobs/{job.pk}/")
+    assert "bert-large" in page.inner_text("h1")
+
+
+def test_queue_table_refreshes_itself(world, browser_for, shot):
+    _submit(world, "first")
+    page = browser_for(world.users["pa1_member"], "pw-pa1_member")
+    page.goto(page.base + "/jobs/queue/")
+    assert "first" in page.inner_text("#queue-table")
+    _submit(world, "second")
+    page.wait_for_selector("#queue-table >> text=second", timeout=12_000)  # no reload: htmx polls
+    assert _fits_the_window(page)
+    shot(page, "job-queue")
+
+
+def test_job_page_draws_the_utilisation_chart(world, browser_for, shot):
+    job = _submit(world, "charted")
+    node = world.F.nodes.first()
+    start = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=30)
+    placement = [[[node.pk, g, 1000] for g in range(4)]]
+    Job.objects.filter(pk=job.pk).update(
+        state="running", started_at=start, granted_workers=1, placement=placement
+    )
+    JobGpuSample.objects.bulk_create(
+        JobGpuSample(
+            job=job,
+            minute=start + timedelta(minutes=m),
+            gpu_util_pct=40 + m,
+            fb_used_mib=4096 + 50 * m,
+            gpus=4,
+        )
+        for m in range(30)
+        if not 10 <= m < 14
+    )
+    page = browser_for(world.users["pa1_member"], "pw-pa1_member")
+    page.goto(page.base + f"/jobs/{job.pk}/")
+    page.wait_for_selector(".chart .main-svg")
+    assert _fits_the_window(page)
+    shot(page, "job-detail")
+    page.goto(page.base + "/")
+    page.wait_for_selector(".chart .main-svg")
+    assert _fits_the_window(page)
+    shot(page, "dashboard-pool")

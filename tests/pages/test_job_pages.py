@@ -1,0 +1,137 @@
+"""The job list, a job's page and cancelling from it, for every persona of the world."""
+
+from datetime import UTC, datetime
+
+import pytest
+
+from jobs import selectors
+from jobs.models import Job, JobEvent, JobGpuSample
+from jobs.states import JobState
+
+pytestmark = pytest.mark.django_db
+
+# Who sees a job of project pa1 (department A1 under A).
+SEES_PA1 = {"platform", "auditor", "a_admin", "a_finance", "pa1_admin", "pa1_member"}
+ALL = ["platform", "auditor", "a_admin", "b_admin", "a_finance", "b_finance", "pa1_admin", "pa1_member",
+       "pb_member", "outsider"]
+
+
+@pytest.mark.parametrize("persona", ALL)
+def test_job_page_is_404_outside_the_scope(page_client, pa1_job, persona):
+    response = page_client(persona).get(f"/jobs/{pa1_job.pk}/")
+    assert response.status_code == (200 if persona in SEES_PA1 else 404)
+
+
+@pytest.mark.parametrize("persona", ALL)
+def test_job_list_shows_exactly_the_visible_jobs(page_client, pa1_job, pb_job, persona):
+    page = page_client(persona).get("/jobs/").content.decode()
+    assert ("pa1-train" in page) == (persona in SEES_PA1)
+    assert ("pb-secret" in page) == (persona in {"platform", "auditor", "b_admin", "b_finance", "pb_member"})
+
+
+def test_anonymous_visitors_are_sent_to_the_login_page(page_client, pa1_job):
+    for path in ["/jobs/", "/jobs/queue/", "/jobs/new/", f"/jobs/{pa1_job.pk}/", "/priority-classes/",
+                 "/quotas/loans/"]:
+        response = page_client(None).get(path)
+        assert response.status_code == 302 and "/accounts/login/" in response["Location"], path
+
+
+def test_job_list_filters_and_paginates(page_client, world, pa1_job, pb_job):
+    client = page_client("platform")
+    assert "pb-secret" not in client.get("/jobs/?project=pa1").content.decode()
+    filtered = client.get("/jobs/?project=pa1&state=queued&kind=training&flavor=F").content.decode()
+    assert "pa1-train" in filtered
+    assert "pa1-train" not in client.get("/jobs/?state=running").content.decode()
+    mine = page_client("pa1_member").get("/jobs/?mine=on").content.decode()
+    assert "pa1-train" in mine
+    # Nonsense filters are ignored with a note, never a 500; a page past the end shows the last.
+    bad = client.get("/jobs/?project=nope&state=bogus&page=999")
+    assert bad.status_code == 200 and "not valid" in bad.content.decode()
+
+
+def test_job_page_shows_fields_timeline_and_explain(page_client, pa1_job):
+    page = page_client("pa1_member").get(f"/jobs/{pa1_job.pk}/").content.decode()
+    assert "pa1-train" in page and "pytorch:2.3" in page
+    assert "Why pending" in page  # queued: the explain box
+    assert "submitted" in page  # the first event's reason
+    assert f"gp-{pa1_job.pk}" in page  # the backend object name, where to look for logs
+    assert "No utilisation samples yet." in page
+    assert "plotly" not in page  # plotly.js is loaded only when there is a chart
+
+
+def test_job_page_times_are_in_the_site_time_zone(page_client, pa1_job):
+    Job.objects.filter(pk=pa1_job.pk).update(submitted_at=datetime(2026, 1, 5, 23, 30, tzinfo=UTC))
+    page = page_client("pa1_member").get(f"/jobs/{pa1_job.pk}/").content.decode()
+    assert "2026-01-06 07:30" in page  # Asia/Shanghai is UTC+8
+
+
+def test_running_job_page_shows_nodes_and_the_utilisation_chart(page_client, world, pa1_job):
+    node = world.F.nodes.order_by("name").first()
+    start = datetime(2026, 1, 5, 2, 0, tzinfo=UTC)
+    Job.objects.filter(pk=pa1_job.pk).update(
+        state=JobState.RUNNING,
+        started_at=start,
+        granted_workers=1,
+        placement=[[[node.pk, g, 1000] for g in range(4)]],
+        on_loan=False,
+    )
+    for minute, util in [(0, 50.0), (1, 70.0), (5, 10.0)]:  # minutes 2-4 missing: a gap
+        JobGpuSample.objects.create(
+            job=pa1_job, minute=start.replace(minute=minute), gpu_util_pct=util, fb_used_mib=2048, gpus=4
+        )
+    page = page_client("pa1_member").get(f"/jobs/{pa1_job.pk}/").content.decode()
+    assert f"<code>{node.name}</code>" in page and "in quota" in page
+    assert "data-plotly=" in page and "plotly-4.1.1.min.js" in page and "js/charts.js" in page
+    assert "3 minutes of samples." in page
+    assert "2026-01-05 10:05" in page  # chart x values are local times
+    assert "null" in page  # the missing minutes break the line
+
+
+def test_log_link_comes_from_the_cluster_configuration(page_client, world, pa1_job):
+    cluster = world.F.nodes.first().cluster
+    cluster.config = {"log_url": "https://logs.example/explore?job={name}"}
+    cluster.save()
+    Job.objects.filter(pk=pa1_job.pk).update(cluster=cluster, backend_id=f"gp-{pa1_job.pk}")
+    page = page_client("pa1_member").get(f"/jobs/{pa1_job.pk}/").content.decode()
+    assert f'href="https://logs.example/explore?job=gp-{pa1_job.pk}"' in page
+    cluster.config = {"log_url": "javascript:alert(1)//{name}"}
+    cluster.save()
+    page = page_client("pa1_member").get(f"/jobs/{pa1_job.pk}/").content.decode()
+    assert "javascript:" not in page
+
+
+def test_member_cancels_their_job_from_its_page(page_client, pa1_job):
+    client = page_client("pa1_member")
+    page = client.get(f"/jobs/{pa1_job.pk}/").content.decode()
+    assert f'action="/jobs/{pa1_job.pk}/cancel/"' in page
+    response = client.post(f"/jobs/{pa1_job.pk}/cancel/", follow=True)
+    assert response.redirect_chain[-1][0] == f"/jobs/{pa1_job.pk}/"
+    pa1_job.refresh_from_db()
+    assert pa1_job.state == JobState.CANCELLED
+    event = JobEvent.objects.get(job=pa1_job, to_state=JobState.CANCELLED)
+    assert event.actor.username == "pa1_member"
+    page = response.content.decode()
+    assert "was cancelled" in page and 'action="/jobs/' not in page  # no button on a finished job
+    # Cancelling again is a message, not an error page.
+    again = client.post(f"/jobs/{pa1_job.pk}/cancel/", follow=True)
+    assert again.status_code == 200 and "cannot be cancelled" in again.content.decode()
+
+
+def test_cancel_needs_a_post(page_client, pa1_job):
+    assert page_client("pa1_member").get(f"/jobs/{pa1_job.pk}/cancel/").status_code == 405
+    pa1_job.refresh_from_db()
+    assert pa1_job.state == JobState.QUEUED
+
+
+@pytest.mark.parametrize("persona", ALL)
+def test_cancel_button_appears_exactly_when_the_service_allows_it(page_client, world, pa1_job, persona):
+    """The button's rule (selectors.can_cancel) and the service's rule (job_cancel) agree: the
+    page's POST goes through the service, so a shown button cancels and a hidden one is 403."""
+    response = page_client(persona).get(f"/jobs/{pa1_job.pk}/")
+    button = f'action="/jobs/{pa1_job.pk}/cancel/"'
+    shown = response.status_code == 200 and button in response.content.decode()
+    assert shown == (persona in SEES_PA1 and selectors.can_cancel(world.users[persona], pa1_job))
+    post = page_client(persona).post(f"/jobs/{pa1_job.pk}/cancel/")
+    assert post.status_code == (404 if persona not in SEES_PA1 else 302 if shown else 403)
+    pa1_job.refresh_from_db()
+    assert (pa1_job.state == JobState.CANCELLED) == shown
