@@ -18,7 +18,13 @@ Rules:
   the partly used GPU with the least free milli before breaking a whole GPU;
 * ``frag=False`` (plain best-fit, for replay comparisons): every worker independently best-fits
   into the node with the fewest free GPUs (ties: topology order), no leaf or spine awareness;
-  shared requests go to the node with the least free milli in total, first GPU that fits.
+  shared requests go to the node with the least free milli in total, first GPU that fits;
+* ``typical=…`` (fragmentation gradient descent, FGD — Weng et al., "Beware of Fragmentation",
+  USENIX ATC'23): each worker goes to the node (and GPUs on it) that least increases the node's
+  *fragmentation* — the expected free GPU milli the target workload cannot use. ``typical`` is
+  that workload: ``(probability, gpus, milli, tag)`` pod shapes (see :func:`frag_amount`,
+  :func:`plan_fgd`). Not the scheduler's default (it ignores leaves and spines); packing replays
+  and callers that know their pod-size distribution select it.
 """
 
 from __future__ import annotations
@@ -27,15 +33,20 @@ from bisect import bisect_left, insort
 
 from jobs.engine.pool import FULL, Pool
 
-__all__ = ["FULL", "Pool", "commit", "plan", "plan_at", "plan_fits", "plan_grow", "uncommit"]
+__all__ = ["FULL", "Pool", "commit", "frag_amount", "plan", "plan_at", "plan_fgd", "plan_fits", "plan_grow",
+           "uncommit"]
 
 Plan = list[tuple[tuple[int, int, int], ...]]
 
 
-def plan(pool: Pool, workers: int, milli: int, *, frag: bool = True) -> Plan | None:
-    """Place ``workers`` workers of ``milli`` each (a multiple of 1000, or < 1000 shared)."""
+def plan(pool: Pool, workers: int, milli: int, *, frag: bool = True, typical=None) -> Plan | None:
+    """Place ``workers`` workers of ``milli`` each (a multiple of 1000, or < 1000 shared).
+    ``typical`` given: FGD placement (:func:`plan_fgd`) instead of ``frag``."""
     if workers <= 0 or milli <= 0:
         return None
+    if typical is not None:
+        found = plan_fgd(pool, workers, milli, typical=typical)
+        return None if found is None else found[1]
     if milli < FULL:
         return _plan_shared(pool, milli, frag) if workers == 1 else None
     if milli % FULL:
@@ -307,3 +318,111 @@ def _workers_on_nodes(pool: Pool, taken, g: int) -> Plan:
         for w in range(k):
             placement.append(tuple((i, x, FULL) for x in gpus[w * g:(w + 1) * g]))
     return placement
+
+
+# -- fragmentation gradient descent (FGD) ------------------------------------------------
+def frag_amount(free, typical, side=None, host_ok=None) -> float:
+    """A node's fragmentation for a workload (FGD, ATC'23 §4): the expected free GPU milli that
+    a pod drawn from ``typical`` cannot use. ``free`` lists the free milli of each GPU;
+    ``typical`` is ``[(probability, gpus, milli, tag), ...]`` (``milli`` per GPU, < 1000 only
+    for one shared GPU). Per pod shape: when the node cannot host it (fewer than ``gpus`` GPUs
+    with ``milli`` free, or ``host_ok(side, tag)`` is False — e.g. CPU or GPU model), every
+    free milli is fragment; otherwise the free milli of the GPUs with less than ``milli`` free.
+    A CPU-only shape (``gpus == 0``) that fits counts all free GPU milli too, as in the paper's
+    simulator (its free GPUs are of no use to it)."""
+    total = sum(free)
+    if total == 0:
+        return 0.0
+    out = 0.0
+    for p, g, m, tag in typical:
+        if host_ok is not None and not host_ok(side, tag):
+            out += p * total
+            continue
+        if g == 0:
+            out += p * total
+            continue
+        fits = 0
+        short = 0
+        for f in free:
+            if f >= m:
+                fits += 1
+            else:
+                short += f
+        out += p * (short if fits >= g else total)
+    return out
+
+
+def plan_fgd(pool: Pool, workers: int, milli: int, *, typical, side=None, host_ok=None,
+             cache: dict | None = None) -> tuple[float, Plan] | None:
+    """FGD placement: ``(fragmentation increase, plan)`` or ``None`` when nothing fits.
+
+    Each worker in turn goes to the node and GPUs whose fragmentation (:func:`frag_amount`)
+    grows least; a shared request tries every distinct free level of the
+    node's GPUs; ties go to the node left with the least free milli, then pool order.
+    ``side(i)`` -> ``(before, after)`` hashable non-GPU state of node ``i``
+    before / after hosting one worker (e.g. CPU left), or ``None`` when the node cannot host
+    it; ``host_ok(state, tag)`` says whether a typical shape fits that state. ``cache`` (a
+    dict the caller keeps for one ``typical``) memoises fragmentation per node state.
+    """
+    if workers <= 0 or milli <= 0 or (milli < FULL and workers != 1) or (milli > FULL and milli % FULL):
+        return None
+    if cache is None:
+        cache = {}
+    g = max(1, milli // FULL)
+    m = min(milli, FULL)
+    placement: Plan = []
+    total = 0.0
+    for _ in range(workers):
+        best = _fgd_worker(pool, g, m, typical, side, host_ok, cache)
+        if best is None:
+            uncommit(pool, placement)
+            return None
+        total += best[0]
+        placement.append(best[1])
+        pool.occupy_slots(best[1])
+    uncommit(pool, placement)
+    return total, placement
+
+
+def _frag_cached(free, state, typical, host_ok, cache) -> float:
+    key = (tuple(sorted(free)), state)
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = frag_amount(key[0], typical, state, host_ok)
+    return hit
+
+
+def _fgd_worker(pool: Pool, g: int, m: int, typical, side, host_ok, cache):
+    best = None
+    used, free_whole = pool.used, pool.free
+    for i, row in enumerate(used):
+        if m == FULL:
+            if free_whole[i] < g:
+                continue
+        elif not free_whole[i] and min(row) > FULL - m:
+            continue
+        states = side(i) if side is not None else (None, None)
+        if states is None:
+            continue
+        before_state, after_state = states
+        free = [FULL - u for u in row]
+        before = _frag_cached(free, before_state, typical, host_ok, cache)
+        if m == FULL:
+            gpus = [x for x, f in enumerate(free) if f == FULL][:g]
+            choices = [gpus]
+        else:
+            seen = set()
+            choices = []
+            for x, f in enumerate(free):
+                if f >= m and f not in seen:
+                    seen.add(f)
+                    choices.append([x])
+        for gpus in choices:
+            after = free[:]
+            for x in gpus:
+                after[x] -= m
+            delta = _frag_cached(after, after_state, typical, host_ok, cache) - before
+            key = (round(delta, 6), sum(after))  # ties: the fuller node (best fit), then pool order
+            if best is None or key < best[2]:
+                best = (delta, tuple((i, x, m) for x in gpus), key)
+    return None if best is None else best[:2]

@@ -18,6 +18,13 @@ PURE_MODULES = [
     "jobs.placement",
     "jobs.scheduler",
     "billing.pricing",
+    "jobs.replay.trace",
+    "jobs.replay.csvtrace",
+    "jobs.replay.spec",
+    "jobs.replay.sim",
+    "jobs.replay.metrics",
+    "jobs.replay.alibaba",
+    "jobs.replay.packing",
 ]
 FORBIDDEN_IN_PURE = ("django", "rest_framework", "celery", "portal", "psycopg", "redis")
 

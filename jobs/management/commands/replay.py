@@ -1,0 +1,80 @@
+"""``manage.py replay TRACE.csv --policy pooled|static --out result.json`` (DESIGN §9).
+
+Argument parsing only: the replay itself is pure (:mod:`jobs.replay.sim`; packing mode:
+:mod:`jobs.replay.packing`). See docs/replay.md."""
+
+import argparse
+import json
+import sys
+
+from django.core.management.base import BaseCommand, CommandError
+
+from jobs.replay import sim
+
+
+def _seeds(value: str) -> str:
+    if value != "trace" and not all(x.strip().isdigit() for x in value.split(",")):
+        raise argparse.ArgumentTypeError("give comma-separated integers, or 'trace'")
+    return value
+
+
+class Command(BaseCommand):
+    help = "Replay a GPU job trace through the production scheduling engine on a virtual clock."
+
+    def add_arguments(self, parser):
+        parser.add_argument("trace", nargs="?", help="trace CSV (generic, or openb_pod_list_*.csv)")
+        parser.add_argument("--policy", choices=("pooled", "static"), default="pooled")
+        parser.add_argument("--out", help="write the result JSON here (default: stdout)")
+        parser.add_argument("--cluster", help="SPEC.json: nodes and tenant quotas")
+        parser.add_argument("--alibaba", metavar="DIR", help="folder of the Alibaba GPU 2023 openb_* files")
+        parser.add_argument("--mode", choices=("dynamic", "packing"), default="dynamic")
+        parser.add_argument("--packing-policy", default="fgd", help="packing mode: fgd|bestfit|ours|random")
+        parser.add_argument(
+            "--seeds",
+            default=",".join(str(s) for s in range(42, 52)),
+            type=_seeds,
+            help="packing mode: shuffle seeds, comma-separated (default 42..51, as the paper), or 'trace'",
+        )
+        parser.add_argument("--no-borrowing", action="store_true")
+        parser.add_argument("--no-backfill", action="store_true")
+        parser.add_argument("--plain-best-fit", action="store_true", help="no fragmentation-aware placement")
+        parser.add_argument("--repeat", type=int, default=1, help="the trace N times back to back")
+        parser.add_argument("--scale", type=float, default=1.0, help="arrival-rate factor (times ÷ scale)")
+        parser.add_argument("--coalesce", type=float, default=1.0, help="seconds of events per cycle")
+        parser.add_argument("--grace", type=float, default=0.0, help="seconds a preempted job keeps its GPUs")
+        parser.add_argument("--checkpointing", action="store_true", help="preempted jobs resume, not restart")
+        parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+    def handle(self, *args, **o):
+        if o["repeat"] < 1 or o["scale"] <= 0:
+            raise CommandError("--repeat must be ≥ 1 and --scale > 0")
+        try:
+            if o["mode"] == "packing":
+                result = self._packing(o)
+            else:
+                jobs, nodes, quotas = sim.load(o["trace"], alibaba_dir=o["alibaba"], cluster=o["cluster"])
+                jobs = sim.repeat_jobs(jobs, o["repeat"], o["scale"])
+                options = sim.Options(
+                    policy=o["policy"], borrowing=not o["no_borrowing"], backfill=not o["no_backfill"],
+                    fragmentation_aware=not o["plain_best_fit"], coalesce=o["coalesce"], grace=o["grace"],
+                    checkpointing=o["checkpointing"], progress_every=0 if o["quiet"] else 5.0)
+                result = sim.simulate(jobs, nodes, quotas, options)
+                result.update({"repeat": o["repeat"], "scale": o["scale"]})
+        except (OSError, ValueError) as exc:
+            raise CommandError(str(exc)) from exc
+        text = json.dumps(result, indent=2)
+        if o["out"]:
+            with open(o["out"], "w") as fh:
+                fh.write(text + "\n")
+        else:
+            self.stdout.write(text)
+
+    def _packing(self, o):
+        from jobs.replay import packing
+
+        paths = sim.alibaba_paths(o["trace"], o["alibaba"])
+        if not paths:
+            raise CommandError("packing mode needs the Alibaba trace (openb_pod_list_*.csv or --alibaba DIR)")
+        progress = None if o["quiet"] else (lambda msg: print(f"replay: {msg}", file=sys.stderr, flush=True))
+        seeds = None if o["seeds"] == "trace" else [int(x) for x in o["seeds"].split(",")]
+        return packing.run(paths[0], paths[1], policy=o["packing_policy"], seeds=seeds, progress=progress)

@@ -1,0 +1,165 @@
+"""What a replay measures (pure: no Django). Definitions in docs/replay.md.
+
+The :class:`Recorder` is told every state change of a job on the virtual clock and keeps
+time integrals of allocated GPUs and of each project's usage against its quota, in O(1) per
+change (running sums of idle quota and of usage above quota).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest rank: the smallest value with at least ``p`` % of the values at or below it."""
+    if not values:
+        return 0.0
+    s = sorted(values)
+    return s[max(0, math.ceil(p / 100 * len(s)) - 1)]
+
+
+class Recorder:
+    def __init__(self, quotas: Mapping[str, Mapping[str, int]], cap: Mapping[str, int]) -> None:
+        self.quota = {(t, f): q for t, per in quotas.items() for f, q in per.items()}
+        self.capacity = sum(cap.values())  # milli
+        self.usage: dict[tuple[str, str], int] = defaultdict(int)
+        self.alloc = 0  # milli allocated now
+        self.idle = sum(self.quota.values())  # Σ max(0, q − u) now
+        self.excess = 0  # Σ max(0, u − q) now
+        self.t = None  # time of the last integration
+        self.alloc_int = self.idle_int = self.excess_int = 0.0  # milli-seconds
+        self.t_first = self.t_last = None
+        self.submit: dict[str, float] = {}
+        self.tenant: dict[str, str] = {}
+        self.waiting_since: dict[str, float] = {}
+        self.wait: dict[str, float] = defaultdict(float)
+        self.done: dict[str, float] = {}
+        self.gpu_s: dict[str, float] = defaultdict(float)  # per tenant, milli-seconds
+        self.held: dict[str, tuple[str, str, int, float]] = {}  # job -> (tenant, flavor, milli, since)
+        self.ever: set[str] = set()
+        self.preemptions = 0
+        self.window: tuple[float, float, float, float] | None = None  # (t, alloc, idle, excess)
+
+    def mark_window(self, t: float) -> None:
+        """Close the arrival window at ``t`` (the last submit): the ``window_*`` figures."""
+        self._advance(t)
+        self.window = (t, self.alloc_int, self.idle_int, self.excess_int)
+
+    # -- integrals ------------------------------------------------------------------------
+    def _advance(self, t: float) -> None:
+        if self.t is None:
+            self.t = t
+        dt = t - self.t
+        if dt > 0:
+            self.alloc_int += self.alloc * dt
+            self.idle_int += self.idle * dt
+            self.excess_int += self.excess * dt
+            self.t = t
+        if self.t_first is None or t < self.t_first:
+            self.t_first = t
+        if self.t_last is None or t > self.t_last:
+            self.t_last = t
+
+    def _use(self, key: tuple[str, str], delta: int) -> None:
+        q = self.quota.get(key, 0)
+        u = self.usage[key]
+        self.idle -= max(0, q - u)
+        self.excess -= max(0, u - q)
+        u += delta
+        self.usage[key] = u
+        self.idle += max(0, q - u)
+        self.excess += max(0, u - q)
+        self.alloc += delta
+
+    # -- job events -----------------------------------------------------------------------
+    def submitted(self, job: str, tenant: str, t: float) -> None:
+        self._advance(t)
+        self.submit[job] = t
+        self.tenant[job] = tenant
+        self.waiting_since[job] = t
+
+    def started(self, job: str, flavor: str, milli: int, t: float) -> None:
+        self._advance(t)
+        since = self.waiting_since.pop(job)
+        self.wait[job] += t - since
+        self.ever.add(job)
+        tenant = self.tenant[job]
+        self.held[job] = (tenant, flavor, milli, t)
+        self._use((tenant, flavor), milli)
+
+    def released(self, job: str, t: float, *, finished: bool) -> None:
+        """The job's GPUs are free at ``t``: it finished, or (a victim) exited and waits again."""
+        self._advance(t)
+        tenant, flavor, milli, since = self.held.pop(job)
+        self.gpu_s[tenant] += milli * (t - since)
+        self._use((tenant, flavor), -milli)
+        if finished:
+            self.done[job] = t
+        else:
+            self.waiting_since[job] = t
+
+    def preempted(self) -> None:
+        self.preemptions += 1
+
+    # -- summary --------------------------------------------------------------------------
+    def summary(self, end: float | None = None) -> dict:
+        end = self.t_last if end is None else end
+        if end is not None:
+            self._advance(end)
+            for job, (tenant, _, milli, since) in self.held.items():  # still running at the end
+                self.gpu_s[tenant] += milli * (end - since)
+                self.held[job] = (tenant, _, milli, end)
+        span = (end - self.t_first) if end is not None and self.t_first is not None else 0.0
+        delays = [self.wait[j] for j in self.submit if j not in self.waiting_since]
+        jcts = [self.done[j] - self.submit[j] for j in self.done]
+        alloc_rate = self.alloc_int / (self.capacity * span) if span > 0 and self.capacity else 0.0
+        out = {
+            "jobs": len(self.submit),
+            "finished": len(self.done),
+            "never_started": len(self.submit) - len(self.ever),
+            "avg_queue_delay_s": _mean(delays),
+            "p50_queue_delay_s": percentile(delays, 50),
+            "p95_queue_delay_s": percentile(delays, 95),
+            "avg_jct_s": _mean(jcts),
+            "gpu_allocation_rate": alloc_rate,
+            "idle_quota_reuse_ratio": (self.excess_int / self.idle_int) if self.idle_int > 0 else 0.0,
+            "idle_quota_gpu_s": self.idle_int / 1000,
+            "borrowed_gpu_s": self.excess_int / 1000,
+            "preemptions": self.preemptions,
+            "makespan_s": span,
+        }
+        if self.window is not None and self.t_first is not None:
+            wt, wa, wi, we = self.window
+            wspan = wt - self.t_first
+            out["window_s"] = wspan
+            busy = self.capacity * wspan
+            out["window_gpu_allocation_rate"] = wa / busy if busy > 0 else 0.0
+            out["window_idle_quota_reuse_ratio"] = we / wi if wi > 0 else 0.0
+        out["tenants"] = self._tenants()
+        return out
+
+    def _tenants(self) -> dict[str, dict]:
+        by: dict[str, list[str]] = defaultdict(list)
+        for j, t in self.tenant.items():
+            by[t].append(j)
+        rows = {}
+        for t in sorted(by):
+            ids = by[t]
+            delays = [self.wait[j] for j in ids if j not in self.waiting_since]
+            jcts = [self.done[j] - self.submit[j] for j in ids if j in self.done]
+            rows[t] = {
+                "jobs": len(ids),
+                "finished": len(jcts),
+                "avg_queue_delay_s": _mean(delays),
+                "p95_queue_delay_s": percentile(delays, 95),
+                "avg_jct_s": _mean(jcts),
+                "gpu_hours": self.gpu_s[t] / 1000 / 3600,
+                "quota_gpus": {f: q / 1000 for (tt, f), q in sorted(self.quota.items()) if tt == t},
+            }
+        return rows
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0

@@ -1,0 +1,324 @@
+"""The dynamic replay (issue 7): a trace on a virtual clock through the production engine.
+
+Pure: no Django. Every decision is :class:`jobs.scheduler.Engine`'s — this module only moves
+the clock and tells the engine what happened (``submit`` at a job's submit time, ``finish`` at
+its end, victims ``finish`` + ``submit`` again when they have exited)::
+
+    result = simulate(jobs, nodes, quotas=None, options=Options(policy="pooled"))
+
+Events (submit, start, finish, victim exit) sit in a heap. All events within ``coalesce``
+seconds of the earliest are applied together, then ONE cycle runs at the latest of their times
+(so nothing starts before it was submitted). Decisions:
+
+* **Preemption.** A victim keeps its GPUs for ``grace`` seconds, then exits and is queued again
+  with its original submit time. Without checkpointing (the default: the traces carry none)
+  its work restarts from zero; with ``checkpointing=True`` it resumes with what was left. A job
+  admitted by preemption starts when its victims have exited (``grace`` later), and its
+  queue delay runs until then.
+* **The known limitation** of the pure engine (docs/scheduling.md, jobs/warm.py): finishing a
+  preemptor while its victims are still in their grace period under-counts the GPUs. Here it
+  cannot happen: a preemptor starts only once its victims have exited, and in a batch victim
+  exits are applied before finishes.
+* ``static`` policy = ``borrowing=False`` (each tenant inside its quota); ``pooled`` = the
+  engine's defaults (borrowing, lending, reclaim, backfill, fair share). ``backfill`` and
+  ``fragmentation_aware`` are the engine's own flags.
+* ``max_runtime_seconds`` of a job (what EASY backfill plans with) is its trace duration
+  rounded up: an exact estimate; a job without duration never ends.
+* **Flavors** (:func:`assign_flavors`): a job runs on one flavor. A job listing GPU models gets
+  the listed model with the most capacity (among those with a node big enough for one worker);
+  a job listing none is spread over the eligible flavors so the GPUs *requested* of each flavor
+  stay proportional to its capacity (in trace order: the flavor whose requested milli-GPUs ÷
+  capacity would be lowest; constrained jobs count in their flavor). Durations are deliberately
+  not weighed: balancing GPU-seconds lets a few months-long pods "fill" a big flavor's share, so
+  the short pods all land on the small flavors (openb: 625 pods on the 2-GPU A10, 317 on the
+  4,392-GPU G2), which queue as soon as arrivals are compressed. Jobs no flavor can hold, and
+  jobs asking 0 GPUs, are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from jobs.replay.metrics import Recorder
+from jobs.replay.spec import (
+    Quotas,
+    capacity,
+    demand_milli,
+    derive_quotas,
+    engine_nodes,
+    tenant_tree,
+)
+from jobs.replay.trace import TraceJob, TraceNode
+from jobs.scheduler import Engine, PriorityClass, QueuedJob, Snapshot
+
+EPOCH = 1_672_531_200.0  # 2023-01-01 UTC: trace time 0 on the engine's clock
+EXIT, START, FINISH, SUBMIT = 0, 1, 2, 3  # order of events applied in one batch
+
+
+@dataclass(frozen=True)
+class Options:
+    policy: str = "pooled"  # "pooled" | "static"
+    borrowing: bool = True  # pooled only; static never borrows
+    backfill: bool = True
+    fragmentation_aware: bool = True
+    coalesce: float = 1.0  # seconds
+    grace: float = 0.0  # seconds a victim keeps its GPUs after the preemption signal
+    checkpointing: bool = False
+    progress_every: float = 0.0  # wall seconds between progress lines on stderr (0: none)
+
+
+def repeat_jobs(jobs: Sequence[TraceJob], repeat: int = 1, scale: float = 1.0) -> list[TraceJob]:
+    """The trace ``repeat`` times back to back (copy k shifted by k × span, ids ``<id>#k``),
+    arrivals compressed by ``scale`` (submit times ÷ scale: ``scale`` 2 = twice the load)."""
+    if not jobs:
+        return []
+    start = min(j.submit_time for j in jobs)
+    span = max(j.submit_time for j in jobs) - start + 1.0
+    out = []
+    for k in range(repeat):
+        for j in jobs:
+            t = (j.submit_time + k * span) / scale
+            out.append(replace(j, job_id=j.job_id if k == 0 else f"{j.job_id}#{k}", submit_time=t))
+    return out
+
+
+def assign_flavors(jobs: Iterable[TraceJob], nodes: Sequence[TraceNode]) -> dict[str, str]:
+    cap = capacity(nodes)
+    biggest: dict[str, int] = defaultdict(int)
+    for n in nodes:
+        biggest[n.model] = max(biggest[n.model], n.gpus)
+    # requested milli-GPUs per flavor so far (NOT GPU-seconds: see the module docstring)
+    assigned: dict[str, int] = defaultdict(int)
+    out = {}
+    for j in jobs:
+        if j.num_gpus <= 0:
+            continue
+        ok = [f for f in sorted(cap) if biggest[f] >= j.num_gpus and cap[f] > 0]
+        d = demand_milli(j)
+        if j.gpu_types:
+            allowed = [f for f in ok if f in j.gpu_types]
+            if allowed:
+                f = max(allowed, key=lambda f: (cap[f], f))
+                assigned[f] += d
+                out[j.job_id] = f
+            continue
+        if ok:
+            f = min(ok, key=lambda f: ((assigned[f] + d) / cap[f], f))
+            assigned[f] += d
+            out[j.job_id] = f
+    return out
+
+
+def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quotas | None = None,
+             options: Options = Options(), engine_factory: Callable[..., Engine] = Engine) -> dict:
+    wall0 = time.perf_counter()
+    if options.policy not in ("pooled", "static"):
+        raise ValueError(f"unknown policy {options.policy!r}")
+    flavors = assign_flavors(jobs, nodes)
+    cap = capacity(nodes)
+    cpu_only = sum(1 for j in jobs if j.num_gpus <= 0)
+    runnable = [j for j in jobs if j.job_id in flavors]
+    horizon = max((j.submit_time + (j.duration or 0.0) for j in runnable), default=0.0)
+    if quotas is None:
+        quotas = derive_quotas(runnable, flavors, cap, horizon)
+    tree, limits = tenant_tree({j.tenant for j in runnable}, quotas)
+    project_quotas = {t: per for t, per in quotas.items()}
+    by_id = {j.job_id: j for j in runnable}
+    priorities = sorted({j.priority for j in runnable})
+    t_first = min((j.submit_time for j in runnable), default=0.0)
+    snap = Snapshot(_dt(t_first), engine_nodes(nodes), tree, limits,
+                    priority_classes=tuple(PriorityClass(str(p), p, True, math.ceil(options.grace))
+                                           for p in priorities))
+    borrowing = options.policy == "pooled" and options.borrowing
+    engine = engine_factory(snap, fragmentation_aware=options.fragmentation_aware,
+                            backfill=options.backfill, borrowing=borrowing)
+    rec = Recorder(project_quotas, cap)
+
+    heap: list[tuple[float, int, int, str, int]] = []
+    seq = 0
+    for j in runnable:
+        heap.append((j.submit_time, SUBMIT, seq, j.job_id, 0))
+        seq += 1
+    heapq.heapify(heap)
+    remaining = {j.job_id: j.duration for j in runnable}
+    token: dict[str, int] = defaultdict(int)  # invalidates the start/finish events of a victim
+    started: dict[str, float] = {}  # running jobs (GPUs held) -> start time
+    admitted_at: dict[str, float] = {}  # admitted jobs (incl. waiting for victims) -> cycle time
+    ends: dict[str, float] = {}
+    cycles = submitted = 0
+    total = len(runnable)
+    last_print = time.perf_counter()
+    t_end = t_first
+    last_submit = max((j.submit_time for j in runnable), default=0.0)
+
+    def push(t: float, kind: int, jid: str) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(heap, (t, kind, seq, jid, token[jid]))
+
+    def queued(jid: str) -> QueuedJob:
+        j = by_id[jid]
+        rem = remaining[jid]
+        shared = j.num_gpus == 1 and j.gpu_milli < 1000
+        return QueuedJob(jid, j.tenant, flavors[jid], _dt(j.submit_time), j.workers, None,
+                         j.num_gpus, j.gpu_milli if shared else None, j.priority, True,
+                         None if rem is None else max(1, math.ceil(rem)), False)
+
+    def begin(jid: str, t: float) -> None:
+        started[jid] = t
+        rec.started(jid, flavors[jid], demand_milli(by_id[jid]), t)
+        if remaining[jid] is not None:
+            ends[jid] = t + remaining[jid]
+            push(ends[jid], FINISH, jid)
+
+    while heap:
+        if rec.window is None and heap[0][0] > last_submit:
+            rec.mark_window(last_submit)
+        limit = heap[0][0] + options.coalesce
+        batch_t = heap[0][0]
+        finished, fresh, changed = [], [], False
+        while heap and heap[0][0] <= limit:
+            t, kind, _, jid, tok = heapq.heappop(heap)
+            if tok != token[jid]:
+                continue
+            batch_t = max(batch_t, t)
+            if kind == SUBMIT:
+                rec.submitted(jid, by_id[jid].tenant, t)
+                fresh.append(queued(jid))
+                submitted += 1
+            elif kind == START:
+                begin(jid, t)
+                continue
+            elif kind == FINISH:
+                rec.released(jid, t, finished=True)
+                del started[jid], admitted_at[jid], ends[jid]
+                finished.append(jid)
+            else:  # EXIT of a victim: free its GPUs, queue it again
+                if jid in started:
+                    ran = t - started.pop(jid)
+                    rec.released(jid, t, finished=False)
+                    if options.checkpointing and remaining[jid] is not None:
+                        remaining[jid] = max(0.0, remaining[jid] - ran)
+                ends.pop(jid, None)
+                admitted_at.pop(jid, None)
+                finished.append(jid)
+                fresh.append(queued(jid))
+            changed = True
+        t_end = max(t_end, batch_t)
+        if not changed:
+            continue
+        engine.finish(finished)
+        engine.submit(fresh)
+        result = engine.cycle(_dt(batch_t))
+        cycles += 1
+        for p in result.preemptions:
+            if p.worker is not None:
+                raise RuntimeError("replay jobs are not elastic; a grown worker was preempted")
+            rec.preempted()
+            v = p.victim_id
+            out = batch_t + options.grace
+            if v in ends and ends[v] <= out:
+                continue  # ends on its own within the grace period: a normal finish
+            token[v] += 1  # its pending start / finish no longer happens
+            push(out, EXIT, v)
+        for a in result.admissions:
+            admitted_at[a.job_id] = batch_t
+            if a.preempts and options.grace > 0:
+                push(batch_t + options.grace, START, a.job_id)
+            else:
+                begin(a.job_id, batch_t)
+        if options.progress_every and time.perf_counter() - last_print >= options.progress_every:
+            last_print = time.perf_counter()
+            print(f"replay: {100 * submitted / max(1, total):5.1f}% submitted, t={batch_t:,.0f}s, "
+                  f"running {len(started)}, queued {len(engine.state.pending)}, cycles {cycles}, "
+                  f"{last_print - wall0:.0f}s", file=sys.stderr, flush=True)
+
+    if rec.window is None:
+        rec.mark_window(max(last_submit, t_end))
+    out = rec.summary(t_end)
+    out.update({
+        "policy": options.policy,
+        "borrowing": borrowing,
+        "backfill": options.backfill,
+        "fragmentation_aware": options.fragmentation_aware,
+        "coalesce_s": options.coalesce,
+        "grace_s": options.grace,
+        "checkpointing": options.checkpointing,
+        "skipped_cpu_only": cpu_only,
+        "skipped_no_flavor": len(jobs) - cpu_only - len(runnable),
+        "nodes": len(nodes),
+        "gpus": sum(cap.values()) / 1000,
+        "cycles": cycles,
+        "wall_seconds": round(time.perf_counter() - wall0, 3),
+    })
+    return out
+
+
+def _dt(t: float) -> datetime:
+    return datetime.fromtimestamp(EPOCH + t, UTC)
+
+
+# -- loading (shared by the ``replay`` command and bench/replay.py) -----------------------
+ALIBABA_NODES = "openb_node_list_gpu_node.csv"
+ALIBABA_PODS = "openb_pod_list_default.csv"
+QOS_TENANT = {"LS": "LS", "Guaranteed": "LS", "BE": "BE", "Burstable": "BE"}
+
+
+def alibaba_paths(trace: str | None, alibaba_dir: str | None) -> tuple[str, str] | None:
+    """(pods csv, nodes csv) when the input is the Alibaba trace: ``--alibaba DIR`` (default
+    pod list there unless TRACE names one) or a TRACE named ``openb_pod_list_*.csv`` (nodes from
+    its folder)."""
+    from pathlib import Path
+
+    if trace and Path(trace).name.startswith("openb_pod_list_"):
+        base = Path(alibaba_dir) if alibaba_dir else Path(trace).parent
+        return str(trace), str(base / ALIBABA_NODES)
+    if alibaba_dir:
+        base = Path(alibaba_dir)
+        if not (base / ALIBABA_NODES).exists() and (base / "csv" / ALIBABA_NODES).exists():
+            base = base / "csv"
+        return str(trace or base / ALIBABA_PODS), str(base / ALIBABA_NODES)
+    return None
+
+
+def alibaba_jobs(pods_csv: str) -> list[TraceJob]:
+    """The GPU pods, the QoS class as the tenant: LS and Guaranteed → ``LS/default`` (online,
+    reserved), BE and Burstable → ``BE/default`` (batch, opportunistic)."""
+    from jobs.replay.alibaba import read_pods
+
+    out = []
+    for j in read_pods(pods_csv):
+        qos = j.tenant.split("/")[0]
+        out.append(replace(j, tenant=f"{QOS_TENANT.get(qos, qos)}/default"))
+    return out
+
+
+def load(trace: str | None = None, *, alibaba_dir: str | None = None, cluster: str | None = None
+         ) -> tuple[list[TraceJob], list[TraceNode], Quotas | None]:
+    from jobs.replay.csvtrace import read_trace
+    from jobs.replay.spec import load_spec
+
+    quotas = None
+    nodes: list[TraceNode] = []
+    ali = alibaba_paths(trace, alibaba_dir)
+    if ali:
+        from jobs.replay.alibaba import read_nodes
+
+        jobs = alibaba_jobs(ali[0])
+        nodes = read_nodes(ali[1])
+    elif trace:
+        jobs = read_trace(trace)
+    else:
+        raise ValueError("a trace CSV or --alibaba DIR is required")
+    if cluster:
+        nodes, quotas = load_spec(cluster)
+    if not nodes:
+        raise ValueError("no cluster: give --cluster SPEC.json (or use the Alibaba trace)")
+    return jobs, nodes, quotas

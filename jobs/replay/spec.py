@@ -1,0 +1,126 @@
+"""The pool and the tenants of a replay (pure: no Django).
+
+``SPEC.json`` (DESIGN §9)::
+
+    {"nodes": [{"flavor": "A100-80G", "count": 64, "gpus_per_node": 8,
+                "nodes_per_leaf": 16, "leaves_per_spine": 8}],
+     "quotas": {"dept/project": {"A100-80G": 128}}}
+
+Tenant paths create the department tree; a department's quota defaults to the sum of its
+children's. Without ``quotas`` (or for the Alibaba trace) quotas are *derived*: per flavor, each
+project's quota is proportional to its GPU demand (GPU-seconds requested in that flavor), in
+whole GPUs, summing exactly to the flavor's capacity (largest remainder).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from jobs.replay.trace import TraceJob, TraceNode
+from jobs.scheduler import Limits, Node, TreeNode
+
+Quotas = dict[str, dict[str, int]]  # tenant path -> flavor -> milli
+
+
+def load_spec(path: str | Path) -> tuple[list[TraceNode], Quotas | None]:
+    data = json.loads(Path(path).read_text())
+    nodes: list[TraceNode] = []
+    for group in data.get("nodes", ()):
+        flavor = group["flavor"]
+        for i in range(int(group.get("count", 1))):
+            nodes.append(TraceNode(f"{flavor}-{i:05d}", int(group["gpus_per_node"]), flavor,
+                                   int(group.get("nodes_per_leaf", 16)),
+                                   int(group.get("leaves_per_spine", 8))))
+    if not nodes:
+        raise ValueError(f"{path}: no nodes")
+    quotas = None
+    if data.get("quotas"):
+        quotas = {t: {f: round(float(g) * 1000) for f, g in per.items()}
+                  for t, per in data["quotas"].items()}
+    return nodes, quotas
+
+
+def engine_nodes(nodes: Sequence[TraceNode]) -> tuple[Node, ...]:
+    """Engine nodes, in leaves/spines numbered per flavor in list order."""
+    seen: dict[str, int] = defaultdict(int)
+    out = []
+    for n in nodes:
+        i = seen[n.model]
+        seen[n.model] += 1
+        leaf = i // max(1, n.nodes_per_leaf)
+        spine = leaf // max(1, n.leaves_per_spine)
+        out.append(Node(n.name, n.model, n.gpus, "z0", f"{n.model}-s{spine}", f"{n.model}-l{leaf}"))
+    return tuple(out)
+
+
+def capacity(nodes: Iterable[TraceNode]) -> dict[str, int]:
+    cap: dict[str, int] = defaultdict(int)
+    for n in nodes:
+        cap[n.model] += n.gpus * 1000
+    return dict(cap)
+
+
+def demand_milli(job: TraceJob) -> int:
+    """Milli-GPUs a job holds while it runs."""
+    per = job.gpu_milli if job.num_gpus == 1 and job.gpu_milli < 1000 else job.num_gpus * 1000
+    return per * job.workers
+
+
+def derive_quotas(jobs: Iterable[TraceJob], flavors: Mapping[str, str], cap: Mapping[str, int],
+                  horizon: float) -> Quotas:
+    """Quota ∝ GPU-seconds of demand per (tenant, flavor), summing to capacity. A job that
+    never ends counts until ``horizon``."""
+    demand: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for j in jobs:
+        f = flavors.get(j.job_id)
+        if f is None:
+            continue
+        dur = j.duration if j.duration is not None else max(0.0, horizon - j.submit_time)
+        demand[f][j.tenant] += demand_milli(j) * max(dur, 1.0)
+    out: Quotas = defaultdict(dict)
+    for f, per in demand.items():
+        total, c = sum(per.values()), cap.get(f, 0)
+        if total <= 0 or c <= 0:
+            continue
+        unit = 1000 if c % 1000 == 0 else 1  # whole GPUs when the capacity is
+        exact = {t: c // unit * d / total for t, d in per.items()}
+        base = {t: math.floor(x) for t, x in exact.items()}
+        rest = c // unit - sum(base.values())
+        for t in sorted(exact, key=lambda t: (base[t] - exact[t], t))[:rest]:
+            base[t] += 1
+        for t, q in base.items():
+            out[t][f] = q * unit
+    return dict(out)
+
+
+def tenant_tree(tenants: Iterable[str], quotas: Quotas
+                ) -> tuple[tuple[TreeNode, ...], dict[tuple[str, str], Limits]]:
+    """Tree nodes for the paths (``a/b`` → department ``a``, project ``a/b``; a one-part path
+    is a project under the root) and limits: projects their quota, departments the given one
+    or the sum of their children's. Borrow and lend limits are unset (policy decides)."""
+    nodes: dict[str, TreeNode] = {}
+    for t in sorted(set(tenants) | set(quotas)):
+        parts = t.split("/")
+        for k in range(1, len(parts) + 1):
+            path = "/".join(parts[:k])
+            parent = "/".join(parts[:k - 1]) or None
+            kind = "project" if k == len(parts) else "department"
+            if path not in nodes or kind == "department":
+                nodes[path] = TreeNode(path, parent, kind)
+    sums: dict[tuple[str, str], int] = defaultdict(int)
+    for t, per in quotas.items():
+        if nodes[t].kind != "project":
+            continue
+        for f, q in per.items():
+            node = nodes[t].parent_id
+            while node is not None:
+                sums[(node, f)] += q
+                node = nodes[node].parent_id
+    limits = {(t, f): Limits(q) for t, per in quotas.items() for f, q in per.items()}
+    for key, q in sums.items():
+        limits.setdefault(key, Limits(q))
+    return tuple(nodes[k] for k in sorted(nodes)), limits

@@ -1,0 +1,44 @@
+"""``manage.py replay`` parses its arguments and writes the §9 result keys (no database)."""
+
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+
+KEYS = {"jobs", "finished", "avg_queue_delay_s", "p50_queue_delay_s", "p95_queue_delay_s", "avg_jct_s",
+        "gpu_allocation_rate", "idle_quota_reuse_ratio", "preemptions", "makespan_s", "wall_seconds",
+        "tenants"}
+
+
+@pytest.fixture
+def files(tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("job_id,submit_time,duration,num_gpus,gpu_milli,gpu_type,tenant,kind,priority,workers\n"
+                     "j1,0,100,4,,,a/x,,,\nj2,10,50,2,,,b/y,,,\n")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"nodes": [{"flavor": "F", "count": 1, "gpus_per_node": 4}],
+                                "quotas": {"a/x": {"F": 2}, "b/y": {"F": 2}}}))
+    return trace, spec, tmp_path / "out.json"
+
+
+@pytest.mark.parametrize("policy, finished", [("pooled", 2), ("static", 1)])
+def test_replay_command_writes_result(files, policy, finished):
+    trace, spec, out = files
+    call_command("replay", str(trace), "--policy", policy, "--cluster", str(spec), "--out", str(out),
+                 "--quiet")
+    result = json.loads(out.read_text())
+    assert set(result) >= KEYS
+    assert result["policy"] == policy and result["finished"] == finished
+
+
+def test_replay_command_flags_and_errors(files):
+    trace, spec, out = files
+    call_command("replay", str(trace), "--cluster", str(spec), "--out", str(out), "--quiet",
+                 "--no-borrowing", "--no-backfill", "--plain-best-fit", "--repeat", "2", "--scale", "2")
+    result = json.loads(out.read_text())
+    assert (result["borrowing"], result["backfill"], result["fragmentation_aware"]) == (False, False, False)
+    assert result["jobs"] == 4 and result["repeat"] == 2
+    with pytest.raises(CommandError, match="cluster"):
+        call_command("replay", str(trace), "--quiet")
+    with pytest.raises(CommandError):
+        call_command("replay", str(trace.parent / "missing.csv"), "--cluster", str(spec), "--quiet")

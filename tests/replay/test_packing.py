@@ -1,0 +1,127 @@
+"""Packing mode: FGD scoring by hand, FGD vs best fit, and that packing runs the production
+placement code (jobs.placement) on engine pools."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import jobs.placement as placement
+from jobs.engine.model import Node
+from jobs.engine.pool import Pool
+from jobs.placement import frag_amount, plan, plan_fgd
+from jobs.replay import packing
+from jobs.replay.alibaba import NodeRow, PodRow
+
+TRACE = Path("/work/shared/traces/alibaba-gpu-v2023")
+
+
+def _pod(k: int, g: int, m: int, cpu: int = 1000) -> PodRow:
+    return PodRow(f"p{k}", cpu, 1000, g, m, (), "LS", "Running", 0.0, 1.0)
+
+
+def _nodes(*gpus: int, cpu: int = 64000) -> list[NodeRow]:
+    return [NodeRow(f"n{i}", cpu, 1 << 20, g, "A") for i, g in enumerate(gpus)]
+
+
+TYPICAL = [(0.8, 1, 1000, None), (0.2, 1, 500, None)]
+
+
+def test_frag_amount_by_hand():
+    # whole-GPU shape: the 600 left on GPU 1 is unusable (0.8 * 600); the 500 shape fits both
+    assert frag_amount([1000, 600], TYPICAL) == pytest.approx(480)
+    assert frag_amount([1000, 1000], TYPICAL) == 0
+    # no whole GPU left: all 1100 is fragment for the whole shape; the 500 shape fits
+    assert frag_amount([500, 600], TYPICAL) == pytest.approx(880)
+    assert frag_amount([1000, 100], TYPICAL) == pytest.approx(0.8 * 100 + 0.2 * 100)
+    # a side resource that blocks a shape makes all free milli fragment for it
+    assert frag_amount([1000, 1000], TYPICAL, side=0, host_ok=lambda s, t: False) == pytest.approx(2000)
+
+
+def test_plan_fgd_two_nodes_by_hand():
+    pool = Pool("A", [Node("a", "A", 2), Node("b", "A", 2)])
+    pool.occupy(0, 1, 400)  # node a: [1000, 600] free, frag 480; node b: [1000, 1000], frag 0
+    # 500 milli: a/GPU0 -> [500, 600] = 880 (+400); a/GPU1 -> [1000, 100] = 100 (-380);
+    # b/GPU0 -> [500, 1000] = 400 (+400). FGD takes a/GPU1.
+    delta, chosen = plan_fgd(pool, 1, 500, typical=TYPICAL)
+    assert delta == pytest.approx(-380)
+    assert chosen == [((0, 1, 500),)]
+    assert plan(pool, 1, 500, typical=TYPICAL) == chosen
+    # a whole GPU: a -> [0, 600] = 0.8*600 + 0 = 480 (+0); b -> [0, 1000] = 0 (+0): a tie, pool order
+    delta, chosen = plan_fgd(pool, 1, 1000, typical=TYPICAL)
+    assert delta == pytest.approx(0) and chosen == [((0, 0, 1000),)]
+    # a 700 shape cannot use a's 600 either: 0.5 * 600 for each shape
+    assert frag_amount([1000, 600], [(0.5, 1, 1000, None), (0.5, 1, 700, None)]) == pytest.approx(600)
+    assert pool.used == [[0, 400], [0, 0]]  # planning never mutates the pool
+    assert plan_fgd(pool, 1, 1000, typical=TYPICAL, side=lambda i: None) is None
+
+
+def test_plan_fgd_gang_is_all_or_nothing():
+    pool = Pool("A", [Node("a", "A", 2), Node("b", "A", 2)])
+    found = plan_fgd(pool, 2, 2000, typical=[(1.0, 2, 1000, None)])
+    assert found is not None and {w[0][0] for w in found[1]} == {0, 1}
+    assert plan_fgd(pool, 3, 2000, typical=[(1.0, 2, 1000, None)]) is None
+    assert pool.used == [[0, 0], [0, 0]]
+
+
+def test_fgd_beats_best_fit_on_a_small_cluster():
+    nodes = _nodes(2, 4)
+    pods = [_pod(0, 1, 300), _pod(1, 1, 500), _pod(2, 1, 700)]
+    res = {p: packing.simulate(nodes, pods, policy=p, seed=None)["allocation_at_100pct"]
+           for p in ("fgd", "bestfit", "ours")}
+    assert res["fgd"] == 100.0
+    assert res["fgd"] > res["bestfit"] and res["fgd"] > res["ours"]
+
+
+def test_placement_flag_changes_packing():
+    nodes = _nodes(4, 4, 4)
+    pods = [_pod(0, 2, 1000), _pod(1, 2, 1000), _pod(2, 1, 300), _pod(3, 1, 700), _pod(4, 1, 500),
+            _pod(5, 1, 700)]
+    plain = packing.simulate(nodes, pods, policy="bestfit", seed=None)["allocation_at_100pct"]
+    aware = packing.simulate(nodes, pods, policy="ours", seed=None)["allocation_at_100pct"]
+    assert plain != aware
+
+
+def test_packing_calls_the_production_placement(monkeypatch):
+    nodes = _nodes(2, 2)
+    pods = [_pod(0, 1, 500), _pod(1, 1, 1000)]
+    before = packing.simulate(nodes, pods, policy="ours", seed=None)
+    assert before["allocation_at_100pct"] == 100.0
+    monkeypatch.setattr(placement, "_plan_shared", lambda pool, milli, frag: None)
+    after = packing.simulate(nodes, pods, policy="ours", seed=None)
+    assert after["allocation_at_100pct"] < 100.0 and after["failed"] > 0
+
+
+def test_cpu_blocks_a_node():
+    nodes = [NodeRow("small", 2000, 1 << 20, 2, "A"), NodeRow("big", 64000, 1 << 20, 2, "A")]
+    pods = [_pod(0, 1, 1000, cpu=4000), _pod(1, 1, 1000, cpu=4000), _pod(2, 1, 1000, cpu=4000)]
+    for policy in packing.POLICIES:
+        res = packing.simulate(nodes, pods, policy=policy, seed=None)
+        assert res["allocation_at_100pct"] == 50.0, policy  # only "big" can host them
+    free = packing.simulate(nodes, pods, policy="bestfit", seed=None, cpu_mem=False)
+    assert free["allocation_at_100pct"] == 100.0
+
+
+def test_gpu_spec_restricts_models():
+    nodes = [NodeRow("a", 64000, 1 << 20, 2, "T4"), NodeRow("b", 64000, 1 << 20, 2, "V100")]
+    pods = [PodRow(f"p{k}", 1000, 1000, 1, 1000, ("V100",), "LS", "", None, None) for k in range(4)]
+    for policy in packing.POLICIES:
+        res = packing.simulate(nodes, pods, policy=policy, seed=None)
+        assert res["allocation_at_100pct"] == 50.0, policy
+
+
+def test_unknown_policy():
+    with pytest.raises(ValueError):
+        packing.simulate(_nodes(2), [_pod(0, 1, 1000)], policy="nope")
+
+
+@pytest.mark.skipif(not TRACE.exists(), reason="openb trace not present")
+def test_published_table_and_random_policy_on_the_real_trace():
+    pub = packing.published()
+    assert pub["FGD"]["mean"] == 95.23 and pub["BestFit"]["mean"] == 92.86 and pub["Random"]["mean"] == 86.3
+    res = packing.run(TRACE / "csv/openb_pod_list_default.csv", TRACE / "csv/openb_node_list_gpu_node.csv",
+                      policy="random", seeds=[42])
+    assert (res["nodes"], res["gpus"], res["pods"], res["gpu_pods"]) == (1213, 6212, 8152, 7064)
+    assert 84 < res["allocation_at_100pct"] < 89
+    assert res["published"]["FGD"]["mean"] == 95.23

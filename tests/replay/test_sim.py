@@ -1,0 +1,179 @@
+"""The dynamic replay (issue 7): metrics on a hand-checked trace, the production engine in the
+loop, pooled vs static. Pure: no database."""
+
+import json
+
+import pytest
+
+from jobs.replay import sim
+from jobs.replay.csvtrace import TraceError, read_trace
+from jobs.replay.metrics import percentile
+from jobs.replay.sim import Options, assign_flavors, repeat_jobs, simulate
+from jobs.replay.spec import derive_quotas, load_spec, tenant_tree
+from jobs.replay.trace import TraceJob, TraceNode
+
+F = "F"
+ONE_NODE = [TraceNode("n0", 4, F)]
+HALF = {"a/x": {F: 2000}, "b/y": {F: 2000}}  # C = 4 GPUs, quota 2 each
+
+
+def hand_trace():
+    # j1 (a/x) borrows b's idle quota: 4 GPUs at t=0 for 100 s. j2 (b/y) wants its 2 GPUs
+    # back at t=10 for 50 s: in quota → reclaims j1 (grace 0), which waits and restarts at 60.
+    return [TraceJob("j1", 0, 100, 4, tenant="a/x"), TraceJob("j2", 10, 50, 2, tenant="b/y")]
+
+
+def test_pooled_metrics_by_hand():
+    r = simulate(hand_trace(), ONE_NODE, HALF, Options(policy="pooled"))
+    assert (r["jobs"], r["finished"], r["never_started"], r["preemptions"]) == (2, 2, 0, 1)
+    # delays: j1 0 + (60 − 10) = 50 (restarts after j2), j2 0
+    assert r["avg_queue_delay_s"] == 25
+    assert (r["p50_queue_delay_s"], r["p95_queue_delay_s"]) == (0, 50)  # nearest rank
+    assert r["avg_jct_s"] == (160 + 50) / 2  # j1 ends 60 + 100 (restart from zero)
+    assert r["makespan_s"] == 160
+    # allocated: j1 4×10 + j2 2×50 + j1 4×100 = 540 GPU-s of 4 × 160
+    assert r["gpu_allocation_rate"] == pytest.approx(540 / 640)
+    # idle quota: b 2×10, a 2×50, b 2×100 = 320; used beyond quota: a 2×10 + a 2×100 = 220
+    assert r["idle_quota_gpu_s"] == pytest.approx(320)
+    assert r["borrowed_gpu_s"] == pytest.approx(220)
+    assert r["idle_quota_reuse_ratio"] == pytest.approx(220 / 320)
+    assert r["tenants"]["a/x"]["gpu_hours"] == pytest.approx(440 / 3600)
+    assert r["tenants"]["b/y"] == {"jobs": 1, "finished": 1, "avg_queue_delay_s": 0, "p95_queue_delay_s": 0,
+                                   "avg_jct_s": 50, "gpu_hours": pytest.approx(100 / 3600),
+                                   "quota_gpus": {F: 2.0}}
+
+
+def test_static_metrics_by_hand():
+    r = simulate(hand_trace(), ONE_NODE, HALF, Options(policy="static"))
+    # j1 (4 GPUs) exceeds a's quota of 2 and never runs; j2 runs 10..60.
+    assert (r["jobs"], r["finished"], r["never_started"], r["preemptions"]) == (2, 1, 1, 0)
+    assert r["avg_queue_delay_s"] == 0
+    assert r["makespan_s"] == 60
+    assert r["gpu_allocation_rate"] == pytest.approx(100 / (4 * 60))
+    assert r["idle_quota_gpu_s"] == pytest.approx(2 * 10 + 2 * 60)  # b idle 0..10, a idle 0..60
+    assert r["idle_quota_reuse_ratio"] == 0
+
+
+def test_no_borrowing_flag_is_static():
+    pooled_off = simulate(hand_trace(), ONE_NODE, HALF, Options(policy="pooled", borrowing=False))
+    static = simulate(hand_trace(), ONE_NODE, HALF, Options(policy="static"))
+    for key in ("finished", "never_started", "avg_queue_delay_s", "gpu_allocation_rate", "makespan_s"):
+        assert pooled_off[key] == static[key]
+
+
+def test_grace_and_checkpointing():
+    r = simulate(hand_trace(), ONE_NODE, HALF, Options(grace=5, checkpointing=True))
+    # j1 signalled at 10, exits at 15 having run 15 s (85 left); j2 starts at 15, ends 65;
+    # j1 resumes at 65 and ends at 150.
+    assert r["preemptions"] == 1
+    assert r["tenants"]["b/y"]["avg_queue_delay_s"] == 5
+    assert r["tenants"]["a/x"]["avg_queue_delay_s"] == 50
+    assert r["makespan_s"] == 150
+    assert r["gpu_allocation_rate"] == pytest.approx((4 * 15 + 2 * 50 + 4 * 85) / (4 * 150))
+
+
+def two_tenant_trace():
+    # a submits a burst of 1-GPU jobs; b (same quota) is idle early and busy late.
+    jobs = [TraceJob(f"a{i}", i, 100, 1, tenant="a/x") for i in range(24)]
+    jobs += [TraceJob(f"b{i}", 400 + i, 100, 1, tenant="b/y") for i in range(24)]
+    return jobs
+
+
+def test_pooled_queues_less_than_static():
+    nodes = [TraceNode("n0", 8, F), TraceNode("n1", 8, F)]
+    quotas = {"a/x": {F: 8000}, "b/y": {F: 8000}}
+    pooled = simulate(two_tenant_trace(), nodes, quotas, Options(policy="pooled"))
+    static = simulate(two_tenant_trace(), nodes, quotas, Options(policy="static"))
+    assert pooled["finished"] == static["finished"] == 48
+    assert pooled["avg_queue_delay_s"] < 0.5 * static["avg_queue_delay_s"]
+    assert pooled["idle_quota_reuse_ratio"] > 0 == static["idle_quota_reuse_ratio"]
+    assert pooled["makespan_s"] < static["makespan_s"]
+
+
+def test_replay_runs_the_production_engine(monkeypatch):
+    """A rule changed in the engine changes the replay: rule 4 made to hold back every idle
+    GPU (lend limit 0 everywhere) → pooled behaves like static (j1 can never borrow)."""
+    from quotas.admission import INF, Ledger
+
+    monkeypatch.setattr(Ledger, "sibling_hold", lambda self, path: INF)
+    r = simulate(hand_trace(), ONE_NODE, HALF, Options(policy="pooled"))
+    assert (r["never_started"], r["preemptions"], r["idle_quota_reuse_ratio"]) == (1, 0, 0)
+
+
+def test_engine_flags_reach_the_engine():
+    seen = []
+
+    def factory(snap, **kw):
+        seen.append(kw)
+        return sim.Engine(snap, **kw)
+
+    simulate(hand_trace(), ONE_NODE, HALF,
+             Options(policy="pooled", backfill=False, fragmentation_aware=False), engine_factory=factory)
+    simulate(hand_trace(), ONE_NODE, HALF, Options(policy="static"), engine_factory=factory)
+    assert seen == [{"fragmentation_aware": False, "backfill": False, "borrowing": True},
+                    {"fragmentation_aware": True, "backfill": True, "borrowing": False}]
+
+
+def test_coalescing_runs_one_cycle_per_window():
+    jobs = [TraceJob(f"j{i}", i * 0.1, 10, 1, tenant="a/x") for i in range(5)]
+    r = simulate(jobs, ONE_NODE, {"a/x": {F: 4000}}, Options(coalesce=1.0))
+    fine = simulate(jobs, ONE_NODE, {"a/x": {F: 4000}}, Options(coalesce=0.0))
+    assert r["cycles"] < fine["cycles"]
+    assert r["finished"] == fine["finished"] == 5
+
+
+def test_derived_quotas_sum_to_capacity_and_follow_demand():
+    jobs = [TraceJob("a", 0, 300, 1, tenant="t/a"), TraceJob("b", 0, 100, 1, tenant="t/b"),
+            TraceJob("c", 0, 100, 1, gpu_types=("G",), tenant="t/c")]
+    nodes = [TraceNode("n0", 8, F), TraceNode("n1", 2, "G")]
+    flavors = assign_flavors(jobs, nodes)
+    assert flavors == {"a": F, "b": F, "c": "G"}
+    q = derive_quotas(jobs, flavors, {F: 8000, "G": 2000}, 300)
+    assert q == {"t/a": {F: 6000}, "t/b": {F: 2000}, "t/c": {"G": 2000}}
+    tree, limits = tenant_tree(["t/a", "t/b", "t/c"], q)
+    assert [(n.id, n.parent_id, n.kind) for n in tree] == [
+        ("t", None, "department"), ("t/a", "t", "project"), ("t/b", "t", "project"), ("t/c", "t", "project")]
+    assert limits[("t", F)].quota == 8000 and limits[("t", "G")].quota == 2000
+
+
+def test_assign_flavors_spreads_unconstrained_by_capacity_and_skips_impossible():
+    nodes = [TraceNode("big", 8, "A"), TraceNode("s0", 2, "B"), TraceNode("s1", 2, "B")]
+    jobs = [TraceJob(f"j{i}", i, 10, 1) for i in range(12)]
+    jobs += [TraceJob("gang", 0, 10, 8), TraceJob("nowhere", 0, 10, 16), TraceJob("cpu", 0, 10, 0)]
+    got = assign_flavors(jobs, nodes)
+    spread = [got[f"j{i}"] for i in range(12)]
+    assert spread.count("A") == 8 and spread.count("B") == 4  # ∝ capacity 8 : 4
+    assert got["gang"] == "A" and "nowhere" not in got and "cpu" not in got
+
+
+def test_repeat_and_scale():
+    jobs = [TraceJob("a", 0, 5, 1), TraceJob("b", 9, 5, 1)]
+    out = repeat_jobs(jobs, 2, 2.0)
+    assert [(j.job_id, j.submit_time) for j in out] == [("a", 0), ("b", 4.5), ("a#1", 5), ("b#1", 9.5)]
+
+
+def test_percentile_nearest_rank():
+    assert percentile([], 50) == 0
+    assert percentile([3, 1, 2, 4], 50) == 2
+    assert percentile(list(range(1, 101)), 95) == 95
+
+
+def test_csv_and_spec_files(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_time,duration,num_gpus,gpu_milli,gpu_type,tenant,kind,priority,workers\n"
+                     "j1,0,100,4,,,a/x,,,\n"
+                     "j2,10,50,2,,A|B,b/y,inference,200,1\n"
+                     "j3,20,,1,500,,,,,\n")
+    jobs = read_trace(trace)
+    assert jobs[0] == TraceJob("j1", 0, 100, 4, tenant="a/x")
+    assert jobs[1].gpu_types == ("A", "B") and jobs[1].priority == 200 and jobs[1].kind == "inference"
+    assert jobs[2].duration is None and jobs[2].gpu_milli == 500 and jobs[2].tenant == "default/default"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("job_id,submit_time,num_gpus\nj1,zero,1\n")
+    with pytest.raises(TraceError, match="line 2"):
+        read_trace(bad)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"nodes": [{"flavor": F, "count": 2, "gpus_per_node": 2}],
+                                "quotas": {"a/x": {F: 2}, "b/y": {F: 2}}}))
+    nodes, quotas = load_spec(spec)
+    assert [n.gpus for n in nodes] == [2, 2] and quotas == HALF
