@@ -2,6 +2,7 @@
 
     python bench/replay.py                    # Alibaba 2023 default trace × 15 (105,960 jobs), pooled
     python bench/replay.py --repeat 2 --policy static --scale 1
+    python bench/replay.py --repeat 1 --start 10013436 --overlay 10 --scale 100 --tenants hash:8   # loaded
 
 The dynamic replay of :mod:`jobs.replay.sim` on the production engine, without Django:
 ``jobs`` replayed, ``wall_seconds`` (loading, replay and metrics), and the result metrics
@@ -29,12 +30,16 @@ def main() -> None:
     ap.add_argument("--trace", help="openb_pod_list_*.csv (default: the default pod list)")
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--tenants", default="trace", help="trace (QoS class) | hash:N | shape:N")
+    ap.add_argument("--start", type=float, default=None, help="warm start at this trace time (s)")
+    ap.add_argument("--overlay", type=int, default=1, help="N copies over the same window")
     ap.add_argument("--policy", choices=("pooled", "static"), default="pooled")
     ap.add_argument("--profile", action="store_true", help="cProfile, top functions to stderr")
     args = ap.parse_args()
     t0 = time.perf_counter()
     jobs, nodes, quotas = sim.load(args.trace, alibaba_dir=args.alibaba)
-    jobs = sim.repeat_jobs(jobs, args.repeat, args.scale)
+    jobs = sim.prepare(jobs, tenants=args.tenants, start=args.start, overlay=args.overlay,
+                       repeat=args.repeat, scale=args.scale)
     options = sim.Options(policy=args.policy, progress_every=5.0)
     if args.profile:
         import cProfile
@@ -46,7 +51,9 @@ def main() -> None:
     else:
         result = sim.simulate(jobs, nodes, quotas, options)
     result.pop("tenants")
-    result.update({"repeat": args.repeat, "scale": args.scale, "replay_wall_seconds": result["wall_seconds"],
+    result.update({"repeat": args.repeat, "scale": args.scale, "tenant_split": args.tenants,
+                   "start": args.start, "overlay": args.overlay,
+                   "replay_wall_seconds": result["wall_seconds"],
                    "wall_seconds": round(time.perf_counter() - t0, 3)})
     print(json.dumps(result))
 

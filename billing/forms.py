@@ -94,3 +94,97 @@ class BudgetForm(forms.Form):
         raw = self.cleaned_data["owner"]
         pk = int(raw[1:])
         return {"department": self.departments[pk]} if raw[0] == "d" else {"project": self.projects[pk]}
+
+
+class WhatIfForm(forms.Form):
+    """策略推演: a past month and one policy change (``billing.whatif``). Platform admins only,
+    so every department and active flavor is offered."""
+
+    CHANGE_CHOICES = [
+        ("lend", _("Lend part of a department's quota during some hours")),
+        ("overcommit", _("Raise a department's overcommit ratio for a flavor")),
+        ("no_backfill", _("Turn backfill off")),
+        ("no_borrowing", _("Turn borrowing off (static quotas)")),
+    ]
+    MODE_CHOICES = [
+        ("lend_limit", _("raise its lend limit to X percent of its quota")),
+        ("quota", _("lower its quota by X percent")),
+    ]
+
+    month = forms.CharField(
+        label=_("Month"),
+        max_length=7,
+        widget=forms.TextInput(attrs={"placeholder": "YYYY-MM", "pattern": r"\d{4}-\d{2}", "size": 8}),
+    )
+    change = forms.ChoiceField(label=_("Policy change"), choices=CHANGE_CHOICES, widget=forms.RadioSelect)
+    department = forms.ModelChoiceField(
+        label=_("Department"), queryset=Department.objects.none(), required=False
+    )
+    flavor = forms.ModelChoiceField(
+        label=_("Flavor"), queryset=Flavor.objects.none(), required=False, empty_label=_("All")
+    )
+    percent = forms.DecimalField(
+        label=_("X (%)"), min_value=1, max_value=100, max_digits=5, decimal_places=2, required=False
+    )
+    mode = forms.ChoiceField(label=_("How"), choices=MODE_CHOICES, required=False)
+    start = forms.TimeField(label=_("From (HH:MM)"), required=False, widget=forms.TimeInput(format="%H:%M"))
+    end = forms.TimeField(label=_("Until (HH:MM)"), required=False, widget=forms.TimeInput(format="%H:%M"))
+    ratio = forms.DecimalField(
+        label=_("Overcommit ratio R"),
+        min_value=1,
+        max_value=10,
+        max_digits=5,
+        decimal_places=2,
+        required=False,
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["department"].queryset = Department.objects.order_by("code")
+        self.fields["flavor"].queryset = Flavor.objects.filter(active=True).order_by("name")
+
+    def clean_month(self) -> date:
+        raw = self.cleaned_data.get("month") or ""
+        try:
+            month = parse_month(raw)
+        except ValueError:
+            raise ValidationError(
+                _("%(value)s is not a month: use YYYY-MM, e.g. 2026-11."), params={"value": raw[:20]}
+            ) from None
+        if month > this_month():
+            raise ValidationError(_("Pick a past month (or this one): the future has no jobs yet."))
+        return month
+
+    def clean(self):
+        data = super().clean()
+        change = data.get("change")
+        needed = {
+            "lend": ("department", "percent", "start", "end"),
+            "overcommit": ("department", "flavor", "ratio"),
+        }
+        for name in needed.get(change, ()):
+            if data.get(name) in (None, "") and name not in self.errors:
+                self.add_error(name, _("This field is required for this policy change."))
+        if change == "lend" and data.get("start") and data.get("start") == data.get("end"):
+            self.add_error("end", _("The window must not start and end at the same time."))
+        return data
+
+    def params(self) -> dict:
+        """The JSON-safe parameters ``billing.whatif.apply_change`` reads."""
+        data, change = self.cleaned_data, self.cleaned_data["change"]
+        if change == "lend":
+            return {
+                "department": data["department"].pk,
+                "flavor": data["flavor"].pk if data.get("flavor") else None,
+                "percent": str(data["percent"]),
+                "mode": data.get("mode") or "lend_limit",
+                "start": data["start"].strftime("%H:%M"),
+                "end": data["end"].strftime("%H:%M"),
+            }
+        if change == "overcommit":
+            return {
+                "department": data["department"].pk,
+                "flavor": data["flavor"].pk,
+                "ratio": str(data["ratio"]),
+            }
+        return {}

@@ -297,3 +297,43 @@ class BudgetAlert(models.Model):
 
     def __str__(self):
         return f"{self.budget_id} {self.month:%Y-%m} ≥ {self.threshold} %"
+
+
+class WhatIfState(models.TextChoices):
+    QUEUED = "queued", _("Queued")
+    RUNNING = "running", _("Running")
+    DONE = "done", _("Done")
+    FAILED = "failed", _("Failed")
+
+
+class WhatIfChange(models.TextChoices):
+    LEND = "lend", _("Lend quota during some hours")
+    OVERCOMMIT = "overcommit", _("Raise an overcommit ratio")
+    NO_BACKFILL = "no_backfill", _("Backfill off")
+    NO_BORROWING = "no_borrowing", _("Borrowing off")
+
+
+class WhatIfRun(models.Model):
+    """策略推演: one what-if — a past month's jobs replayed twice (current configuration, then
+    with ``change``) by ``billing.whatif``; the page polls ``progress`` until ``state`` is done."""
+
+    created_by = models.ForeignKey(User, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    month = models.DateField()  # first day of the replayed site-zone month
+    change = models.CharField(max_length=20, choices=WhatIfChange.choices)
+    params = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=10, choices=WhatIfState.choices, default=WhatIfState.QUEUED)
+    progress = models.PositiveSmallIntegerField(default=0)  # percent
+    step = models.CharField(max_length=200, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name = _("what-if run")
+        verbose_name_plural = _("what-if runs")
+
+    def __str__(self):
+        return f"what-if #{self.pk} {self.month:%Y-%m} {self.change} ({self.state})"

@@ -23,3 +23,12 @@ def budget_alerts() -> int:
     from .budgets import budget_alerts_run
 
     return len(budget_alerts_run())
+
+
+@shared_task(name="billing.what_if", ignore_result=True)
+def what_if(run_id: int) -> str:
+    """Replay a month twice for a what-if (``billing.whatif.execute``: claims the run first, so
+    a second delivery of the same id does nothing)."""
+    from .whatif import execute
+
+    return execute(run_id)

@@ -13,4 +13,7 @@ urlpatterns = [
     ),
     path("billing/budgets/", views.budget_list, name="billing-budgets"),
     path("billing/budgets/<int:pk>/delete/", views.budget_remove, name="billing-budget-delete"),
+    path("what-if/", views.what_if, name="what-if"),
+    path("what-if/<int:pk>/", views.what_if_run, name="what-if-run"),
+    path("what-if/<int:pk>/progress/", views.what_if_progress, name="what-if-progress"),
 ]

@@ -20,12 +20,14 @@ from portal.selectors import get_visible, scope_for
 from quotas.models import Flavor
 from quotas.selectors import visible_quota_nodes
 
-from . import charts, exports, reports, selectors
+from . import charts, exports, reports, selectors, tasks
 from .budgets import budget_delete, budget_set, budget_statuses, can_set_budget, visible_budgets
-from .forms import BudgetForm, ReportFilterForm, this_month
+from .forms import BudgetForm, ReportFilterForm, WhatIfForm, this_month
 from .meter import meter_state
-from .models import StatementState
-from .periods import month_label
+from .models import StatementState, WhatIfRun, WhatIfState
+from .periods import month_label, previous_month
+from .whatif import charts as whatif_charts
+from .whatif import describe as whatif_describe
 
 STATEMENTS_PAGE_SIZE = 50
 
@@ -272,3 +274,58 @@ def budget_remove(request, pk: int):
     else:
         messages.success(request, _("The budget of %(owner)s was deleted.") % {"owner": name})
     return redirect("billing-budgets")
+
+
+# --- what-if (策略推演) ---------------------------------------------------------------------------
+
+WHATIF_RUNS_SHOWN = 20
+
+
+def _platform_admin(request) -> None:
+    """The what-if pages exist only for platform admins; anyone else gets 404."""
+    if not scope_for(request.user).platform_admin:
+        raise Http404
+
+
+@login_required
+def what_if(request):
+    """The form (a past month, one policy change) and the recent runs; a valid POST writes a
+    ``WhatIfRun`` and queues ``billing.what_if`` after the commit."""
+    _platform_admin(request)
+    form = WhatIfForm(request.POST or None, initial={"month": month_label(previous_month(this_month()))})
+    if request.method == "POST" and form.is_valid():
+        with transaction.atomic():
+            run = WhatIfRun.objects.create(
+                created_by=request.user,
+                month=form.cleaned_data["month"],
+                change=form.cleaned_data["change"],
+                params=form.params(),
+            )
+            transaction.on_commit(lambda: tasks.what_if.delay(run.pk), robust=True)
+        return redirect("what-if-run", pk=run.pk)
+    runs = WhatIfRun.objects.select_related("created_by")[:WHATIF_RUNS_SHOWN]
+    return render(request, "billing/whatif.html", {"form": form, "runs": runs})
+
+
+def _what_if_context(run: WhatIfRun) -> dict:
+    context = {"run": run, "done": run.state == WhatIfState.DONE, "charts": [],
+               "describe": whatif_describe(run)}
+    if context["done"] and run.result:
+        context.update(whatif_charts(run.result, settings.GPUPOOL["CURRENCY"]))
+    return context
+
+
+@login_required
+def what_if_run(request, pk: int):
+    _platform_admin(request)
+    run = get_visible(WhatIfRun.objects.all(), pk=pk)
+    return render(request, "billing/whatif_run.html", _what_if_context(run))
+
+
+@login_required
+def what_if_progress(request, pk: int):
+    """The progress fragment the run page polls every 2 s (htmx) until the run is over; then
+    it carries the results and stops polling."""
+    _platform_admin(request)
+    run = get_visible(WhatIfRun.objects.all(), pk=pk)
+    return render(request, "billing/whatif_progress.html", _what_if_context(run))

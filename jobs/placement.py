@@ -29,12 +29,13 @@ Rules:
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, insort
 
 from jobs.engine.pool import FULL, Pool
 
-__all__ = ["FULL", "Pool", "commit", "frag_amount", "plan", "plan_at", "plan_fgd", "plan_fits", "plan_grow",
-           "uncommit"]
+__all__ = ["FULL", "Pool", "commit", "fgd_score", "frag_amount", "plan", "plan_at", "plan_fgd", "plan_fits",
+           "plan_grow", "uncommit"]
 
 Plan = list[tuple[tuple[int, int, int], ...]]
 
@@ -353,7 +354,7 @@ def frag_amount(free, typical, side=None, host_ok=None) -> float:
 
 
 def plan_fgd(pool: Pool, workers: int, milli: int, *, typical, side=None, host_ok=None,
-             cache: dict | None = None) -> tuple[float, Plan] | None:
+             cache: dict | None = None, rng=None) -> tuple[float, Plan] | None:
     """FGD placement: ``(fragmentation increase, plan)`` or ``None`` when nothing fits.
 
     Each worker in turn goes to the node and GPUs whose fragmentation (:func:`frag_amount`)
@@ -363,6 +364,12 @@ def plan_fgd(pool: Pool, workers: int, milli: int, *, typical, side=None, host_o
     before / after hosting one worker (e.g. CPU left), or ``None`` when the node cannot host
     it; ``host_ok(state, tag)`` says whether a typical shape fits that state. ``cache`` (a
     dict the caller keeps for one ``typical``) memoises fragmentation per node state.
+
+    ``rng`` given (a ``random.Random``): the paper simulator's rule instead (its ``fgd_score.go``):
+    each node scores ``int(100 * sigmoid(-increase / 1000))`` (:func:`fgd_score`), the node goes
+    uniformly at random among the best-scoring nodes (kube-scheduler's ``selectHost``), and a
+    shared request takes the first GPU (by index) with the node's best score. The result is then
+    ``(-score, plan)`` and ``plan_fgd.ties`` holds how many nodes tied (to merge several pools).
     """
     if workers <= 0 or milli <= 0 or (milli < FULL and workers != 1) or (milli > FULL and milli % FULL):
         return None
@@ -372,8 +379,9 @@ def plan_fgd(pool: Pool, workers: int, milli: int, *, typical, side=None, host_o
     m = min(milli, FULL)
     placement: Plan = []
     total = 0.0
+    plan_fgd.ties = 0
     for _ in range(workers):
-        best = _fgd_worker(pool, g, m, typical, side, host_ok, cache)
+        best = _fgd_worker(pool, g, m, typical, side, host_ok, cache, rng)
         if best is None:
             uncommit(pool, placement)
             return None
@@ -392,7 +400,16 @@ def _frag_cached(free, state, typical, host_ok, cache) -> float:
     return hit
 
 
-def _fgd_worker(pool: Pool, g: int, m: int, typical, side, host_ok, cache):
+def fgd_score(increase: float) -> int:
+    """The paper simulator's FGD node score (0-100): ``int(100 * sigmoid(-increase / 1000))``
+    with ``increase`` in milli-GPU; 50 when fragmentation does not change, so increases that
+    differ by less than ~40 milli often score the same."""
+    return int(100.0 / (1.0 + math.exp(increase / 1000.0)))
+
+
+def _fgd_worker(pool: Pool, g: int, m: int, typical, side, host_ok, cache, rng=None):
+    if rng is not None:
+        return _fgd_worker_sim(pool, g, m, typical, side, host_ok, cache, rng)
     best = None
     used, free_whole = pool.used, pool.free
     for i, row in enumerate(used):
@@ -426,3 +443,46 @@ def _fgd_worker(pool: Pool, g: int, m: int, typical, side, host_ok, cache):
             if best is None or key < best[2]:
                 best = (delta, tuple((i, x, m) for x in gpus), key)
     return None if best is None else best[:2]
+
+
+def _fgd_worker_sim(pool: Pool, g: int, m: int, typical, side, host_ok, cache, rng):
+    """As the paper's simulator: integer scores, the first best GPU on a node, a uniformly
+    random node among the best (reservoir sampling, one ``rng.random()`` per tied node)."""
+    best = None
+    ties = 0
+    used, free_whole = pool.used, pool.free
+    for i, row in enumerate(used):
+        if m == FULL:
+            if free_whole[i] < g:
+                continue
+        elif not free_whole[i] and min(row) > FULL - m:
+            continue
+        states = side(i) if side is not None else (None, None)
+        if states is None:
+            continue
+        before_state, after_state = states
+        free = [FULL - u for u in row]
+        before = _frag_cached(free, before_state, typical, host_ok, cache)
+        node_best = None
+        if m == FULL:
+            candidates = [[x for x, f in enumerate(free) if f == FULL][:g]]
+        else:
+            candidates = [[x] for x, f in enumerate(free) if f >= m]
+        for gpus in candidates:
+            after = free[:]
+            for x in gpus:
+                after[x] -= m
+            score = fgd_score(_frag_cached(after, after_state, typical, host_ok, cache) - before)
+            if node_best is None or score > node_best[0]:  # strict: the first GPU wins ties
+                node_best = (score, gpus)
+        score, gpus = node_best
+        if best is None or score > best[0]:
+            best, ties = (score, gpus, i), 1
+        elif score == best[0]:
+            ties += 1
+            if rng.random() * ties < 1:
+                best = (score, gpus, i)
+    if best is None:
+        return None
+    plan_fgd.ties = ties
+    return -best[0], tuple((best[2], x, m) for x in best[1])

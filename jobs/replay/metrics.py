@@ -2,7 +2,11 @@
 
 The :class:`Recorder` is told every state change of a job on the virtual clock and keeps
 time integrals of allocated GPUs and of each project's usage against its quota, in O(1) per
-change (running sums of idle quota and of usage above quota).
+change (per flavor f, running sums I_f = Σ_p max(0, q − u) of idle quota and
+B_f = Σ_p max(0, u − q) of usage above quota; ``idle_quota_reuse_ratio`` =
+∫ Σ_f min(B_f, I_f) dt ÷ ∫ Σ_f I_f dt: the share of idle quota that other tenants used. When the
+quotas of a flavor sum to its capacity, B_f ≤ I_f always and the min changes nothing; it stops
+use of unassigned capacity from counting as reuse of idle quota).
 """
 
 from __future__ import annotations
@@ -26,8 +30,12 @@ class Recorder:
         self.capacity = sum(cap.values())  # milli
         self.usage: dict[tuple[str, str], int] = defaultdict(int)
         self.alloc = 0  # milli allocated now
-        self.idle = sum(self.quota.values())  # Σ max(0, q − u) now
-        self.excess = 0  # Σ max(0, u − q) now
+        self.idle_f: dict[str, int] = defaultdict(int)  # per flavor: Σ_p max(0, q − u) now
+        self.excess_f: dict[str, int] = defaultdict(int)  # per flavor: Σ_p max(0, u − q) now
+        for (_, f), q in self.quota.items():
+            self.idle_f[f] += q
+        self.idle = sum(self.quota.values())  # Σ_f idle_f now
+        self.excess = 0  # Σ_f min(excess_f, idle_f) now: usage beyond quota that others' idle quota covers
         self.t = None  # time of the last integration
         self.alloc_int = self.idle_int = self.excess_int = 0.0  # milli-seconds
         self.t_first = self.t_last = None
@@ -38,6 +46,9 @@ class Recorder:
         self.done: dict[str, float] = {}
         self.gpu_s: dict[str, float] = defaultdict(float)  # per tenant, milli-seconds
         self.held: dict[str, tuple[str, str, int, float]] = {}  # job -> (tenant, flavor, milli, since)
+        self.use_s: dict[tuple[str, str], float] = defaultdict(float)  # (tenant, flavor), milli-seconds
+        self.loan_s: dict[tuple[str, str], float] = defaultdict(float)  # of it on loan (``tier``)
+        self.loan_since: dict[str, float] = {}  # held jobs now on loan -> since
         self.ever: set[str] = set()
         self.preemptions = 0
         self.window: tuple[float, float, float, float] | None = None  # (t, alloc, idle, excess)
@@ -65,12 +76,14 @@ class Recorder:
     def _use(self, key: tuple[str, str], delta: int) -> None:
         q = self.quota.get(key, 0)
         u = self.usage[key]
-        self.idle -= max(0, q - u)
-        self.excess -= max(0, u - q)
-        u += delta
-        self.usage[key] = u
-        self.idle += max(0, q - u)
-        self.excess += max(0, u - q)
+        f = key[1]
+        idle0, excess0 = self.idle_f[f], self.excess_f[f]
+        idle_f = idle0 - max(0, q - u) + max(0, q - u - delta)
+        excess_f = excess0 - max(0, u - q) + max(0, u + delta - q)
+        self.usage[key] = u + delta
+        self.idle_f[f], self.excess_f[f] = idle_f, excess_f
+        self.idle += idle_f - idle0
+        self.excess += min(idle_f, excess_f) - min(idle0, excess0)
         self.alloc += delta
 
     # -- job events -----------------------------------------------------------------------
@@ -89,11 +102,27 @@ class Recorder:
         self.held[job] = (tenant, flavor, milli, t)
         self._use((tenant, flavor), milli)
 
+    def tier(self, job: str, on_loan: bool, t: float) -> None:
+        """A held job is on loan (or in quota again) from ``t`` (rule 1, after each cycle)."""
+        if job not in self.held:
+            return
+        if on_loan and job not in self.loan_since:
+            self.loan_since[job] = t
+        elif not on_loan and job in self.loan_since:
+            self._loan_until(job, t)
+
+    def _loan_until(self, job: str, t: float) -> None:
+        tenant, flavor, milli, _ = self.held[job]
+        self.loan_s[(tenant, flavor)] += milli * (t - self.loan_since.pop(job))
+
     def released(self, job: str, t: float, *, finished: bool) -> None:
         """The job's GPUs are free at ``t``: it finished, or (a victim) exited and waits again."""
         self._advance(t)
+        if job in self.loan_since:
+            self._loan_until(job, t)
         tenant, flavor, milli, since = self.held.pop(job)
         self.gpu_s[tenant] += milli * (t - since)
+        self.use_s[(tenant, flavor)] += milli * (t - since)
         self._use((tenant, flavor), -milli)
         if finished:
             self.done[job] = t
@@ -104,13 +133,17 @@ class Recorder:
         self.preemptions += 1
 
     # -- summary --------------------------------------------------------------------------
-    def summary(self, end: float | None = None) -> dict:
+    def summary(self, end: float | None = None, *, detail: bool = False) -> dict:
         end = self.t_last if end is None else end
         if end is not None:
             self._advance(end)
-            for job, (tenant, _, milli, since) in self.held.items():  # still running at the end
+            for job in list(self.loan_since):
+                self._loan_until(job, end)
+                self.loan_since[job] = end
+            for job, (tenant, flavor, milli, since) in self.held.items():  # still running at the end
                 self.gpu_s[tenant] += milli * (end - since)
-                self.held[job] = (tenant, _, milli, end)
+                self.use_s[(tenant, flavor)] += milli * (end - since)
+                self.held[job] = (tenant, flavor, milli, end)
         span = (end - self.t_first) if end is not None and self.t_first is not None else 0.0
         delays = [self.wait[j] for j in self.submit if j not in self.waiting_since]
         jcts = [self.done[j] - self.submit[j] for j in self.done]
@@ -138,6 +171,13 @@ class Recorder:
             out["window_gpu_allocation_rate"] = wa / busy if busy > 0 else 0.0
             out["window_idle_quota_reuse_ratio"] = we / wi if wi > 0 else 0.0
         out["tenants"] = self._tenants()
+        if detail:
+            out["job_queue_delay_s"] = {j: self.wait[j] for j in self.submit if j not in self.waiting_since}
+            usage: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
+            for (tenant, flavor), ms in sorted(self.use_s.items()):
+                usage[tenant][flavor] = {"gpu_hours": ms / 1000 / 3600,
+                                         "on_loan_gpu_hours": self.loan_s[(tenant, flavor)] / 1000 / 3600}
+            out["usage"] = dict(usage)
         return out
 
     def _tenants(self) -> dict[str, dict]:

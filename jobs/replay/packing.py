@@ -31,9 +31,13 @@ share of GPUs (milli summed) allocated at the first arrival where the arrived GP
 reaches 100 % of capacity.
 
 FGD's target workload (``typical``) is the pod-shape distribution of the GPU pods of the list,
-keyed by (GPUs, milli, CPU, GPU models) as in the paper's simulator (all shapes kept, no
-popularity cut-off). Placement always goes through :mod:`jobs.placement` on engine pools —
-never a second implementation: bestfit / ours call ``plan`` and FGD calls ``plan_fgd``.
+keyed by (GPUs, milli, CPU, GPU models), all shapes kept (the simulator's 95 % popularity cut
+with CPU-only shapes measured worse; ``typical_of(..., popularity=0.95, cpu_pods=True)``). GPU
+pods are placed by the simulator's rule (``sim_rule=True``): integer score
+``int(100 * sigmoid(-increase / 1000))``, a uniformly random node among the best, the first
+best GPU on it; ``sim_rule=False`` = least increase, ties to the fullest node. Placement always
+goes through :mod:`jobs.placement` on engine pools — never a second implementation: bestfit /
+ours call ``plan`` and FGD calls ``plan_fgd``.
 """
 
 from __future__ import annotations
@@ -57,12 +61,28 @@ PUBLISHED_CSV = "/work/shared/traces/alibaba-gpu-v2023/fgd-expected-results/anal
 NODES_PER_LEAF, LEAVES_PER_SPINE = 16, 8
 
 
-def typical_of(pods: list[PodRow]) -> list[tuple[float, int, int, tuple]]:
-    """The FGD target workload: ``(probability, gpus, milli, (cpu_milli, gpu_types))`` shapes."""
-    counts = Counter((p.num_gpu, p.gpu_milli, p.cpu_milli, p.gpu_types) for p in pods if p.num_gpu > 0)
+def typical_of(pods: list[PodRow], popularity: float | None = None, cpu_pods: bool = False,
+               ) -> list[tuple[float, int, int, tuple]]:
+    """The FGD target workload: ``(probability, gpus, milli, (cpu_milli, gpu_types))`` shapes.
+
+    Default: every shape of the GPU pods. The paper's simulator (``GetTypicalPods`` in its
+    ``pkg/utils/frag.go``, run with ``isInvolvedCpuPods: true, podPopularityThreshold: 95,
+    podIncreaseStep: 1``) = ``cpu_pods=True, popularity=0.95``: CPU-only pods are shapes too and
+    shapes are taken most popular first until they cover ``popularity`` of the pods, then
+    renormalised. That measured worse here (docs/replay.md, "Packing mode")."""
+    counts = Counter((p.num_gpu, p.gpu_milli if p.num_gpu else 0, p.cpu_milli, p.gpu_types)
+                     for p in pods if cpu_pods or p.num_gpu > 0)
     total = sum(counts.values())
-    return [(c / total, g, m, (cpu, types))
-            for (g, m, cpu, types), c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    if popularity is not None:
+        kept, cum = [], 0
+        for kv in ranked:
+            if cum >= popularity * total:
+                break
+            kept.append(kv)
+            cum += kv[1]
+        ranked, total = kept, cum
+    return [(c / total, g, m, (cpu, types)) for (g, m, cpu, types), c in ranked]
 
 
 def _host_ok(state, tag) -> bool:
@@ -147,8 +167,12 @@ def _place_production(cl: _Cluster, pod: PodRow, milli: int, frag: bool):
     return None if best is None else best[1:]
 
 
-def _place_fgd(cl: _Cluster, pod: PodRow, milli: int, typical):
+def _place_fgd(cl: _Cluster, pod: PodRow, milli: int, typical, rng: random.Random | None = None):
+    """FGD over the pools of the pod's models. ``rng`` given: the simulator's rule (integer
+    scores, a uniformly random node among the best of all pools); else the least increase,
+    ties to the fullest node."""
     best = None
+    ties = 0
     for model in cl.candidates(pod):
         cpu, mem = cl.cpu[model], cl.mem[model]
 
@@ -158,9 +182,20 @@ def _place_fgd(cl: _Cluster, pod: PodRow, milli: int, typical):
             return (model, cpu[i]), (model, cpu[i] - pod.cpu_milli)
 
         found = plan_fgd(cl.pools[model], 1, milli, typical=typical, side=side, host_ok=_host_ok,
-                         cache=cl.frag_cache)
-        if found is not None and (best is None or found[0] < best[0]):
-            best = (found[0], model, found[1])
+                         cache=cl.frag_cache, rng=rng)
+        if found is None:
+            continue
+        if rng is None:
+            if best is None or found[0] < best[0]:
+                best = (found[0], model, found[1])
+            continue
+        n = plan_fgd.ties
+        if best is None or found[0] < best[0]:
+            best, ties = (found[0], model, found[1]), n
+        elif found[0] == best[0]:
+            ties += n
+            if rng.random() * ties < n:
+                best = (found[0], model, found[1])
     return None if best is None else best[1:]
 
 
@@ -211,7 +246,7 @@ def _place_cpu_only(cl: _Cluster, pod: PodRow, policy: str, typical, rng: random
 
 
 def simulate(nodes: list[NodeRow], pods: list[PodRow], *, policy: str = "fgd", seed: int | None = 42,
-             upto: float = 1.0, cpu_mem: bool = True, typical=None) -> dict:
+             upto: float = 1.0, cpu_mem: bool = True, typical=None, sim_rule: bool = True) -> dict:
     """One run: the pods (shuffled by ``seed``, trace order when None) arrive until the GPU
     demand reaches ``upto`` × capacity; returns allocation figures (percent of GPUs)."""
     if policy not in POLICIES:
@@ -245,7 +280,7 @@ def simulate(nodes: list[NodeRow], pods: list[PodRow], *, policy: str = "fgd", s
                 cl.mem[m][i] -= pod.memory_mib
             continue
         if policy == "fgd":
-            got = _place_fgd(cl, pod, milli, typical)
+            got = _place_fgd(cl, pod, milli, typical, place_rng if sim_rule else None)
         elif policy == "random":
             got = _place_random(cl, pod, milli, place_rng)
         else:

@@ -42,8 +42,8 @@ import math
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from jobs.replay.metrics import Recorder
@@ -56,10 +56,10 @@ from jobs.replay.spec import (
     tenant_tree,
 )
 from jobs.replay.trace import TraceJob, TraceNode
-from jobs.scheduler import Engine, PriorityClass, QueuedJob, Snapshot
+from jobs.scheduler import Engine, Limits, Node, PriorityClass, QueuedJob, RunningJob, Snapshot, TreeNode
 
 EPOCH = 1_672_531_200.0  # 2023-01-01 UTC: trace time 0 on the engine's clock
-EXIT, START, FINISH, SUBMIT = 0, 1, 2, 3  # order of events applied in one batch
+EXIT, START, FINISH, SUBMIT, LIMITS = 0, 1, 2, 3, 4  # order of events applied in one batch
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,25 @@ class Options:
     grace: float = 0.0  # seconds a victim keeps its GPUs after the preemption signal
     checkpointing: bool = False
     progress_every: float = 0.0  # wall seconds between progress lines on stderr (0: none)
+    detail: bool = False  # per-job queue delays, per (tenant, flavor) usage split in-quota / on loan
+
+
+@dataclass(frozen=True)
+class World:
+    """A configured pool instead of SPEC quotas (the what-if page, billing/whatif.py): the
+    engine's own tree node ids and limits (borrow and lend limits included), optionally the
+    engine nodes with their real topology, and limit changes over the virtual clock:
+    ``changes`` = ((t, limits from t on), ...) — quota windows opening and closing, loans.
+
+    Tenants of the jobs are the tree's project ids. At a change the engine is rebuilt from a
+    snapshot of the running, terminating and queued jobs with the new limits — exactly what the
+    service's warm engine does when the configuration changes (jobs/warm.py) — so no rule is
+    re-implemented here."""
+
+    tree: tuple[TreeNode, ...]
+    limits: Mapping[tuple[str, str], Limits]
+    nodes: tuple[Node, ...] = ()  # () = built from the TraceNodes (engine_nodes)
+    changes: tuple[tuple[float, Mapping[tuple[str, str], Limits]], ...] = field(default=())
 
 
 def repeat_jobs(jobs: Sequence[TraceJob], repeat: int = 1, scale: float = 1.0) -> list[TraceJob]:
@@ -87,6 +106,49 @@ def repeat_jobs(jobs: Sequence[TraceJob], repeat: int = 1, scale: float = 1.0) -
             t = (j.submit_time + k * span) / scale
             out.append(replace(j, job_id=j.job_id if k == 0 else f"{j.job_id}#{k}", submit_time=t))
     return out
+
+
+def start_at(jobs: Sequence[TraceJob], t0: float) -> list[TraceJob]:
+    """A warm start at trace time ``t0``: jobs that ended before ``t0`` are dropped, jobs running
+    at ``t0`` are submitted at ``t0`` with what is left of their duration, later ones unchanged."""
+    out = []
+    for j in jobs:
+        if j.submit_time >= t0:
+            out.append(j)
+        elif j.duration is None or j.submit_time + j.duration > t0:
+            left = None if j.duration is None else j.submit_time + j.duration - t0
+            out.append(replace(j, submit_time=t0, duration=left))
+    return out
+
+
+def overlay_jobs(jobs: Sequence[TraceJob], copies: int = 1) -> list[TraceJob]:
+    """``copies`` copies of the trace over the SAME window (arrival rate × ``copies``, window and
+    durations unchanged): copy k's submit times are rotated by k/copies of the span
+    (``first + (t − first + k·span/copies) mod span``), ids ``<id>#o<k>``."""
+    if not jobs or copies <= 1:
+        return list(jobs)
+    first = min(j.submit_time for j in jobs)
+    span = max(j.submit_time for j in jobs) - first + 1.0
+    out = list(jobs)
+    for k in range(1, copies):
+        for j in jobs:
+            t = first + (j.submit_time - first + k * span / copies) % span
+            out.append(replace(j, job_id=f"{j.job_id}#o{k}", submit_time=t))
+    out.sort(key=lambda j: j.submit_time)
+    return out
+
+
+def prepare(jobs: Sequence[TraceJob], *, tenants: str = "trace", start: float | None = None,
+            overlay: int = 1, repeat: int = 1, scale: float = 1.0) -> list[TraceJob]:
+    """The load options of ``replay`` / bench/replay.py, in this order: tenant split
+    (:func:`jobs.replay.spec.split_tenants`), warm start at ``start``, ``overlay`` copies over the
+    window, then ``repeat`` back to back and arrivals ÷ ``scale``."""
+    from jobs.replay.spec import split_tenants
+
+    out = split_tenants(jobs, tenants)
+    if start is not None:
+        out = start_at(out, start)
+    return repeat_jobs(overlay_jobs(out, overlay), repeat, scale)
 
 
 def assign_flavors(jobs: Iterable[TraceJob], nodes: Sequence[TraceNode]) -> dict[str, str]:
@@ -117,7 +179,8 @@ def assign_flavors(jobs: Iterable[TraceJob], nodes: Sequence[TraceNode]) -> dict
 
 
 def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quotas | None = None,
-             options: Options = Options(), engine_factory: Callable[..., Engine] = Engine) -> dict:
+             options: Options = Options(), engine_factory: Callable[..., Engine] = Engine,
+             world: World | None = None) -> dict:
     wall0 = time.perf_counter()
     if options.policy not in ("pooled", "static"):
         raise ValueError(f"unknown policy {options.policy!r}")
@@ -126,25 +189,38 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     cpu_only = sum(1 for j in jobs if j.num_gpus <= 0)
     runnable = [j for j in jobs if j.job_id in flavors]
     horizon = max((j.submit_time + (j.duration or 0.0) for j in runnable), default=0.0)
-    if quotas is None:
+    if world is not None:
+        tree, limits = world.tree, world.limits
+        kinds = {n.id: n.kind for n in tree}
+        quotas = defaultdict(dict)
+        for (t, f), lim in limits.items():
+            if kinds.get(t) == "project":
+                quotas[t][f] = lim.quota
+        quotas = dict(quotas)
+    elif quotas is None:
         quotas = derive_quotas(runnable, flavors, cap, horizon)
-    tree, limits = tenant_tree({j.tenant for j in runnable}, quotas)
+    if world is None:
+        tree, limits = tenant_tree({j.tenant for j in runnable}, quotas)
     project_quotas = {t: per for t, per in quotas.items()}
     by_id = {j.job_id: j for j in runnable}
     priorities = sorted({j.priority for j in runnable})
     t_first = min((j.submit_time for j in runnable), default=0.0)
-    snap = Snapshot(_dt(t_first), engine_nodes(nodes), tree, limits,
-                    priority_classes=tuple(PriorityClass(str(p), p, True, math.ceil(options.grace))
-                                           for p in priorities))
+    enodes = world.nodes if world is not None and world.nodes else engine_nodes(nodes)
+    classes = tuple(PriorityClass(str(p), p, True, math.ceil(options.grace)) for p in priorities)
+    snap = Snapshot(_dt(t_first), enodes, tree, limits, priority_classes=classes)
     borrowing = options.policy == "pooled" and options.borrowing
-    engine = engine_factory(snap, fragmentation_aware=options.fragmentation_aware,
-                            backfill=options.backfill, borrowing=borrowing)
+    flags = {"fragmentation_aware": options.fragmentation_aware, "backfill": options.backfill,
+             "borrowing": borrowing}
+    engine = engine_factory(snap, **flags)
     rec = Recorder(project_quotas, cap)
 
     heap: list[tuple[float, int, int, str, int]] = []
     seq = 0
     for j in runnable:
         heap.append((j.submit_time, SUBMIT, seq, j.job_id, 0))
+        seq += 1
+    for k, (t, _) in enumerate(world.changes if world is not None else ()):
+        heap.append((t, LIMITS, seq, str(k), 0))  # str(k): never a job id token
         seq += 1
     heapq.heapify(heap)
     remaining = {j.job_id: j.duration for j in runnable}
@@ -157,6 +233,11 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     last_print = time.perf_counter()
     t_end = t_first
     last_submit = max((j.submit_time for j in runnable), default=0.0)
+    # For a rebuild (world.changes): what the engine was told, as a snapshot would list it.
+    waiting: dict[str, QueuedJob] = {}  # queued, not admitted
+    holding: dict[str, tuple[QueuedJob, float, tuple]] = {}  # admitted -> (job, admitted at, slots)
+    signalled: dict[str, float] = {}  # preemption victims not yet exited -> signal time
+    loan_flag: dict[str, bool] = {}
 
     def push(t: float, kind: int, jid: str) -> None:
         nonlocal seq
@@ -174,6 +255,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     def begin(jid: str, t: float) -> None:
         started[jid] = t
         rec.started(jid, flavors[jid], demand_milli(by_id[jid]), t)
+        if loan_flag.get(jid):
+            rec.tier(jid, True, t)
         if remaining[jid] is not None:
             ends[jid] = t + remaining[jid]
             push(ends[jid], FINISH, jid)
@@ -183,13 +266,15 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
             rec.mark_window(last_submit)
         limit = heap[0][0] + options.coalesce
         batch_t = heap[0][0]
-        finished, fresh, changed = [], [], False
+        finished, fresh, changed, new_limits = [], [], False, None
         while heap and heap[0][0] <= limit:
             t, kind, _, jid, tok = heapq.heappop(heap)
             if tok != token[jid]:
                 continue
             batch_t = max(batch_t, t)
-            if kind == SUBMIT:
+            if kind == LIMITS:
+                new_limits = world.changes[int(jid)][1]
+            elif kind == SUBMIT:
                 rec.submitted(jid, by_id[jid].tenant, t)
                 fresh.append(queued(jid))
                 submitted += 1
@@ -199,6 +284,7 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
             elif kind == FINISH:
                 rec.released(jid, t, finished=True)
                 del started[jid], admitted_at[jid], ends[jid]
+                holding.pop(jid, None)
                 finished.append(jid)
             else:  # EXIT of a victim: free its GPUs, queue it again
                 if jid in started:
@@ -208,14 +294,29 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
                         remaining[jid] = max(0.0, remaining[jid] - ran)
                 ends.pop(jid, None)
                 admitted_at.pop(jid, None)
+                holding.pop(jid, None)
+                signalled.pop(jid, None)
                 finished.append(jid)
                 fresh.append(queued(jid))
             changed = True
         t_end = max(t_end, batch_t)
         if not changed:
             continue
-        engine.finish(finished)
-        engine.submit(fresh)
+        if world is not None:
+            waiting.update((q.id, q) for q in fresh)
+        if new_limits is not None:
+            limits = new_limits
+            running = tuple(
+                RunningJob(jid, q.project_id, q.flavor, q.priority, q.preemptible, _dt(at),
+                           q.max_runtime_seconds, slots, terminating=jid in signalled,
+                           terminating_since=_dt(signalled[jid]) if jid in signalled else None,
+                           submitted_at=q.submitted_at)
+                for jid, (q, at, slots) in holding.items())
+            engine = engine_factory(Snapshot(_dt(batch_t), enodes, tree, limits, running,
+                                             tuple(waiting.values()), priority_classes=classes), **flags)
+        else:
+            engine.finish(finished)
+            engine.submit(fresh)
         result = engine.cycle(_dt(batch_t))
         cycles += 1
         for p in result.preemptions:
@@ -228,12 +329,21 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
                 continue  # ends on its own within the grace period: a normal finish
             token[v] += 1  # its pending start / finish no longer happens
             push(out, EXIT, v)
+            signalled[v] = batch_t
         for a in result.admissions:
             admitted_at[a.job_id] = batch_t
+            if world is not None:
+                q = waiting.pop(a.job_id)
+                holding[a.job_id] = (q, batch_t, tuple(s for w in a.placement for s in w))
             if a.preempts and options.grace > 0:
                 push(batch_t + options.grace, START, a.job_id)
             else:
                 begin(a.job_id, batch_t)
+        if options.detail:
+            for jid, flag in result.on_loan.items():
+                loan_flag[jid] = flag
+                if jid in started:
+                    rec.tier(jid, flag, batch_t)
         if options.progress_every and time.perf_counter() - last_print >= options.progress_every:
             last_print = time.perf_counter()
             print(f"replay: {100 * submitted / max(1, total):5.1f}% submitted, t={batch_t:,.0f}s, "
@@ -242,7 +352,7 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
 
     if rec.window is None:
         rec.mark_window(max(last_submit, t_end))
-    out = rec.summary(t_end)
+    out = rec.summary(t_end, detail=options.detail)
     out.update({
         "policy": options.policy,
         "borrowing": borrowing,

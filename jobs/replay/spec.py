@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from jobs.replay.trace import TraceJob, TraceNode
@@ -124,3 +126,66 @@ def tenant_tree(tenants: Iterable[str], quotas: Quotas
     for key, q in sums.items():
         limits.setdefault(key, Limits(q))
     return tuple(nodes[k] for k in sorted(nodes)), limits
+
+
+# -- tenant split (``replay --tenants``) ---------------------------------------------------
+TENANT_SPLITS = ("trace", "hash:N", "shape:N")
+
+
+def parse_tenants(value: str) -> tuple[str, int]:
+    """``trace`` | ``hash:N`` | ``shape:N`` (N ≥ 1) → (kind, N)."""
+    if value == "trace":
+        return "trace", 0
+    kind, _, n = value.partition(":")
+    if kind in ("hash", "shape") and n.isdigit() and int(n) >= 1:
+        return kind, int(n)
+    raise ValueError(f"--tenants: give trace, hash:N or shape:N, not {value!r}")
+
+
+def zipf_weights(n: int) -> list[float]:
+    """Project k's share of the jobs: ∝ 1/(k+1) (Zipf, s = 1), normalised."""
+    w = [1.0 / (k + 1) for k in range(n)]
+    total = sum(w)
+    return [x / total for x in w]
+
+
+def project_name(k: int) -> str:
+    """Project k of a split: ``d<k // 4>/p<k>`` (departments of four projects, d0 the heaviest)."""
+    return f"d{k // 4}/p{k:02d}"
+
+
+def _pick(key: str, cumulative: Sequence[float]) -> int:
+    u = zlib.crc32(key.encode()) / 2**32  # deterministic, uniform in [0, 1)
+    for k, c in enumerate(cumulative):
+        if u < c:
+            return k
+    return len(cumulative) - 1
+
+
+def split_tenants(jobs: Sequence[TraceJob], value: str = "trace") -> list[TraceJob]:
+    """Re-assign each job's tenant (the job mix, times and sizes are unchanged):
+
+    * ``trace``: as the trace has it (Alibaba: the QoS class, ``LS/default`` / ``BE/default``);
+    * ``hash:N``: project k of N with probability ∝ 1/(k+1) (Zipf), drawn from the CRC-32 of the
+      job id without any ``#copy`` suffix (a repeated / overlaid copy stays with its project);
+    * ``shape:N``: all jobs of the same *shape* — (GPUs, milli-GPU, allowed models, kind, trace
+      tenant, workers) — go to one project, drawn the same way from the CRC-32 of the shape. A
+      team's workload has few pod specs and arrives in bursts, so each project's demand is
+      correlated in time (and the skew follows the shapes' popularity).
+
+    Project k is ``d<k // 4>/p<kk>`` (``project_name``): four projects per department."""
+    kind, n = parse_tenants(value)
+    if kind == "trace":
+        return list(jobs)
+    cumulative, acc = [], 0.0
+    for w in zipf_weights(n):
+        acc += w
+        cumulative.append(acc)
+    out = []
+    for j in jobs:
+        if kind == "hash":
+            key = j.job_id.split("#")[0]
+        else:
+            key = f"{j.num_gpus}|{j.gpu_milli}|{','.join(j.gpu_types)}|{j.kind}|{j.tenant}|{j.workers}"
+        out.append(replace(j, tenant=project_name(_pick(key, cumulative))))
+    return out

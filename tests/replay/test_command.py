@@ -42,3 +42,32 @@ def test_replay_command_flags_and_errors(files):
         call_command("replay", str(trace), "--quiet")
     with pytest.raises(CommandError):
         call_command("replay", str(trace.parent / "missing.csv"), "--cluster", str(spec), "--quiet")
+
+
+def test_replay_command_load_and_tenant_options(files):
+    trace, spec, out = files
+    call_command("replay", str(trace), "--cluster", str(spec), "--out", str(out), "--quiet",
+                 "--overlay", "3", "--start", "5", "--scale", "2")
+    result = json.loads(out.read_text())
+    assert result["jobs"] == 6
+    assert (result["overlay"], result["start"], result["tenant_split"]) == (3, 5, "trace")
+    with pytest.raises(CommandError, match="derived quotas"):
+        call_command("replay", str(trace), "--cluster", str(spec), "--quiet", "--tenants", "hash:4")
+    with pytest.raises(CommandError, match="hash:N"):
+        call_command("replay", str(trace), "--quiet", "--tenants", "bogus")
+    with pytest.raises(CommandError, match="overlay"):
+        call_command("replay", str(trace), "--cluster", str(spec), "--quiet", "--overlay", "0")
+
+
+def test_replay_command_hash_tenants_with_derived_quotas(tmp_path):
+    trace = tmp_path / "trace.csv"
+    rows = "".join(f"j{i},{i},10,1\n" for i in range(40))
+    trace.write_text("job_id,submit_time,duration,num_gpus\n" + rows)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"nodes": [{"flavor": "F", "count": 1, "gpus_per_node": 8}]}))
+    out = tmp_path / "out.json"
+    call_command("replay", str(trace), "--cluster", str(spec), "--out", str(out), "--quiet",
+                 "--tenants", "hash:4")
+    result = json.loads(out.read_text())
+    assert set(result["tenants"]) <= {"d0/p00", "d0/p01", "d0/p02", "d0/p03"} and len(result["tenants"]) > 1
+    assert sum(sum(t["quota_gpus"].values()) for t in result["tenants"].values()) == 8

@@ -3,6 +3,7 @@ placement code (jobs.placement) on engine pools."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 import jobs.placement as placement
 from jobs.engine.model import Node
 from jobs.engine.pool import Pool
-from jobs.placement import frag_amount, plan, plan_fgd
+from jobs.placement import fgd_score, frag_amount, plan, plan_fgd
 from jobs.replay import packing
 from jobs.replay.alibaba import NodeRow, PodRow
 
@@ -63,6 +64,47 @@ def test_plan_fgd_gang_is_all_or_nothing():
     assert found is not None and {w[0][0] for w in found[1]} == {0, 1}
     assert plan_fgd(pool, 3, 2000, typical=[(1.0, 2, 1000, None)]) is None
     assert pool.used == [[0, 0], [0, 0]]
+
+
+def test_fgd_score_is_the_simulators_integer_sigmoid():
+    # int(100 * sigmoid(-increase / 1000)): 50 when unchanged, 73 for -1000, 26 for +1000
+    assert fgd_score(0) == 50 and fgd_score(-1000) == 73 and fgd_score(1000) == 26
+    assert fgd_score(-380) == 59 and fgd_score(400) == 40
+    assert fgd_score(-30) == fgd_score(0) == 50  # small differences tie
+
+
+def test_plan_fgd_simulator_rule_by_hand():
+    pool = Pool("A", [Node("a", "A", 2), Node("b", "A", 2)])
+    pool.occupy(0, 1, 400)  # as above: a/GPU1 -380 -> 59, a/GPU0 and b/GPU0 +400 -> 40
+    score, chosen = plan_fgd(pool, 1, 500, typical=TYPICAL, rng=random.Random(0))
+    assert (score, chosen, plan_fgd.ties) == (-59, [((0, 1, 500),)], 1)
+    # a whole GPU: both nodes +0 -> 50, a tie: a uniformly random node (not the fullest)
+    picked = set()
+    for seed in range(20):
+        score, chosen = plan_fgd(pool, 1, 1000, typical=TYPICAL, rng=random.Random(seed))
+        assert score == -50 and plan_fgd.ties == 2
+        picked.add(chosen[0][0][0])
+    assert picked == {0, 1}
+    # on one node, equal scores go to the first GPU: b's two free GPUs tie for a 500 slice
+    pool.occupy(0, 0, 1000)
+    pool.occupy(0, 1, 600)
+    score, chosen = plan_fgd(pool, 1, 500, typical=TYPICAL, rng=random.Random(1))
+    assert chosen == [((1, 0, 500),)]
+    assert pool.used == [[1000, 1000], [0, 0]]
+
+
+def test_typical_of_popularity_cut_and_cpu_pods():
+    pods = ([_pod(k, 1, 1000) for k in range(3)] + [_pod(k, 1, 500) for k in range(3, 5)]
+            + [_pod(5, 2, 1000), _pod(6, 0, 0)])
+    assert typical_of_shapes(packing.typical_of(pods)) == [(0.5, 1, 1000), (2 / 6, 1, 500), (1 / 6, 2, 1000)]
+    # the simulator's GetTypicalPods: CPU pods count; take shapes until >= 60 % of 7 (4.2): 3 + 2
+    assert typical_of_shapes(packing.typical_of(pods, popularity=0.6, cpu_pods=True)) == [
+        (0.6, 1, 1000), (0.4, 1, 500)]
+    assert (1 / 7, 0, 0) in typical_of_shapes(packing.typical_of(pods, cpu_pods=True))
+
+
+def typical_of_shapes(typical):
+    return [(pytest.approx(p), g, m) for p, g, m, _ in typical]
 
 
 def test_fgd_beats_best_fit_on_a_small_cluster():

@@ -177,3 +177,15 @@ def test_csv_and_spec_files(tmp_path):
                                 "quotas": {"a/x": {F: 2}, "b/y": {F: 2}}}))
     nodes, quotas = load_spec(spec)
     assert [n.gpus for n in nodes] == [2, 2] and quotas == HALF
+
+
+def test_reuse_counts_only_others_idle_quota():
+    """Quotas summing to less than the capacity: use of unassigned GPUs is not reuse of idle
+    quota. a/x (quota 1) runs 3 GPUs for 100 s on a 4-GPU node while b/y (quota 1) is idle: usage
+    beyond quota 2 GPU, idle quota 1 GPU → only 1 GPU of it is others' idle quota reused."""
+    r = simulate([TraceJob("j1", 0, 100, 3, tenant="a/x")], ONE_NODE,
+                 {"a/x": {F: 1000}, "b/y": {F: 1000}}, Options(policy="pooled"))
+    assert r["finished"] == 1  # the engine lets a/x use b's idle quota and the unassigned GPUs
+    assert r["idle_quota_gpu_s"] == pytest.approx(100)  # b: 1 GPU × 100 s
+    assert r["borrowed_gpu_s"] == pytest.approx(100)  # min(beyond quota 2, idle 1) × 100 s (was 200)
+    assert r["idle_quota_reuse_ratio"] == pytest.approx(1.0)  # (was 2.0: above 1, not a share)

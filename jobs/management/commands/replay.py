@@ -10,6 +10,7 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs.replay import sim
+from jobs.replay.spec import parse_tenants
 
 
 def _seeds(value: str) -> str:
@@ -40,26 +41,37 @@ class Command(BaseCommand):
         parser.add_argument("--plain-best-fit", action="store_true", help="no fragmentation-aware placement")
         parser.add_argument("--repeat", type=int, default=1, help="the trace N times back to back")
         parser.add_argument("--scale", type=float, default=1.0, help="arrival-rate factor (times ÷ scale)")
+        parser.add_argument("--tenants", default="trace",
+                            help="tenant split: trace (Alibaba: the QoS class) | hash:N | shape:N")
+        parser.add_argument("--start", type=float, default=None,
+                            help="warm start at this trace time (s): earlier jobs still running start then")
+        parser.add_argument("--overlay", type=int, default=1,
+                            help="N copies of the trace over the same window, rotated by 1/N of its span")
         parser.add_argument("--coalesce", type=float, default=1.0, help="seconds of events per cycle")
         parser.add_argument("--grace", type=float, default=0.0, help="seconds a preempted job keeps its GPUs")
         parser.add_argument("--checkpointing", action="store_true", help="preempted jobs resume, not restart")
         parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
     def handle(self, *args, **o):
-        if o["repeat"] < 1 or o["scale"] <= 0:
-            raise CommandError("--repeat must be ≥ 1 and --scale > 0")
+        if o["repeat"] < 1 or o["overlay"] < 1 or o["scale"] <= 0:
+            raise CommandError("--repeat and --overlay must be ≥ 1 and --scale > 0")
         try:
             if o["mode"] == "packing":
                 result = self._packing(o)
             else:
+                parse_tenants(o["tenants"])
                 jobs, nodes, quotas = sim.load(o["trace"], alibaba_dir=o["alibaba"], cluster=o["cluster"])
-                jobs = sim.repeat_jobs(jobs, o["repeat"], o["scale"])
+                if quotas is not None and o["tenants"] != "trace":
+                    raise CommandError("--tenants re-splits the tenants: it needs derived quotas")
+                jobs = sim.prepare(jobs, tenants=o["tenants"], start=o["start"], overlay=o["overlay"],
+                                   repeat=o["repeat"], scale=o["scale"])
                 options = sim.Options(
                     policy=o["policy"], borrowing=not o["no_borrowing"], backfill=not o["no_backfill"],
                     fragmentation_aware=not o["plain_best_fit"], coalesce=o["coalesce"], grace=o["grace"],
                     checkpointing=o["checkpointing"], progress_every=0 if o["quiet"] else 5.0)
                 result = sim.simulate(jobs, nodes, quotas, options)
-                result.update({"repeat": o["repeat"], "scale": o["scale"]})
+                result.update({"repeat": o["repeat"], "scale": o["scale"], "tenant_split": o["tenants"],
+                               "start": o["start"], "overlay": o["overlay"]})
         except (OSError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
         text = json.dumps(result, indent=2)

@@ -1,0 +1,358 @@
+"""Every HTML page against every persona (DESIGN §1: visibility fails closed; another tenant's
+object is 404). The page list comes from the URL configuration, so a new page without a rule
+here fails ``test_every_page_has_a_rule`` — the pages' counterpart of tests/api/test_personas.py.
+
+Objects of department A live in sub-department A1 / project pa1; their twins live in B / pb.
+Departments and projects carry unique names, so "the other tenant's data is not on the page" is
+a substring check on the whole response (HTML, form choices and the charts' JSON alike)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.utils import timezone
+
+from billing.models import Budget, Statement, StatementState
+from jobs.models import ApprovalPolicy, Job
+from jobs.services import job_submit
+from portal.models import ApprovalRequest, Notification
+from portal.notifications import notify
+from quotas.approvals import quota_request_create
+from quotas.models import Loan, LoanState
+
+pytestmark = [pytest.mark.django_db, pytest.mark.isolation]
+
+OWNERS = ("platform", "a_admin", "a_finance", "pa1_member")
+OTHERS = ("outsider", "pb_member", "b_admin", "b_finance", "auditor")
+PERSONAS = (*OWNERS, *OTHERS)
+
+# Unique names: the A side's markers never occur in the B side's and the other way round.
+NAMES = {"A": "AlphaDept", "A1": "AoneDept", "B": "BravoDept", "pa": "PaProj", "pa1": "PaoneProj",
+         "pb": "PbProj"}
+
+# Outcomes. A page answering 200 shows the A tenant's marker iff "A" is in the outcome, the B
+# tenant's iff "B" is; NONE is a 200 showing neither. 403/404 are statuses; POST actions use
+# the ACTIONS table below instead.
+NONE, A, B, AB = "", "A", "B", "AB"
+# Who sees what of a tenant-scoped list (the selector's table in docs/tenancy.md).
+STD = {"platform": AB, "auditor": AB, "a_admin": A, "a_finance": A, "pa1_member": A,
+       "b_admin": B, "b_finance": B, "pb_member": B, "outsider": NONE}
+# Pool-wide pages (flavors, nodes, priority classes): no tenant data for anyone.
+GLOBAL = dict.fromkeys(PERSONAS, NONE)
+# One object of A1 / pa1: its tenant and the all-seeing read it, everyone else gets 404.
+A_OBJECT = {p: (A if p in ("platform", "auditor", "a_admin", "a_finance", "pa1_member") else 404)
+            for p in PERSONAS}
+PLATFORM_ONLY = {p: (NONE if p == "platform" else 403) for p in PERSONAS}
+# Statements: finance and department admins of the subtree, platform admins and auditors.
+SUBMITTERS = {**STD, "a_finance": NONE, "b_finance": NONE, "auditor": NONE}
+PLATFORM_404 = {p: (NONE if p == "platform" else 404) for p in PERSONAS}
+STATEMENTS = {**STD, "pa1_member": NONE, "pb_member": NONE}
+A_STATEMENT = {**A_OBJECT, "pa1_member": 404}
+
+
+@dataclass(frozen=True)
+class Page:
+    rule: dict  # persona -> outcome
+    markers: tuple[str, str] = ("", "")  # (A marker, B marker) looked for in the body
+    method: str = "get"
+    query: str = ""
+
+
+# route name -> Page. The markers are filled in from the objects by ``_marker``.
+RULES: dict[str, Page] = {
+    "dashboard": Page(STD, (NAMES["A1"], NAMES["B"])),
+    "quota-tree": Page(STD, (NAMES["pa1"], NAMES["pb"])),
+    "inventory": Page(GLOBAL, (NAMES["A1"], NAMES["B"])),
+    "job-list": Page(STD, ("job:a", "job:b")),
+    # The project choices are the projects the persona may submit into (finance and auditors: none).
+    "job-new": Page(SUBMITTERS, (NAMES["pa1"], NAMES["pb"])),
+    # The live-validation fragment names no project; posting the other tenant's is "not a choice".
+    "job-new-validate": Page(GLOBAL, (NAMES["pa1"], NAMES["pb"]), method="post"),
+    "job-queue": Page(STD, ("job:a", "job:b")),
+    "job-queue-table": Page(STD, ("job:a", "job:b")),
+    "job-detail": Page(A_OBJECT, ("job:a", "job:b")),
+    "loan-list": Page(STD, ("loan:a", "loan:b")),
+    "priority-class-list": Page(GLOBAL, (NAMES["A1"], NAMES["B"])),
+    "priority-class-new": Page(PLATFORM_ONLY),
+    "priority-class-edit": Page(PLATFORM_ONLY),
+    "approval-inbox": Page(STD, ("req:a", "req:b"), query="?tab=all"),
+    "approval-detail": Page(A_OBJECT, ("req:a", "req:b")),
+    # Request forms: 200 for everyone, choices only where the persona may ask (loans: admins).
+    "quota-request-new": Page(SUBMITTERS, (NAMES["pa1"], NAMES["pb"])),
+    "loan-request-new": Page({**SUBMITTERS, "pa1_member": NONE, "pb_member": NONE},
+                             (NAMES["pa1"], NAMES["pb"])),
+    "approval-policy-list": Page(STD, (NAMES["A1"], NAMES["B"])),
+    # A1 and B already have a policy: only A (top level, the platform admins' call) is left.
+    "approval-policy-new": Page(PLATFORM_ONLY, (NAMES["A1"], NAMES["B"])),
+    "approval-policy-edit": Page({**A_OBJECT, "auditor": 403, "a_finance": 403, "pa1_member": 403},
+                                 (NAMES["A1"], NAMES["B"])),
+    "notification-list": Page({**dict.fromkeys(PERSONAS, NONE), "pa1_member": A, "pb_member": B},
+                              ("note:a", "note:b")),
+    "reports": Page(STD, (NAMES["A1"], NAMES["B"])),
+    "billing-statements": Page(STATEMENTS, (NAMES["A1"], NAMES["B"])),
+    "billing-statement": Page(A_STATEMENT, (NAMES["A1"], NAMES["B"])),
+    "billing-statement-download": Page(A_STATEMENT, ("chargeback-", "-B.csv")),
+    "billing-budgets": Page(STD, (NAMES["pa1"], NAMES["B"])),
+    # What-if (策略推演) replays the whole pool: platform admins only, 404 for everyone else.
+    "what-if": Page({**PLATFORM_404, "platform": AB}, (NAMES["A1"], NAMES["B"])),  # department choices
+    "what-if-run": Page(PLATFORM_404, (NAMES["A1"], NAMES["B"])),
+    "what-if-progress": Page(PLATFORM_404, (NAMES["A1"], NAMES["B"])),
+}
+
+# POST actions on an A-side object: persona -> (status, changed). Anyone outside the object's
+# scope gets 404; inside it, a refused write is a redirect with a message (the views show a
+# service's refusal on the page) — in every refused case the row is unchanged.
+NOT_SEEN = {p: (404, False) for p in ("outsider", "pb_member", "b_admin", "b_finance")}
+ACTIONS: dict[str, dict] = {
+    "job-cancel": {**NOT_SEEN, "auditor": (403, False), "a_finance": (403, False),
+                   "pa1_member": (302, True), "a_admin": (302, True), "platform": (302, True)},
+    "approval-decide": {**NOT_SEEN, "auditor": (302, False), "a_finance": (302, False),
+                        "pa1_member": (302, False), "a_admin": (302, True), "platform": (302, True)},
+    "approval-cancel": {**NOT_SEEN, "auditor": (302, False), "a_finance": (302, False),
+                        "pa1_member": (302, True), "a_admin": (302, False), "platform": (302, True)},
+    "approval-comment": {**NOT_SEEN, "auditor": (302, False), "a_finance": (302, False),
+                         "pa1_member": (302, True), "a_admin": (302, True), "platform": (302, True)},
+    # Bulk: one result per id, refusals as messages; ids outside the scope are "not found".
+    "approval-bulk-decide": {**{p: (302, False) for p in NOT_SEEN}, "auditor": (302, False),
+                             "a_finance": (302, False), "pa1_member": (302, False),
+                             "a_admin": (302, True), "platform": (302, True)},
+    "approval-policy-delete": {**NOT_SEEN, "auditor": (302, False), "a_finance": (302, False),
+                               "pa1_member": (302, False), "a_admin": (302, True), "platform": (302, True)},
+    "billing-budget-delete": {**NOT_SEEN, "auditor": (302, False), "pa1_member": (302, False),
+                              "a_finance": (302, True), "a_admin": (302, True), "platform": (302, True)},
+    # Notifications are the recipient's own: only pa1_member reads its note.
+    "notification-read": {**{p: (404, False) for p in PERSONAS}, "pa1_member": (302, True)},
+    "notification-read-all": {**{p: (302, False) for p in PERSONAS}, "pa1_member": (302, True)},
+}
+
+# Not pages of the portal: sign-in, and machine endpoints with their own guards and tests.
+EXEMPT = {"login", "logout", "healthz", "metrics", "schema", "api-docs"}
+
+
+def _page_names():
+    """Route names of every pattern outside the API, admin and i18n includes."""
+
+    def walk(patterns):
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                if pattern.namespace in ("api", "admin") or str(pattern.pattern).startswith("i18n/"):
+                    continue
+                yield from walk(pattern.url_patterns)
+            elif isinstance(pattern, URLPattern):
+                yield pattern.name
+
+    return set(walk(get_resolver().url_patterns))
+
+
+def test_every_page_has_a_rule():
+    names = _page_names()
+    assert None not in names, "a page without a route name"
+    assert names - set(RULES) - set(ACTIONS) - EXEMPT == set(), "new page without an isolation rule"
+    assert set(RULES) & set(ACTIONS) == set()
+
+
+# --- the objects ----------------------------------------------------------------------------------
+
+
+def _job(world, prio, project, name, persona):
+    return job_submit(actor=world.users[persona], project=project, name=name, kind="training",
+                      flavor=world.F, priority_class=prio, image="img", workers=1, gpus_per_worker=1,
+                      max_runtime_seconds=3600)
+
+
+def _request(world, persona, project, summary):
+    req = quota_request_create(actor=world.users[persona], flavor=world.F, project=project,
+                               quota=Decimal(2))
+    ApprovalRequest.objects.filter(pk=req.pk).update(summary=summary)  # a unique marker
+    req.refresh_from_db()
+    return req
+
+
+def _loan(world, lender, borrower, reason):
+    return Loan.objects.create(lender=world.quota[lender], borrower=world.quota[borrower], amount=Decimal(1),
+                               starts_at=timezone.now() - timedelta(hours=1),
+                               ends_at=timezone.now() + timedelta(days=1), state=LoanState.ACTIVE,
+                               reason=reason)
+
+
+@pytest.fixture
+def objs(world, prio):
+    for key, name in NAMES.items():
+        target = getattr(world, key)
+        type(target).objects.filter(pk=target.pk).update(name=name)
+        target.refresh_from_db()
+    month = timezone.now().date().replace(day=1) - timedelta(days=40)
+    month = month.replace(day=1)
+    found = {
+        "job:a": _job(world, prio, world.pa1, "zz-job-alpha", "pa1_member"),
+        "job:b": _job(world, prio, world.pb, "zz-job-bravo", "pb_member"),
+        "req:a": _request(world, "pa1_member", world.pa1, "zz-req-alpha"),
+        "req:b": _request(world, "pb_member", world.pb, "zz-req-bravo"),
+        "loan:a": _loan(world, "pa", "pa1", "zz-loan-alpha"),
+        "loan:b": _loan(world, "B", "pb", "zz-loan-bravo"),
+        "pol:a": ApprovalPolicy.objects.create(department=world.A1, max_gpus=100),
+        "pol:b": ApprovalPolicy.objects.create(department=world.B, max_gpus=100),
+        "st:a": Statement.objects.create(department=world.A1, month=month, state=StatementState.CLOSED,
+                                         closed_at=timezone.now()),
+        "st:b": Statement.objects.create(department=world.B, month=month, state=StatementState.CLOSED,
+                                         closed_at=timezone.now()),
+        "bu:a": Budget.objects.create(project=world.pa1, card_hours=100),
+        "bu:b": Budget.objects.create(department=world.B, card_hours=100),
+        "note:a": notify(recipients=[world.users["pa1_member"]], text="zz-note-alpha")[0],
+        "note:b": notify(recipients=[world.users["pb_member"]], text="zz-note-bravo")[0],
+    }
+    if _exists("what-if-run"):
+        from billing.models import WhatIfRun
+
+        found["whatif"] = WhatIfRun.objects.create(created_by=world.users["platform"], month=month,
+                                                   change=WhatIfRun._meta.get_field("change").choices[0][0])
+    return found
+
+
+# The A-side object each object page and action is about.
+SUBJECT = {
+    "job-detail": "job:a", "job-cancel": "job:a",
+    "priority-class-edit": "prio",
+    "approval-detail": "req:a", "approval-decide": "req:a", "approval-cancel": "req:a",
+    "approval-comment": "req:a",
+    "approval-policy-edit": "pol:a", "approval-policy-delete": "pol:a",
+    "notification-read": "note:a",
+    "billing-statement": "st:a", "billing-statement-download": "st:a",
+    "billing-budget-delete": "bu:a",
+    "what-if-run": "whatif", "what-if-progress": "whatif",
+}
+
+
+def _url(name, objs, prio):
+    subject = SUBJECT.get(name)
+    if subject is None:
+        return reverse(name)
+    pk = prio.pk if subject == "prio" else objs[subject].pk
+    return reverse(name, args=[pk])
+
+
+def _marker(text, objs):
+    """A marker names an object ("job:a") or is a literal string."""
+    obj = objs.get(text)
+    if obj is None:
+        return text
+    for field in ("summary", "reason", "text", "name"):
+        if hasattr(obj, field):
+            return getattr(obj, field)
+    raise AssertionError(text)
+
+
+def _exists(name):
+    return name in _page_names()
+
+
+# --- pages ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("persona", PERSONAS)
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_page_shows_only_the_personas_tenants(page_client, objs, prio, name, persona):
+    if not _exists(name):
+        pytest.skip(f"{name} is not in the URL configuration yet")
+    page = RULES[name]
+    client = page_client(persona)
+    response = getattr(client, page.method)(_url(name, objs, prio) + page.query)
+    expected = page.rule[persona]
+    if isinstance(expected, int):
+        assert response.status_code == expected, (name, persona, response.status_code)
+        body = response.content.decode()
+        for marker in page.markers:
+            if marker:
+                assert _marker(marker, objs) not in body, (name, persona, marker)
+        return
+    assert response.status_code == 200, (name, persona, response.status_code)
+    body = _body(response)
+    a_mark, b_mark = (_marker(m, objs) for m in page.markers)
+    if a_mark:
+        assert (a_mark in body) == (A in expected), (name, persona, "A side", a_mark)
+    if b_mark:
+        assert (b_mark in body) == (B in expected), (name, persona, "B side", b_mark)
+
+
+def _body(response) -> str:
+    if response.streaming:
+        return b"".join(response.streaming_content).decode()
+    disposition = response.get("Content-Disposition", "")
+    return disposition + response.content.decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize("name", sorted(set(RULES) | set(ACTIONS)))
+def test_anonymous_is_sent_to_sign_in(page_client, objs, prio, name):
+    if not _exists(name):
+        pytest.skip(f"{name} is not in the URL configuration yet")
+    client = page_client(None)
+    url = _url(name, objs, prio)
+    for method in ("get", "post"):
+        response = getattr(client, method)(url)
+        assert response.status_code == 302, (name, method)
+        assert response["Location"].startswith(reverse("login") + "?next="), (name, method)
+    assert b"zz-" not in response.content
+
+
+# --- POST actions -----------------------------------------------------------------------------------
+
+
+def _state(name, objs):
+    """What the action would change, read back from the database."""
+    if name == "job-cancel":
+        return Job.objects.get(pk=objs["job:a"].pk).state
+    if name in ("approval-decide", "approval-cancel", "approval-bulk-decide"):
+        req = ApprovalRequest.objects.get(pk=objs["req:a"].pk)
+        return req.state, list(req.steps.values_list("state", flat=True))
+    if name == "approval-comment":
+        return ApprovalRequest.objects.get(pk=objs["req:a"].pk).audit.filter(comment="zz-comment").count()
+    if name == "approval-policy-delete":
+        return ApprovalPolicy.objects.filter(pk=objs["pol:a"].pk).exists()
+    if name == "billing-budget-delete":
+        return Budget.objects.filter(pk=objs["bu:a"].pk).exists()
+    if name in ("notification-read", "notification-read-all"):
+        return Notification.objects.get(pk=objs["note:a"].pk).read_at is not None
+    raise AssertionError(name)
+
+
+def _body_of(name, objs):
+    if name == "approval-bulk-decide":
+        return {"ids": [objs["req:a"].pk], "decision": "approve", "comment": "ok"}
+    if name == "approval-decide":
+        return {"decision": "approve", "comment": "ok"}
+    if name in ("approval-cancel", "approval-comment"):
+        return {"comment": "zz-comment"}
+    return {}
+
+
+@pytest.mark.parametrize("persona", PERSONAS)
+@pytest.mark.parametrize("name", sorted(ACTIONS))
+def test_action_by_the_wrong_persona_changes_nothing(page_client, objs, prio, name, persona):
+    status, changes = ACTIONS[name][persona]
+    before = _state(name, objs)
+    # The other tenant's note stays unread whoever marks "all" read.
+    other = Notification.objects.get(pk=objs["note:b"].pk).read_at
+    response = page_client(persona).post(_url(name, objs, prio), _body_of(name, objs))
+    assert response.status_code == status, (name, persona, response.status_code)
+    assert (_state(name, objs) != before) == changes, (name, persona, before, _state(name, objs))
+    if persona != "pb_member":
+        assert Notification.objects.get(pk=objs["note:b"].pk).read_at == other
+    assert b"zz-" not in response.content
+
+
+@pytest.mark.parametrize("name", ["job-new", "job-new-validate", "quota-request-new"])
+def test_forms_refuse_the_other_tenants_project(page_client, world, objs, prio, name):
+    body = {"project": world.pa1.pk, "name": "zz-intruder", "kind": "training", "flavor": world.F.pk,
+            "priority_class": prio.pk, "image": "img", "workers": 1, "gpus_per_worker": 1, "quota": "1",
+            "owner": f"project:{world.pa1.pk}"}
+    field = "owner" if name == "quota-request-new" else "project"
+    jobs, requests = Job.objects.count(), ApprovalRequest.objects.count()
+    response = page_client("pb_member").post(reverse(name), body)
+    assert response.status_code == 200  # the form again, with its error
+    assert field in response.context["form"].errors
+    assert NAMES["pa1"] not in response.content.decode()
+    assert (Job.objects.count(), ApprovalRequest.objects.count()) == (jobs, requests)
