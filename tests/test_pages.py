@@ -5,6 +5,7 @@ from pathlib import Path
 
 import polib
 import pytest
+from django.core.cache import cache
 from django.core.management import call_command
 from django.test import Client
 
@@ -41,6 +42,7 @@ def test_logging_in_with_a_password_reaches_the_dashboard(demo):
     assert "nlp-llm" in response.content.decode()
     bad = Client().post("/accounts/login/", {"username": "alice", "password": "wrong"})
     assert bad.status_code == 200 and b'role="alert"' in bad.content
+    cache.delete("login-failures:127.0.0.1:alice")  # the failure counter outlives the test (Redis)
 
 
 # username → (project codes that must show, project codes that must not)

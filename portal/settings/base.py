@@ -50,6 +50,9 @@ ROOT_URLCONF = "portal.urls"
 WSGI_APPLICATION = "portal.wsgi.application"
 AUTH_USER_MODEL = "portal.User"
 LOGIN_URL = "login"
+# The sign-in form refuses an account from one address after this many wrong passwords, for this long.
+LOGIN_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5)
+LOGIN_LOCKOUT_SECONDS = env_int("LOGIN_LOCKOUT_SECONDS", 900)
 LOGIN_REDIRECT_URL = "dashboard"
 LOGOUT_REDIRECT_URL = "login"
 
