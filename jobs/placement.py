@@ -407,22 +407,26 @@ def fgd_score(increase: float) -> int:
     return int(100.0 / (1.0 + math.exp(increase / 1000.0)))
 
 
-def _fgd_worker(pool: Pool, g: int, m: int, typical, side, host_ok, cache, rng=None):
-    if rng is not None:
-        return _fgd_worker_sim(pool, g, m, typical, side, host_ok, cache, rng)
-    best = None
-    used, free_whole = pool.used, pool.free
-    for i, row in enumerate(used):
+def _fgd_nodes(pool: Pool, g: int, m: int, side):
+    """The nodes one worker of ``g`` × ``m`` milli could go on: (index, free milli per GPU,
+    side state before, side state after); ``side(i)`` None hides a node (e.g. short of CPU)."""
+    for i, row in enumerate(pool.used):
         if m == FULL:
-            if free_whole[i] < g:
+            if pool.free[i] < g:
                 continue
-        elif not free_whole[i] and min(row) > FULL - m:
+        elif not pool.free[i] and min(row) > FULL - m:
             continue
         states = side(i) if side is not None else (None, None)
         if states is None:
             continue
-        before_state, after_state = states
-        free = [FULL - u for u in row]
+        yield i, [FULL - u for u in row], states[0], states[1]
+
+
+def _fgd_worker(pool: Pool, g: int, m: int, typical, side, host_ok, cache, rng=None):
+    if rng is not None:
+        return _fgd_worker_sim(pool, g, m, typical, side, host_ok, cache, rng)
+    best = None
+    for i, free, before_state, after_state in _fgd_nodes(pool, g, m, side):
         before = _frag_cached(free, before_state, typical, host_ok, cache)
         if m == FULL:
             gpus = [x for x, f in enumerate(free) if f == FULL][:g]
@@ -450,18 +454,7 @@ def _fgd_worker_sim(pool: Pool, g: int, m: int, typical, side, host_ok, cache, r
     random node among the best (reservoir sampling, one ``rng.random()`` per tied node)."""
     best = None
     ties = 0
-    used, free_whole = pool.used, pool.free
-    for i, row in enumerate(used):
-        if m == FULL:
-            if free_whole[i] < g:
-                continue
-        elif not free_whole[i] and min(row) > FULL - m:
-            continue
-        states = side(i) if side is not None else (None, None)
-        if states is None:
-            continue
-        before_state, after_state = states
-        free = [FULL - u for u in row]
+    for i, free, before_state, after_state in _fgd_nodes(pool, g, m, side):
         before = _frag_cached(free, before_state, typical, host_ok, cache)
         node_best = None
         if m == FULL:
