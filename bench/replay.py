@@ -34,13 +34,15 @@ def main() -> None:
     ap.add_argument("--start", type=float, default=None, help="warm start at this trace time (s)")
     ap.add_argument("--overlay", type=int, default=1, help="N copies over the same window")
     ap.add_argument("--policy", choices=("pooled", "static"), default="pooled")
+    ap.add_argument("--quotas", choices=("demand", "equal"), default="demand",
+                    help="derived quotas: proportional to demand, or equal per tenant")
     ap.add_argument("--profile", action="store_true", help="cProfile, top functions to stderr")
     args = ap.parse_args()
     t0 = time.perf_counter()
     jobs, nodes, quotas = sim.load(args.trace, alibaba_dir=args.alibaba)
     jobs = sim.prepare(jobs, tenants=args.tenants, start=args.start, overlay=args.overlay,
                        repeat=args.repeat, scale=args.scale)
-    options = sim.Options(policy=args.policy, progress_every=5.0)
+    options = sim.Options(policy=args.policy, progress_every=5.0, quota_split=args.quotas)
     if args.profile:
         import cProfile
         import pstats
@@ -52,7 +54,7 @@ def main() -> None:
         result = sim.simulate(jobs, nodes, quotas, options)
     result.pop("tenants")
     result.update({"repeat": args.repeat, "scale": args.scale, "tenant_split": args.tenants,
-                   "start": args.start, "overlay": args.overlay,
+                   "quota_split": args.quotas, "start": args.start, "overlay": args.overlay,
                    "replay_wall_seconds": result["wall_seconds"],
                    "wall_seconds": round(time.perf_counter() - t0, 3)})
     print(json.dumps(result))

@@ -73,6 +73,7 @@ class Options:
     checkpointing: bool = False
     progress_every: float = 0.0  # wall seconds between progress lines on stderr (0: none)
     detail: bool = False  # per-job queue delays, per (tenant, flavor) usage split in-quota / on loan
+    quota_split: str = "demand"  # derived quotas: ∝ demand, or "equal" per tenant (spec.derive_quotas)
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,7 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
                 quotas[t][f] = lim.quota
         quotas = dict(quotas)
     elif quotas is None:
-        quotas = derive_quotas(runnable, flavors, cap, horizon)
+        quotas = derive_quotas(runnable, flavors, cap, horizon, options.quota_split)
     if world is None:
         tree, limits = tenant_tree({j.tenant for j in runnable}, quotas)
     project_quotas = {t: per for t, per in quotas.items()}

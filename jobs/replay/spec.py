@@ -72,10 +72,17 @@ def demand_milli(job: TraceJob) -> int:
     return per * job.workers
 
 
+QUOTA_SPLITS = ("demand", "equal")
+
+
 def derive_quotas(jobs: Iterable[TraceJob], flavors: Mapping[str, str], cap: Mapping[str, int],
-                  horizon: float) -> Quotas:
-    """Quota ∝ GPU-seconds of demand per (tenant, flavor), summing to capacity. A job that
-    never ends counts until ``horizon``."""
+                  horizon: float, split: str = "demand") -> Quotas:
+    """Quotas summing to each flavor's capacity. ``demand``: ∝ GPU-seconds of demand per
+    (tenant, flavor); a job that never ends counts until ``horizon``. ``equal``: the same share
+    for every tenant with demand in the flavor — fixed per-team quotas, as a centre hands them
+    out, that do not follow how much each team really uses."""
+    if split not in QUOTA_SPLITS:
+        raise ValueError(f"unknown quota split {split!r} (one of {', '.join(QUOTA_SPLITS)})")
     demand: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for j in jobs:
         f = flavors.get(j.job_id)
@@ -85,6 +92,8 @@ def derive_quotas(jobs: Iterable[TraceJob], flavors: Mapping[str, str], cap: Map
         demand[f][j.tenant] += demand_milli(j) * max(dur, 1.0)
     out: Quotas = defaultdict(dict)
     for f, per in demand.items():
+        if split == "equal":
+            per = {t: 1.0 for t, d in per.items() if d > 0}
         total, c = sum(per.values()), cap.get(f, 0)
         if total <= 0 or c <= 0:
             continue

@@ -134,6 +134,11 @@ def test_derived_quotas_sum_to_capacity_and_follow_demand():
     assert [(n.id, n.parent_id, n.kind) for n in tree] == [
         ("t", None, "department"), ("t/a", "t", "project"), ("t/b", "t", "project"), ("t/c", "t", "project")]
     assert limits[("t", F)].quota == 8000 and limits[("t", "G")].quota == 2000
+    # equal split: a and b share F evenly whatever their demand; c alone in G; unknown split refused
+    assert derive_quotas(jobs, flavors, {F: 8000, "G": 2000}, 300, "equal") == {
+        "t/a": {F: 4000}, "t/b": {F: 4000}, "t/c": {"G": 2000}}
+    with pytest.raises(ValueError, match="quota split"):
+        derive_quotas(jobs, flavors, {F: 8000}, 300, "fair")
 
 
 def test_assign_flavors_spreads_unconstrained_by_capacity_and_skips_impossible():

@@ -50,6 +50,8 @@ class Command(BaseCommand):
         parser.add_argument("--coalesce", type=float, default=1.0, help="seconds of events per cycle")
         parser.add_argument("--grace", type=float, default=0.0, help="seconds a preempted job keeps its GPUs")
         parser.add_argument("--checkpointing", action="store_true", help="preempted jobs resume, not restart")
+        parser.add_argument("--quotas", choices=("demand", "equal"), default="demand",
+                            help="derived quotas: proportional to each tenant's demand, or equal per tenant")
         parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
     def handle(self, *args, **o):
@@ -63,15 +65,18 @@ class Command(BaseCommand):
                 jobs, nodes, quotas = sim.load(o["trace"], alibaba_dir=o["alibaba"], cluster=o["cluster"])
                 if quotas is not None and o["tenants"] != "trace":
                     raise CommandError("--tenants re-splits the tenants: it needs derived quotas")
+                if quotas is not None and o["quotas"] != "demand":
+                    raise CommandError("--quotas chooses derived quotas: the SPEC already has quotas")
                 jobs = sim.prepare(jobs, tenants=o["tenants"], start=o["start"], overlay=o["overlay"],
                                    repeat=o["repeat"], scale=o["scale"])
                 options = sim.Options(
                     policy=o["policy"], borrowing=not o["no_borrowing"], backfill=not o["no_backfill"],
                     fragmentation_aware=not o["plain_best_fit"], coalesce=o["coalesce"], grace=o["grace"],
-                    checkpointing=o["checkpointing"], progress_every=0 if o["quiet"] else 5.0)
+                    checkpointing=o["checkpointing"], progress_every=0 if o["quiet"] else 5.0,
+                    quota_split=o["quotas"])
                 result = sim.simulate(jobs, nodes, quotas, options)
                 result.update({"repeat": o["repeat"], "scale": o["scale"], "tenant_split": o["tenants"],
-                               "start": o["start"], "overlay": o["overlay"]})
+                               "quota_split": o["quotas"], "start": o["start"], "overlay": o["overlay"]})
         except (OSError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
         text = json.dumps(result, indent=2)
