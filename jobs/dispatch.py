@@ -20,6 +20,7 @@ from quotas.models import Cluster, Node
 
 from .backends import base
 from .backends.registry import backend_for
+from .inventory import refresh_node_states
 from .models import Job, JobEvent
 from .services import job_transition
 from .states import HOLDING, JobState
@@ -95,22 +96,35 @@ def dispatch_job(job_id: int) -> str:
         return "failed"
     cluster = clusters.pop()
     backend = backend_of(cluster)
-    backend_id = backend.submit(job_spec(job, {pk: n.name for pk, n in nodes.items()}))
-    recorded = Job.objects.filter(pk=job_id, state=JobState.ADMITTED).update(
-        dispatched_at=timezone.now(), backend_id=backend_id, cluster=cluster
-    )
+    try:
+        backend_id = backend.submit(job_spec(job, {pk: n.name for pk, n in nodes.items()}))
+    except base.BackendError:
+        # The backend is unreachable or refused: give the claim back, so the retry (or beat's next
+        # round) submits as soon as it is back rather than after CLAIM_TIMEOUT. Safe: submit looks
+        # for the job by name before it creates one.
+        Job.objects.filter(pk=job_id, dispatch_claimed_at=now, dispatched_at__isnull=True).update(
+            dispatch_claimed_at=None
+        )
+        raise
+    # Row and note in one transaction: a status sync seeing the job dispatched could otherwise
+    # log "running" before this note, which still says "admitted".
+    with transaction.atomic():
+        recorded = Job.objects.filter(pk=job_id, state=JobState.ADMITTED).update(
+            dispatched_at=timezone.now(), backend_id=backend_id, cluster=cluster
+        )
+        if recorded:
+            JobEvent.objects.create(
+                job=job,
+                kind="dispatched",
+                from_state=job.state,
+                to_state=job.state,
+                reason=f"submitted to {cluster.name}",
+                at=timezone.now(),
+                data={"backend_id": backend_id},
+            )
     if not recorded:  # cancelled while we were submitting: take the backend job back
         backend.cancel(base.backend_name(job.pk))
         return "cancelled meanwhile"
-    JobEvent.objects.create(
-        job=job,
-        kind="dispatched",
-        from_state=job.state,
-        to_state=job.state,
-        reason=f"submitted to {cluster.name}",
-        at=timezone.now(),
-        data={"backend_id": backend_id},
-    )
     return "dispatched"
 
 
@@ -144,6 +158,8 @@ def sync_cluster(cluster_id: int) -> dict[str, int]:
     if not jobs:
         return {}
     statuses = backend_of(cluster).status(sorted(jobs))
+    if any(st.node_failure for st in statuses.values()):
+        refresh_node_states(cluster)  # before the requeues below: a lost node must not take them back
     counts: dict[str, int] = {}
     for name, job in jobs.items():
         outcome = apply_status(job, statuses.get(name) or base.JobStatus(name, base.LOST))

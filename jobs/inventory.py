@@ -1,8 +1,10 @@
 """Inventory sync (DESIGN §2: nodes come from the backend, never typed in by hand).
 
 For real backends the backend is the source: ``sync_inventory`` applies ``list_nodes()`` to the
-Node rows. The simulator is the opposite: it simulates the inventory the portal holds, so
-``push_simulated_inventory`` sends the portal's nodes to it."""
+Node rows. The simulator simulates the inventory the portal holds, so ``push_simulated_inventory``
+sends the portal's nodes to it — but node *states* come back from it, as they come from sinfo or
+the Kubernetes API: a node the simulator lost (an injected fault) is down in the portal until the
+simulator has it back, and a push never heals it."""
 
 from __future__ import annotations
 
@@ -19,10 +21,12 @@ from .backends.registry import backend_for, is_simulated, simulator_url
 
 def push_simulated_inventory() -> dict[str, int]:
     by_url: dict[str, list[NodeInfo]] = defaultdict(list)
+    clusters_of: dict[str, list[int]] = defaultdict(list)
     for cluster in Cluster.objects.filter(active=True):
         if not is_simulated(cluster.kind, cluster.config or {}):
             continue
         url = simulator_url(cluster.config or {})
+        clusters_of[url].append(cluster.pk)
         for node in cluster.nodes.select_related("flavor"):
             by_url[url].append(
                 NodeInfo(
@@ -30,8 +34,29 @@ def push_simulated_inventory() -> dict[str, int]:
                 )
             )
     for url, nodes in by_url.items():
-        backend_for("simulator", {"url": url}).set_inventory(nodes)
+        reported = backend_for("simulator", {"url": url}).set_inventory(nodes, keep_states=True)
+        _apply_states(clusters_of[url], reported)
     return {url: len(nodes) for url, nodes in by_url.items()}
+
+
+def refresh_node_states(cluster: Cluster) -> None:
+    """Read the cluster's node states now (the status sync calls this when a job died of a node
+    failure, so the jobs it requeues are not placed on that node again)."""
+    if is_simulated(cluster.kind, cluster.config or {}):
+        _apply_states([cluster.pk], backend_for(cluster.kind, cluster.config or {}).list_nodes())
+    else:
+        sync_inventory(cluster)
+
+
+def _apply_states(cluster_ids: list[int], reported: list[NodeInfo]) -> int:
+    by_state: dict[str, list[str]] = defaultdict(list)
+    for info in reported:
+        by_state[info.state].append(info.name)
+    nodes = Node.objects.filter(cluster_id__in=cluster_ids)
+    return sum(
+        nodes.filter(name__in=names).exclude(state=state).update(state=state, last_seen_at=timezone.now())
+        for state, names in by_state.items()
+    )
 
 
 def _flavor_for(hint: str) -> Flavor | None:

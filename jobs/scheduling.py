@@ -274,7 +274,10 @@ def _apply_reservations(result: CycleResult, now: datetime) -> int:
             .values_list("data", flat=True)
             .first()
         )
-        if last != data:
+        # Like an admission, conditional on the job still waiting: the row lock waits for a
+        # cancel committing meanwhile, so no "queued" note lands after the job left the queue.
+        still_queued = Job.objects.select_for_update().filter(pk=int(r.job_id), state=JobState.QUEUED)
+        if last != data and still_queued.exists():
             JobEvent.objects.create(
                 job_id=int(r.job_id),
                 kind="reservation",

@@ -19,7 +19,7 @@ from portal.selectors import scope_for
 from quotas.models import Flavor, Node
 
 from .approvals import approval_reasons, job_approval_open, job_approval_withdraw
-from .models import Job, JobEvent, JobKind, PriorityClass
+from .models import COMMAND_MAX_LENGTH, Job, JobEvent, JobKind, PriorityClass, image_validator
 from .states import HOLDING, TERMINAL, JobState, can_transition
 
 MAX_WORKERS = 4096
@@ -36,20 +36,24 @@ def job_transition(
     if not can_transition(expected, target):
         return False
     now = timezone.now()
-    changed = Job.objects.filter(pk=job.pk, state=expected.value).update(
-        state=target.value, state_changed_at=now, **fields
-    )
-    if not changed:
-        return False
-    JobEvent.objects.create(
-        job_id=job.pk,
-        from_state=expected.value,
-        to_state=target.value,
-        reason=reason,
-        actor=actor,
-        at=now,
-        data=data or {},
-    )
+    # The state and its event row commit together even for a caller without a transaction
+    # (the cancel API): otherwise a cycle could hand out the freed GPUs before the log says so,
+    # and a crash between the two would leave a transition without its event.
+    with transaction.atomic():
+        changed = Job.objects.filter(pk=job.pk, state=expected.value).update(
+            state=target.value, state_changed_at=now, **fields
+        )
+        if not changed:
+            return False
+        JobEvent.objects.create(
+            job_id=job.pk,
+            from_state=expected.value,
+            to_state=target.value,
+            reason=reason,
+            actor=actor,
+            at=now,
+            data=data or {},
+        )
     job.refresh_from_db()
     if target in TERMINAL or target in (JobState.PREEMPTED, JobState.QUEUED):
         _request_cycle()  # GPUs were freed or a job joined the queue
@@ -86,6 +90,21 @@ def _validate_shape(*, kind, flavor: Flavor, workers, gpus_per_worker, gpu_milli
         raise ValidationError(errors)
 
 
+def _validate_text(*, image: str, command: str) -> None:
+    """What full_clean does not check: the image grammar and the command's length (a TextField's
+    max_length binds only forms). Refused, never truncated. The command is free text: `;`, quotes
+    and `$(…)` are valid and stored verbatim; backends pass it to a shell only as one quoted word."""
+    errors: dict[str, list[str]] = {}
+    try:
+        image_validator(image)
+    except ValidationError as exc:
+        errors["image"] = exc.messages
+    if len(command) > COMMAND_MAX_LENGTH:
+        errors["command"] = [_("At most %(n)d characters.") % {"n": COMMAND_MAX_LENGTH}]
+    if errors:
+        raise ValidationError(errors)
+
+
 def job_submit(
     *,
     actor: User,
@@ -105,6 +124,7 @@ def job_submit(
     sim_duration_seconds: int | None = None,
 ) -> Job:
     perm.require(_can_submit(actor, project))
+    _validate_text(image=image, command=command)
     if not flavor.active:
         raise ValidationError({"flavor": [_("%(f)s is not available for new jobs.") % {"f": flavor}]})
     _validate_shape(
@@ -195,21 +215,24 @@ def job_cancel(*, actor: User, job: Job) -> Job:
 
 def _request_stop(job: Job, actor: User) -> Job:
     now = timezone.now()
-    if Job.objects.filter(pk=job.pk, state=job.state, cancel_requested_at__isnull=True).update(
-        cancel_requested_at=now
-    ):
-        JobEvent.objects.create(
-            job=job,
-            kind="cancel_requested",
-            from_state=job.state,
-            to_state=job.state,
-            reason="cancelled by user",
-            actor=actor,
-            at=now,
-        )
-        from .tasks import stop_job
+    # One transaction: the row stays locked until the event is in, so a status sync moving the
+    # job on (admitted → running) logs its transition after this note, not before it.
+    with transaction.atomic():
+        if Job.objects.filter(pk=job.pk, state=job.state, cancel_requested_at__isnull=True).update(
+            cancel_requested_at=now
+        ):
+            JobEvent.objects.create(
+                job=job,
+                kind="cancel_requested",
+                from_state=job.state,
+                to_state=job.state,
+                reason="cancelled by user",
+                actor=actor,
+                at=now,
+            )
+            from .tasks import stop_job
 
-        transaction.on_commit(lambda: stop_job.delay(job.pk), robust=True)
+            transaction.on_commit(lambda: stop_job.delay(job.pk), robust=True)
     job.refresh_from_db()
     return job
 

@@ -1,15 +1,25 @@
 """Thin Celery tasks: they take ids (or nothing), call a service, and are safe to run twice —
 each service claims its row with a conditional update before it calls a backend."""
 
-from celery import shared_task
-from django.db import transaction
+import logging
 
+from celery import shared_task
+from django.core.cache import cache
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from portal.logs import job_context
 from quotas.models import Cluster
 
 from . import dispatch
 from .models import Job
 from .scheduling import schedule_once
 from .states import HOLDING, JobState
+
+log = logging.getLogger(__name__)
+
+ENQUEUE_GUARD_SECONDS = 30
 
 
 @shared_task(name="jobs.schedule_cycle", ignore_result=True)
@@ -24,21 +34,29 @@ def schedule_cycle() -> None:
     name="jobs.dispatch_job", ignore_result=True, autoretry_for=(Exception,), retry_backoff=5, max_retries=10
 )
 def dispatch_job(job_id: int) -> str:
-    return dispatch.dispatch_job(job_id)
+    return _on_job(dispatch.dispatch_job, job_id)
 
 
 @shared_task(
     name="jobs.stop_job", ignore_result=True, autoretry_for=(Exception,), retry_backoff=5, max_retries=10
 )
 def stop_job(job_id: int) -> str:
-    return dispatch.stop_job(job_id)
+    return _on_job(dispatch.stop_job, job_id)
 
 
 @shared_task(
     name="jobs.resize_job", ignore_result=True, autoretry_for=(Exception,), retry_backoff=5, max_retries=10
 )
 def resize_job(job_id: int) -> str:
-    return dispatch.resize_job(job_id)
+    return _on_job(dispatch.resize_job, job_id)
+
+
+def _on_job(step, job_id: int) -> str:
+    # Every line logged while working on the job (backend errors included) carries its id.
+    with job_context(job_id):
+        outcome = step(job_id)
+        log.info("%s job %s: %s", step.__name__, job_id, outcome)
+        return outcome
 
 
 @shared_task(name="jobs.sync_cluster", ignore_result=True)
@@ -51,22 +69,35 @@ def backend_work() -> None:
     """Fan out: dispatch admitted jobs, stop preempted/cancelled ones, resize grown or scaled ones,
     sync every cluster. Runs from beat as a safety net, so a lost message delays work but never
     loses it."""
-    for job_id in Job.objects.filter(state=JobState.ADMITTED, dispatched_at__isnull=True).values_list(
-        "pk", flat=True
-    ):
-        dispatch_job.delay(job_id)
+    live_claim = Q(dispatch_claimed_at__gte=timezone.now() - dispatch.CLAIM_TIMEOUT)
+    undispatched = Job.objects.filter(state=JobState.ADMITTED, dispatched_at__isnull=True).exclude(live_claim)
+    for job_id, submitted_at in undispatched.values_list("pk", "submitted_at"):
+        _enqueue_once(dispatch_job, job_id, submitted_at)
     stopping = Job.objects.filter(
         state__in=list(HOLDING), dispatched_at__isnull=False, stop_requested_at__isnull=True
     ).exclude(
         terminating_since__isnull=True, cancel_requested_at__isnull=True, expire_requested_at__isnull=True
     )
-    for job_id in stopping.values_list("pk", flat=True):
-        stop_job.delay(job_id)
+    for job_id, submitted_at in stopping.values_list("pk", "submitted_at"):
+        _enqueue_once(stop_job, job_id, submitted_at)
     resizing = Job.objects.filter(state__in=list(HOLDING), resize_requested_at__isnull=False)
-    for job_id in resizing.values_list("pk", flat=True):
-        resize_job.delay(job_id)
+    for job_id, submitted_at in resizing.values_list("pk", "submitted_at"):
+        _enqueue_once(resize_job, job_id, submitted_at)
     for cluster_id in Cluster.objects.filter(active=True).values_list("pk", flat=True):
         sync_cluster.delay(cluster_id)
+
+
+def _enqueue_once(task, job_id: int, submitted_at) -> None:
+    """Queue `task(job_id)` unless this safety net queued it within ENQUEUE_GUARD.
+
+    backend_work runs every few seconds; without the guard a backlog (slow backend, busy
+    workers) gains one duplicate message per job per run (seen in the 7-day soak). The tasks
+    are idempotent, so a message lost after the guard is set only delays the work by one guard
+    period: the next run after expiry queues it again. The key carries submitted_at so a
+    recycled id (a restored or re-created database) is never mistaken for the old job."""
+    key = f"enqueued:{task.name}:{job_id}:{submitted_at.timestamp()}"
+    if cache.add(key, 1, timeout=ENQUEUE_GUARD_SECONDS):
+        task.delay(job_id)
 
 
 @shared_task(name="jobs.poll_metrics", ignore_result=True)
@@ -94,3 +125,12 @@ def sync_inventory() -> None:
     for cluster in Cluster.objects.filter(active=True):
         if not is_simulated(cluster.kind, cluster.config or {}):
             sync_one(cluster)
+
+
+@shared_task(name="jobs.sync_scheduler_queues", ignore_result=True)
+def sync_scheduler_queues() -> dict:
+    """Kueue / Volcano queues rendered from the quota tree at this instant (jobs.queue_sync):
+    on every committed quota write, and from beat as windows open and loans end."""
+    from .queue_sync import sync_all
+
+    return sync_all()

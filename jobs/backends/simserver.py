@@ -209,7 +209,10 @@ class SimCluster:
 
     def _submit(self, now, name, spec, placement):
         jobs = self.state["jobs"]
-        if name in jobs:  # idempotent: a retried dispatch finds the job it already created
+        # Idempotent: a retried dispatch finds the job it already created. A *finished* job of
+        # that name is an earlier run — the portal requeued the job (preempted, or its node was
+        # lost) and runs it again — so it is replaced, as Slurm looks only for unfinished jobs.
+        if name in jobs and jobs[name]["phase"] not in TERMINAL:
             return self._view(jobs[name], now), False
         self.state["seq"] += 1
         duration = spec.get("sim_duration_seconds")
@@ -578,7 +581,10 @@ class Handler(BaseHTTPRequestHandler):
         nodes = body.get("nodes") if isinstance(body, dict) else body
         if not isinstance(nodes, list):
             raise ApiError(400, "body must be a list of nodes or {\"nodes\": [...]}")
-        self._json(200, {"nodes": self.cluster.set_inventory(nodes)})
+        # ?keep_states=1: known nodes keep the state they have here (an injected fault is the
+        # cluster's truth, which the portal reads back); only new nodes take the given state.
+        keep = self.query.get("keep_states", "") in ("1", "true")
+        self._json(200, {"nodes": self.cluster.set_inventory(nodes, keep_states=keep)})
 
     def post_node_state(self, name):
         body = self._body()

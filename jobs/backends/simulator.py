@@ -67,9 +67,13 @@ class SimulatorBackend:
 
     # -- failure injection and helpers for tests and the demo
 
-    def set_inventory(self, nodes: Iterable[NodeInfo | Mapping[str, Any]]) -> list[NodeInfo]:
+    def set_inventory(
+        self, nodes: Iterable[NodeInfo | Mapping[str, Any]], *, keep_states: bool = False
+    ) -> list[NodeInfo]:
+        """Replace the node list; with ``keep_states`` the nodes it already has keep their state."""
         body = [dataclasses.asdict(n) if isinstance(n, NodeInfo) else dict(n) for n in nodes]
-        return [_node_info(n) for n in self._call("PUT", "/inventory", {"nodes": body})["nodes"]]
+        path = "/inventory?keep_states=1" if keep_states else "/inventory"
+        return [_node_info(n) for n in self._call("PUT", path, {"nodes": body})["nodes"]]
 
     def set_node_state(self, name: str, state: str) -> NodeInfo:
         return _node_info(self._call("POST", f"/nodes/{quote(name, safe='')}/state", {"state": state}))

@@ -1,0 +1,1 @@
+"""Reliability and security tests (issue 8): concurrency, faults, fuzzing, soak, load."""
