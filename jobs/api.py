@@ -18,7 +18,16 @@ from quotas.selectors import healthy_capacity
 
 from . import selectors, services
 from .approvals import approval_request_of, with_approval_request
-from .models import Job, JobEvent, JobKind, PriorityClass
+from .models import (
+    COMMAND_MAX_LENGTH,
+    IMAGE_MAX_LENGTH,
+    Job,
+    JobEvent,
+    JobKind,
+    PriorityClass,
+    image_validator,
+    name_validator,
+)
 from .scheduling import explain_job
 
 
@@ -65,7 +74,7 @@ class JobOut(serializers.ModelSerializer):
 
 
 class JobIn(serializers.Serializer):
-    name = serializers.CharField(max_length=63)
+    name = serializers.CharField(max_length=63, validators=[name_validator])
     project = VisibleRelatedField(visible_projects)
     kind = serializers.ChoiceField(choices=JobKind.choices)
     flavor = serializers.SlugRelatedField(slug_field="name", queryset=Flavor.objects.all())
@@ -76,8 +85,10 @@ class JobIn(serializers.Serializer):
         min_value=1, max_value=services.MAX_WORKERS, required=False, allow_null=True
     )
     priority = serializers.SlugRelatedField(slug_field="name", queryset=PriorityClass.objects.all())
-    image = serializers.CharField(max_length=300)
-    command = serializers.CharField(max_length=10000, required=False, allow_blank=True, default="")
+    image = serializers.CharField(max_length=IMAGE_MAX_LENGTH, validators=[image_validator])
+    command = serializers.CharField(
+        max_length=COMMAND_MAX_LENGTH, required=False, allow_blank=True, default="", trim_whitespace=False
+    )
     max_runtime_seconds = serializers.IntegerField(
         min_value=60, max_value=services.MAX_RUNTIME, required=False, allow_null=True
     )

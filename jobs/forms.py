@@ -13,7 +13,14 @@ from portal.selectors import visible_projects
 from quotas.models import Flavor
 
 from . import selectors, services
-from .models import JobKind, PriorityClass, name_validator
+from .models import (
+    COMMAND_MAX_LENGTH,
+    IMAGE_MAX_LENGTH,
+    JobKind,
+    PriorityClass,
+    image_validator,
+    name_validator,
+)
 from .states import JobState
 from .templatetags.jobs_ui import STATE_LABELS
 
@@ -54,9 +61,15 @@ class JobForm(forms.Form):
         required=False,
         help_text=_("Shareable flavors only: thousandths of one GPU, e.g. 250."),
     )
-    image = forms.CharField(label=_("Container image"), max_length=300)
+    image = forms.CharField(
+        label=_("Container image"), max_length=IMAGE_MAX_LENGTH, validators=[image_validator]
+    )
     command = forms.CharField(
-        label=_("Command"), max_length=10000, required=False, widget=forms.Textarea(attrs={"rows": 3})
+        label=_("Command"),
+        max_length=COMMAND_MAX_LENGTH,
+        required=False,
+        strip=False,  # stored verbatim, as the API does
+        widget=forms.Textarea(attrs={"rows": 3}),
     )
     max_runtime_seconds = forms.IntegerField(
         label=_("Maximum runtime (s)"),

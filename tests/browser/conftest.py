@@ -59,7 +59,7 @@ def chromium(_sync_orm_beside_playwright):
 def browser_for(chromium, live_server):
     """``browser_for(user, lang="en")`` → a Playwright page logged in as ``user`` through the
     real login form, in its own browser context (own cookies)."""
-    contexts = []
+    contexts, violations = [], []
 
     def make(user, password: str, lang: str = "en"):
         context = chromium.new_context(
@@ -68,6 +68,8 @@ def browser_for(chromium, live_server):
         context.set_default_timeout(15_000)
         contexts.append(context)
         page = context.new_page()
+        # The Content-Security-Policy (portal/security.py) must not block anything our pages need.
+        page.on("console", lambda msg: "Content Security Policy" in msg.text and violations.append(msg.text))
         page.goto(f"{live_server.url}/accounts/login/")
         page.fill("input[name=username]", user.username)
         page.fill("input[name=password]", password)
@@ -79,6 +81,7 @@ def browser_for(chromium, live_server):
     yield make
     for context in contexts:
         context.close()
+    assert not violations, violations
 
 
 @pytest.fixture

@@ -1,0 +1,183 @@
+"""Defences at the edge of the portal: a Content-Security-Policy on every HTML page, NUL
+characters refused before they reach PostgreSQL, and secrets kept out of the logs.
+
+See docs/reliability.md ("Hostile input and security") for what each one protects.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Iterator
+from functools import wraps
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils.translation import gettext as _
+
+# Scripts only from our own static files: no inline <script>, no on*= handlers (static/js/site.js
+# replaces them); our templates have no style="" either, but plotly needs inline styles (below).
+# Pico's icons and plotly's "download as PNG" are data: images; frame-ancestors repeats X-Frame-Options.
+DEFAULT_POLICY = {
+    "default-src": "'self'",
+    "script-src": "'self'",
+    # plotly.js inserts its own <style> element when it loads (the browser tests saw it blocked);
+    # styles cannot run code, scripts stay strict.
+    "style-src": "'self' 'unsafe-inline'",
+    "img-src": "'self' data: blob:",
+    "font-src": "'self' data:",
+    "connect-src": "'self'",
+    "object-src": "'none'",
+    "base-uri": "'self'",
+    "form-action": "'self'",
+    "frame-ancestors": "'none'",
+}
+
+
+def policy_header(policy: dict[str, str]) -> str:
+    return "; ".join(f"{directive} {sources}" for directive, sources in policy.items())
+
+
+def csp_extend(**extra: str) -> Callable:
+    """View decorator: this view's pages may also load the given sources, e.g.
+    ``csp_extend(script_src="https://cdn.example")`` (underscores become dashes)."""
+
+    def decorator(view):
+        @wraps(view)
+        def wrapped(request, *args, **kwargs):
+            response = view(request, *args, **kwargs)
+            policy = dict(_policy())
+            for key, sources in extra.items():
+                directive = key.replace("_", "-")
+                policy[directive] = f"{policy.get(directive, '')} {sources}".strip()
+            response["Content-Security-Policy"] = policy_header(policy)
+            return response
+
+        return wrapped
+
+    return decorator
+
+
+def _policy() -> dict[str, str]:
+    return getattr(settings, "CONTENT_SECURITY_POLICY", DEFAULT_POLICY)
+
+
+class ContentSecurityPolicyMiddleware:
+    """Adds the policy to every HTML response that has none of its own (Django 5.2 has no CSP
+    support of its own; a view may widen it with ``csp_extend``)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self.header = policy_header(_policy())
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        is_html = response.get("Content-Type", "").startswith("text/html")
+        if is_html and "Content-Security-Policy" not in response:
+            response["Content-Security-Policy"] = self.header
+        return response
+
+
+# --- NUL characters -----------------------------------------------------------------------------
+# PostgreSQL text cannot hold U+0000: a lookup or an insert with one raises DataError, a 500. No
+# legitimate input carries one, so it is refused at the door with a 400 naming the field. HTML form
+# bodies are left to the forms (Django's CharField refuses NUL with a message on the field).
+
+_FORM = "application/x-www-form-urlencoded"
+
+
+def _nul_in_json(value, path: str = "") -> str | None:
+    """The dotted path of the first key or string holding NUL, or None."""
+    if isinstance(value, str):
+        return (path or "detail") if "\x00" in value else None
+    if isinstance(value, dict):
+        items: Iterator = ((str(k), v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((str(i), v) for i, v in enumerate(value))
+    else:
+        return None
+    for key, item in items:
+        where = f"{path}.{key}" if path else key
+        if "\x00" in key:
+            return where
+        found = _nul_in_json(item, where)
+        if found:
+            return found
+    return None
+
+
+def _nul_in_pairs(pairs) -> str | None:
+    for key, values in pairs.lists():
+        if "\x00" in key or any("\x00" in v for v in values):
+            return key.replace("\x00", "") or "detail"
+    return None
+
+
+def _nul_in_body(request: HttpRequest) -> str | None:
+    if request.content_type == _FORM:
+        return _nul_in_pairs(request.POST)
+    if request.content_type == "application/json" or request.content_type.endswith("+json"):
+        body = request.body
+        if b"\x00" not in body and b"\\u0000" not in body.lower():
+            return None  # the common case: nothing to parse twice
+        try:
+            return _nul_in_json(json.loads(body))
+        except ValueError:
+            return None  # malformed JSON is the parser's 400
+    return None
+
+
+class RejectNulMiddleware:
+    """400 for a NUL character in the query string (every request) or in an API body."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        field = _nul_in_pairs(request.GET)
+        if field is None and request.path.startswith("/api/") and request.method in ("POST", "PUT", "PATCH"):
+            field = _nul_in_body(request)
+        if field is None:
+            return self.get_response(request)
+        return JsonResponse({field: [_("Null characters are not allowed.")]}, status=400)
+
+
+# --- secrets in logs ------------------------------------------------------------------------------
+
+_SECRET_PATTERNS = [
+    # "Authorization: Token abc…", "Bearer …", "Basic …" in a header dump or a message.
+    (re.compile(r"(?i)\b(Token|Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 [redacted]"),
+    # password=…, secret_key: …, sessionid=…, csrftoken=…, api_key=… in query strings, cookies, dicts.
+    (
+        re.compile(
+            r"(?i)\b(password|passwd|secret[_-]?key|secret|token|api[_-]?key|sessionid|csrftoken|"
+            r"csrfmiddlewaretoken)(['\"]?\s*[:=]\s*['\"]?)[^\s&;,'\"}]+"
+        ),
+        r"\1\2[redacted]",
+    ),
+    # Credentials inside a URL: scheme://user:password@host.
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*):[^/\s@]+@"), r"\1:[redacted]@"),
+]
+
+
+def redact(text: str) -> str:
+    for pattern, replacement in _SECRET_PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+class RedactSecretsFilter(logging.Filter):
+    """Last line of defence on the log handlers: whatever a library decides to log (a URL with a
+    password, a header dump), tokens, passwords and session ids are replaced before it is written."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+        elif record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        return True
