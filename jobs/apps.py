@@ -10,3 +10,7 @@ class JobsConfig(AppConfig):
         from .approvals import register as register_approval_kinds
 
         register_approval_kinds()
+
+        from .queue_sync import connect_signals
+
+        connect_signals()

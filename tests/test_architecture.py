@@ -15,6 +15,7 @@ PURE_MODULES = [
     "quotas.effective",
     "quotas.validation",
     "quotas.admission",
+    "quotas.queues",
     "jobs.placement",
     "jobs.scheduler",
     "billing.pricing",

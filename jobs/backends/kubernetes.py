@@ -24,6 +24,7 @@ resized (see docs/backends.md).
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -47,6 +48,7 @@ from jobs.backends.k8s_status import (  # noqa: F401 - re-exported: the backend'
     pod_node_failure,
     pod_status,
 )
+from quotas import queues
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 NAME_LABEL = "gpupool.io/name"
@@ -54,6 +56,7 @@ LABEL_KEYS = {"job": "gpupool.io/job", "project": "gpupool.io/project", "departm
 GPU_MILLI_ANNOTATION = "gpupool.io/gpu-milli"
 MANAGED_SELECTOR = f"{MANAGED_BY}=gpupool"
 TRAINING_APIS = ("batch", "volcano")
+SCHEDULER_INTEGRATIONS = (None, "kueue", "volcano")
 MERGE_PATCH = "application/merge-patch+json"
 
 T = TypeVar("T")
@@ -206,6 +209,18 @@ def build_manifest(
     return builder(spec, namespace)
 
 
+def with_kueue_queue(manifest: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
+    """Kueue integration: the job names its project's LocalQueue, and its pods select the nodes
+    of its flavor, so Kueue charges the ResourceFlavor the portal placed it on (several flavors
+    share a resource name such as nvidia.com/gpu)."""
+    result = copy.deepcopy(manifest)
+    project = spec.labels.get("project", "")
+    result["metadata"]["labels"][queues.KUEUE_QUEUE_LABEL] = queues.project_queue_name(project)
+    pod = result["spec"] if result["kind"] == "Pod" else result["spec"]["template"]["spec"]
+    pod.setdefault("nodeSelector", {})[queues.FLAVOR_LABEL] = queues.flavor_label_value(spec.flavor)
+    return result
+
+
 def affinity_hosts(obj: dict[str, Any]) -> set[str]:
     """Node names the pod template of a Job / Deployment (as a dict) is pinned to."""
     template_spec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
@@ -225,11 +240,14 @@ class KubernetesBackend:
         *,
         training_api: str = "batch",
         volcano_queue: str | None = None,
+        scheduler_integration: str | None = None,
         timeout: float = 10,
         **_ignored: Any,
     ):
         if training_api not in TRAINING_APIS:
             raise ValueError(f"training_api must be one of {', '.join(TRAINING_APIS)}, not {training_api!r}")
+        if scheduler_integration not in SCHEDULER_INTEGRATIONS:
+            raise ValueError(f"scheduler_integration must be kueue or volcano, not {scheduler_integration!r}")
         cfg = client.Configuration()
         if kubeconfig:
             config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
@@ -244,6 +262,7 @@ class KubernetesBackend:
         self.timeout = timeout
         self.training_api = training_api
         self.volcano_queue = volcano_queue
+        self.scheduler_integration = scheduler_integration
         self.api_client = client.ApiClient(cfg)
         self.batch = client.BatchV1Api(self.api_client)
         self.apps = client.AppsV1Api(self.api_client)
@@ -255,7 +274,15 @@ class KubernetesBackend:
         return self.training_api == "volcano"
 
     def manifest(self, spec: JobSpec) -> dict[str, Any]:
-        return build_manifest(spec, self.namespace, training_api=self.training_api, queue=self.volcano_queue)
+        queue = self.volcano_queue
+        if self.scheduler_integration == "volcano":
+            # The project's leaf queue (quotas.queues): hierarchical Volcano queues admit jobs
+            # only into leaves.
+            queue = queues.project_queue_name(spec.labels.get("project", ""))
+        manifest = build_manifest(spec, self.namespace, training_api=self.training_api, queue=queue)
+        if self.scheduler_integration == "kueue":
+            manifest = with_kueue_queue(manifest, spec)
+        return manifest
 
     # -- Backend protocol
 

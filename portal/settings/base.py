@@ -34,11 +34,15 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so every response (redirects, errors) carries X-Request-ID and every log line its id.
+    "portal.logs.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "portal.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "portal.security.RejectNulMiddleware",  # after LocaleMiddleware: its message is translated
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -102,6 +106,8 @@ CELERY_BEAT_SCHEDULE = {
     "approval-deadlines": {"task": "portal.approvals_tick", "schedule": 60.0, "options": {"expires": 50}},
     # DESIGN §3.7: loans past their end are marked returned (effective quota already ignores them).
     "return-loans": {"task": "quotas.return_loans", "schedule": 60.0, "options": {"expires": 50}},
+    # Kueue / Volcano queues follow the effective quota, which windows and loans change on the clock.
+    "scheduler-queues": {"task": "jobs.sync_scheduler_queues", "schedule": 60.0, "options": {"expires": 50}},
     # DESIGN §7: the meter brings the usage ledger up to the last full hour (idempotent).
     "meter": {"task": "billing.meter", "schedule": env_int("METER_INTERVAL_SECONDS", 600),
               "options": {"expires": 500}},
@@ -180,12 +186,22 @@ X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 
+# "json" in containers: one JSON object per line with request/task/job ids (portal/logs.py).
+LOG_FORMAT = env_str("LOG_FORMAT", "plain")
+LOG_REQUESTS = env_bool("LOG_REQUESTS", False)  # one access line per request (gunicorn's is not JSON)
+# Celery would replace the root handler with its own text format; JSON logs keep this one.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = LOG_FORMAT != "json"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"json": {"()": "portal.logs.JsonFormatter"}},
+    # Tokens, passwords and URL credentials are redacted from whatever a library logs.
+    "filters": {"redact": {"()": "portal.security.RedactSecretsFilter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["redact"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
+if LOG_FORMAT == "json":
+    LOGGING["handlers"]["console"]["formatter"] = "json"
 
 # --- gpupool -----------------------------------------------------------------------------
 GPUPOOL = {

@@ -1,10 +1,13 @@
 """A tiny Kubernetes API stand-in (stdlib HTTP server in a thread) for the Kubernetes backend tests.
 
-It serves what :mod:`jobs.backends.kubernetes` uses: ``/version``, namespaced create / read / list /
-delete / merge-patch of batch/v1 Jobs, apps/v1 Deployments, v1 Pods and Volcano
-``batch.volcano.sh/v1alpha1`` Jobs (a custom resource, stored as ``vcjobs``), and the cluster-wide
-v1 Node list (seeded by the tests). Objects are stored as posted, with ``uid``, ``resourceVersion``
-and ``creationTimestamp`` added; a duplicate create answers 409 and a missing object 404. PATCH
+It serves what :mod:`jobs.backends.kubernetes` and :mod:`jobs.backends.queues` use: ``/version``,
+namespaced create / read / list / delete / merge-patch / replace of batch/v1 Jobs, apps/v1
+Deployments, v1 Pods, Volcano ``batch.volcano.sh/v1alpha1`` Jobs (a custom resource, stored as
+``vcjobs``) and Kueue LocalQueues; the same verbs on the cluster-scoped custom resources of
+``CLUSTER_RESOURCES`` (Kueue ResourceFlavors, ClusterQueues, Cohorts; Volcano Queues), stored
+under namespace ``""``; and the cluster-wide v1 Node list (seeded by the tests). Objects are stored
+as posted, with ``uid``, ``resourceVersion`` and ``creationTimestamp`` added; a duplicate create
+answers 409, a missing object 404, a PUT with a stale ``resourceVersion`` 409. PATCH
 takes only ``application/merge-patch+json`` (RFC 7386), as a dict body must be sent: anything else
 answers 415, the way the API server refuses a JSON Patch content type with an object body.
 Equality label selectors (``a=b,c=d``) are honoured. Every request is recorded as
@@ -36,12 +39,29 @@ RESOURCES = {
     ("/apis/apps/v1", "deployments"): ("apps/v1", "Deployment", "deployments"),
     ("/api/v1", "pods"): ("v1", "Pod", "pods"),
     ("/apis/batch.volcano.sh/v1alpha1", "jobs"): ("batch.volcano.sh/v1alpha1", "Job", "vcjobs"),
+    ("/apis/kueue.x-k8s.io/v1beta1", "localqueues"): ("kueue.x-k8s.io/v1beta1", "LocalQueue", "localqueues"),
+}
+# Cluster-scoped custom resources (stored under namespace ""), served at /apis/<group>/<version>/<plural>.
+CLUSTER_RESOURCES = {
+    ("/apis/kueue.x-k8s.io/v1beta1", "resourceflavors"): (
+        "kueue.x-k8s.io/v1beta1",
+        "ResourceFlavor",
+        "resourceflavors",
+    ),
+    ("/apis/kueue.x-k8s.io/v1beta1", "clusterqueues"): (
+        "kueue.x-k8s.io/v1beta1",
+        "ClusterQueue",
+        "clusterqueues",
+    ),
+    ("/apis/kueue.x-k8s.io/v1alpha1", "cohorts"): ("kueue.x-k8s.io/v1alpha1", "Cohort", "cohorts"),
+    ("/apis/scheduling.volcano.sh/v1beta1", "queues"): ("scheduling.volcano.sh/v1beta1", "Queue", "queues"),
 }
 MERGE_PATCH = "application/merge-patch+json"
 NAMESPACED = re.compile(
     r"^(?P<group>/api/v1|/apis/[^/]+/[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<res>[^/]+)"
     r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?/?$"
 )
+CLUSTER_SCOPED = re.compile(r"^(?P<group>/apis/[^/]+/[^/]+)/(?P<res>[^/]+)(?:/(?P<name>[^/]+))?/?$")
 
 VERSION = {
     "major": "1",
@@ -168,7 +188,8 @@ class StandIn:
 
     def _store(self, resource: str, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
         meta = obj.setdefault("metadata", {})
-        meta.setdefault("namespace", namespace)
+        if namespace:  # cluster-scoped objects have none
+            meta.setdefault("namespace", namespace)
         meta["uid"] = str(uuid.uuid4())
         meta["resourceVersion"] = str(next(self._versions))
         meta["creationTimestamp"] = _now()
@@ -200,17 +221,25 @@ class StandIn:
                     "metadata": {"resourceVersion": "1"},
                     "items": copy.deepcopy(self.nodes),
                 }
-            match = NAMESPACED.match(path)
-            if not match or (match["group"], match["res"]) not in RESOURCES:
+            found = self._route(path)
+            if found is None:
                 return 404, _status(
                     404, "NotFound", f"the server could not find the requested resource {path}"
                 )
-            api_version, kind, stored = RESOURCES[(match["group"], match["res"])]
+            (api_version, kind, stored), ns, name = found
             if method == "PATCH" and (content_type or "").split(";")[0].strip() != MERGE_PATCH:
                 return 415, _status(415, "UnsupportedMediaType", f"the stand-in only merges {MERGE_PATCH}")
-            return self._namespaced(
-                method, stored, match["ns"], match["name"], api_version, kind, query, body
-            )
+            return self._namespaced(method, stored, ns, name, api_version, kind, query, body)
+
+    def _route(self, path: str) -> tuple[tuple[str, str, str], str, str | None] | None:
+        """(resource entry, namespace — "" when cluster-scoped —, name) of a path, or None."""
+        match = NAMESPACED.match(path)
+        if match and (match["group"], match["res"]) in RESOURCES:
+            return RESOURCES[(match["group"], match["res"])], match["ns"], match["name"]
+        match = CLUSTER_SCOPED.match(path)
+        if match and (match["group"], match["res"]) in CLUSTER_RESOURCES:
+            return CLUSTER_RESOURCES[(match["group"], match["res"])], "", match["name"]
+        return None
 
     def _namespaced(
         self,
@@ -263,6 +292,8 @@ class StandIn:
             obj["metadata"]["resourceVersion"] = str(next(self._versions))
             self.objects[key] = obj
             return 200, copy.deepcopy(obj)
+        if method == "PUT":
+            return self._replace(key, body)
         if method == "DELETE":
             del self.objects[key]
             return 200, {
@@ -271,6 +302,30 @@ class StandIn:
                 "details": {"name": name, "kind": res, "uid": "x"},
             }
         return 405, _status(405, "MethodNotAllowed", f"{method} not supported by the stand-in")
+
+    def _replace(self, key: tuple[str, str, str], body: bytes) -> tuple[int, Any]:
+        """PUT: the whole object is replaced; a stale ``resourceVersion`` answers 409, as the
+        API server's optimistic concurrency does."""
+        try:
+            obj = json.loads(body or b"{}")
+        except ValueError:
+            return 400, _status(400, "BadRequest", "body is not JSON")
+        current = self.objects[key]
+        meta = obj.setdefault("metadata", {})
+        if meta.get("name") != key[2]:
+            return 400, _status(400, "BadRequest", "metadata.name does not match the URL")
+        sent = meta.get("resourceVersion")
+        if sent and sent != current["metadata"]["resourceVersion"]:
+            return 409, _status(409, "Conflict", f'{key[0]} "{key[2]}": the object has been modified')
+        for kept in ("uid", "creationTimestamp"):
+            meta[kept] = current["metadata"][kept]
+        if key[1]:
+            meta["namespace"] = key[1]
+        meta["resourceVersion"] = str(next(self._versions))
+        obj.setdefault("apiVersion", current.get("apiVersion"))
+        obj.setdefault("kind", current.get("kind"))
+        self.objects[key] = obj
+        return 200, copy.deepcopy(obj)
 
 
 def _merge(target: Any, patch: Any) -> Any:

@@ -1,0 +1,427 @@
+"""The quota tree rendered as the in-cluster scheduler's own queue objects, for centres that run
+Kueue or Volcano (docs/backends.md, "Scheduler integration: Kueue and Volcano"). Pure: fed a
+frozen :class:`TreeSnapshot` and ``now``, it returns manifest dicts; no Django, no client.
+
+Targets (the vendored CRD schemas under tests/backends/schemas/ are the contract):
+
+* Kueue: ``ResourceFlavor``, ``ClusterQueue``, ``LocalQueue`` in ``kueue.x-k8s.io/v1beta1`` and
+  hierarchical ``Cohort`` in ``kueue.x-k8s.io/v1alpha1`` (``spec.parent``; Kueue 0.9–0.13).
+* Volcano: hierarchical ``Queue`` in ``scheduling.volcano.sh/v1beta1`` (``spec.parent``).
+
+Values are the *effective* quota at ``now`` (windows and loans applied, ``quotas.effective``).
+Kueue has no overcommit ratio and both schedulers assume a parent's share covers its children,
+so each node gets a *share*: its effective quota, scaled down (largest remainder, in whole units
+of the flavor) where its parent's share is smaller than the children's quotas add up to. The
+part of a quota above its share becomes borrowing headroom, so nothing a job may use is lost.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import ROUND_FLOOR, Decimal
+from zoneinfo import ZoneInfo
+
+from .effective import Limits, LoanSpan, Window, effective_limits
+
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpupool"}
+OWNER_LABEL = "gpupool.io/owner"  # department or project code the object renders
+FLAVOR_LABEL = "gpupool.io/flavor"  # node label naming the portal flavor of a node's GPUs
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE = "kueue.x-k8s.io/v1beta1"
+KUEUE_COHORT = "kueue.x-k8s.io/v1alpha1"
+VOLCANO = "scheduling.volcano.sh/v1beta1"
+ROOT_COHORT = "gpupool"  # the pool: every department borrows through it
+VOLCANO_ROOT = "root"  # Volcano's built-in root queue (the scheduler creates it)
+FORMATS = ("kueue", "volcano")
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorRef:
+    name: str
+    resource: str  # Kubernetes extended resource, e.g. nvidia.com/gpu, nvidia.com/mig-1g.10gb
+    capacity: Decimal  # healthy GPUs (units of the flavor) in the pool
+    shareable: bool = False  # quotas may be fractional (gpu_milli requests)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaRef:
+    flavor: str
+    kind: str  # "department" | "project"
+    code: str
+    base: Limits
+    windows: tuple[Window, ...] = ()
+    loans_in: tuple[LoanSpan, ...] = ()
+    loans_out: tuple[LoanSpan, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TreeSnapshot:
+    flavors: tuple[FlavorRef, ...]
+    departments: tuple[tuple[str, str | None], ...]  # (code, parent code)
+    projects: tuple[tuple[str, str], ...]  # (code, department code), active projects only
+    quotas: tuple[QuotaRef, ...]
+    zone: ZoneInfo = field(default_factory=lambda: ZoneInfo("Asia/Shanghai"))
+    namespace: str = "gpupool"  # where the Kubernetes backend creates jobs (LocalQueues live there)
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """One quota node of one flavor as the schedulers see it at ``now``."""
+
+    limits: Limits  # effective quota, borrow and lend limit
+    share: Decimal  # the part its parent's share covers (Kueue nominal, Volcano deserved)
+    remainder: Decimal = Decimal(0)  # own share its children do not hold (a cohort's own nominal)
+
+    @property
+    def borrowing(self) -> Decimal | None:
+        """Headroom above the share: quota beyond it plus the borrow limit (None = no limit)."""
+        b = self.limits.borrow_limit
+        return None if b is None else self.limits.quota + b - self.share
+
+    @property
+    def lending(self) -> Decimal | None:
+        """What may be lent: the share less the never-lent part (None = all of it)."""
+        if self.limits.lend_limit is None:
+            return None
+        return self.share - self.reserved
+
+    @property
+    def reserved(self) -> Decimal:
+        """The never-lent part (quota − lend limit) within the share. A loan out can leave the
+        quota below the lend limit: then nothing is held back."""
+        lend = self.limits.lend_limit
+        if lend is None:
+            return Decimal(0)
+        return min(self.share, max(Decimal(0), self.limits.quota - lend))
+
+
+# -- names
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:60].rstrip("-") or "x"
+
+
+def flavor_object_name(flavor: str) -> str:
+    return f"gp-{_slug(flavor)}"
+
+
+def flavor_label_value(flavor: str) -> str:
+    """The flavor's name as a label value (at most 63 of [A-Za-z0-9_.-], alphanumeric at both ends)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", flavor)[:63].strip("-_.")
+
+
+def department_queue_name(code: str) -> str:
+    # "gpd-" and "gp-" differ at their third character, so a department and a project with
+    # the same code never render to the same name.
+    return f"gpd-{_slug(code)}"
+
+
+def project_queue_name(code: str) -> str:
+    """The ClusterQueue / LocalQueue (Kueue) or Queue (Volcano) that a project's jobs go to."""
+    return f"gp-{_slug(code)}"
+
+
+# -- quantities
+
+
+def _unit(flavor: FlavorRef) -> Decimal:
+    return Decimal("0.001") if flavor.shareable else Decimal(1)
+
+
+def quantity(value: Decimal) -> int | str:
+    """A Kubernetes quantity: whole units as integers, fractions (shared GPUs) in milli units."""
+    if value == value.to_integral_value():
+        return int(value)
+    return f"{int((value * 1000).to_integral_value(ROUND_FLOOR))}m"
+
+
+def _split(total: Decimal, weights: list[Decimal], unit: Decimal) -> list[Decimal]:
+    """``total`` split in proportion to ``weights`` in whole ``unit``s (largest remainder;
+    ties go to the earlier child), so the parts add up to ``total`` exactly."""
+    whole = sum(weights, Decimal(0))
+    if whole <= 0:
+        return [Decimal(0)] * len(weights)
+    exact = [total * w / whole / unit for w in weights]
+    parts = [e.to_integral_value(ROUND_FLOOR) for e in exact]
+    left = int((total / unit).to_integral_value(ROUND_FLOOR) - sum(parts))
+    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - parts[i]), i))
+    for i in order[:left]:
+        parts[i] += 1
+    return [p * unit for p in parts]
+
+
+# -- shares
+
+
+def shares(snapshot: TreeSnapshot, now: datetime) -> dict[tuple[str, str, str], Share]:
+    """(flavor, kind, code) → Share, for every quota node of the snapshot at ``now``."""
+    result: dict[tuple[str, str, str], Share] = {}
+    flavors = {f.name: f for f in snapshot.flavors}
+    for name, flavor in flavors.items():
+        limits = _effective(snapshot, name, now)
+        result.update(_flavor_shares(snapshot, flavor, limits))
+    return result
+
+
+def _effective(snapshot: TreeSnapshot, flavor: str, now: datetime) -> dict[tuple[str, str], Limits]:
+    return {
+        (q.kind, q.code): effective_limits(
+            q.base, at=now, zone=snapshot.zone, windows=q.windows, loans_in=q.loans_in, loans_out=q.loans_out
+        )
+        for q in snapshot.quotas
+        if q.flavor == flavor
+    }
+
+
+def _children(snapshot: TreeSnapshot) -> dict[str | None, list[tuple[str, str]]]:
+    children: dict[str | None, list[tuple[str, str]]] = defaultdict(list)
+    for code, parent in sorted(snapshot.departments):
+        children[parent].append(("department", code))
+    for code, department in sorted(snapshot.projects):
+        children[department].append(("project", code))
+    return children
+
+
+def _flavor_shares(
+    snapshot: TreeSnapshot, flavor: FlavorRef, limits: dict[tuple[str, str], Limits]
+) -> dict[tuple[str, str, str], Share]:
+    children = _children(snapshot)
+    out: dict[tuple[str, str, str], Share] = {}
+
+    def walk(parent: str | None, available: Decimal | None) -> Decimal:
+        """Shares of ``parent``'s children within ``available`` (None: no bound); their sum."""
+        held = [c for c in children[parent] if c in limits]
+        quotas = [limits[c].quota for c in held]
+        if available is None or sum(quotas, Decimal(0)) <= available:
+            parts = quotas  # the parent covers every child whole
+        else:
+            parts = _split(available, quotas, _unit(flavor))
+        for key, part in zip(held, parts, strict=True):
+            below = walk(key[1], part) if key[0] == "department" else part
+            out[(flavor.name, *key)] = Share(limits[key], part, max(Decimal(0), part - below))
+        # Children of a department without quota of this flavor stand on their own.
+        for key in children[parent]:
+            if key not in limits and key[0] == "department":
+                walk(key[1], None)
+        return sum(parts, Decimal(0))
+
+    walk(None, None)
+    return out
+
+
+def pool_remainder(
+    snapshot: TreeSnapshot, table: dict[tuple[str, str, str], Share], flavor: FlavorRef
+) -> Decimal:
+    """Healthy capacity no top-level department holds: anyone may borrow it."""
+    tops = [code for code, parent in snapshot.departments if parent is None]
+    held = sum(
+        (
+            table[(flavor.name, "department", c)].share
+            for c in tops
+            if (flavor.name, "department", c) in table
+        ),
+        Decimal(0),
+    )
+    return max(Decimal(0), flavor.capacity - held)
+
+
+def _held(table: dict, flavors: list[FlavorRef], kind: str, code: str) -> list[tuple[FlavorRef, Share]]:
+    """The flavors an owner holds quota of, with its share of each."""
+    return [(f, table[(f.name, kind, code)]) for f in flavors if (f.name, kind, code) in table]
+
+
+# -- Kueue
+
+
+def _meta(name: str, owner: str | None = None, namespace: str | None = None) -> dict:
+    labels = dict(MANAGED_BY)
+    if owner:
+        labels[OWNER_LABEL] = _slug(owner)
+    meta: dict = {"name": name, "labels": labels}
+    if namespace:
+        meta["namespace"] = namespace
+    return meta
+
+
+def _kueue_resource(flavor: FlavorRef, nominal: Decimal, share: Share | None = None) -> dict:
+    entry: dict = {"name": flavor.resource, "nominalQuota": quantity(nominal)}
+    if share is not None:
+        if share.borrowing is not None:
+            entry["borrowingLimit"] = quantity(share.borrowing)
+        if share.lending is not None:
+            entry["lendingLimit"] = quantity(share.lending)
+    return entry
+
+
+def _resource_groups(entries: Iterable[tuple[FlavorRef, dict]]) -> list[dict]:
+    """One group per extended resource (Kueue: a resource belongs to one group), its flavors by name."""
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for flavor, resource in sorted(entries, key=lambda e: (e[0].resource, e[0].name)):
+        groups[flavor.resource].append({"name": flavor_object_name(flavor.name), "resources": [resource]})
+    return [{"coveredResources": [r], "flavors": flavors} for r, flavors in sorted(groups.items())]
+
+
+def render_kueue(snapshot: TreeSnapshot, now: datetime) -> list[dict]:
+    table = shares(snapshot, now)
+    flavors = sorted(snapshot.flavors, key=lambda f: f.name)
+    objects: list[dict] = [
+        {
+            "apiVersion": KUEUE,
+            "kind": "ResourceFlavor",
+            "metadata": _meta(flavor_object_name(f.name)),
+            "spec": {"nodeLabels": {FLAVOR_LABEL: flavor_label_value(f.name)}},
+        }
+        for f in flavors
+    ]
+    root_groups = _resource_groups(
+        (f, _kueue_resource(f, pool_remainder(snapshot, table, f))) for f in flavors
+    )
+    objects.append(_cohort(ROOT_COHORT, None, root_groups, owner=None))
+    for code, parent in _departments_top_down(snapshot):
+        held = _held(table, flavors, "department", code)
+        groups = _resource_groups((f, _kueue_resource(f, s.remainder, s)) for f, s in held)
+        objects.append(
+            _cohort(
+                department_queue_name(code),
+                department_queue_name(parent) if parent else ROOT_COHORT,
+                groups,
+                owner=code,
+            )
+        )
+    for code, department in sorted(snapshot.projects):
+        objects.append(_cluster_queue(snapshot, code, department, _held(table, flavors, "project", code)))
+        objects.append(
+            {
+                "apiVersion": KUEUE,
+                "kind": "LocalQueue",
+                "metadata": _meta(project_queue_name(code), code, snapshot.namespace),
+                "spec": {"clusterQueue": project_queue_name(code)},
+            }
+        )
+    return objects
+
+
+def _cohort(name: str, parent: str | None, groups: list[dict], *, owner: str | None) -> dict:
+    spec: dict = {}
+    if parent:
+        spec["parent"] = parent
+    if groups:
+        spec["resourceGroups"] = groups
+    return {"apiVersion": KUEUE_COHORT, "kind": "Cohort", "metadata": _meta(name, owner), "spec": spec}
+
+
+def _cluster_queue(
+    snapshot: TreeSnapshot, code: str, department: str, held: list[tuple[FlavorRef, Share]]
+) -> dict:
+    spec: dict = {
+        "cohort": department_queue_name(department),
+        # Only the namespace the Kubernetes backend submits into may use the queue.
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": snapshot.namespace}},
+        "queueingStrategy": "BestEffortFIFO",
+        # DESIGN §3.5: an in-quota job reclaims on-loan capacity whatever its priority; §3.6:
+        # within a project a higher priority preempts a lower one; borrowing never preempts.
+        "preemption": {
+            "reclaimWithinCohort": "Any",
+            "withinClusterQueue": "LowerPriority",
+            "borrowWithinCohort": {"policy": "Never"},
+        },
+    }
+    groups = _resource_groups((f, _kueue_resource(f, s.share, s)) for f, s in held)
+    if groups:
+        spec["resourceGroups"] = groups
+    return {
+        "apiVersion": KUEUE,
+        "kind": "ClusterQueue",
+        "metadata": _meta(project_queue_name(code), code),
+        "spec": spec,
+    }
+
+
+def _departments_top_down(snapshot: TreeSnapshot) -> list[tuple[str, str | None]]:
+    children = _children(snapshot)
+    ordered: list[tuple[str, str | None]] = []
+
+    def walk(parent: str | None) -> None:
+        for kind, code in children[parent]:
+            if kind == "department":
+                ordered.append((code, parent))
+                walk(code)
+
+    walk(None)
+    return ordered
+
+
+# -- Volcano
+
+
+def _add(target: dict[str, Decimal], resource: str, value: Decimal) -> None:
+    target[resource] = target.get(resource, Decimal(0)) + value
+
+
+def _volcano_queue(name: str, parent: str, owner: str, held: list[tuple[FlavorRef, Share]]) -> dict:
+    deserved: dict[str, Decimal] = {}
+    guarantee: dict[str, Decimal] = {}
+    capability: dict[str, Decimal] = {}
+    for flavor, s in held:
+        # Volcano has no flavors: flavors sharing a resource name (A100 and H800 as
+        # nvidia.com/gpu) add up on it.
+        _add(deserved, flavor.resource, s.share)
+        if s.reserved > 0:
+            _add(guarantee, flavor.resource, s.reserved)
+        b = s.limits.borrow_limit
+        cap = flavor.capacity if b is None else min(flavor.capacity, s.limits.quota + b)
+        _add(capability, flavor.resource, cap)
+    spec: dict = {"parent": parent, "weight": 1, "reclaimable": True}
+    if deserved:
+        spec["deserved"] = {r: quantity(v) for r, v in sorted(deserved.items())}
+        spec["capability"] = {r: quantity(v) for r, v in sorted(capability.items())}
+    if guarantee:
+        spec["guarantee"] = {"resource": {r: quantity(v) for r, v in sorted(guarantee.items())}}
+    return {"apiVersion": VOLCANO, "kind": "Queue", "metadata": _meta(name, owner), "spec": spec}
+
+
+def render_volcano(snapshot: TreeSnapshot, now: datetime) -> list[dict]:
+    table = shares(snapshot, now)
+    flavors = sorted(snapshot.flavors, key=lambda f: f.name)
+
+    objects = [
+        _volcano_queue(
+            department_queue_name(code),
+            department_queue_name(parent) if parent else VOLCANO_ROOT,
+            code,
+            _held(table, flavors, "department", code),
+        )
+        for code, parent in _departments_top_down(snapshot)
+    ]
+    objects += [
+        _volcano_queue(
+            project_queue_name(code),
+            department_queue_name(department),
+            code,
+            _held(table, flavors, "project", code),
+        )
+        for code, department in sorted(snapshot.projects)
+    ]
+    return objects
+
+
+def render(snapshot: TreeSnapshot, now: datetime, fmt: str) -> list[dict]:
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    objects = render_kueue(snapshot, now) if fmt == "kueue" else render_volcano(snapshot, now)
+    _check_unique(objects)
+    return objects
+
+
+def _check_unique(objects: list[dict]) -> None:
+    seen: set[tuple[str, str]] = set()
+    for obj in objects:
+        key = (obj["kind"], obj["metadata"]["name"])
+        if key in seen:
+            raise ValueError(f"two owners render to {obj['kind']} {key[1]!r}: rename one of their codes")
+        seen.add(key)
