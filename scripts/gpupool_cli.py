@@ -1,0 +1,482 @@
+#!/usr/bin/env python3
+"""gpupool — submit and follow jobs on a gpupool portal from a shell or a script.
+
+Standard library only: copy this one file anywhere with Python 3.10+.
+
+    export GPUPOOL_URL=http://127.0.0.1:8000
+    export GPUPOOL_TOKEN=$(python3 gpupool_cli.py token -u alice)    # asks for the password
+    python3 gpupool_cli.py submit --project nlp-llm --flavor A100-80G --gpus 1 \\
+        --priority training --image pytorch:2.3 --name my-first-job --sim-duration 600
+    python3 gpupool_cli.py jobs --state queued
+    python3 gpupool_cli.py status 42 --wait 300          # position and "why pending" while queued
+    python3 gpupool_cli.py cancel 42
+    python3 gpupool_cli.py cost --project nlp-llm        # this month's estimate (finance/admins)
+
+Every command takes --json (before the command) to print the API's answer as it is. Exit
+status: 0 ok, 1 the portal refused (its message is printed) or the input is incomplete, 2 bad
+usage. The API itself: docs/api.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+
+TERMINAL = {"succeeded", "failed", "cancelled", "rejected", "expired"}
+JOB_FIELDS = (
+    "name",
+    "project",
+    "kind",
+    "flavor",
+    "workers",
+    "gpus_per_worker",
+    "gpu_milli",
+    "min_workers",
+    "priority",
+    "image",
+    "command",
+    "max_runtime_seconds",
+    "checkpointing",
+    "sim_duration_seconds",
+)
+
+
+class ApiError(Exception):
+    """The portal answered with an error status; ``body`` is its JSON (or text) answer."""
+
+    def __init__(self, status: int, body):
+        super().__init__(f"HTTP {status}: {json.dumps(body, ensure_ascii=False)}")
+        self.status, self.body = status, body
+
+
+class Client:
+    def __init__(self, url: str, token: str | None = None, timeout: float = 30):
+        if not url.startswith(("http://", "https://")):  # urllib would also open file: URLs
+            raise SystemExit(f"gpupool: GPUPOOL_URL must be http:// or https://, not {url!r}")
+        self.url, self.token, self.timeout = url.rstrip("/"), token, timeout
+
+    def request(self, method: str, path: str, body: dict | None = None, query: dict | None = None):
+        target = self.url + path
+        if query:
+            target += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v not in (None, "")})
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        if self.token:
+            headers["Authorization"] = f"Token {self.token}"
+        req = urllib.request.Request(target, data=data, method=method, headers=headers)  # noqa: S310
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310 - scheme checked
+                raw = resp.read()
+        except urllib.error.HTTPError as err:
+            raw = err.read()
+            try:
+                detail = json.loads(raw)
+            except ValueError:
+                detail = raw.decode(errors="replace")[:500]
+            raise ApiError(err.code, detail) from None
+        return json.loads(raw) if raw else None
+
+    def get(self, path: str, **query):
+        return self.request("GET", path, query=query)
+
+    def post(self, path: str, body: dict | None = None):
+        return self.request("POST", path, body=body if body is not None else {})
+
+    def all_pages(self, path: str, **query) -> list[dict]:
+        rows, page = [], 1
+        while True:
+            answer = self.get(path, page=page, **query)
+            rows += answer["results"]
+            if not answer.get("next"):
+                return rows
+            page += 1
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def project_id(client: Client, project: str) -> int:
+    """A project given by id or by code (``nlp-llm``)."""
+    if project.isdigit():
+        return int(project)
+    found = client.get("/api/v1/projects/", code=project)["results"]
+    if not found:
+        raise SystemExit(f"gpupool: no visible project with code {project!r}")
+    return found[0]["id"]
+
+
+def department_id(client: Client, department: str) -> int:
+    if department.isdigit():
+        return int(department)
+    found = client.get("/api/v1/departments/", code=department)["results"]
+    if not found:
+        raise SystemExit(f"gpupool: no visible department with code {department!r}")
+    return found[0]["id"]
+
+
+def load_file(path: str) -> dict:
+    """A job description in JSON, or YAML when PyYAML is installed."""
+    text = Path(path).read_text()
+    if path.endswith((".yaml", ".yml")):
+        try:
+            import yaml
+        except ImportError:
+            raise SystemExit("gpupool: reading YAML needs PyYAML (pip install pyyaml); or use JSON") from None
+        data = yaml.safe_load(text)
+    else:
+        data = json.loads(text)
+    if not isinstance(data, dict):
+        raise SystemExit(f"gpupool: {path} must hold one object with the job's fields")
+    unknown = sorted(set(data) - set(JOB_FIELDS))
+    if unknown:
+        raise SystemExit(f"gpupool: unknown field(s) in {path}: {', '.join(unknown)}")
+    return data
+
+
+def table(rows: list[list], header: list[str]) -> str:
+    cells = [header, *[["" if c is None else str(c) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+
+
+def show(args, data, text: str) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else text)
+
+
+def devices(job: dict) -> str:
+    count = (job.get("granted_workers") or job["workers"]) * job["gpus_per_worker"]
+    return f"{count}×{job['gpu_milli']}‰" if job.get("gpu_milli") else str(count)
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+def cmd_token(client: Client, args) -> int:
+    username = args.username or os.environ.get("GPUPOOL_USERNAME") or input("username: ")
+    password = args.password or os.environ.get("GPUPOOL_PASSWORD") or getpass.getpass("password: ")
+    answer = client.post("/api/v1/auth/token/", {"username": username, "password": password})
+    show(args, answer, answer["token"])
+    return 0
+
+
+def submission(client: Client, args) -> dict:
+    body = load_file(args.file) if args.file else {}
+    flags = {
+        "name": args.name,
+        "kind": args.kind,
+        "flavor": args.flavor,
+        "workers": args.workers,
+        "gpus_per_worker": args.gpus,
+        "gpu_milli": args.gpu_milli,
+        "min_workers": args.min_workers,
+        "priority": args.priority,
+        "image": args.image,
+        "command": args.command,
+        "max_runtime_seconds": args.max_runtime,
+        "sim_duration_seconds": args.sim_duration,
+    }
+    body.update({k: v for k, v in flags.items() if v is not None})
+    if args.checkpointing:
+        body["checkpointing"] = True
+    if args.project is not None:
+        body["project"] = args.project
+    if isinstance(body.get("project"), str):
+        body["project"] = project_id(client, body["project"])
+    body.setdefault("kind", "training")
+    missing = [f for f in ("name", "project", "flavor", "priority", "image") if f not in body]
+    if missing:
+        raise SystemExit(f"gpupool: submit needs {', '.join('--' + m for m in missing)} (or --file)")
+    return body
+
+
+def cmd_submit(client: Client, args) -> int:
+    job = client.post("/api/v1/jobs/", submission(client, args))
+    show(args, job, f"job {job['id']} {job['name']}: {job['state']}")
+    return 0
+
+
+def cmd_jobs(client: Client, args) -> int:
+    query = {"state": args.state, "kind": args.kind}
+    if args.project:
+        query["project"] = project_id(client, args.project)
+    answer = client.get("/api/v1/jobs/", page_size=args.limit, **query)
+    codes = project_codes(client)
+    rows = [
+        [
+            j["id"],
+            j["name"],
+            codes.get(j["project"], j["project"]),
+            j["kind"],
+            j["flavor"],
+            devices(j),
+            j["state"],
+            j["submitted_at"][:19],
+        ]
+        for j in answer["results"]
+    ]
+    header = ["id", "name", "project", "kind", "flavor", "gpus", "state", "submitted"]
+    show(args, answer, table(rows, header) + f"\n({len(rows)} of {answer['count']})")
+    return 0
+
+
+def project_codes(client: Client) -> dict[int, str]:
+    return {p["id"]: p["code"] for p in client.all_pages("/api/v1/projects/")}
+
+
+def metered_card_hours(job: dict, events: list[dict], card_fraction: str) -> dict[str, float]:
+    """Card-hours per tier as the meter counts them (docs/billing.md): from each transition into
+    ``running`` to the transition out of it, at the instants the portal recorded, times the
+    workers granted at admission (or scaled to) × GPUs per worker × the card fraction."""
+    per_worker = job["gpus_per_worker"] * float(card_fraction) * (job["gpu_milli"] or 1000) / 1000
+    hours = {"standard": 0.0, "on_loan": 0.0}
+    workers, on_loan, opened = job["workers"], False, None
+
+    def close(at: datetime) -> None:
+        if opened is not None:
+            hours["on_loan" if on_loan else "standard"] += (
+                workers * per_worker * (at - opened).total_seconds() / 3600
+            )
+
+    for event in events:
+        at, data = datetime.fromisoformat(event["at"]), event.get("data") or {}
+        if event["kind"] == "transition" and event["to_state"] == "running":
+            opened = opened or at
+        elif event["kind"] == "transition" and event["from_state"] == "running":
+            close(at)
+            opened = None
+        elif event["kind"] == "transition" and event["to_state"] == "admitted":
+            workers, on_loan = data.get("workers") or job["workers"], bool(data.get("on_loan"))
+        elif event["kind"] in ("on_loan", "scaled"):  # a new segment starts here
+            close(at)
+            opened = at if opened is not None else None
+            workers = data.get("workers") or workers
+            on_loan = on_loan if data.get("on_loan") is None else bool(data["on_loan"])
+    if opened is not None:
+        close(datetime.now(opened.tzinfo))
+    return hours
+
+
+def describe(job: dict, explain: dict | None, project: str, hours: dict[str, float] | None) -> str:
+    lines = [
+        f"job {job['id']} {job['name']}  state: {job['state']}",
+        f"  project {project} · {job['kind']} · {job['flavor']} · gpus {devices(job)}"
+        f" · priority {job['priority']}",
+        f"  submitted {job['submitted_at']}  started {job['started_at'] or '—'}"
+        f"  finished {job['finished_at'] or '—'}",
+    ]
+    if job.get("on_loan") is not None:
+        lines.append("  on loan (may be reclaimed)" if job["on_loan"] else "  in quota")
+    if job.get("approval_request"):
+        lines.append(f"  approval request #{job['approval_request']}")
+    if hours and any(hours.values()):
+        split = ", ".join(f"{tier} {value:.6f}" for tier, value in hours.items() if value)
+        lines.append(
+            f"  card-hours so far {sum(hours.values()):.6f} ({split}; priced per tier on the statement)"
+        )
+    if explain and job["state"] == "queued":
+        lines.append(f"  position {explain.get('position')} · why pending: {explain.get('reason')}")
+        if explain.get("message"):
+            lines.append(f"    {explain['message']}")
+    return "\n".join(lines)
+
+
+def cmd_status(client: Client, args) -> int:
+    deadline = time.monotonic() + args.wait
+    while True:
+        job = client.get(f"/api/v1/jobs/{args.id}/")
+        explain = client.get(f"/api/v1/jobs/{args.id}/explain/") if job["state"] == "queued" else None
+        if job["state"] in TERMINAL or time.monotonic() >= deadline:
+            break
+        if args.wait and not args.json:
+            print(
+                f"… {job['state']}"
+                + (f" (position {explain.get('position')}, {explain.get('reason')})" if explain else ""),
+                file=sys.stderr,
+            )
+        time.sleep(args.interval)
+    if args.json:
+        show(args, {"job": job, "explain": explain}, "")
+        return 0
+    fractions = {f["name"]: f["card_fraction"] for f in client.all_pages("/api/v1/flavors/")}
+    events = client.get(f"/api/v1/jobs/{args.id}/events/")
+    hours = metered_card_hours(job, events, fractions[job["flavor"]]) if job["flavor"] in fractions else None
+    project = project_codes(client).get(job["project"], str(job["project"]))
+    print(describe(job, explain, project, hours))
+    return 0
+
+
+def cmd_cancel(client: Client, args) -> int:
+    job = client.post(f"/api/v1/jobs/{args.id}/cancel/")
+    show(args, job, f"job {job['id']} {job['name']}: {job['state']}")
+    return 0
+
+
+def cost_answer(client: Client, args) -> tuple[str, list[dict]]:
+    """This month (or --month): the estimate while it is open, the statements once closed."""
+    query = {"month": args.month}
+    if args.department:
+        query["department"] = department_id(client, args.department)
+    if args.month:  # a closed month has statements; the estimate refuses it
+        closed = [s for s in client.all_pages("/api/v1/statements/", **query) if s["state"] == "closed"]
+        if closed:
+            return "closed", [client.get(f"/api/v1/statements/{s['id']}/") for s in closed]
+    return "estimate", client.get("/api/v1/statements/estimate/", **query)
+
+
+def names_for_estimate(client: Client) -> dict[str, dict]:
+    return {
+        "projects": {p["id"]: p["code"] for p in client.all_pages("/api/v1/projects/")},
+        "flavors": {f["id"]: f["name"] for f in client.all_pages("/api/v1/flavors/")},
+    }
+
+
+def cmd_cost(client: Client, args) -> int:
+    try:
+        kind, statements = cost_answer(client, args)
+    except ApiError as err:
+        if err.status == 404:
+            raise SystemExit(
+                "gpupool: your roles see no costs (finance, department admins, platform admins "
+                "and auditors do); card-hours are on the reports page"
+            ) from None
+        raise
+    wanted = project_id(client, args.project) if args.project else None
+    names = names_for_estimate(client) if kind == "estimate" else None
+    rows, total = [], 0.0
+    for st in statements:
+        for line in st["lines"]:
+            if wanted is not None and line["project"] != wanted:
+                continue
+            amount = line["amount"]
+            total += float(amount or 0)
+            if names is not None:  # estimate lines carry ids; statements carry codes and names
+                line = {
+                    **line,
+                    "project_code": names["projects"].get(line["project"], line["project"]),
+                    "flavor": names["flavors"].get(line["flavor"], line["flavor"]),
+                }
+            rows.append(
+                [
+                    st["month"],
+                    st["department_code"],
+                    line["project_code"],
+                    line["user"],
+                    line["flavor"],
+                    line["tier"],
+                    line["card_hours"],
+                    amount or "unpriced",
+                ]
+            )
+    result = {
+        "kind": kind,
+        "project": wanted,
+        "total": f"{total:.2f}",
+        "lines": rows,
+        "statements": statements,
+    }
+    header = ["month", "department", "project", "user", "flavor", "tier", "card_hours", "amount"]
+    through = ", ".join(sorted({str(s.get("metered_through")) for s in statements if "metered_through" in s}))
+    note = f"estimate, metered through {through}" if kind == "estimate" else "closed statements"
+    show(args, result, table(rows, header) + f"\ntotal {total:.2f} ({note})")
+    return 0
+
+
+# --- argument parsing -------------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="gpupool", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    top.add_argument(
+        "--url",
+        default=os.environ.get("GPUPOOL_URL", "http://127.0.0.1:8000"),
+        help="portal address (env GPUPOOL_URL; default http://127.0.0.1:8000)",
+    )
+    top.add_argument("--token", default=os.environ.get("GPUPOOL_TOKEN"), help="API token (env GPUPOOL_TOKEN)")
+    top.add_argument("--json", action="store_true", help="print the API's JSON answer")
+    sub = top.add_subparsers(dest="command", required=True)
+
+    token = sub.add_parser("token", aliases=["login"], help="print an API token for a username and password")
+    token.add_argument("-u", "--username", help="env GPUPOOL_USERNAME, else asked")
+    token.add_argument("-p", "--password", help="env GPUPOOL_PASSWORD, else asked (not echoed)")
+    token.set_defaults(func=cmd_token, anonymous=True)
+
+    submit = sub.add_parser("submit", help="submit a job from flags and/or --file job.json|yaml")
+    submit.add_argument("-f", "--file", help="JSON (or YAML) object with the job's fields; flags override it")
+    submit.add_argument("--name")
+    submit.add_argument("--project", help="project code or id")
+    submit.add_argument("--kind", choices=["training", "inference", "dev"], help="default training")
+    submit.add_argument("--flavor", help="flavor name, e.g. A100-80G")
+    submit.add_argument("--workers", type=int)
+    submit.add_argument("--gpus", type=int, help="GPUs per worker")
+    submit.add_argument("--gpu-milli", type=int, help="thousandths of one shared GPU (shareable flavors)")
+    submit.add_argument("--min-workers", type=int, help="elastic: start with at least this many")
+    submit.add_argument("--priority", help="priority class, e.g. training")
+    submit.add_argument("--image")
+    submit.add_argument("--command")
+    submit.add_argument("--max-runtime", type=int, help="seconds")
+    submit.add_argument("--checkpointing", action="store_true")
+    submit.add_argument("--sim-duration", type=int, help="simulated cluster only: how long the job runs (s)")
+    submit.set_defaults(func=cmd_submit)
+
+    jobs = sub.add_parser("jobs", help="list the jobs you can see, newest first")
+    jobs.add_argument("--state")
+    jobs.add_argument("--kind")
+    jobs.add_argument("--project", help="project code or id")
+    jobs.add_argument("--limit", type=int, default=25)
+    jobs.set_defaults(func=cmd_jobs)
+
+    status = sub.add_parser("status", help="one job: state, and queue position and why it waits")
+    status.add_argument("id", type=int)
+    status.add_argument("--wait", type=float, default=0, help="poll up to this many seconds until it ends")
+    status.add_argument("--interval", type=float, default=5)
+    status.set_defaults(func=cmd_status)
+
+    cancel = sub.add_parser("cancel", help="cancel a job")
+    cancel.add_argument("id", type=int)
+    cancel.set_defaults(func=cmd_cancel)
+
+    cost = sub.add_parser("cost", help="a month's cost: the estimate while open, the statements once closed")
+    cost.add_argument("--month", help="YYYY-MM (site time zone); default this month")
+    cost.add_argument("--department", help="department code or id")
+    cost.add_argument("--project", help="only this project's lines (code or id)")
+    cost.set_defaults(func=cmd_cost)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if not args.token and not getattr(args, "anonymous", False):
+        print(
+            "gpupool: set GPUPOOL_TOKEN (gpupool token -u USER prints one) or pass --token", file=sys.stderr
+        )
+        return 2
+    client = Client(args.url, None if getattr(args, "anonymous", False) else args.token)
+    try:
+        return args.func(client, args)
+    except ApiError as err:
+        print(
+            f"gpupool: the portal answered {err.status}: {json.dumps(err.body, ensure_ascii=False)}",
+            file=sys.stderr,
+        )
+        return 1
+    except urllib.error.URLError as err:
+        print(f"gpupool: cannot reach {args.url}: {err.reason}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
