@@ -1,0 +1,71 @@
+"""beat's safety net (jobs.backend_work) queues each pending job once per guard period, not once
+per run: the 7-day soak showed a backlog gaining one duplicate dispatch message per job per run.
+Checked on the real Redis broker's queue."""
+
+import base64
+import json
+
+import pytest
+import redis
+from django.conf import settings
+from django.core.cache import cache
+from django.utils import timezone
+
+from jobs.models import Job
+from jobs.scheduling import schedule_once
+from jobs.tasks import backend_work
+from tests import factories as fx
+
+pytestmark = pytest.mark.django_db
+
+
+def _queued(job_id: int, task: str) -> int:
+    """Messages for `task(job_id)` waiting in the test queue on the broker."""
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    count = 0
+    for raw in broker.lrange(settings.CELERY_TASK_DEFAULT_QUEUE, 0, -1):
+        message = json.loads(raw)
+        args = json.loads(base64.b64decode(message["body"]))[0]
+        count += message["headers"]["task"] == task and args == [job_id]
+    return count
+
+
+def test_safety_net_queues_a_pending_dispatch_once_per_guard_period():
+    f = fx.flavor()
+    fx.nodes(f, 1)
+    dept = fx.department("D")
+    project = fx.project("p", dept)
+    fx.quota(f, dept, 8)
+    fx.quota(f, project, 8)
+    job = fx.submit(project, f, gpus=8)
+    assert schedule_once().admitted == 1
+    before = _queued(job.pk, "jobs.dispatch_job")
+
+    for _ in range(3):  # three beat runs while no worker took the message
+        backend_work()
+    assert _queued(job.pk, "jobs.dispatch_job") == before + 1
+
+    # The guard lapses (the message may have been lost with a dead worker): queued again.
+    cache.delete_many(_guard_keys(job))
+    backend_work()
+    assert _queued(job.pk, "jobs.dispatch_job") == before + 2
+
+
+def test_a_job_a_worker_is_dispatching_is_not_queued_again():
+    f = fx.flavor()
+    fx.nodes(f, 1)
+    dept = fx.department("D")
+    project = fx.project("p", dept)
+    fx.quota(f, dept, 8)
+    fx.quota(f, project, 8)
+    job = fx.submit(project, f, gpus=8)
+    assert schedule_once().admitted == 1
+    Job.objects.filter(pk=job.pk).update(dispatch_claimed_at=timezone.now())  # a live claim
+    before = _queued(job.pk, "jobs.dispatch_job")
+    backend_work()
+    assert _queued(job.pk, "jobs.dispatch_job") == before
+
+
+def _guard_keys(job):
+    job.refresh_from_db()
+    return [f"enqueued:jobs.dispatch_job:{job.pk}:{job.submitted_at.timestamp()}"]
