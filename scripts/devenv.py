@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import os
 import shutil
 import signal
@@ -53,6 +54,14 @@ def services():
                 stop()
 
 
+def _simulator_state(database_url: str) -> Path:
+    """One simulator state file per database: the simulated cluster names its jobs after the
+    portal's ids, so a demo started on another database must not meet the old database's jobs
+    there. (A database re-created under the same URL cannot be told apart: docs/operator-guide.md.)"""
+    digest = hashlib.sha256(database_url.encode()).hexdigest()[:10]
+    return RUN / f"simulator-{digest}.json"
+
+
 def _say(text: str) -> None:
     print(f"[devenv] {text}", flush=True)
 
@@ -88,7 +97,7 @@ def cmd_demo(port: int) -> int:
                 "--port",
                 "9400",
                 "--state",
-                str(RUN / "simulator.json"),
+                str(_simulator_state(env["DATABASE_URL"])),
                 "--speed",
                 os.environ.get("SIM_SPEED", "60"),
             ],
