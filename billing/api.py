@@ -90,8 +90,9 @@ class StatementOut(serializers.ModelSerializer):
 
 
 class LineOut(serializers.ModelSerializer):
-    project_code = serializers.CharField(source="project.code", read_only=True, default=None)
-    user = serializers.CharField(source="user.username", read_only=True, default=None)
+    # Null on lines not charged to a project or a user (StatementLine.project / .user are optional).
+    project_code = serializers.CharField(source="project.code", read_only=True, default=None, allow_null=True)
+    user = serializers.CharField(source="user.username", read_only=True, default=None, allow_null=True)
     flavor = serializers.CharField(source="flavor.name", read_only=True)
     original_month = serializers.SerializerMethodField()
 
@@ -256,7 +257,7 @@ class BudgetOut(serializers.ModelSerializer):
     used_card_hours = serializers.SerializerMethodField()
     percent = serializers.SerializerMethodField()
     over = serializers.SerializerMethodField()
-    updated_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    updated_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = Budget

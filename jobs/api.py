@@ -127,7 +127,8 @@ class JobCancelApi(APIView):
 
 
 class JobEventOut(serializers.ModelSerializer):
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    # Null for what the system did (scheduler, backend sync, metering).
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = JobEvent
@@ -176,12 +177,19 @@ class UsageRowOut(serializers.Serializer):
     lent = serializers.DecimalField(max_digits=12, decimal_places=3)
 
 
+# Declares the response of QuotaUsageApi, which builds the dict itself. Its ``capacity`` is a bare
+# Decimal, which DRF's JSON encoder writes as a number (COERCE_DECIMAL_TO_STRING only applies to
+# serializer fields), hence FloatField.
+class QuotaUsageOut(serializers.Serializer):
+    flavor = serializers.CharField()
+    capacity = serializers.FloatField()
+    nodes = UsageRowOut(many=True)
+
+
 class QuotaUsageApi(APIView):
     """Quota, usage, borrowed and lent per visible tree node for one flavor."""
 
-    @extend_schema(
-        parameters=[OpenApiParameter("flavor", str, required=True)], responses=UsageRowOut(many=True)
-    )
+    @extend_schema(parameters=[OpenApiParameter("flavor", str, required=True)], responses=QuotaUsageOut)
     def get(self, request):
         name = request.query_params.get("flavor", "")
         flavor = Flavor.objects.filter(name=name).first()
@@ -204,11 +212,18 @@ class GpuSampleOut(serializers.Serializer):
     gpus = serializers.IntegerField()
 
 
+# Declares the response of JobUtilisationApi, which builds the dict itself.
+class JobUtilisationOut(serializers.Serializer):
+    job = serializers.IntegerField()
+    idle_since = serializers.DateTimeField(allow_null=True)
+    samples = GpuSampleOut(many=True)
+
+
 class JobUtilisationApi(APIView):
     """Per-minute GPU utilisation of the job (from Prometheus/DCGM); minutes without data are
     absent, not zero. ``idle_since`` is set when the job was flagged idle."""
 
-    @extend_schema(responses=GpuSampleOut(many=True))
+    @extend_schema(responses=JobUtilisationOut)
     def get(self, request, pk):
         job = get_visible(selectors.visible_jobs(request.user), pk=pk)
         samples = selectors.job_gpu_samples(job)  # a week of minutes at most

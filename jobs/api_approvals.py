@@ -18,7 +18,7 @@ from .models import ApprovalPolicy
 
 class ApprovalPolicyOut(serializers.ModelSerializer):
     flavors = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
-    updated_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    updated_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = ApprovalPolicy

@@ -31,8 +31,11 @@ from .selectors import get_visible, scope_for
 
 
 class ApprovalStepOut(serializers.ModelSerializer):
-    department_name = serializers.CharField(source="department.name", read_only=True, default=None)
-    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    # Null for a platform-admin step (no department) and for a step nobody has decided yet.
+    department_name = serializers.CharField(
+        source="department.name", read_only=True, default=None, allow_null=True
+    )
+    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = ApprovalStep
@@ -54,7 +57,8 @@ class ApprovalStepOut(serializers.ModelSerializer):
 
 
 class ApprovalAuditOut(serializers.ModelSerializer):
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    # Null when the system acted (a deadline expired or escalated the request).
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = ApprovalAudit

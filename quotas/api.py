@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
@@ -234,7 +234,7 @@ class QuotaNodeDetailApi(DetailApi):
 
 class LoanOut(serializers.ModelSerializer):
     flavor = serializers.CharField(source="lender.flavor.name", read_only=True)
-    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = Loan
@@ -288,7 +288,24 @@ class LoanCancelApi(APIView):
         return Response(LoanOut(services.loan_cancel(actor=request.user, loan=loan)).data)
 
 
+# A window's times are local wall-clock times in the site time zone ("20:00:00", no offset): OpenAPI's
+# "time" format is RFC 3339's, which requires an offset, so the schema gives the shape instead.
+@extend_schema_field(
+    {
+        "type": "string",
+        "pattern": r"^([01]\d|2[0-3]):[0-5]\d(:[0-5]\d(\.\d{1,6})?)?$",
+        "description": "Local wall-clock time in the site time zone, HH:MM[:SS], no offset.",
+        "example": "20:00:00",
+    }
+)
+class WallClockTimeField(serializers.TimeField):
+    pass
+
+
 class WindowOut(serializers.ModelSerializer):
+    start_time = WallClockTimeField()
+    end_time = WallClockTimeField()
+
     class Meta:
         model = QuotaWindow
         fields = [
@@ -312,8 +329,8 @@ class WindowIn(serializers.Serializer):
         required=False,
         error_messages={"invalid": "Digits 0 (Monday) to 6, each once."},
     )
-    start_time = serializers.TimeField()
-    end_time = serializers.TimeField()
+    start_time = WallClockTimeField()
+    end_time = WallClockTimeField()
     quota = serializers.DecimalField(**QTY, allow_null=True, required=False)
     lend_limit = serializers.DecimalField(**QTY, allow_null=True, required=False)
     active = serializers.BooleanField(required=False)
@@ -364,26 +381,39 @@ class TreeRowOut(serializers.Serializer):
     parent = serializers.SerializerMethodField()
     depth = serializers.IntegerField()
     quota = serializers.DecimalField(max_digits=12, decimal_places=3, source="node.quota")
-    borrow_limit = serializers.DecimalField(max_digits=12, decimal_places=3, source="node.borrow_limit")
-    lend_limit = serializers.DecimalField(max_digits=12, decimal_places=3, source="node.lend_limit")
+    # Null limits: borrow without limit, lend all idle quota (docs/quotas.md).
+    borrow_limit = serializers.DecimalField(
+        max_digits=12, decimal_places=3, source="node.borrow_limit", allow_null=True
+    )
+    lend_limit = serializers.DecimalField(
+        max_digits=12, decimal_places=3, source="node.lend_limit", allow_null=True
+    )
     overcommit_ratio = serializers.DecimalField(
         max_digits=5, decimal_places=2, source="node.overcommit_ratio"
     )
     effective_quota = serializers.DecimalField(max_digits=12, decimal_places=3, source="effective.quota")
     effective_lend_limit = serializers.DecimalField(
-        max_digits=12, decimal_places=3, source="effective.lend_limit"
+        max_digits=12, decimal_places=3, source="effective.lend_limit", allow_null=True
     )
 
     def get_parent(self, row) -> str | None:
         return f"{row.parent_key[0]}:{row.parent_key[1]}" if row.parent_key else None
 
 
+# Declares the response of QuotaTreeApi, which builds the dict itself. ``capacity`` and
+# ``pool_overcommit_ratio`` are bare Decimals there, which DRF's JSON encoder writes as numbers
+# (COERCE_DECIMAL_TO_STRING only applies to serializer fields), hence FloatField.
+class QuotaTreeOut(serializers.Serializer):
+    flavor = serializers.CharField()
+    capacity = serializers.FloatField()
+    pool_overcommit_ratio = serializers.FloatField()
+    nodes = TreeRowOut(many=True)
+
+
 class QuotaTreeApi(APIView):
     """The visible quota tree of one flavor with effective quotas (loans and windows applied)."""
 
-    @extend_schema(
-        parameters=[OpenApiParameter("flavor", str, required=True)], responses=TreeRowOut(many=True)
-    )
+    @extend_schema(parameters=[OpenApiParameter("flavor", str, required=True)], responses=QuotaTreeOut)
     def get(self, request):
         name = request.query_params.get("flavor", "")
         flavor = Flavor.objects.filter(name=name).first()
