@@ -115,7 +115,9 @@ def _nul_in_pairs(pairs) -> str | None:
 
 
 def _nul_in_body(request: HttpRequest) -> str | None:
-    if request.content_type == _FORM:
+    # Multipart too: DRF's parsers accept it on every endpoint, and it reaches the same queries.
+    # Reading request.POST here is safe: DRF falls back to it when the stream is consumed.
+    if request.content_type in (_FORM, "multipart/form-data"):
         return _nul_in_pairs(request.POST)
     if request.content_type == "application/json" or request.content_type.endswith("+json"):
         body = request.body

@@ -150,6 +150,16 @@ def test_nul_in_a_query_string_is_a_400_not_a_500(world, member, page_client):
     assert page_client("pa1_member").get("/jobs/", {"project": "pa1\x00"}).status_code == 400
 
 
+def test_nul_in_a_multipart_body_is_a_400_not_a_500(world, member):
+    # DRF parses multipart on every endpoint; a NUL in a slug looked up in PostgreSQL (flavor,
+    # priority) was a DataError → 500 (found by a random schemathesis run on POST /nodes/).
+    before = _snapshot()
+    body = {k: str(v) for k, v in _job(world, flavor="F\x00").items()}
+    response = member.post("/api/v1/jobs/", body, format="multipart")
+    assert response.status_code == 400 and "flavor" in response.json(), response.content
+    assert _snapshot() == before
+
+
 @pytest.mark.parametrize("value", INJECTIONS[:5])
 def test_valid_injection_strings_in_the_command_are_stored_verbatim_and_shown_escaped(
     world, member, page_client, value
