@@ -5,6 +5,7 @@ Celery worker."""
 
 from __future__ import annotations
 
+import contextvars
 import io
 import json
 import logging
@@ -89,8 +90,14 @@ def test_the_formatter_keeps_extras_and_exceptions_and_omits_unknown_ids():
     except RuntimeError:
         record.exc_info = sys.exc_info()
     record.cluster = "c1"
-    with job_context(5):
-        line = json.loads(JsonFormatter().format(record))
+
+    def format_in_job_5():
+        with job_context(5):
+            return json.loads(JsonFormatter().format(record))
+
+    # A fresh context: no request id from whatever this thread ran before (a test that called the
+    # middleware without the request_finished signal that clears it).
+    line = contextvars.Context().run(format_in_job_5)
     assert line["message"] == "failed dispatch" and line["job_id"] == 5 and line["cluster"] == "c1"
     assert "RuntimeError: cluster unreachable" in line["exc_info"]
     assert "request_id" not in line and "task_id" not in line
