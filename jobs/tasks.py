@@ -19,7 +19,7 @@ from .states import HOLDING, JobState
 
 log = logging.getLogger(__name__)
 
-ENQUEUE_GUARD_SECONDS = 30
+ENQUEUE_GUARD_SECONDS = 60
 
 
 @shared_task(name="jobs.schedule_cycle", ignore_result=True)
@@ -52,6 +52,10 @@ def resize_job(job_id: int) -> str:
 
 
 def _on_job(step, job_id: int) -> str:
+    # This message is being handled: the safety net may queue the next one (_enqueue_once).
+    submitted_at = Job.objects.filter(pk=job_id).values_list("submitted_at", flat=True).first()
+    if submitted_at is not None:
+        cache.delete(_guard_key(step.__name__, job_id, submitted_at))
     # Every line logged while working on the job (backend errors included) carries its id.
     with job_context(job_id):
         outcome = step(job_id)
@@ -88,16 +92,22 @@ def backend_work() -> None:
 
 
 def _enqueue_once(task, job_id: int, submitted_at) -> None:
-    """Queue `task(job_id)` unless this safety net queued it within ENQUEUE_GUARD.
+    """Queue `task(job_id)` unless a message for it is still waiting in the queue.
 
     backend_work runs every few seconds; without the guard a backlog (slow backend, busy
-    workers) gains one duplicate message per job per run (seen in the 7-day soak). The tasks
-    are idempotent, so a message lost after the guard is set only delays the work by one guard
-    period: the next run after expiry queues it again. The key carries submitted_at so a
-    recycled id (a restored or re-created database) is never mistaken for the old job."""
-    key = f"enqueued:{task.name}:{job_id}:{submitted_at.timestamp()}"
-    if cache.add(key, 1, timeout=ENQUEUE_GUARD_SECONDS):
+    workers) gains one duplicate message per job per run (seen in the 7-day soak). The key is set
+    when the message is queued and deleted when a worker takes it (_on_job), so a job whose
+    dispatch had to wait (its victims still leaving) is queued again at the next run. If the
+    message is lost unread (a broker restart loses the key with it; anything else), the key
+    expires after ENQUEUE_GUARD_SECONDS and the next run queues it again. The key carries
+    submitted_at so a recycled id (a restored or re-created database) is never mistaken for the
+    old job."""
+    if cache.add(_guard_key(task.name.rpartition(".")[2], job_id, submitted_at), 1, ENQUEUE_GUARD_SECONDS):
         task.delay(job_id)
+
+
+def _guard_key(step: str, job_id: int, submitted_at) -> str:
+    return f"enqueued:{step}:{job_id}:{submitted_at.timestamp()}"
 
 
 @shared_task(name="jobs.poll_metrics", ignore_result=True)

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from jobs.models import Job
 from jobs.scheduling import schedule_once
-from jobs.tasks import backend_work
+from jobs.tasks import _guard_key, backend_work, dispatch_job
 from tests import factories as fx
 
 pytestmark = pytest.mark.django_db
@@ -45,10 +45,17 @@ def test_safety_net_queues_a_pending_dispatch_once_per_guard_period():
         backend_work()
     assert _queued(job.pk, "jobs.dispatch_job") == before + 1
 
-    # The guard lapses (the message may have been lost with a dead worker): queued again.
-    cache.delete_many(_guard_keys(job))
+    # A worker takes the message (here: runs the task in this process) and the job still waits
+    # undispatched: the next run queues it again.
+    dispatch_job.apply(args=[job.pk], throw=False)  # the backend is unreachable here: it fails
     backend_work()
     assert _queued(job.pk, "jobs.dispatch_job") == before + 2
+
+    # The message is lost unread: once the guard expires, queued again.
+    job.refresh_from_db()
+    cache.delete(_guard_key("dispatch_job", job.pk, job.submitted_at))
+    backend_work()
+    assert _queued(job.pk, "jobs.dispatch_job") == before + 3
 
 
 def test_a_job_a_worker_is_dispatching_is_not_queued_again():
@@ -65,7 +72,3 @@ def test_a_job_a_worker_is_dispatching_is_not_queued_again():
     backend_work()
     assert _queued(job.pk, "jobs.dispatch_job") == before
 
-
-def _guard_keys(job):
-    job.refresh_from_db()
-    return [f"enqueued:jobs.dispatch_job:{job.pk}:{job.submitted_at.timestamp()}"]
