@@ -6,7 +6,7 @@ reservation or queue position is left, the ledger equals the running intervals o
 events, and the worker's and beat's memory stopped growing in the second half.
 
 The bench runs in its own process (it sets Django up on its own scratch database
-``h4soak_bench``); the full ≥ 7-day run is reported in docs/performance.md.
+``<database>_soak_bench``); the full ≥ 7-day run is reported in docs/performance.md.
 """
 
 import json
@@ -25,17 +25,19 @@ WORKER_GROWTH_MIB = 40
 BEAT_GROWTH_MIB = 10
 
 
-def bench_env(db: str) -> dict[str, str]:
-    """The bench's DATABASE_URL names ``db`` on the tests' server (the bench adds ``_bench``)."""
+def bench_env(suffix: str) -> dict[str, str]:
+    """The bench's DATABASE_URL: the tests' database name plus ``suffix`` on the same server (the
+    bench adds ``_bench``), so runs against different databases never share a scratch database."""
     parts = urlsplit(os.environ["DATABASE_URL"])
-    return {**os.environ, "DATABASE_URL": urlunsplit(parts._replace(path=f"/{db}"))}
+    name = parts.path.lstrip("/") or "postgres"
+    return {**os.environ, "DATABASE_URL": urlunsplit(parts._replace(path=f"/{name}_{suffix}"))}
 
 
 @pytest.fixture(scope="module")
 def soak() -> dict:
     done = subprocess.run(
         [sys.executable, "bench/soak.py", "--quick"],
-        cwd=ROOT, env=bench_env("h4soak"), capture_output=True, text=True, timeout=300,
+        cwd=ROOT, env=bench_env("soak"), capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
