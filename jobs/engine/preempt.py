@@ -10,6 +10,11 @@ through their grace period), so nobody else is admitted onto a GPU that is not y
 A victim that was itself admitted earlier in this same cycle never started: it is un-admitted
 (explanation "reclaimed") instead of preempted.
 
+Two limits keep preemption from going round in circles (docs/scheduling.md, *Preemption
+without loops*): a reclaim never takes a higher-priority job of the reclaimer's own project
+(:func:`reclaim_order`), and a job behind a reservation never takes victims on the GPUs that
+reservation counts on unless it ends before it starts (:func:`_reserved`).
+
 Grown workers (units, see :mod:`jobs.engine.grow`) are victims of their own: a unit taken alone
 shrinks its job at once (its GPUs are free from the next cycle, no grace period: the job goes
 on with its other workers). A job taken as a whole takes its units with it, whether the search
@@ -64,17 +69,23 @@ def reclaim(cycle, p: Pending) -> bool:
     paper = _Paper(cycle, p)
     chosen = []
     helps = _helper(cycle, p, paper)
-    for v in reclaim_order(cycle, p):
+    shielded: list[Run] = []
+    reserved = _reserved(cycle, p)
+    for v in reclaim_order(cycle, p, shielded):
         if helps is not None and not helps(v):
+            continue
+        if reserved and _on(v, reserved):
+            shielded.append(v)
             continue
         paper.take(v)
         chosen.append(v)
         if paper.fits():
             break
     else:
-        if not paper.room.fits(p.min_workers):
+        if not shielded and not paper.room.fits(p.min_workers):
             # Even with every on-loan job gone it would not fit, and within a cycle GPUs only
             # get scarcer (admissions, reservations, victims' grace): skip this shape now on.
+            # Not when some were shielded from ``p`` alone: another project could take them.
             cycle.no_reclaim.add(_shape(p))
         return False
     chosen = paper.useful(chosen)
@@ -211,17 +222,41 @@ def by_priority(cycle, p: Pending) -> bool:
     if cycle.no_priority.get(key) == cycle.loosen:
         return False
     candidates = priority_victims(runs.values(), p.priority)
-    if not candidates:
+    reserved = _reserved(cycle, p)
+    kept = [v for v in candidates if not _on(v, reserved)] if reserved else candidates
+    if not kept:
         return False
-    victims = minimal_victim_set(candidates, s.lift, s.unlift,
+    victims = minimal_victim_set(kept, s.lift, s.unlift,
                                  lambda: _fits(cycle, p, in_quota=False))
     if victims is None:
-        cycle.no_priority[key] = cycle.loosen
+        if len(kept) == len(candidates):  # else a shorter job of the same shape might pass
+            cycle.no_priority[key] = cycle.loosen
         return False
     whole = _with_units(victims)
     for v in whole[len(victims):]:
         s.lift(v)
     return _admit_over(cycle, p, whole, "priority")
+
+
+def _reserved(cycle, p: Pending) -> set[tuple[int, int]]:
+    """GPUs the reservations made earlier in this cycle count on and ``p`` would outlast.
+
+    A reservation blocks the GPUs that are free now; the busy ones it needs are freed by its
+    start because the jobs on them end by then. A preemption hands such a GPU to a new job,
+    which may run past that start: the head's start slips, cycle after cycle (soak: gangs
+    that waited for days). So a job behind a reservation (same level after the head, or a
+    lower level) may preempt only jobs off the reserved GPUs — unless it ends before the
+    reservation starts, as EASY lets any job behind the head do."""
+    limit = cycle.s.now + p.runtime
+    out: set[tuple[int, int]] = set()
+    for res in cycle.res_by_flavor.get(p.flavor, ()):
+        if limit > res.start:
+            out.update((i, x) for i, x, _ in res.slots)
+    return out
+
+
+def _on(v: Run, gpus: set[tuple[int, int]]) -> bool:
+    return any((i, x) in gpus for i, x, _ in v.slots)
 
 
 def _with_units(victims: list[Run]) -> list[Run]:
@@ -254,15 +289,30 @@ def _fits(cycle, p: Pending, *, in_quota: bool) -> bool:
     return plan_fits(cycle.s.pools[p.flavor], p.min_workers, p.milli)
 
 
-def reclaim_order(cycle, p: Pending) -> Iterator[Run]:
+def reclaim_order(cycle, p: Pending, shielded: list[Run] | None = None) -> Iterator[Run]:
     """Rule 5 order: same project, then each enclosing department outwards, then the rest;
-    inside a level lowest priority first, then most recently started."""
+    inside a level lowest priority first, then most recently started.
+
+    A job of ``p``'s own project with a higher priority is never a victim (it goes to
+    ``shielded``): inside a project rule 6 ranks jobs by priority, and that job may well have
+    preempted ``p`` by rule 6 — it is on loan whenever it is larger than the project's quota,
+    e.g. a gang. Reclaiming it would let it preempt ``p`` back, and so on for ever (soak:
+    pairs of jobs preempting each other 17 times). The project's equal and lower priorities
+    stay its nearest victims: they cannot preempt ``p`` back (rule 6 needs a higher priority,
+    and ``p`` comes first in rule 1 once it runs)."""
     s = cycle.s
     inner = None
     for anc in p.path:
         for e in s.loan_sub.get((p.flavor, anc), ()):
-            if inner is None or inner not in e[3].path:
-                yield e[3]
+            v = e[3]
+            if inner is None:  # p's own project
+                if v.priority > p.priority:
+                    if shielded is not None:
+                        shielded.append(v)
+                    continue
+                yield v
+            elif inner not in v.path:
+                yield v
         inner = anc
     for e in s.loan_sorted[p.flavor]:
         if inner not in e[3].path:

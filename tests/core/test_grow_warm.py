@@ -152,6 +152,6 @@ def test_warm_engine_with_elastic_jobs_decides_like_a_cold_one(seed):
 
 
 def test_the_random_worlds_grow_shrink_and_preempt_grown_jobs_whole():
-    seen = [run_world(seed) for seed in (23, 31, 47)]
+    seen = [run_world(seed) for seed in (23, 47, 65)]
     assert all(s["growths"] for s in seen)
     assert sum(s["shrinks"] for s in seen) and all(s["whole"] for s in seen)
