@@ -1,10 +1,14 @@
-"""HTTP load: 100 users against ``gunicorn portal.wsgi -w 2`` on a database of 100,000 jobs.
+"""HTTP load: 100 users against ``gunicorn portal.wsgi -w 2 --threads 4`` on a database of 100,000 jobs.
 
 The data is bench/pages.py's (the demo centre plus ``--jobs`` jobs in the states of a working
 centre, with their events), then one scheduling cycle so the queue's explanations exist and one
-meter run so the ledger is up to date, as beat keeps them in production. Gunicorn
-runs the production settings (``portal.settings.production``: DEBUG off, manifest static files,
-a random SECRET_KEY; plain HTTP on loopback, so ``SECURE_SSL_REDIRECT=false``).
+meter run so the ledger is up to date, as beat keeps them in production, and ``VACUUM ANALYZE``
+as autovacuum would after such a bulk load (the test server runs with autovacuum off; without
+statistics PostgreSQL plans the job lists as if each project had 60 jobs). Gunicorn has the
+issue's 2 workers with the image's 4 threads each (gthread, as in the Dockerfile, compose and
+the kustomize base) and runs the production settings (``portal.settings.production``: DEBUG
+off, manifest static files, a random SECRET_KEY; plain HTTP on loopback, so
+``SECURE_SSL_REDIRECT=false``).
 
 Each user is a thread in a closed loop with a think time (uniform ``--think`` seconds, the way
 a person browses): it opens a page (queue, job list, a job's status page, dashboard — signed in
@@ -76,6 +80,10 @@ def _build(jobs: int, seed: int) -> dict:
     # As in production, where beat meters every 10 minutes: the pages that show usage read the
     # ledger plus only the unmetered tail, not every job's whole history.
     usage_meter()
+    from django.db import connection
+
+    with connection.cursor() as cursor:  # VACUUM refuses to run in a transaction: autocommit here
+        cursor.execute("VACUUM ANALYZE")
     return {"jobs_in_db": Job.objects.count(), "build_s": round(time.perf_counter() - started, 1)}
 
 
@@ -119,20 +127,30 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# One random key for the server and for this process, which signs the users' sessions: with two
+# keys every session cookie failed its signature ("Session data corrupted"), the pages answered
+# with a redirect to the sign-in page and the bench timed that page instead.
+SECRET_KEY = secrets.token_urlsafe(48)
+
+
 def server_env() -> dict[str, str]:
     return {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings.production",
-            "SECRET_KEY": secrets.token_urlsafe(48), "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "SECRET_KEY": SECRET_KEY, "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "SECURE_SSL_REDIRECT": "false", "LOG_LEVEL": "WARNING"}
 
 
-def start_gunicorn(workers: int = 2) -> tuple[subprocess.Popen, str]:
+WORKERS = 2  # the issue's figure
+THREADS = 4  # the image's (Dockerfile, docker-compose.yml, deploy/kubernetes/base/web.yaml)
+
+
+def start_gunicorn(workers: int = WORKERS, threads: int = THREADS) -> tuple[subprocess.Popen, str]:
     env = server_env()
     subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"],
                    cwd=ROOT, env=env, check=True)
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "portal.wsgi", "-w", str(workers), "-b", f"127.0.0.1:{port}",
-         "--log-level", "warning", "--timeout", "60"],
+        [sys.executable, "-m", "gunicorn", "portal.wsgi", "-w", str(workers), "--threads", str(threads),
+         "-b", f"127.0.0.1:{port}", "--log-level", "warning", "--timeout", "60"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(_log(), "wb"))  # noqa: SIM115
     url = f"http://127.0.0.1:{port}"
     _wait_healthy(proc, url)
@@ -172,7 +190,8 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def _request(session, url: str, cred: dict, endpoint: str, rng: random.Random):
-    """One request of the mix; pages carry the session cookie, API calls the token."""
+    """One request of the mix; pages carry the session cookie, API calls the token. Redirects
+    are not followed: a page that sends the user to the sign-in page is an error, not a page."""
     page = {"Cookie": cred["cookie"]}
     api = {"Authorization": f"Token {cred['token']}"}
     job = rng.choice(cred["job_ids"]) if cred["job_ids"] else 0
@@ -205,6 +224,11 @@ def _user(n: int, url: str, cred: dict, clock: dict, think: tuple[float, float],
     endpoints = [(g, e) for g, e, _w in MIX]
     weights = [w for _g, _e, w in MIX]
     session = requests.Session()
+    session.max_redirects = 0
+    # A connection per request, as the proxy in front of gunicorn opens them: kept-alive
+    # connections idle through a think time longer than gthread's 2 s keep-alive were closed by
+    # the server just as the client reused them (ConnectionError, no server error).
+    session.headers["Connection"] = "close"
     time.sleep(rng.uniform(0, clock["ramp"]))
     while time.monotonic() < clock["end"]:
         group, endpoint = rng.choices(endpoints, weights)[0]
@@ -272,6 +296,9 @@ def summarise(everything: list, duration: float) -> dict:
 def run(jobs: int, users: int, duration: float, ramp: float, think: tuple[float, float], seed: int) -> dict:
     with scratch_django():
         data = _build(jobs, seed)
+        from django.conf import settings
+
+        settings.SECRET_KEY = SECRET_KEY  # the sessions below must verify in the server
         creds = _credentials()
         from django.db import connections
 
@@ -284,8 +311,8 @@ def run(jobs: int, users: int, duration: float, ramp: float, think: tuple[float,
         from jobs.models import Job
 
         data["submitted_jobs_in_db"] = Job.objects.filter(name__startswith="load-").count()
-    return {**data, "users": users, "gunicorn_workers": 2, "think_s": list(think), "ramp_s": ramp,
-            **summarise(samples, duration)}
+    return {**data, "users": users, "gunicorn_workers": WORKERS, "gunicorn_threads": THREADS,
+            "think_s": list(think), "ramp_s": ramp, **summarise(samples, duration)}
 
 
 if __name__ == "__main__":

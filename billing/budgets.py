@@ -10,12 +10,13 @@ the project's department now (the two differ only for a project moved this very 
 The metered part changes only when the meter writes, so it is cached under a key that names
 the database, the month, the cursor and the highest ledger id: the ledger is append-only, so
 that key can never describe two different sums. The tail is computed on every call (it only
-reads the jobs that held GPUs since the cursor).
+reads the jobs that held GPUs since the cursor), for the projects the budgets asked about cover.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal, InvalidOperation
@@ -32,7 +33,15 @@ from django.utils.translation import gettext as _
 from portal import permissions as perm
 from portal.models import Department, Membership, Project, Role, User
 from portal.notifications import notify
-from portal.selectors import Scope, department_ancestors, scope_for, visible_departments, visible_projects
+from portal.selectors import (
+    Scope,
+    department_ancestors,
+    department_children_map,
+    scope_for,
+    subtree_ids,
+    visible_departments,
+    visible_projects,
+)
 from quotas.selectors import site_zone
 
 from .meter import unmetered_tail
@@ -84,9 +93,11 @@ def _metered(month: date, cursor: datetime | None) -> list[tuple[int, int, Decim
     return [(dept, project, Decimal(seconds)) for dept, project, seconds in found]
 
 
-def _tail(month: date, now: datetime) -> tuple[datetime | None, list[tuple[int, int, Decimal]]]:
+def _tail(
+    month: date, now: datetime, projects: Collection[int] | None = None
+) -> tuple[datetime | None, list[tuple[int, int, Decimal]]]:
     start, end = month_bounds(month, site_zone())
-    tail = unmetered_tail(until=min(now, end), not_before=start)
+    tail = unmetered_tail(until=min(now, end), not_before=start, projects=projects)
     if not tail.segments:
         return tail.cursor, []
     jobs = {pk: rest for pk, *rest in _job_shapes({s[0] for s in tail.segments})}
@@ -111,10 +122,15 @@ def _job_shapes(job_ids: set[int]) -> list[tuple]:
         return db.fetchall()
 
 
-def month_usage(month: date, now: datetime | None = None) -> dict[Key, Decimal]:
-    """Card-hours of ``month`` up to ``now`` per project and per department (its whole subtree)."""
+def month_usage(
+    month: date, now: datetime | None = None, *, keys: Collection[Key] | None = None
+) -> dict[Key, Decimal]:
+    """Card-hours of ``month`` up to ``now`` per project and per department (its whole subtree).
+    With ``keys``, the figures of those keys only, and only the tail of the projects they cover
+    is computed: a submission checks two or three budgets, and the whole tail reads the events
+    of every running job (~0.2 s per check at 10,000 running, twice per held submission)."""
     now = now or timezone.now()
-    cursor, tail = _tail(month, now)
+    cursor, tail = _tail(month, now, None if keys is None else _covered_projects(keys))
     seconds: dict[Key, Decimal] = defaultdict(Decimal)
     parents = dict(Department.objects.values_list("id", "parent_id"))
     for dept, project, amount in _metered(month, cursor) + tail:
@@ -124,7 +140,21 @@ def month_usage(month: date, now: datetime | None = None) -> dict[Key, Decimal]:
             seen.add(node)
             seconds[("department", node)] += amount
             node = parents.get(node)
-    return {key: value / SECONDS_PER_HOUR for key, value in seconds.items()}
+    wanted = None if keys is None else set(keys)
+    return {
+        key: value / SECONDS_PER_HOUR for key, value in seconds.items() if wanted is None or key in wanted
+    }
+
+
+def _covered_projects(keys: Collection[Key]) -> set[int]:
+    """The projects whose usage adds up to ``keys``' figures: a project's own, and every project
+    in a department's subtree."""
+    roots = [pk for kind, pk in keys if kind == "department"]
+    projects = {pk for kind, pk in keys if kind == "project"}
+    if roots:
+        departments = subtree_ids(roots, department_children_map())
+        projects |= set(Project.objects.filter(department_id__in=departments).values_list("id", flat=True))
+    return projects
 
 
 @dataclass(frozen=True)
@@ -154,7 +184,7 @@ def budget_statuses(budgets, *, now: datetime | None = None) -> dict[int, Budget
         return {}
     now = now or timezone.now()
     month = month_of(now, site_zone())
-    usage = month_usage(month, now)
+    usage = month_usage(month, now, keys=[b.key for b in budgets])
     return {b.pk: BudgetStatus(b, month, usage.get(b.key, Decimal(0))) for b in budgets}
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -265,19 +265,34 @@ class Tail:
     segments: list[tuple]
 
 
-def unmetered_tail(*, until: datetime, not_before: datetime | None = None) -> Tail:
+def unmetered_tail(
+    *, until: datetime, not_before: datetime | None = None, projects: Collection[int] | None = None
+) -> Tail:
     """What the next meter runs will add, estimated now: the jobs' allocation segments from the
     cursor (or ``not_before``, if later) up to ``until``, with no lag and no hour alignment.
     Cut by the same rules as the ledger (``allocation.segments``), so ledger + tail is the usage
     as it stands. Writes nothing and takes no lock: a run committing meanwhile can only move
-    rows from the tail to the ledger, and callers read the ledger below ``cursor`` only."""
+    rows from the tail to the ledger, and callers read the ledger below ``cursor`` only.
+    With ``projects``, only the jobs of those projects (a budget check needs a few subtrees, and
+    the whole tail reads every running job's events: ~0.2 s at 10,000 running)."""
     state = meter_state()
     cursor = state.metered_through
     start = cursor if not_before is None or (cursor is not None and cursor > not_before) else not_before
     if start is None or start >= until:
         return Tail(cursor, [])
     jobs = _candidates(cursor or start, until, state.open_jobs, full=cursor is None)
+    if projects is not None:
+        jobs = _of_projects(jobs, projects)
     found: list[tuple] = []
     for i in range(0, len(jobs), settings.BILLING["METER_BATCH_JOBS"]):
         found += _segments(jobs[i : i + settings.BILLING["METER_BATCH_JOBS"]], start, until)[0]
     return Tail(cursor, found)
+
+
+def _of_projects(job_ids: list[int], projects: Collection[int]) -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM jobs_job WHERE id = ANY(%s) AND project_id = ANY(%s) ORDER BY id",
+            [job_ids, sorted(projects)],
+        )
+        return [row[0] for row in cursor.fetchall()]

@@ -207,24 +207,26 @@ def _needs_platform(policy: ApprovalPolicy | None, cards: Decimal) -> bool:
 # --- the ``job`` approval kind ------------------------------------------------------------
 
 
-def job_approval_open(*, job: Job, actor: User) -> ApprovalRequest:
+def job_approval_open(*, job: Job, actor: User, reasons: list[str] | None = None) -> ApprovalRequest:
     """Open the approval request of a job just submitted in ``pending_approval``: the
     department admin of its project's department decides, then a platform admin when the job
-    is above the policy's platform threshold."""
+    is above the policy's platform threshold. ``reasons``: ``approval_reasons`` in the site
+    language, when the caller has them already (the budget check costs a usage computation)."""
     project = job.project
     policy = policy_for_project(project)
     cards = job_cards(job.flavor, job.workers, job.gpus_per_worker, job.gpu_milli)
     # Stored texts are read by other people later: write them in the site language.
     with translation.override(settings.LANGUAGE_CODE):
-        reasons = approval_reasons(
-            project,
-            job.kind,
-            job.flavor,
-            job.workers,
-            job.gpus_per_worker,
-            job.gpu_milli,
-            job.max_runtime_seconds,
-        )
+        if reasons is None:
+            reasons = approval_reasons(
+                project,
+                job.kind,
+                job.flavor,
+                job.workers,
+                job.gpus_per_worker,
+                job.gpu_milli,
+                job.max_runtime_seconds,
+            )
         summary = _("Job %(name)s in %(project)s: %(cards)s × %(flavor)s") % {
             "name": job.name,
             "project": project.code,

@@ -121,6 +121,9 @@ class Job(models.Model):
             # The job lists (pages and API) show the newest first, a page at a time: with this
             # index a page of 100 reads 100 rows instead of sorting every visible job (bench/load.py).
             models.Index(fields=["-submitted_at", "-id"], name="job_newest_first"),
+            # "My jobs" (dashboard, the lists' "mine" filter): the newest-first index alone makes
+            # PostgreSQL walk every newer job of everyone else to find a user's few or old ones.
+            models.Index(fields=["submitted_by", "-submitted_at", "-id"], name="job_mine_newest_first"),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(workers__gte=1), name="job_workers_ge_1"),

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Max
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from portal import permissions as perm
@@ -141,9 +141,12 @@ def job_submit(
         max_runtime_seconds = max_runtime_seconds or settings.GPUPOOL["DEV_LIFETIME_SECONDS"]
         _check_dev_limit(actor)
     # DESIGN §6: a job over its department's policy waits in pending_approval for a decision.
-    needs_approval = bool(
-        approval_reasons(project, kind, flavor, workers, gpus_per_worker, gpu_milli, max_runtime_seconds)
-    )
+    # In the site language: the same reasons are stored with the approval request, computed once.
+    with translation.override(settings.LANGUAGE_CODE):
+        reasons = approval_reasons(
+            project, kind, flavor, workers, gpus_per_worker, gpu_milli, max_runtime_seconds
+        )
+    needs_approval = bool(reasons)
     state = JobState.PENDING_APPROVAL if needs_approval else JobState.QUEUED
     now = timezone.now()
     job = Job(
@@ -170,7 +173,7 @@ def job_submit(
     job.save()
     JobEvent.objects.create(job=job, from_state="", to_state=state, reason="submitted", actor=actor, at=now)
     if needs_approval:
-        job_approval_open(job=job, actor=actor)  # the scheduler ignores the job until approved
+        job_approval_open(job=job, actor=actor, reasons=reasons)  # the scheduler ignores it until approved
     else:
         _request_cycle()
     return job

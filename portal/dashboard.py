@@ -18,7 +18,8 @@ RECENT_JOBS = 8
 def dashboard(request):
     user = request.user
     capacity = quota_selectors.capacity_by_flavor()
-    in_use = job_selectors.gpus_in_use_by_flavor()
+    held = job_selectors.holding_usage()  # one aggregate for the pool and the quota rows
+    in_use = job_selectors.gpus_in_use_by_flavor(held)
     flavors = Flavor.objects.filter(active=True).order_by("name")
     pool = [(f, capacity.get(f.pk, 0), in_use.get(f.pk, 0)) for f in flavors]
     return render(
@@ -28,7 +29,7 @@ def dashboard(request):
             "role_labels": [Role(role).label for role in sorted(scope_for(user).roles)],
             "departments": visible_departments(user).select_related("parent").order_by("code"),
             "projects": visible_projects(user).select_related("department").order_by("code"),
-            "quota_rows": job_selectors.quota_usage_rows(user),
+            "quota_rows": job_selectors.quota_usage_rows(user, held),
             "pool": pool,
             "pool_chart": charts.pool_usage([(f.name, float(used), float(cap)) for f, cap, used in pool])
             if pool

@@ -116,6 +116,22 @@ def test_usage_is_the_ledger_plus_the_unmetered_tail(world, usage):
     assert later[("project", world.pa1.pk)] == Decimal(56)
 
 
+@pytest.mark.parametrize("metered", [False, True])
+def test_usage_asked_for_some_keys_equals_the_whole_computation_for_them(world, usage, metered):
+    if metered:
+        usage_meter(now=AT)
+    whole = month_usage(NOV, AT)
+    for keys in (
+        [("project", world.pa1.pk)],
+        [("department", world.A1.pk), ("project", world.pa.pk)],
+        [("department", world.A.pk)],
+        [("department", world.B.pk), ("project", world.pb.pk)],
+        [("project", world.pb.pk), ("department", world.A1.pk)],
+    ):
+        some = month_usage(NOV, AT, keys=keys)
+        assert some == {k: whole[k] for k in keys if k in whole}, keys
+
+
 def test_a_project_moved_keeps_its_metered_usage_with_the_old_department(world, usage):
     usage_meter(now=AT)
     world.pa1.department = world.B
