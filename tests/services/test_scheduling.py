@@ -227,3 +227,37 @@ def test_department_usage_counts_projects_without_a_quota_node(two_departments):
     }
     a_row = rows[("department", pa.department_id)]
     assert (a_row["used"], a_row["borrowed"]) == ("2.000", "2.000")
+
+
+def test_one_dry_cycle_explains_every_waiting_job_past_the_cached_head(monkeypatch):
+    """Jobs past the head the cycle caches get their explanation from a dry cycle; that cycle's
+    answers are cached for every waiting job, so the next status page does not run another."""
+    from django.core.cache import cache
+
+    from jobs import scheduling
+
+    f = fx.flavor()
+    fx.nodes(f, 1)
+    d = fx.department("D")
+    p = fx.project("p", d)
+    fx.quota(f, d, 8)
+    fx.quota(f, p, 8)
+    jobs = [fx.submit(p, f, gpus=8, name=f"j{i}") for i in range(5)]
+    monkeypatch.setattr(scheduling, "EXPLAIN_HEAD", 1)  # a small head, as 100 of 30,000 is
+    schedule_once()
+    waiting = jobs[1:]
+    assert cache.get(f"explain:{waiting[0].pk}") is not None  # the head
+    for job in waiting[1:]:
+        cache.delete(f"explain:{job.pk}")
+    cycles = []
+    monkeypatch.setattr(scheduling, "schedule", lambda snap: cycles.append(1) or _real_schedule(snap))
+    assert _explain(waiting[3])["position"] == 4
+    assert [_explain(job)["position"] for job in waiting[1:3]] == [2, 3]
+    assert len(cycles) == 1
+    assert cache.get(scheduling.DRY_LOCK_KEY) is None  # released
+
+
+def _real_schedule(snapshot):
+    from jobs.scheduler import schedule
+
+    return schedule(snapshot)
