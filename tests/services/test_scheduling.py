@@ -261,3 +261,25 @@ def _real_schedule(snapshot):
     from jobs.scheduler import schedule
 
     return schedule(snapshot)
+
+
+def test_a_cycle_caches_every_waiting_jobs_explanation_once_a_minute(monkeypatch):
+    from django.core.cache import cache
+
+    from jobs import scheduling
+
+    f = fx.flavor()
+    fx.nodes(f, 1)
+    d = fx.department("D")
+    p = fx.project("p", d)
+    fx.quota(f, d, 8)
+    fx.quota(f, p, 8)
+    jobs = [fx.submit(p, f, gpus=8, name=f"j{i}") for i in range(4)]
+    monkeypatch.setattr(scheduling, "EXPLAIN_HEAD", 1)
+    cache.delete(scheduling.EXPLAIN_ALL_KEY)
+    schedule_once()
+    keys = [f"explain:{job.pk}" for job in jobs[1:]]
+    assert [cache.get(k)["position"] for k in keys] == [1, 2, 3]  # everyone, not just the head
+    cache.delete_many(keys)
+    schedule_once()  # within the minute: the head only
+    assert [cache.get(k) is not None for k in keys] == [True, False, False]
