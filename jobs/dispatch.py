@@ -75,10 +75,17 @@ def _claim_dispatch(job_id: int, now: datetime) -> bool:
 
 
 def _victims_gone(job: Job) -> bool:
-    """A job admitted by preemption starts only once its victims have exited (grace period)."""
+    """A job admitted by preemption starts only once its victims have exited (grace period).
+
+    Only the victims' runs that were preempted count: a victim requeued and admitted again by a
+    later cycle was placed around this job, and waiting for that new run (an inference service
+    may never end) would hold this job forever (seen in the 7-day soak)."""
     event = job.events.filter(to_state=JobState.ADMITTED).order_by("-at", "-id").first()
-    victims = [int(v) for v in (event.data.get("preempts") or [])] if event else []
-    return not Job.objects.filter(pk__in=victims, state__in=list(HOLDING)).exists()
+    if event is None:
+        return True
+    victims = [int(v) for v in (event.data.get("preempts") or [])]
+    same_run = Q(admitted_at__isnull=True) | Q(admitted_at__lte=event.at)
+    return not Job.objects.filter(same_run, pk__in=victims, state__in=list(HOLDING)).exists()
 
 
 def dispatch_job(job_id: int) -> str:

@@ -6,10 +6,11 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from jobs import dispatch
 from jobs.backends.base import backend_name
-from jobs.models import Job
+from jobs.models import Job, JobEvent
 from jobs.scheduling import schedule_once
 from jobs.services import job_cancel
 from quotas.models import Node
@@ -85,6 +86,29 @@ def test_reclaim_stops_the_on_loan_job_after_its_grace_and_requeues_it(sim_pool)
     assert victim.requeue_count == 1 and victim.placement == []
     assert dispatch.dispatch_job(a1.pk) == "dispatched"
     _settle(cluster, a1, {"succeeded"})
+
+
+def test_a_victim_admitted_again_later_does_not_hold_back_its_preemptor(sim_pool):
+    f, cluster, pa, pb, _sim = sim_pool
+    b1 = fx.submit(pb, f, gpus=8, sim_duration_seconds=100000, name="b1")
+    b2 = fx.submit(pb, f, gpus=8, sim_duration_seconds=100000, name="b2")
+    schedule_once()
+    for job in (b1, b2):
+        dispatch.dispatch_job(job.pk)
+        _settle(cluster, job, {"running"})
+    a1 = fx.submit(pa, f, gpus=8, sim_duration_seconds=50, name="a1")
+    assert schedule_once().preempted == 1
+    victim = Job.objects.get(pk__in=[b1.pk, b2.pk], terminating_since__isnull=False)
+    assert dispatch.dispatch_job(a1.pk) == "waiting for victims"
+    dispatch.stop_job(victim.pk)
+    _settle(cluster, victim, {"queued"})
+    # Before a1 is dispatched, a later cycle admits the victim again, elsewhere (its own new
+    # run, placed around a1): written as that cycle would, a conditional update and its event.
+    later = timezone.now() + timedelta(seconds=1)
+    assert Job.objects.filter(pk=victim.pk, state="queued").update(state="admitted", admitted_at=later)
+    JobEvent.objects.create(job=victim, kind="transition", from_state="queued", to_state="admitted",
+                            reason="admitted by the scheduler", at=later, data={"preempts": []})
+    assert dispatch.dispatch_job(a1.pk) == "dispatched"
 
 
 def test_cancelling_a_running_job_stops_it_before_releasing_its_gpus(sim_pool):
