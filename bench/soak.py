@@ -419,7 +419,7 @@ def ledger_vs_events() -> dict:
             "still_open": len(opened)}
 
 
-def final_checks(centre: Centre) -> dict:
+def final_checks(centre: Centre, speed: float) -> dict:
     from django.utils import timezone
 
     from billing.meter import lag, usage_meter
@@ -443,25 +443,28 @@ def final_checks(centre: Centre) -> dict:
         "backend_jobs": len(sim_jobs),
         "stale_reservations": report.reservations + report.waiting + len(positions),
         "ledger": ledger_vs_events(),
-        "unfinished_jobs": unfinished(sim_jobs),
+        "unfinished_jobs": unfinished(sim_jobs, speed),
         "nodes_not_ready": list(Node.objects.exclude(state="ready").values_list("name", "state")),
     }
 
 
-def unfinished(sim_jobs: dict) -> list[dict]:
+def unfinished(sim_jobs: dict, speed: float) -> list[dict]:
     """Jobs the drain left behind, with what the backend says and their last events (diagnosis)."""
     from jobs.backends.base import backend_name
     from jobs.models import Job
     from jobs.states import TERMINAL
 
     out = []
+    first = Job.objects.order_by("submitted_at").values_list("submitted_at", flat=True).first()
     for job in Job.objects.exclude(state__in=[s.value for s in TERMINAL]).order_by("pk")[:20]:
         sim = sim_jobs.get(backend_name(job.pk), {})
         admitted = job.events.filter(to_state="admitted").order_by("-at", "-id").first()
         victims = [int(v) for v in (admitted.data.get("preempts") or [])] if admitted else []
         out.append({
             "id": job.pk, "state": job.state, "kind": job.kind, "shape": [job.workers, job.gpus_per_worker],
-            "flavor": job.flavor.name, "requeues": job.requeue_count,
+            "flavor": job.flavor.name, "priority": job.priority_class.name, "project": job.project.code,
+            "submitted_day": round((job.submitted_at - first).total_seconds() * speed / DAY, 2),
+            "requeues": job.requeue_count,
             "claimed": job.dispatch_claimed_at is not None, "dispatched": job.dispatched_at is not None,
             "terminating": job.terminating_since is not None,
             "victims": list(Job.objects.filter(pk__in=victims).values_list("pk", "state")),
@@ -531,7 +534,8 @@ def _slope(xs: list[float], ys: list[float]) -> float:
 # ---------------------------------------------------------------- run
 
 
-def run(days: float, speed: float, jobs_per_day: float, seed: int, sync_interval: int = 4) -> dict:
+def run(days: float, speed: float, jobs_per_day: float, seed: int, sync_interval: int = 4,
+        drain_days: float = 4.0) -> dict:
 
     started = time.perf_counter()
     events = plan(days, jobs_per_day, seed)
@@ -546,17 +550,18 @@ def run(days: float, speed: float, jobs_per_day: float, seed: int, sync_interval
         procs = {}
         try:
             centre = _build_centre(sim_url)
-            # The status sync fans out one dispatch task per admitted job every interval; shorter
-            # than ~4 s and a burst of admissions outruns a worker on 2 busy cores (the backlog
-            # of duplicate dispatches then grows without bound).
+            # Status sync every 4 s: before the fan-out kept one waiting message per job
+            # (jobs.tasks._enqueue_once), a shorter interval let duplicate dispatches outrun a
+            # worker on 2 busy cores; kept so the figures compare with the earlier runs.
             intervals = {"SCHEDULE_INTERVAL_SECONDS": "2", "SYNC_INTERVAL_SECONDS": str(sync_interval),
                          "METER_INTERVAL_SECONDS": "20", "INVENTORY_INTERVAL_SECONDS": "30"}
             procs["worker"], procs["beat"] = _start_celery(tmp, queue, intervals)
             sample_every = max(1.0, days * DAY / speed / 80)
             tally, samples, t0 = drive(centre, events, speed, procs, sample_every, seed, days * DAY)
             drive_end = time.monotonic() - t0
-            drain_s = drain(t0, speed, procs, samples, sample_every, limit_s=max(90.0, 4 * DAY / speed))
-            checks = final_checks(centre)
+            drain_limit = max(90.0, drain_days * DAY / speed)
+            drain_s = drain(t0, speed, procs, samples, sample_every, limit_s=drain_limit)
+            checks = final_checks(centre, speed)
             result = {"simulated_days": round(drive_end * speed / DAY, 2), "speedup": speed,
                       "submitting_seconds": round(drive_end, 1), "drain_seconds": round(drain_s, 1),
                       "jobs_submitted": tally.submitted, "submits_refused": tally.refused,
@@ -584,8 +589,10 @@ if __name__ == "__main__":
     parser.add_argument("--speed", type=float, default=1440.0, help="simulated seconds per real second")
     parser.add_argument("--jobs-per-day", type=float, default=40.0)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--drain-days", type=float, default=4.0,
+                        help="simulated days to wait for the backlog to finish after the submissions")
     parser.add_argument("--quick", action="store_true", help="3 simulated days at 5,760×")
     args = parser.parse_args()
     if args.quick:
         args.days, args.speed, args.jobs_per_day = 3.0, 5760.0, 30.0
-    print(json.dumps(run(args.days, args.speed, args.jobs_per_day, args.seed)))
+    print(json.dumps(run(args.days, args.speed, args.jobs_per_day, args.seed, drain_days=args.drain_days)))
