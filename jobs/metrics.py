@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -169,7 +170,42 @@ def portal_metrics() -> str:
             "gpupool_idle_jobs", Job.objects.filter(state=JobState.RUNNING, idle_since__isnull=False).count()
         ),
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _idle_gpu_lines()) + "\n"
+
+
+def _idle_gpu_lines() -> list[str]:
+    """The two kinds of idle cards a pool loses: unallocated ones on ready nodes (while jobs
+    may queue for quota) and allocated ones whose jobs the utilisation poll flagged idle."""
+    from quotas.models import Flavor
+    from quotas.selectors import capacity_by_flavor
+
+    from .selectors import gpus_in_use_by_flavor
+
+    names = dict(Flavor.objects.values_list("id", "name"))
+    capacity, in_use = capacity_by_flavor(), gpus_in_use_by_flavor()
+    lines = [
+        "# HELP gpupool_gpus_capacity Devices on ready nodes of active clusters.",
+        "# TYPE gpupool_gpus_capacity gauge",
+        *(_line("gpupool_gpus_capacity", float(c), flavor=names[f]) for f, c in sorted(capacity.items())),
+        "# HELP gpupool_gpus_unallocated Devices on ready nodes that no job holds.",
+        "# TYPE gpupool_gpus_unallocated gauge",
+    ]
+    for f, c in sorted(capacity.items()):
+        # A node that went down under running jobs can leave more held than ready: not below 0.
+        free = max(c - in_use.get(f, Decimal(0)), Decimal(0))
+        lines.append(_line("gpupool_gpus_unallocated", float(free), flavor=names[f]))
+    lines += [
+        "# HELP gpupool_gpus_idle_allocated Devices held by running jobs flagged idle.",
+        "# TYPE gpupool_gpus_idle_allocated gauge",
+    ]
+    idle: dict[str, float] = {}
+    for flavor, placement in Job.objects.filter(state=JobState.RUNNING, idle_since__isnull=False).values_list(
+        "flavor__name", "placement"
+    ):
+        idle[flavor] = idle.get(flavor, 0.0) + sum(m for worker in placement for _n, _g, m in worker) / 1000
+    for flavor in sorted(set(idle) | {names[f] for f in capacity}):  # 0 too: the series always exists
+        lines.append(_line("gpupool_gpus_idle_allocated", idle.get(flavor, 0.0), flavor=flavor))
+    return lines
 
 
 def _quota_lines() -> list[str]:

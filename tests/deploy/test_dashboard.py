@@ -21,7 +21,7 @@ REQUIRED = {  # panel title -> series it must chart
     "Admissions per minute": {"gpupool_admissions_total"},
     "Scheduling cycle time": {"gpupool_cycle_seconds"},
     "GPU usage vs quota per department": {"gpupool_gpus_in_use", "gpupool_quota"},
-    "Idle GPU jobs": {"gpupool_idle_jobs"},
+    "Idle GPUs": {"gpupool_gpus_unallocated", "gpupool_gpus_idle_allocated", "gpupool_idle_jobs"},
 }
 PROMQL_WORDS = {
     "sum", "avg", "min", "max", "count", "by", "without", "on", "ignoring", "group_left", "group_right",

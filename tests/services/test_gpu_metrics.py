@@ -54,7 +54,15 @@ def test_utilisation_of_running_jobs_reaches_the_portal(sim_pool, prometheus_for
         type(busy).objects.filter(pk__in=[busy.pk, idle.pk]).update(started_at=now - timedelta(hours=1))
         assert flag_idle_jobs(now) == [idle.pk]
         assert flag_idle_jobs(now) == []  # flagged once
-    assert "gpupool_idle_jobs 1" in portal_metrics()
+    text = portal_metrics()
+    assert "gpupool_idle_jobs 1" in text
+    # 16 ready devices, 4 + 2 held, the 2 of the idle job idle while allocated.
+    for line in (
+        'gpupool_gpus_capacity{flavor="A100"} 16.0',
+        'gpupool_gpus_unallocated{flavor="A100"} 10.0',
+        'gpupool_gpus_idle_allocated{flavor="A100"} 2.0',
+    ):
+        assert line in text, line
     from rest_framework.test import APIClient
 
     client = APIClient()
