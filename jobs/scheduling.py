@@ -348,18 +348,27 @@ def _cache_explanations(result: CycleResult, now: datetime) -> int:
     """Cache the head of the queue's explanations and, in one key, every waiting job's
     position; one key instead of one per job keeps this cheap with 50,000 jobs waiting.
 
-    Every EXPLAIN_ALL_EVERY seconds the cycle caches every waiting job's explanation instead
-    of the head's: the cycle has computed them anyway, and a status page of a job past the head
-    otherwise runs a dry cycle of its own (≈ 1 s of CPU with 30,000 waiting, the costliest
-    request of the load run)."""
+    Every EXPLAIN_ALL_EVERY seconds the rest of the queue's explanations are cached too: the
+    cycle has computed them anyway, and a status page of a job past the head otherwise runs a
+    dry cycle of its own (≈ 1 s of CPU with 30,000 waiting, the costliest request of the load
+    run). That write takes seconds at that size, so it runs after the commit, outside the
+    cycle's lock."""
     explanations = result.explanations
     waiting = list(explanations)
-    everyone = cache.add(EXPLAIN_ALL_KEY, now.isoformat(), timeout=EXPLAIN_ALL_EVERY)
-    shown = waiting if everyone else waiting[:EXPLAIN_HEAD]
-    entries = {f"explain:{jid}": explain_to_dict(explanations[jid], now) for jid in shown}
-    entries[QUEUE_KEY] = {"at": now.isoformat(), "positions": {int(j): k for k, j in enumerate(waiting, 1)}}
-    cache.set_many(entries, timeout=EXPLAIN_TTL)
+    head = {f"explain:{jid}": explain_to_dict(explanations[jid], now) for jid in waiting[:EXPLAIN_HEAD]}
+    head[QUEUE_KEY] = {"at": now.isoformat(), "positions": {int(j): k for k, j in enumerate(waiting, 1)}}
+    cache.set_many(head, timeout=EXPLAIN_TTL)
+    rest = waiting[EXPLAIN_HEAD:]
+    if rest and cache.add(EXPLAIN_ALL_KEY, now.isoformat(), timeout=EXPLAIN_ALL_EVERY):
+        transaction.on_commit(lambda: _cache_rest(explanations, rest, now), robust=True)
     return len(waiting)
+
+
+def _cache_rest(explanations, job_ids: list[str], now: datetime) -> None:
+    for i in range(0, len(job_ids), 5000):  # bounded pipelines
+        chunk = job_ids[i : i + 5000]
+        entries = {f"explain:{jid}": explain_to_dict(explanations[jid], now) for jid in chunk}
+        cache.set_many(entries, EXPLAIN_TTL)
 
 
 def explain_job(job: Job) -> dict:

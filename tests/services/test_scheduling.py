@@ -263,7 +263,9 @@ def _real_schedule(snapshot):
     return schedule(snapshot)
 
 
-def test_a_cycle_caches_every_waiting_jobs_explanation_once_a_minute(monkeypatch):
+def test_a_cycle_caches_every_waiting_jobs_explanation_once_a_minute(
+    monkeypatch, django_capture_on_commit_callbacks
+):
     from django.core.cache import cache
 
     from jobs import scheduling
@@ -277,9 +279,11 @@ def test_a_cycle_caches_every_waiting_jobs_explanation_once_a_minute(monkeypatch
     jobs = [fx.submit(p, f, gpus=8, name=f"j{i}") for i in range(4)]
     monkeypatch.setattr(scheduling, "EXPLAIN_HEAD", 1)
     cache.delete(scheduling.EXPLAIN_ALL_KEY)
-    schedule_once()
+    with django_capture_on_commit_callbacks(execute=True):  # the rest is written after the commit
+        schedule_once()
     keys = [f"explain:{job.pk}" for job in jobs[1:]]
     assert [cache.get(k)["position"] for k in keys] == [1, 2, 3]  # everyone, not just the head
     cache.delete_many(keys)
-    schedule_once()  # within the minute: the head only
+    with django_capture_on_commit_callbacks(execute=True):
+        schedule_once()  # within the minute: the head only
     assert [cache.get(k) is not None for k in keys] == [True, False, False]
