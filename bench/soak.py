@@ -535,7 +535,7 @@ def _slope(xs: list[float], ys: list[float]) -> float:
 
 
 def run(days: float, speed: float, jobs_per_day: float, seed: int, sync_interval: int = 4,
-        drain_days: float = 4.0) -> dict:
+        drain_days: float = 8.0) -> dict:
 
     started = time.perf_counter()
     events = plan(days, jobs_per_day, seed)
@@ -589,7 +589,7 @@ if __name__ == "__main__":
     parser.add_argument("--speed", type=float, default=1440.0, help="simulated seconds per real second")
     parser.add_argument("--jobs-per-day", type=float, default=40.0)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--drain-days", type=float, default=4.0,
+    parser.add_argument("--drain-days", type=float, default=8.0,
                         help="simulated days to wait for the backlog to finish after the submissions")
     parser.add_argument("--quick", action="store_true", help="3 simulated days at 5,760×")
     args = parser.parse_args()
