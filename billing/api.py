@@ -163,12 +163,17 @@ class EstimateLineOut(serializers.Serializer):
     kind = serializers.CharField(source="key.kind")
     project = serializers.IntegerField(source="key.project_id", allow_null=True)
     user = serializers.IntegerField(source="key.user_id", allow_null=True)
+    # The name closed statements' lines show in ``user``; ``user`` here stays the id it always was.
+    username = serializers.SerializerMethodField()
     flavor = serializers.IntegerField(source="key.flavor_id")
     tier = serializers.CharField(source="key.tier")
     original_month = serializers.SerializerMethodField()
     unit_price = serializers.SerializerMethodField()
     card_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
     amount = serializers.DecimalField(max_digits=16, decimal_places=2, allow_null=True)
+
+    def get_username(self, line) -> str | None:
+        return self.context.get("usernames", {}).get(line.key.user_id)
 
     def get_original_month(self, line) -> str | None:
         return month_label(line.key.original_month) if line.key.original_month else None
@@ -208,7 +213,8 @@ class StatementEstimateApi(APIView):
             for e in selectors.statement_estimate(request.user, month)
             if departments is None or e.department.pk in departments
         ]
-        return Response(EstimateOut(estimates, many=True).data)
+        usernames = selectors.estimate_usernames(estimates)
+        return Response(EstimateOut(estimates, many=True, context={"usernames": usernames}).data)
 
 
 class ChargebackApi(APIView):

@@ -109,6 +109,12 @@ def statement_estimate(user: User, month: date) -> list[Estimate]:
     ]
 
 
+def estimate_usernames(estimates: list[Estimate]) -> dict[int, str]:
+    """Usernames of the users the estimate's lines are charged to (one query)."""
+    ids = {line.key.user_id for e in estimates for line in e.lines if line.key.user_id}
+    return dict(User.objects.filter(pk__in=ids).values_list("pk", "username"))
+
+
 def standard_cost(flavor: Flavor, card_hours: Decimal, at: datetime) -> tuple[Decimal, str] | None:
     """Registered in ``jobs.estimates.cost_estimators``: ``card_hours`` whole-card hours of
     ``flavor`` at the standard (in-quota) rate in force at ``at``, rounded by the one rule;

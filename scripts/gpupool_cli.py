@@ -366,6 +366,7 @@ def cmd_cost(client: Client, args) -> int:
                     **line,
                     "project_code": names["projects"].get(line["project"], line["project"]),
                     "flavor": names["flavors"].get(line["flavor"], line["flavor"]),
+                    "user": line.get("username") or line["user"],
                 }
             rows.append(
                 [

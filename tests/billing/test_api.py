@@ -12,6 +12,7 @@ from openpyxl import load_workbook
 
 from billing.meter import usage_meter
 from billing.services import statement_close_month
+from portal.models import User
 
 from .conftest import local, rates
 
@@ -62,6 +63,8 @@ def test_the_estimate_follows_the_same_scope(world, billed, api, persona):
     for row in body:
         assert row["month"] == "2026-12" and Decimal(row["total"]) == Decimal("24.00")
         assert [line["card_hours"] for line in row["lines"]] == ["2.000000"]
+        for line in row["lines"]:  # the id, and the name closed statements show
+            assert line["username"] == User.objects.get(pk=line["user"]).username
 
 
 @pytest.mark.parametrize("persona", sorted(SEES))

@@ -189,7 +189,7 @@ def test_cost_of_an_open_month_then_of_the_closed_month(portal, cli, capsys):
         "2026-10",
         "A1",
         "pa1",
-        str(world.users["pa1_member"].pk),
+        "pa1_member",  # the username, as closed statements show it
         "F",
         "standard",
         "3.000000",
