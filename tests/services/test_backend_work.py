@@ -14,6 +14,7 @@ from django.utils import timezone
 from jobs.models import Job
 from jobs.scheduling import schedule_once
 from jobs.tasks import _guard_key, backend_work, dispatch_job
+from quotas.models import Cluster
 from tests import factories as fx
 
 pytestmark = pytest.mark.django_db
@@ -46,8 +47,10 @@ def test_safety_net_queues_a_pending_dispatch_once_per_guard_period():
     assert _queued(job.pk, "jobs.dispatch_job") == before + 1
 
     # A worker takes the message (here: runs the task in this process) and the job still waits
-    # undispatched: the next run queues it again.
-    dispatch_job.apply(args=[job.pk], throw=False)  # the backend is unreachable here: it fails
+    # undispatched: the next run queues it again. The cluster points at a closed port, so the
+    # dispatch fails whatever else listens on this machine.
+    Cluster.objects.update(config={"url": "http://127.0.0.1:9"})
+    dispatch_job.apply(args=[job.pk], throw=False)
     backend_work()
     assert _queued(job.pk, "jobs.dispatch_job") == before + 2
 
