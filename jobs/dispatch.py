@@ -70,6 +70,7 @@ def _claim_dispatch(job_id: int, now: datetime) -> bool:
             pk=job_id,
             state=JobState.ADMITTED,
             dispatched_at__isnull=True,
+            terminating_since__isnull=True,  # preempted meanwhile: requeued, never started
         ).update(dispatch_claimed_at=now)
     )
 
@@ -88,8 +89,36 @@ def _victims_gone(job: Job) -> bool:
     return not Job.objects.filter(same_run, pk__in=victims, state__in=list(HOLDING)).exists()
 
 
+def _requeue_unstarted(job_id: int, now: datetime) -> bool:
+    """A job preempted after its admission but before any worker dispatched it never started:
+    it gives its GPUs back and waits again, with no backend call. Dispatching it would start it
+    on GPUs the scheduler has already promised to its preemptor (the concurrency test caught
+    such a job on the cluster next to its preemptor). Not while a live claim says a worker is
+    submitting it right now: that one is dispatched, then stopped like any running victim."""
+    stale = now - CLAIM_TIMEOUT
+    with transaction.atomic():
+        job = (
+            Job.objects.select_for_update()
+            .filter(
+                Q(dispatch_claimed_at__isnull=True) | Q(dispatch_claimed_at__lt=stale),
+                pk=job_id,
+                state=JobState.ADMITTED,
+                dispatched_at__isnull=True,
+                terminating_since__isnull=False,
+            )
+            .first()
+        )
+        if job is None:
+            return False
+        job_transition(job, JobState.PREEMPTED, reason="preempted before it started", finished_at=now)
+        _requeue(job, "requeued after preemption")
+        return True
+
+
 def dispatch_job(job_id: int) -> str:
     now = timezone.now()
+    if _requeue_unstarted(job_id, now):
+        return "requeued: preempted before it started"
     job = Job.objects.select_related("flavor", "project__department", "submitted_by").get(pk=job_id)
     if not _victims_gone(job):
         return "waiting for victims"

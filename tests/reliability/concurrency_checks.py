@@ -85,6 +85,7 @@ class Replay:
     admissions: int = 0
     max_over: int = 0  # largest excess found over any limit, in milli (0 = never over-admitted)
     violations: list[str] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)  # what a failing test prints besides
     holding: dict[int, Holding] = field(default_factory=dict)  # who holds GPUs at the end
 
     def over(self, what: str, used: int, limit: int, event: Event) -> None:
@@ -166,6 +167,13 @@ def _check(out: Replay, jobs, flavor: str, limits, capacity: int, last: Event) -
             if not held.on_loan:
                 in_quota[node] += milli
     out.over(f"{flavor} capacity", live, capacity, last)
+    if physical > capacity and len(out.details) < 20:  # who, for the diagnosis
+        started = sorted(
+            (job_id, held.workers, held.terminating)
+            for job_id, held in out.holding.items()
+            if jobs[job_id].flavor == flavor and held.started
+        )
+        out.details.append(f"after event {last.id}, {flavor} started (job, workers, terminating): {started}")
     out.over(f"{flavor} started on the cluster", physical, capacity, last)
     for (node, f), limit in limits.items():
         if f != flavor:

@@ -88,6 +88,27 @@ def test_reclaim_stops_the_on_loan_job_after_its_grace_and_requeues_it(sim_pool)
     _settle(cluster, a1, {"succeeded"})
 
 
+def test_a_job_preempted_before_it_was_dispatched_is_requeued_without_starting(sim_pool):
+    f, _cluster, pa, pb, sim = sim_pool
+    b1 = fx.submit(pb, f, gpus=8, sim_duration_seconds=100000, name="b1")
+    b2 = fx.submit(pb, f, gpus=8, sim_duration_seconds=100000, name="b2")
+    schedule_once()  # both admitted (one on loan), neither dispatched yet
+    a1 = fx.submit(pa, f, gpus=8, sim_duration_seconds=50, name="a1")
+    assert schedule_once().preempted == 1
+    victim = Job.objects.get(pk__in=[b1.pk, b2.pk], terminating_since__isnull=False)
+    assert victim.dispatched_at is None
+    assert dispatch.dispatch_job(victim.pk) == "requeued: preempted before it started"
+    victim.refresh_from_db()
+    assert victim.state == "queued" and victim.dispatched_at is None and victim.placement == []
+    assert _transitions(victim)[-3:] == ["admitted", "preempted", "queued"]
+    assert dispatch.dispatch_job(a1.pk) == "dispatched"  # its victim never ran
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(sim.url + "/jobs") as response:
+        assert backend_name(victim.pk) not in json.load(response)["jobs"]
+
+
 def test_a_victim_admitted_again_later_does_not_hold_back_its_preemptor(sim_pool):
     f, cluster, pa, pb, _sim = sim_pool
     b1 = fx.submit(pb, f, gpus=8, sim_duration_seconds=100000, name="b1")
