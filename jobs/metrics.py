@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from decimal import Decimal
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -170,19 +169,21 @@ def portal_metrics() -> str:
             "gpupool_idle_jobs", Job.objects.filter(state=JobState.RUNNING, idle_since__isnull=False).count()
         ),
     ]
-    return "\n".join(lines + _idle_gpu_lines()) + "\n"
+    in_use: dict[str, float] = {}  # per flavor name, from the per-department sums above
+    for (_dept, flavor), value in usage.items():
+        in_use[flavor] = in_use.get(flavor, 0.0) + value
+    return "\n".join(lines + _idle_gpu_lines(in_use)) + "\n"
 
 
-def _idle_gpu_lines() -> list[str]:
+def _idle_gpu_lines(in_use: dict[str, float]) -> list[str]:
     """The two kinds of idle cards a pool loses: unallocated ones on ready nodes (while jobs
-    may queue for quota) and allocated ones whose jobs the utilisation poll flagged idle."""
+    may queue for quota) and allocated ones whose jobs the utilisation poll flagged idle.
+    ``in_use``: devices held per flavor name."""
     from quotas.models import Flavor
     from quotas.selectors import capacity_by_flavor
 
-    from .selectors import gpus_in_use_by_flavor
-
     names = dict(Flavor.objects.values_list("id", "name"))
-    capacity, in_use = capacity_by_flavor(), gpus_in_use_by_flavor()
+    capacity = capacity_by_flavor()
     lines = [
         "# HELP gpupool_gpus_capacity Devices on ready nodes of active clusters.",
         "# TYPE gpupool_gpus_capacity gauge",
@@ -192,8 +193,8 @@ def _idle_gpu_lines() -> list[str]:
     ]
     for f, c in sorted(capacity.items()):
         # A node that went down under running jobs can leave more held than ready: not below 0.
-        free = max(c - in_use.get(f, Decimal(0)), Decimal(0))
-        lines.append(_line("gpupool_gpus_unallocated", float(free), flavor=names[f]))
+        free = max(float(c) - in_use.get(names[f], 0.0), 0.0)
+        lines.append(_line("gpupool_gpus_unallocated", free, flavor=names[f]))
     lines += [
         "# HELP gpupool_gpus_idle_allocated Devices held by running jobs flagged idle.",
         "# TYPE gpupool_gpus_idle_allocated gauge",
