@@ -73,6 +73,18 @@ def priority(name="training", value=100, preemptible=True) -> PriorityClass:
     )[0]
 
 
+def single_project_pool(node_count: int = 1, gpus: int = 8) -> tuple[Flavor, Project]:
+    """One flavor on ``node_count`` nodes, department D and its project p, each with a quota
+    of every GPU: the smallest world in which jobs are admitted and wait."""
+    f = flavor()
+    nodes(f, node_count, gpus)
+    dept = department("D")
+    proj = project("p", dept)
+    quota(f, dept, node_count * gpus)
+    quota(f, proj, node_count * gpus)
+    return f, proj
+
+
 def submit(proj: Project, f: Flavor, *, workers=1, gpus=8, name="job", prio=None, **kw):
     return job_submit(
         actor=platform_admin(),

@@ -32,12 +32,7 @@ def _queued(job_id: int, task: str) -> int:
 
 
 def test_safety_net_queues_a_pending_dispatch_once_per_guard_period():
-    f = fx.flavor()
-    fx.nodes(f, 1)
-    dept = fx.department("D")
-    project = fx.project("p", dept)
-    fx.quota(f, dept, 8)
-    fx.quota(f, project, 8)
+    f, project = fx.single_project_pool()
     job = fx.submit(project, f, gpus=8)
     assert schedule_once().admitted == 1
     before = _queued(job.pk, "jobs.dispatch_job")
@@ -62,12 +57,7 @@ def test_safety_net_queues_a_pending_dispatch_once_per_guard_period():
 
 
 def test_a_job_a_worker_is_dispatching_is_not_queued_again():
-    f = fx.flavor()
-    fx.nodes(f, 1)
-    dept = fx.department("D")
-    project = fx.project("p", dept)
-    fx.quota(f, dept, 8)
-    fx.quota(f, project, 8)
+    f, project = fx.single_project_pool()
     job = fx.submit(project, f, gpus=8)
     assert schedule_once().admitted == 1
     Job.objects.filter(pk=job.pk).update(dispatch_claimed_at=timezone.now())  # a live claim

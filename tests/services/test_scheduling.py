@@ -236,12 +236,7 @@ def test_one_dry_cycle_explains_every_waiting_job_past_the_cached_head(monkeypat
 
     from jobs import scheduling
 
-    f = fx.flavor()
-    fx.nodes(f, 1)
-    d = fx.department("D")
-    p = fx.project("p", d)
-    fx.quota(f, d, 8)
-    fx.quota(f, p, 8)
+    f, p = fx.single_project_pool()
     jobs = [fx.submit(p, f, gpus=8, name=f"j{i}") for i in range(5)]
     monkeypatch.setattr(scheduling, "EXPLAIN_HEAD", 1)  # a small head, as 100 of 30,000 is
     schedule_once()
@@ -270,12 +265,7 @@ def test_a_cycle_caches_every_waiting_jobs_explanation_once_a_minute(
 
     from jobs import scheduling
 
-    f = fx.flavor()
-    fx.nodes(f, 1)
-    d = fx.department("D")
-    p = fx.project("p", d)
-    fx.quota(f, d, 8)
-    fx.quota(f, p, 8)
+    f, p = fx.single_project_pool()
     jobs = [fx.submit(p, f, gpus=8, name=f"j{i}") for i in range(4)]
     monkeypatch.setattr(scheduling, "EXPLAIN_HEAD", 1)
     cache.delete(scheduling.EXPLAIN_ALL_KEY)
