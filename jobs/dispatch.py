@@ -26,6 +26,7 @@ from .services import job_transition
 from .states import HOLDING, JobState
 
 log = logging.getLogger(__name__)
+MILLI = 1000  # one GPU in placement milli-units
 CLAIM_TIMEOUT = timedelta(seconds=120)  # a claim older than this belongs to a dead worker
 RESIZE_LOCK = 0x6770_7002  # "gp" + 2: session advisory locks (this, job id) serialise resizes
 
@@ -89,6 +90,35 @@ def _victims_gone(job: Job) -> bool:
     return not Job.objects.filter(same_run, pk__in=victims, state__in=list(HOLDING)).exists()
 
 
+_DEVICE_USE_SQL = """
+    SELECT (s->>0)::int, (s->>1)::int, sum((s->>2)::int)
+    FROM jobs_job j, jsonb_array_elements(j.placement) w, jsonb_array_elements(w) s
+    WHERE j.state = ANY(%s) AND j.id <> %s
+      AND (j.dispatched_at IS NOT NULL OR j.dispatch_claimed_at IS NOT NULL)
+      AND (s->>0)::int = ANY(%s)
+    GROUP BY 1, 2
+"""
+
+
+def _devices_free(job: Job) -> bool:
+    """Every GPU of ``job``'s placement has room next to the jobs on the cluster now.
+
+    The scheduler places a preemptor on its victims' GPUs; ``_victims_gone`` waits for those.
+    But a preemptor that is itself preempted before it starts hands those GPUs to *its*
+    preemptor, whose only recorded victim (the unstarted one) leaves at once — while the first
+    victims may still be in their grace period on the same GPUs. Found by the 50-client
+    concurrency run (one GPU over capacity). So the last word is physical: the GPUs held by
+    jobs dispatched (or being dispatched: a live claim) must leave room for this one."""
+    slots = [(int(n), int(g), int(m)) for worker in job.placement for n, g, m in worker]
+    if not slots:
+        return True
+    with connection.cursor() as cursor:
+        nodes = sorted({n for n, _, _ in slots})
+        cursor.execute(_DEVICE_USE_SQL, [[s.value for s in HOLDING], job.pk, nodes])
+        used = {(n, g): m for n, g, m in cursor.fetchall()}
+    return all(used.get((n, g), 0) + m <= MILLI for n, g, m in slots)
+
+
 def _requeue_unstarted(job_id: int, now: datetime) -> bool:
     """A job preempted after its admission but before any worker dispatched it never started:
     it gives its GPUs back and waits again, with no backend call. Dispatching it would start it
@@ -122,6 +152,8 @@ def dispatch_job(job_id: int) -> str:
     job = Job.objects.select_related("flavor", "project__department", "submitted_by").get(pk=job_id)
     if not _victims_gone(job):
         return "waiting for victims"
+    if not _devices_free(job):
+        return "waiting for its GPUs"
     if not _claim_dispatch(job_id, now):
         return "not claimable"
     node_ids = {n for worker in job.placement for n, _g, _m in worker}

@@ -82,6 +82,7 @@ def scale_down(job: Job, replicas: int, *, actor, at: datetime) -> None:
         at=at,
         actor=actor,
         target=replicas,
+        placement=placement,
     )
     request_resize([job.pk])
 

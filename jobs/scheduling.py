@@ -145,11 +145,12 @@ def _apply_admissions(result: CycleResult, now: datetime) -> int:
                        granted_workers = v.workers, placement = v.placement::jsonb, on_loan = v.on_loan,
                        grown_at = '[]'::jsonb
                 FROM v WHERE j.id = v.id AND j.state = 'queued'
-                RETURNING j.id, v.workers, v.on_loan, v.preempts
+                RETURNING j.id, v.workers, v.on_loan, v.preempts, v.placement
             )
             INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, reason, at, data)
             SELECT id, 'transition', 'queued', 'admitted', 'admitted by the scheduler', %s,
-                   jsonb_build_object('workers', workers, 'on_loan', on_loan, 'preempts', preempts::jsonb)
+                   jsonb_build_object('workers', workers, 'on_loan', on_loan, 'preempts', preempts::jsonb,
+                                      'placement', placement::jsonb)
             FROM moved
             """,
             [
@@ -215,6 +216,7 @@ def _apply_shrinks(result: CycleResult, now: datetime) -> int:
             reason=f"scaled {held}→{len(placement)}: {why}",
             at=now,
             removed=sorted(drop),
+            placement=placement,
         )
         applied += len(taken)
         resized.append(job_id)
@@ -233,11 +235,11 @@ _GROW_SQL = """
             granted_workers = v.after, resize_requested_at = %s
         FROM v WHERE j.id = v.id AND j.state = 'running' AND j.terminating_since IS NULL
                AND jsonb_array_length(j.placement) = v.before
-        RETURNING j.id, v.before, v.after
+        RETURNING j.id, v.before, v.after, j.placement
     ), events AS (
         INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, reason, at, data)
         SELECT id, 'scaled', 'running', 'running', 'scaled ' || before || '→' || after || ' by the scheduler',
-               %s, jsonb_build_object('workers', after, 'from', before)
+               %s, jsonb_build_object('workers', after, 'from', before, 'placement', placement)
         FROM grown
     )
     SELECT id FROM grown

@@ -14,7 +14,9 @@ milli-units (1000 = one device):
 * **capacity** — the counting usage of the whole flavor ≤ ``C`` (healthy capacity);
 * **physical** — the GPUs of jobs started on the cluster (a ``dispatched`` event or
   ``running``), terminating victims included, ≤ ``C``: a preemptor starts only once its
-  victims are gone;
+  victims are gone; and per device, from the placements the admission and ``scaled`` events
+  carry: the started jobs on one GPU use ≤ 1000 milli (nobody starts on a GPU a victim in its
+  grace period still runs on);
 * **in-quota** (rule 1) — for every tree node: the counting in-quota usage of its subtree
   (``on_loan`` false at admission or as last flipped by an ``on_loan`` event) ≤ ``quota``.
 
@@ -77,6 +79,7 @@ class Holding:
     on_loan: bool
     terminating: bool = False
     started: bool = False
+    placement: list | None = None  # [[[node, gpu, milli], …] per worker], when the log says
 
 
 @dataclass
@@ -128,7 +131,9 @@ def _apply(out: Replay, job: JobInfo, e: Event) -> None:
     if e.kind == "transition" and e.to_state == JobState.ADMITTED:
         if held is not None:
             out.violations.append(f"job {job.id} admitted while it already holds GPUs (event {e.id})")
-        out.holding[job.id] = Holding(int(e.data.get("workers") or 0), bool(e.data.get("on_loan")))
+        out.holding[job.id] = Holding(
+            int(e.data.get("workers") or 0), bool(e.data.get("on_loan")), placement=e.data.get("placement")
+        )
         out.admissions += 1
     elif e.kind == "transition" and e.from_state in HOLDING and e.to_state not in HOLDING:
         out.holding.pop(job.id, None)
@@ -144,6 +149,7 @@ def _apply(out: Replay, job: JobInfo, e: Event) -> None:
             held.on_loan = bool(e.data.get("on_loan"))
         elif e.kind == "scaled":
             held.workers = int(e.data.get("workers") or held.workers)
+            held.placement = e.data.get("placement")
         else:
             held.started = True
 
@@ -175,12 +181,27 @@ def _check(out: Replay, jobs, flavor: str, limits, capacity: int, last: Event) -
         )
         out.details.append(f"after event {last.id}, {flavor} started (job, workers, terminating): {started}")
     out.over(f"{flavor} started on the cluster", physical, capacity, last)
+    _check_devices(out, jobs, flavor, last)
     for (node, f), limit in limits.items():
         if f != flavor:
             continue
         if limit.cap is not None:
             out.over(f"{flavor} cap of {node}", used[node], limit.cap, last)
         out.over(f"{flavor} in-quota usage of {node}", in_quota[node], limit.quota, last)
+
+
+def _check_devices(out: Replay, jobs, flavor: str, last: Event) -> None:
+    """No GPU carries more than one device's worth of started jobs."""
+    on: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+    for job_id, held in out.holding.items():
+        if held.started and held.placement and jobs[job_id].flavor == flavor:
+            for worker in held.placement:
+                for node, gpu, milli in worker:
+                    on[(node, gpu)].append((job_id, milli))
+    for (node, gpu), users in sorted(on.items()):
+        used = sum(m for _, m in users)
+        if used > MILLI:
+            out.over(f"{flavor} GPU {gpu} of node {node} (started jobs {sorted(users)})", used, MILLI, last)
 
 
 def chain_violations(jobs: Mapping[int, JobInfo], events: Iterable[Event]) -> list[str]:

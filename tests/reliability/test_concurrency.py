@@ -107,6 +107,30 @@ def test_checker_finds_a_preemptor_started_before_its_victim_left():
 
 
 @pytest.mark.concurrency
+def test_checker_finds_a_device_shared_by_started_jobs():
+    """Counts alone can hide it: job 1 (4 GPUs) terminates and job 3 waits for it, but job 2
+    starts on a GPU job 1 still runs on. The placements in the admission events show it."""
+    def admit(eid, job, slots):
+        data = {"workers": 1, "on_loan": False, "placement": [[[7, gpu, G] for gpu in slots]]}
+        return Event(eid, eid, job, "transition", "queued", "admitted", data)
+
+    jobs = {**JOBS, 2: JobInfo(2, "F", ("p1", "d1"), G, "running")}
+    log = [
+        *(_submitted(i, i) for i in (1, 2, 3)),
+        admit(10, 1, range(4)),
+        Event(11, 11, 1, "dispatched", "admitted", "admitted", {}),
+        Event(12, 12, 1, "preemption_signal", "admitted", "admitted", {}),
+        admit(13, 2, [3]),  # placed on a GPU of the victim
+        Event(14, 14, 2, "dispatched", "admitted", "admitted", {}),
+    ]
+    found = replay(jobs, log, LIMITS, CAPACITY)
+    assert found.violations == [
+        "F GPU 3 of node 7 (started jobs [(1, 1000), (2, 1000)]): 2 > 1 after event 14 (tx 14)"
+    ]
+    assert found.max_over == G
+
+
+@pytest.mark.concurrency
 def test_checker_finds_a_job_in_two_states_and_a_stale_row():
     log = [
         _submitted(1, 1),
@@ -124,14 +148,6 @@ def test_checker_finds_a_job_in_two_states_and_a_stale_row():
     assert any("job 3: illegal transition 'queued' → 'running'" in v for v in found), found
 
 
-# KNOWN OPEN DEFECT (issue 8, 2026-12-03): on a quiet machine this run now finds a violation in
-# most tries — 1–2 GPUs over a department's in-quota share (rule 1) or over the cluster with
-# victims still in their grace period — after beat's fan-out began re-queuing a dispatch as soon
-# as a worker took the previous message (it used to wait 30 s). One cause was found and fixed
-# (a job preempted before its dispatch was still dispatched: jobs.dispatch._requeue_unstarted);
-# the rule-1 excess is not explained yet. Not strict, so a pass is reported as XPASS; the
-# failure's details (jobs and their logs) print in full. Remove the mark with the fix.
-@pytest.mark.xfail(strict=False, reason="open defect: intermittent rule-1 / grace-period excess, see comment")
 @pytest.mark.concurrency
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
@@ -153,14 +169,16 @@ def test_fifty_clients_against_tight_quotas_never_over_admit(tmp_path):
 
     if result.replayed.violations or result.ledger:  # the jobs involved and their logs, for the diagnosis
         context["details"] = result.replayed.details
+        context["violations"] = result.replayed.violations[:20]
         involved = {int(n) for n in re.findall(r"\((\d+), ", " ".join(result.replayed.details[:2]))}
+        involved |= {int(n) for n in re.findall(r"\((\d+), \d+\)", " ".join(result.replayed.violations[:2]))}
         involved |= {int(n) for n in re.findall(r"job (\d+) ", " ".join(result.ledger[:2]))}
         context["events"] = {
             job: list(JobEvent.objects.filter(job_id=job).order_by("id").values_list(
                 "id", "kind", "from_state", "to_state", "reason", "data", "at"))
             for job in sorted(involved)
         }
-        print(json.dumps({k: context[k] for k in ("details", "events")}, default=str))
+        print(json.dumps({k: context[k] for k in ("violations", "details", "events")}, default=str))
     assert result.replayed.violations == [] and result.replayed.max_over == 0, context
     assert result.chains == [], context
     assert result.usage == [], context

@@ -31,6 +31,14 @@ def _settle(cluster, job, want, timeout=15):
     raise AssertionError(f"job {job.pk} stuck in {job.state}, wanted {want}")
 
 
+def _sim_jobs(sim) -> dict:
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(sim.url + "/jobs") as response:
+        return json.load(response)["jobs"]
+
+
 def _transitions(job):
     return list(job.events.filter(kind="transition").values_list("to_state", flat=True))
 
@@ -59,11 +67,7 @@ def test_a_dispatch_retried_after_a_crash_finds_the_job_it_created(sim_pool):
     assert dispatch.dispatch_job(job.pk) == "dispatched"
     listed = [name for name in sim.backend().status([backend_name(job.pk)])]
     assert listed == [backend_name(job.pk)]
-    import json
-    import urllib.request
-
-    with urllib.request.urlopen(sim.url + "/jobs") as response:
-        assert len(json.load(response)["jobs"]) == 1  # exactly one backend job for the portal job
+    assert len(_sim_jobs(sim)) == 1  # exactly one backend job for the portal job
 
 
 def test_reclaim_stops_the_on_loan_job_after_its_grace_and_requeues_it(sim_pool):
@@ -102,11 +106,7 @@ def test_a_job_preempted_before_it_was_dispatched_is_requeued_without_starting(s
     assert victim.state == "queued" and victim.dispatched_at is None and victim.placement == []
     assert _transitions(victim)[-3:] == ["admitted", "preempted", "queued"]
     assert dispatch.dispatch_job(a1.pk) == "dispatched"  # its victim never ran
-    import json
-    import urllib.request
-
-    with urllib.request.urlopen(sim.url + "/jobs") as response:
-        assert backend_name(victim.pk) not in json.load(response)["jobs"]
+    assert backend_name(victim.pk) not in _sim_jobs(sim)
 
 
 def test_a_victim_admitted_again_later_does_not_hold_back_its_preemptor(sim_pool):
@@ -130,6 +130,34 @@ def test_a_victim_admitted_again_later_does_not_hold_back_its_preemptor(sim_pool
     JobEvent.objects.create(job=victim, kind="transition", from_state="queued", to_state="admitted",
                             reason="admitted by the scheduler", at=later, data={"preempts": []})
     assert dispatch.dispatch_job(a1.pk) == "dispatched"
+
+
+def test_the_preemptor_of_an_unstarted_preemptor_waits_for_the_first_victim(sim_pool):
+    """a1 reclaims b2's GPUs, and before a1 starts, a2 (higher priority, same project) takes
+    them from a1. a1 never ran and is requeued at once, so a2's recorded victim is gone — but
+    b2 still runs there in its grace period. Found by the 50-client concurrency run."""
+    f, cluster, pa, pb, sim = sim_pool
+    b1 = fx.submit(pb, f, gpus=8, sim_duration_seconds=100000, name="b1")
+    b2 = fx.submit(pb, f, gpus=8, sim_duration_seconds=100000, name="b2")
+    schedule_once()
+    for job in (b1, b2):
+        dispatch.dispatch_job(job.pk)
+        _settle(cluster, job, {"running"})
+    a1 = fx.submit(pa, f, gpus=8, sim_duration_seconds=50, name="a1")
+    assert schedule_once().preempted == 1
+    victim = Job.objects.get(pk__in=[b1.pk, b2.pk], terminating_since__isnull=False)
+    a2 = fx.submit(pa, f, gpus=8, sim_duration_seconds=50, name="a2", prio=fx.priority("high", 500))
+    assert schedule_once().preempted == 1
+    a1.refresh_from_db()
+    a2.refresh_from_db()
+    assert a1.terminating_since is not None and a2.state == "admitted"
+    assert a2.placement == a1.placement == victim.placement  # all on the first victim's node
+    assert dispatch.dispatch_job(a1.pk) == "requeued: preempted before it started"
+    assert dispatch.dispatch_job(a2.pk) == "waiting for its GPUs"
+    assert backend_name(a2.pk) not in _sim_jobs(sim)
+    dispatch.stop_job(victim.pk)
+    _settle(cluster, victim, {"queued"})
+    assert dispatch.dispatch_job(a2.pk) == "dispatched"
 
 
 def test_cancelling_a_running_job_stops_it_before_releasing_its_gpus(sim_pool):
