@@ -26,6 +26,7 @@ from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from itertools import groupby
 from operator import itemgetter
 
@@ -275,18 +276,72 @@ def unmetered_tail(
     rows from the tail to the ledger, and callers read the ledger below ``cursor`` only.
     With ``projects``, only the jobs of those projects (a budget check needs a few subtrees, and
     the whole tail reads every running job's events: ~0.2 s at 10,000 running)."""
-    state = meter_state()
-    cursor = state.metered_through
-    start = cursor if not_before is None or (cursor is not None and cursor > not_before) else not_before
-    if start is None or start >= until:
-        return Tail(cursor, [])
-    jobs = _candidates(cursor or start, until, state.open_jobs, full=cursor is None)
-    if projects is not None:
-        jobs = _of_projects(jobs, projects)
+    cursor, start, jobs = _tail_jobs(until, not_before, projects)
     found: list[tuple] = []
     for i in range(0, len(jobs), settings.BILLING["METER_BATCH_JOBS"]):
         found += _segments(jobs[i : i + settings.BILLING["METER_BATCH_JOBS"]], start, until)[0]
     return Tail(cursor, found)
+
+
+_BOUND = f"""
+SELECT p.department_id, j.project_id,
+       sum(j.workers * j.gpus_per_worker * f.card_fraction * coalesce(j.gpu_milli, 1000) / 1000)
+FROM jobs_job j
+JOIN portal_project p ON p.id = j.project_id
+JOIN quotas_flavor f ON f.id = j.flavor_id
+WHERE (%(projects)s::bigint[] IS NULL OR j.project_id = ANY(%(projects)s))
+  AND (j.state = 'running' OR j.id IN (
+      SELECT e.job_id FROM jobs_jobevent e
+      WHERE {_RELEVANT_EVENTS} AND e.at >= %(since)s AND e.at < %(until)s))
+GROUP BY 1, 2
+"""  # noqa: S608 - constants only
+
+
+@dataclass(frozen=True)
+class TailBound:
+    """At most ``cards`` (department, project, cards) for ``seconds`` each since the cursor."""
+
+    cursor: datetime | None
+    seconds: Decimal
+    cards: list[tuple[int, int, Decimal]]
+
+
+def tail_bound(
+    *, until: datetime, not_before: datetime | None = None, projects: Collection[int] | None = None
+) -> TailBound:
+    """An upper bound of ``unmetered_tail``, without reading the events' history: every job that
+    may have run in the span — running now, or with an allocation event in it (a job that ran at
+    its start and stopped later has one) — at its largest size (``workers``: no grant or growth
+    goes beyond it), for the whole span. A budget far from its limit is decided by this alone."""
+    cursor = meter_state().metered_through
+    start = _tail_start(cursor, not_before)
+    if start is None or start >= until:
+        return TailBound(cursor, Decimal(0), [])
+    with connection.cursor() as db:
+        db.execute(_BOUND, {"projects": None if projects is None else sorted(projects),
+                            "since": start, "until": until})
+        cards = db.fetchall()
+    return TailBound(cursor, Decimal(_us(until) - _us(start)) / 1_000_000, cards)
+
+
+def _tail_start(cursor: datetime | None, not_before: datetime | None) -> datetime | None:
+    """The tail begins at the cursor, or at ``not_before`` if that is later."""
+    return cursor if not_before is None or (cursor is not None and cursor > not_before) else not_before
+
+
+def _tail_jobs(
+    until: datetime, not_before: datetime | None, projects: Collection[int] | None
+) -> tuple[datetime | None, datetime | None, list[int]]:
+    """(cursor, start of the tail, the jobs that may hold GPUs in [start, until))."""
+    state = meter_state()
+    cursor = state.metered_through
+    start = _tail_start(cursor, not_before)
+    if start is None or start >= until:
+        return cursor, start, []
+    jobs = _candidates(cursor or start, until, state.open_jobs, full=cursor is None)
+    if projects is not None:
+        jobs = _of_projects(jobs, projects)
+    return cursor, start, jobs
 
 
 def _of_projects(job_ids: list[int], projects: Collection[int]) -> list[int]:

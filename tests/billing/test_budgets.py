@@ -4,6 +4,7 @@ the submission form's cost estimate (``jobs.estimates.cost_estimators``)."""
 
 from __future__ import annotations
 
+import re
 from datetime import date, timedelta
 from decimal import Decimal
 
@@ -130,6 +131,17 @@ def test_usage_asked_for_some_keys_equals_the_whole_computation_for_them(world, 
     ):
         some = month_usage(NOV, AT, keys=keys)
         assert some == {k: whole[k] for k in keys if k in whole}, keys
+
+
+@pytest.mark.parametrize("metered", [False, True])
+def test_the_bound_is_never_below_the_usage(world, usage, metered):
+    if metered:
+        usage_meter(now=AT)
+    for at in (AT, AT + timedelta(minutes=90)):
+        exact, bound = month_usage(NOV, at), month_usage(NOV, at, upper=True)
+        assert exact and all(bound[key] >= value for key, value in exact.items()), (exact, bound)
+    if metered:  # one job in the tail, running all of it at its full size: the bound is exact
+        assert month_usage(NOV, AT, upper=True) == month_usage(NOV, AT)
 
 
 def test_a_project_moved_keeps_its_metered_usage_with_the_old_department(world, usage):
@@ -288,6 +300,49 @@ def test_under_budget_there_is_no_reason(world, running_now):
     assert _reasons(world, world.pa1) == []
     assert budget_reason(world.pa1, Decimal(1)) is None
     assert _submit(world, world.pa1).state == "queued"
+
+
+def _reads_events(call) -> bool:
+    """Whether ``call`` read job events for the exact unmetered tail."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        call()
+    return any("FROM jobs_jobevent e" in q["sql"] and "e.job_id = ANY" in q["sql"] for q in queries)
+
+
+def test_a_budget_far_from_its_limit_is_decided_without_the_exact_tail(world, running_now):
+    budget_set(actor=None, card_hours="100000", project=world.pa1)
+    assert not _reads_events(lambda: budget_reason(world.pa1, Decimal(1)))
+    assert budget_reason(world.pa1, Decimal(1)) is None
+
+
+def test_near_its_limit_the_exact_usage_decides(world, running_now):
+    """≈ 4 card-hours used; nothing metered, so the bound counts the job from the 1st."""
+    budget_set(actor=None, card_hours="5", project=world.pa1)
+    if month_usage(month_of(timezone.now(), site_zone()), upper=True)[("project", world.pa1.pk)] < 5:
+        pytest.skip("too early in the month for the bound to reach the budget")
+    assert _reads_events(lambda: budget_reason(world.pa1, Decimal(1)))
+    assert budget_reason(world.pa1, Decimal(1)) is None  # under: the bound alone would hold it
+    budget_set(actor=None, card_hours="3", project=world.pa1)
+    with translation.override("en"):
+        assert re.match(r"over budget: 13\d % of 3 card-hours", budget_reason(world.pa1, Decimal(1)))
+
+
+@pytest.mark.parametrize("limit, over", [("3", True), ("5", False)])
+def test_a_figure_a_few_seconds_old_decides_the_next_submission(world, running_now, limit, over):
+    """≈ 4 card-hours used. The first check computes them exactly; the next ones, within a
+    minute, know usage only grew since — by at most 8 GPUs × the seconds between — so 3 is still
+    spent and 5 still short, without reading the events again."""
+    budget_set(actor=None, card_hours=limit, project=world.pa1)
+    if month_usage(month_of(timezone.now(), site_zone()), upper=True)[("project", world.pa1.pk)] < 5:
+        pytest.skip("too early in the month for the bound to reach the budget")
+    first = []
+    assert _reads_events(lambda: first.append(budget_reason(world.pa1, Decimal(1))))
+    again = []
+    assert not _reads_events(lambda: again.append(budget_reason(world.pa1, Decimal(1))))
+    assert again == first and (first[0] is not None) == over
 
 
 def test_a_department_budget_holds_its_whole_subtree_and_nothing_else(world, running_now):

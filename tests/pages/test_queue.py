@@ -102,6 +102,9 @@ def test_query_count_does_not_grow_with_the_number_of_jobs(page_client, world, p
     _submit(world, prio, world.pa, "a_admin", 20, gpus=8, prefix="big")
     schedule_once()
     many = _queries(client, path)
-    assert many == few, f"{path}: {few} queries with 3 jobs, {many} with 103"
     if path.startswith("/jobs/queue/"):
-        assert many <= 10
+        # A fixed set whatever the length; one more when the page reaches past the waiting jobs
+        # (admitted and running ones are read with their own LIMIT), as with 3 jobs here.
+        assert few <= 11 and many <= 10, f"{path}: {few} queries with 3 jobs, {many} with 103"
+    else:
+        assert many == few, f"{path}: {few} queries with 3 jobs, {many} with 103"

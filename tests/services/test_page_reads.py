@@ -10,6 +10,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from jobs import selectors
 from jobs.models import Job
 from jobs.selectors import (
     QUEUE_STATES,
@@ -96,7 +97,9 @@ def _reference_order(jobs, positions):
     return [row[0] for row in sorted(rows, key=key)]
 
 
-def test_queue_order_ranks_by_cached_position_then_priority_then_state(tree):
+@pytest.mark.parametrize("few_new", [1000, 1])  # unranked jobs ordered by id lookup / by a walk
+def test_queue_order_ranks_by_cached_position_then_priority_then_state(tree, monkeypatch, few_new):
+    monkeypatch.setattr(selectors, "FEW_NEW", few_new)
     whole, _shared, pa, pb = tree
     low, high = fx.priority("low", 10), fx.priority("high", 500)
     q1 = _job(pa, whole, "queued", prio=low, age=50)
@@ -114,14 +117,19 @@ def test_queue_order_ranks_by_cached_position_then_priority_then_state(tree):
     positions = {q3: 1, gone: 2, q1: 3, q2: 4}
 
     everything = Job.objects.all()
-    assert queue_order(everything, positions) == [
+    assert list(queue_order(everything, positions)) == [
         q3, q1, q2, new_high_old, new_high, new_low, pending, admitted, run_high, run_low,
     ]
-    assert queue_order(everything.filter(project=pb), positions) == [
+    assert list(queue_order(everything.filter(project=pb), positions)) == [
         q2, new_high_old, new_high, admitted, run_high,
     ]
     # no cycle yet: priority, then submit time
-    assert queue_order(everything.filter(state="queued"), {}) == [q2, new_high_old, new_high, q1, q3, new_low]
+    no_cycle = list(queue_order(everything.filter(state="queued"), {}))
+    assert no_cycle == [q2, new_high_old, new_high, q1, q3, new_low]
     for jobs in (everything, everything.filter(project=pa), everything.exclude(state="queued")):
         for cached in (positions, {}):
-            assert queue_order(jobs, cached) == _reference_order(jobs, cached)
+            order = queue_order(jobs, cached)
+            expected = _reference_order(jobs, cached)
+            assert list(order) == expected and len(order) == len(expected)
+            for lo, hi in ((0, 3), (2, 7), (5, 100), (len(expected) - 1, len(expected) + 5)):
+                assert order[lo:hi] == expected[lo:hi], (lo, hi)  # what the paginator asks for
