@@ -8,6 +8,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.core.cache import cache
+from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
 from django.utils import timezone
@@ -224,7 +225,7 @@ class QueueOrder(Sequence[int]):
 
     def queued(self) -> list[int]:
         if self._queued is None:
-            ids = set(self._queued_jobs.order_by().values_list("id", flat=True))
+            ids = _id_set(self._queued_jobs.order_by().values("id"))
             positions = self._positions
             ranked = sorted(ids.intersection(positions), key=positions.__getitem__)
             self._queued = ranked + self._unranked(ids.difference(positions))
@@ -265,6 +266,18 @@ class QueueOrder(Sequence[int]):
 
     def __eq__(self, other) -> bool:
         return list(self) == list(other) if isinstance(other, (list, QueueOrder)) else NotImplemented
+
+
+def _id_set(ids: QuerySet) -> set[int]:
+    """The ids a one-column queryset selects, through the cursor: Django's row iteration costs
+    ~1 µs a row, ~30 ms for the 30,000 waiting jobs of bench/load.py."""
+    try:
+        sql, params = ids.query.sql_with_params()
+    except EmptyResultSet:  # a filter that can match nothing (a user who sees no project)
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {row[0] for row in cursor.fetchall()}
 
 
 def jobs_by_ids(jobs: QuerySet[Job], ids: list[int]) -> list[Job]:
