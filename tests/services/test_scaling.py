@@ -98,7 +98,9 @@ def test_inference_starts_small_grows_when_capacity_frees_and_scales_down(sim_po
     svc.refresh_from_db()
     assert report.grown == 1 and svc.granted_workers == len(svc.placement) == 4
     assert len(svc.grown_at) == 2 and svc.resize_requested_at is not None
-    assert _scaled(svc) == [("scaled 2→4 by the scheduler", {"workers": 4, "from": 2})]
+    # The event carries the placement after the change (the concurrency replay checks devices).
+    grown = {"workers": 4, "from": 2, "placement": svc.placement}
+    assert _scaled(svc) == [("scaled 2→4 by the scheduler", grown)]
     assert svc.state == "running" and _used(f, pa) == 4
     assert dispatch.resize_job(svc.pk) == "resized"  # the outbox: the backend gets the new size
     assert sim.backend().view(backend_name(svc.pk))["workers"] == 4
@@ -109,7 +111,9 @@ def test_inference_starts_small_grows_when_capacity_frees_and_scales_down(sim_po
     job_scale(actor=owner, job=svc, replicas=1)  # down: released at once
     svc.refresh_from_db()
     assert (svc.granted_workers, len(svc.placement), svc.target_workers, svc.grown_at) == (1, 1, 1, [])
-    assert _scaled(svc)[-1] == ("scaled 4→1 by its owner", {"workers": 1, "from": 4, "target": 1})
+    assert _scaled(svc)[-1] == (
+        "scaled 4→1 by its owner", {"workers": 1, "from": 4, "target": 1, "placement": svc.placement}
+    )
     assert _used(f, pa) == 1  # quota usage follows the placement
     dispatch.resize_job(svc.pk)
     assert sim.backend().view(backend_name(svc.pk))["workers"] == 1
