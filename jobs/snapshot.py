@@ -203,12 +203,14 @@ def elastic_job_states() -> list[tuple[int, int, int, int, int | None, datetime]
         return cursor.fetchall()
 
 
-def live_job_states() -> list[tuple[int, str, bool]]:
-    """(id, state, terminating) of every queued or GPU-holding job: the cheap per-cycle read
-    from which a warm engine derives what changed since its last cycle."""
+def live_job_states() -> list[tuple[int, str, bool, datetime | None]]:
+    """(id, state, terminating, admitted_at) of every queued or GPU-holding job: the cheap
+    per-cycle read from which a warm engine derives what changed since its last cycle (the
+    admission time tells one run of a job from the next)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT id, state, terminating_since IS NOT NULL FROM jobs_job WHERE state = ANY(%s)",
+            "SELECT id, state, terminating_since IS NOT NULL, admitted_at FROM jobs_job"
+            " WHERE state = ANY(%s)",
             [[JobState.QUEUED.value, *(s.value for s in HOLDING)]],
         )
         return cursor.fetchall()

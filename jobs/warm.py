@@ -60,15 +60,17 @@ class WarmEngine:
         holding = jobs | set(state.terminating) | self.admitted
         terminating = set(state.terminating) | self.signalled
         queued, held, ending = set(), set(), set()
-        for job_id, job_state, is_terminating in live_job_states():
+        admitted_at: dict[str, datetime | None] = {}
+        for job_id, job_state, is_terminating, at in live_job_states():
             key = str(job_id)
             if job_state == JobState.QUEUED:
                 queued.add(key)
             else:
                 held.add(key)
+                admitted_at[key] = at
                 if is_terminating:
                     ending.add(key)
-        if held - holding or ending - terminating:
+        if held - holding or ending - terminating or self._other_runs(admitted_at):
             return False
         finished = holding - held
         if finished and ending:
@@ -82,6 +84,19 @@ class WarmEngine:
         if new:
             self.engine.submit(queued_jobs(int(j) for j in new))
         return self._retarget()
+
+    def _other_runs(self, admitted_at: dict[str, datetime | None]) -> bool:
+        """Whether a job holds GPUs in another run than the one this engine knows: signalled
+        here, it exited, was requeued and admitted again by another process's cycle, all between
+        two of this engine's cycles. Its id alone looks unchanged — the engine would keep the
+        new run as a victim's ghost that no longer counts for quota and admit into its room
+        (the 50-client concurrency run caught a project 1 GPU over its cap that way)."""
+        state = self.engine.state
+        for key, at in admitted_at.items():
+            run = state.running.get(key) or state.terminating.get(key)
+            if run is not None and (at is None or abs(run.started - at.timestamp()) > 1e-3):
+                return True
+        return False
 
     def _retarget(self) -> bool:
         """Growth targets follow the database; a worker count that does not is a rebuild."""

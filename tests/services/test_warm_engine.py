@@ -101,3 +101,37 @@ def test_warm_engine_survives_many_cycles_without_rebuilding():
         now += timedelta(seconds=30)
         schedule_once(now)
     assert warm_engine().rebuilds == rebuilds  # only deltas were applied
+
+
+def test_a_victim_admitted_again_by_another_process_is_not_taken_for_its_ghost(monkeypatch):
+    """Two workers, each with its own warm engine. Worker 1 preempts L for H; L exits and is
+    requeued; H is cancelled; worker 2's cycle admits L again. To worker 1, L is still the
+    victim whose GPUs H took — a ghost that no longer counts — though it holds all 8 GPUs again:
+    worker 1 must notice the new run (and rebuild), not admit X into L's room. The 50-client
+    concurrency run caught a project 1 GPU over its cap this way."""
+    import jobs.scheduling as scheduling
+    from jobs.dispatch import _requeue_unstarted
+    from jobs.warm import WarmEngine
+
+    f, p = fx.single_project_pool(node_count=1, gpus=8)
+    first, second = WarmEngine(), WarmEngine()
+
+    def cycle_on(engine):
+        monkeypatch.setattr(scheduling, "warm_engine", lambda: engine)
+        return schedule_once()
+
+    low = fx.submit(p, f, gpus=8, name="l", prio=fx.priority("low", 10))
+    assert cycle_on(first).admitted == 1
+    high = fx.submit(p, f, gpus=8, name="h", prio=fx.priority("high", 500))
+    assert cycle_on(first).preempted == 1  # H admitted, L signalled
+    assert _requeue_unstarted(low.pk, datetime.now(UTC))  # L exits at once: queued again
+    high.refresh_from_db()
+    job_cancel(actor=fx.platform_admin(), job=high)
+    assert cycle_on(second).admitted == 1  # worker 2 admits L again: 8 of 8 GPUs held
+    low.refresh_from_db()
+    assert low.state == "admitted"
+    fx.submit(p, f, gpus=8, name="x", prio=fx.priority("low", 10))
+    rebuilds = first.rebuilds
+    assert cycle_on(first).admitted == 0  # nothing fits next to L
+    assert first.rebuilds == rebuilds + 1
+    assert Job.objects.filter(state__in=["admitted", "running"]).count() == 1
