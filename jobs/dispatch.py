@@ -23,10 +23,10 @@ from .backends.registry import backend_for
 from .inventory import refresh_node_states
 from .models import Job, JobEvent
 from .services import job_transition
+from .snapshot import MILLI
 from .states import HOLDING, JobState
 
 log = logging.getLogger(__name__)
-MILLI = 1000  # one GPU in placement milli-units
 CLAIM_TIMEOUT = timedelta(seconds=120)  # a claim older than this belongs to a dead worker
 RESIZE_LOCK = 0x6770_7002  # "gp" + 2: session advisory locks (this, job id) serialise resizes
 

@@ -264,9 +264,6 @@ class QueueOrder(Sequence[int]):
         yield from self.queued()
         yield from self._others.values_list("id", flat=True)
 
-    def __eq__(self, other) -> bool:
-        return list(self) == list(other) if isinstance(other, (list, QueueOrder)) else NotImplemented
-
 
 def _id_set(ids: QuerySet) -> set[int]:
     """The ids a one-column queryset selects, through the cursor: Django's row iteration costs

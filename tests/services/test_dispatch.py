@@ -70,18 +70,24 @@ def test_a_dispatch_retried_after_a_crash_finds_the_job_it_created(sim_pool):
     assert len(_sim_jobs(sim)) == 1  # exactly one backend job for the portal job
 
 
-def test_reclaim_stops_the_on_loan_job_after_its_grace_and_requeues_it(sim_pool):
+def _a1_reclaims_a_running_job(sim_pool, **b2):
+    """pb runs b1 and b2 (8 GPUs each, the second on loan) on the cluster; pa's a1 (in quota)
+    reclaims one of them. Returns (a1, the victim)."""
     f, cluster, pa, pb, _sim = sim_pool
     b1 = fx.submit(pb, f, gpus=8, sim_duration_seconds=100000, name="b1")
-    b2 = fx.submit(pb, f, gpus=8, sim_duration_seconds=100000, name="b2", checkpointing=True)
+    b2 = fx.submit(pb, f, gpus=8, sim_duration_seconds=100000, name="b2", **b2)
     schedule_once()
     for job in (b1, b2):
         dispatch.dispatch_job(job.pk)
         _settle(cluster, job, {"running"})
     a1 = fx.submit(pa, f, gpus=8, sim_duration_seconds=50, name="a1")
-    report = schedule_once()
-    assert report.preempted == 1
-    victim = Job.objects.get(pk__in=[b1.pk, b2.pk], terminating_since__isnull=False)
+    assert schedule_once().preempted == 1
+    return a1, Job.objects.get(pk__in=[b1.pk, b2.pk], terminating_since__isnull=False)
+
+
+def test_reclaim_stops_the_on_loan_job_after_its_grace_and_requeues_it(sim_pool):
+    cluster = sim_pool[1]
+    a1, victim = _a1_reclaims_a_running_job(sim_pool, checkpointing=True)
     assert dispatch.dispatch_job(a1.pk) == "waiting for victims"
     assert dispatch.stop_job(victim.pk) == "stopping"
     assert dispatch.stop_job(victim.pk) == "not claimable"
@@ -110,16 +116,8 @@ def test_a_job_preempted_before_it_was_dispatched_is_requeued_without_starting(s
 
 
 def test_a_victim_admitted_again_later_does_not_hold_back_its_preemptor(sim_pool):
-    f, cluster, pa, pb, _sim = sim_pool
-    b1 = fx.submit(pb, f, gpus=8, sim_duration_seconds=100000, name="b1")
-    b2 = fx.submit(pb, f, gpus=8, sim_duration_seconds=100000, name="b2")
-    schedule_once()
-    for job in (b1, b2):
-        dispatch.dispatch_job(job.pk)
-        _settle(cluster, job, {"running"})
-    a1 = fx.submit(pa, f, gpus=8, sim_duration_seconds=50, name="a1")
-    assert schedule_once().preempted == 1
-    victim = Job.objects.get(pk__in=[b1.pk, b2.pk], terminating_since__isnull=False)
+    cluster = sim_pool[1]
+    a1, victim = _a1_reclaims_a_running_job(sim_pool)
     assert dispatch.dispatch_job(a1.pk) == "waiting for victims"
     dispatch.stop_job(victim.pk)
     _settle(cluster, victim, {"queued"})
@@ -136,16 +134,8 @@ def test_the_preemptor_of_an_unstarted_preemptor_waits_for_the_first_victim(sim_
     """a1 reclaims b2's GPUs, and before a1 starts, a2 (higher priority, same project) takes
     them from a1. a1 never ran and is requeued at once, so a2's recorded victim is gone — but
     b2 still runs there in its grace period. Found by the 50-client concurrency run."""
-    f, cluster, pa, pb, sim = sim_pool
-    b1 = fx.submit(pb, f, gpus=8, sim_duration_seconds=100000, name="b1")
-    b2 = fx.submit(pb, f, gpus=8, sim_duration_seconds=100000, name="b2")
-    schedule_once()
-    for job in (b1, b2):
-        dispatch.dispatch_job(job.pk)
-        _settle(cluster, job, {"running"})
-    a1 = fx.submit(pa, f, gpus=8, sim_duration_seconds=50, name="a1")
-    assert schedule_once().preempted == 1
-    victim = Job.objects.get(pk__in=[b1.pk, b2.pk], terminating_since__isnull=False)
+    f, cluster, pa, _pb, sim = sim_pool
+    a1, victim = _a1_reclaims_a_running_job(sim_pool)
     a2 = fx.submit(pa, f, gpus=8, sim_duration_seconds=50, name="a2", prio=fx.priority("high", 500))
     assert schedule_once().preempted == 1
     a1.refresh_from_db()
