@@ -2,8 +2,9 @@
 
 The demo centre (``seed_demo``: 9 departments, 9 projects, 76 nodes, every persona) gets
 ``--jobs`` more jobs (10,000 by default) spread over its projects, flavors and the job states
-of a working centre (a third waiting, a tenth running, the rest finished), each with its
-events; one scheduling cycle then runs so the queue's explanations exist, as in production.
+of a working centre (a third waiting, a tenth drawn running — as many as the free GPUs hold,
+the others finished —, the rest finished), each with the events of its history, all in the
+past; one scheduling cycle then runs so the queue's explanations exist, as in production.
 Each page is requested ``--repeat`` times per persona through Django's test client (the whole
 request: middleware, session, queries, template rendering), after one warm-up request.
 
@@ -44,13 +45,16 @@ MIX = (
 
 
 def _populate(total: int, seed: int) -> None:
-    """Bulk-insert ``total`` jobs with their events (running ones on real nodes of their flavor)."""
+    """Bulk-insert ``total`` jobs with their events, as a working centre's database holds them:
+    running jobs only where their GPUs are free (a "running" draw that no longer fits became a
+    finished job: the centre is full), every time in the past, and each job's history the
+    transitions it went through (``_events``)."""
     from django.core.management import call_command
     from django.utils import timezone
 
     from jobs.models import Job, JobEvent, PriorityClass
     from portal.models import Membership, Project, User
-    from quotas.models import Node, QuotaNode
+    from quotas.models import QuotaNode
 
     call_command("seed_demo", verbosity=0, stdout=io.StringIO())  # stdout carries only the JSON
     rng = random.Random(seed)
@@ -65,9 +69,7 @@ def _populate(total: int, seed: int) -> None:
     for q in QuotaNode.objects.filter(project__isnull=False).select_related("flavor"):
         flavors_of.setdefault(q.project_id, []).append(q.flavor)
     classes = list(PriorityClass.objects.all())
-    nodes_of = {}
-    for node in Node.objects.all():
-        nodes_of.setdefault(node.flavor_id, []).append(node)
+    free = _free_gpus()
     states = [s for s, _ in MIX]
     weights = [w for _, w in MIX]
     jobs = []
@@ -75,12 +77,15 @@ def _populate(total: int, seed: int) -> None:
         project = rng.choice([p for p in projects if p.pk in flavors_of])
         flavor = rng.choice(flavors_of[project.pk])
         state = rng.choices(states, weights)[0]
-        submitted = now - timedelta(seconds=rng.randint(60, 30 * 86400))
-        started = submitted + timedelta(seconds=rng.randint(0, 3600))
-        finished = started + timedelta(seconds=rng.randint(60, 86400))
         gpus = 1 if flavor.shareable or flavor.card_fraction < 1 else rng.choice((1, 1, 2, 4, 8))
-        node = rng.choice(nodes_of[flavor.pk])
-        live = state == "running"
+        placement = _take(free, flavor.pk, gpus, rng) if state == "running" else None
+        if state == "running" and placement is None:
+            state = "succeeded"
+        submitted = now - timedelta(seconds=rng.randint(60, 30 * 86400))
+        started = min(submitted + timedelta(seconds=rng.randint(0, 3600)), now - timedelta(seconds=30))
+        finished = min(started + timedelta(seconds=rng.randint(60, 86400)), now - timedelta(seconds=1))
+        ran = state in ("running", "succeeded", "failed")
+        ended = state in ("succeeded", "failed", "cancelled", "rejected")
         jobs.append(
             Job(
                 name=f"bench-{i}",
@@ -93,39 +98,69 @@ def _populate(total: int, seed: int) -> None:
                 gpus_per_worker=gpus,
                 image="registry.local/bench:1",
                 state=state,
-                state_changed_at=finished if state in ("succeeded", "failed", "cancelled") else submitted,
+                state_changed_at=finished if ended else started if state == "running" else submitted,
                 submitted_at=submitted,
-                admitted_at=started if live or state in ("succeeded", "failed") else None,
-                started_at=started if live or state in ("succeeded", "failed") else None,
-                finished_at=finished if state in ("succeeded", "failed", "cancelled") else None,
-                granted_workers=1 if live else None,
-                placement=[[[node.pk, g, 1000] for g in range(gpus)]] if live else [],
-                on_loan=False if live else None,
+                admitted_at=started if ran else None,
+                started_at=started if ran else None,
+                finished_at=finished if ended else None,
+                granted_workers=1 if state == "running" else None,
+                placement=[placement] if placement else [],
+                on_loan=False if state == "running" else None,
             )
         )
     Job.objects.bulk_create(jobs, batch_size=2000)
     events = []
     for job in Job.objects.filter(name__startswith="bench-").only(
-        "id", "state", "submitted_at", "started_at"
+        "id", "state", "submitted_at", "started_at", "finished_at"
     ):
-        events.append(
-            JobEvent(job=job, from_state="", to_state="queued", reason="submitted", at=job.submitted_at)
-        )
-        if job.started_at:
-            events.append(
-                JobEvent(
-                    job=job, from_state="queued", to_state="admitted", reason="admitted", at=job.started_at
-                )
-            )
-            events.append(
-                JobEvent(
-                    job=job, from_state="admitted", to_state="running", reason="started", at=job.started_at
-                )
-            )
-        if job.state not in ("queued", "running", "admitted"):
-            events.append(JobEvent(job=job, from_state="queued", to_state=job.state, reason="bench", at=now))
+        events.extend(_events(job, JobEvent))
     JobEvent.objects.bulk_create(events, batch_size=5000)
     assert Membership.objects.exists()
+
+
+def _free_gpus() -> dict[int, list[list[int]]]:
+    """Per flavor, ``[node id, GPU index]`` of the GPUs that no job of the demo holds."""
+    from jobs.models import Job
+    from quotas.models import Node
+
+    held = {(node, gpu) for job in Job.objects.exclude(placement=[]).only("placement")
+            for worker in job.placement for node, gpu, _milli in worker}
+    free: dict[int, list[list[int]]] = {}
+    for node in Node.objects.order_by("id"):
+        free.setdefault(node.flavor_id, []).extend(
+            [node.pk, g] for g in range(node.gpu_count) if (node.pk, g) not in held)
+    return free
+
+
+def _take(free: dict, flavor: int, gpus: int, rng: random.Random) -> list | None:
+    """Whole GPUs of one node for a running job, or None when no node has that many free."""
+    by_node: dict[int, list[int]] = {}
+    for node, gpu in free.get(flavor, []):
+        by_node.setdefault(node, []).append(gpu)
+    fitting = [node for node, gpu_list in by_node.items() if len(gpu_list) >= gpus]
+    if not fitting:
+        return None
+    node = rng.choice(fitting)
+    taken = by_node[node][:gpus]
+    free[flavor] = [pair for pair in free[flavor] if not (pair[0] == node and pair[1] in taken)]
+    return [[node, g, 1000] for g in taken]
+
+
+def _events(job, event_model) -> list:
+    """The transitions the job went through: submitted, admitted and started if it ran, and its
+    end (from running if it ran, else from where it waited) at its finish time."""
+    first = "pending_approval" if job.state in ("pending_approval", "rejected") else "queued"
+    out = [event_model(job=job, from_state="", to_state=first, reason="submitted", at=job.submitted_at)]
+    if job.started_at:
+        out.append(event_model(job=job, from_state="queued", to_state="admitted", reason="admitted",
+                               at=job.started_at))
+        out.append(event_model(job=job, from_state="admitted", to_state="running", reason="started",
+                               at=job.started_at))
+    if job.finished_at:
+        before = "running" if job.started_at else first
+        out.append(event_model(job=job, from_state=before, to_state=job.state, reason="bench",
+                               at=job.finished_at))
+    return out
 
 
 def _measure(repeat: int) -> dict:

@@ -425,7 +425,7 @@ def final_checks(centre: Centre, speed: float) -> dict:
     from billing.meter import lag, usage_meter
     from jobs.models import Job
     from jobs.scheduling import schedule_once
-    from jobs.selectors import gpus_in_use_by_flavor, queue_positions
+    from jobs.selectors import gpus_in_use_by_flavor, queue_ranking
     from jobs.states import HOLDING
     from quotas.models import Node
 
@@ -435,13 +435,13 @@ def final_checks(centre: Centre, speed: float) -> dict:
     sim_jobs = centre.backend._call("GET", "/jobs")["jobs"]
     orphans = sorted(n for n, j in sim_jobs.items() if j["phase"] not in TERMINAL_SIM)
     report = schedule_once(warm=False)  # a fresh engine from the database: nothing to reserve
-    positions, _at = queue_positions()
+    ranked = queue_ranking().ranked
     return {
         "final_usage": {name: float(used.get(f.pk, 0)) for name, f in centre.flavors.items()},
         "jobs_holding": Job.objects.filter(state__in=list(HOLDING)).count(),
         "orphan_backend_jobs": len(orphans),
         "backend_jobs": len(sim_jobs),
-        "stale_reservations": report.reservations + report.waiting + len(positions),
+        "stale_reservations": report.reservations + report.waiting + len(ranked),
         "ledger": ledger_vs_events(),
         "unfinished_jobs": unfinished(sim_jobs, speed),
         "nodes_not_ready": list(Node.objects.exclude(state="ready").values_list("name", "state")),

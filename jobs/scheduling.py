@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from array import array
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -347,8 +348,8 @@ def explain_to_dict(e: Explain, at: datetime) -> dict:
 
 
 def _cache_explanations(result: CycleResult, now: datetime) -> int:
-    """Cache the head of the queue's explanations and, in one key, every waiting job's
-    position; one key instead of one per job keeps this cheap with 50,000 jobs waiting.
+    """Cache the head of the queue's explanations and, in one key, the waiting jobs in the
+    cycle's order; one key instead of one per job keeps this cheap with 50,000 jobs waiting.
 
     Every EXPLAIN_ALL_EVERY seconds the rest of the queue's explanations are cached too: the
     cycle has computed them anyway, and a status page of a job past the head otherwise runs a
@@ -358,7 +359,8 @@ def _cache_explanations(result: CycleResult, now: datetime) -> int:
     explanations = result.explanations
     waiting = list(explanations)
     head = {f"explain:{jid}": explain_to_dict(explanations[jid], now) for jid in waiting[:EXPLAIN_HEAD]}
-    head[QUEUE_KEY] = {"at": now.isoformat(), "positions": {int(j): k for k, j in enumerate(waiting, 1)}}
+    # The order as packed 64-bit ids: a 30,000-entry dict took ~5 ms to unpickle on every queue page.
+    head[QUEUE_KEY] = {"at": now.isoformat(), "ranked": array("q", [int(j) for j in waiting]).tobytes()}
     cache.set_many(head, timeout=EXPLAIN_TTL)
     rest = waiting[EXPLAIN_HEAD:]
     if rest and cache.add(EXPLAIN_ALL_KEY, now.isoformat(), timeout=EXPLAIN_ALL_EVERY):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from array import array
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
@@ -11,6 +13,7 @@ from django.core.cache import cache
 from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from portal import permissions as perm
@@ -174,12 +177,26 @@ def filter_jobs(jobs: QuerySet[Job], user: User, filters: dict) -> QuerySet[Job]
     return jobs
 
 
-def queue_positions() -> tuple[dict[int, int], datetime | None]:
-    """Every waiting job's place in the last cycle's order, and when that cycle ran (one cache
-    read, written by the cycle for all waiting jobs at once)."""
+@dataclass(frozen=True)
+class QueueRanking:
+    """The last cycle's order of the waiting jobs (``ranked``: ids, first = position 1) and
+    when that cycle ran; empty before the first cycle."""
+
+    ranked: Sequence[int]
+    at: datetime | None
+
+    def positions(self) -> dict[int, int]:
+        """Every ranked job's position (builds a dict of all of them: not for a page)."""
+        return {pk: k for k, pk in enumerate(self.ranked, 1)}
+
+
+def queue_ranking() -> QueueRanking:
+    """One cache read, written by the cycle for all waiting jobs at once."""
     cached = cache.get(QUEUE_KEY) or {}
+    ranked = array("q")
+    ranked.frombytes(cached.get("ranked", b""))
     at = cached.get("at")
-    return cached.get("positions", {}), datetime.fromisoformat(at) if at else None
+    return QueueRanking(ranked, datetime.fromisoformat(at) if at else None)
 
 
 def cached_explanations(job_ids: list[int]) -> dict[int, dict]:
@@ -191,61 +208,95 @@ def cached_explanations(job_ids: list[int]) -> dict[int, dict]:
 
 BY_PRIORITY = ("-priority_class__value", "submitted_at", "id")  # the order without a cycle's ranks
 FEW_NEW = 1000  # up to this many unranked queued jobs are ordered by their ids alone
+FIRST_WALK = 1000  # ranked ids checked by the first query of a page; each further one doubles
 
 
-def queue_order(jobs: QuerySet[Job], positions: dict[int, int]) -> QueueOrder:
-    """Ids of ``jobs`` in queue order: queued jobs by their ``positions`` in the last cycle
-    (jobs that arrived since, after them by priority and submit time), then pending approval,
-    admitted and running, each by priority and submit time. A sequence the paginator slices:
-    only what the page needs is read (see ``QueueOrder``)."""
-    return QueueOrder(jobs, positions)
+def queue_order(jobs: QuerySet[Job], ranked: Sequence[int]) -> QueueOrder:
+    """Ids of ``jobs`` in queue order: queued jobs by their place in the last cycle's order
+    (``ranked``; jobs that arrived since after them by priority and submit time), then pending
+    approval, admitted and running, each by priority and submit time. A sequence the paginator
+    slices: only what the page needs is read (see ``QueueOrder``)."""
+    return QueueOrder(jobs, ranked)
 
 
 class QueueOrder(Sequence[int]):
     """The queue order of a visible (and filtered) job set, read lazily.
 
-    Queued jobs: one query of their ids, unordered (no sort and no join in PostgreSQL), sorted
-    by the cycle's positions in Python; only the few jobs that arrived since the cycle are
-    sorted by PostgreSQL (by priority and submit time, as the cycle will rank them). The
-    others (pending approval, admitted, running) are counted, and read only for a page that
-    reaches them, with LIMIT/OFFSET. Loading and sorting every live id cost 40–65 ms a queue page
-    at 30,000 waiting (bench/load.py); the queue's order stays the engine's rule, not restated
-    in SQL."""
+    Queued jobs: counted by PostgreSQL, and found for a page by walking the cycle's order from
+    its start in growing batches — "which of these ids are in the set and still queued" —
+    until the page is full, so the first pages cost one or two small queries whatever the
+    queue's length. Only a page past every ranked job reads all the set's queued ids, to order
+    the ones that arrived since the cycle (by priority and submit time, as the cycle will rank
+    them). The others (pending approval, admitted, running) are counted, and read only for a
+    page that reaches them, with LIMIT/OFFSET. Reading and sorting every waiting id cost
+    80–100 ms a queue page at 30,000 waiting on a slow machine (bench/load.py); the queue's
+    order stays the engine's rule, not restated in SQL."""
 
-    def __init__(self, jobs: QuerySet[Job], positions: dict[int, int]) -> None:
+    def __init__(self, jobs: QuerySet[Job], ranked: Sequence[int]) -> None:
         self._queued_jobs = jobs.filter(state=JobState.QUEUED)
         others = QUEUE_STATES[1:]
         group = Case(
             *(When(state=s.value, then=Value(k)) for k, s in enumerate(others)), output_field=IntegerField()
         )
         self._others = jobs.filter(state__in=[s.value for s in others]).order_by(group, *BY_PRIORITY)
-        self._positions = positions
-        self._queued: list[int] | None = None
+        self._ranked = ranked
+        self._walked: list[tuple[int, int]] = []  # (id, position) of the set's ranked jobs found so far
+        self._cursor = 0  # how far into ``ranked`` the walk has checked
+        self._unranked_ids: list[int] | None = None
+        self._queued_count: int | None = None
         self._others_count: int | None = None
 
-    def queued(self) -> list[int]:
-        if self._queued is None:
-            ids = _id_set(self._queued_jobs.order_by().values("id"))
-            positions = self._positions
-            ranked = sorted(ids.intersection(positions), key=positions.__getitem__)
-            self._queued = ranked + self._unranked(ids.difference(positions))
-        return self._queued
+    def positions(self) -> dict[int, int]:
+        """The cycle positions of the ranked jobs read so far (those of the pages sliced)."""
+        return dict(self._walked)
 
-    def _unranked(self, new: set[int]) -> list[int]:
-        if not new:
-            return []
-        ordered = self._queued_jobs.order_by(*BY_PRIORITY).values_list("id", flat=True)
-        if len(new) <= FEW_NEW:
-            return list(ordered.filter(pk__in=new))
-        return [pk for pk in ordered if pk in new]  # no cycle yet: (nearly) all of them
+    def _count_queued(self) -> int:
+        if self._queued_count is None:
+            self._queued_count = self._queued_jobs.order_by().count()
+        return self._queued_count
 
     def _count_others(self) -> int:
         if self._others_count is None:
             self._others_count = self._others.count()
         return self._others_count
 
+    def _walk(self, wanted: int) -> None:
+        """Extend the walk until ``wanted`` ranked jobs of the set are found, every queued job
+        of the set is, or the ranked list ends."""
+        batch = FIRST_WALK
+        while (len(self._walked) < wanted and len(self._walked) < self._count_queued()
+               and self._cursor < len(self._ranked)):
+            chunk = list(self._ranked[self._cursor : self._cursor + batch])
+            found = _id_set(self._queued_jobs.order_by().filter(
+                pk__in=RawSQL("SELECT unnest(%s::bigint[])", [chunk])).values("id"))
+            self._walked += [(pk, self._cursor + k) for k, pk in enumerate(chunk, 1) if pk in found]
+            self._cursor += len(chunk)
+            batch *= 2
+
+    def _unranked(self) -> list[int]:
+        """The set's queued jobs the cycle has not ranked, by priority and submit time."""
+        if self._unranked_ids is None:
+            self._walk(len(self._ranked) + 1)  # the whole ranked list
+            new = _id_set(self._queued_jobs.order_by().values("id")).difference(pk for pk, _ in self._walked)
+            ordered = self._queued_jobs.order_by(*BY_PRIORITY).values_list("id", flat=True)
+            if not new:
+                self._unranked_ids = []
+            elif len(new) <= FEW_NEW:
+                self._unranked_ids = list(ordered.filter(pk__in=new))
+            else:  # no cycle yet: (nearly) all of them
+                self._unranked_ids = [pk for pk in ordered if pk in new]
+        return self._unranked_ids
+
+    def _queued_slice(self, start: int, stop: int) -> list[int]:
+        self._walk(stop)
+        page = [pk for pk, _ in self._walked[start:stop]]
+        if len(self._walked) < stop and len(self._walked) < self._count_queued():
+            ranked = len(self._walked)
+            page += self._unranked()[max(start - ranked, 0) : stop - ranked]
+        return page
+
     def __len__(self) -> int:
-        return len(self.queued()) + self._count_others()
+        return self._count_queued() + self._count_others()
 
     def __getitem__(self, index):
         if not isinstance(index, slice):
@@ -253,16 +304,15 @@ class QueueOrder(Sequence[int]):
         start, stop, step = index.indices(len(self))
         if step != 1:
             return list(self)[index]
-        queued = self.queued()
-        page = queued[start:stop]
-        lo, hi = max(start - len(queued), 0), stop - len(queued)
+        queued = self._count_queued()
+        page = self._queued_slice(start, min(stop, queued)) if start < queued else []
+        lo, hi = max(start - queued, 0), stop - queued
         if hi > lo:
             page += list(self._others.values_list("id", flat=True)[lo:hi])
         return page
 
     def __iter__(self):
-        yield from self.queued()
-        yield from self._others.values_list("id", flat=True)
+        yield from self[0 : len(self)]
 
 
 def _id_set(ids: QuerySet) -> set[int]:

@@ -67,15 +67,18 @@ def job_list(request):
 
 
 def _queue_context(request) -> dict:
-    """The rows of one queue page. A fixed number of queries whatever the queue's length: the
-    order comes from one narrow query plus the cached positions, then only the page is loaded;
-    explanations come from the cache the scheduling cycle fills (one round trip)."""
+    """The rows of one queue page. A fixed number of queries whatever the queue's length for
+    the first pages: the order comes from the cycle's cached ranking checked against the
+    database in batches, then only the page is loaded; explanations come from the cache the
+    scheduling cycle fills (one round trip)."""
     form = JobFilterForm(request.GET, user=request.user, states=QUEUE_STATES)
     visible = selectors.visible_jobs(request.user)
-    positions, positions_at = selectors.queue_positions()
-    order = selectors.queue_order(selectors.filter_jobs(visible, request.user, form.filters()), positions)
+    ranking = selectors.queue_ranking()
+    filtered = selectors.filter_jobs(visible, request.user, form.filters())
+    order = selectors.queue_order(filtered, ranking.ranked)
     page = Paginator(order, QUEUE_PAGE_SIZE).get_page(request.GET.get("page"))
     jobs = selectors.jobs_by_ids(visible, list(page.object_list))
+    positions = order.positions()
     queued = [job.pk for job in jobs if job.state == JobState.QUEUED]
     explanations = selectors.cached_explanations(queued)
     rows = [
@@ -91,7 +94,7 @@ def _queue_context(request) -> dict:
         "page": page,
         "rows": rows,
         "now": timezone.now(),
-        "positions_at": positions_at,
+        "positions_at": ranking.at,
         "refresh_seconds": QUEUE_REFRESH_SECONDS,
     }
 

@@ -97,9 +97,12 @@ def _reference_order(jobs, positions):
     return [row[0] for row in sorted(rows, key=key)]
 
 
-@pytest.mark.parametrize("few_new", [1000, 1])  # unranked jobs ordered by id lookup / by a walk
-def test_queue_order_ranks_by_cached_position_then_priority_then_state(tree, monkeypatch, few_new):
-    monkeypatch.setattr(selectors, "FEW_NEW", few_new)
+@pytest.mark.parametrize(("few_new", "first_walk"), [(1000, 1000), (1, 1)])  # one query / many batches
+def test_queue_order_ranks_by_cached_position_then_priority_then_state(
+    tree, monkeypatch, few_new, first_walk
+):
+    monkeypatch.setattr(selectors, "FEW_NEW", few_new)  # unranked jobs ordered by id lookup / by a walk
+    monkeypatch.setattr(selectors, "FIRST_WALK", first_walk)  # the ranked ids checked a batch at a time
     whole, _shared, pa, pb = tree
     low, high = fx.priority("low", 10), fx.priority("high", 500)
     q1 = _job(pa, whole, "queued", prio=low, age=50)
@@ -113,23 +116,40 @@ def test_queue_order_ranks_by_cached_position_then_priority_then_state(tree, mon
     run_high = _job(pb, whole, "running", [[(1, 1, 1000)]], prio=high, age=10)
     admitted = _job(pb, whole, "admitted", [[(1, 2, 1000)]], prio=low, age=1)
     _job(pa, whole, "succeeded", prio=high)
-    gone = 10**9  # a cached position of a job that has left the queue since
-    positions = {q3: 1, gone: 2, q1: 3, q2: 4}
+    gone = 10**9  # a job the cycle ranked that has left the queue since
+    ranked = [q3, gone, q1, run_low, q2]  # run_low was admitted and started since the cycle
 
     everything = Job.objects.all()
-    assert list(queue_order(everything, positions)) == [
+    order = queue_order(everything, ranked)
+    assert list(order) == [
         q3, q1, q2, new_high_old, new_high, new_low, pending, admitted, run_high, run_low,
     ]
-    assert list(queue_order(everything.filter(project=pb), positions)) == [
+    assert order.positions() == {q3: 1, q1: 3, q2: 5}  # places in the cycle's whole order
+    assert list(queue_order(everything.filter(project=pb), ranked)) == [
         q2, new_high_old, new_high, admitted, run_high,
     ]
     # no cycle yet: priority, then submit time
-    no_cycle = list(queue_order(everything.filter(state="queued"), {}))
+    no_cycle = list(queue_order(everything.filter(state="queued"), []))
     assert no_cycle == [q2, new_high_old, new_high, q1, q3, new_low]
     for jobs in (everything, everything.filter(project=pa), everything.exclude(state="queued")):
-        for cached in (positions, {}):
-            order = queue_order(jobs, cached)
-            expected = _reference_order(jobs, cached)
-            assert list(order) == expected and len(order) == len(expected)
-            for lo, hi in ((0, 3), (2, 7), (5, 100), (len(expected) - 1, len(expected) + 5)):
+        for cached in (ranked, []):
+            expected = _reference_order(jobs, {pk: k for k, pk in enumerate(cached, 1)})
+            assert list(queue_order(jobs, cached)) == expected
+            assert len(queue_order(jobs, cached)) == len(expected)
+            for lo, hi in ((0, 1), (0, 3), (2, 7), (5, 100), (len(expected) - 1, len(expected) + 5)):
+                order = queue_order(jobs, cached)  # a page request slices a fresh order once
                 assert order[lo:hi] == expected[lo:hi], (lo, hi)  # what the paginator asks for
+
+
+def test_the_first_queue_page_checks_only_the_head_of_a_long_ranking(
+    tree, monkeypatch, django_assert_max_num_queries
+):
+    """A page at the head of the queue costs a count and one check of the first ranked ids,
+    not a read of every waiting job."""
+    monkeypatch.setattr(selectors, "FIRST_WALK", 4)
+    whole, _shared, pa, _pb = tree
+    jobs = [_job(pa, whole, "queued", age=100 - k) for k in range(12)]
+    order = queue_order(Job.objects.all(), list(reversed(jobs)))
+    with django_assert_max_num_queries(3):  # queued count, others count, one batch of 4 ids
+        assert order[0:3] == list(reversed(jobs))[:3]
+    assert order._cursor == 4
