@@ -12,7 +12,7 @@ from decimal import Decimal
 from django.core.cache import cache
 from django.core.exceptions import EmptyResultSet
 from django.db import connection
-from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
+from django.db.models import BooleanField, Case, Count, IntegerField, Q, QuerySet, Value, When
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
@@ -208,7 +208,7 @@ def cached_explanations(job_ids: list[int]) -> dict[int, dict]:
 
 BY_PRIORITY = ("-priority_class__value", "submitted_at", "id")  # the order without a cycle's ranks
 FEW_NEW = 1000  # up to this many unranked queued jobs are ordered by their ids alone
-FIRST_WALK = 1000  # ranked ids checked by the first query of a page; each further one doubles
+FIRST_WALK = 200  # ranked ids checked first (or 4 per row wanted); each further batch doubles
 
 
 def queue_order(jobs: QuerySet[Job], ranked: Sequence[int]) -> QueueOrder:
@@ -263,12 +263,14 @@ class QueueOrder(Sequence[int]):
     def _walk(self, wanted: int) -> None:
         """Extend the walk until ``wanted`` ranked jobs of the set are found, every queued job
         of the set is, or the ranked list ends."""
-        batch = FIRST_WALK
+        batch = max(FIRST_WALK, 4 * (wanted - len(self._walked)))
         while (len(self._walked) < wanted and len(self._walked) < self._count_queued()
                and self._cursor < len(self._ranked)):
             chunk = list(self._ranked[self._cursor : self._cursor + batch])
-            found = _id_set(self._queued_jobs.order_by().filter(
-                pk__in=RawSQL("SELECT unnest(%s::bigint[])", [chunk])).values("id"))
+            # One array parameter (``id = ANY``): a thousand ``IN`` placeholders cost Django more
+            # to compile than PostgreSQL to run.
+            among = RawSQL('"jobs_job"."id" = ANY(%s::bigint[])', [chunk], output_field=BooleanField())
+            found = _id_set(self._queued_jobs.order_by().filter(among).values("id"))
             self._walked += [(pk, self._cursor + k) for k, pk in enumerate(chunk, 1) if pk in found]
             self._cursor += len(chunk)
             batch *= 2
