@@ -343,6 +343,17 @@ def test_a_figure_a_few_seconds_old_decides_the_next_submission(world, running_n
     again = []
     assert not _reads_events(lambda: again.append(budget_reason(world.pa1, Decimal(1))))
     assert again == first and (first[0] is not None) == over
+    assert _bounds_read(lambda: budget_reason(world.pa1, Decimal(1))) == 1  # the seconds since only
+
+
+def _bounds_read(call) -> int:
+    """How many upper bounds of the unmetered tail ``call`` computed."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        call()
+    return sum("sum(j.workers * j.gpus_per_worker" in q["sql"] for q in queries)
 
 
 def test_a_department_budget_holds_its_whole_subtree_and_nothing_else(world, running_now):
