@@ -5,9 +5,11 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django import template
+from django.template.defaultfilters import date as date_filter
 from django.template.defaultfilters import floatformat, timesince_filter
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.timezone import localtime
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
@@ -146,3 +148,28 @@ def _why(job, explain: dict | None, url: str):
     if job.state == "admitted":
         return gettext("Starting on the cluster")
     return ""
+
+
+@register.simple_tag
+def job_list_row(job):
+    """One row of the job list, cell for cell the markup the template had (as ``queue_row``;
+    tests/pages/test_queue_row.py holds the template it replaces)."""
+    url = reverse("job-detail", args=[job.pk])
+    submitted = localtime(job.submitted_at)  # as the template showed it: in the active zone
+    return format_html(
+        "<tr>\n"
+        '      <td class="num"><a href="{}">{}</a></td>\n'
+        '      <td><a href="{}">{}</a></td>\n'
+        "      <td><code>{}</code></td>\n"
+        "      <td>{}</td>\n"
+        "      <td>{}</td>\n"
+        '      <td class="num">{}</td>\n'
+        "      <td>{}</td>\n"
+        "      <td>{}</td>\n"
+        '      <td><time datetime="{}">{}</time></td>\n'
+        "      <td>{}</td>\n"
+        "    </tr>",
+        url, job.pk, url, job.name, job.project.code, job.get_kind_display(), job.flavor.name, devices(job),
+        job.priority_class.name, state_badge(job.state), date_filter(submitted, "c"),
+        date_filter(submitted, "Y-m-d H:i"), job.submitted_by,
+    )

@@ -1,7 +1,7 @@
-"""The queue table's row tag renders what its template did: the row template it replaced is
-kept here as the reference, and both render the same rows — every live state, a job of the
-viewer's and of someone else, explanations with and without numbers or with markup in them,
-shared GPUs — in both languages."""
+"""The queue table's and the job list's row tags render what their templates did: the row
+templates they replaced are kept here as the reference, and both render the same rows — every
+live state, a job of the viewer's and of someone else, explanations with and without numbers or
+with markup in them, shared GPUs — in both languages."""
 
 from datetime import timedelta
 
@@ -29,6 +29,21 @@ REFERENCE = """{% load i18n jobs_ui %}{% for row in rows %}{% with job=row.job %
     </tr>
   {% endwith %}{% endfor %}"""  # noqa: E501 - the template as it was
 TAG = "{% load jobs_ui %}{% for row in rows %}\n    {% queue_row row %}\n  {% endfor %}"
+LIST_REFERENCE = """{% load i18n jobs_ui %}{% for job in page %}
+    <tr>
+      <td class="num"><a href="{% url 'job-detail' job.pk %}">{{ job.pk }}</a></td>
+      <td><a href="{% url 'job-detail' job.pk %}">{{ job.name }}</a></td>
+      <td><code>{{ job.project.code }}</code></td>
+      <td>{{ job.get_kind_display }}</td>
+      <td>{{ job.flavor.name }}</td>
+      <td class="num">{{ job|devices }}</td>
+      <td>{{ job.priority_class.name }}</td>
+      <td>{% state_badge job.state %}</td>
+      <td><time datetime="{{ job.submitted_at|date:'c' }}">{{ job.submitted_at|date:"Y-m-d H:i" }}</time></td>
+      <td>{{ job.submitted_by }}</td>
+    </tr>
+  {% endfor %}"""
+LIST_TAG = "{% load jobs_ui %}{% for job in page %}\n    {% job_list_row job %}\n{% endfor %}"
 
 
 def _rows():
@@ -72,3 +87,14 @@ def test_the_row_tag_renders_what_the_template_did(language):
         got = Template(TAG).render(Context(context))
     assert got.split() == expected.split()
     assert got.count("<tr>") == 7 and "j&lt;0&gt;" in got and "p&amp;1" in got and "&lt;&amp;&gt;" in got
+
+
+@pytest.mark.parametrize("language", ["en", "zh-hans"])
+def test_the_job_list_row_tag_renders_what_the_template_did(language):
+    rows, _viewer, _now = _rows()
+    page = [row["job"] for row in rows]
+    with translation.override(language):
+        expected = Template(LIST_REFERENCE).render(Context({"page": page}))
+        got = Template(LIST_TAG).render(Context({"page": page}))
+    assert got.split() == expected.split()
+    assert got.count("<tr>") == 7 and "j&lt;0&gt;" in got and "p&amp;1" in got
