@@ -82,10 +82,6 @@ TEMPLATES = [
 DATABASES = {"default": parse_database_url(env_str("DATABASE_URL"))}
 DATABASES["default"]["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
-# Server-side parameters let psycopg prepare a statement a connection runs again and again, so
-# PostgreSQL plans the job lists' six-relation join once instead of on every page (4–7 ms of
-# planning against 0.4 ms of execution at 100,000 jobs; docs/performance.md).
-DATABASES["default"]["OPTIONS"]["server_side_binding"] = env_bool("DB_SERVER_SIDE_BINDING", False)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL")
