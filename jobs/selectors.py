@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from portal import permissions as perm
 from portal.models import Department, Project, User
-from portal.selectors import scope_for, visible_departments, visible_projects
+from portal.selectors import scope_for, visible_departments, visible_project_ids, visible_projects
 from quotas.models import Flavor, Node
 from quotas.selectors import effective_limits_map, quota_tree, visible_quota_nodes
 
@@ -31,9 +31,9 @@ EXPLAIN_KEY = "explain:{}"  # the per-job key ``scheduling`` caches explanations
 
 
 def visible_jobs(user: User) -> QuerySet[Job]:
-    return Job.objects.filter(project_id__in=visible_projects(user).values("id")).select_related(
-        "project", "flavor", "priority_class", "submitted_by"
-    )
+    jobs = Job.objects.select_related("project", "flavor", "priority_class", "submitted_by")
+    projects = visible_project_ids(user)
+    return jobs if projects is None else jobs.filter(project_id__in=projects)
 
 
 def job_events(job: Job) -> QuerySet[JobEvent]:

@@ -16,6 +16,7 @@ from django.http import Http404
 from .models import Department, Membership, Project, Role, User
 
 _SCOPE_ATTR = "_gpupool_scope"
+_PROJECT_IDS_ATTR = "_gpupool_project_ids"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +107,9 @@ def scope_for(user: User) -> Scope:
 
 def forget_scope(user: User) -> None:
     """Drop the cached scope after the user's memberships changed."""
-    if hasattr(user, _SCOPE_ATTR):
-        delattr(user, _SCOPE_ATTR)
+    for attr in (_SCOPE_ATTR, _PROJECT_IDS_ATTR):
+        if hasattr(user, attr):
+            delattr(user, attr)
 
 
 def visible_departments(user: User) -> QuerySet[Department]:
@@ -127,6 +129,23 @@ def visible_projects(user: User) -> QuerySet[Project]:
     return Project.objects.filter(id__in=scope.member_projects) | Project.objects.filter(
         department_id__in=scope.department_ids
     )
+
+
+def visible_project_ids(user: User) -> list[int] | None:
+    """The ids of ``visible_projects``, read once per user object (i.e. once per request), or
+    None for a user who sees every project. For filters that name the ids outright: PostgreSQL
+    planned the job lists' six-relation join around the projects subquery in 4–7 ms against
+    under 1 ms of execution at 100,000 jobs, and in ~1 ms with the ids written out."""
+    if scope_for(user).sees_everything:
+        return None
+    ids = getattr(user, _PROJECT_IDS_ATTR, None)
+    if ids is None:
+        scope = scope_for(user)
+        ids = sorted(scope.member_projects) if not scope.department_ids else sorted(
+            visible_projects(user).values_list("id", flat=True))
+        if user.is_authenticated:
+            setattr(user, _PROJECT_IDS_ATTR, ids)
+    return ids
 
 
 def visible_memberships(user: User) -> QuerySet[Membership]:
