@@ -354,7 +354,7 @@ def frag_amount(free, typical, side=None, host_ok=None) -> float:
 
 
 def plan_fgd(pool: Pool, workers: int, milli: int, *, typical, side=None, host_ok=None,
-             cache: dict | None = None, rng=None) -> tuple[float, Plan] | None:
+             cache: dict | None = None, rng=None, rank=None) -> tuple[float, Plan] | None:
     """FGD placement: ``(fragmentation increase, plan)`` or ``None`` when nothing fits.
 
     Each worker in turn goes to the node and GPUs whose fragmentation (:func:`frag_amount`)
@@ -370,6 +370,9 @@ def plan_fgd(pool: Pool, workers: int, milli: int, *, typical, side=None, host_o
     uniformly at random among the best-scoring nodes (kube-scheduler's ``selectHost``), and a
     shared request takes the first GPU (by index) with the node's best score. The result is then
     ``(-score, plan)`` and ``plan_fgd.ties`` holds how many nodes tied (to merge several pools).
+    With ``rank`` (a number per node of the pool, lower first) the best-scoring node of lowest
+    rank wins instead of a random one: the simulator names every node with a random-permutation
+    prefix per run, and its results match a fixed order of that kind (docs/replay.md).
     """
     if workers <= 0 or milli <= 0 or (milli < FULL and workers != 1) or (milli > FULL and milli % FULL):
         return None
@@ -381,7 +384,7 @@ def plan_fgd(pool: Pool, workers: int, milli: int, *, typical, side=None, host_o
     total = 0.0
     plan_fgd.ties = 0
     for _ in range(workers):
-        best = _fgd_worker(pool, g, m, typical, side, host_ok, cache, rng)
+        best = _fgd_worker(pool, g, m, typical, side, host_ok, cache, rng, rank)
         if best is None:
             uncommit(pool, placement)
             return None
@@ -392,7 +395,7 @@ def plan_fgd(pool: Pool, workers: int, milli: int, *, typical, side=None, host_o
     return total, placement
 
 
-def _frag_cached(free, state, typical, host_ok, cache) -> float:
+def frag_cached(free, state, typical, host_ok, cache) -> float:
     key = (tuple(sorted(free)), state)
     hit = cache.get(key)
     if hit is None:
@@ -422,12 +425,12 @@ def _fgd_nodes(pool: Pool, g: int, m: int, side):
         yield i, [FULL - u for u in row], states[0], states[1]
 
 
-def _fgd_worker(pool: Pool, g: int, m: int, typical, side, host_ok, cache, rng=None):
+def _fgd_worker(pool: Pool, g: int, m: int, typical, side, host_ok, cache, rng=None, rank=None):
     if rng is not None:
-        return _fgd_worker_sim(pool, g, m, typical, side, host_ok, cache, rng)
+        return _fgd_worker_sim(pool, g, m, typical, side, host_ok, cache, rng, rank)
     best = None
     for i, free, before_state, after_state in _fgd_nodes(pool, g, m, side):
-        before = _frag_cached(free, before_state, typical, host_ok, cache)
+        before = frag_cached(free, before_state, typical, host_ok, cache)
         if m == FULL:
             gpus = [x for x, f in enumerate(free) if f == FULL][:g]
             choices = [gpus]
@@ -442,20 +445,21 @@ def _fgd_worker(pool: Pool, g: int, m: int, typical, side, host_ok, cache, rng=N
             after = free[:]
             for x in gpus:
                 after[x] -= m
-            delta = _frag_cached(after, after_state, typical, host_ok, cache) - before
+            delta = frag_cached(after, after_state, typical, host_ok, cache) - before
             key = (round(delta, 6), sum(after))  # ties: the fuller node (best fit), then pool order
             if best is None or key < best[2]:
                 best = (delta, tuple((i, x, m) for x in gpus), key)
     return None if best is None else best[:2]
 
 
-def _fgd_worker_sim(pool: Pool, g: int, m: int, typical, side, host_ok, cache, rng):
-    """As the paper's simulator: integer scores, the first best GPU on a node, a uniformly
-    random node among the best (reservoir sampling, one ``rng.random()`` per tied node)."""
+def _fgd_worker_sim(pool: Pool, g: int, m: int, typical, side, host_ok, cache, rng, rank=None):
+    """As the paper's simulator: integer scores, the first best GPU on a node, and among the
+    best nodes the one of lowest ``rank``, or without ranks a uniformly random one (reservoir
+    sampling, one ``rng.random()`` per tied node)."""
     best = None
     ties = 0
     for i, free, before_state, after_state in _fgd_nodes(pool, g, m, side):
-        before = _frag_cached(free, before_state, typical, host_ok, cache)
+        before = frag_cached(free, before_state, typical, host_ok, cache)
         node_best = None
         if m == FULL:
             candidates = [[x for x, f in enumerate(free) if f == FULL][:g]]
@@ -465,7 +469,7 @@ def _fgd_worker_sim(pool: Pool, g: int, m: int, typical, side, host_ok, cache, r
             after = free[:]
             for x in gpus:
                 after[x] -= m
-            score = fgd_score(_frag_cached(after, after_state, typical, host_ok, cache) - before)
+            score = fgd_score(frag_cached(after, after_state, typical, host_ok, cache) - before)
             if node_best is None or score > node_best[0]:  # strict: the first GPU wins ties
                 node_best = (score, gpus)
         score, gpus = node_best
@@ -473,7 +477,7 @@ def _fgd_worker_sim(pool: Pool, g: int, m: int, typical, side, host_ok, cache, r
             best, ties = (score, gpus, i), 1
         elif score == best[0]:
             ties += 1
-            if rng.random() * ties < 1:
+            if rank[i] < rank[best[2]] if rank is not None else rng.random() * ties < 1:
                 best = (score, gpus, i)
     if best is None:
         return None

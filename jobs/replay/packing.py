@@ -5,7 +5,9 @@ Contract (the ``replay --mode packing`` command calls this)::
     run(pods_csv, nodes_csv, *, policy="fgd", seeds=tuple(range(42, 52)), progress=None,
         upto=1.0, cpu_mem=True, published_csv=PUBLISHED_CSV) -> dict
 
-    policy    "fgd"     fragmentation gradient descent (jobs.placement.plan_fgd)
+    policy    "fgd"     fragmentation gradient descent (jobs.placement.plan_fgd) as the paper's
+                        simulator runs it: its target workload, integer scores, ties by one
+                        random node order per run, CPU-only pods scored too
               "bestfit" the production plain best fit  (jobs.placement.plan, frag=False)
               "ours"    the production default         (jobs.placement.plan, frag=True)
               "random"  a uniformly random node that fits
@@ -51,7 +53,7 @@ from pathlib import Path
 
 from jobs.engine.model import Node
 from jobs.engine.pool import FULL, Pool
-from jobs.placement import commit, frag_amount, plan, plan_fgd
+from jobs.placement import commit, fgd_score, frag_amount, frag_cached, plan, plan_fgd
 from jobs.replay.alibaba import NodeRow, PodRow, read_node_rows, read_pod_rows
 
 __all__ = ["POLICIES", "PUBLISHED_CSV", "published", "run", "simulate", "typical_of"]
@@ -69,7 +71,7 @@ def typical_of(pods: list[PodRow], popularity: float | None = None, cpu_pods: bo
     ``pkg/utils/frag.go``, run with ``isInvolvedCpuPods: true, podPopularityThreshold: 95,
     podIncreaseStep: 1``) = ``cpu_pods=True, popularity=0.95``: CPU-only pods are shapes too and
     shapes are taken most popular first until they cover ``popularity`` of the pods, then
-    renormalised. That measured worse here (docs/replay.md, "Packing mode")."""
+    renormalised (``simulator_typical``: what the fgd policy runs with, see docs/replay.md)."""
     counts = Counter((p.num_gpu, p.gpu_milli if p.num_gpu else 0, p.cpu_milli, p.gpu_types)
                      for p in pods if cpu_pods or p.num_gpu > 0)
     total = sum(counts.values())
@@ -117,6 +119,17 @@ class _Cluster:
         self.capacity = sum(p.capacity for p in self.pools.values())
         self.used = 0
         self.frag_cache: dict = {}
+        self.rank: dict[str, list[int]] | None = None
+
+    def shuffle_ranks(self, rng: random.Random) -> None:
+        """A random order of all the nodes, fixed for the run: the simulator prefixes every
+        node's name with a random permutation per run, and ties go by it (docs/replay.md)."""
+        nodes = [(m, i) for m in self.models for i in range(len(self.cpu[m]))]
+        order = list(range(len(nodes)))
+        rng.shuffle(order)
+        self.rank = {m: [0] * len(self.cpu[m]) for m in self.models}
+        for (m, i), r in zip(nodes, order, strict=True):
+            self.rank[m][i] = r
 
     def candidates(self, pod: PodRow) -> list[str]:
         return [m for m in self.models if not pod.gpu_types or m in pod.gpu_types]
@@ -169,8 +182,8 @@ def _place_production(cl: _Cluster, pod: PodRow, milli: int, frag: bool):
 
 def _place_fgd(cl: _Cluster, pod: PodRow, milli: int, typical, rng: random.Random | None = None):
     """FGD over the pools of the pod's models. ``rng`` given: the simulator's rule (integer
-    scores, a uniformly random node among the best of all pools); else the least increase,
-    ties to the fullest node."""
+    scores; among the best of all pools the node of lowest rank when the cluster has ranks,
+    else a uniformly random one); else the least increase, ties to the fullest node."""
     best = None
     ties = 0
     for model in cl.candidates(pod):
@@ -181,9 +194,15 @@ def _place_fgd(cl: _Cluster, pod: PodRow, milli: int, typical, rng: random.Rando
                 return None
             return (model, cpu[i]), (model, cpu[i] - pod.cpu_milli)
 
+        rank = None if cl.rank is None else cl.rank[model]
         found = plan_fgd(cl.pools[model], 1, milli, typical=typical, side=side, host_ok=_host_ok,
-                         cache=cl.frag_cache, rng=rng)
+                         cache=cl.frag_cache, rng=rng, rank=rank)
         if found is None:
+            continue
+        if rank is not None:  # across pools too: the best score, then the lowest rank
+            key = (found[0], rank[found[1][0][0][0]])
+            if best is None or key < best[0]:
+                best = (key, model, found[1])
             continue
         if rng is None:
             if best is None or found[0] < best[0]:
@@ -223,7 +242,8 @@ def _place_cpu_only(cl: _Cluster, pod: PodRow, policy: str, typical, rng: random
     """A CPU-only pod: no GPU, but CPU and memory on a GPU node. Random: any node that fits;
     else the node with the fewest free GPU milli (then the least CPU left), so CPU-only pods
     do not block free GPUs; FGD ranks by the fragmentation increase first (less CPU can strand
-    GPUs), with the same tie-break."""
+    GPUs), with the same tie-break; with node ranks (the simulator's rule) FGD's integer score of
+    that increase, ties to the lowest rank."""
     options = [(m, i) for m in cl.models for i in range(len(cl.cpu[m])) if cl.fits_side(m, i, pod)]
     if not options:
         return None
@@ -234,6 +254,9 @@ def _place_cpu_only(cl: _Cluster, pod: PodRow, policy: str, typical, rng: random
         m, i = opt
         return sum(FULL - u for u in cl.pools[m].used[i]), cl.cpu[m][i]
 
+    if policy == "fgd" and cl.rank is not None:
+        rank = cl.rank
+        return min(options, key=lambda opt: (-_cpu_pod_score(cl, pod, typical, *opt), rank[opt[0]][opt[1]]))
     if policy == "fgd":
         def delta(opt):
             m, i = opt
@@ -245,6 +268,18 @@ def _place_cpu_only(cl: _Cluster, pod: PodRow, policy: str, typical, rng: random
     return min(options, key=fit)
 
 
+def _cpu_pod_score(cl: _Cluster, pod: PodRow, typical, m: str, i: int) -> int:
+    free = tuple(sorted(FULL - u for u in cl.pools[m].used[i]))
+    before = frag_cached(free, (m, cl.cpu[m][i]), typical, _host_ok, cl.frag_cache)
+    after = frag_cached(free, (m, cl.cpu[m][i] - pod.cpu_milli), typical, _host_ok, cl.frag_cache)
+    return fgd_score(after - before)
+
+
+def simulator_typical(pods: list[PodRow]) -> list[tuple[float, int, int, tuple]]:
+    """The target workload of the paper simulator's FGD runs (see ``typical_of``)."""
+    return typical_of(pods, popularity=0.95, cpu_pods=True)
+
+
 def simulate(nodes: list[NodeRow], pods: list[PodRow], *, policy: str = "fgd", seed: int | None = 42,
              upto: float = 1.0, cpu_mem: bool = True, typical=None, sim_rule: bool = True) -> dict:
     """One run: the pods (shuffled by ``seed``, trace order when None) arrive until the GPU
@@ -252,7 +287,11 @@ def simulate(nodes: list[NodeRow], pods: list[PodRow], *, policy: str = "fgd", s
     if policy not in POLICIES:
         raise ValueError(f"unknown packing policy {policy!r} (one of {', '.join(POLICIES)})")
     cl = _Cluster(nodes, cpu_mem)
-    typical = typical_of(pods) if typical is None else typical
+    fgd_sim = policy == "fgd" and sim_rule
+    if fgd_sim:
+        cl.shuffle_ranks(random.Random((seed or 0) * 7919 + 13))  # noqa: S311 (simulation)
+    if typical is None:
+        typical = simulator_typical(pods) if fgd_sim else typical_of(pods)
     order_rng = random.Random(seed if seed is not None else 0)  # noqa: S311 (simulation)
     order = list(pods)
     if seed is not None:
@@ -324,7 +363,7 @@ def run(pods_csv, nodes_csv, *, policy: str = "fgd", seeds=tuple(range(42, 52)),
     t0 = time.perf_counter()
     nodes = [n for n in read_node_rows(nodes_csv) if n.gpus > 0]
     pods = read_pod_rows(pods_csv)
-    typical = typical_of(pods)
+    typical = simulator_typical(pods) if policy == "fgd" else typical_of(pods)
     runs = []
     for seed in ([None] if seeds is None else list(seeds)):
         runs.append(simulate(nodes, pods, policy=policy, seed=seed, upto=upto, cpu_mem=cpu_mem,

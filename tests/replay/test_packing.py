@@ -85,6 +85,10 @@ def test_plan_fgd_simulator_rule_by_hand():
         assert score == -50 and plan_fgd.ties == 2
         picked.add(chosen[0][0][0])
     assert picked == {0, 1}
+    # with node ranks (the simulator's per-run name order) the tie goes to the lowest rank
+    for rank in ([0, 1], [1, 0]):
+        score, chosen = plan_fgd(pool, 1, 1000, typical=TYPICAL, rng=random.Random(7), rank=rank)
+        assert score == -50 and chosen[0][0][0] == rank.index(0)
     # on one node, equal scores go to the first GPU: b's two free GPUs tie for a 500 slice
     pool.occupy(0, 0, 1000)
     pool.occupy(0, 1, 600)
@@ -108,12 +112,48 @@ def typical_of_shapes(typical):
 
 
 def test_fgd_beats_best_fit_on_a_small_cluster():
+    """The exact rule (least increase): the simulator's integer score ties such small increases."""
     nodes = _nodes(2, 4)
     pods = [_pod(0, 1, 300), _pod(1, 1, 500), _pod(2, 1, 700)]
-    res = {p: packing.simulate(nodes, pods, policy=p, seed=None)["allocation_at_100pct"]
+    res = {p: packing.simulate(nodes, pods, policy=p, seed=None, sim_rule=False)["allocation_at_100pct"]
            for p in ("fgd", "bestfit", "ours")}
     assert res["fgd"] == 100.0
     assert res["fgd"] > res["bestfit"] and res["fgd"] > res["ours"]
+
+
+def test_the_simulator_rule_breaks_ties_by_one_node_order_per_run():
+    """Every whole-GPU pod ties (score 50) on empty nodes: a run fills the nodes in its own random
+    order, the same order for every pod of the run, and another seed draws another order."""
+    nodes = _nodes(*[2] * 6)
+    pods = [_pod(k, 1, 1000) for k in range(6)]
+
+    def fill_order(seed):
+        cl = packing._Cluster(nodes, cpu_mem=True)
+        cl.shuffle_ranks(random.Random(seed))
+        typical = packing.typical_of(pods)
+        taken = []
+        for pod in pods:
+            model, placement_ = packing._place_fgd(cl, pod, 1000, typical, random.Random(0))
+            cl.take(model, placement_, pod)
+            taken.append(placement_[0][0][0])
+        by_rank = sorted(range(6), key=cl.rank["A"].__getitem__)
+        return taken, by_rank
+
+    taken, by_rank = fill_order(1)
+    # each node's two GPUs fill before the next node in rank order (the fuller node scores as well)
+    assert taken == [by_rank[0], by_rank[0], by_rank[1], by_rank[1], by_rank[2], by_rank[2]]
+    assert fill_order(2)[1] != by_rank
+
+
+def test_cpu_only_pods_by_the_simulators_score_then_rank():
+    nodes = [NodeRow("a", 8000, 1 << 20, 2, "A"), NodeRow("b", 8000, 1 << 20, 2, "A")]
+    cl = packing._Cluster(nodes, cpu_mem=True)
+    cl.rank = {"A": [1, 0]}
+    typical = [(1.0, 1, 1000, (4000, ()))]  # whole GPUs that need 4 cores each
+    cpu_pod = _pod(9, 0, 0, cpu=3000)
+    assert packing._place_cpu_only(cl, cpu_pod, "fgd", typical, random.Random(0)) == ("A", 1)  # a tie: rank
+    cl.cpu["A"][1] = 6000  # b would drop below 4 cores and strand its 2 GPUs; a keeps 5 of 8
+    assert packing._place_cpu_only(cl, cpu_pod, "fgd", typical, random.Random(0)) == ("A", 0)
 
 
 def test_placement_flag_changes_packing():
