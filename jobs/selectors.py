@@ -185,10 +185,6 @@ class QueueRanking:
     ranked: Sequence[int]
     at: datetime | None
 
-    def positions(self) -> dict[int, int]:
-        """Every ranked job's position (builds a dict of all of them: not for a page)."""
-        return {pk: k for k, pk in enumerate(self.ranked, 1)}
-
 
 def queue_ranking() -> QueueRanking:
     """One cache read, written by the cycle for all waiting jobs at once."""

@@ -53,7 +53,7 @@ from pathlib import Path
 
 from jobs.engine.model import Node
 from jobs.engine.pool import FULL, Pool
-from jobs.placement import commit, fgd_score, frag_amount, frag_cached, plan, plan_fgd
+from jobs.placement import commit, fgd_score, frag_cached, plan, plan_fgd
 from jobs.replay.alibaba import NodeRow, PodRow, read_node_rows, read_pod_rows
 
 __all__ = ["POLICIES", "PUBLISHED_CSV", "published", "run", "simulate", "typical_of"]
@@ -256,23 +256,19 @@ def _place_cpu_only(cl: _Cluster, pod: PodRow, policy: str, typical, rng: random
 
     if policy == "fgd" and cl.rank is not None:
         rank = cl.rank
-        return min(options, key=lambda opt: (-_cpu_pod_score(cl, pod, typical, *opt), rank[opt[0]][opt[1]]))
+        return min(options, key=lambda o: (-fgd_score(_cpu_pod_increase(cl, pod, typical, *o)),
+                                           rank[o[0]][o[1]]))
     if policy == "fgd":
-        def delta(opt):
-            m, i = opt
-            free = tuple(sorted(FULL - u for u in cl.pools[m].used[i]))
-            before = frag_amount(free, typical, (m, cl.cpu[m][i]), _host_ok)
-            after = frag_amount(free, typical, (m, cl.cpu[m][i] - pod.cpu_milli), _host_ok)
-            return (round(after - before, 6), *fit(opt))
-        return min(options, key=delta)
+        return min(options, key=lambda o: (round(_cpu_pod_increase(cl, pod, typical, *o), 6), *fit(o)))
     return min(options, key=fit)
 
 
-def _cpu_pod_score(cl: _Cluster, pod: PodRow, typical, m: str, i: int) -> int:
+def _cpu_pod_increase(cl: _Cluster, pod: PodRow, typical, m: str, i: int) -> float:
+    """How much node ``i`` of pool ``m`` fragments when a CPU-only pod takes its CPU."""
     free = tuple(sorted(FULL - u for u in cl.pools[m].used[i]))
     before = frag_cached(free, (m, cl.cpu[m][i]), typical, _host_ok, cl.frag_cache)
     after = frag_cached(free, (m, cl.cpu[m][i] - pod.cpu_milli), typical, _host_ok, cl.frag_cache)
-    return fgd_score(after - before)
+    return after - before
 
 
 def simulator_typical(pods: list[PodRow]) -> list[tuple[float, int, int, tuple]]:
