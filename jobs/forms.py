@@ -10,6 +10,7 @@ from django.utils.translation import gettext_lazy as _
 
 from portal.models import Project, User
 from portal.selectors import visible_projects
+from portal.widgets import FastSelect, ModelChoiceField
 from quotas.models import Flavor
 
 from . import selectors, services
@@ -133,14 +134,16 @@ class JobFilterForm(forms.Form):
     """The filters of the job list and the queue (GET). Invalid values are ignored."""
 
     q = forms.CharField(label=_("Name contains"), max_length=63, required=False)
-    project = forms.ModelChoiceField(
+    project = ModelChoiceField(
         queryset=Project.objects.none(), to_field_name="code", required=False, label=_("Project")
     )
-    flavor = forms.ModelChoiceField(
+    flavor = ModelChoiceField(
         queryset=Flavor.objects.none(), to_field_name="name", required=False, label=_("Flavor")
     )
-    state = forms.ChoiceField(required=False, label=_("State"))
-    kind = forms.ChoiceField(required=False, label=_("Kind"), choices=[("", _("all")), *JobKind.choices])
+    state = forms.ChoiceField(required=False, label=_("State"), widget=FastSelect)
+    kind = forms.ChoiceField(
+        required=False, label=_("Kind"), choices=[("", _("all")), *JobKind.choices], widget=FastSelect
+    )
     mine = forms.BooleanField(required=False, label=_("Only mine"))
 
     def __init__(self, *args, user: User, states, **kwargs):
