@@ -40,5 +40,9 @@ EXPOSE 8000
 # /healthz is 200 only when PostgreSQL and Redis answer. Worker and beat override it.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
   CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4).status != 200)"]
-CMD ["gunicorn", "portal.wsgi:application", "--bind=0.0.0.0:8000", "--workers=3", "--threads=4", \
+# Sync workers, one request each, behind a proxy that buffers slow clients (the ingress): the
+# requests are CPU-bound Python, and threads in a worker share one GIL and hold connections that
+# another worker could serve at once — with 4 threads the load run's p95s were about twice as
+# long (docs/performance.md, "Load"). Scale with workers (about two per core) and replicas.
+CMD ["gunicorn", "portal.wsgi:application", "--bind=0.0.0.0:8000", "--workers=3", "--worker-class=sync", \
      "--worker-tmp-dir=/tmp", "--timeout=60"]

@@ -1,12 +1,12 @@
-"""HTTP load: 100 users against ``gunicorn portal.wsgi -w 2 --threads 4`` on a database of 100,000 jobs.
+"""HTTP load: 100 users against ``gunicorn portal.wsgi -w 2 -k sync`` on a database of 100,000 jobs.
 
 The data is bench/pages.py's (the demo centre plus ``--jobs`` jobs in the states of a working
 centre, with their events), then one scheduling cycle so the queue's explanations exist and one
 meter run so the ledger is up to date, as beat keeps them in production, and ``VACUUM ANALYZE``
 as autovacuum would after such a bulk load (the test server runs with autovacuum off; without
 statistics PostgreSQL plans the job lists as if each project had 60 jobs). Gunicorn has the
-issue's 2 workers with the image's 4 threads each (gthread, as in the Dockerfile, compose and
-the kustomize base) and runs the production settings (``portal.settings.production``: DEBUG
+issue's 2 workers of the image's class (sync, as in the Dockerfile, compose and the kustomize
+base) and runs the production settings (``portal.settings.production``: DEBUG
 off, manifest static files, a random SECRET_KEY; plain HTTP on loopback, so
 ``SECURE_SSL_REDIRECT=false``).
 
@@ -140,16 +140,16 @@ def server_env() -> dict[str, str]:
 
 
 WORKERS = 2  # the issue's figure
-THREADS = 4  # the image's (Dockerfile, docker-compose.yml, deploy/kubernetes/base/web.yaml)
+WORKER_CLASS = "sync"  # the image's (Dockerfile, docker-compose.yml, deploy/kubernetes/base/web.yaml)
 
 
-def start_gunicorn(workers: int = WORKERS, threads: int = THREADS) -> tuple[subprocess.Popen, str]:
+def start_gunicorn(workers: int = WORKERS, worker_class: str = WORKER_CLASS) -> tuple[subprocess.Popen, str]:
     env = server_env()
     subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"],
                    cwd=ROOT, env=env, check=True)
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "portal.wsgi", "-w", str(workers), "--threads", str(threads),
+        [sys.executable, "-m", "gunicorn", "portal.wsgi", "-w", str(workers), "-k", worker_class,
          "-b", f"127.0.0.1:{port}", "--log-level", "warning", "--timeout", "60"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(_log(), "wb"))  # noqa: SIM115
     url = f"http://127.0.0.1:{port}"
@@ -225,9 +225,9 @@ def _user(n: int, url: str, cred: dict, clock: dict, think: tuple[float, float],
     weights = [w for _g, _e, w in MIX]
     session = requests.Session()
     session.max_redirects = 0
-    # A connection per request, as the proxy in front of gunicorn opens them: kept-alive
-    # connections idle through a think time longer than gthread's 2 s keep-alive were closed by
-    # the server just as the client reused them (ConnectionError, no server error).
+    # A connection per request, as the proxy in front of gunicorn opens them; sync workers keep
+    # none alive (with gthread's 2 s keep-alive, connections idle through a longer think time
+    # were closed by the server just as the client reused them: ConnectionError).
     session.headers["Connection"] = "close"
     time.sleep(rng.uniform(0, clock["ramp"]))
     while time.monotonic() < clock["end"]:
@@ -311,7 +311,7 @@ def run(jobs: int, users: int, duration: float, ramp: float, think: tuple[float,
         from jobs.models import Job
 
         data["submitted_jobs_in_db"] = Job.objects.filter(name__startswith="load-").count()
-    return {**data, "users": users, "gunicorn_workers": WORKERS, "gunicorn_threads": THREADS,
+    return {**data, "users": users, "gunicorn_workers": WORKERS, "gunicorn_worker_class": WORKER_CLASS,
             "think_s": list(think), "ramp_s": ramp, **summarise(samples, duration)}
 
 

@@ -142,7 +142,7 @@ class Web:
         t0 = time.monotonic()
         # --preload: Django loads once in the master, not once per worker (a faster restart).
         command = [sys.executable, "-m", "gunicorn", "portal.wsgi:application", "--preload", "--bind",
-                   f"127.0.0.1:{self.port}", "--workers", "2", "--threads", "4", "--timeout", "60"]
+                   f"127.0.0.1:{self.port}", "--workers", "2", "--worker-class", "sync", "--timeout", "60"]
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=out,
                                          stderr=subprocess.STDOUT, start_new_session=True)
