@@ -148,9 +148,6 @@ class _Rows:
     def __getitem__(self, index):
         return self.jobs.values(*self.columns)[index]
 
-    def __len__(self) -> int:  # a paginator asks count() first; len() only without it
-        return self.count()
-
 
 def _row_column(field, method_columns: dict) -> tuple:
     """(the ``values()`` column, how its value becomes the field's output; None: as it is)."""
