@@ -8,7 +8,8 @@ Alibaba GPU 2023 "openb" trace, through the production placement. Prints ONE JSO
 Per policy: mean / min / max / std of ``allocation_at_100pct`` (% of the 6,212 GPUs allocated
 when the arrived GPU demand reaches 100 % of capacity) next to the published table
 (``fgd-expected-results/analysis_allo_discrete.csv``, workload ``openb_pod_list_default``).
-The trace is read in place from /work/shared/traces (``--trace DIR`` to point elsewhere).
+The trace is read in place from the shared traces folder (``GPUPOOL_TRACES_DIR``, default
+``../shared/traces`` beside the checkout; ``--trace DIR`` to point elsewhere).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jobs.replay import packing
+from jobs.replay.paths import alibaba_dir
 
-TRACE = Path("/work/shared/traces/alibaba-gpu-v2023")
+TRACE = alibaba_dir()
 
 
 def main() -> None:

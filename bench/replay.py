@@ -20,8 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jobs.replay import sim
+from jobs.replay.paths import alibaba_dir
 
-DEFAULT_DIR = "/work/shared/traces/alibaba-gpu-v2023/csv"
+DEFAULT_DIR = str(alibaba_dir() / "csv")  # GPUPOOL_TRACES_DIR, or ../shared/traces
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ Mapping to :class:`~jobs.replay.trace.TraceJob`:
 * ``submit_time`` = ``creation_time``; ``duration`` = ``deletion_time - creation_time`` (None when
   the deletion time is missing); ``kind`` = ``"inference"`` for LS pods, else ``"training"``.
 
-The files themselves stay under /work/shared/traces; nothing here copies them.
+The files themselves stay in the shared traces folder (``jobs.replay.paths``); nothing here copies them.
 """
 
 from __future__ import annotations

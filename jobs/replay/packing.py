@@ -3,7 +3,7 @@
 Contract (the ``replay --mode packing`` command calls this)::
 
     run(pods_csv, nodes_csv, *, policy="fgd", seeds=tuple(range(42, 52)), progress=None,
-        upto=1.0, cpu_mem=True, published_csv=PUBLISHED_CSV) -> dict
+        upto=1.0, cpu_mem=True, published_csv=None) -> dict
 
     policy    "fgd"     fragmentation gradient descent (jobs.placement.plan_fgd) as the paper's
                         simulator runs it: its target workload, integer scores, ties by one
@@ -55,11 +55,11 @@ from jobs.engine.model import Node
 from jobs.engine.pool import FULL, Pool
 from jobs.placement import commit, fgd_score, frag_cached, plan, plan_fgd
 from jobs.replay.alibaba import NodeRow, PodRow, read_node_rows, read_pod_rows
+from jobs.replay.paths import published_fgd_csv
 
-__all__ = ["POLICIES", "PUBLISHED_CSV", "published", "run", "simulate", "typical_of"]
+__all__ = ["POLICIES", "published", "run", "simulate", "typical_of"]
 
 POLICIES = ("fgd", "bestfit", "ours", "random")
-PUBLISHED_CSV = "/work/shared/traces/alibaba-gpu-v2023/fgd-expected-results/analysis_allo_discrete.csv"
 NODES_PER_LEAF, LEAVES_PER_SPINE = 16, 8
 
 
@@ -336,13 +336,13 @@ def simulate(nodes: list[NodeRow], pods: list[PodRow], *, policy: str = "fgd", s
             "allocated_gpus": round(cl.used / FULL, 3), "curve": curve}
 
 
-def published(path: str | Path = PUBLISHED_CSV, workload: str = "openb_pod_list_default",
+def published(path: str | Path | None = None, workload: str = "openb_pod_list_default",
               column: str = "100") -> dict[str, dict]:
     """Per policy of the FGD paper's ``analysis_allo_discrete.csv``: mean/min/max (%) at
     ``column`` (arrived demand in %) over the seeds of ``workload``."""
     vals: dict[str, list[float]] = {}
     try:
-        with open(path, newline="") as fh:
+        with open(published_fgd_csv() if path is None else path, newline="") as fh:
             for r in csv.DictReader(fh):
                 if r["workload"] == workload and r.get(column):
                     name = r["sc_policy"].split("-", 1)[-1]
@@ -354,7 +354,7 @@ def published(path: str | Path = PUBLISHED_CSV, workload: str = "openb_pod_list_
 
 
 def run(pods_csv, nodes_csv, *, policy: str = "fgd", seeds=tuple(range(42, 52)), progress=None,
-        upto: float = 1.0, cpu_mem: bool = True, published_csv=PUBLISHED_CSV) -> dict:
+        upto: float = 1.0, cpu_mem: bool = True, published_csv=None) -> dict:
     """The experiment over ``seeds`` (see the module docstring for the result keys)."""
     t0 = time.perf_counter()
     nodes = [n for n in read_node_rows(nodes_csv) if n.gpus > 0]
@@ -376,6 +376,6 @@ def run(pods_csv, nodes_csv, *, policy: str = "fgd", seeds=tuple(range(42, 52)),
         "allocation_at_100pct": round(statistics.fmean(vals), 3) if vals else None,
         "allocation_min": min(vals, default=None), "allocation_max": max(vals, default=None),
         "allocation_std": round(statistics.pstdev(vals), 3) if len(vals) > 1 else 0.0,
-        "published": published(published_csv, workload) if published_csv else {},
+        "published": published(published_csv, workload),
         "wall_seconds": round(time.perf_counter() - t0, 3),
     }

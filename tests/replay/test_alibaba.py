@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from jobs.replay.alibaba import read_node_rows, read_nodes, read_pod_rows, read_pods
+from jobs.replay.paths import alibaba_dir
 
-CSV = Path("/work/shared/traces/alibaba-gpu-v2023/csv")
-pytestmark = pytest.mark.skipif(not CSV.exists(), reason="openb trace not present")
+CSV = alibaba_dir() / "csv"
+pytestmark = pytest.mark.skipif(not CSV.exists(), reason="openb trace not present (set GPUPOOL_TRACES_DIR)")
 
 
 def test_gpu_nodes():

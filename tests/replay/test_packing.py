@@ -4,7 +4,6 @@ placement code (jobs.placement) on engine pools."""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
@@ -14,8 +13,9 @@ from jobs.engine.pool import Pool
 from jobs.placement import fgd_score, frag_amount, plan, plan_fgd
 from jobs.replay import packing
 from jobs.replay.alibaba import NodeRow, PodRow
+from jobs.replay.paths import alibaba_dir
 
-TRACE = Path("/work/shared/traces/alibaba-gpu-v2023")
+TRACE = alibaba_dir()
 
 
 def _pod(k: int, g: int, m: int, cpu: int = 1000) -> PodRow:
@@ -198,7 +198,7 @@ def test_unknown_policy():
         packing.simulate(_nodes(2), [_pod(0, 1, 1000)], policy="nope")
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason="openb trace not present")
+@pytest.mark.skipif(not TRACE.exists(), reason="openb trace not present (set GPUPOOL_TRACES_DIR)")
 def test_published_table_and_random_policy_on_the_real_trace():
     pub = packing.published()
     assert pub["FGD"]["mean"] == 95.23 and pub["BestFit"]["mean"] == 92.86 and pub["Random"]["mean"] == 86.3
