@@ -10,7 +10,9 @@ flips, transitions into and out of ``running``).
 
 Timed: the meter's first run over the whole month (``meter_seconds``, target ≤ 30 s), the
 month close plus the CSV chargeback file (``close_csv_seconds``, ≤ 10 s) and the XLSX file
-(``xlsx_seconds``, ≤ 20 s). Prints one JSON object. ``--quick``: 10,000 jobs.
+(``xlsx_seconds``, ≤ 20 s); then, with a budget on every department and project, what the
+scheduler's per-cycle budget hold costs (``budget_hold_first_ms``, ``budget_hold_cycle_ms``).
+Prints one JSON object. ``--quick``: 10,000 jobs.
 Needs DATABASE_URL and REDIS_URL.
 """
 
@@ -177,6 +179,7 @@ def run(jobs: int) -> dict:
         xlsx_out = io.BytesIO()
         exports.write_xlsx(exports.chargeback_rows(MONTH), xlsx_out)
         xlsx_s = time.perf_counter() - t0
+        hold = _budget_hold(at=MONTH_END - timedelta(hours=2))
         return {
             "jobs": jobs,
             "ledger_rows": ledger_rows,
@@ -190,7 +193,33 @@ def run(jobs: int) -> dict:
             "csv_bytes": len(csv_out.getvalue()),
             "xlsx_bytes": len(xlsx_out.getvalue()),
             "populate_seconds": round(populate_s, 1),
+            **hold,
         }
+
+
+def _budget_hold(at: datetime, calls: int = 20) -> dict:
+    """What the scheduler's budget hold (``billing.budgets.over_budget_tenants``, read every
+    cycle) costs with a budget on every department and project, half of them spent: the first
+    read (cold cache) and the mean of the next ``calls`` (one scheduling cycle each)."""
+    from billing.budgets import over_budget_tenants
+    from billing.models import Budget
+    from portal.models import Department, Project
+
+    rng = random.Random(7)
+    owners = [{"department": d} for d in Department.objects.all()]
+    owners += [{"project": p} for p in Project.objects.all()]
+    Budget.objects.bulk_create(
+        Budget(card_hours=Decimal(rng.choice((10, 10**7))), **owner) for owner in owners
+    )
+    t0 = time.perf_counter()
+    held = over_budget_tenants(at)
+    cold_ms = (time.perf_counter() - t0) * 1e3
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        over_budget_tenants(at)
+    warm_ms = (time.perf_counter() - t0) * 1e3 / calls
+    return {"budgets": len(owners), "budgets_spent": len(held), "budget_hold_first_ms": round(cold_ms, 1),
+            "budget_hold_cycle_ms": round(warm_ms, 1)}
 
 
 if __name__ == "__main__":

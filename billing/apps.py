@@ -8,14 +8,18 @@ class BillingConfig(AppConfig):
 
     def ready(self):
         # jobs may not import billing (imports point portal ← quotas ← jobs ← billing): billing
-        # plugs its budget check and its prices into the hooks jobs offers.
+        # plugs its budget check, the scheduler's budget hold and its prices into the hooks
+        # jobs offers.
         from jobs.approvals import budget_checks
         from jobs.estimates import cost_estimators
+        from jobs.snapshot import over_budget_providers
 
-        from .budgets import budget_reason
+        from .budgets import budget_reason, over_budget_tenants
         from .selectors import standard_cost
 
         if budget_reason not in budget_checks:
             budget_checks.append(budget_reason)
+        if over_budget_tenants not in over_budget_providers:
+            over_budget_providers.append(over_budget_tenants)
         if standard_cost not in cost_estimators:
             cost_estimators.append(standard_cost)

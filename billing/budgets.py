@@ -15,6 +15,7 @@ reads the jobs that held GPUs since the cursor), for the projects the budgets as
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -319,6 +320,24 @@ def budget_reason(project: Project, cards: Decimal) -> str | None:
     return None
 
 
+def over_budget_tenants(now: datetime) -> list[str]:
+    """Registered in ``jobs.snapshot.over_budget_providers``: the tree ids (``d<id>``, ``p<id>``)
+    of the departments and projects whose budget is spent this month. The scheduler holds their
+    queued jobs that nobody approved and sends them to approval (DESIGN §3.9).
+
+    Read every scheduling cycle, so it must be cheap: no budget is one query; otherwise the
+    bounds of ``_decisive_statuses`` decide most cycles without reading events."""
+    budgets = list(Budget.objects.select_related("department", "project"))
+    if not budgets:
+        return []
+    statuses = _decisive_statuses(budgets, now)
+    return sorted(
+        f"d{b.department_id}" if b.department_id else f"p{b.project_id}"
+        for b in budgets
+        if statuses[b.pk].over
+    )
+
+
 RECENT_SECONDS = 60  # an exact usage this young still decides a submission, with a bound
 
 
@@ -365,6 +384,8 @@ def _recent_key(month: date, keys: list[Key]) -> str:
                    " (SELECT metered_through FROM billing_meterstate WHERE id = 1)")
         database, cursor = db.fetchone()
     names = ",".join(f"{kind[0]}{pk}" for kind, pk in keys)
+    # The scheduler's hold asks for every budget at once: a digest keeps the key short.
+    names = hashlib.sha256(names.encode()).hexdigest()[:32] if len(names) > 64 else names
     return f"billing:budget-recent:{database}:{month.isoformat()}:{cursor and cursor.timestamp()}:{names}"
 
 

@@ -12,6 +12,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
@@ -198,6 +199,36 @@ def approval_reasons(
 
 def _budget_reasons(project: Project, cards: Decimal) -> list[str]:
     return [r for r in (check(project, cards) for check in budget_checks) if r]
+
+
+def job_budget_hold(*, job_id: int) -> bool:
+    """A queued job nobody approved, of a tenant whose budget is spent (the scheduler holds it):
+    send it to approval with the budget's reason, as a new submission would be (DESIGN §3.9), so
+    an approver can let it run — a hold without a request would wait until the month ends.
+    Requeued jobs (preempted, lost) are held the same way. False, changing nothing, when the job
+    moved on, was approved meanwhile, or its budget no longer holds it (raised since)."""
+    from .services import job_transition
+
+    job = (
+        Job.objects.select_related("project", "flavor", "submitted_by")
+        .filter(pk=job_id, state=JobState.QUEUED, approved=False)
+        .first()
+    )
+    if job is None:
+        return False
+    cards = job_cards(job.flavor, job.workers, job.gpus_per_worker, job.gpu_milli)
+    with translation.override(settings.LANGUAGE_CODE):
+        reasons = _budget_reasons(job.project, cards)
+    if not reasons:
+        return False
+    with transaction.atomic():
+        held = job_transition(
+            job, JobState.PENDING_APPROVAL, reason="over budget", data={"reasons": reasons}
+        )
+        if not held:
+            return False
+        job_approval_open(job=job, actor=job.submitted_by, reasons=reasons)
+    return True
 
 
 def _needs_platform(policy: ApprovalPolicy | None, cards: Decimal) -> bool:

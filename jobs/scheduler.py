@@ -155,7 +155,7 @@ class Engine:
         self._last_explain = Explanations(c)
         return CycleResult(c.admissions(), tuple(c.preemptions),
                            tuple(r.public(s) for r in c.reservations), on_loan,
-                           self._last_explain, tuple(c.growths))
+                           self._last_explain, tuple(c.growths), s.held_ids())
 
     def _settle(self, now: datetime | None) -> None:
         """Apply the previous cycle's decisions and the recorded deltas."""

@@ -87,6 +87,7 @@ def schedule_once(now: datetime | None = None, *, wait: bool = True, warm: bool 
             # A job was cancelled or changed while the cycle ran — or a grown worker was taken
             # back, which renumbers the job's workers: a fresh engine reads them as stored.
             engine.invalidate()
+    _hold_for_budget(result.held)
     report = CycleReport(
         admitted, preempted, reserved, waiting, (t1 - t0) * 1e3, (t2 - t1) * 1e3, engine.rebuilds, grown
     )
@@ -111,6 +112,18 @@ def _apply(result: CycleResult, now: datetime) -> tuple[int, int, int, int]:
     _apply_on_loan(result, now)
     grown = _apply_growths(result, now)
     return admitted, preempted, reserved, grown
+
+
+HOLDS_PER_CYCLE = 200  # approval requests opened per cycle: a long queue is held over a few cycles
+
+
+def _hold_for_budget(held: tuple[str, ...]) -> int:
+    """Send the jobs a spent budget holds to approval (``job_budget_hold``), after the cycle's
+    commit and outside its lock: each reads the budget's usage for its reason. The engine holds
+    them meanwhile, so none is admitted while its request is being opened."""
+    from .approvals import job_budget_hold
+
+    return sum(job_budget_hold(job_id=int(job_id)) for job_id in held[:HOLDS_PER_CYCLE])
 
 
 def _lock(wait: bool) -> bool:

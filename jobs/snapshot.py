@@ -21,7 +21,7 @@ from quotas.selectors import effective_limits_map
 from .engine.model import Node as CoreNode
 from .engine.model import PriorityClass as CorePriorityClass
 from .engine.model import QueuedJob, RunningJob, Snapshot
-from .models import PriorityClass
+from .models import ApprovalPolicy, PriorityClass
 from .states import HOLDING, JobState
 
 MILLI = 1000
@@ -155,6 +155,7 @@ class Config:
     limits: dict
     classes: tuple[CorePriorityClass, ...]
     over_budget: frozenset[str]
+    budget_exempt: frozenset[str] = frozenset()
 
 
 def read_config(now: datetime) -> Config:
@@ -164,7 +165,29 @@ def read_config(now: datetime) -> Config:
             "name", "value", "preemptible", "grace_seconds")
     )
     over_budget = frozenset(t for provider in over_budget_providers for t in provider(now))
-    return Config(core_nodes(), tree_nodes(), limits_at(now), classes, over_budget)
+    exempt = budget_exempt_projects() if over_budget else frozenset()
+    return Config(core_nodes(), tree_nodes(), limits_at(now), classes, over_budget, exempt)
+
+
+def budget_exempt_projects() -> frozenset[str]:
+    """Tree ids of the projects whose approval policy — the nearest department's up the tree, as
+    at submission (``jobs.approvals.policy_for_project``) — turns the over-budget hold off."""
+    policies = dict(ApprovalPolicy.objects.values_list("department_id", "over_budget"))
+    if not policies:
+        return frozenset()
+    parents = dict(Department.objects.values_list("id", "parent_id"))
+
+    def holds(dept: int | None) -> bool:
+        seen = set()
+        while dept is not None and dept not in seen:
+            if dept in policies:
+                return policies[dept]
+            seen.add(dept)
+            dept = parents.get(dept)
+        return True  # no policy: a spent budget holds (DESIGN §3.9)
+
+    return frozenset(f"p{pk}" for pk, dept in Project.objects.values_list("id", "department_id")
+                     if not holds(dept))
 
 
 def queued_jobs(ids: Iterable[int] | None = None) -> tuple[QueuedJob, ...]:
@@ -183,7 +206,8 @@ def build_snapshot(now: datetime, config: Config | None = None) -> Snapshot:
     return Snapshot(
         now=now, nodes=config.nodes, tree=config.tree, limits=config.limits,
         running=running, queued=queued_jobs(),
-        over_budget_tenants=config.over_budget, priority_classes=config.classes,
+        over_budget_tenants=config.over_budget, budget_exempt=config.budget_exempt,
+        priority_classes=config.classes,
     )
 
 
@@ -203,13 +227,14 @@ def elastic_job_states() -> list[tuple[int, int, int, int, int | None, datetime]
         return cursor.fetchall()
 
 
-def live_job_states() -> list[tuple[int, str, bool, datetime | None]]:
-    """(id, state, terminating, admitted_at) of every queued or GPU-holding job: the cheap
-    per-cycle read from which a warm engine derives what changed since its last cycle (the
-    admission time tells one run of a job from the next)."""
+def live_job_states() -> list[tuple[int, str, bool, datetime | None, bool]]:
+    """(id, state, terminating, admitted_at, approved) of every queued or GPU-holding job: the
+    cheap per-cycle read from which a warm engine derives what changed since its last cycle (the
+    admission time tells one run of a job from the next; ``approved`` a queued job that went to
+    approval and came back between two cycles)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT id, state, terminating_since IS NOT NULL, admitted_at FROM jobs_job"
+            "SELECT id, state, terminating_since IS NOT NULL, admitted_at, approved FROM jobs_job"
             " WHERE state = ANY(%s)",
             [[JobState.QUEUED.value, *(s.value for s in HOLDING)]],
         )

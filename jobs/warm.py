@@ -13,7 +13,8 @@ classes, budget holds) — never from messages that could be lost or reordered:
 * an elastic job holds another number of workers than the engine believes (its owner scaled it
   down, a growth did not apply) → rebuild; only its growth target changed → ``retarget``;
 * otherwise: queued jobs the engine does not know are submitted, known pending jobs no longer
-  queued are cancelled, known holders no longer holding are finished.
+  queued are cancelled, known holders no longer holding are finished; a known pending job whose
+  approval changed (a budget held it, an approver let it go) is cancelled and submitted anew.
 
 A rebuild is always correct; the warm path is an optimisation that must decide exactly as a
 cold cycle would (tested by ``test_warm_engine_decides_like_a_cold_one``).
@@ -59,12 +60,15 @@ class WarmEngine:
         jobs = {jid for jid, run in state.running.items() if run.base is None}  # grown workers are not jobs
         holding = jobs | set(state.terminating) | self.admitted
         terminating = set(state.terminating) | self.signalled
-        queued, held, ending = set(), set(), set()
+        queued, held, ending, approval = set(), set(), set(), set()
         admitted_at: dict[str, datetime | None] = {}
-        for job_id, job_state, is_terminating, at in live_job_states():
+        for job_id, job_state, is_terminating, at, approved in live_job_states():
             key = str(job_id)
             if job_state == JobState.QUEUED:
                 queued.add(key)
+                known = state.pending.get(key)
+                if known is not None and known.approved != approved:
+                    approval.add(key)  # held by a budget, approved since: submitted anew
             else:
                 held.add(key)
                 admitted_at[key] = at
@@ -79,8 +83,8 @@ class WarmEngine:
             # the victim still uses. Rare (victims exit within their grace): rebuild.
             return False
         self.engine.finish(sorted(finished))
-        self.engine.cancel(sorted(pending - queued))
-        new = queued - pending
+        self.engine.cancel(sorted((pending - queued) | approval))
+        new = (queued - pending) | approval
         if new:
             self.engine.submit(queued_jobs(int(j) for j in new))
         return self._retarget()

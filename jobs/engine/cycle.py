@@ -212,7 +212,8 @@ class Cycle:
         Cheapest tests first: is there room now; if not, only a reservation it can backfill
         onto or a preemption could let it in."""
         s, k, f = self.s, sq.pos, sq.flavor
-        if s.over_budget and any(n in s.over_budget for n in s.tree.path(sq.proj)):
+        if s.over_budget and sq.proj not in s.budget_exempt and \
+                any(n in s.over_budget for n in s.tree.path(sq.proj)):
             return False
         pool, ledger = s.pools[f], s.ledgers[f]
         r, g, m = sq.suf_r[k], sq.suf_g[k], sq.suf_shared[k]

@@ -112,6 +112,8 @@ class Snapshot:
     running: tuple[RunningJob, ...] = ()
     queued: tuple[QueuedJob, ...] = ()
     over_budget_tenants: frozenset[str] = frozenset()  # tree node ids (departments/projects)
+    # Projects whose approval policy lets jobs through a spent budget (policy.over_budget off).
+    budget_exempt: frozenset[str] = frozenset()
     priority_classes: tuple[PriorityClass, ...] = ()  # grace periods of terminating jobs
 
 
@@ -208,3 +210,4 @@ class CycleResult:
     on_loan: Mapping[str, bool]  # every running + newly admitted job -> True when on loan
     explanations: Mapping[str, Explain] = field(default_factory=dict)
     growths: tuple[Growth, ...] = ()  # in the order they were made, one per job
+    held: tuple[str, ...] = ()  # waiting jobs held by a spent budget (§3 rule 9), none approved

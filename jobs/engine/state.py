@@ -168,6 +168,7 @@ class State:
         self.grace = {pc.value: pc.grace_seconds for pc in snap.priority_classes}
         self.over_budget = {self.tree.index[t] for t in snap.over_budget_tenants
                             if t in self.tree.index}
+        self.budget_exempt = {self.tree.index[t] for t in snap.budget_exempt if t in self.tree.index}
         flavors = {n.flavor for n in snap.nodes} | {f for _, f in snap.limits}
         flavors |= {j.flavor for j in snap.running} | {j.flavor for j in snap.queued}
         self.pools = {f: Pool(f, [n for n in snap.nodes if n.flavor == f and n.schedulable])
@@ -505,6 +506,12 @@ class State:
 
     def held(self, p: Pending) -> bool:
         """Budget hold (§3 rule 9): the tenant or an ancestor is over budget, not approved."""
-        if p.approved or not self.over_budget:
+        if p.approved or not self.over_budget or p.proj in self.budget_exempt:
             return False
         return any(n in self.over_budget for n in p.path)
+
+    def held_ids(self) -> tuple[str, ...]:
+        """The waiting jobs a spent budget holds, in id order."""
+        if not self.over_budget:
+            return ()
+        return tuple(sorted((p.id for p in self.pending.values() if self.held(p)), key=lambda j: (len(j), j)))

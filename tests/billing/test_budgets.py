@@ -527,3 +527,105 @@ def test_the_submission_form_shows_the_cost_next_to_the_card_hours(world):
     page = response.content.decode()
     assert "16" in page and "192.00 CNY" in page  # 8 GPUs × 2 h = 16 card-hours × 12
     assert not Job.objects.exists()
+
+
+# --- the scheduler's budget hold (issue 18 item 2): billing's real provider, nothing injected ---
+
+
+@pytest.fixture
+def holding(world, running_now):
+    """``running_now`` as the scheduler sees it too: pa1's job holds the 8 GPUs of node n0."""
+    from quotas.models import Node
+
+    node = Node.objects.get(name="n0")
+    events = {e.to_state: e.at for e in running_now.events.all()}
+    Job.objects.filter(pk=running_now.pk).update(
+        placement=[[[node.pk, g, 1000] for g in range(8)]],
+        admitted_at=events["admitted"],
+        started_at=events["running"],
+    )
+    return running_now
+
+
+def _queued_in(world, project, name):
+    job = fx.submit(project, world.F, gpus=1, name=name)
+    assert job.state == "queued"
+    return job
+
+
+def test_item2_billing_registers_the_schedulers_budget_hold():
+    from billing.budgets import over_budget_tenants
+    from jobs.snapshot import over_budget_providers
+
+    assert over_budget_tenants in over_budget_providers
+
+
+def test_item2_a_spent_budget_holds_queued_and_requeued_jobs_for_approval(world, holding):
+    from jobs.scheduling import schedule_once
+
+    waiting = _queued_in(world, world.pa, "waiting")  # queued while the budget still had room
+    approved = _queued_in(world, world.pa, "approved")
+    Job.objects.filter(pk=approved.pk).update(approved=True)
+    budget_set(actor=None, card_hours="2", department=world.A)  # pa1's ≈ 4 card-hours spend it
+    schedule_once()
+    waiting.refresh_from_db()
+    approved.refresh_from_db()
+    assert approved.state == "admitted"  # a human said yes: the budget does not hold it
+    assert waiting.state == "pending_approval"
+    event = waiting.events.get(to_state="pending_approval")
+    assert event.from_state == "queued" and event.reason == "over budget"
+    request = ApprovalRequest.objects.get(subject_id=waiting.pk, kind="job", state="pending")
+    assert request.requester == waiting.submitted_by
+    assert len(request.payload["reasons"]) == 1
+    # Approved, it runs although the budget is still spent.
+    from portal.approvals import approval_decide
+
+    approval_decide(actor=world.users["a_admin"], step_or_request=request, approve=True, comment="ok")
+    schedule_once()
+    waiting.refresh_from_db()
+    assert waiting.state == "admitted" and waiting.approved
+
+
+def test_item2_explain_says_budget_while_a_held_job_waits(world, holding, monkeypatch):
+    """A long queue is sent to approval over several cycles; until then explain says why."""
+    from jobs import scheduling
+
+    monkeypatch.setattr(scheduling, "HOLDS_PER_CYCLE", 1)
+    first = _queued_in(world, world.pa, "first")
+    second = _queued_in(world, world.pa, "second")
+    budget_set(actor=None, card_hours="2", project=world.pa1)
+    budget_set(actor=None, card_hours="2", department=world.A)
+    scheduling.schedule_once()
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.state, second.state) == ("pending_approval", "queued")
+    from rest_framework.test import APIClient
+
+    client = APIClient(HTTP_ACCEPT_LANGUAGE="en")
+    client.force_authenticate(world.users["platform"])
+    explain = client.get(reverse("api:job-explain", args=[second.pk])).json()
+    assert explain["reason"] == "budget", explain
+    scheduling.schedule_once()
+    second.refresh_from_db()
+    assert second.state == "pending_approval"
+
+
+def test_item2_a_policy_without_over_budget_lets_queued_jobs_run(world, holding):
+    from jobs.scheduling import schedule_once
+
+    ApprovalPolicy.objects.filter(department=world.A).update(over_budget=False)
+    job = _queued_in(world, world.pa, "free")
+    budget_set(actor=None, card_hours="2", department=world.A)
+    schedule_once()
+    job.refresh_from_db()
+    assert job.state == "admitted"
+
+
+def test_item2_under_budget_nothing_is_held(world, holding):
+    from jobs.scheduling import schedule_once
+
+    job = _queued_in(world, world.pa, "fine")
+    budget_set(actor=None, card_hours="1000", department=world.A)
+    schedule_once()
+    job.refresh_from_db()
+    assert job.state == "admitted"
