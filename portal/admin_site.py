@@ -2,7 +2,9 @@
 membership), not Django's is_staff flag, so the one scope decides here too."""
 
 from django.contrib import admin
+from django.db import models
 
+from .parsers import BoundedJSONFormField
 from .selectors import scope_for
 
 
@@ -19,6 +21,9 @@ class PortalAdminSite(admin.AdminSite):
 
 
 class PlatformModelAdmin(admin.ModelAdmin):
+    # JSON typed into the admin (a cluster's configuration) is bounded like an API body.
+    formfield_overrides = {models.JSONField: {"form_class": BoundedJSONFormField}}
+
     def has_module_permission(self, request):
         return is_platform_admin(request)
 

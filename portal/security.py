@@ -6,7 +6,6 @@ See docs/reliability.md ("Hostile input and security") for what each one protect
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Callable, Iterator
@@ -15,6 +14,8 @@ from functools import wraps
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.translation import gettext as _
+
+from .parsers import json_loads_bounded
 
 # Scripts only from our own static files: no inline <script>, no on*= handlers (static/js/site.js
 # replaces them); our templates have no style="" either, but plotly needs inline styles (below).
@@ -124,9 +125,9 @@ def _nul_in_body(request: HttpRequest) -> str | None:
         if b"\x00" not in body and b"\\u0000" not in body.lower():
             return None  # the common case: nothing to parse twice
         try:
-            return _nul_in_json(json.loads(body))
+            return _nul_in_json(json_loads_bounded(body))
         except ValueError:
-            return None  # malformed JSON is the parser's 400
+            return None  # malformed or too deeply nested JSON is the parser's 400
     return None
 
 

@@ -149,6 +149,12 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "portal.pagination.Pagination",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    # DRF's parsers with JSON nesting bounded (portal/parsers.py): a deep body is a 400, not a 500.
+    "DEFAULT_PARSER_CLASSES": [
+        "portal.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "EXCEPTION_HANDLER": "portal.api_base.exception_handler",
     "PAGE_SIZE": 100,
     "COERCE_DECIMAL_TO_STRING": True,
