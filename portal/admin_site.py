@@ -2,7 +2,10 @@
 membership), not Django's is_staff flag, so the one scope decides here too."""
 
 from django.contrib import admin
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
 from django.db import models
+from django.urls import reverse
 
 from .parsers import BoundedJSONFormField
 from .selectors import scope_for
@@ -18,6 +21,14 @@ class PortalAdminSite(admin.AdminSite):
 
     def has_permission(self, request):
         return is_platform_admin(request)
+
+    def login(self, request, extra_context=None):
+        """One password form for the whole site: the portal's, with its lockout (portal/signin.py).
+        Django's own admin form would check passwords with no limit at all."""
+        if request.user.is_authenticated:
+            # Signed in but not a platform admin: sending them to sign in again would loop.
+            raise PermissionDenied
+        return redirect_to_login(request.GET.get("next") or reverse("admin:index"), reverse("login"))
 
 
 class PlatformModelAdmin(admin.ModelAdmin):

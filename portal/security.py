@@ -1,11 +1,13 @@
 """Defences at the edge of the portal: a Content-Security-Policy on every HTML page, NUL
-characters refused before they reach PostgreSQL, and secrets kept out of the logs.
+characters refused before they reach PostgreSQL, secrets kept out of the logs, and the one
+answer to "which address is this client" behind our proxies.
 
 See docs/reliability.md ("Hostile input and security") for what each one protects.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import re
 from collections.abc import Callable, Iterator
@@ -184,3 +186,29 @@ class RedactSecretsFilter(logging.Filter):
         elif record.exc_text:
             record.exc_text = redact(record.exc_text)
         return True
+
+
+# --- the client's address -----------------------------------------------------------------------
+
+
+def client_address(request: HttpRequest) -> str:
+    """The address of the client, for the sign-in lockout, the API throttles and the /metrics
+    network check — one rule for all of them.
+
+    With ``TRUSTED_PROXIES`` = 0 (gunicorn faces the clients) it is ``REMOTE_ADDR``, and
+    X-Forwarded-For is ignored: anyone can send one. Behind n proxies that each append the
+    address they saw, the n-th entry from the right was written by our first proxy; everything
+    left of it is the client's own claim. This is DRF's ``NUM_PROXIES`` rule, which the settings
+    set to the same number, so DRF's throttles agree. An entry that is not an IP address (only
+    a client that bypassed the proxies can send one) counts as the connection's own address.
+    """
+    remote = request.META.get("REMOTE_ADDR", "")
+    proxies = settings.TRUSTED_PROXIES
+    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
+    if proxies <= 0 or not forwarded:
+        return remote
+    hops = forwarded.split(",")
+    try:
+        return str(ipaddress.ip_address(hops[-min(proxies, len(hops))].strip()))
+    except ValueError:
+        return remote

@@ -5,6 +5,7 @@ Everything a deployment varies is read from the environment through ``portal.env
 
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
 from portal.env import env_bool, env_int, env_list, env_str, parse_database_url, redis_urls
@@ -54,9 +55,18 @@ ROOT_URLCONF = "portal.urls"
 WSGI_APPLICATION = "portal.wsgi.application"
 AUTH_USER_MODEL = "portal.User"
 LOGIN_URL = "login"
-# The sign-in form refuses an account from one address after this many wrong passwords, for this long.
+# Sign-in lockout (portal/signin.py; the form, the API token endpoint and the admin share it): an
+# account is refused to one address after LOGIN_FAILURE_LIMIT wrong passwords from there, and an
+# address is refused altogether after LOGIN_ADDRESS_FAILURE_LIMIT for any accounts, for
+# LOGIN_LOCKOUT_SECONDS from the first failure.
 LOGIN_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5)
+LOGIN_ADDRESS_FAILURE_LIMIT = env_int("LOGIN_ADDRESS_FAILURE_LIMIT", 50)
 LOGIN_LOCKOUT_SECONDS = env_int("LOGIN_LOCKOUT_SECONDS", 900)
+# Proxies in front of gunicorn that append to X-Forwarded-For (the ingress: 1). 0: clients connect
+# directly and X-Forwarded-For is ignored. portal.security.client_address; DRF's NUM_PROXIES.
+TRUSTED_PROXIES = env_int("GPUPOOL_TRUSTED_PROXIES", 0)
+if TRUSTED_PROXIES < 0:
+    raise ImproperlyConfigured("GPUPOOL_TRUSTED_PROXIES must be 0 or more.")
 LOGIN_REDIRECT_URL = "dashboard"
 LOGOUT_REDIRECT_URL = "login"
 
@@ -156,6 +166,7 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",
     ],
     "EXCEPTION_HANDLER": "portal.api_base.exception_handler",
+    "NUM_PROXIES": TRUSTED_PROXIES,
     "PAGE_SIZE": 100,
     "COERCE_DECIMAL_TO_STRING": True,
 }
