@@ -8,7 +8,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
-from portal.env import env_bool, env_int, env_list, env_str, parse_database_url, redis_urls
+from portal.env import env_bool, env_int, env_list, env_str, parse_database_url, parse_networks, redis_urls
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -230,8 +230,13 @@ GPUPOOL = {
     "METRICS_JOB_LABEL": env_str("GPUPOOL_METRICS_JOB_LABEL", "hpc_job"),
     "IDLE_THRESHOLD_PCT": env_int("GPUPOOL_IDLE_THRESHOLD_PCT", 5),
     "IDLE_WINDOW_MINUTES": env_int("GPUPOOL_IDLE_WINDOW_MINUTES", 120),
-    # When set, GET /metrics needs "Authorization: Bearer <token>" (labels name departments).
+    # GET /metrics (its labels name departments) answers a request with "Authorization: Bearer
+    # <token>" or from one of the networks (client address as portal.security.client_address);
+    # with neither set (dev, tests) anyone. Production refuses to start with neither.
     "METRICS_TOKEN": env_str("GPUPOOL_METRICS_TOKEN", ""),
+    "METRICS_ALLOW_NETWORKS": parse_networks(
+        "GPUPOOL_METRICS_ALLOW_NETWORKS", env_list("GPUPOOL_METRICS_ALLOW_NETWORKS", [])
+    ),
     "DEV_LIFETIME_SECONDS": env_int("GPUPOOL_DEV_LIFETIME_SECONDS", 86400),  # DESIGN §4: 24 h
     "DEV_JOBS_PER_USER": env_int("GPUPOOL_DEV_JOBS_PER_USER", 2),
     # Time an approver has to decide a step before it escalates (or expires at the top).

@@ -73,6 +73,7 @@ def test_hsts_behind_tls_with_production_settings():
         DJANGO_SETTINGS_MODULE="portal.settings.production",
         SECRET_KEY="q7Z!m2#Lp9$wX4&rT8^yB3*nK6(cV1)hJ5-dF0+gS" * 2,
         ALLOWED_HOSTS="testserver",
+        GPUPOOL_METRICS_TOKEN="headers-test-metrics-token",
         SECURE_HSTS_SECONDS="600",
     )
     out = subprocess.run(
