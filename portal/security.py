@@ -10,8 +10,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
-from collections.abc import Callable, Iterator
-from functools import wraps
+from collections.abc import Iterator
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -42,33 +41,13 @@ def policy_header(policy: dict[str, str]) -> str:
     return "; ".join(f"{directive} {sources}" for directive, sources in policy.items())
 
 
-def csp_extend(**extra: str) -> Callable:
-    """View decorator: this view's pages may also load the given sources, e.g.
-    ``csp_extend(script_src="https://cdn.example")`` (underscores become dashes)."""
-
-    def decorator(view):
-        @wraps(view)
-        def wrapped(request, *args, **kwargs):
-            response = view(request, *args, **kwargs)
-            policy = dict(_policy())
-            for key, sources in extra.items():
-                directive = key.replace("_", "-")
-                policy[directive] = f"{policy.get(directive, '')} {sources}".strip()
-            response["Content-Security-Policy"] = policy_header(policy)
-            return response
-
-        return wrapped
-
-    return decorator
-
-
 def _policy() -> dict[str, str]:
     return getattr(settings, "CONTENT_SECURITY_POLICY", DEFAULT_POLICY)
 
 
 class ContentSecurityPolicyMiddleware:
     """Adds the policy to every HTML response that has none of its own (Django 5.2 has no CSP
-    support of its own; a view may widen it with ``csp_extend``)."""
+    support of its own). No page widens it: even the API docs are served from our own files."""
 
     def __init__(self, get_response):
         self.get_response = get_response

@@ -26,6 +26,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files, served by WhiteNoise like ours
     "django_htmx",
     # Order is the dependency order: portal ← quotas ← jobs ← billing.
     "portal",
@@ -175,6 +176,13 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "GPU resource pool: tenancy, resources, quotas, jobs, billing.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # /api/docs/ loads Swagger UI from our own static files (the pinned drf-spectacular-sidecar),
+    # not a CDN's @latest: it works without internet and under the site's CSP unchanged. No
+    # validator badge: it would send the schema's URL to validator.swagger.io.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "NodeStateEnum": "quotas.models.NodeState",
