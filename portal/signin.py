@@ -18,6 +18,8 @@ address never stands for everyone behind it. While locked, the password is not e
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -25,6 +27,16 @@ from django.core.cache import cache
 from django.http import HttpRequest
 
 from .security import client_address
+
+_PLAIN_NAME = re.compile(r"[a-z0-9_.@+-]{0,150}")
+
+
+def _key_part(username: str) -> str:
+    # Readable for the names people have (an operator can find and delete a count); anything else
+    # (spaces, control characters, other scripts: whatever a guesser sends) as a fixed-size hash.
+    if _PLAIN_NAME.fullmatch(username):
+        return username
+    return "sha256-" + hashlib.sha256(username.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -39,7 +51,7 @@ class Attempt:
 
     @property
     def account_key(self) -> str:
-        return f"login-failures:{self.address}:{self.username}"
+        return f"login-failures:{self.address}:{_key_part(self.username)}"
 
     @property
     def address_key(self) -> str:

@@ -174,3 +174,10 @@ def test_item10_the_client_address_follows_the_trusted_proxy_count(settings, pro
 
 def test_item10_drf_throttles_use_the_same_proxy_count():
     assert django_settings.REST_FRAMEWORK["NUM_PROXIES"] == django_settings.TRUSTED_PROXIES
+
+
+@pytest.mark.parametrize("name", ["Alice ", "пользователь", "a b\x06c", "x" * 150, "用户"])
+def test_item10_counter_keys_stay_short_and_plain_whatever_the_username(name):
+    key = Attempt.of(RequestFactory().post("/", REMOTE_ADDR="2001:db8::1"), name).account_key
+    assert key.isascii() and key.isprintable() and " " not in key and len(key) < 220, key
+    assert Attempt.of(RequestFactory().post("/"), "  PA1_Member ").account_key.endswith(":pa1_member")
