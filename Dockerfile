@@ -33,6 +33,7 @@ RUN python -m compileall -q portal quotas jobs billing
 # manifest storage). Production settings insist on these variables; nothing connects to them.
 RUN SECRET_KEY=collectstatic-only-0000000000000000000000000000000000000000000000 \
     ALLOWED_HOSTS=build DATABASE_URL=postgresql://build@localhost/build REDIS_URL=redis://localhost:6379/0 \
+    GPUPOOL_METRICS_TOKEN=collectstatic-only-token \
     python manage.py collectstatic --noinput
 USER 10001:10001
 EXPOSE 8000

@@ -136,6 +136,7 @@ SECRET_KEY = secrets.token_urlsafe(48)
 def server_env() -> dict[str, str]:
     return {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings.production",
             "SECRET_KEY": SECRET_KEY, "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "GPUPOOL_METRICS_TOKEN": secrets.token_urlsafe(24),
             "SECURE_SSL_REDIRECT": "false", "LOG_LEVEL": "WARNING"}
 
 

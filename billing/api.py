@@ -25,7 +25,7 @@ from quotas.selectors import site_zone
 
 from . import budgets, exports, selectors
 from .models import Budget, Statement, StatementLine
-from .periods import month_label, month_of, parse_month
+from .periods import FIRST_MONTH, LAST_MONTH, MonthOutOfRange, month_label, month_of, parse_month
 
 MONTH_PARAM = OpenApiParameter("month", str, description="YYYY-MM (site time zone)")
 
@@ -38,6 +38,15 @@ def month_param(request, *, required: bool) -> date | None:
         return None
     try:
         return parse_month(raw)
+    except MonthOutOfRange:
+        raise ValidationError(
+            {
+                "month": [
+                    _("Months run from %(first)s to %(last)s.")
+                    % {"first": month_label(FIRST_MONTH), "last": month_label(LAST_MONTH)}
+                ]
+            }
+        ) from None
     except ValueError:
         raise ValidationError(
             {"month": [_("%(v)s is not a month: use YYYY-MM.") % {"v": repr(raw[:20])}]}

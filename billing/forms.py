@@ -16,12 +16,27 @@ from quotas.selectors import site_zone
 
 from .budgets import budget_departments, budget_projects
 from .models import BUDGET_HOURS
-from .periods import month_of, parse_month
+from .periods import FIRST_MONTH, LAST_MONTH, MonthOutOfRange, month_label, month_of, parse_month
 from .reports import ReportFilter
 
 
 def this_month() -> date:
     return month_of(timezone.now(), site_zone())
+
+
+def clean_month_text(raw: str) -> date:
+    """A month typed into a form: a field error for anything but YYYY-MM within the range."""
+    try:
+        return parse_month(raw)
+    except MonthOutOfRange:
+        raise ValidationError(
+            _("Months run from %(first)s to %(last)s."),
+            params={"first": month_label(FIRST_MONTH), "last": month_label(LAST_MONTH)},
+        ) from None
+    except ValueError:
+        raise ValidationError(
+            _("%(value)s is not a month: use YYYY-MM, e.g. 2026-11."), params={"value": raw[:20]}
+        ) from None
 
 
 class ReportFilterForm(forms.Form):
@@ -47,12 +62,7 @@ class ReportFilterForm(forms.Form):
         raw = self.cleaned_data.get("month") or ""
         if not raw.strip():
             return this_month()
-        try:
-            return parse_month(raw)
-        except ValueError:
-            raise ValidationError(
-                _("%(value)s is not a month: use YYYY-MM, e.g. 2026-11."), params={"value": raw[:20]}
-            ) from None
+        return clean_month_text(raw)
 
     def report_filter(self) -> ReportFilter:
         data = self.cleaned_data
@@ -144,13 +154,7 @@ class WhatIfForm(forms.Form):
         self.fields["flavor"].queryset = Flavor.objects.filter(active=True).order_by("name")
 
     def clean_month(self) -> date:
-        raw = self.cleaned_data.get("month") or ""
-        try:
-            month = parse_month(raw)
-        except ValueError:
-            raise ValidationError(
-                _("%(value)s is not a month: use YYYY-MM, e.g. 2026-11."), params={"value": raw[:20]}
-            ) from None
+        month = clean_month_text(self.cleaned_data.get("month") or "")
         if month > this_month():
             raise ValidationError(_("Pick a past month (or this one): the future has no jobs yet."))
         return month

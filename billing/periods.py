@@ -13,17 +13,31 @@ from zoneinfo import ZoneInfo
 
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
 HOUR = timedelta(hours=1)
+# The months the portal knows: a month past 9999-11 has no end (date(10000, 1, 1) raises), and no
+# usage, rate or statement of ours is from before 2000 or after 2100. The same range bounds every
+# date-time a user gives (portal/daterange.py); docs/billing.md.
+FIRST_MONTH = date(2000, 1, 1)
+LAST_MONTH = date(2100, 12, 1)
+
+
+class MonthOutOfRange(ValueError):
+    """A well-formed month outside FIRST_MONTH..LAST_MONTH."""
 
 
 def parse_month(text: str) -> date:
     """``"2026-11"`` → ``date(2026, 11, 1)``; anything else raises ValueError with a message
-    a person can act on."""
+    a person can act on (``MonthOutOfRange`` for a real month outside the portal's range)."""
     found = _MONTH.match(text.strip()) if isinstance(text, str) else None
     if not found:
         raise ValueError(f"{str(text)[:20]!r} is not a month: use YYYY-MM, e.g. 2026-11.")
     year, month = int(found.group(1)), int(found.group(2))
-    if not 1 <= month <= 12 or year < 2000:
+    if not 1 <= month <= 12:
         raise ValueError(f"{text!r} is not a month: use YYYY-MM with a month 01–12.")
+    if not FIRST_MONTH.year <= year <= LAST_MONTH.year:  # before date(): year 0 raises too
+        raise MonthOutOfRange(
+            f"{text.strip()!r} is out of range: months run from {month_label(FIRST_MONTH)} "
+            f"to {month_label(LAST_MONTH)}."
+        )
     return date(year, month, 1)
 
 

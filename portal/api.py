@@ -3,6 +3,7 @@ services; serializers are the contract."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth import authenticate
 from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
@@ -15,9 +16,10 @@ from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView
 
-from . import services
+from . import services, signin
 from .api_base import DetailApi, ListCreateApi
 from .models import Department, Membership, Project, Role, User
+from .security import client_address
 from .selectors import (
     scope_for,
     visible_departments,
@@ -201,22 +203,46 @@ class TokenOut(serializers.Serializer):
 
 
 class LoginThrottle(AnonRateThrottle):
+    """At most 20 token requests a minute from one client address, right passwords included
+    (each costs a password hash); wrong ones are also counted by the sign-in lockout."""
+
+    scope = "signin"
     rate = "20/min"
+
+    def get_ident(self, request):
+        return client_address(request)
 
 
 class TokenApi(APIView):
-    """Exchange a username and password for an API token (``Authorization: Token …``)."""
+    """Exchange a username and password for an API token (``Authorization: Token …``). A wrong
+    password is a 401; too many of them (the sign-in form's lockout, shared) a 429."""
 
     permission_classes = [AllowAny]
     authentication_classes: list = []
     throttle_classes = [LoginThrottle]
 
-    @extend_schema(request=TokenIn, responses=TokenOut)
+    def get_authenticate_header(self, request):
+        # Without one DRF turns the 401 into a 403; the token is what the client goes on to use.
+        return "Token"
+
+    @extend_schema(
+        request=TokenIn, responses={200: TokenOut, 401: OpenApiTypes.OBJECT, 429: OpenApiTypes.OBJECT}
+    )
     def post(self, request):
         data = TokenIn(data=request.data)
         data.is_valid(raise_exception=True)
+        attempt = signin.Attempt.of(request, data.validated_data["username"])
+        if signin.locked(attempt):
+            message = _("Too many failed sign-ins. Try again in %(m)d minutes.") % {
+                "m": signin.lockout_minutes()
+            }
+            return Response(
+                {"detail": message}, status=429, headers={"Retry-After": str(settings.LOGIN_LOCKOUT_SECONDS)}
+            )
         user = authenticate(request, **data.validated_data)
         if user is None:
+            signin.failed(attempt)
             raise AuthenticationFailed(_("Unknown user or wrong password."))
+        signin.succeeded(attempt)
         token, _created = Token.objects.get_or_create(user=user)
         return Response({"token": token.key})

@@ -7,6 +7,7 @@ first request that happens to need the value.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -53,6 +54,17 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def parse_networks(name: str, values: list[str]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """``["10.0.0.0/8", "127.0.0.1"]`` → networks (a bare address is a /32 or /128)."""
+    networks = []
+    for value in values:
+        try:
+            networks.append(ipaddress.ip_network(value, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {value!r} is not an address or network.") from None
+    return tuple(networks)
 
 
 def parse_database_url(url: str) -> dict:

@@ -1,20 +1,22 @@
 """Defences at the edge of the portal: a Content-Security-Policy on every HTML page, NUL
-characters refused before they reach PostgreSQL, and secrets kept out of the logs.
+characters refused before they reach PostgreSQL, secrets kept out of the logs, and the one
+answer to "which address is this client" behind our proxies.
 
 See docs/reliability.md ("Hostile input and security") for what each one protects.
 """
 
 from __future__ import annotations
 
-import json
+import ipaddress
 import logging
 import re
-from collections.abc import Callable, Iterator
-from functools import wraps
+from collections.abc import Iterator
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.translation import gettext as _
+
+from .parsers import json_loads_bounded
 
 # Scripts only from our own static files: no inline <script>, no on*= handlers (static/js/site.js
 # replaces them); our templates have no style="" either, but plotly needs inline styles (below).
@@ -39,33 +41,13 @@ def policy_header(policy: dict[str, str]) -> str:
     return "; ".join(f"{directive} {sources}" for directive, sources in policy.items())
 
 
-def csp_extend(**extra: str) -> Callable:
-    """View decorator: this view's pages may also load the given sources, e.g.
-    ``csp_extend(script_src="https://cdn.example")`` (underscores become dashes)."""
-
-    def decorator(view):
-        @wraps(view)
-        def wrapped(request, *args, **kwargs):
-            response = view(request, *args, **kwargs)
-            policy = dict(_policy())
-            for key, sources in extra.items():
-                directive = key.replace("_", "-")
-                policy[directive] = f"{policy.get(directive, '')} {sources}".strip()
-            response["Content-Security-Policy"] = policy_header(policy)
-            return response
-
-        return wrapped
-
-    return decorator
-
-
 def _policy() -> dict[str, str]:
     return getattr(settings, "CONTENT_SECURITY_POLICY", DEFAULT_POLICY)
 
 
 class ContentSecurityPolicyMiddleware:
     """Adds the policy to every HTML response that has none of its own (Django 5.2 has no CSP
-    support of its own; a view may widen it with ``csp_extend``)."""
+    support of its own). No page widens it: even the API docs are served from our own files."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -124,9 +106,9 @@ def _nul_in_body(request: HttpRequest) -> str | None:
         if b"\x00" not in body and b"\\u0000" not in body.lower():
             return None  # the common case: nothing to parse twice
         try:
-            return _nul_in_json(json.loads(body))
+            return _nul_in_json(json_loads_bounded(body))
         except ValueError:
-            return None  # malformed JSON is the parser's 400
+            return None  # malformed or too deeply nested JSON is the parser's 400
     return None
 
 
@@ -183,3 +165,29 @@ class RedactSecretsFilter(logging.Filter):
         elif record.exc_text:
             record.exc_text = redact(record.exc_text)
         return True
+
+
+# --- the client's address -----------------------------------------------------------------------
+
+
+def client_address(request: HttpRequest) -> str:
+    """The address of the client, for the sign-in lockout, the API throttles and the /metrics
+    network check — one rule for all of them.
+
+    With ``TRUSTED_PROXIES`` = 0 (gunicorn faces the clients) it is ``REMOTE_ADDR``, and
+    X-Forwarded-For is ignored: anyone can send one. Behind n proxies that each append the
+    address they saw, the n-th entry from the right was written by our first proxy; everything
+    left of it is the client's own claim. This is DRF's ``NUM_PROXIES`` rule, which the settings
+    set to the same number, so DRF's throttles agree. An entry that is not an IP address (only
+    a client that bypassed the proxies can send one) counts as the connection's own address.
+    """
+    remote = request.META.get("REMOTE_ADDR", "")
+    proxies = settings.TRUSTED_PROXIES
+    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
+    if proxies <= 0 or not forwarded:
+        return remote
+    hops = forwarded.split(",")
+    try:
+        return str(ipaddress.ip_address(hops[-min(proxies, len(hops))].strip()))
+    except ValueError:
+        return remote

@@ -1,50 +1,42 @@
-from django.conf import settings
 from django.contrib.auth import views as auth_views
-from django.core.cache import cache
 from django.utils.decorators import method_decorator
 from django.utils.translation import gettext as _
 from django.views.decorators.debug import sensitive_post_parameters
 
-
-def _failures_key(request) -> str:
-    # Per account and client address: a guesser is stopped without locking the account for
-    # everyone else (its owner signs in from another address).
-    username = (request.POST.get("username") or "").strip().lower()[:150]
-    return f"login-failures:{request.META.get('REMOTE_ADDR', '')}:{username}"
+from . import signin
 
 
 @method_decorator(sensitive_post_parameters("password"), name="dispatch")
 class LoginView(auth_views.LoginView):
-    """Sign-in form with throttling: after ``LOGIN_FAILURE_LIMIT`` wrong passwords for one
-    account from one address within ``LOGIN_LOCKOUT_SECONDS``, further attempts are refused
-    (HTTP 429) without checking the password until the window has passed."""
+    """Sign-in form with the shared lockout (``portal.signin``, also the API token endpoint's):
+    too many wrong passwords for one account from one address, or for any accounts from one
+    address, and further attempts are refused (HTTP 429) without checking the password until
+    the window has passed."""
 
     template_name = "portal/login.html"
     redirect_authenticated_user = True
 
+    def _attempt(self) -> signin.Attempt:
+        return signin.Attempt.of(self.request, self.request.POST.get("username"))
+
     def post(self, request, *args, **kwargs):
-        if cache.get(_failures_key(request), 0) >= settings.LOGIN_FAILURE_LIMIT:
+        if signin.locked(self._attempt()):
             form = self.get_form()
             form.errors.clear()
-            minutes = max(1, settings.LOGIN_LOCKOUT_SECONDS // 60)
             context = self.get_context_data(
                 form=form,
-                locked=_("Too many failed sign-ins. Try again in %(m)d minutes.") % {"m": minutes},
+                locked=_("Too many failed sign-ins. Try again in %(m)d minutes.")
+                % {"m": signin.lockout_minutes()},
             )
             return self.render_to_response(context, status=429)
         return super().post(request, *args, **kwargs)
 
     def form_invalid(self, form):
-        key = _failures_key(self.request)
-        if not cache.add(key, 1, settings.LOGIN_LOCKOUT_SECONDS):
-            try:
-                cache.incr(key)
-            except ValueError:  # expired between the two calls: a new window
-                cache.set(key, 1, settings.LOGIN_LOCKOUT_SECONDS)
+        signin.failed(self._attempt())
         return super().form_invalid(form)
 
     def form_valid(self, form):
-        cache.delete(_failures_key(self.request))
+        signin.succeeded(self._attempt())
         return super().form_valid(form)
 
 

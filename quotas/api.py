@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 
 from portal.api import VisibleRelatedField
 from portal.api_base import DetailApi, ListCreateApi
+from portal.daterange import validate_in_range
 from portal.selectors import get_visible, visible_departments, visible_projects
 
 from . import selectors, services
@@ -257,8 +258,8 @@ class LoanIn(serializers.Serializer):
     lender = VisibleRelatedField(selectors.visible_quota_nodes)
     borrower = VisibleRelatedField(selectors.visible_quota_nodes)
     amount = serializers.DecimalField(**QTY)
-    starts_at = serializers.DateTimeField()
-    ends_at = serializers.DateTimeField()
+    starts_at = serializers.DateTimeField(validators=[validate_in_range])
+    ends_at = serializers.DateTimeField(validators=[validate_in_range])
     reason = serializers.CharField(max_length=500, required=False, allow_blank=True)
     state = serializers.ChoiceField(choices=[LoanState.PENDING, LoanState.ACTIVE], required=False)
 

@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 from portal.api import VisibleRelatedField
 from portal.api_approvals import ApprovalDetailOut, create_through
 from portal.approvals import handler_for
+from portal.daterange import validate_in_range
 from portal.models import ApprovalKind, ApprovalRequest, Department, User
 from portal.selectors import visible_departments, visible_projects
 
@@ -61,8 +62,8 @@ class LoanRequestIn(serializers.Serializer):
     # borrower needs to ask; the lender's quotas and usage stay invisible to it.
     lender = serializers.SlugRelatedField(slug_field="code", queryset=Department.objects.all())
     amount = serializers.DecimalField(max_digits=12, decimal_places=3, min_value=0, max_value=1_000_000)
-    starts_at = serializers.DateTimeField()
-    ends_at = serializers.DateTimeField()
+    starts_at = serializers.DateTimeField(validators=[validate_in_range])
+    ends_at = serializers.DateTimeField(validators=[validate_in_range])
     reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
     def validate_kind(self, value):

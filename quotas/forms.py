@@ -13,6 +13,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from portal.daterange import validate_in_range
 from portal.models import Department, Project, User
 from portal.selectors import Scope, scope_for
 
@@ -172,6 +173,7 @@ def _datetime_field(label):
     return forms.DateTimeField(
         label=label,
         input_formats=[DATETIME_LOCAL, "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"],
+        validators=[validate_in_range],
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format=DATETIME_LOCAL),
     )
 

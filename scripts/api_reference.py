@@ -40,7 +40,9 @@ portal serves at `/api/schema/` (browsable at `/api/docs/`). Guides: [user guide
 
 **Authentication.** Either a session (sign in through the browser; unsafe methods then need the
 CSRF token) or a token: `POST /api/v1/auth/token/` with `{"username": …, "password": …}` answers
-`{"token": …}`; send it as `Authorization: Token <token>`.
+`{"token": …}`; send it as `Authorization: Token <token>`. A wrong password is 401; too many of them
+(for one account from one address, or for any accounts from one address) 429 for a while — the
+sign-in form's lockout, shared ([operations.md](operations.md#sign-in-lockout)).
 
 **Visibility.** Every list starts from what the caller may see (DESIGN §1); another tenant's
 object answers 404, not 403.

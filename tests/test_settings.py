@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import env_bool, env_int, parse_database_url, redis_urls
+from portal.env import env_bool, env_int, parse_database_url, parse_networks, redis_urls
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,7 +55,14 @@ def test_typed_helpers_reject_garbage(monkeypatch):
 
 def _production(env_extra: dict, *args: str):
     # A production process starts from a clean slate: none of the test run's own switches.
-    dropped = ("SECRET_KEY", "ALLOWED_HOSTS", "DJANGO_ALLOW_ASYNC_UNSAFE")
+    dropped = (
+        "SECRET_KEY",
+        "ALLOWED_HOSTS",
+        "DJANGO_ALLOW_ASYNC_UNSAFE",
+        "GPUPOOL_METRICS_TOKEN",
+        "GPUPOOL_METRICS_ALLOW_NETWORKS",
+        "GPUPOOL_TRUSTED_PROXIES",
+    )
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     env.update({"DJANGO_SETTINGS_MODULE": "portal.settings.production", **env_extra})
     return subprocess.run(
@@ -75,9 +82,13 @@ def test_production_refuses_a_weak_secret_key_and_missing_hosts():
     assert no_hosts.returncode != 0 and "ALLOWED_HOSTS" in no_hosts.stderr
 
 
+STRONG_KEY = "q7Z!m2#Lp9$wX4&rT8^yB3*nK6(cV1)hJ5-dF0+gS" * 2
+REQUIRED = {"SECRET_KEY": STRONG_KEY, "ALLOWED_HOSTS": "gpupool.example"}
+
+
 def test_production_settings_pass_the_deploy_check():
     result = _production(
-        {"SECRET_KEY": "q7Z!m2#Lp9$wX4&rT8^yB3*nK6(cV1)hJ5-dF0+gS" * 2, "ALLOWED_HOSTS": "gpupool.example"},
+        {**REQUIRED, "GPUPOOL_METRICS_TOKEN": "k8s-secret-metrics-token-1234"},
         "check",
         "--deploy",
         "--fail-level",
@@ -90,3 +101,41 @@ def test_default_time_zone_and_languages(settings):
     assert os.environ.get("TIME_ZONE", "Asia/Shanghai") == settings.TIME_ZONE
     assert [code for code, _ in settings.LANGUAGES] == ["zh-hans", "en"]
     assert settings.USE_TZ is True
+
+
+def test_item11_production_refuses_to_start_with_metrics_open_to_everyone():
+    result = _production(REQUIRED, "check")
+    assert result.returncode != 0
+    assert "Set GPUPOOL_METRICS_TOKEN" in result.stderr and "GPUPOOL_METRICS_ALLOW_NETWORKS" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "metrics",
+    [
+        {"GPUPOOL_METRICS_TOKEN": "k8s-secret-metrics-token-1234"},
+        {"GPUPOOL_METRICS_ALLOW_NETWORKS": "10.0.0.0/8, 127.0.0.1, fd00::/8"},
+    ],
+)
+def test_item11_production_starts_with_a_metrics_token_or_allowed_networks(metrics):
+    result = _production({**REQUIRED, **metrics}, "check")
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("metrics", "message"),
+    [
+        ({"GPUPOOL_METRICS_TOKEN": "CHANGE-ME"}, "GPUPOOL_METRICS_TOKEN must be at least 16 characters"),
+        ({"GPUPOOL_METRICS_ALLOW_NETWORKS": "10.0.0.0/8,lan"}, "'lan' is not an address or network"),
+        ({"GPUPOOL_METRICS_TOKEN": "k" * 20, "GPUPOOL_TRUSTED_PROXIES": "-1"}, "GPUPOOL_TRUSTED_PROXIES"),
+    ],
+)
+def test_item11_production_refuses_a_weak_token_and_malformed_networks(metrics, message):
+    result = _production({**REQUIRED, **metrics}, "check")
+    assert result.returncode != 0 and message in result.stderr, result.stderr[-500:]
+
+
+def test_item11_networks_parse_into_ip_networks():
+    nets = parse_networks("X", ["10.0.0.0/8", "127.0.0.1", "10.1.2.3/8"])
+    assert [str(n) for n in nets] == ["10.0.0.0/8", "127.0.0.1/32", "10.0.0.0/8"]
+    with pytest.raises(ImproperlyConfigured, match="X: 'nope'"):
+        parse_networks("X", ["nope"])

@@ -5,9 +5,10 @@ Everything a deployment varies is read from the environment through ``portal.env
 
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
-from portal.env import env_bool, env_int, env_list, env_str, parse_database_url, redis_urls
+from portal.env import env_bool, env_int, env_list, env_str, parse_database_url, parse_networks, redis_urls
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -25,6 +26,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files, served by WhiteNoise like ours
     "django_htmx",
     # Order is the dependency order: portal ← quotas ← jobs ← billing.
     "portal",
@@ -54,9 +56,18 @@ ROOT_URLCONF = "portal.urls"
 WSGI_APPLICATION = "portal.wsgi.application"
 AUTH_USER_MODEL = "portal.User"
 LOGIN_URL = "login"
-# The sign-in form refuses an account from one address after this many wrong passwords, for this long.
+# Sign-in lockout (portal/signin.py; the form, the API token endpoint and the admin share it): an
+# account is refused to one address after LOGIN_FAILURE_LIMIT wrong passwords from there, and an
+# address is refused altogether after LOGIN_ADDRESS_FAILURE_LIMIT for any accounts, for
+# LOGIN_LOCKOUT_SECONDS from the first failure.
 LOGIN_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5)
+LOGIN_ADDRESS_FAILURE_LIMIT = env_int("LOGIN_ADDRESS_FAILURE_LIMIT", 50)
 LOGIN_LOCKOUT_SECONDS = env_int("LOGIN_LOCKOUT_SECONDS", 900)
+# Proxies in front of gunicorn that append to X-Forwarded-For (the ingress: 1). 0: clients connect
+# directly and X-Forwarded-For is ignored. portal.security.client_address; DRF's NUM_PROXIES.
+TRUSTED_PROXIES = env_int("GPUPOOL_TRUSTED_PROXIES", 0)
+if TRUSTED_PROXIES < 0:
+    raise ImproperlyConfigured("GPUPOOL_TRUSTED_PROXIES must be 0 or more.")
 LOGIN_REDIRECT_URL = "dashboard"
 LOGOUT_REDIRECT_URL = "login"
 
@@ -149,7 +160,14 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "portal.pagination.Pagination",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    # DRF's parsers with JSON nesting bounded (portal/parsers.py): a deep body is a 400, not a 500.
+    "DEFAULT_PARSER_CLASSES": [
+        "portal.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "EXCEPTION_HANDLER": "portal.api_base.exception_handler",
+    "NUM_PROXIES": TRUSTED_PROXIES,
     "PAGE_SIZE": 100,
     "COERCE_DECIMAL_TO_STRING": True,
 }
@@ -158,6 +176,13 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "GPU resource pool: tenancy, resources, quotas, jobs, billing.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # /api/docs/ loads Swagger UI from our own static files (the pinned drf-spectacular-sidecar),
+    # not a CDN's @latest: it works without internet and under the site's CSP unchanged. No
+    # validator badge: it would send the schema's URL to validator.swagger.io.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "NodeStateEnum": "quotas.models.NodeState",
@@ -213,8 +238,13 @@ GPUPOOL = {
     "METRICS_JOB_LABEL": env_str("GPUPOOL_METRICS_JOB_LABEL", "hpc_job"),
     "IDLE_THRESHOLD_PCT": env_int("GPUPOOL_IDLE_THRESHOLD_PCT", 5),
     "IDLE_WINDOW_MINUTES": env_int("GPUPOOL_IDLE_WINDOW_MINUTES", 120),
-    # When set, GET /metrics needs "Authorization: Bearer <token>" (labels name departments).
+    # GET /metrics (its labels name departments) answers a request with "Authorization: Bearer
+    # <token>" or from one of the networks (client address as portal.security.client_address);
+    # with neither set (dev, tests) anyone. Production refuses to start with neither.
     "METRICS_TOKEN": env_str("GPUPOOL_METRICS_TOKEN", ""),
+    "METRICS_ALLOW_NETWORKS": parse_networks(
+        "GPUPOOL_METRICS_ALLOW_NETWORKS", env_list("GPUPOOL_METRICS_ALLOW_NETWORKS", [])
+    ),
     "DEV_LIFETIME_SECONDS": env_int("GPUPOOL_DEV_LIFETIME_SECONDS", 86400),  # DESIGN §4: 24 h
     "DEV_JOBS_PER_USER": env_int("GPUPOOL_DEV_JOBS_PER_USER", 2),
     # Time an approver has to decide a step before it escalates (or expires at the top).

@@ -16,6 +16,15 @@ if not ALLOWED_HOSTS:
     raise ImproperlyConfigured("Set ALLOWED_HOSTS to the portal's host names.")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
+# /metrics names departments: it is never open to the world in production.
+if not GPUPOOL["METRICS_TOKEN"] and not GPUPOOL["METRICS_ALLOW_NETWORKS"]:  # noqa: F405
+    raise ImproperlyConfigured(
+        "Set GPUPOOL_METRICS_TOKEN (the scraper sends it as a Bearer token) or "
+        "GPUPOOL_METRICS_ALLOW_NETWORKS (e.g. 10.0.0.0/8): /metrics is not served to everyone."
+    )
+if GPUPOOL["METRICS_TOKEN"] and len(GPUPOOL["METRICS_TOKEN"]) < 16:  # noqa: F405
+    raise ImproperlyConfigured("GPUPOOL_METRICS_TOKEN must be at least 16 characters.")
+
 # Behind a TLS-terminating proxy (the default) its X-Forwarded-Proto says whether the request was https.
 SECURE_PROXY_SSL_HEADER = (
     ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("SECURE_BEHIND_PROXY", True) else None

@@ -122,7 +122,13 @@ def test_collectstatic_works_with_the_dockerfiles_build_environment(tmp_path):
         r"^RUN (SECRET_KEY=.*?)python manage.py collectstatic", (ROOT / "Dockerfile").read_text(), re.M | re.S
     )
     assignments = dict(re.findall(r"([A-Z_]+)=(\S+)", line[1]))
-    assert set(assignments) == {"SECRET_KEY", "ALLOWED_HOSTS", "DATABASE_URL", "REDIS_URL"}
+    assert set(assignments) == {
+        "SECRET_KEY",
+        "ALLOWED_HOSTS",
+        "DATABASE_URL",
+        "REDIS_URL",
+        "GPUPOOL_METRICS_TOKEN",
+    }
     # STATIC_ROOT is fixed in settings (.run/staticfiles); --dry-run proves settings load and
     # every static file is found without writing into the work tree.
     result = run(

@@ -5,7 +5,7 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
-from portal.views import _failures_key
+from portal.signin import Attempt
 
 pytestmark = pytest.mark.django_db
 
@@ -62,4 +62,5 @@ def test_a_successful_sign_in_resets_the_count(world):
 
 def test_the_counter_key_uses_the_normalised_username(rf):
     request = rf.post("/accounts/login/", {"username": "  PA1_Member "}, REMOTE_ADDR="127.0.0.1")
-    assert _failures_key(request) == "login-failures:127.0.0.1:pa1_member"
+    attempt = Attempt.of(request, request.POST["username"])
+    assert attempt.account_key == "login-failures:127.0.0.1:pa1_member"

@@ -9,13 +9,20 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from billing.meter import usage_meter
+from portal.daterange import in_range
 
 
 def _instant(text: str, option: str) -> datetime:
-    found = parse_datetime(text)
+    try:
+        found = parse_datetime(text)
+    except ValueError:  # well-formed but no such date-time, e.g. month 13
+        found = None
     if found is None:
         raise CommandError(f"{option}: {text!r} is not a date-time (ISO 8601, e.g. 2026-11-01T00:00+08:00).")
-    return found if timezone.is_aware(found) else timezone.make_aware(found)
+    found = found if timezone.is_aware(found) else timezone.make_aware(found)
+    if not in_range(found):
+        raise CommandError(f"{option}: {text!r} is out of range: give a date from 2000-01-01 to 2100-12-31.")
+    return found
 
 
 class Command(BaseCommand):

@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from jobs.queue_sync import render_queues, sync_all
+from portal.daterange import in_range
 from quotas.models import Flavor
 from quotas.queues import FORMATS
 
@@ -52,4 +53,6 @@ class Command(BaseCommand):
             raise CommandError(f"--at: not an ISO date-time: {text!r}") from exc
         if at.tzinfo is None:
             raise CommandError("--at needs a UTC offset, e.g. 2026-06-01T21:00+08:00")
+        if not in_range(at):
+            raise CommandError(f"--at: {text!r} is out of range: give a date from 2000-01-01 to 2100-12-31.")
         return at
