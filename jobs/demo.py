@@ -14,7 +14,7 @@ CLASSES = [
 
 def seed(stdout) -> None:
     for name, value, preemptible, grace, description in CLASSES:
-        PriorityClass.objects.update_or_create(
+        PriorityClass.objects.get_or_create(
             name=name,
             defaults={
                 "value": value,

