@@ -173,7 +173,9 @@ class _Room:
         self.g = max(1, milli // FULL)
         self.used: dict[tuple[int, int], int] = {}
         self.free: dict[int, int] = {}
-        self.cap = list(pool.cluster_capacities(self.g)) if milli >= FULL else [0]
+        # A shared request fits by milli (``fits``); its counts are kept but never read.
+        self.cap = list(pool.cluster_capacities(self.g)) if milli >= FULL \
+            else [0] * max(1, len(pool.clusters))
 
     def free_slots(self, slots) -> None:
         used, g, of = self.pool.used, self.g, self.pool.cluster_of

@@ -154,6 +154,17 @@ def test_item3_reclaim_frees_room_inside_one_cluster():
     assert clusters_of(adm.placement) == {"cA"} and sorted(adm.preempts) == ["l1", "l2"]
 
 
+def test_a_shared_request_reclaims_in_a_pool_of_two_clusters():
+    """The per-cluster paper room also serves one-GPU-share requests (found by the property
+    tests: its counts were indexed by cluster for a shared request too)."""
+    tl = tree({"D": (16, {"a": 1, "b": 0})})
+    run = [running("l1", "b", "cA-0", 8, age_s=3000), running("l2", "b", "cB-0", 8, age_s=1000)]
+    result = schedule(snapshot(two_clusters(1, 1), tl, run, [queued("s", "a", milli=500)]))
+    assert [p.victim_id for p in result.preemptions] == ["l2"]  # the most recent on-loan job
+    [adm] = result.admissions
+    assert adm.placement == ((("cB-0", 0, 500),),)
+
+
 def test_item3_priority_preemption_never_takes_victims_in_two_clusters():
     tl = tree({"D": (16, {"a": 16})})
     run = [running("lo1", "a", "cA-0", 8, priority=10), running("lo2", "a", "cB-0", 8, priority=10)]
