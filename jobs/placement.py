@@ -8,7 +8,9 @@ pool; :func:`commit` / :func:`uncommit` apply or undo a plan.
 Rules:
 
 * a worker's GPUs are all on one node; a gang is all-or-nothing (``None`` when any worker
-  cannot be placed);
+  cannot be placed) and all its workers are on nodes of ONE cluster (a backend runs a job on
+  one cluster: capacity split over two clusters does not host a gang —
+  :meth:`~jobs.engine.pool.Pool.gang_capacity`, not ``whole_capacity``, says what fits);
 * whole-GPU workers only take GPUs with nothing on them; shared requests (``gpu_milli`` < 1000)
   take part of one GPU, and several pack onto one physical GPU;
 * ``frag=True`` (fragmentation-aware, the default): gangs go to the fewest leaves, then the
@@ -18,12 +20,14 @@ Rules:
   the partly used GPU with the least free milli before breaking a whole GPU;
 * ``frag=False`` (plain best-fit, for replay comparisons): every worker independently best-fits
   into the node with the fewest free GPUs (ties: topology order), no leaf or spine awareness;
-  shared requests go to the node with the least free milli in total, first GPU that fits;
+  shared requests go to the node with the least free milli in total, first GPU that fits; a
+  gang's first worker picks the cluster (the best fit among clusters that host the whole gang);
 * ``typical=…`` (fragmentation gradient descent, FGD — Weng et al., "Beware of Fragmentation",
   USENIX ATC'23): each worker goes to the node (and GPUs on it) that least increases the node's
   *fragmentation* — the expected free GPU milli the target workload cannot use. ``typical`` is
   that workload: ``(probability, gpus, milli, tag)`` pod shapes (see :func:`frag_amount`,
-  :func:`plan_fgd`). Not the scheduler's default (it ignores leaves and spines); packing replays
+  :func:`plan_fgd`); a gang is tried in each cluster that can host it and goes where the
+  increase is least. Not the scheduler's default (it ignores leaves and spines); packing replays
   and callers that know their pod-size distribution select it.
 """
 
@@ -55,6 +59,8 @@ def plan(pool: Pool, workers: int, milli: int, *, frag: bool = True, typical=Non
     g = milli // FULL
     if pool.whole_capacity(g) < workers:
         return None
+    if workers > 1 and pool.chist is not None and pool.gang_capacity(g) < workers:
+        return None  # enough only split across clusters
     if workers == 1:
         i = _best_node(pool, g, frag)
         return [tuple((i, x, FULL) for x in pool.free_gpus(i, g))]
@@ -66,10 +72,16 @@ def plan(pool: Pool, workers: int, milli: int, *, frag: bool = True, typical=Non
 def plan_at(pool: Pool, node_caps: dict[int, int], gpus_of, workers: int, g: int, *,
             frag: bool = True) -> Plan | None:
     """Place a gang on a *future* state given as workers-per-node (``node_caps``) and the GPUs
-    free then (``gpus_of(node)``): the same leaf/spine choice as :func:`plan`, for reservations.
+    free then (``gpus_of(node)``): the same cluster/leaf/spine choice as :func:`plan`, for
+    reservations (``None`` when no one cluster hosts the gang then).
     """
     if sum(node_caps.values()) < workers:
         return None
+    if pool.chist is not None and not frag:
+        kept = _one_cluster_plain(pool, sorted((c, i) for i, c in node_caps.items()), workers)
+        if kept is None:
+            return None
+        node_caps = {i: c for c, i in kept}
     if frag:
         caps: dict[int, int] = {}
         for i, c in node_caps.items():
@@ -79,6 +91,8 @@ def plan_at(pool: Pool, node_caps: dict[int, int], gpus_of, workers: int, g: int
             chosen = [(min(fitting, key=lambda li: (caps[li], pool.leaf_rank[li])), workers)]
         else:
             chosen = _choose_leaves(pool, caps, workers)
+            if chosen is None:
+                return None
         groups = [(sorted((node_caps[i], i) for i in pool.leaf_nodes[li] if i in node_caps),
                    count) for li, count in chosen]
     else:
@@ -97,10 +111,11 @@ def plan_at(pool: Pool, node_caps: dict[int, int], gpus_of, workers: int, g: int
 
 
 def plan_fits(pool: Pool, workers: int, milli: int) -> bool:
-    """Cheap necessary-and-sufficient test for whole GPUs (any nodes will do for a gang)."""
+    """Cheap necessary-and-sufficient test for whole GPUs (any nodes of one cluster will do for
+    a gang)."""
     if milli < FULL:
         return workers == 1 and pool.max_shared_free() >= milli
-    return pool.whole_capacity(milli // FULL) >= workers
+    return pool.gang_capacity(milli // FULL) >= workers
 
 
 def plan_grow(pool: Pool, g: int, near: set[int], cluster: str, *, frag: bool = True) -> Plan | None:
@@ -206,9 +221,12 @@ def _plan_shared_plain(pool: Pool, milli: int) -> Plan | None:
 
 # -- gangs -----------------------------------------------------------------------------
 def _plan_best_fit(pool: Pool, workers: int, g: int) -> Plan:
-    """Plain mode: each worker best-fits independently, as if placed one after another."""
+    """Plain mode: each worker best-fits independently, as if placed one after another (in
+    the cluster of the first)."""
     free = pool.free
     avail = sorted((free[i], i) for i in range(len(free)) if free[i] >= g)
+    if pool.chist is not None:
+        avail = _one_cluster_plain(pool, avail, workers, pool.cluster_capacities(g))
     taken: dict[int, int] = {}
     for _ in range(workers):
         f, i = avail.pop(0)
@@ -229,7 +247,7 @@ def _plan_topology(pool: Pool, workers: int, g: int) -> Plan:
         li = min(fitting, key=lambda leaf: (caps[leaf], pool.leaf_rank[leaf]))
         chosen = [(li, workers)]
     else:
-        chosen = _choose_leaves(pool, caps, workers)
+        chosen = _choose_leaves(pool, caps, workers)  # not None: gang_capacity said it fits
     placement: Plan = []
     for li, count in chosen:
         placement.extend(_fill_leaf(pool, li, count, g))
@@ -257,8 +275,52 @@ def _leaf_caps(pool: Pool, g: int) -> dict[int, int]:
     return {li: sum(hist[li][k] * (k // g) for k in range(g, top + 1)) for li in leaves}
 
 
-def _choose_leaves(pool: Pool, caps: dict[int, int], workers: int) -> list[tuple[int, int]]:
-    """Fewest leaves (largest first), then fewest spines; the last leaf is a best fit."""
+def _one_cluster_plain(pool: Pool, avail: list[tuple[int, int]], workers: int,
+                       caps: list[int] | None = None) -> list[tuple[int, int]] | None:
+    """Plain best fit of a gang: ``avail`` (sorted ``(room, node)``, room in workers or GPUs)
+    cut to the cluster of its first node among the clusters that host all ``workers``
+    (``caps``: workers per cluster; default: the sums of ``avail``'s rooms). None: no cluster."""
+    of = pool.cluster_of
+    if caps is None:
+        caps = [0] * len(pool.clusters)
+        for c, i in avail:
+            caps[of[i]] += c
+    first = next((i for _, i in avail if caps[of[i]] >= workers), None)
+    if first is None:
+        return None
+    c = of[first]
+    return [(f, i) for f, i in avail if of[i] == c]
+
+
+def _one_cluster_leaves(pool: Pool, caps: dict[int, int], workers: int) -> dict[int, int] | None:
+    """``caps`` (workers per leaf) cut to the leaves of the one cluster that hosts the gang in
+    the fewest leaves (then the least room, a best fit; then cluster order). None: none can."""
+    per: dict[int, list[int]] = {}
+    for li, c in caps.items():
+        per.setdefault(pool.leaf_cluster[li], []).append(c)
+    best = None
+    for cl, lst in per.items():
+        total = sum(lst)
+        if total < workers:
+            continue
+        key = (_leaves_needed(sorted(lst, reverse=True), workers), total, cl)
+        if best is None or key < best:
+            best = key
+    if best is None:
+        return None
+    cl = best[2]
+    return {li: c for li, c in caps.items() if pool.leaf_cluster[li] == cl}
+
+
+def _choose_leaves(pool: Pool, caps: dict[int, int], workers: int) -> list[tuple[int, int]] | None:
+    """Inside one cluster: fewest leaves (largest first), then fewest spines; the last leaf is
+    a best fit. None when no one cluster has room for ``workers``."""
+    if pool.chist is not None:
+        caps = _one_cluster_leaves(pool, caps, workers)
+        if caps is None:
+            return None
+    elif sum(caps.values()) < workers:
+        return None
     rank = pool.leaf_rank
     by_spine: dict[int, list[int]] = {}
     for li in caps:
@@ -380,11 +442,26 @@ def plan_fgd(pool: Pool, workers: int, milli: int, *, typical, side=None, host_o
         cache = {}
     g = max(1, milli // FULL)
     m = min(milli, FULL)
+    plan_fgd.ties = 0
+    if workers == 1 or pool.chist is None:
+        return _fgd_gang(pool, workers, g, m, typical, side, host_ok, cache, rng, rank, None)
+    # A gang stays in one cluster: try each that has room, keep the least increase.
+    best = None
+    for c, cap in enumerate(pool.cluster_capacities(g)):
+        if cap >= workers:
+            found = _fgd_gang(pool, workers, g, m, typical, side, host_ok, cache, rng, rank, c)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = found
+    return best
+
+
+def _fgd_gang(pool: Pool, workers: int, g: int, m: int, typical, side, host_ok, cache, rng, rank,
+              cluster: int | None) -> tuple[float, Plan] | None:
+    """FGD for ``workers`` workers in turn, on nodes of ``cluster`` (a number; None: any)."""
     placement: Plan = []
     total = 0.0
-    plan_fgd.ties = 0
     for _ in range(workers):
-        best = _fgd_worker(pool, g, m, typical, side, host_ok, cache, rng, rank)
+        best = _fgd_worker(pool, g, m, typical, side, host_ok, cache, rng, rank, cluster)
         if best is None:
             uncommit(pool, placement)
             return None
@@ -410,10 +487,14 @@ def fgd_score(increase: float) -> int:
     return int(100.0 / (1.0 + math.exp(increase / 1000.0)))
 
 
-def _fgd_nodes(pool: Pool, g: int, m: int, side):
+def _fgd_nodes(pool: Pool, g: int, m: int, side, cluster: int | None = None):
     """The nodes one worker of ``g`` × ``m`` milli could go on: (index, free milli per GPU,
-    side state before, side state after); ``side(i)`` None hides a node (e.g. short of CPU)."""
+    side state before, side state after); ``side(i)`` None hides a node (e.g. short of CPU);
+    ``cluster`` given: only nodes of that cluster (number)."""
+    of = pool.cluster_of
     for i, row in enumerate(pool.used):
+        if cluster is not None and of[i] != cluster:
+            continue
         if m == FULL:
             if pool.free[i] < g:
                 continue
@@ -425,11 +506,12 @@ def _fgd_nodes(pool: Pool, g: int, m: int, side):
         yield i, [FULL - u for u in row], states[0], states[1]
 
 
-def _fgd_worker(pool: Pool, g: int, m: int, typical, side, host_ok, cache, rng=None, rank=None):
+def _fgd_worker(pool: Pool, g: int, m: int, typical, side, host_ok, cache, rng=None, rank=None,
+                cluster: int | None = None):
     if rng is not None:
-        return _fgd_worker_sim(pool, g, m, typical, side, host_ok, cache, rng, rank)
+        return _fgd_worker_sim(pool, g, m, typical, side, host_ok, cache, rng, rank, cluster)
     best = None
-    for i, free, before_state, after_state in _fgd_nodes(pool, g, m, side):
+    for i, free, before_state, after_state in _fgd_nodes(pool, g, m, side, cluster):
         before = frag_cached(free, before_state, typical, host_ok, cache)
         if m == FULL:
             gpus = [x for x, f in enumerate(free) if f == FULL][:g]
@@ -452,13 +534,14 @@ def _fgd_worker(pool: Pool, g: int, m: int, typical, side, host_ok, cache, rng=N
     return None if best is None else best[:2]
 
 
-def _fgd_worker_sim(pool: Pool, g: int, m: int, typical, side, host_ok, cache, rng, rank=None):
+def _fgd_worker_sim(pool: Pool, g: int, m: int, typical, side, host_ok, cache, rng, rank=None,
+                    cluster: int | None = None):
     """As the paper's simulator: integer scores, the first best GPU on a node, and among the
     best nodes the one of lowest ``rank``, or without ranks a uniformly random one (reservoir
     sampling, one ``rng.random()`` per tied node)."""
     best = None
     ties = 0
-    for i, free, before_state, after_state in _fgd_nodes(pool, g, m, side):
+    for i, free, before_state, after_state in _fgd_nodes(pool, g, m, side, cluster):
         before = frag_cached(free, before_state, typical, host_ok, cache)
         node_best = None
         if m == FULL:

@@ -343,7 +343,8 @@ def explain_to_dict(e: Explain, at: datetime) -> dict:
         "reason": e.reason,
         "flavor": e.flavor,
         "blocking_node": e.node_id,
-        "numbers": {k: v / 1000 for k, v in e.numbers},
+        # Milli figures become devices; ``workers`` is a count (it was shown as 0.002).
+        "numbers": {k: v if k == "workers" else v / 1000 for k, v in e.numbers},
         "message": e.message,
         "holders": [
             {"job": int(h.job_id), "project": int(h.project_id[1:]), "gpus": h.milli / 1000}

@@ -95,8 +95,13 @@ def _lifted_fits(reservations, which, pool: Pool, workers: int, milli: float) ->
         if used[i][x] == a:  # only the blocks sit on this GPU: it is whole once lifted
             gain[i] = gain.get(i, 0) + 1
     free = pool.free
-    extra = sum((free[i] + k) // g - free[i] // g for i, k in gain.items())
-    return pool.whole_capacity(g) + extra >= workers
+    if pool.chist is None:
+        extra = sum((free[i] + k) // g - free[i] // g for i, k in gain.items())
+        return pool.whole_capacity(g) + extra >= workers
+    caps = list(pool.cluster_capacities(g))  # a gang runs inside one cluster
+    for i, k in gain.items():
+        caps[pool.cluster_of[i]] += (free[i] + k) // g - free[i] // g
+    return max(caps) >= workers
 
 
 def short_for(cycle, p: Pending) -> bool:

@@ -325,7 +325,7 @@ class Cycle:
         if d < FULL:
             phys = 1 if pool.max_shared_free() >= d else 0
         else:
-            phys = pool.whole_capacity(d // FULL)
+            phys = pool.gang_capacity(d // FULL)  # the most ONE cluster takes
         cap = min(p.workers, phys)
         return min(cap, room_in // d), min(cap, room // d)
 

@@ -138,6 +138,9 @@ def _physical(cycle, p: Pending, r: int, mode: str, position: int) -> Explain:
             return Explain(position, "reservation", f, None, (("request", r),), holders,
                            f"{owed}; would delay the reservation of {res.job_id}",
                            res.public(s))
+        split = _split_over_clusters(cycle, p, owed, holders, own, position)
+        if split is not None:
+            return split
         largest = max((k for k, n in enumerate(pool.hist) if n), default=0) * FULL
         nums = (("per_worker", p.milli), ("workers", p.min_workers),
                 ("largest_free_node", largest))
@@ -148,6 +151,30 @@ def _physical(cycle, p: Pending, r: int, mode: str, position: int) -> Explain:
                        f"{owed}; waits behind {cycle.closed_by} (backfill off)")
     return Explain(position, "capacity", f, None, (("request", r),), holders,
                    f"{owed}; capacity freed during this cycle; considered next cycle", own)
+
+
+def _split_over_clusters(cycle, p: Pending, owed: str, holders, own, position: int):
+    """A gang runs inside one cluster: say so when the GPUs it needs exist (or are free) only
+    split over several clusters, rather than "no node set fits" (or, before, "it fits")."""
+    pool = cycle.s.pools[p.flavor]
+    w, d = p.min_workers, p.milli
+    if pool.chist is None or w < 2 or d < FULL:
+        return None
+    g = d // FULL
+    largest = pool.largest_cluster(g)
+    shape = f"{w} × {d}"
+    if largest < w:
+        nums = (("per_worker", d), ("workers", w), ("largest_cluster", largest * d))
+        return Explain(position, "capacity", p.flavor, None, nums, holders,
+                       f"{owed}; a job runs inside one cluster and no cluster of {p.flavor} "
+                       f"has {shape} (the largest: {largest} workers)", own)
+    if pool.whole_capacity(g) < w:
+        return None  # not even split: the usual placement answer
+    room = pool.gang_capacity(g)
+    nums = (("per_worker", d), ("workers", w), ("largest_free_cluster", room * d))
+    return Explain(position, "placement", p.flavor, None, nums, holders,
+                   f"{owed}; free GPUs for {shape} only split across clusters; a job runs "
+                   f"inside one cluster (one cluster takes {room} workers now)", own)
 
 
 def _blocking_reservation(cycle, p: Pending):

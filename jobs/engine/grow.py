@@ -10,7 +10,8 @@ growth never takes capacity a queued job could use in this cycle. Beyond that:
   the quota rules but still waits for room, no job of that priority or lower grows — a job that
   already runs at its minimum grows with what nobody in front of it can use. Queued jobs held
   for budget, refused by quota, or larger than the flavor's whole capacity do not hold growth
-  back: room would not let them in.
+  back: room would not let them in (nor does a gang larger than every cluster of its flavor:
+  a gang runs inside one cluster).
 
 Candidates are running jobs with fewer workers than ``grow_to`` (the target, see
 :class:`~jobs.engine.model.RunningJob`), not terminating, not admitted in this cycle. They take
@@ -107,6 +108,7 @@ def _waiting_for_room(cycle, flavors: set[str], floor: int) -> dict[str, int]:
             continue
         path = s.tree.path(proj)
         capacity = s.ledgers[f].capacity
+        pool = s.pools[f]
         seen: set[int] = set()
         for _, jid, p in sq.jobs:
             if jid in cycle.admitted or jid not in s.pending or s.held(p) or cycle.invalid(p):
@@ -114,6 +116,9 @@ def _waiting_for_room(cycle, flavors: set[str], floor: int) -> dict[str, int]:
             r = p.min_workers * p.milli
             if r in seen or r > capacity:
                 continue
+            if pool.chist is not None and p.min_workers > 1 and \
+                    pool.largest_cluster(p.milli // FULL) < p.min_workers:
+                continue  # no one cluster could ever hold this gang
             seen.add(r)
             if cycle.gate(f, path, r)[0] is not None:
                 out[f] = prio

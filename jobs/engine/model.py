@@ -177,7 +177,8 @@ class Holder:
 class Explain:
     """Why a job waits. ``reason`` is one of REASONS; ``node_id`` / ``flavor`` name the
     blocking quota level (``None`` node = the pool root); ``numbers`` are the milli figures of
-    the failed comparison; ``holders`` the running jobs using capacity it is owed."""
+    the failed comparison (``workers`` alone is a count); ``holders`` the running jobs using
+    capacity it is owed."""
 
     position: int
     reason: str
@@ -194,8 +195,8 @@ REASONS = (
     "quota",         # not in-quota and borrowing disabled
     "borrow_limit",  # rule 2 cap at a tree node
     "lend_limit",    # rule 4: capacity held back by siblings' lend limits
-    "capacity",      # rule 2 at the root: not enough healthy capacity
-    "placement",     # enough capacity in total but no node set fits (topology/fragmentation)
+    "capacity",      # rule 2 at the root, or no one cluster big enough: not enough healthy capacity
+    "placement",     # enough capacity in total but no node set of one cluster fits now
     "reservation",   # would delay the reservation of a higher job (EASY backfill)
     "reclaimed",     # admitted earlier in this cycle, then reclaimed by an in-quota job
     "invalid",       # can never run here (e.g. worker larger than any node of the flavor)

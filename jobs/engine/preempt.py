@@ -163,7 +163,8 @@ class _Paper:
 
 
 class _Room:
-    """Workers of one size that fit, with some slots freed on paper."""
+    """Workers of one size that fit, with some slots freed on paper. Counted per cluster
+    (``cap[c]``): a gang runs inside one, so victims must free room in ONE cluster."""
 
     __slots__ = ("pool", "milli", "g", "used", "free", "cap")
 
@@ -172,33 +173,35 @@ class _Room:
         self.g = max(1, milli // FULL)
         self.used: dict[tuple[int, int], int] = {}
         self.free: dict[int, int] = {}
-        self.cap = pool.whole_capacity(self.g) if milli >= FULL else 0
+        # A shared request fits by milli (``fits``); its counts are kept but never read.
+        self.cap = list(pool.cluster_capacities(self.g)) if milli >= FULL \
+            else [0] * max(1, len(pool.clusters))
 
     def free_slots(self, slots) -> None:
-        used, g = self.pool.used, self.g
+        used, g, of = self.pool.used, self.g, self.pool.cluster_of
         for i, x, m in slots:
             u = self.used.get((i, x), used[i][x]) - m
             self.used[(i, x)] = u
             if u == 0:
                 f = self.free.get(i, self.pool.free[i])
                 self.free[i] = f + 1
-                self.cap += (f + 1) // g - f // g
+                self.cap[of[i]] += (f + 1) // g - f // g
 
     def refill(self, slots) -> None:
-        used, g = self.pool.used, self.g
+        used, g, of = self.pool.used, self.g, self.pool.cluster_of
         for i, x, m in slots:
             old = self.used.get((i, x), used[i][x])
             self.used[(i, x)] = old + m
             if old == 0 and m:
                 f = self.free[i]
                 self.free[i] = f - 1
-                self.cap += (f - 1) // g - f // g
+                self.cap[of[i]] += (f - 1) // g - f // g
 
     def fits(self, workers: int) -> bool:
         if self.milli < FULL:
             return self.pool.max_shared_free() >= self.milli or any(
                 FULL - u >= self.milli for u in self.used.values())
-        return self.cap >= workers
+        return max(self.cap) >= workers
 
     def helps(self, slots) -> bool:
         """Does any slot sit where the paper state gained room a worker can use?"""

@@ -7,7 +7,8 @@ with usage but nothing tracked on it (``Node.external_milli``) is busy forever.
 
 Earliest start of ``w`` workers of ``g`` whole GPUs: node ``i`` hosts ``k`` workers from its
 ``(k·g)``-th smallest busy-until time on, so the start is the ``w``-th smallest of those times
-over all nodes — O(nodes), no replay of every job ending.
+over the nodes of one cluster (a gang runs inside one), the earliest over the clusters —
+O(nodes), no replay of every job ending.
 """
 
 from __future__ import annotations
@@ -69,13 +70,14 @@ class Timeline:
     def earliest(self, workers: int, g: int, now: float) -> float | None:
         """Earliest time ``workers`` × ``g`` whole GPUs are free (None: never)."""
         times = self._refresh()
-        if 2 * g > self.pool.maxg:  # one worker per node at most
-            vals = [row[g - 1] for row in times if len(row) >= g]
-        else:
-            vals = [row[k] for row in times for k in range(g - 1, len(row), g)]
-        if len(vals) < workers:
-            return None
-        t = nsmallest(workers, vals)[-1]
+        pool = self.pool
+        if pool.chist is None:
+            t = _wth(workers, g, pool.maxg, times)
+        else:  # per cluster: a gang never spans two
+            per: list[list] = [[] for _ in pool.clusters]
+            for i, row in enumerate(times):
+                per[pool.cluster_of[i]].append(row)
+            t = min(_wth(workers, g, pool.maxg, rows) for rows in per)
         return None if t == NEVER else max(t, now)
 
     def caps_at(self, t: float, g: int) -> dict[int, int]:
@@ -87,3 +89,14 @@ class Timeline:
     def gpus_at(self, i: int, t: float) -> list[int]:
         """GPU indices of node ``i`` free at time ``t``, lowest first."""
         return [x for x, busy in enumerate(self._busy(i)) if busy <= t]
+
+
+def _wth(workers: int, g: int, maxg: int, times) -> float:
+    """When ``workers`` × ``g`` GPUs are free on the nodes of ``times`` (NEVER: not at all)."""
+    if 2 * g > maxg:  # one worker per node at most
+        vals = [row[g - 1] for row in times if len(row) >= g]
+    else:
+        vals = [row[k] for row in times for k in range(g - 1, len(row), g)]
+    if len(vals) < workers:
+        return NEVER
+    return nsmallest(workers, vals)[-1]

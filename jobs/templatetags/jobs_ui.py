@@ -57,6 +57,8 @@ NUMBER_LABELS = {
     "workers": _("workers"),
     "largest_node": _("largest node"),
     "largest_free_node": _("largest free node"),
+    "largest_cluster": _("largest cluster"),
+    "largest_free_cluster": _("largest free room in one cluster"),
 }
 
 

@@ -45,8 +45,10 @@ def worlds(draw):
             if draw(st.booleans()):
                 lims[(pid, F)] = draw(limit_values())
             projects.append(pid)
+    # Clusters share topology names (a leaf "l0" in c1 and in c2): names are per cluster.
     nodes = tuple(Node(f"n{i}", F, draw(st.sampled_from([8, 8, 4])), "z", f"s{i // 4}",
-                       f"l{i // 2}", draw(st.sampled_from([True, True, True, False])))
+                       f"l{i // 2}", draw(st.sampled_from([True, True, True, False])),
+                       cluster=draw(st.sampled_from(["c1", "c1", "c2"])))
                   for i in range(draw(st.integers(1, 5))))
     jobs = draw(st.lists(job_values(projects), min_size=1, max_size=20))
     seed = draw(st.integers(0, 1000))
@@ -198,6 +200,18 @@ def test_a_gang_is_all_or_nothing(world):
                     assert len(worker) == q.gpus_per_worker
                     assert all(m == 1000 for _, _, m in worker)
     run_stream(world, check)
+
+
+@SETTINGS
+@given(worlds(), st.booleans())
+def test_item3_no_admission_or_reservation_spans_two_clusters(world, frag):
+    def check(snap, result):
+        cluster = {n.id: n.cluster for n in snap.nodes}
+        for a in result.admissions:
+            assert len({cluster[node] for w in a.placement for node, _, _ in w}) == 1, a
+        for r in result.reservations:
+            assert len({cluster[node] for node in r.nodes}) == 1, r
+    run_stream(world, check, fragmentation_aware=frag)
 
 
 @SETTINGS

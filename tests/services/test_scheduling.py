@@ -277,3 +277,79 @@ def test_a_cycle_caches_every_waiting_jobs_explanation_once_a_minute(
     with django_capture_on_commit_callbacks(execute=True):
         schedule_once()  # within the minute: the head only
     assert [cache.get(k) is not None for k in keys] == [True, False, False]
+
+
+# -- issue 18 item 3: a job's workers run inside one cluster --------------------------------
+def _two_clusters(sim_url: str = ""):
+    """Clusters c1 and c2 of one 8-GPU node each, named alike (a100-0 in z1/s0/l0); project p
+    of department D owns all 16 GPUs."""
+    from quotas.models import Cluster
+
+    f = fx.flavor()
+    Cluster.objects.create(name="c1", kind="simulator", config={})
+    c2 = Cluster.objects.create(name="c2", kind="simulator", config={"url": sim_url} if sim_url else {})
+    fx.nodes(f, 1, cluster="c1")
+    fx.nodes(f, 1, cluster="c2")
+    return f, c2
+
+
+def _clusters_of(job) -> set[str]:
+    from quotas.models import Node
+
+    job.refresh_from_db()
+    ids = {node for worker in job.placement for node, _, _ in worker}
+    return set(Node.objects.filter(pk__in=ids).values_list("cluster__name", flat=True))
+
+
+def test_item3_a_gang_waits_rather_than_span_two_clusters_then_runs_whole_in_one(simserver):
+    from jobs import dispatch
+    from jobs.backends.base import NodeInfo
+
+    f, c2 = _two_clusters(simserver.url)
+    d = fx.department("D")
+    p = fx.project("p", d)
+    fx.quota(f, d, 16)
+    fx.quota(f, p, 16)
+    gang = fx.submit(p, f, workers=2, gpus=8, name="gang")
+    report = schedule_once()
+    assert (report.admitted, _state(gang)) == (0, "queued")
+    why = _explain(gang)
+    assert why["reason"] == "capacity" and "one cluster" in why["message"]
+    assert why["numbers"] == {"per_worker": 8, "workers": 2, "largest_cluster": 8}
+    assert not JobEvent.objects.filter(job=gang, kind="transition", to_state="failed").exists()
+    fx.nodes(f, 1, cluster="c2")  # c2 now has two free nodes
+    simserver.backend().set_inventory(
+        [NodeInfo(n.name, f.name, 8, "ready", n.zone, n.spine, n.leaf) for n in c2.nodes.all()]
+    )
+    assert schedule_once().admitted == 1
+    assert _state(gang) == "admitted" and _clusters_of(gang) == {"c2"}
+    assert len(gang.placement) == 2
+    assert dispatch.dispatch_job(gang.pk) == "dispatched"
+    gang.refresh_from_db()
+    assert gang.cluster == c2
+
+
+def test_item3_reclaim_never_takes_victims_in_two_clusters():
+    """b borrows both nodes, one per cluster; a's in-quota gang would need both victims and
+    then still spans two clusters: nobody is preempted. Once c2 has a free node, reclaiming
+    the one job on c2 is enough, and the job on c1 keeps running."""
+    f, _ = _two_clusters()
+    a, b = fx.department("A"), fx.department("B")
+    pa, pb = fx.project("pa", a), fx.project("pb", b)
+    fx.quota(f, a, 16)
+    fx.quota(f, pa, 16)
+    b1, b2 = fx.submit(pb, f, name="b1"), fx.submit(pb, f, name="b2")
+    assert schedule_once().admitted == 2
+    gang = fx.submit(pa, f, workers=2, gpus=8, name="gang")
+    report = schedule_once()
+    assert (report.admitted, report.preempted) == (0, 0)
+    assert Job.objects.filter(pk__in=[b1.pk, b2.pk], terminating_since__isnull=False).count() == 0
+    assert _explain(gang)["reason"] == "capacity"
+    fx.nodes(f, 1, cluster="c2")
+    report = schedule_once()
+    assert (report.admitted, report.preempted) == (1, 1)
+    on_c2 = b1 if _clusters_of(b1) == {"c2"} else b2
+    stays = b2 if on_c2 is b1 else b1
+    on_c2.refresh_from_db(), stays.refresh_from_db()
+    assert on_c2.terminating_since is not None and stays.terminating_since is None
+    assert _state(gang) == "admitted" and _clusters_of(gang) == {"c2"}
