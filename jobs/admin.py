@@ -7,7 +7,15 @@ from .models import ApprovalPolicy, Job, JobEvent, PriorityClass
 
 @admin.register(PriorityClass)
 class PriorityClassAdmin(PlatformModelAdmin):
-    list_display = ["name", "value", "preemptible", "grace_seconds"]
+    list_display = [
+        "name",
+        "value",
+        "preemptible",
+        "grace_seconds",
+        "allowed_kinds",
+        "min_role",
+        "approval_below_role",
+    ]
 
 
 class ReadOnlyAdmin(PlatformModelAdmin):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 from functools import cached_property
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
@@ -205,7 +206,19 @@ class JobListApi(ListCreateApi):
     def perform(self, data):
         data = dict(data)
         data["priority_class"] = data.pop("priority")
-        return services.job_submit(actor=self.request.user, **data)
+        try:
+            return services.job_submit(actor=self.request.user, **data)
+        except DjangoValidationError as exc:
+            raise _renamed(exc, {"priority_class": "priority"}) from exc
+
+
+def _renamed(exc: DjangoValidationError, names: dict[str, str]) -> DjangoValidationError:
+    """The service's error with its fields named as the API body names them."""
+    if not hasattr(exc, "error_dict"):
+        return exc
+    return DjangoValidationError(
+        {names.get(field, field): errors for field, errors in exc.error_dict.items()}
+    )
 
 
 class JobDetailApi(DetailApi):

@@ -29,7 +29,9 @@ from portal.models import ApprovalKind, ApprovalRequest, Department, Project, Ro
 from portal.selectors import department_ancestors, scope_for, visible_departments
 from quotas.models import Flavor
 
-from .models import ApprovalPolicy, Job, JobKind
+from .models import ApprovalPolicy, Job
+from .rules import default_runtime, never_runs_errors, priority_class_reasons, priority_needs_platform
+from .selectors import job_request_facts
 from .states import JobState
 
 # Budgets come with billing (DESIGN §3.9). Billing registers callables here, each
@@ -171,8 +173,8 @@ def approval_reasons(
             % {"n": _fmt(cards), "max": policy.max_gpus, "where": where}
         )
     runtime = max_runtime_seconds
-    if runtime is None and kind == JobKind.DEV:
-        runtime = settings.GPUPOOL["DEV_LIFETIME_SECONDS"]
+    if runtime is None:
+        runtime = default_runtime(kind)  # what job_submit gives such a job
     if policy.max_runtime_hours is not None:
         if runtime is None:
             reasons.append(
@@ -241,7 +243,8 @@ def _needs_platform(policy: ApprovalPolicy | None, cards: Decimal) -> bool:
 def job_approval_open(*, job: Job, actor: User, reasons: list[str] | None = None) -> ApprovalRequest:
     """Open the approval request of a job just submitted in ``pending_approval``: the
     department admin of its project's department decides, then a platform admin when the job
-    is above the policy's platform threshold. ``reasons``: ``approval_reasons`` in the site
+    is above the policy's platform threshold or its priority class is one only platform admins
+    may use without approval. ``reasons``: ``approval_reasons`` in the site
     language, when the caller has them already (the budget check costs a usage computation)."""
     project = job.project
     policy = policy_for_project(project)
@@ -249,7 +252,7 @@ def job_approval_open(*, job: Job, actor: User, reasons: list[str] | None = None
     # Stored texts are read by other people later: write them in the site language.
     with translation.override(settings.LANGUAGE_CODE):
         if reasons is None:
-            reasons = approval_reasons(
+            reasons = priority_class_reasons(actor, project, job.kind, job.priority_class) + approval_reasons(
                 project,
                 job.kind,
                 job.flavor,
@@ -266,7 +269,7 @@ def job_approval_open(*, job: Job, actor: User, reasons: list[str] | None = None
         }
     timeout = timedelta(hours=policy.step_timeout_hours if policy else 48)
     steps = [StepSpec(Role.DEPARTMENT_ADMIN, project.department_id, timeout=timeout)]
-    if _needs_platform(policy, cards):
+    if _needs_platform(policy, cards) or priority_needs_platform(actor, project, job.priority_class):
         steps.append(StepSpec(Role.PLATFORM_ADMIN, None, timeout=timeout))
     return approval_request_create(
         requester=actor,
@@ -310,11 +313,32 @@ def _apply(request: ApprovalRequest, actor: User) -> None:
     from .services import job_transition
 
     job = _job_of(request)
+    if job.state == JobState.PENDING_APPROVAL:
+        _refuse_if_never_runs(job, actor)
     if job.state != JobState.PENDING_APPROVAL or not job_transition(
         job, JobState.QUEUED, reason="approved", actor=actor, data={"approval": request.pk}, approved=True
     ):
         raise ValidationError(
             _("The job is no longer waiting for approval (it is %(state)s).") % {"state": job.state}
+        )
+
+
+def _refuse_if_never_runs(job: Job, actor: User) -> None:
+    """Inventory or quotas may have shrunk since the job was submitted: approving a job that
+    could never start would only queue it for ever (issue 18 item 4). Reject it instead."""
+    errors = never_runs_errors(
+        viewer=actor,
+        project=job.project,
+        flavor=job.flavor,
+        workers=job.workers,
+        gpus_per_worker=job.gpus_per_worker,
+        gpu_milli=job.gpu_milli,
+        min_workers=job.min_workers,
+    )
+    if errors:
+        messages = [m for field_messages in errors.values() for m in field_messages]
+        raise ValidationError(
+            _("%(why)s Reject the request instead.") % {"why": " ".join(messages)}
         )
 
 
@@ -358,5 +382,12 @@ def approval_request_of(job: Job) -> int | None:
     )
 
 
+def _facts(request: ApprovalRequest, viewer: User) -> dict | None:
+    """What the approver weighs the request against, now: the flavor's capacity, the quotas
+    and usage on the project's path, and whether the job could ever run."""
+    job = Job.objects.select_related("project", "flavor").filter(pk=request.subject_id).first()
+    return job_request_facts(job, viewer) if job is not None else None
+
+
 def register() -> None:
-    register_kind(ApprovalKindHandler(kind=ApprovalKind.JOB, apply=_apply, close=_close))
+    register_kind(ApprovalKindHandler(kind=ApprovalKind.JOB, apply=_apply, close=_close, facts=_facts))

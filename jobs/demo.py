@@ -10,6 +10,12 @@ CLASSES = [
     ("dev", 50, True, 30, "Development / 开发调试"),
     ("best-effort", 0, True, 30, "Best effort / 尽力而为"),
 ]
+# Who may use each class (issue 18 item 5), for a new installation only: online inference is for
+# inference services; urgent training is for training, and a member needs approval for it.
+USAGE_RULES = {
+    "inference-online": {"allowed_kinds": ["inference"]},
+    "training-high": {"allowed_kinds": ["training"], "min_role": "project_admin", "approval_below_role": True},
+}
 
 
 def seed(stdout) -> None:
@@ -21,6 +27,7 @@ def seed(stdout) -> None:
                 "preemptible": preemptible,
                 "grace_seconds": grace,
                 "description": description,
+                **USAGE_RULES.get(name, {}),
             },
         )
     stdout.write(f"jobs: {len(CLASSES)} priority classes")

@@ -13,7 +13,7 @@ from portal.selectors import visible_projects
 from portal.widgets import FastSelect, ModelChoiceField
 from quotas.models import Flavor
 
-from . import selectors, services
+from . import rules, selectors, services
 from .models import (
     COMMAND_MAX_LENGTH,
     IMAGE_MAX_LENGTH,
@@ -92,15 +92,72 @@ class JobForm(forms.Form):
 
     def __init__(self, *args, user: User, **kwargs):
         super().__init__(*args, **kwargs)
+        self.user = user
         self.fields["project"].queryset = selectors.submittable_projects(user)
         self.fields["flavor"].queryset = Flavor.objects.filter(active=True).order_by("name")
-        classes = PriorityClass.objects.all()
-        self.fields["priority_class"].queryset = classes
-        self.fields["priority_class"].initial = next(
-            (pc.pk for pc in classes if pc.name == DEFAULT_PRIORITY_CLASS), None
-        )
+        # Every class validates (so job_submit names the rule a choice breaks); the list offers
+        # only those the user may use for the chosen kind (offer_priority_classes).
+        self.classes = list(PriorityClass.objects.all())
+        self.fields["priority_class"].queryset = PriorityClass.objects.all()
+        self.offer_priority_classes()
         if not settings.GPUPOOL["DEMO"]:
             del self.fields["sim_duration_seconds"]
+
+    def _chosen(self, name: str):
+        if self.is_bound:
+            return self.data.get(self.add_prefix(name)) or None
+        return self.initial.get(name, self.fields[name].initial)
+
+    def _class_context(self) -> tuple[str, int]:
+        """The chosen kind and the user's rank in the chosen project (before one is chosen: the
+        highest rank over the projects the user may submit to)."""
+        kind = str(self._chosen("kind") or JobKind.TRAINING)
+        project_pk = self._chosen("project")
+        project = None
+        if project_pk is not None and str(project_pk).isdigit():
+            project = self.fields["project"].queryset.filter(pk=int(project_pk)).first()
+        return kind, rules.usage_rank(self.user, project)
+
+    def _default_class(self, usable: list[PriorityClass]) -> PriorityClass | None:
+        return next((pc for pc in usable if pc.name == DEFAULT_PRIORITY_CLASS), usable[0] if usable else None)
+
+    def offer_priority_classes(self) -> None:
+        """List the classes usable for the chosen kind and project (issue 18 item 5), marking
+        those that need approval; a class chosen in the data stays listed, so its error shows
+        next to it. Call again after changing ``initial`` or ``data``."""
+        kind, rank = self._class_context()
+        chosen = str(self._chosen("priority_class") or "")
+        field = self.fields["priority_class"]
+        usable = [pc for pc in self.classes if rules.usable(pc, kind, rank)]
+        choices = [("", field.empty_label)]
+        for pc in self.classes:
+            if pc in usable:
+                label = str(pc)
+                if rules.below_role(pc, rank):
+                    label = _("%(class)s — needs approval") % {"class": label}
+                choices.append((pc.pk, label))
+            elif str(pc.pk) == chosen:
+                choices.append((pc.pk, str(pc)))
+        field.widget.choices = choices
+        default = self._default_class(usable)
+        field.initial = default.pk if default else None
+
+    def replace_unusable_class(self) -> PriorityClass | None:
+        """For the live check while the user fills in the form: when the chosen class cannot be
+        used for the chosen kind and project, choose the default usable one instead (in
+        ``data``, which must be mutable) and return the class it replaced. The submission itself
+        never replaces a choice: job_submit refuses it with the reason."""
+        kind, rank = self._class_context()
+        chosen = str(self._chosen("priority_class") or "")
+        old = next((pc for pc in self.classes if str(pc.pk) == chosen), None)
+        if old is None or rules.usable(old, kind, rank):
+            return None
+        new = self._default_class([pc for pc in self.classes if rules.usable(pc, kind, rank)])
+        if new is None:
+            return None
+        self.data[self.add_prefix("priority_class")] = str(new.pk)
+        self.offer_priority_classes()
+        return old
 
     def submit_kwargs(self) -> dict:
         """``cleaned_data`` as the keyword arguments of ``services.job_submit``."""
@@ -168,7 +225,16 @@ class PriorityClassForm(forms.ModelForm):
 
     class Meta:
         model = PriorityClass
-        fields = ["name", "value", "preemptible", "grace_seconds", "description"]
+        fields = [
+            "name",
+            "value",
+            "preemptible",
+            "grace_seconds",
+            "description",
+            "allowed_kinds",
+            "min_role",
+            "approval_below_role",
+        ]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -1,5 +1,7 @@
 """Jobs, their append-only event log, and priority classes (DESIGN §4)."""
 
+from django import forms
+from django.contrib.postgres.fields import ArrayField
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
@@ -36,6 +38,42 @@ def image_validator(value: str) -> None:
         _image_grammar(value)
 
 
+class JobKind(models.TextChoices):
+    TRAINING = "training", _("Training")
+    INFERENCE = "inference", _("Inference")
+    DEV = "dev", _("Development")
+
+
+class UsageRole(models.TextChoices):
+    """Who may use a priority class, lowest first: each role includes the ones above it in this
+    list (a department admin may do what a project admin may)."""
+
+    MEMBER = "member", _("Member")
+    PROJECT_ADMIN = "project_admin", _("Project admin")
+    DEPARTMENT_ADMIN = "department_admin", _("Department admin")
+    PLATFORM_ADMIN = "platform_admin", _("Platform admin")
+
+
+USAGE_ROLE_RANK = {role.value: rank for rank, role in enumerate(UsageRole)}
+
+
+class KindsField(ArrayField):
+    """A set of job kinds, edited as checkboxes (the admin's default for an array is a
+    comma-separated text box)."""
+
+    def formfield(self, **kwargs):
+        defaults = {
+            "form_class": forms.TypedMultipleChoiceField,
+            "choices": self.base_field.choices,
+            "coerce": str,
+            "widget": forms.CheckboxSelectMultiple,
+            "required": not self.blank,
+        }
+        defaults.update(kwargs)
+        # ArrayField.formfield would force its own SimpleArrayField; skip to Field.formfield.
+        return models.Field.formfield(self, **defaults)
+
+
 class PriorityClass(models.Model):
     name = models.CharField(_("name"), max_length=40, unique=True, validators=[name_validator])
     value = models.IntegerField(_("value"), validators=[MinValueValidator(-1000), MaxValueValidator(100000)])
@@ -44,6 +82,30 @@ class PriorityClass(models.Model):
         _("grace period (s)"), default=30, validators=[MaxValueValidator(86400)]
     )
     description = models.CharField(_("description"), max_length=200, blank=True)
+    # Who may use the class (issue 18 item 5). The defaults let everybody use it for every kind,
+    # as before these fields existed: no migration guesses rules for an installation's classes.
+    allowed_kinds = KindsField(
+        models.CharField(max_length=12, choices=JobKind.choices),
+        verbose_name=_("allowed kinds"),
+        blank=True,
+        default=list,
+        help_text=_("Kinds of job that may use this class. None ticked: every kind."),
+    )
+    min_role = models.CharField(
+        _("minimum role"),
+        max_length=20,
+        choices=UsageRole.choices,
+        default=UsageRole.MEMBER,
+        help_text=_("The least role in the job's project that may use this class without approval."),
+    )
+    approval_below_role = models.BooleanField(
+        _("below that role: ask for approval"),
+        default=False,
+        help_text=_(
+            "Ticked: a user below the minimum role may still choose the class; the job then waits "
+            "for approval. Not ticked: such a submission is refused."
+        ),
+    )
 
     class Meta:
         ordering = ["-value", "name"]
@@ -53,11 +115,10 @@ class PriorityClass(models.Model):
     def __str__(self):
         return f"{self.name} ({self.value})"
 
-
-class JobKind(models.TextChoices):
-    TRAINING = "training", _("Training")
-    INFERENCE = "inference", _("Inference")
-    DEV = "dev", _("Development")
+    @property
+    def kinds_display(self) -> str:
+        labels = dict(JobKind.choices)
+        return ", ".join(str(labels.get(k, k)) for k in self.allowed_kinds)
 
 
 STATE_CHOICES = [(s.value, s.value) for s in JobState]

@@ -20,8 +20,16 @@ from portal import permissions as perm
 from portal.models import Department, Project, User
 from portal.selectors import scope_for, visible_departments, visible_project_ids, visible_projects
 from quotas.models import Flavor, Node
-from quotas.selectors import effective_limits_map, quota_tree, visible_quota_nodes
+from quotas.selectors import (
+    effective_limits_map,
+    healthy_capacity,
+    path_ceilings,
+    path_quota_nodes,
+    quota_tree,
+    visible_quota_nodes,
+)
 
+from . import rules
 from .models import Job, JobEvent, JobGpuSample
 from .scheduling import QUEUE_KEY
 from .states import HOLDING, TERMINAL, JobState
@@ -123,6 +131,61 @@ def quota_usage(user: User, flavor_id: int) -> list[dict]:
         out.append({"row": row, "used": in_quota + on_loan, "in_quota": in_quota, "borrowed": on_loan,
                     "lent": min(lendable, max(total_on_loan - on_loan, Decimal(0)))})
     return out
+
+
+def job_request_facts(job: Job, viewer: User) -> dict:
+    """The figures an approver weighs a job against, as they are now (issue 18 item 4): the
+    flavor's capacity (all nodes of active clusters, the healthy part, the largest cluster and
+    node), each quota node on the project's path that the viewer may see (nominal and effective
+    quota, borrow limit, the most it may ever hold, current usage of its subtree), the smallest
+    of those caps (named only when visible), and why the job could never start, if it could not."""
+    flavor, project = job.flavor, job.project
+    capacity = rules.flavor_capacity(flavor)
+    now = timezone.now()
+    nodes = path_quota_nodes(project, flavor.pk)
+    in_path = visible_quota_nodes(viewer).filter(pk__in=[n.pk for n in nodes])
+    visible = set(in_path.values_list("pk", flat=True))
+    shown = [n for n in nodes if n.pk in visible]
+    effective = effective_limits_map(shown, now)
+    limits = {c.node.pk: c for c in path_ceilings(project, flavor.pk, now)}
+    usage = _usage_by_node(_usage_by_project(flavor.pk))
+    binding = min(limits.values(), key=lambda c: c.limit, default=None)
+    shape = {
+        "workers": job.workers,
+        "gpus_per_worker": job.gpus_per_worker,
+        "gpu_milli": job.gpu_milli,
+        "min_workers": job.min_workers,
+    }
+    errors = rules.never_runs_errors(viewer=viewer, project=project, flavor=flavor, **shape)
+    return {
+        "flavor": flavor.name,
+        "demand": rules.min_demand(**shape),
+        "capacity": {
+            "total": capacity.total,
+            "healthy": healthy_capacity(flavor.pk),
+            "largest_cluster": capacity.largest_cluster,
+            "largest_node": capacity.largest_node,
+            "clusters": len(capacity.sizes),
+        },
+        "path": [
+            {
+                "owner": node.owner,
+                "quota": node.quota,
+                "effective_quota": effective[node.pk].quota,
+                "borrow_limit": node.borrow_limit,
+                "limit": limits[node.pk].limit if node.pk in limits else None,
+                "used": sum(usage.get(_node_key(node), (Decimal(0), Decimal(0))), Decimal(0)),
+            }
+            for node in shown
+        ],
+        "limit": binding.limit if binding else None,
+        "limit_owner": rules.owner_label(binding, viewer, project) if binding else None,
+        "never": [m for messages in errors.values() for m in messages],
+    }
+
+
+def _node_key(node) -> tuple[str, int]:
+    return ("project", node.project_id) if node.project_id else ("department", node.department_id)
 
 
 # --- reads for the browser pages ------------------------------------------------------------

@@ -9,15 +9,15 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Max
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from portal import permissions as perm
 from portal.models import Project, User
 from portal.selectors import scope_for
-from quotas.models import Flavor, Node
+from quotas.models import Flavor
 
+from . import rules
 from .approvals import approval_reasons, job_approval_open, job_approval_withdraw
 from .models import COMMAND_MAX_LENGTH, Job, JobEvent, JobKind, PriorityClass, image_validator
 from .states import HOLDING, TERMINAL, JobState, can_transition
@@ -78,12 +78,8 @@ def _validate_shape(*, kind, flavor: Flavor, workers, gpus_per_worker, gpu_milli
             errors["gpu_milli"] = [_("A shared request is 1–999 thousandths of one device.")]
         elif workers != 1 or gpus_per_worker != 1:
             errors["gpu_milli"] = [_("A shared request is one worker with one device.")]
-    largest = Node.objects.filter(flavor=flavor).aggregate(m=Max("gpu_count"))["m"] or 0
-    if not 1 <= gpus_per_worker <= max(largest, 1):
-        errors["gpus_per_worker"] = [
-            _("%(f)s nodes have at most %(n)d devices; a worker must fit on one node.")
-            % {"f": flavor, "n": largest}
-        ]
+    if gpus_per_worker < 1:
+        errors["gpus_per_worker"] = [_("At least one device per worker.")]
     if kind == JobKind.DEV and (workers != 1 or gpus_per_worker != 1):
         errors["kind"] = [_("A development job uses one device or slice.")]
     if errors:
@@ -103,6 +99,33 @@ def _validate_text(*, image: str, command: str) -> None:
         errors["command"] = [_("At most %(n)d characters.") % {"n": COMMAND_MAX_LENGTH}]
     if errors:
         raise ValidationError(errors)
+
+
+def _check_rules(
+    *, actor, project, kind, flavor, priority_class, shape: dict, max_runtime_seconds
+) -> tuple[int | None, bool]:
+    """The rules of ``jobs.rules``, every refusal at once (the form shows them side by side).
+    Returns the job's maximum runtime and whether its priority class needs approval."""
+    errors = rules.never_runs_errors(viewer=actor, project=project, flavor=flavor, **shape)
+    runtime, class_needs_approval = None, False
+    try:
+        runtime = rules.job_runtime(kind, max_runtime_seconds)
+    except ValidationError as exc:
+        _merge(errors, exc)
+    try:
+        class_needs_approval = rules.priority_class_check(
+            actor=actor, project=project, kind=kind, priority_class=priority_class
+        )
+    except ValidationError as exc:
+        _merge(errors, exc)
+    if errors:
+        raise ValidationError(errors)
+    return runtime, class_needs_approval
+
+
+def _merge(errors: dict[str, list[str]], exc: ValidationError) -> None:
+    for field, messages in exc.message_dict.items():
+        errors.setdefault(field, []).extend(messages)
 
 
 def job_submit(
@@ -137,13 +160,27 @@ def job_submit(
     )
     if max_runtime_seconds is not None and not 60 <= max_runtime_seconds <= MAX_RUNTIME:
         raise ValidationError({"max_runtime_seconds": [_("Between 60 s and 90 days.")]})
+    max_runtime_seconds, class_needs_approval = _check_rules(
+        actor=actor,
+        project=project,
+        kind=kind,
+        flavor=flavor,
+        priority_class=priority_class,
+        shape={
+            "workers": workers,
+            "gpus_per_worker": gpus_per_worker,
+            "gpu_milli": gpu_milli,
+            "min_workers": min_workers,
+        },
+        max_runtime_seconds=max_runtime_seconds,
+    )
     if kind == JobKind.DEV:
-        max_runtime_seconds = max_runtime_seconds or settings.GPUPOOL["DEV_LIFETIME_SECONDS"]
         _check_dev_limit(actor)
     # DESIGN §6: a job over its department's policy waits in pending_approval for a decision.
     # In the site language: the same reasons are stored with the approval request, computed once.
     with translation.override(settings.LANGUAGE_CODE):
-        reasons = approval_reasons(
+        reasons = [rules.priority_class_reason(priority_class)] if class_needs_approval else []
+        reasons += approval_reasons(
             project, kind, flavor, workers, gpus_per_worker, gpu_milli, max_runtime_seconds
         )
     needs_approval = bool(reasons)
@@ -250,6 +287,10 @@ def _request_cycle() -> None:
 # --- priority classes (DESIGN §4: configurable) ------------------------------------------
 
 
+# Who may use a class (issue 18 item 5); omitted, a new class lets everybody use it for any kind.
+USAGE_RULE_FIELDS = ("allowed_kinds", "min_role", "approval_below_role")
+
+
 def priority_class_create(
     *,
     actor: User,
@@ -258,10 +299,17 @@ def priority_class_create(
     preemptible: bool = True,
     grace_seconds: int = 30,
     description: str = "",
+    **usage_rules,
 ) -> PriorityClass:
     perm.require(scope_for(actor).platform_admin)
+    usage_rules = _usage_rules(usage_rules)
     pc = PriorityClass(
-        name=name, value=value, preemptible=preemptible, grace_seconds=grace_seconds, description=description
+        name=name,
+        value=value,
+        preemptible=preemptible,
+        grace_seconds=grace_seconds,
+        description=description,
+        **usage_rules,
     )
     pc.full_clean()
     pc.save()
@@ -276,17 +324,32 @@ def priority_class_update(
     preemptible: bool,
     grace_seconds: int,
     description: str = "",
+    **usage_rules,
 ) -> PriorityClass:
-    """Change a class's value or preemption policy. The name stays: jobs and API clients refer
-    to it. The next cycle orders the queue by the new value (the engine's configuration changed)."""
+    """Change a class's value, preemption policy or who may use it. The name stays: jobs and API
+    clients refer to it. The next cycle orders the queue by the new value (the engine's
+    configuration changed). New usage rules bind new submissions; jobs already submitted keep
+    their class."""
     perm.require(scope_for(actor).platform_admin)
+    usage_rules = _usage_rules(usage_rules)
     pc = PriorityClass.objects.get(pk=priority_class.pk)
     pc.value, pc.preemptible, pc.grace_seconds = value, preemptible, grace_seconds
     pc.description = description
+    for field, rule in usage_rules.items():
+        setattr(pc, field, rule)
     pc.full_clean()
-    pc.save(update_fields=["value", "preemptible", "grace_seconds", "description"])
+    pc.save(update_fields=["value", "preemptible", "grace_seconds", "description", *usage_rules])
     _request_cycle()
     return pc
+
+
+def _usage_rules(usage_rules: dict) -> dict:
+    unknown = set(usage_rules) - set(USAGE_RULE_FIELDS)
+    if unknown:
+        raise ValidationError({name: [_("Unknown field.")] for name in sorted(unknown)})
+    if usage_rules.get("allowed_kinds") is not None:
+        usage_rules = {**usage_rules, "allowed_kinds": sorted(set(usage_rules["allowed_kinds"]))}
+    return usage_rules
 
 
 # --- elastic scaling (DESIGN §4: inference "scaled between min and max") ------------------

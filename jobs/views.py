@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 from datetime import datetime
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -22,11 +21,11 @@ from portal.selectors import get_visible, scope_for
 from quotas.models import Flavor
 from quotas.selectors import healthy_capacity
 
-from . import charts, estimates, selectors, services
+from . import charts, estimates, rules, selectors, services
 from .approvals import approval_reasons, approval_request_of
 from .backends.base import backend_name
 from .forms import ALL_STATES, QUEUE_STATES, JobFilterForm, JobForm, PriorityClassForm
-from .models import Job, JobKind, PriorityClass
+from .models import Job, PriorityClass
 from .scheduling import explain_job
 from .states import JobState
 
@@ -218,8 +217,8 @@ def _summary(form: JobForm) -> dict | None:
     milli = data.get("gpu_milli") if flavor.shareable else None
     devices = selectors.job_devices(workers, per_worker, milli)
     runtime = data.get("max_runtime_seconds")
-    if runtime is None and data.get("kind") == JobKind.DEV:
-        runtime = settings.GPUPOOL["DEV_LIFETIME_SECONDS"]
+    if runtime is None and data.get("kind"):
+        runtime = rules.default_runtime(data["kind"])
     card_hours = None
     if runtime:
         card_hours = selectors.card_hours_estimate(
@@ -229,7 +228,14 @@ def _summary(form: JobForm) -> dict | None:
             gpu_milli=milli,
             runtime_seconds=runtime,
         )
-    project, kind = data.get("project"), data.get("kind")
+    project, kind, priority_class = data.get("project"), data.get("kind"), data.get("priority_class")
+    approvals = None  # not known yet (no project chosen); [] : no approval needed.
+    if project and kind:
+        approvals = approval_reasons(
+            project, kind, flavor, workers, per_worker, milli, data.get("max_runtime_seconds")
+        )
+        if priority_class:
+            approvals = rules.priority_class_reasons(form.user, project, kind, priority_class) + approvals
     return {
         "flavor": flavor,
         "devices": devices,
@@ -237,12 +243,7 @@ def _summary(form: JobForm) -> dict | None:
         "runtime": runtime,
         "card_hours": card_hours,
         "cost": estimates.cost_estimate(flavor, card_hours, timezone.now()) if card_hours else None,
-        # None: not known yet (no project chosen); [] : no approval needed.
-        "approvals": approval_reasons(
-            project, kind, flavor, workers, per_worker, milli, data.get("max_runtime_seconds")
-        )
-        if project and kind
-        else None,
+        "approvals": approvals,
     }
 
 
@@ -274,6 +275,7 @@ def job_new(request):
     form = JobForm(request.POST if request.method == "POST" else None, user=request.user)
     if request.method != "POST":
         form.initial.update(_copy_initial(request))
+        form.offer_priority_classes()
     elif form.is_valid():
         try:
             with transaction.atomic():
@@ -297,9 +299,15 @@ _STAND_INS = {"name": "draft", "image": "draft"}
 @require_POST
 def job_new_validate(request):
     """The form fragment with its errors and summary, for htmx on every change."""
-    form = JobForm(request.POST, user=request.user)
-    form.is_valid()
     data = request.POST.copy()
+    form = JobForm(data, user=request.user)
+    replaced = form.replace_unusable_class()
+    form.is_valid()
+    if replaced is not None:
+        form.fields["priority_class"].help_text = _(
+            "%(old)s cannot be used for this kind of job here; %(new)s was chosen instead."
+        ) % {"old": replaced.name, "new": getattr(form.cleaned_data.get("priority_class"), "name", "—")}
+    data = data.copy()
     stand_in = {k for k in _STAND_INS if not data.get(k)}
     for key in stand_in:
         data[key] = _STAND_INS[key]
@@ -313,6 +321,9 @@ def job_new_validate(request):
             if error is not None:
                 form.add_service_error(error, skip=stand_in)
     form.hide_untouched()
+    # The class list depends on the kind and the project: its options are swapped in out of band
+    # (the select itself stays, with its focus).
+    form.fields["priority_class"].widget.attrs["hx-swap-oob"] = "innerHTML"
     return render(request, "jobs/_job_form_feedback.html", _form_context(form))
 
 

@@ -39,14 +39,17 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use 1/0, true/false).")
 
 
-def env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int, *, min_value: int | None = None, max_value: int | None = None) -> int:
     raw = os.environ.get(name)
     if raw is None:
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise ImproperlyConfigured(f"{name}={raw!r} is not an integer.") from None
+    if (min_value is not None and value < min_value) or (max_value is not None and value > max_value):
+        raise ImproperlyConfigured(f"{name}={raw!r} is not between {min_value} and {max_value}.")
+    return value
 
 
 def env_list(name: str, default: list[str]) -> list[str]:

@@ -180,12 +180,14 @@ def approval_detail(request, pk: int):
     for step in steps:
         step.approver_label = _approver_label(step)
     current = next((s for s in steps if s.state == StepState.PENDING), None)
+    facts = approvals.handler_for(req.kind).facts
     return render(
         request,
         "approvals/detail.html",
         {
             "req": req,
             "details": _details(req),
+            "facts": facts(req, request.user) if facts is not None else None,
             "steps": steps,
             "current": current,
             "audit": approvals.request_audit(req),

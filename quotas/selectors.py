@@ -11,8 +11,8 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.db.models import Q, QuerySet, Sum
 
-from portal.models import User
-from portal.selectors import scope_for, visible_departments, visible_projects
+from portal.models import Project, User
+from portal.selectors import department_ancestors, scope_for, visible_departments, visible_projects
 
 from .effective import Limits, LoanSpan, Window, effective_limits
 from .models import Loan, LoanState, Node, NodeState, QuotaNode, QuotaWindow
@@ -33,6 +33,69 @@ def capacity_by_flavor() -> dict[int, Decimal]:
         .annotate(total=Sum("gpu_count"))
     )
     return {row["flavor_id"]: Decimal(row["total"]) for row in rows}
+
+
+def node_sizes_by_cluster(flavor_id: int) -> dict[int, list[int]]:
+    """GPU counts of the flavor's nodes per active cluster, whatever their state: a cordoned or
+    down node comes back, so it bounds what a job could ever get (a node the backend no longer
+    lists is marked down, not deleted; retiring hardware for good means deleting its node or
+    deactivating its cluster)."""
+    sizes: dict[int, list[int]] = defaultdict(list)
+    rows = Node.objects.filter(flavor_id=flavor_id, cluster__active=True)
+    for cluster_id, gpus in rows.values_list("cluster_id", "gpu_count"):
+        sizes[cluster_id].append(gpus)
+    return dict(sizes)
+
+
+@dataclass(frozen=True, slots=True)
+class Ceiling:
+    """The most one quota node on a project's path lets its subtree hold at once, ever, as
+    configured now: ``quota + borrow_limit + loans`` (DESIGN §3 rule 2's cap), where ``quota``
+    is the nominal value (windows only lower it, loans out end) and ``loans`` the most that
+    approved loans into the node add at any one instant from now on."""
+
+    node: QuotaNode
+    quota: Decimal
+    borrow_limit: Decimal
+    loans: Decimal
+
+    @property
+    def limit(self) -> Decimal:
+        return self.quota + self.borrow_limit + self.loans
+
+
+def path_quota_nodes(project: Project, flavor_id: int) -> list[QuotaNode]:
+    """The flavor's quota nodes on the project's path, the project's first, then up the tree."""
+    path = department_ancestors(project.department_id)
+    nodes = QuotaNode.objects.filter(flavor_id=flavor_id).filter(
+        Q(project_id=project.pk) | Q(department_id__in=path)
+    ).select_related("department", "project")
+    order = {("project", project.pk): -1} | {("department", d): i for i, d in enumerate(path)}
+    return sorted(nodes, key=lambda n: order[_key(n)])
+
+
+def path_ceilings(project: Project, flavor_id: int, at: datetime) -> list[Ceiling]:
+    """The capped nodes (a borrow limit set) on the project's path, project first: a node
+    without a borrow limit caps nothing below the pool's capacity."""
+    capped = [n for n in path_quota_nodes(project, flavor_id) if n.borrow_limit is not None]
+    loans = _peak_loans_in([n.pk for n in capped], at)
+    return [Ceiling(n, n.quota, n.borrow_limit, loans.get(n.pk, Decimal(0))) for n in capped]
+
+
+def _peak_loans_in(node_ids: list[int], at: datetime) -> dict[int, Decimal]:
+    """Per borrower, the largest sum of approved loans in force at one instant at or after ``at``
+    (loans are half-open: one ending when another starts never overlap)."""
+    spans: dict[int, list[tuple[datetime, datetime, Decimal]]] = defaultdict(list)
+    for loan in Loan.objects.filter(borrower_id__in=node_ids, state=LoanState.ACTIVE, ends_at__gt=at):
+        spans[loan.borrower_id].append((max(loan.starts_at, at), loan.ends_at, loan.amount))
+    peaks = {}
+    for node_id, node_spans in spans.items():
+        # The sum is largest at some loan's start: check each start.
+        peaks[node_id] = max(
+            sum((amount for start, end, amount in node_spans if start <= t < end), Decimal(0))
+            for t, _end, _amount in node_spans
+        )
+    return peaks
 
 
 def visible_quota_nodes(user: User) -> QuerySet[QuotaNode]:

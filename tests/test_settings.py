@@ -139,3 +139,20 @@ def test_item11_networks_parse_into_ip_networks():
     assert [str(n) for n in nets] == ["10.0.0.0/8", "127.0.0.1/32", "10.0.0.0/8"]
     with pytest.raises(ImproperlyConfigured, match="X: 'nope'"):
         parse_networks("X", ["nope"])
+
+def _check_with(extra: dict) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings.test", **extra}
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_item6_runtime_maxima_are_checked_at_start_up(monkeypatch):
+    monkeypatch.setenv("X_INT", "3000")
+    with pytest.raises(ImproperlyConfigured, match="between 0 and 2160"):
+        env_int("X_INT", 0, min_value=0, max_value=2160)
+    shorter = _check_with({"GPUPOOL_MAX_RUNTIME_HOURS_DEV": "12"})  # below the 24 h dev lifetime
+    assert shorter.returncode != 0 and "GPUPOOL_DEV_LIFETIME_SECONDS is longer" in shorter.stderr
+    negative = _check_with({"GPUPOOL_MAX_RUNTIME_HOURS_TRAINING": "-5"})
+    assert negative.returncode != 0 and "GPUPOOL_MAX_RUNTIME_HOURS_TRAINING='-5'" in negative.stderr
+    assert _check_with({"GPUPOOL_MAX_RUNTIME_HOURS_DEV": "24"}).returncode == 0

@@ -26,6 +26,9 @@ class ApprovalKindHandler:
     # (a DRF serializer class) and creates with ``api_create(actor, validated_data)``.
     api_input: Any = None
     api_create: Callable[[User, dict], ApprovalRequest] | None = None
+    # Optional: ``facts(request, viewer) -> dict | None`` — current figures the request page shows
+    # next to the request (a job: the flavor's capacity, the project's quotas and usage).
+    facts: Callable[[ApprovalRequest, User], dict | None] | None = None
 
 
 KINDS: dict[str, ApprovalKindHandler] = {}

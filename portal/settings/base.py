@@ -247,11 +247,25 @@ GPUPOOL = {
     ),
     "DEV_LIFETIME_SECONDS": env_int("GPUPOOL_DEV_LIFETIME_SECONDS", 86400),  # DESIGN §4: 24 h
     "DEV_JOBS_PER_USER": env_int("GPUPOOL_DEV_JOBS_PER_USER", 2),
+    # The centre's maximum runtime per kind, in hours (issue 18 item 6): a longer job is refused,
+    # whatever an approver would say; 0: none beyond the 90 days any job may ask for. A job that
+    # names no runtime gets its kind's maximum (a dev job: its lifetime). Longer than a
+    # department policy's max_runtime_hours (and within this) → approval.
+    "MAX_RUNTIME_HOURS": {
+        "training": env_int("GPUPOOL_MAX_RUNTIME_HOURS_TRAINING", 0, min_value=0, max_value=90 * 24),
+        "inference": env_int("GPUPOOL_MAX_RUNTIME_HOURS_INFERENCE", 0, min_value=0, max_value=90 * 24),
+        "dev": env_int("GPUPOOL_MAX_RUNTIME_HOURS_DEV", 72, min_value=0, max_value=90 * 24),
+    },
     # Time an approver has to decide a step before it escalates (or expires at the top).
     "APPROVAL_STEP_HOURS": env_int("GPUPOOL_APPROVAL_STEP_HOURS", 48),
     # Absolute links in notification mails.
     "SITE_URL": env_str("GPUPOOL_SITE_URL", "http://localhost:8000"),
 }
+
+if 0 < GPUPOOL["MAX_RUNTIME_HOURS"]["dev"] * 3600 < GPUPOOL["DEV_LIFETIME_SECONDS"]:
+    raise ImproperlyConfigured(
+        "GPUPOOL_DEV_LIFETIME_SECONDS is longer than GPUPOOL_MAX_RUNTIME_HOURS_DEV allows."
+    )
 
 # --- billing (DESIGN §7, docs/billing.md); the currency is GPUPOOL["CURRENCY"] -----------
 BILLING = {

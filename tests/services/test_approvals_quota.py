@@ -318,7 +318,13 @@ def test_the_demo_seeds_one_pending_request_of_each_kind_once():
     call_command("seed_demo")
     call_command("seed_demo")
     pending = ApprovalRequest.objects.filter(state="pending")
-    assert sorted(pending.values_list("kind", flat=True)) == ["job", "loan", "quota"]
+    # Two jobs: alice's H800 fine-tune (the ai policy) and her llama-pretrain on training-high,
+    # which members may use with approval in the demo (issue 18 item 5).
+    assert sorted(pending.values_list("kind", flat=True)) == ["job", "job", "loan", "quota"]
+    assert sorted(pending.filter(kind="job").values_list("payload__name", flat=True)) == [
+        "llama-70b-sft",
+        "llama-pretrain",
+    ]
     assert ApprovalPolicy.objects.get(department__code="ai").max_gpus == 8
     quota = pending.get(kind="quota")
     assert [d["name"] for d in quota.payload["growth"]] == [
@@ -327,5 +333,6 @@ def test_the_demo_seeds_one_pending_request_of_each_kind_once():
     ]
     assert _chain(quota)[1] == ("platform_admin", None, "waiting")
     assert pending.get(kind="loan").steps.get().department.code == "svc"
-    job_step = pending.get(kind="job").steps.get()
-    assert (job_step.approver_role, job_step.department.code) == ("department_admin", "ai")
+    for job in pending.filter(kind="job"):
+        job_step = job.steps.get()
+        assert (job_step.approver_role, job_step.department.code) == ("department_admin", "ai")

@@ -42,6 +42,7 @@ def tree():
     a = fx.department("A")
     pa, pb = fx.project("pa", a), fx.project("pb", a)
     for f in (whole, shared):
+        fx.nodes(f, 1)  # a flavor without nodes takes no jobs (issue 18 item 4)
         fx.quota(f, a, 8)
         fx.quota(f, pa, 4)
         fx.quota(f, pb, 4)

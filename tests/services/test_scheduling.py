@@ -104,7 +104,7 @@ def test_every_admission_is_an_event_row(two_departments):
 
 def test_explain_is_404_for_another_tenant(two_departments, world_free_user):
     f, pa, _, _, _ = two_departments
-    job = fx.submit(pa, f, gpus=8, workers=3, name="big")
+    job = fx.submit(pa, f, gpus=8, workers=2, name="big")
     from rest_framework.test import APIClient
 
     client = APIClient()
