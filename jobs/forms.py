@@ -142,22 +142,24 @@ class JobForm(forms.Form):
         default = self._default_class(usable)
         field.initial = default.pk if default else None
 
-    def replace_unusable_class(self) -> PriorityClass | None:
-        """For the live check while the user fills in the form: when the chosen class cannot be
-        used for the chosen kind and project, choose the default usable one instead (in
-        ``data``, which must be mutable) and return the class it replaced. The submission itself
-        never replaces a choice: job_submit refuses it with the reason."""
+    def replace_unusable_class(self) -> None:
+        """For the live check while the user fills in the form (before ``is_valid``): when the
+        chosen class cannot be used for the chosen kind and project, choose the default usable
+        one instead (in ``data``, which must be mutable) and say so under the field. The
+        submission itself never replaces a choice: job_submit refuses it with the reason."""
         kind, rank = self._class_context()
         chosen = str(self._chosen("priority_class") or "")
         old = next((pc for pc in self.classes if str(pc.pk) == chosen), None)
         if old is None or rules.usable(old, kind, rank):
-            return None
+            return
         new = self._default_class([pc for pc in self.classes if rules.usable(pc, kind, rank)])
         if new is None:
-            return None
+            return
         self.data[self.add_prefix("priority_class")] = str(new.pk)
         self.offer_priority_classes()
-        return old
+        self.fields["priority_class"].help_text = _(
+            "%(old)s cannot be used for this kind of job here; %(new)s was chosen instead."
+        ) % {"old": old.name, "new": new.name}
 
     def submit_kwargs(self) -> dict:
         """``cleaned_data`` as the keyword arguments of ``services.job_submit``."""
@@ -241,3 +243,9 @@ class PriorityClassForm(forms.ModelForm):
         if self.instance.pk:
             # The name is how the API and jobs refer to the class: fixed once created.
             self.fields["name"].disabled = True
+        # Left out (a client that predates the usage rules): the class keeps its rule, a new
+        # one gets the model's default (every member).
+        self.fields["min_role"].required = False
+
+    def clean_min_role(self) -> str:
+        return self.cleaned_data.get("min_role") or self.instance.min_role

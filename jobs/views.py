@@ -301,12 +301,8 @@ def job_new_validate(request):
     """The form fragment with its errors and summary, for htmx on every change."""
     data = request.POST.copy()
     form = JobForm(data, user=request.user)
-    replaced = form.replace_unusable_class()
+    form.replace_unusable_class()
     form.is_valid()
-    if replaced is not None:
-        form.fields["priority_class"].help_text = _(
-            "%(old)s cannot be used for this kind of job here; %(new)s was chosen instead."
-        ) % {"old": replaced.name, "new": getattr(form.cleaned_data.get("priority_class"), "name", "—")}
     data = data.copy()
     stand_in = {k for k in _STAND_INS if not data.get(k)}
     for key in stand_in:

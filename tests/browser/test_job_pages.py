@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from jobs.models import Job, JobGpuSample
+from jobs.models import Job, JobGpuSample, PriorityClass
 from jobs.services import job_submit
 from tests import factories as fx
 
@@ -99,3 +99,28 @@ def test_job_page_draws_the_utilisation_chart(world, browser_for, shot):
     page.wait_for_selector(".chart .main-svg")
     assert _fits_the_window(page)
     shot(page, "dashboard-pool")
+
+
+def test_item5_the_class_list_follows_the_kind_and_item4_is_said_live(world, browser_for):
+    training = fx.priority()
+    PriorityClass.objects.create(
+        name="inference-online", value=1000, preemptible=False, allowed_kinds=["inference"]
+    )
+    page = browser_for(world.users["pa1_member"], "pw-pa1_member")
+    page.goto(f"{page.base}/jobs/new/")
+    page.select_option("#id_project", label="Project a1 (pa1)")
+    page.select_option("#id_flavor", label="F")
+    assert page.locator("#id_priority_class option", has_text="inference-online").count() == 0
+    page.select_option("#id_kind", "inference")
+    page.wait_for_selector("#id_priority_class option:has-text('inference-online')", state="attached")
+    page.select_option("#id_priority_class", label="inference-online (1000)")
+    page.select_option("#id_kind", "training")  # inference-online is not for training jobs
+    page.wait_for_selector("#id_priority_class option:has-text('inference-online')", state="detached")
+    assert page.input_value("#id_priority_class") == str(training.pk)
+    assert "training was chosen instead" in page.inner_text("#id_priority_class-feedback")
+    page.fill("#id_workers", "3")
+    page.fill("#id_gpus_per_worker", "8")
+    page.locator("#id_image").click()
+    page.wait_for_selector("#id_workers-error")
+    assert "the 16 that the largest cluster has" in page.inner_text("#id_workers-error")
+    assert Job.objects.count() == 0

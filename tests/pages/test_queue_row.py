@@ -48,6 +48,8 @@ LIST_TAG = "{% load jobs_ui %}{% for job in page %}\n    {% job_list_row job %}\
 
 def _rows():
     whole, shared = fx.flavor("A100"), fx.flavor("L40", shareable=True)
+    fx.nodes(whole, 1)  # a flavor without nodes takes no jobs (issue 18 item 4)
+    fx.nodes(shared, 1)
     project = fx.project("p1", fx.department("A"))
     Project.objects.filter(pk=project.pk).update(code="p&1")  # markup the cells must escape
     viewer, other = User.objects.create(username="viewer"), User.objects.create(username="other")

@@ -178,6 +178,7 @@ def test_item5_the_live_check_swaps_the_class_options_and_replaces_an_unusable_c
         "training-high cannot be used for this kind of job here; training was chosen instead."
     )
     page = response.content.decode()
+    assert "training-high cannot be used for this kind of job here; training was chosen instead." in page
     assert '<select name="priority_class" hx-swap-oob="innerHTML"' in page
     assert f'<option value="{classes["training"].pk}" selected>' in page
     assert "training-high" not in page.split('id="id_priority_class"', 1)[1].split("</select>")[0]
