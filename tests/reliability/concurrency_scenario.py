@@ -62,6 +62,7 @@ class Persona:
     role: str  # "member" | "approver"
     token: str
     project: int | None = None
+    cap: int | None = None  # the most its project may ever hold (GPUs): a larger job is refused
 
 
 @dataclass
@@ -120,8 +121,7 @@ def build_tenancy(config: Config, sim_url: str) -> Tenancy:
         code: Project.objects.create(code=code, name=f"Project {code}", department=dept[d])
         for code, d in (("a", "A"), ("a1", "A1"), ("a2", "A1"), ("b1", "B"), ("b2", "B"), ("c", "C"))
     }
-    # Parents first: each level is validated against the one above (DESIGN §3 validation).
-    for owner, q, b, lend, ratio in (
+    quotas = (
         (dept["A"], 16, 8, None, "1.5"),
         (dept["B"], 12, 4, 8, "1"),
         (dept["C"], 4, None, None, "1"),
@@ -132,7 +132,9 @@ def build_tenancy(config: Config, sim_url: str) -> Tenancy:
         (proj["b1"], 8, 0, None, "1"),
         (proj["b2"], 4, None, None, "1"),
         (proj["c"], 4, None, None, "1"),
-    ):
+    )
+    # Parents first: each level is validated against the one above (DESIGN §3 validation).
+    for owner, q, b, lend, ratio in quotas:
         kind = "project" if isinstance(owner, Project) else "department"
         with transaction.atomic():  # the service locks the flavor row
             quota_node_set(
@@ -165,8 +167,20 @@ def build_tenancy(config: Config, sim_url: str) -> Tenancy:
         else:
             project = list(proj.values())[i % len(proj)]
             Membership.objects.create(user=user, role=Role.MEMBER, project=project)
-            personas.append(Persona(user.username, "member", Token.objects.create(user=user).key, project.pk))
+            token = Token.objects.create(user=user).key
+            personas.append(Persona(user.username, "member", token, project.pk, _cap(project, quotas)))
     return Tenancy(personas, Token.objects.create(user=admin).key)
+
+
+def _cap(project, quotas) -> int | None:
+    """min(quota + borrow limit) over the project's path (issue 18 item 4: a job above it could
+    never run and is refused at submission)."""
+    path, dept = [project], project.department
+    while dept is not None:
+        path.append(dept)
+        dept = dept.parent
+    caps = [q + b for owner, q, b, _lend, _ratio in quotas if owner in path and b is not None]
+    return min(caps, default=None)
 
 
 # --- the real processes -----------------------------------------------------------------------
@@ -377,6 +391,7 @@ class ClientLog:
 EXPECTED = {
     "submit": {201},
     "submit-invalid": {400},
+    "submit-too-big": {400},  # more than the project may ever hold (issue 18 item 4)
     "cancel": {200, 400},
     "decide": {200, 400, 409},
     "inbox": {200},
@@ -449,7 +464,9 @@ class Client(threading.Thread):
             "max_runtime_seconds": 3600,
             "sim_duration_seconds": self.rng.randint(100, 500),
         }
-        response = self._call("submit-invalid" if invalid else "submit", "POST", "jobs/", json=body)
+        too_big = self.persona.cap is not None and workers * gpus > self.persona.cap
+        op = "submit-invalid" if invalid else "submit-too-big" if too_big else "submit"
+        response = self._call(op, "POST", "jobs/", json=body)
         if response is not None and response.status_code == 201:
             self.live.append(response.json()["id"])
 
@@ -695,6 +712,7 @@ class Result:
             "requests": len(self.log.outcomes),
             "submits": counts[("submit", 201)],
             "invalid_submits_refused": counts[("submit-invalid", 400)],
+            "too_big_submits_refused": counts[("submit-too-big", 400)],
             "cancels": counts[("cancel", 200)],
             "approvals": sum(n for (op, st), n in counts.items() if op == "decide" and st == 200),
             "decisions_lost_to_a_race": counts[("decide", 409)] + counts[("decide", 400)],
