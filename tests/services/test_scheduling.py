@@ -293,6 +293,22 @@ def _two_clusters(sim_url: str = ""):
     return f, c2
 
 
+def _cordoned_node_on_c2(f):
+    """A second c2 node, cordoned: it counts in what a job could ever get (a 16-GPU gang is
+    accepted, issue 18 item 4) but nothing is placed on it until it is ready again."""
+    from quotas.models import Node
+
+    (node,) = fx.nodes(f, 1, cluster="c2")
+    Node.objects.filter(pk=node.pk).update(state="cordoned")
+    return node
+
+
+def _uncordon(node) -> None:
+    from quotas.models import Node
+
+    Node.objects.filter(pk=node.pk).update(state="ready")
+
+
 def _clusters_of(job) -> set[str]:
     from quotas.models import Node
 
@@ -310,6 +326,7 @@ def test_item3_a_gang_waits_rather_than_span_two_clusters_then_runs_whole_in_one
     p = fx.project("p", d)
     fx.quota(f, d, 16)
     fx.quota(f, p, 16)
+    spare = _cordoned_node_on_c2(f)
     gang = fx.submit(p, f, workers=2, gpus=8, name="gang")
     report = schedule_once()
     assert (report.admitted, _state(gang)) == (0, "queued")
@@ -317,7 +334,7 @@ def test_item3_a_gang_waits_rather_than_span_two_clusters_then_runs_whole_in_one
     assert why["reason"] == "capacity" and "one cluster" in why["message"]
     assert why["numbers"] == {"per_worker": 8, "workers": 2, "largest_cluster": 8}
     assert not JobEvent.objects.filter(job=gang, kind="transition", to_state="failed").exists()
-    fx.nodes(f, 1, cluster="c2")  # c2 now has two free nodes
+    _uncordon(spare)  # c2 now has two free nodes
     simserver.backend().set_inventory(
         [NodeInfo(n.name, f.name, 8, "ready", n.zone, n.spine, n.leaf) for n in c2.nodes.all()]
     )
@@ -338,6 +355,7 @@ def test_item3_reclaim_never_takes_victims_in_two_clusters():
     pa, pb = fx.project("pa", a), fx.project("pb", b)
     fx.quota(f, a, 16)
     fx.quota(f, pa, 16)
+    spare = _cordoned_node_on_c2(f)
     b1, b2 = fx.submit(pb, f, name="b1"), fx.submit(pb, f, name="b2")
     assert schedule_once().admitted == 2
     gang = fx.submit(pa, f, workers=2, gpus=8, name="gang")
@@ -345,7 +363,7 @@ def test_item3_reclaim_never_takes_victims_in_two_clusters():
     assert (report.admitted, report.preempted) == (0, 0)
     assert Job.objects.filter(pk__in=[b1.pk, b2.pk], terminating_since__isnull=False).count() == 0
     assert _explain(gang)["reason"] == "capacity"
-    fx.nodes(f, 1, cluster="c2")
+    _uncordon(spare)
     report = schedule_once()
     assert (report.admitted, report.preempted) == (1, 1)
     on_c2 = b1 if _clusters_of(b1) == {"c2"} else b2
