@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -49,10 +50,58 @@ def _quota(flavor, owner, quota, **kw):
     return QuotaNode.objects.create(flavor=flavor, quota=Decimal(quota), **{field: owner}, **kw)
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--shuffle",
+        type=int,
+        metavar="SEED",
+        help="run the modules, and the tests in each module, in an order drawn from SEED: a test "
+        "that passes only after another one fails here (docs/operations.md)",
+    )
+
+
+def pytest_report_header(config):
+    seed = config.getoption("shuffle")
+    return None if seed is None else f"test order shuffled with --shuffle {seed}"
+
+
 def pytest_collection_modifyitems(config, items):
     """Browser tests run last: Playwright's session needs Django's async guard relaxed for the
-    rest of the run (tests/browser/conftest.py), and no other test should run without it."""
-    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+    rest of the run (tests/browser/conftest.py), and no other test should run without it.
+    With ``--shuffle SEED``, the order inside those limits and pytest-django's (database tests
+    before transactional ones before the rest) is drawn at random."""
+    seed = config.getoption("shuffle")
+    if seed is not None:
+        _shuffle(items, random.Random(seed))
+    items.sort(key=lambda item: (item.get_closest_marker("browser") is not None, _django_group(item, seed)))
+
+
+def _shuffle(items: list, rng: random.Random) -> None:
+    """Modules in a random order, and a random order inside each: module fixtures (a Slurm
+    cluster, a soak run) still start once per module."""
+    modules: dict[str, list] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    order = list(modules.values())
+    rng.shuffle(order)
+    for tests in order:
+        rng.shuffle(tests)
+    items[:] = [item for tests in order for item in tests]
+
+
+def _django_group(item, seed) -> int:
+    """pytest-django's own order (its plugin sorts before this hook): plain database tests, then
+    transactional ones (they empty the tables after themselves), then tests without a database."""
+    if seed is None:
+        return 0  # already in that order
+    from pytest_django.plugin import validate_django_db
+
+    marker = item.get_closest_marker("django_db")
+    fixtures = item.fixturenames
+    transaction, reset_sequences, *_ = validate_django_db(marker) if marker else (False, False)
+    if transaction or reset_sequences or "transactional_db" in fixtures or "live_server" in fixtures:
+        return 1
+    return 0 if marker or "db" in fixtures else 2
 
 
 @pytest.fixture
@@ -103,6 +152,45 @@ def api():
         return client
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers():
+    """Each test starts as if it were the first: the site language, the site zone and an empty
+    cache. Django's test client runs the request in the test's thread, so LocaleMiddleware's
+    ``activate()`` of the request's language stays active after the response; the cache is Redis,
+    which outlives a test's rolled-back transaction. Neither may carry one test's state into the
+    next (issue 18, item 18: tests pass in any order)."""
+    from django.conf import settings
+    from django.utils import timezone, translation
+
+    translation.activate(settings.LANGUAGE_CODE)
+    timezone.deactivate()
+    _clear_cache()
+    yield
+    translation.deactivate()  # back to settings.LANGUAGE_CODE, whatever the test set
+    timezone.deactivate()
+    _clear_cache()
+
+
+@pytest.fixture
+def english():
+    """For tests that match English messages outside a request (services, commands): the active
+    language is the site's (zh-hans) unless a test says otherwise, here."""
+    from django.utils import translation
+
+    with translation.override("en"):
+        yield
+
+
+def _clear_cache() -> None:
+    """Only the cache's own keys: the Celery broker shares the Redis database (REDIS_URL)."""
+    from django.core.cache import cache
+
+    client = cache._cache.get_client(write=True)  # redis-py's client; Django has no "delete by prefix"
+    keys = list(client.scan_iter(match=cache.make_key("*"), count=1000))
+    if keys:
+        client.delete(*keys)
 
 
 @pytest.fixture(autouse=True)

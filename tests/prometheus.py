@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.waiting import wait_until
+
 
 def _free_port() -> int:
     import socket
@@ -49,17 +51,14 @@ class Prometheus:
         with urllib.request.urlopen(url, timeout=5) as response:
             return json.load(response)["data"]["result"]
 
-    def wait_for_scrapes(self, count: int = 2, timeout: float = 40) -> None:
+    def wait_for_scrapes(self, count: int = 2) -> None:
         """The first scrape comes ~6 s after start (REAL-BACKENDS.md §2): wait for fresh ones."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if self.query(f'count_over_time(up{{job="dcgm"}}[1m]) >= {count}'):
-                    return
-            except OSError:
-                pass
-            time.sleep(0.5)
-        raise AssertionError("Prometheus did not scrape in time")
+        wait_until(
+            lambda: self.query(f'count_over_time(up{{job="dcgm"}}[1m]) >= {count}'),
+            f"{count} scrapes by Prometheus",
+            interval=0.5,
+            retry_on=OSError,  # not listening yet
+        )
 
     def stop(self) -> None:
         self.proc.terminate()

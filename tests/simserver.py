@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from jobs.backends.simulator import SimulatorBackend
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEED = 100.0  # 100 simulated seconds per real second: a 50 s job lasts 0.5 s
@@ -45,18 +45,17 @@ class SimServer:
                "--state", str(self.state), "--speed", str(self.speed)]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      env={**os.environ, "PYTHONPATH": str(ROOT)})
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"simserver exited: {self.proc.stderr.read().decode()[-2000:]}")
-            try:
-                with urllib.request.urlopen(self.url + "/healthz", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.02)
-        self.stop()
-        raise RuntimeError("simserver did not answer /healthz within 10 s")
+        try:
+            wait_until(self._healthy, "simserver to answer /healthz", interval=0.02, retry_on=OSError)
+        except AssertionError:
+            self.stop()
+            raise
+
+    def _healthy(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"simserver exited: {self.proc.stderr.read().decode()[-2000:]}")
+        with urllib.request.urlopen(self.url + "/healthz", timeout=1) as r:
+            return r.status == 200
 
     def kill9(self) -> None:
         """Die like a crashed process: no handler runs, only what is already on disk survives."""

@@ -24,6 +24,7 @@ from jobs.backends.base import (
 )
 from jobs.backends.simulator import SimulatorBackend
 from tests.simserver import SPEED, _free_port
+from tests.waiting import wait_until
 
 NODES = [
     NodeInfo("n1", "A100-80G", 4, "ready", zone="z1", spine="s1", leaf="l1"),
@@ -36,7 +37,7 @@ METRIC_NAMES = {
 SLACK = timedelta(milliseconds=2)  # microsecond rounding of timestamps on both sides
 
 
-def spec(name, *, workers=(("n1", (0,)),), milli=1000, duration=600, command="python train.py",
+def spec(name, *, workers=(("n1", (0,)),), milli=1000, duration=10**6, command="python train.py",
          max_runtime=None) -> JobSpec:
     placement = tuple(tuple(Slot(node, g, milli) for g in gpus) for node, gpus in workers)
     return JobSpec(
@@ -47,18 +48,11 @@ def spec(name, *, workers=(("n1", (0,)),), milli=1000, duration=600, command="py
     )
 
 
-def wait_for(fn, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"condition not met within {timeout} s")
-
-
-def phase_is(sim, name, phase):
-    return lambda: (st := sim.status([name])[name]).phase == phase and st
+def reach(sim, name, phase):
+    """Wait until the simulator reports ``phase`` for ``name`` (a phase the job stays in); its status."""
+    return wait_until(
+        lambda: (st := sim.status([name])[name]).phase == phase and st, f"{name} to be {phase}", interval=0.02
+    )
 
 
 def real(sim_seconds: float) -> float:
@@ -95,10 +89,12 @@ def test_submit_twice_with_the_same_name_makes_one_job(sim, simserver):
 def test_job_completes_after_duration_over_speed_and_its_times_flow_back(sim):
     before = datetime.now(UTC)
     sim.submit(spec("gp-2", duration=50))
+    submitted = datetime.now(UTC)
     st = sim.status(["gp-2"])["gp-2"]
-    assert st.phase == RUNNING and st.finished_at is None
-    assert before - SLACK <= st.started_at <= datetime.now(UTC) + SLACK
-    done = wait_for(phase_is(sim, "gp-2", SUCCEEDED))
+    # 0.5 s: on a busy machine the job may be over before the first look.
+    assert (st.phase, st.finished_at is None) in {(RUNNING, True), (SUCCEEDED, False)}
+    assert before - SLACK <= st.started_at <= submitted + SLACK  # it started when submitted
+    done = reach(sim, "gp-2", SUCCEEDED)
     assert done.exit_code == 0 and not done.node_failure
     assert done.started_at == st.started_at
     assert (done.finished_at - done.started_at).total_seconds() == pytest.approx(real(50), abs=1e-3)
@@ -107,7 +103,7 @@ def test_job_completes_after_duration_over_speed_and_its_times_flow_back(sim):
 
 def test_max_runtime_ends_the_job_failed(sim):
     sim.submit(spec("gp-3", duration=600, max_runtime=30))
-    done = wait_for(phase_is(sim, "gp-3", FAILED))
+    done = reach(sim, "gp-3", FAILED)
     assert done.message == "max runtime exceeded" and not done.node_failure
     assert (done.finished_at - done.started_at).total_seconds() == pytest.approx(real(30), abs=1e-3)
 
@@ -116,13 +112,17 @@ def test_cancel_waits_the_grace_period_and_is_idempotent(sim):
     sim.submit(spec("gp-4"))
     asked = datetime.now(UTC)
     sim.cancel("gp-4", grace_seconds=50)
+    answered = datetime.now(UTC)
     time.sleep(real(20))
     sim.cancel("gp-4", grace_seconds=50)  # a repeat must not extend the grace period
     st = sim.status(["gp-4"])["gp-4"]
-    assert st.phase == RUNNING and st.message == "cancelling"
-    done = wait_for(phase_is(sim, "gp-4", CANCELLED))
-    waited = (done.finished_at - asked).total_seconds()
-    assert real(50) - 0.002 <= waited <= real(50) + real(15)
+    # Inside the grace period (0.5 s) it runs on, "cancelling"; a busy machine may look later.
+    assert (st.phase, st.message) == (RUNNING, "cancelling") or st.phase == CANCELLED, st
+    done = reach(sim, "gp-4", CANCELLED)
+    # The end is the first cancel plus the grace period: the first cancel reached the simulator
+    # between ``asked`` and ``answered``; a repeat (≥ real(20) after ``answered``) moved nothing.
+    grace = timedelta(seconds=real(50))
+    assert asked + grace - SLACK <= done.finished_at <= answered + grace + SLACK
     sim.cancel("gp-4")  # already over: nothing changes
     sim.cancel("gp-never-submitted")
     assert sim.status(["gp-4"])["gp-4"] == done
@@ -168,11 +168,14 @@ def test_slow_start_keeps_the_job_pending_that_long(sim):
     sim.slow_start("gp-8", 50)  # armed before the portal dispatches the job
     submitted = datetime.now(UTC)
     sim.submit(spec("gp-8"))
+    answered = datetime.now(UTC)
     st = sim.status(["gp-8"])["gp-8"]
-    assert st.phase == PENDING and st.started_at is None and st.message == "slow start"
-    running = wait_for(phase_is(sim, "gp-8", RUNNING))
-    delay = (running.started_at - submitted).total_seconds()
-    assert real(50) - 0.002 <= delay <= real(50) + 0.3
+    # Pending for 0.5 s: on a busy machine the first look may come after it started.
+    if st.phase == PENDING:
+        assert st.started_at is None and st.message == "slow start"
+    running = reach(sim, "gp-8", RUNNING)
+    start = timedelta(seconds=real(50))  # after the slow start, counted from the submission
+    assert submitted + start - SLACK <= running.started_at <= answered + start + SLACK
     with pytest.raises(BackendError, match="409"):
         sim.slow_start("gp-8", 50)
 
@@ -281,7 +284,7 @@ def test_shared_requests_pack_two_jobs_on_one_gpu(sim):
     st = sim.status(["gp-s3"])["gp-s3"]
     assert st.phase == PENDING and st.message == "waiting for GPUs"
     crashed = sim.crash("gp-s1")
-    started = wait_for(phase_is(sim, "gp-s3", RUNNING))
+    started = reach(sim, "gp-s3", RUNNING)
     assert started.started_at == crashed.finished_at
 
 
@@ -296,7 +299,7 @@ def test_unreachable_or_refusing_simulator_raises_backend_error(sim):
 
 def test_resize_moves_a_running_job_to_its_new_placement(sim):
     sim.submit(spec("gp-71", workers=(("n1", (0,)), ("n1", (1,)))))
-    wait_for(phase_is(sim, "gp-71", RUNNING))
+    reach(sim, "gp-71", RUNNING)
     sim.submit(spec("gp-72", workers=(("n2", (0,)),)))
     grown = spec("gp-71", workers=(("n1", (0,)), ("n1", (1,)), ("n2", (1,)), ("n2", (2,))))
     sim.resize(grown)
@@ -311,12 +314,12 @@ def test_resize_moves_a_running_job_to_its_new_placement(sim):
     assert sim.view("gp-71")["workers"] == 1
     # what it released is free: a job needing it starts at once
     sim.submit(spec("gp-73", workers=(("n1", (1,)), ("n2", (1,)))))
-    wait_for(phase_is(sim, "gp-73", RUNNING))
+    reach(sim, "gp-73", RUNNING)
 
 
 def test_resize_of_a_finished_or_unknown_job(sim):
     sim.submit(spec("gp-74", duration=1))
-    wait_for(phase_is(sim, "gp-74", SUCCEEDED))
+    reach(sim, "gp-74", SUCCEEDED)
     sim.resize(spec("gp-74", workers=(("n1", (0,)), ("n1", (1,)))))  # nothing to resize: no error
     assert sim.view("gp-74")["workers"] == 1
     with pytest.raises(BackendError, match="404"):

@@ -34,6 +34,7 @@ from jobs.backends.base import (
     Slot,
 )
 from jobs.backends.slurm import SlurmBackend, expand_hostlist, node_state
+from tests.waiting import settle, wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -104,16 +105,9 @@ def backend(cluster) -> SlurmBackend:
     return SlurmBackend(cluster.conf, timeout=30)
 
 
-def wait_for(check: Callable[[], object], timeout: float = 30, interval: float = 0.3):
-    """Poll ``check`` until it returns something truthy; that value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {check}")
-        time.sleep(interval)
+def wait_for(check: Callable[[], object], what: str):
+    """tests/waiting.py's wait, looking every 0.3 s: each look runs Slurm's commands."""
+    return wait_until(check, what, interval=0.3)
 
 
 _ids = iter(range(1000, 100000))
@@ -165,20 +159,16 @@ def test_gang_job_runs_on_its_placement_and_reports_back(backend, cluster):
         nodes=("gpu-a100-2", "gpu-a100-4"),
         gpus=2,
     )
+    # Slurm stamps whole seconds: the job's times lie between these two, in UTC.
+    before = datetime.now(UTC).replace(microsecond=0)
     job_id = backend.submit(spec)
-    seen = []
-
-    def finished():
-        st = backend.status([spec.name])[spec.name]
-        seen.append(st.phase)
-        return st if st.phase not in (PENDING, RUNNING) else None
-
-    st = wait_for(finished, timeout=60)
-    assert RUNNING in seen
+    # It ran (its ranks wrote their files below), so no poll needs to catch it RUNNING.
+    st = wait_for(lambda: phase_of(backend, spec.name, SUCCEEDED, FAILED, CANCELLED), "the gang to end")
+    after = datetime.now(UTC)
     assert st.phase == SUCCEEDED and st.exit_code == 0 and not st.node_failure
     assert st.nodes == ("gpu-a100-2", "gpu-a100-4")
-    assert st.started_at.tzinfo is not None and st.started_at <= st.finished_at
-    assert abs((datetime.now(UTC) - st.finished_at).total_seconds()) < 30  # right zone, not only aware
+    assert st.started_at.tzinfo is not None
+    assert before <= st.started_at <= st.finished_at <= after  # right zone, not only aware
     assert (st.finished_at - st.started_at).total_seconds() >= 2
     workdir = cluster.run_dir / "jobs" / spec.name
     ranks = sorted((workdir / f"rank-{r}.txt").read_text().split() for r in range(2))
@@ -190,43 +180,41 @@ def test_gang_job_runs_on_its_placement_and_reports_back(backend, cluster):
 def test_failed_job_reports_its_exit_code(backend):
     spec = make_spec("exit 3")
     backend.submit(spec)
-    st = wait_for(lambda: phase_of(backend, spec.name, FAILED, SUCCEEDED))
+    st = wait_for(lambda: phase_of(backend, spec.name, FAILED, SUCCEEDED), "the job to end")
     assert st.phase == FAILED and st.exit_code == 3 and st.finished_at is not None
 
 
 def test_submit_twice_makes_one_slurm_job_and_cancel_reaches_slurm(backend, cluster):
-    spec = make_spec("sleep 60")
+    spec = make_spec("sleep 3600")  # it runs until cancelled, however slow the machine
     first = backend.submit(spec)
     assert backend.submit(spec) == first
     assert squeue_ids(cluster, spec.name) == [first]
-    wait_for(lambda: phase_of(backend, spec.name, RUNNING))
+    wait_for(lambda: phase_of(backend, spec.name, RUNNING), "the job to run")
     backend.cancel(spec.name)
-    st = wait_for(lambda: phase_of(backend, spec.name, CANCELLED, FAILED, SUCCEEDED))
+    st = wait_for(lambda: phase_of(backend, spec.name, CANCELLED, FAILED, SUCCEEDED), "the job to end")
     assert st.phase == CANCELLED and st.finished_at is not None
     backend.cancel(spec.name)  # idempotent
     assert squeue_ids(cluster, spec.name) == [first]
 
 
 def test_grace_period_signals_then_cancels(backend, cluster):
-    # The job notes the signal and keeps running: the kill comes when the grace period is over.
+    # The job notes the signal and keeps running (``alive`` is its last moment): the kill comes
+    # when the grace period is over.
     spec = make_spec(
-        "trap 'date +%s.%N > signalled' USR1; touch ready; while :; do sleep 0.1; done",
+        "trap 'date +%s.%N > signalled' USR1; touch ready; while :; do date +%s.%N > alive; sleep 0.1; done",
         checkpointing=True,
         max_runtime_seconds=3600,
     )
     workdir = cluster.run_dir / "jobs" / spec.name
     job_id = backend.submit(spec)
     assert "TimeLimit=01:00:00" in cluster.scontrol("show", "job", job_id)
-    wait_for(lambda: (workdir / "ready").exists())  # the trap is set
+    wait_for(lambda: (workdir / "ready").exists(), "the trap to be set")
     asked = time.time()
     backend.cancel(spec.name, grace_seconds=3)
-    signalled = float(
-        wait_for(lambda: (workdir / "signalled").exists() and (workdir / "signalled").read_text())
-    )
-    assert signalled - asked < 2
-    assert backend.status([spec.name])[spec.name].phase == RUNNING  # still in its grace period
-    st = wait_for(lambda: phase_of(backend, spec.name, CANCELLED, FAILED, SUCCEEDED), timeout=20)
+    st = wait_for(lambda: phase_of(backend, spec.name, CANCELLED, FAILED, SUCCEEDED), "the job to end")
     assert st.phase == CANCELLED
+    signalled = float((workdir / "signalled").read_text())  # the signal came first …
+    assert asked <= signalled < float((workdir / "alive").read_text())  # … and the job ran on
     assert st.finished_at.timestamp() >= asked + 2  # not before the grace period (Slurm: whole seconds)
 
 
@@ -235,9 +223,9 @@ def test_job_that_exits_after_the_signal_still_reports_cancelled(backend, cluste
     # not read a preempted job as succeeded.
     spec = make_spec("trap 'exit 0' USR1; touch ready; while :; do sleep 0.1; done", checkpointing=True)
     backend.submit(spec)
-    wait_for(lambda: (cluster.run_dir / "jobs" / spec.name / "ready").exists())
+    wait_for(lambda: (cluster.run_dir / "jobs" / spec.name / "ready").exists(), "the trap to be set")
     backend.cancel(spec.name, grace_seconds=30)
-    st = wait_for(lambda: phase_of(backend, spec.name, CANCELLED, FAILED, SUCCEEDED))
+    st = wait_for(lambda: phase_of(backend, spec.name, CANCELLED, FAILED, SUCCEEDED), "the job to end")
     assert st.phase == CANCELLED and st.exit_code == 0 and "COMPLETED" in st.message
 
 
@@ -249,7 +237,7 @@ def test_drained_node_is_cordoned(backend, cluster):
     finally:
         cluster.scontrol("update", "NodeName=gpu-a100-4", "State=RESUME")
     # A resumed node shows "idle*" (not responding) until the controller has pinged it again.
-    wait_for(lambda: {n.name: n.state for n in backend.list_nodes()}["gpu-a100-4"] == "ready", timeout=20)
+    wait_for(lambda: {n.name: n.state for n in backend.list_nodes()}["gpu-a100-4"] == "ready", "a100-4 ready")
 
 
 def _node_down(cluster: Cluster, node: str) -> None:
@@ -260,13 +248,14 @@ def _node_back(cluster: Cluster, node: str) -> None:
     # ReturnToService=2 brings a DOWN node back as soon as its slurmd registers again; make sure.
     resume = ["scontrol", "update", f"NodeName={node}", "State=RESUME"]
     subprocess.run(resume, env=cluster.env, check=False, capture_output=True)  # fails if already back
-    wait_for(lambda: "idle" in _sh(["sinfo", "-h", "-n", node, "-o", "%T"], cluster.env).stdout)
+    sinfo = ["sinfo", "-h", "-n", node, "-o", "%T"]
+    wait_for(lambda: "idle" in _sh(sinfo, cluster.env).stdout, f"{node} to be idle")
 
 
 def _started(cluster: Cluster, spec: JobSpec) -> None:
     # RUNNING only means the batch script started: a node that goes down before srun has started
     # the worker leaves that worker running on (this fake) node until it ends by itself.
-    wait_for(lambda: (cluster.run_dir / "jobs" / spec.name / "ready").exists())
+    wait_for(lambda: (cluster.run_dir / "jobs" / spec.name / "ready").exists(), "the worker to start")
 
 
 def test_node_down_fails_its_job_with_node_failure(backend, cluster):
@@ -275,7 +264,7 @@ def test_node_down_fails_its_job_with_node_failure(backend, cluster):
     _started(cluster, spec)
     _node_down(cluster, "gpu-a100-3")
     try:
-        st = wait_for(lambda: phase_of(backend, spec.name, FAILED, CANCELLED, SUCCEEDED, PENDING))
+        st = wait_for(lambda: phase_of(backend, spec.name, FAILED, CANCELLED, SUCCEEDED, PENDING), "its end")
         assert st.phase == FAILED and st.node_failure
         assert "NODE_FAIL" in st.message and st.finished_at is not None
     finally:
@@ -291,7 +280,7 @@ def test_with_slurm_requeue_a_node_failure_requeues_the_job(cluster):
     _started(cluster, spec)
     _node_down(cluster, "gpu-a100-3")
     try:
-        st = wait_for(lambda: phase_of(backend, spec.name, PENDING, FAILED, CANCELLED))
+        st = wait_for(lambda: phase_of(backend, spec.name, PENDING, FAILED, CANCELLED), "the job requeued")
         assert st.phase == PENDING and not st.node_failure
         assert "Restarts=1" in cluster.scontrol("show", "job", job_id)
     finally:
@@ -307,23 +296,25 @@ def test_killed_slurmd_takes_its_node_down_and_fails_its_job(backend, cluster):
     _started(cluster, spec)
     os.kill(int((cluster.run_dir / "slurmd-gpu-a100-2.pid").read_text()), 9)
     try:
-        st = wait_for(lambda: phase_of(backend, spec.name, FAILED, CANCELLED, SUCCEEDED, PENDING), timeout=60)
+        st = wait_for(
+            lambda: phase_of(backend, spec.name, FAILED, CANCELLED, SUCCEEDED, PENDING), "the node failure"
+        )
         assert st.phase == FAILED and st.node_failure and "NODE_FAIL" in st.message
         assert {n.name: n.state for n in backend.list_nodes()}["gpu-a100-2"] == "down"
     finally:
         _sh(cluster.start_args, cluster.env)  # idempotent: starts only the missing slurmd
     # The restarted slurmd is told to end the job's orphaned worker.
-    wait_for(lambda: not _job_steps(cluster), timeout=20)
+    wait_for(lambda: not _job_steps(cluster), "no job steps left")
     assert {n.name: n.state for n in backend.list_nodes()}["gpu-a100-2"] == "ready"
 
 
 def test_without_slurmdbd_finished_jobs_come_from_the_controller(backend, cluster):
     spec = make_spec("exit 0")
     backend.submit(spec)
-    wait_for(lambda: phase_of(backend, spec.name, SUCCEEDED, FAILED))
+    wait_for(lambda: phase_of(backend, spec.name, SUCCEEDED, FAILED), "the job to end")
     pid = int((cluster.run_dir / "slurmdbd.pid").read_text())
     os.kill(pid, 15)
-    wait_for(lambda: not Path(f"/proc/{pid}").exists())
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), f"process {pid} to exit")
     try:
         assert backend.health().startswith("slurmdbd unreachable")
         st = backend.status([spec.name])[spec.name]  # squeue keeps it for MinJobAge
@@ -356,10 +347,10 @@ def _job_steps(cluster: Cluster) -> list[str]:
 def test_calls_raise_backend_error_when_the_controller_is_down(backend, cluster):
     # Steps still winding down would retry their completion message for a minute or more while
     # the controller is away: let earlier tests' jobs finish first.
-    wait_for(lambda: not _job_steps(cluster), timeout=20)
+    wait_for(lambda: not _job_steps(cluster), "no job steps left")
     pid = int((cluster.run_dir / "slurmctld.pid").read_text())
     os.kill(pid, 15)
-    wait_for(lambda: not Path(f"/proc/{pid}").exists())
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), f"process {pid} to exit")
     try:
         assert backend.health().startswith("slurmctld unreachable")
         calls = [
@@ -431,18 +422,6 @@ def portal_on_slurm(cluster, db):
     return flavor, portal_cluster, project
 
 
-def _sync_until(portal_cluster, job, states, timeout=60):
-    from jobs import dispatch
-
-    def reached():
-        dispatch.sync_cluster(portal_cluster.pk)
-        job.refresh_from_db()
-        return job.state in states
-
-    wait_for(reached, timeout=timeout, interval=0.5)
-    return job
-
-
 def test_a_gang_submitted_through_the_portal_runs_on_slurm_and_flows_back(portal_on_slurm):
     from jobs import dispatch
     from jobs.scheduling import schedule_once
@@ -455,7 +434,7 @@ def test_a_gang_submitted_through_the_portal_runs_on_slurm_and_flows_back(portal
     placed = {node for worker in job.placement for node, _gpu, _milli in worker}
     assert len(placed) == 2  # a worker of 8 GPUs fills a node: a 2-node gang
     assert dispatch.dispatch_job(job.pk) == "dispatched"
-    _sync_until(portal_cluster, job, {"succeeded"})
+    settle(portal_cluster, job, {"succeeded"})
     transitions = list(job.events.filter(kind="transition").values_list("to_state", flat=True))
     assert transitions == ["queued", "admitted", "running", "succeeded"]
     assert job.started_at <= job.finished_at and job.exit_code == 0
@@ -473,22 +452,22 @@ def test_preemption_and_cancel_through_the_portal_reach_slurm(portal_on_slurm):
     )
     schedule_once()
     dispatch.dispatch_job(low.pk)
-    _sync_until(portal_cluster, low, {"running"})
+    settle(portal_cluster, low, {"running"})
     high = fx.submit(
         project, flavor, workers=1, gpus=8, name="high", command="sleep 300", prio=fx.priority("high", 500)
     )
     assert schedule_once().preempted == 1  # rule 6: a higher priority in the same project
     assert dispatch.stop_job(low.pk) == "stopping"
-    _sync_until(portal_cluster, low, {"queued"})
+    settle(portal_cluster, low, {"queued"})
     assert list(low.events.filter(kind="transition").values_list("to_state", flat=True))[-2:] == [
         "preempted",
         "queued",
     ]
     assert dispatch.dispatch_job(high.pk) == "dispatched"
-    _sync_until(portal_cluster, high, {"running"})
+    settle(portal_cluster, high, {"running"})
     job_cancel(actor=fx.platform_admin(), job=high)
     dispatch.stop_job(high.pk)
-    _sync_until(portal_cluster, high, {"cancelled"})
+    settle(portal_cluster, high, {"cancelled"})
     assert (
         SlurmBackend(portal_cluster.config["slurm_conf"]).status([f"gp-{high.pk}"])[f"gp-{high.pk}"].phase
         == CANCELLED
@@ -507,13 +486,13 @@ def test_a_slurm_node_failure_requeues_checkpointing_jobs_and_fails_the_others(p
     schedule_once()
     for job in (plain, ckpt):
         dispatch.dispatch_job(job.pk)
-        _sync_until(portal_cluster, job, {"running"})
+        settle(portal_cluster, job, {"running"})
     nodes = {node.name for job in (plain, ckpt) for node in _placed_nodes(job)}
     try:
         for name in nodes:
             cluster.scontrol("update", f"NodeName={name}", "State=DOWN", "Reason=test-failure")
-        _sync_until(portal_cluster, plain, {"failed"})
-        _sync_until(portal_cluster, ckpt, {"queued"})
+        settle(portal_cluster, plain, {"failed"})
+        settle(portal_cluster, ckpt, {"queued"})
     finally:
         for name in nodes:  # ReturnToService=2 may have brought it back already
             subprocess.run(["scontrol", "update", f"NodeName={name}", "State=RESUME"], env=cluster.env,

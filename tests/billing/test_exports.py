@@ -156,7 +156,7 @@ def test_commands_close_and_export_a_month(world, history, tmp_path, capsys):
         ("meter", ["--until", "yesterday"], "not a date-time"),
     ],
 )
-def test_bad_input_is_a_clear_error(world, command, args, message):
+def test_bad_input_is_a_clear_error(world, english, command, args, message):
     with pytest.raises(CommandError, match=message):
         call_command(command, *args)
 

@@ -17,7 +17,8 @@ from billing.services import rate_create, statement_close_month, statement_draft
 
 from .conftest import expected_card_seconds, local, rates
 
-pytestmark = pytest.mark.django_db
+# The refusals matched below are the English texts.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english")]
 NOV, DEC = date(2026, 11, 1), date(2026, 12, 1)
 TOLERANCE = Decimal("0.000001")  # card-hours
 

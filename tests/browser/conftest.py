@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.waiting import TIMEOUT
+
 CHROMIUM = os.environ.get("GPUPOOL_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 FLAGS = [
@@ -65,7 +67,9 @@ def browser_for(chromium, live_server):
         context = chromium.new_context(
             viewport={"width": 1280, "height": 900}, locale=lang, timezone_id="Asia/Shanghai"
         )
-        context.set_default_timeout(15_000)
+        # A hang guard, not a speed bound (tests/waiting.py): htmx's polls and page loads on a
+        # loaded machine may take many times their usual time.
+        context.set_default_timeout(TIMEOUT * 1000)
         contexts.append(context)
         page = context.new_page()
         # The Content-Security-Policy (portal/security.py) must not block anything our pages need.

@@ -10,7 +10,6 @@ d. the inbox in Chinese.
 World (tests/conftest.py): departments A (sub A1) and B; projects pa, pa1 (A1), pb (B); flavor F
 on 2 × 8 GPUs of cluster c1; quota A 8 (A1 4, pa 4; pa1 4), B 8 (pb 8)."""
 
-import time
 from datetime import timedelta
 from decimal import Decimal
 
@@ -26,6 +25,7 @@ from jobs.services import job_submit
 from portal.models import ApprovalRequest
 from quotas.models import Cluster, Loan, Node, QuotaNode
 from tests import factories as fx
+from tests.waiting import settle
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -46,18 +46,6 @@ def _row(page, selector: str, text: str):
 
 def _cell(page, table: str, row_text: str, column: int) -> str:
     return _row(page, f"{table} tbody tr", row_text).locator("td").nth(column).inner_text().strip()
-
-
-def _settle(cluster, job, want, timeout=20):
-    """Sync the cluster until the job reaches one of the wanted states."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        dispatch.sync_cluster(cluster.pk)
-        job.refresh_from_db()
-        if job.state in want:
-            return job
-        time.sleep(0.1)
-    raise AssertionError(f"job {job.pk} stuck in {job.state}, wanted {want}")
 
 
 def _cluster_on(simserver) -> Cluster:
@@ -134,13 +122,13 @@ def test_a_big_job_waits_for_approval_then_runs_on_the_cluster(world, browser_fo
 
     # The member's queue page, without a reload: queued, then running once a real cycle admitted
     # it and it was dispatched to the simulator.
-    member.wait_for_selector("#queue-table tr:has-text('llm-pretrain') >> text=Queued", timeout=15_000)
+    member.wait_for_selector("#queue-table tr:has-text('llm-pretrain') >> text=Queued")
     schedule_once()
     job.refresh_from_db()
     assert job.state == "admitted", job.state
     assert dispatch.dispatch_job(job.pk) == "dispatched"
-    _settle(cluster, job, {"running"})
-    member.wait_for_selector("#queue-table tr:has-text('llm-pretrain') >> text=Running", timeout=15_000)
+    settle(cluster, job, {"running"})
+    member.wait_for_selector("#queue-table tr:has-text('llm-pretrain') >> text=Running")
     shot(member, "approval-job-running")
 
 

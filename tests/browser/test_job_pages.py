@@ -66,7 +66,7 @@ def test_queue_table_refreshes_itself(world, browser_for, shot):
     page.goto(page.base + "/jobs/queue/")
     assert "first" in page.inner_text("#queue-table")
     _submit(world, "second")
-    page.wait_for_selector("#queue-table >> text=second", timeout=12_000)  # no reload: htmx polls
+    page.wait_for_selector("#queue-table >> text=second")  # no reload: htmx polls
     assert _fits_the_window(page)
     shot(page, "job-queue")
 

@@ -19,6 +19,7 @@ import pytest
 from jobs.tasks import stop_job
 from portal.logs import JsonFormatter, job_context, request_id
 from tests.celery_procs import ROOT, _env, private_queue
+from tests.waiting import TIMEOUT
 
 pytestmark = pytest.mark.deploy
 
@@ -139,15 +140,15 @@ def test_a_real_worker_writes_json_lines_with_the_job_and_task_ids(db):
     )
     try:
         sent = stop_job.apply_async(args=[424242], queue=queue)
-        line = _first_json_line(worker, lambda entry: entry.get("job_id") == 424242, timeout=60)
+        line = _first_json_line(worker, lambda entry: entry.get("job_id") == 424242)
         assert line["task_id"] == sent.id and line["logger"] == "jobs.tasks"
     finally:
         worker.terminate()
         worker.wait(timeout=30)
 
 
-def _first_json_line(proc: subprocess.Popen, wanted, timeout: float) -> dict:
-    deadline = time.monotonic() + timeout
+def _first_json_line(proc: subprocess.Popen, wanted) -> dict:
+    deadline = time.monotonic() + TIMEOUT  # a hang guard (tests/waiting.py)
     seen = []
     for text in proc.stdout:
         seen.append(text)

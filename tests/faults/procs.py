@@ -26,6 +26,7 @@ from pathlib import Path
 
 import requests
 
+from tests import waiting
 from tests.celery_procs import start_beat, start_worker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,22 +38,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until(check: Callable[[], object], timeout: float, what: str, interval: float = 0.2,
-               about: Callable[[], str] | None = None):
-    """Poll ``check`` until it returns something truthy; that value. Exceptions count as "not yet"
-    (the service being waited for may be down). ``about`` describes the state on a timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = check()
-        except Exception:  # a service that is still down
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}"
-                                 + (f"\n{about()}" if about else ""))
-        time.sleep(interval)
+def wait_until(check: Callable[[], object], what: str, **options):
+    """tests/waiting.py's wait, where any error counts as "not yet": here the service being
+    waited for may be the one that is down."""
+    return waiting.wait_until(check, what, retry_on=Exception, **options)
 
 
 def drain(proc: subprocess.Popen, path: Path) -> None:
@@ -147,7 +136,7 @@ class Web:
             self.proc = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=out,
                                          stderr=subprocess.STDOUT, start_new_session=True)
         wait_until(lambda: requests.get(self.url + "/healthz", timeout=2).status_code in (200, 503),
-                   60, "gunicorn to answer")
+                   "gunicorn to answer")
         return time.monotonic() - t0
 
     def kill9(self) -> None:
@@ -282,7 +271,7 @@ class PrivateRedis:
         self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         import redis
 
-        wait_until(lambda: redis.Redis(port=self.port, socket_timeout=1).ping(), 20, "redis-server")
+        wait_until(lambda: redis.Redis(port=self.port, socket_timeout=1).ping(), "redis-server")
 
     def kill9(self) -> None:
         kill9(self.proc)

@@ -2,7 +2,6 @@
 checkpointing job is requeued, the other fails, their GPUs are released, the ledger stops at the
 loss; the portal stops placing on the node until the simulator has it back, then uses it again."""
 
-from datetime import timedelta
 
 import pytest
 from django.utils import timezone
@@ -33,7 +32,7 @@ def _settle(cluster_id, *jobs_and_states):
         dispatch.sync_cluster(cluster_id)
         return all(Job.objects.get(pk=job.pk).state in states for job, states in jobs_and_states)
 
-    wait_until(reached, 20, f"jobs to reach {jobs_and_states}", interval=0.05)
+    wait_until(reached, f"jobs to reach {jobs_and_states}", interval=0.05)
 
 
 def _node_of(job) -> Node:
@@ -60,6 +59,7 @@ def test_a_lost_node_requeues_checkpointing_jobs_fails_the_others_and_comes_back
     loss = sim.status([f"gp-{plain.pk}"])[f"gp-{plain.pk}"].finished_at
     noticed = timezone.now()
     _settle(cluster, (ckpt, {"queued"}), (plain, {"failed"}))
+    settled = timezone.now()
     lost.refresh_from_db()
     assert lost.state == "down"  # learnt with the failure, before the requeue's cycle
     plain.refresh_from_db()
@@ -99,7 +99,7 @@ def test_a_lost_node_requeues_checkpointing_jobs_fails_the_others_and_comes_back
     # The ledger stops where the portal recorded the loss (the status sync, a moment after it).
     failed_at = plain.events.get(to_state="failed").at
     assert UsageRecord.objects.filter(job=plain).latest("segment_end").segment_end == failed_at
-    assert timedelta(0) <= failed_at - loss < timedelta(seconds=5)
+    assert loss <= noticed <= failed_at <= settled  # recorded by a sync we made, not made up
     print(f"loss noticed after {(failed_at - loss).total_seconds():.2f} s "
           f"(sync started {(noticed - loss).total_seconds():.2f} s after the loss); "
           f"node back to job running again {recovered.total_seconds():.2f} s")

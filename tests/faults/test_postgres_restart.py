@@ -80,19 +80,19 @@ def test_a_postgres_restart_needs_no_manual_action_and_loses_no_acknowledged_job
         celery.start()
         submitter = Submitter(Client(web.url, seed["token"]), seed)
         submitter.start()
-        wait_until(lambda: submitter.created() >= 6, 60, "submissions before the restart")
+        wait_until(lambda: submitter.created() >= 6, "submissions before the restart")
         started = _rows(url, "SELECT pg_postmaster_start_time()")[0][0]
         down = time.monotonic()
         pg.restart()
         up = time.monotonic()
         assert _rows(url, "SELECT pg_postmaster_start_time()")[0][0] > started  # really restarted
-        wait_until(lambda: submitter.created() >= 12, 60, "submissions after the restart")
+        wait_until(lambda: submitter.created() >= 12, "submissions after the restart")
         submitter.stop.set()
         submitter.join(timeout=30)
         names = {name: o for name, _, o in submitter.outcomes}
         acked = {name: o for name, o in names.items() if isinstance(o, int)}
         succeeded = "SELECT count(*) FROM jobs_job WHERE state = 'succeeded' AND id = ANY(%s)"
-        wait_until(lambda: _rows(url, succeeded, list(acked.values()))[0][0] == len(acked), 120,
+        wait_until(lambda: _rows(url, succeeded, list(acked.values()))[0][0] == len(acked),
                    "every acknowledged job to succeed")
         converged = time.monotonic() - up
         jobs = _rows(url, "SELECT id, name, state FROM jobs_job")

@@ -42,23 +42,23 @@ def test_worker_and_beat_killed_mid_sync_and_mid_cycle_lose_and_duplicate_nothin
     celery = Celery(queue, tmp_path)
     celery.start()
     try:
-        wait_until(lambda: proxy.in_flight > 0, 60, "a status sync in its backend call", interval=0.01)
+        wait_until(lambda: proxy.in_flight > 0, "a status sync in its backend call", interval=0.01)
         celery.kill9()  # mid-sync: the backend answered nothing yet, the portal applied nothing
         first_kill = time.monotonic()
-        running_then = Job.objects.filter(pk__in=ids, state="running").count()
+        done_then = Job.objects.filter(pk__in=ids, state="succeeded").count()
         celery.start()
-        wait_until(_cycle_running, 60, "a scheduling cycle holding its lock", interval=0.002)
+        wait_until(_cycle_running, "a scheduling cycle holding its lock", interval=0.002)
         celery.kill9()  # mid-cycle: its transaction dies with the connection, the lock with it
         second_kill = time.monotonic() - first_kill
         celery.start()
-        wait_until(lambda: Job.objects.filter(pk__in=ids, state="succeeded").count() == len(ids), 120,
+        wait_until(lambda: Job.objects.filter(pk__in=ids, state="succeeded").count() == len(ids),
                    "every job to succeed")
         converged = time.monotonic() - first_kill
     finally:
         celery.stop()
         redis.Redis.from_url(settings.REDIS_CLIENT_URL).delete(queue)
         proxy.shutdown()
-    assert running_then < len(ids)  # the first kill interrupted work in progress
+    assert done_then < len(ids)  # the first kill interrupted work in progress
     assert_event_log_consistent(ids)
     seen = assert_agrees_with_simulator(simserver.backend(), ids)
     for job in Job.objects.filter(pk__in=ids):  # one run each: the backend's run is the one recorded

@@ -36,6 +36,8 @@ from pathlib import Path
 
 import requests
 
+from tests.waiting import wait_until
+
 from . import concurrency_checks as checks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -192,18 +194,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_http(url: str, proc: subprocess.Popen, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def _wait_http(url: str, proc: subprocess.Popen, what: str) -> None:
+    def answers() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited with {proc.returncode}")
-        try:
-            if requests.get(url, timeout=2).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{what} did not answer {url} within {timeout:.0f} s")
+        return requests.get(url, timeout=2).status_code == 200
+
+    wait_until(answers, f"{what} to answer {url}", retry_on=requests.RequestException)
 
 
 @dataclass
@@ -316,7 +313,7 @@ class Services:
         self._spawn("beat", [*celery, "beat", "--schedule", str(self.workdir / "beat"), "--loglevel=WARNING"])
 
     def wait_portal(self) -> None:
-        _wait_http(self.web_url + "/healthz", self.procs["gunicorn"], "gunicorn", timeout=60)
+        _wait_http(self.web_url + "/healthz", self.procs["gunicorn"], "gunicorn")
 
     def stop(self, *names: str) -> None:
         """SIGTERM (a Celery worker finishes its task first), SIGKILL after 20 s."""

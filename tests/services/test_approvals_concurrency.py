@@ -22,7 +22,7 @@ def _race(deciders):
     def run(decide):
         try:
             with transaction.atomic():
-                barrier.wait(timeout=10)
+                barrier.wait(timeout=60)  # a hang guard
                 decide()
                 # Hold the winner's transaction open so the other decision surely runs while
                 # this one is uncommitted: the race is real, not a matter of timing luck.

@@ -2,7 +2,6 @@
 with its grace period and requeue, user cancel, node failure. The simulator is a real server
 process (tests/simserver.py); the portal talks to it only through the backend interface."""
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -15,20 +14,9 @@ from jobs.scheduling import schedule_once
 from jobs.services import job_cancel
 from quotas.models import Node
 from tests import factories as fx
+from tests.waiting import settle
 
 pytestmark = pytest.mark.django_db
-
-
-def _settle(cluster, job, want, timeout=15):
-    """Sync the cluster until the job reaches one of the wanted states."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        dispatch.sync_cluster(cluster.pk)
-        job.refresh_from_db()
-        if job.state in want:
-            return job
-        time.sleep(0.1)
-    raise AssertionError(f"job {job.pk} stuck in {job.state}, wanted {want}")
 
 
 def _sim_jobs(sim) -> dict:
@@ -50,7 +38,7 @@ def test_a_job_runs_on_the_simulator_and_its_states_and_times_flow_back(sim_pool
     assert dispatch.dispatch_job(job.pk) == "dispatched"
     assert dispatch.dispatch_job(job.pk) == "not claimable"  # a retry never submits twice
     assert len(sim.backend().status([backend_name(job.pk)])) == 1
-    _settle(cluster, job, {"succeeded"})
+    settle(cluster, job, {"succeeded"})
     assert _transitions(job) == ["queued", "admitted", "running", "succeeded"]
     assert job.started_at < job.finished_at and job.exit_code == 0
 
@@ -79,7 +67,7 @@ def _a1_reclaims_a_running_job(sim_pool, **b2):
     schedule_once()
     for job in (b1, b2):
         dispatch.dispatch_job(job.pk)
-        _settle(cluster, job, {"running"})
+        settle(cluster, job, {"running"})
     a1 = fx.submit(pa, f, gpus=8, sim_duration_seconds=50, name="a1")
     assert schedule_once().preempted == 1
     return a1, Job.objects.get(pk__in=[b1.pk, b2.pk], terminating_since__isnull=False)
@@ -91,11 +79,11 @@ def test_reclaim_stops_the_on_loan_job_after_its_grace_and_requeues_it(sim_pool)
     assert dispatch.dispatch_job(a1.pk) == "waiting for victims"
     assert dispatch.stop_job(victim.pk) == "stopping"
     assert dispatch.stop_job(victim.pk) == "not claimable"
-    _settle(cluster, victim, {"queued"})
+    settle(cluster, victim, {"queued"})
     assert _transitions(victim)[-3:] == ["running", "preempted", "queued"]
     assert victim.requeue_count == 1 and victim.placement == []
     assert dispatch.dispatch_job(a1.pk) == "dispatched"
-    _settle(cluster, a1, {"succeeded"})
+    settle(cluster, a1, {"succeeded"})
 
 
 def test_a_job_preempted_before_it_was_dispatched_is_requeued_without_starting(sim_pool):
@@ -120,7 +108,7 @@ def test_a_victim_admitted_again_later_does_not_hold_back_its_preemptor(sim_pool
     a1, victim = _a1_reclaims_a_running_job(sim_pool)
     assert dispatch.dispatch_job(a1.pk) == "waiting for victims"
     dispatch.stop_job(victim.pk)
-    _settle(cluster, victim, {"queued"})
+    settle(cluster, victim, {"queued"})
     # Before a1 is dispatched, a later cycle admits the victim again, elsewhere (its own new
     # run, placed around a1): written as that cycle would, a conditional update and its event.
     later = timezone.now() + timedelta(seconds=1)
@@ -146,7 +134,7 @@ def test_the_preemptor_of_an_unstarted_preemptor_waits_for_the_first_victim(sim_
     assert dispatch.dispatch_job(a2.pk) == "waiting for its GPUs"
     assert backend_name(a2.pk) not in _sim_jobs(sim)
     dispatch.stop_job(victim.pk)
-    _settle(cluster, victim, {"queued"})
+    settle(cluster, victim, {"queued"})
     assert dispatch.dispatch_job(a2.pk) == "dispatched"
 
 
@@ -155,12 +143,12 @@ def test_cancelling_a_running_job_stops_it_before_releasing_its_gpus(sim_pool):
     job = fx.submit(pa, f, gpus=8, sim_duration_seconds=100000)
     schedule_once()
     dispatch.dispatch_job(job.pk)
-    _settle(cluster, job, {"running"})
+    settle(cluster, job, {"running"})
     job_cancel(actor=fx.platform_admin(), job=job)
     job.refresh_from_db()
     assert job.state == "running" and job.cancel_requested_at is not None  # still holds its GPUs
     dispatch.stop_job(job.pk)
-    _settle(cluster, job, {"cancelled"})
+    settle(cluster, job, {"cancelled"})
     assert _transitions(job)[-1] == "cancelled"
 
 
@@ -171,11 +159,11 @@ def test_node_failure_requeues_checkpointing_jobs_and_fails_the_others(sim_pool)
     schedule_once()
     for job in (plain, ckpt):
         dispatch.dispatch_job(job.pk)
-        _settle(cluster, job, {"running"})
+        settle(cluster, job, {"running"})
     for node in Node.objects.filter(cluster=cluster):
         sim.backend().set_node_state(node.name, "down")
-    _settle(cluster, plain, {"failed"})
-    _settle(cluster, ckpt, {"queued"})
+    settle(cluster, plain, {"failed"})
+    settle(cluster, ckpt, {"queued"})
     assert _transitions(ckpt)[-2:] == ["lost", "queued"]
     assert not Job.objects.filter(state__in=["admitted", "running"]).exists()  # quota usage released
 
@@ -197,12 +185,12 @@ def test_a_dev_job_past_its_lifetime_is_stopped_and_expires(sim_pool):
     assert dev.max_runtime_seconds == 86400  # DESIGN §4: 24 h by default
     schedule_once()
     dispatch.dispatch_job(dev.pk)
-    _settle(cluster, dev, {"running"})
+    settle(cluster, dev, {"running"})
     assert dispatch.expire_overdue(dev.started_at + timedelta(hours=23)) == []
     assert dispatch.expire_overdue(dev.started_at + timedelta(hours=24)) == [dev.pk]
     assert dispatch.expire_overdue(dev.started_at + timedelta(hours=25)) == []  # claimed once
     assert dispatch.stop_job(dev.pk) == "stopping"
-    _settle(cluster, dev, {"expired"})
+    settle(cluster, dev, {"expired"})
     assert _transitions(dev)[-1] == "expired"
 
 
@@ -211,10 +199,10 @@ def test_a_training_job_past_max_runtime_fails(sim_pool):
     job = fx.submit(pa, f, gpus=8, sim_duration_seconds=10**6)  # max_runtime_seconds=3600
     schedule_once()
     dispatch.dispatch_job(job.pk)
-    _settle(cluster, job, {"running"})
+    settle(cluster, job, {"running"})
     dispatch.expire_overdue(job.started_at + timedelta(seconds=3600))
     dispatch.stop_job(job.pk)
-    _settle(cluster, job, {"failed"})
+    settle(cluster, job, {"failed"})
     assert job.events.filter(to_state="failed").get().reason == "max runtime exceeded"
 
 

@@ -6,7 +6,6 @@ import json
 import signal
 import subprocess
 import threading
-import time
 import urllib.request
 import uuid
 from datetime import timedelta
@@ -20,17 +19,19 @@ from jobs.scheduling import schedule_once
 from quotas.models import Cluster, Node
 from tests import factories as fx
 from tests.celery_procs import start_worker
+from tests.waiting import TIMEOUT, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-HOLD_SECONDS = 4.0
 
 
 class SlowProxy(http.server.ThreadingHTTPServer):
-    """Forwards to the simulator but holds the answer to ``POST /jobs``: the job exists in the
-    backend while the worker still waits for the reply — the window a crash must survive."""
+    """Forwards to the simulator but holds the answer to ``POST /jobs`` until ``release`` is set:
+    the job exists in the backend while the worker still waits for the reply — the window a crash
+    must survive. Held until released, not for a while: however slow the machine, the kill lands
+    inside the window."""
 
     def __init__(self, target: str):
-        self.target, self.posts = target, 0
+        self.target, self.posts, self.release = target, 0, threading.Event()
         super().__init__(("127.0.0.1", 0), _Forward)
 
     @property
@@ -54,7 +55,7 @@ class _Forward(http.server.BaseHTTPRequestHandler):
             status, payload = error.code, error.read()
         if self.command == "POST" and self.path.startswith("/jobs"):
             self.server.posts += 1
-            time.sleep(HOLD_SECONDS)
+            self.server.release.wait(TIMEOUT)
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -72,15 +73,6 @@ class _Forward(http.server.BaseHTTPRequestHandler):
 
 def _worker(queue: str) -> subprocess.Popen:
     return start_worker(queue, output=subprocess.DEVNULL)
-
-
-def _wait(check, timeout=45):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError("condition not reached")
 
 
 @pytest.mark.celery_worker
@@ -110,13 +102,16 @@ def test_a_dispatch_killed_mid_call_never_creates_a_second_backend_job(simserver
     try:
         for job in jobs:
             dispatch_job.apply_async(args=[job.pk], queue=queue)
-        _wait(lambda: proxy.posts >= 1)  # the first submit is in flight: the backend has the job
+        # The first submit is in flight: the backend has the job, the worker waits for the answer.
+        wait_until(lambda: proxy.posts >= 1, "the first submit to reach the backend")
         worker.send_signal(signal.SIGKILL)
-        worker.wait(timeout=10)
+        worker.wait(timeout=60)
     finally:
         if worker.poll() is None:
             worker.kill()
-    assert Job.objects.filter(dispatched_at__isnull=False).count() < 3  # the crash interrupted work
+        proxy.release.set()  # answers from now on come at once (the held one to a dead worker)
+    # The crash came between the two: the backend has a job the portal did not record.
+    assert len(_sim_jobs(simserver)) > Job.objects.filter(dispatched_at__isnull=False).count()
     # Time passes: the dead worker's claims expire (120 s); beat's backend_work fans out again.
     Job.objects.filter(dispatched_at__isnull=True).update(
         dispatch_claimed_at=Job.objects.get(pk=jobs[0].pk).submitted_at - timedelta(minutes=5)
@@ -125,11 +120,16 @@ def test_a_dispatch_killed_mid_call_never_creates_a_second_backend_job(simserver
     try:
         for job in jobs:
             dispatch_job.apply_async(args=[job.pk], queue=queue)
-        _wait(lambda: Job.objects.filter(dispatched_at__isnull=False).count() == 3, timeout=90)
+        wait_until(
+            lambda: Job.objects.filter(dispatched_at__isnull=False).count() == 3, "all three dispatched"
+        )
     finally:
         worker.terminate()
-        worker.wait(timeout=30)
+        worker.wait(timeout=60)
         proxy.shutdown()
+    assert sorted(_sim_jobs(simserver)) == sorted(f"gp-{job.pk}" for job in jobs)  # one backend job each
+
+
+def _sim_jobs(simserver) -> dict:
     with urllib.request.urlopen(simserver.url + "/jobs") as response:
-        names = sorted(json.load(response)["jobs"])
-    assert names == sorted(f"gp-{job.pk}" for job in jobs)  # exactly one backend job each
+        return json.load(response)["jobs"]

@@ -1,7 +1,6 @@
 """GPU utilisation flows from the simulator's DCGM exporter through a real Prometheus into the
 portal; an idle job is flagged; a Prometheus outage leaves gaps, not zeros."""
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -14,6 +13,7 @@ from jobs.metrics import flag_idle_jobs, poll_gpu_metrics, portal_metrics
 from jobs.models import JobGpuSample
 from jobs.scheduling import schedule_once
 from tests import factories as fx
+from tests.waiting import settle
 
 pytestmark = pytest.mark.django_db
 
@@ -22,13 +22,8 @@ def _running(cluster, *jobs):
     schedule_once()
     for job in jobs:
         dispatch.dispatch_job(job.pk)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        dispatch.sync_cluster(cluster.pk)
-        if all(j.__class__.objects.get(pk=j.pk).state == "running" for j in jobs):
-            return
-        time.sleep(0.1)
-    raise AssertionError("jobs did not start")
+    for job in jobs:  # each lasts 10⁶ simulated seconds: "running" is where it stays
+        settle(cluster, job, {"running"})
 
 
 @pytest.mark.prometheus

@@ -52,7 +52,7 @@ def test_two_workers_racing_on_one_job_give_one_winner(queued_job):
 
     def worker(target):
         copy = Job.objects.get(pk=queued_job.pk)
-        barrier.wait(timeout=10)
+        barrier.wait(timeout=60)  # a hang guard
         try:
             wins.append(job_transition(copy, target, reason=f"race {target}"))
         finally:

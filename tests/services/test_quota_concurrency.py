@@ -24,7 +24,7 @@ def test_concurrent_quota_grants_never_oversell_the_parent(world):
     def grant(project):
         try:
             with transaction.atomic():
-                barrier.wait(timeout=10)
+                barrier.wait(timeout=60)  # a hang guard
                 quota_node_set(actor=admin, flavor=world.F, project=project, quota=Decimal(4))
             outcomes.append("ok")
         except ValidationError:

@@ -4,7 +4,6 @@ scales it down (GPUs and quota released at once) or sets a new target, and what 
 is reclaimed worker by worker. The simulated cluster is a real server process; the Kubernetes
 case runs against the local API stand-in."""
 
-import time
 
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -22,26 +21,16 @@ from portal.models import Membership, Role, User
 from quotas.models import Cluster, Node
 from tests import factories as fx
 from tests.backends import k8s_standin
+from tests.waiting import settle
 
 pytestmark = pytest.mark.django_db
 k8s_api = k8s_standin.k8s_api
 
 
-def _settle(cluster, job, want, timeout=15):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        dispatch.sync_cluster(cluster.pk)
-        job.refresh_from_db()
-        if job.state in want:
-            return job
-        time.sleep(0.05)
-    raise AssertionError(f"job {job.pk} stuck in {job.state}, wanted {want}")
-
-
 def _run(cluster, job):
     """Dispatch an admitted job and sync until the backend reports it running."""
     assert dispatch.dispatch_job(job.pk) == "dispatched"
-    return _settle(cluster, job, {"running"})
+    return settle(cluster, job, {"running"})
 
 
 def _inference(project, f, *, workers=4, min_workers=1, name="svc"):
@@ -93,7 +82,7 @@ def test_inference_starts_small_grows_when_capacity_frees_and_scales_down(sim_po
     assert schedule_once().grown == 0  # nothing has freed yet
 
     sim.backend().crash(backend_name(filler.pk))  # another job ends: 6 GPUs free
-    _settle(cluster, filler, {"failed"})
+    settle(cluster, filler, {"failed"})
     report = schedule_once()
     svc.refresh_from_db()
     assert report.grown == 1 and svc.granted_workers == len(svc.placement) == 4
@@ -186,7 +175,7 @@ def test_borrowed_replicas_are_reclaimed_one_by_one(sim_pool):
         _run(cluster, job)
     assert svc.granted_workers == 12  # 16 GPUs, 4 taken by the filler
     sim.backend().crash(backend_name(filler.pk))
-    _settle(cluster, filler, {"failed"})
+    settle(cluster, filler, {"failed"})
     assert schedule_once().grown == 1
     svc.refresh_from_db()
     assert svc.granted_workers == 16 and len(svc.grown_at) == 4
