@@ -202,7 +202,11 @@ def statement_download(request, pk: int):
     fmt = (request.GET.get("format") or "csv").lower()
     if fmt not in exports.FORMATS:
         return HttpResponseBadRequest(_("Unknown format: use csv or xlsx."), content_type="text/plain")
-    body = exports.render(exports.chargeback_rows(statement.month, frozenset({statement.department_id})), fmt)
+    bom = exports.bom_flag(request.GET.get("bom"))
+    if bom is None:
+        return HttpResponseBadRequest(_("bom is 1 (the default) or 0."), content_type="text/plain")
+    rows = exports.chargeback_rows(statement.month, frozenset({statement.department_id}))
+    body = exports.render(rows, fmt, bom=bom)
     response = HttpResponse(body, content_type=exports.CONTENT_TYPES[fmt])
     name = f"chargeback-{month_label(statement.month)}-{statement.department.code}.{fmt}"
     response["Content-Disposition"] = f'attachment; filename="{name}"'
