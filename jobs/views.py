@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from portal.approvals.selectors import visible_approval_requests
 from portal.selectors import get_visible, scope_for
 from quotas.models import Flavor
-from quotas.selectors import healthy_capacity
+from quotas.selectors import default_flavor_id, healthy_capacity
 
 from . import charts, estimates, selectors, services
 from .approvals import approval_reasons, approval_request_of
@@ -41,7 +41,10 @@ def quota_tree(request):
     borrowed) and lent per visible node."""
     flavors = list(Flavor.objects.filter(active=True))
     wanted = request.GET.get("flavor")
-    chosen = next((f for f in flavors if f.name == wanted), flavors[0] if flavors else None)
+    chosen = next((f for f in flavors if f.name == wanted), None)
+    if chosen is None:
+        default = default_flavor_id(request.user)
+        chosen = next((f for f in flavors if f.pk == default), flavors[0] if flavors else None)
     rows = selectors.quota_usage(request.user, chosen.pk) if chosen else []
     return render(
         request,
@@ -230,13 +233,18 @@ def _summary(form: JobForm) -> dict | None:
             runtime_seconds=runtime,
         )
     project, kind = data.get("project"), data.get("kind")
+    cards, now = devices * flavor.card_fraction, timezone.now()
+    # The price of one hour needs no runtime: without a maximum runtime the total is unbounded,
+    # but the rate is known — "no rate" is said only when the flavor truly has none.
+    hourly = estimates.cost_estimate(flavor, cards, now)
     return {
         "flavor": flavor,
         "devices": devices,
-        "cards": devices * flavor.card_fraction,
+        "cards": cards,
         "runtime": runtime,
         "card_hours": card_hours,
-        "cost": estimates.cost_estimate(flavor, card_hours, timezone.now()) if card_hours else None,
+        "cost": estimates.cost_estimate(flavor, card_hours, now) if card_hours and hourly else None,
+        "cost_per_hour": hourly,
         # None: not known yet (no project chosen); [] : no approval needed.
         "approvals": approval_reasons(
             project, kind, flavor, workers, per_worker, milli, data.get("max_runtime_seconds")

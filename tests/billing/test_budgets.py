@@ -527,3 +527,30 @@ def test_the_submission_form_shows_the_cost_next_to_the_card_hours(world):
     page = response.content.decode()
     assert "16" in page and "192.00 CNY" in page  # 8 GPUs × 2 h = 16 card-hours × 12
     assert not Job.objects.exists()
+
+
+def test_item15_the_form_prices_an_hour_when_no_maximum_runtime_is_set(world):
+    body = {
+        "name": "bert",
+        "project": world.pa1.pk,
+        "kind": "training",
+        "flavor": world.F.pk,
+        "priority_class": fx.priority().pk,
+        "workers": "2",
+        "gpus_per_worker": "4",
+        "image": "img",
+        "max_runtime_seconds": "",
+    }
+    client = _client(world, "pa1_member")
+    no_rate = client.post("/jobs/new/validate/", body).content.decode()
+    assert "no billing rate applies to this flavor yet" in no_rate  # true: there is none
+    rates(world.F, "12", "9.6")
+    response = client.post("/jobs/new/validate/", body)
+    page = response.content.decode()
+    assert response.context["summary"]["cost_per_hour"] == (Decimal("96.00"), "CNY")  # 8 cards × 12
+    assert "Cost per hour" in page and "96.00 CNY" in page
+    assert "no billing rate" not in page and "Estimated cost at most" not in page  # no total: unbounded
+    body["max_runtime_seconds"] = "7200"
+    bounded = client.post("/jobs/new/validate/", body).content.decode()
+    assert "192.00 CNY" in bounded and "96.00 CNY" in bounded and "no billing rate" not in bounded
+    assert not Job.objects.exists()

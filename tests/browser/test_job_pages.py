@@ -99,3 +99,19 @@ def test_job_page_draws_the_utilisation_chart(world, browser_for, shot):
     page.wait_for_selector(".chart .main-svg")
     assert _fits_the_window(page)
     shot(page, "dashboard-pool")
+
+
+def test_item15_a_job_with_one_utilisation_sample_shows_a_point(world, browser_for, shot):
+    job = _submit(world, "just-started")
+    node = world.F.nodes.first()
+    start = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=1)
+    Job.objects.filter(pk=job.pk).update(
+        state="running", started_at=start, granted_workers=1, placement=[[[node.pk, 0, 1000]]]
+    )
+    JobGpuSample.objects.create(job=job, minute=start, gpu_util_pct=55.0, fb_used_mib=4096, gpus=1)
+    page = browser_for(world.users["pa1_member"], "pw-pa1_member")
+    page.goto(page.base + f"/jobs/{job.pk}/")
+    page.wait_for_selector(".chart .main-svg")
+    # plotly draws each trace's markers as path.point; a line through one point has none.
+    assert page.locator(".chart .scatterlayer .trace .points path.point").count() == 2  # % and GiB
+    shot(page, "job-detail-one-sample")

@@ -1,10 +1,11 @@
 """The job list, a job's page and cancelling from it, for every persona of the world."""
 
+import json
 from datetime import UTC, datetime
 
 import pytest
 
-from jobs import selectors
+from jobs import charts, selectors
 from jobs.models import Job, JobEvent, JobGpuSample
 from jobs.states import JobState
 
@@ -135,3 +136,20 @@ def test_cancel_button_appears_exactly_when_the_service_allows_it(page_client, w
     assert post.status_code == (404 if persona not in SEES_PA1 else 302 if shown else 403)
     pa1_job.refresh_from_db()
     assert (pa1_job.state == JobState.CANCELLED) == shown
+
+
+def _sample(minute: int) -> JobGpuSample:
+    at = datetime(2026, 1, 5, 2, minute, tzinfo=UTC)
+    return JobGpuSample(minute=at, gpu_util_pct=50.0, fb_used_mib=2048, gpus=4)
+
+
+def test_item15_a_lone_utilisation_sample_is_drawn_as_a_marker():
+    # One sample: a line through one point draws nothing, so the point gets a marker.
+    [util, memory] = json.loads(charts.utilisation([_sample(0)]))["data"]
+    for trace in (util, memory):
+        assert "markers" in trace["mode"] and trace["marker"]["size"] == [7]
+    # A run of samples is a line; a sample alone between gaps gets a marker of its own.
+    [util, _] = json.loads(charts.utilisation([_sample(0), _sample(1), _sample(5)]))["data"]
+    assert util["x"][2] is None and util["marker"]["size"] == [0, 0, 0, 7]
+    [util, _] = json.loads(charts.utilisation([_sample(0), _sample(1), _sample(2)]))["data"]
+    assert util["mode"] == "lines" and "size" not in util.get("marker", {})
