@@ -324,13 +324,18 @@ def _apply_on_loan(result: CycleResult, now: datetime) -> None:
         )
 
 
+# Figures of an explanation that count things rather than milli-units of a flavor.
+EXPLAIN_COUNTS = frozenset({"workers"})
+
+
 def explain_to_dict(e: Explain, at: datetime) -> dict:
     return {
         "position": e.position,
         "reason": e.reason,
         "flavor": e.flavor,
         "blocking_node": e.node_id,
-        "numbers": {k: v / 1000 for k, v in e.numbers},
+        # In the flavor's units (cards, slices; 0.5 of a shared card), counts as they are.
+        "numbers": {k: v if k in EXPLAIN_COUNTS else v / 1000 for k, v in e.numbers},
         "message": e.message,
         "holders": [
             {"job": int(h.job_id), "project": int(h.project_id[1:]), "gpus": h.milli / 1000}

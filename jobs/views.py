@@ -22,7 +22,7 @@ from portal.selectors import get_visible, scope_for
 from quotas.models import Flavor
 from quotas.selectors import default_flavor_id, healthy_capacity
 
-from . import charts, estimates, selectors, services
+from . import charts, estimates, explaining, selectors, services
 from .approvals import approval_reasons, approval_request_of
 from .backends.base import backend_name
 from .forms import ALL_STATES, QUEUE_STATES, JobFilterForm, JobForm, PriorityClassForm
@@ -84,6 +84,8 @@ def _queue_context(request) -> dict:
     positions = order.positions()
     queued = [job.pk for job in jobs if job.state == JobState.QUEUED]
     explanations = selectors.cached_explanations(queued)
+    readable = explaining.for_reader(list(explanations.values()), request.user)
+    explanations = dict(zip(explanations, readable, strict=True))
     rows = [
         {
             "job": job,
@@ -119,12 +121,9 @@ def job_queue_table(request):
 @login_required
 def job_detail(request, pk: int):
     job = get_visible(selectors.visible_jobs(request.user).select_related("cluster"), pk=pk)
-    explain = _readable(explain_job(job)) if job.state == JobState.QUEUED else None
-    blocking = None
-    if explain and explain.get("blocking_node"):
-        blocking = selectors.tree_node_names(request.user, [explain["blocking_node"]]).get(
-            explain["blocking_node"], ""
-        )
+    explain = None
+    if job.state == JobState.QUEUED:
+        explain = explaining.readable(_readable(explain_job(job)), request.user)
     samples = list(selectors.job_gpu_samples(job))
     approval_pk = approval_request_of(job)
     approval = visible_approval_requests(request.user).filter(pk=approval_pk).first() if approval_pk else None
@@ -135,7 +134,6 @@ def job_detail(request, pk: int):
             "job": job,
             "approval": approval,
             "explain": explain,
-            "blocking_name": blocking,
             "placement": selectors.job_placement(job),
             "events": selectors.job_events(job),
             "samples": len(samples),

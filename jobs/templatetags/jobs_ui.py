@@ -141,7 +141,7 @@ def _why(job, explain: dict | None, url: str):
         small = format_html("<small>{}</small>", format_html_join(
             " · ", "{} {}", ((number_label(k), floatformat(v, "-3")) for k, v in numbers.items())
         )) if numbers else ""
-        return format_html('<span title="{}">{}</span>{}', explain.get("message", ""),
+        return format_html('<span title="{}">{}</span>{}', explain.get("text", ""),
                            reason_label(explain.get("reason", "")), small)
     if job.state == "pending_approval":
         return gettext("Waiting for approval")
