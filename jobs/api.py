@@ -225,10 +225,16 @@ class JobCancelApi(APIView):
 class JobEventOut(serializers.ModelSerializer):
     # Null for what the system did (scheduler, backend sync, metering).
     actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    reason = serializers.CharField(
+        read_only=True, help_text="English, for programs: started, reclaim for job 12, …"
+    )
+    reason_text = serializers.CharField(
+        read_only=True, help_text="The reason in the language of Accept-Language."
+    )
 
     class Meta:
         model = JobEvent
-        fields = ["id", "kind", "from_state", "to_state", "reason", "actor", "at", "data"]
+        fields = ["id", "kind", "from_state", "to_state", "reason", "reason_text", "actor", "at", "data"]
 
 
 class JobEventsApi(APIView):
