@@ -115,3 +115,56 @@ def test_item15_a_job_with_one_utilisation_sample_shows_a_point(world, browser_f
     # plotly draws each trace's markers as path.point; a line through one point has none.
     assert page.locator(".chart .scatterlayer .trace .points path.point").count() == 2  # % and GiB
     shot(page, "job-detail-one-sample")
+
+
+# Counted in the page, synchronously with htmx's own event, so the figures read after a step of
+# the fake clock are exact: no waiting for something not to happen.
+_COUNT_REFRESHES = """() => {
+  window.__refreshes = 0;
+  document.addEventListener("htmx:beforeRequest", (e) => {
+    if ((e.detail.pathInfo.requestPath || "").startsWith("/jobs/queue/table/")) { window.__refreshes += 1; }
+  });
+}"""
+# Chromium keeps a headless page "visible"; the page is told otherwise the way a browser tells it.
+_SET_VISIBILITY = """(state) => {
+  Object.defineProperty(document, "visibilityState", {configurable: true, get: () => state});
+  Object.defineProperty(document, "hidden", {configurable: true, get: () => state !== "visible"});
+  document.dispatchEvent(new Event("visibilitychange"));
+}"""
+
+
+def test_item14_the_queue_refreshes_only_while_visible_and_logs_no_error(world, browser_for, shot):
+    _submit(world, "first")
+    page = browser_for(world.users["pa1_member"], "pw-pa1_member")
+    errors = []
+    page.on("console", lambda msg: msg.type == "error" and errors.append(msg.text))
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.clock.install()  # the page's timers run only when the test moves the clock
+    page.goto(page.base + "/jobs/queue/")
+    page.evaluate(_COUNT_REFRESHES)
+
+    def refreshes_after(ms: int) -> int:
+        page.clock.run_for(ms)
+        return page.evaluate("window.__refreshes")
+
+    def refreshed(action) -> None:
+        with page.expect_response(lambda r: "/jobs/queue/table/" in r.url):
+            action()
+        page.clock.run_for(100)  # htmx's swap and settle steps are timers too
+
+    assert refreshes_after(4_900) == 0
+    _submit(world, "second")
+    refreshed(lambda: page.clock.run_for(100))  # the 5th second: one refresh
+    assert page.evaluate("window.__refreshes") == 1
+    assert "second" in page.inner_text("#queue-table")  # swapped in, and armed again
+    refreshed(lambda: page.clock.run_for(5_000))
+    assert page.evaluate("window.__refreshes") == 2
+
+    page.evaluate(_SET_VISIBILITY, "hidden")
+    assert refreshes_after(60_000) == 2  # a minute in a background tab: nothing asked
+    refreshed(lambda: page.evaluate(_SET_VISIBILITY, "visible"))  # back: at once
+    assert page.evaluate("window.__refreshes") == 3
+    refreshed(lambda: page.clock.run_for(5_000))
+    assert page.evaluate("window.__refreshes") == 4
+    assert errors == []  # no htmx:evalDisallowedError, nothing else
+    shot(page, "job-queue-visible")
