@@ -84,7 +84,7 @@ def test_running_job_page_shows_nodes_and_the_utilisation_chart(page_client, wor
         )
     page = page_client("pa1_member").get(f"/jobs/{pa1_job.pk}/").content.decode()
     assert f"<code>{node.name}</code>" in page and "in quota" in page
-    assert "data-plotly=" in page and "plotly-4.1.1.min.js" in page and "js/charts.js" in page
+    assert "data-plotly=" in page and "plotly-cartesian-4.1.1.min.js" in page and "js/charts.js" in page
     assert "3 minutes of samples." in page
     assert "2026-01-05 10:05" in page  # chart x values are local times
     assert "null" in page  # the missing minutes break the line
