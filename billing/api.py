@@ -240,6 +240,13 @@ class ChargebackApi(APIView):
             OpenApiParameter("month", str, required=True, description="YYYY-MM"),
             OpenApiParameter("format", str, enum=list(exports.FORMATS), description="csv (default) or xlsx"),
             OpenApiParameter("department", int),
+            OpenApiParameter(
+                "bom",
+                str,
+                enum=["1", "0"],
+                description="CSV: 1 (default) starts the file with a UTF-8 byte order mark, which "
+                "Excel needs to read it as UTF-8; 0 leaves it out.",
+            ),
         ],
         responses={
             (200, "text/csv"): OpenApiResponse(OpenApiTypes.BINARY),
@@ -254,11 +261,14 @@ class ChargebackApi(APIView):
             raise ValidationError(
                 {"format": [_("Unknown format %(f)s: use csv or xlsx.") % {"f": repr(fmt[:10])}]}
             )
+        bom = exports.bom_flag(request.query_params.get("bom"))
+        if bom is None:
+            raise ValidationError({"bom": [_("bom is 1 (the default) or 0.")]})
         month = month_param(request, required=True)
         departments = department_param(request)
         if not selectors.is_closed(month):
             raise ValidationError({"month": [_("%(m)s is not closed yet.") % {"m": month_label(month)}]})
-        body = exports.render(exports.chargeback_rows(month, departments), fmt)
+        body = exports.render(exports.chargeback_rows(month, departments), fmt, bom=bom)
         response = HttpResponse(body, content_type=exports.CONTENT_TYPES[fmt])
         response["Content-Disposition"] = f'attachment; filename="{exports.filename(month, fmt)}"'
         return response

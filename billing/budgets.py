@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 
-from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 from django.urls import reverse
-from django.utils import timezone, translation
+from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from portal import permissions as perm
 from portal.models import Department, Membership, Project, Role, User
@@ -43,6 +43,7 @@ from portal.selectors import (
     visible_departments,
     visible_projects,
 )
+from portal.texts import Message, message
 from quotas.selectors import site_zone
 
 from .meter import tail_bound, unmetered_tail
@@ -289,16 +290,18 @@ def _number(value: Decimal) -> str:
     return f"{value.quantize(CENT).normalize():,f}"
 
 
-def over_budget_reason(status: BudgetStatus) -> str:
-    return _("over budget: %(pct)s %% of %(limit)s card-hours in %(month)s (%(owner)s)") % {
-        "pct": status.percent,
-        "limit": _number(status.budget.card_hours),
-        "month": month_label(status.month),
-        "owner": status.budget.owner.name,
-    }
+def over_budget_reason(status: BudgetStatus) -> Message:
+    """Stored with the held job's approval request: a message, rendered for each reader."""
+    return message(
+        gettext_noop("over budget: %(pct)s %% of %(limit)s card-hours in %(month)s (%(owner)s)"),
+        pct=status.percent,
+        limit=_number(status.budget.card_hours),
+        month=month_label(status.month),
+        owner=status.budget.owner.name,
+    )
 
 
-def budget_reason(project: Project, cards: Decimal) -> str | None:
+def budget_reason(project: Project, cards: Decimal) -> Message | None:
     """Registered in ``jobs.approvals.budget_checks``: the reason a new job of ``project`` needs
     approval when the project's budget or one of its departments' budgets (nearest first) is
     spent this month; None when none is. ``cards`` does not matter: at 100 % every new job asks."""
@@ -416,7 +419,7 @@ def budget_recipients(budget: Budget) -> list[User]:
     return list(User.objects.filter(pk__in=chosen, is_active=True).order_by("id"))
 
 
-def _notice(status: BudgetStatus, threshold: int) -> str:
+def _notice(status: BudgetStatus, threshold: int) -> Message:
     values = {
         "owner": status.budget.owner.name,
         "pct": status.percent,
@@ -424,15 +427,18 @@ def _notice(status: BudgetStatus, threshold: int) -> str:
         "month": month_label(status.month),
     }
     if threshold >= 100:
-        return (
-            _(
+        return message(
+            gettext_noop(
                 "Budget spent: %(owner)s has used %(pct)s %% of its %(limit)s card-hours in %(month)s. "
                 "New jobs now need approval."
-            )
-            % values
+            ),
+            **values,
         )
-    return (
-        _("Budget warning: %(owner)s has used %(pct)s %% of its %(limit)s card-hours in %(month)s.") % values
+    return message(
+        gettext_noop(
+            "Budget warning: %(owner)s has used %(pct)s %% of its %(limit)s card-hours in %(month)s."
+        ),
+        **values,
     )
 
 
@@ -456,9 +462,8 @@ def _alert(status: BudgetStatus, crossed: list[int], now: datetime) -> list[Budg
             if made:
                 new.append(alert)
         if new:
-            # Stored texts are read later by other people: the site language, like approvals.
-            with translation.override(settings.LANGUAGE_CODE):
-                text = _notice(status, max(a.threshold for a in new))
+            # A message: each recipient reads it in their own language (portal/texts.py).
+            text = _notice(status, max(a.threshold for a in new))
             notify(recipients=budget_recipients(status.budget), text=text, link=reverse("billing-budgets"))
     return new
 

@@ -1,6 +1,12 @@
 """The chargeback file finance imports (DESIGN §7): CSV or XLSX, one row per statement line of
 a closed month. The columns are a published interface — add at the end, never rename, remove
-or reorder (docs/billing.md; ``tests/billing/test_exports.py`` pins them)."""
+or reorder (docs/billing.md; ``tests/billing/test_exports.py`` pins them).
+
+The CSV is UTF-8 with a byte order mark by default: without one, Excel on a Chinese Windows
+desktop reads the file as GBK and shows every non-ASCII name as mojibake. ``bom=False`` leaves
+it out for programs that do not expect one. The last column, ``covers``, says which departments
+the file covers (``*``: the whole centre), so a file limited to a scope is never mistaken for
+the centre's total — a department in it without lines had none."""
 
 from __future__ import annotations
 
@@ -29,7 +35,10 @@ COLUMNS = (
     "currency",
     "line_type",
     "original_month",
+    "covers",
 )
+ALL_DEPARTMENTS = "*"  # ``covers`` of a file of the whole centre; no department code can be "*"
+BOM = "\ufeff"
 FORMATS = ("csv", "xlsx")
 CONTENT_TYPES = {
     "csv": "text/csv; charset=utf-8",
@@ -70,11 +79,21 @@ ORDER BY d.code COLLATE "C",
 """
 
 
+def covers(departments: frozenset[int] | None) -> str:
+    """The ``covers`` column: ``*`` for the whole centre, else the department codes, sorted and
+    joined by ``|`` (codes never contain it)."""
+    if departments is None:
+        return ALL_DEPARTMENTS
+    codes = Department.objects.filter(pk__in=departments).values_list("code", flat=True)
+    return "|".join(sorted(codes))
+
+
 def chargeback_rows(month: date, departments: frozenset[int] | None = None) -> Iterator[tuple]:
     """Rows in column order, for the statements of ``month`` (of ``departments`` only, when given):
     departments by code, then usage, adjustments, fees, credits. One query, no model objects —
     a month has tens of thousands of lines."""
     centres = cost_centres()
+    scope = covers(departments)
     with connection.cursor() as cursor:
         cursor.execute(
             _ROWS, {"month": month, "departments": None if departments is None else sorted(departments)}
@@ -109,6 +128,7 @@ def chargeback_rows(month: date, departments: frozenset[int] | None = None) -> I
             currency,
             kind,
             month_label(original) if original else "",
+            scope,
         )
 
 
@@ -116,9 +136,11 @@ def _text(value) -> str:
     return "" if value is None else str(value)
 
 
-def write_csv(rows: Iterable[tuple], out: io.TextIOBase) -> None:
+def write_csv(rows: Iterable[tuple], out: io.TextIOBase, *, bom: bool = True) -> None:
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(COLUMNS)
+    # The mark goes out with the header line: a management command's stdout would end a write
+    # of the mark alone with a newline.
+    writer.writerow([BOM + COLUMNS[0], *COLUMNS[1:]] if bom else COLUMNS)
     for row in rows:
         writer.writerow([_text(v) for v in row])
 
@@ -136,16 +158,27 @@ def write_xlsx(rows: Iterable[tuple], out) -> None:
     book.save(out)
 
 
-def render(rows: Iterable[tuple], fmt: str) -> bytes:
+def render(rows: Iterable[tuple], fmt: str, *, bom: bool = True) -> bytes:
     if fmt == "csv":
         buffer = io.StringIO()
-        write_csv(rows, buffer)
+        write_csv(rows, buffer, bom=bom)
         return buffer.getvalue().encode("utf-8")
     if fmt == "xlsx":
         binary = io.BytesIO()
         write_xlsx(rows, binary)
         return binary.getvalue()
     raise ValueError(f"unknown format {fmt!r}: use csv or xlsx")
+
+
+def bom_flag(raw: str | None) -> bool | None:
+    """``?bom=``: absent or ``1``/``true``/``yes`` → with a byte order mark, ``0``/``false``/``no``
+    → without; anything else None (the caller answers 400)."""
+    value = (raw or "1").strip().lower()
+    if value in ("1", "true", "yes"):
+        return True
+    if value in ("0", "false", "no"):
+        return False
+    return None
 
 
 def filename(month: date, fmt: str) -> str:

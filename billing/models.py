@@ -47,28 +47,39 @@ class UsageRecord(models.Model):
     # its project in the very statement that inserts the row, and the deferred FK checks cost
     # three quarters of the meter's time at a million rows a month. Deletion stays PROTECTed by
     # Django, and a job with events cannot be deleted at all (JobEvent keeps its FK).
-    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="usage", db_constraint=False)
+    job = models.ForeignKey(
+        Job, on_delete=models.PROTECT, related_name="usage", db_constraint=False, verbose_name=_("job")
+    )
     segment_start = models.DateTimeField()
     segment_end = models.DateTimeField()
-    hour_start = models.DateTimeField()
+    hour_start = models.DateTimeField(_("hour"))
     month = models.DateField()  # first day of the site-zone month of hour_start
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+", db_constraint=False)
-    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="+", db_constraint=False)
+    project = models.ForeignKey(
+        Project, on_delete=models.PROTECT, related_name="+", db_constraint=False, verbose_name=_("project")
+    )
     # The project's department when the row was metered (a project moved later keeps its past).
     department = models.ForeignKey(
-        Department, on_delete=models.PROTECT, related_name="+", db_constraint=False
+        Department,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_constraint=False,
+        verbose_name=_("department"),
     )
     user = models.ForeignKey(User, on_delete=models.PROTECT, related_name="+", db_constraint=False)
     priority_class = models.ForeignKey(
         PriorityClass, on_delete=models.PROTECT, related_name="+", db_constraint=False
     )
-    tier = models.CharField(max_length=10, choices=[(t.value, t.label) for t in USAGE_TIERS])
-    gpu_count = models.PositiveIntegerField()  # devices (or slices) held: workers × GPUs per worker
-    card_seconds = models.DecimalField(**CARD_SECONDS)  # in whole-card units (DESIGN §2)
+    tier = models.CharField(_("tier"), max_length=10, choices=[(t.value, t.label) for t in USAGE_TIERS])
+    # Devices (or slices) held: workers × GPUs per worker.
+    gpu_count = models.PositiveIntegerField(_("GPUs"))
+    card_seconds = models.DecimalField(_("card-seconds"), **CARD_SECONDS)  # whole-card units (DESIGN §2)
     metered_at = models.DateTimeField()
 
     class Meta:
         ordering = ["id"]
+        verbose_name = _("usage record")
+        verbose_name_plural = _("usage records")
         constraints = [
             models.UniqueConstraint(fields=["job", "segment_start"], name="usage_natural_key"),
             models.CheckConstraint(
@@ -129,13 +140,17 @@ class MonthClose(models.Model):
     closed; a row of a closed month metered later is late and becomes an adjustment line in the
     next month that closes (the "invoiced through" cursor)."""
 
-    month = models.DateField(unique=True)
-    through_record = models.BigIntegerField()
-    closed_at = models.DateTimeField()
-    closed_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    month = models.DateField(_("month"), unique=True)
+    through_record = models.BigIntegerField(_("billed through ledger row"))
+    closed_at = models.DateTimeField(_("closed"))
+    closed_by = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", verbose_name=_("closed by")
+    )
 
     class Meta:
         ordering = ["month"]
+        verbose_name = _("month close")
+        verbose_name_plural = _("month closes")
 
     def __str__(self):
         return f"{self.month:%Y-%m} closed through #{self.through_record}"

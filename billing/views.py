@@ -18,7 +18,7 @@ from django.views.decorators.http import require_POST
 from portal.models import Department, Project, User
 from portal.selectors import get_visible, scope_for
 from quotas.models import Flavor
-from quotas.selectors import visible_quota_nodes
+from quotas.selectors import default_flavor_id
 
 from . import charts, exports, reports, selectors, tasks
 from .budgets import budget_delete, budget_set, budget_statuses, can_set_budget, visible_budgets
@@ -44,18 +44,6 @@ def report_page(request):
     if form.is_valid() and not scope.empty:
         context.update(_report(request.user, scope, form.report_filter()))
     return render(request, "billing/reports.html", context)
-
-
-def _default_flavor(user: User) -> int | None:
-    """The quota chart shows one flavor (quotas of different flavors do not add up): the chosen
-    one, else the first active flavor with a visible department quota."""
-    return (
-        visible_quota_nodes(user)
-        .filter(department__isnull=False, flavor__active=True)
-        .order_by("flavor__name")
-        .values_list("flavor_id", flat=True)
-        .first()
-    )
 
 
 def _titles(month: str, flavor: Flavor | None) -> dict[str, str]:
@@ -95,7 +83,9 @@ def _report(user: User, scope: reports.ReportScope, report: reports.ReportFilter
     """Each chart: one scoped aggregate query, one figure (None: the empty-state message)."""
     names = dict(Department.objects.values_list("id", "name"))
     daily = reports.daily_card_hours(scope, report)
-    flavor_id = report.flavor_id or _default_flavor(user)
+    # One flavor (quotas of different flavors do not add up): the chosen one, else the quota
+    # tree's default — one in which the user's own projects or departments hold quota.
+    flavor_id = report.flavor_id or default_flavor_id(user)
     flavor = Flavor.objects.filter(pk=flavor_id).first() if flavor_id else None
     idle = reports.idle_jobs(scope, report)
     costs = reports.project_costs(user, report, settings.GPUPOOL["CURRENCY"])
@@ -202,7 +192,11 @@ def statement_download(request, pk: int):
     fmt = (request.GET.get("format") or "csv").lower()
     if fmt not in exports.FORMATS:
         return HttpResponseBadRequest(_("Unknown format: use csv or xlsx."), content_type="text/plain")
-    body = exports.render(exports.chargeback_rows(statement.month, frozenset({statement.department_id})), fmt)
+    bom = exports.bom_flag(request.GET.get("bom"))
+    if bom is None:
+        return HttpResponseBadRequest(_("bom is 1 (the default) or 0."), content_type="text/plain")
+    rows = exports.chargeback_rows(statement.month, frozenset({statement.department_id}))
+    body = exports.render(rows, fmt, bom=bom)
     response = HttpResponse(body, content_type=exports.CONTENT_TYPES[fmt])
     name = f"chargeback-{month_label(statement.month)}-{statement.department.code}.{fmt}"
     response["Content-Disposition"] = f'attachment; filename="{name}"'

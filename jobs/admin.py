@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.utils.translation import gettext_lazy as _
 
 from portal.admin_site import PlatformModelAdmin
 
@@ -39,7 +40,11 @@ class JobAdmin(ReadOnlyAdmin):
 
 @admin.register(JobEvent)
 class JobEventAdmin(ReadOnlyAdmin):
-    list_display = ["job", "kind", "from_state", "to_state", "reason", "at"]
+    list_display = ["job", "kind", "from_state", "to_state", "reason_in_language", "at"]
+
+    @admin.display(description=_("reason"))
+    def reason_in_language(self, obj):
+        return obj.reason_text
 
 
 @admin.register(ApprovalPolicy)

@@ -19,7 +19,7 @@ from portal.selectors import get_visible, visible_projects
 from quotas.models import Flavor
 from quotas.selectors import healthy_capacity
 
-from . import selectors, services
+from . import explaining, selectors, services
 from .approvals import approval_request_of, with_approval_request
 from .models import (
     COMMAND_MAX_LENGTH,
@@ -238,10 +238,16 @@ class JobCancelApi(APIView):
 class JobEventOut(serializers.ModelSerializer):
     # Null for what the system did (scheduler, backend sync, metering).
     actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    reason = serializers.CharField(
+        read_only=True, help_text="English, for programs: started, reclaim for job 12, …"
+    )
+    reason_text = serializers.CharField(
+        read_only=True, help_text="The reason in the language of Accept-Language."
+    )
 
     class Meta:
         model = JobEvent
-        fields = ["id", "kind", "from_state", "to_state", "reason", "actor", "at", "data"]
+        fields = ["id", "kind", "from_state", "to_state", "reason", "reason_text", "actor", "at", "data"]
 
 
 class JobEventsApi(APIView):
@@ -254,10 +260,27 @@ class JobEventsApi(APIView):
 class ExplainOut(serializers.Serializer):
     position = serializers.IntegerField(allow_null=True)
     reason = serializers.CharField()
-    message = serializers.CharField(required=False)
+    text = serializers.CharField(
+        required=False,
+        help_text="Why it waits, in the language of Accept-Language, in the flavor's units and with "
+        "quota levels by name; empty when the job does not wait.",
+    )
+    message = serializers.CharField(
+        required=False, help_text="The scheduler's diagnostic line (English, engine ids such as d3 / p1)."
+    )
     flavor = serializers.CharField(required=False)
-    blocking_node = serializers.CharField(required=False, allow_null=True)
-    numbers = serializers.DictField(child=serializers.FloatField(), required=False)
+    blocking_node = serializers.CharField(
+        required=False, allow_null=True, help_text="Engine id of the blocking quota level: d<department id> "
+        "or p<project id>."
+    )
+    blocking_node_name = serializers.CharField(
+        required=False, allow_null=True, help_text="Its name, when the caller may see it."
+    )
+    numbers = serializers.DictField(
+        child=serializers.FloatField(),
+        required=False,
+        help_text="The figures of the failed comparison, in units of the flavor (workers: a count).",
+    )
     holders = serializers.ListField(child=serializers.DictField(), required=False)
     reservation = serializers.DictField(required=False, allow_null=True)
     computed_at = serializers.CharField(required=False)
@@ -270,7 +293,7 @@ class JobExplainApi(APIView):
     @extend_schema(responses=ExplainOut)
     def get(self, request, pk):
         job = get_visible(selectors.visible_jobs(request.user), pk=pk)
-        return Response(explain_job(job))
+        return Response(explaining.readable(explain_job(job), request.user))
 
 
 class UsageRowOut(serializers.Serializer):

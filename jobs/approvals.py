@@ -10,12 +10,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
-from django.utils import timezone, translation
+from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from portal import permissions as perm
 from portal.approvals import (
@@ -27,6 +27,7 @@ from portal.approvals import (
 )
 from portal.models import ApprovalKind, ApprovalRequest, Department, Project, Role, User
 from portal.selectors import department_ancestors, scope_for, visible_departments
+from portal.texts import Message, message
 from quotas.models import Flavor
 
 from .models import ApprovalPolicy, Job
@@ -35,10 +36,10 @@ from .selectors import job_request_facts
 from .states import JobState
 
 # Budgets come with billing (DESIGN §3.9). Billing registers callables here, each
-# ``check(project, cards) -> str | None`` returning a reason when the project (or a department
-# above it) is over budget (billing registers one). Over budget asks for approval unless the
-# policy that applies switches ``over_budget`` off.
-budget_checks: list[Callable[[Project, Decimal], str | None]] = []
+# ``check(project, cards) -> Message | None`` returning a reason (``portal.texts.message``) when
+# the project (or a department above it) is over budget (billing registers one). Over budget
+# asks for approval unless the policy that applies switches ``over_budget`` off.
+budget_checks: list[Callable[[Project, Decimal], Message | None]] = []
 
 
 # --- policies -----------------------------------------------------------------------------
@@ -155,9 +156,10 @@ def approval_reasons(
     gpus_per_worker: int | None,
     gpu_milli: int | None,
     max_runtime_seconds: int | None,
-) -> list[str]:
+) -> list[Message]:
     """Why a job of this shape in ``project`` needs approval (empty: it does not), one
-    human-readable, translated sentence per reason. Tolerates unvalidated form input."""
+    message per reason (``portal.texts``: stored with the request, rendered in each reader's
+    language). Tolerates unvalidated form input."""
     policy = policy_for_project(project)
     cards = job_cards(flavor, workers, gpus_per_worker, gpu_milli)
     # A spent budget holds new jobs for approval everywhere (issue 6); only a policy that
@@ -169,8 +171,14 @@ def approval_reasons(
     reasons = []
     if policy.max_gpus is not None and cards > policy.max_gpus:
         reasons.append(
-            _("%(n)s GPUs is more than the %(max)d a job may use in %(where)s without approval.")
-            % {"n": _fmt(cards), "max": policy.max_gpus, "where": where}
+            message(
+                gettext_noop(
+                    "%(n)s GPUs is more than the %(max)d a job may use in %(where)s without approval."
+                ),
+                n=_fmt(cards),
+                max=policy.max_gpus,
+                where=where,
+            )
         )
     runtime = max_runtime_seconds
     if runtime is None:
@@ -178,28 +186,37 @@ def approval_reasons(
     if policy.max_runtime_hours is not None:
         if runtime is None:
             reasons.append(
-                _(
-                    "No maximum runtime is set; jobs in %(where)s that may run longer than %(max)d h "
-                    "need approval."
+                message(
+                    gettext_noop(
+                        "No maximum runtime is set; jobs in %(where)s that may run longer than %(max)d h "
+                        "need approval."
+                    ),
+                    where=where,
+                    max=policy.max_runtime_hours,
                 )
-                % {"where": where, "max": policy.max_runtime_hours}
             )
         elif _int(runtime, 0) > policy.max_runtime_hours * 3600:
             reasons.append(
-                _(
-                    "A maximum runtime of %(h)s h is longer than the %(max)d h allowed in %(where)s "
-                    "without approval."
+                message(
+                    gettext_noop(
+                        "A maximum runtime of %(h)s h is longer than the %(max)d h allowed in %(where)s "
+                        "without approval."
+                    ),
+                    h=_hours(_int(runtime, 0)),
+                    max=policy.max_runtime_hours,
+                    where=where,
                 )
-                % {"h": _hours(_int(runtime, 0)), "max": policy.max_runtime_hours, "where": where}
             )
     if policy.premium_flavors and flavor.premium:
-        reasons.append(_("%(flavor)s is a premium flavor.") % {"flavor": flavor.name})
+        reasons.append(message(gettext_noop("%(flavor)s is a premium flavor."), flavor=flavor.name))
     elif flavor.pk and policy.flavors.filter(pk=flavor.pk).exists():
-        reasons.append(_("%(flavor)s needs approval in %(where)s.") % {"flavor": flavor.name, "where": where})
+        reasons.append(
+            message(gettext_noop("%(flavor)s needs approval in %(where)s."), flavor=flavor.name, where=where)
+        )
     return reasons + budget
 
 
-def _budget_reasons(project: Project, cards: Decimal) -> list[str]:
+def _budget_reasons(project: Project, cards: Decimal) -> list[Message]:
     return [r for r in (check(project, cards) for check in budget_checks) if r]
 
 
@@ -219,8 +236,7 @@ def job_budget_hold(*, job_id: int) -> bool:
     if job is None:
         return False
     cards = job_cards(job.flavor, job.workers, job.gpus_per_worker, job.gpu_milli)
-    with translation.override(settings.LANGUAGE_CODE):
-        reasons = _budget_reasons(job.project, cards)
+    reasons = _budget_reasons(job.project, cards)  # messages, rendered for each reader
     if not reasons:
         return False
     with transaction.atomic():
@@ -240,33 +256,35 @@ def _needs_platform(policy: ApprovalPolicy | None, cards: Decimal) -> bool:
 # --- the ``job`` approval kind ------------------------------------------------------------
 
 
-def job_approval_open(*, job: Job, actor: User, reasons: list[str] | None = None) -> ApprovalRequest:
+def job_approval_open(
+    *, job: Job, actor: User, reasons: list[Message] | None = None
+) -> ApprovalRequest:
     """Open the approval request of a job just submitted in ``pending_approval``: the
     department admin of its project's department decides, then a platform admin when the job
     is above the policy's platform threshold or its priority class is one only platform admins
-    may use without approval. ``reasons``: ``approval_reasons`` in the site
-    language, when the caller has them already (the budget check costs a usage computation)."""
+    may use without approval. ``reasons``: ``approval_reasons``, when the caller has them
+    already (the budget check costs a usage computation)."""
     project = job.project
     policy = policy_for_project(project)
     cards = job_cards(job.flavor, job.workers, job.gpus_per_worker, job.gpu_milli)
-    # Stored texts are read by other people later: write them in the site language.
-    with translation.override(settings.LANGUAGE_CODE):
-        if reasons is None:
-            reasons = priority_class_reasons(actor, project, job.kind, job.priority_class) + approval_reasons(
-                project,
-                job.kind,
-                job.flavor,
-                job.workers,
-                job.gpus_per_worker,
-                job.gpu_milli,
-                job.max_runtime_seconds,
-            )
-        summary = _("Job %(name)s in %(project)s: %(cards)s × %(flavor)s") % {
-            "name": job.name,
-            "project": project.code,
-            "cards": _fmt(cards),
-            "flavor": job.flavor.name,
-        }
+    if reasons is None:
+        reasons = priority_class_reasons(actor, project, job.kind, job.priority_class) + approval_reasons(
+            project,
+            job.kind,
+            job.flavor,
+            job.workers,
+            job.gpus_per_worker,
+            job.gpu_milli,
+            job.max_runtime_seconds,
+        )
+    # Stored as messages, read by other people later, each in their own language.
+    summary = message(
+        gettext_noop("Job %(name)s in %(project)s: %(cards)s × %(flavor)s"),
+        name=job.name,
+        project=project.code,
+        cards=_fmt(cards),
+        flavor=job.flavor.name,
+    )
     timeout = timedelta(hours=policy.step_timeout_hours if policy else 48)
     steps = [StepSpec(Role.DEPARTMENT_ADMIN, project.department_id, timeout=timeout)]
     if _needs_platform(policy, cards) or priority_needs_platform(actor, project, job.priority_class):

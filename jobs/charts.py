@@ -38,11 +38,12 @@ def utilisation(samples: list[JobGpuSample]) -> str:
         util.append(round(s.gpu_util_pct, 1))
         memory.append(round(s.fb_used_mib / 1024, 2))
         previous = s.minute
+    dots = _lone_points(x)
     fig = go.Figure(
         [
-            go.Scatter(x=x, y=util, name=_("GPU utilisation (%)"), mode="lines", connectgaps=False),
+            go.Scatter(x=x, y=util, name=_("GPU utilisation (%)"), connectgaps=False, **dots),
             go.Scatter(
-                x=x, y=memory, name=_("GPU memory used (GiB)"), mode="lines", yaxis="y2", connectgaps=False
+                x=x, y=memory, name=_("GPU memory used (GiB)"), yaxis="y2", connectgaps=False, **dots
             ),
         ],
         layout={
@@ -52,6 +53,19 @@ def utilisation(samples: list[JobGpuSample]) -> str:
         },
     )
     return fig.to_json()
+
+
+def _lone_points(x: list) -> dict:
+    """A line needs two points: a sample with a gap (or the edge) on both sides — a job's only
+    minute so far — would draw nothing. Such samples get a marker, the others none."""
+    last = len(x) - 1
+    lone = [
+        v is not None and (i == 0 or x[i - 1] is None) and (i == last or x[i + 1] is None)
+        for i, v in enumerate(x)
+    ]
+    if not any(lone):
+        return {"mode": "lines"}
+    return {"mode": "lines+markers", "marker": {"size": [7 if flag else 0 for flag in lone]}}
 
 
 def pool_usage(rows: list[tuple[str, float, float]]) -> str:

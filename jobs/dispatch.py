@@ -22,6 +22,7 @@ from .backends import base
 from .backends.registry import backend_for
 from .inventory import refresh_node_states
 from .models import Job, JobEvent
+from .reasons import SUBMITTED_TO, event_reason, reason
 from .services import job_transition
 from .snapshot import MILLI
 from .states import HOLDING, JobState
@@ -186,7 +187,7 @@ def dispatch_job(job_id: int) -> str:
                 kind="dispatched",
                 from_state=job.state,
                 to_state=job.state,
-                reason=f"submitted to {cluster.name}",
+                **event_reason(reason(SUBMITTED_TO, cluster=cluster.name)),
                 at=timezone.now(),
                 data={"backend_id": backend_id},
             )

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from .backends.base import backend_name
 from .models import Job, JobEvent, JobGpuSample
+from .reasons import IDLE, event_reason, reason
 from .states import HOLDING, JobState
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ def flag_idle_jobs(now: datetime | None = None) -> list[int]:
                 kind="idle_flagged",
                 from_state=job.state,
                 to_state=job.state,
-                reason=f"GPU utilisation below {threshold}% for {window}",
+                **event_reason(reason(IDLE, threshold=threshold, window=str(window))),
                 at=now,
             )
             _notify_idle(job, threshold, window)

@@ -121,15 +121,33 @@ class PriorityClass(models.Model):
         return ", ".join(str(labels.get(k, k)) for k in self.allowed_kinds)
 
 
-STATE_CHOICES = [(s.value, s.value) for s in JobState]
+# Labels of the job states, for the admin, the pages (jobs_ui) and the API schema.
+STATE_LABELS = {
+    JobState.PENDING_APPROVAL: _("Pending approval"),
+    JobState.QUEUED: _("Queued"),
+    JobState.ADMITTED: _("Admitted"),
+    JobState.RUNNING: _("Running"),
+    JobState.SUCCEEDED: _("Succeeded"),
+    JobState.FAILED: _("Failed"),
+    JobState.CANCELLED: _("Cancelled"),
+    JobState.REJECTED: _("Rejected"),
+    JobState.PREEMPTED: _("Preempted"),
+    JobState.EXPIRED: _("Expired"),
+    JobState.LOST: _("Lost"),
+}
+STATE_CHOICES = [(s.value, STATE_LABELS[s]) for s in JobState]
 
 
 class Job(models.Model):
     name = models.CharField(_("name"), max_length=63, validators=[name_validator])
-    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="jobs")
+    project = models.ForeignKey(
+        Project, on_delete=models.PROTECT, related_name="jobs", verbose_name=_("project")
+    )
     submitted_by = models.ForeignKey(User, on_delete=models.PROTECT, related_name="jobs")
     kind = models.CharField(_("kind"), max_length=12, choices=JobKind.choices)
-    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="jobs")
+    flavor = models.ForeignKey(
+        Flavor, on_delete=models.PROTECT, related_name="jobs", verbose_name=_("flavor")
+    )
     priority_class = models.ForeignKey(PriorityClass, on_delete=models.PROTECT, related_name="jobs")
     workers = models.PositiveIntegerField(_("workers"), default=1)
     min_workers = models.PositiveIntegerField(_("minimum workers"), null=True, blank=True)
@@ -144,7 +162,7 @@ class Job(models.Model):
 
     state = models.CharField(_("state"), max_length=20, choices=STATE_CHOICES, default=JobState.QUEUED)
     state_changed_at = models.DateTimeField()
-    submitted_at = models.DateTimeField()
+    submitted_at = models.DateTimeField(_("submitted"))
     admitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -176,6 +194,8 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
+        verbose_name = _("job")
+        verbose_name_plural = _("jobs")
         indexes = [
             models.Index(fields=["state", "flavor"]),
             models.Index(fields=["project", "state"]),
@@ -208,21 +228,33 @@ class JobEvent(models.Model):
     ``kind`` is "transition" for a state change (``from_state`` → ``to_state``) or a
     scheduling note without a state change ("reservation", "preemption_signal", "placement")."""
 
-    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="events")
-    kind = models.CharField(max_length=20, default="transition")
-    from_state = models.CharField(max_length=20, blank=True)
-    to_state = models.CharField(max_length=20, blank=True)
-    reason = models.CharField(max_length=300, blank=True)
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="events", verbose_name=_("job"))
+    kind = models.CharField(_("kind"), max_length=20, default="transition")
+    from_state = models.CharField(_("from"), max_length=20, blank=True)
+    to_state = models.CharField(_("to"), max_length=20, blank=True)
+    # English, as programs read it; ``reason_message`` holds a reason with parameters as data
+    # for the reader's language (jobs/reasons.py). Older rows have only the text.
+    reason = models.CharField(_("reason"), max_length=300, blank=True)
+    reason_message = models.JSONField(_("reason (message)"), null=True, blank=True, editable=False)
     actor = models.ForeignKey(User, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
-    at = models.DateTimeField()
+    at = models.DateTimeField(_("at"))
     data = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["at", "id"]
+        verbose_name = _("job event")
+        verbose_name_plural = _("job events")
         indexes = [models.Index(fields=["job", "at"]), models.Index(fields=["kind", "at"])]
 
     def __str__(self):
         return f"{self.job_id}: {self.from_state}→{self.to_state} ({self.reason})"
+
+    @property
+    def reason_text(self) -> str:
+        """The reason in the active language."""
+        from .reasons import reason_text
+
+        return reason_text(self.reason, self.reason_message)
 
 
 class JobGpuSample(models.Model):

@@ -16,7 +16,11 @@ from datetime import datetime
 from django.db import transaction
 from django.utils.translation import gettext as _
 
+from portal.texts import Message
+
+from . import reasons
 from .models import Job, JobEvent, JobKind
+from .reasons import event_reason
 from .states import JobState
 
 # Backends that resize a running job (jobs/backends/*.resize). Slurm allocations keep their size.
@@ -48,14 +52,14 @@ def drop_workers(job: Job, drop: set[int]) -> tuple[list, list]:
 
 
 def record_scaled(
-    job: Job, *, before: int, after: int, reason: str, at: datetime, actor=None, **data
+    job: Job, *, before: int, after: int, reason: Message, at: datetime, actor=None, **data
 ) -> None:
     JobEvent.objects.create(
         job_id=job.pk,
         kind="scaled",
         from_state=job.state,
         to_state=job.state,
-        reason=reason[:300],
+        **event_reason(reason),
         actor=actor,
         at=at,
         data={"workers": after, "from": before, **data},
@@ -78,7 +82,7 @@ def scale_down(job: Job, replicas: int, *, actor, at: datetime) -> None:
         job,
         before=held,
         after=replicas,
-        reason=f"scaled {held}→{replicas} by its owner",
+        reason=reasons.reason(reasons.SCALED_BY_OWNER, before=held, after=replicas),
         at=at,
         actor=actor,
         target=replicas,
@@ -98,7 +102,7 @@ def set_target(job: Job, replicas: int, *, actor, at: datetime) -> None:
         to_state=job.state,
         actor=actor,
         at=at,
-        reason=f"target {before}→{replicas}",
+        **event_reason(reasons.reason(reasons.TARGET, before=before, after=replicas)),
         data={"target": replicas, "workers": len(job.placement)},
     )
 

@@ -18,11 +18,13 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from portal.models import Project, User
 from portal.selectors import scope_for, visible_departments
+from portal.texts import Message, message
 from quotas.models import Flavor
 from quotas.selectors import Ceiling, node_sizes_by_cluster, path_ceilings
 
@@ -258,17 +260,21 @@ def priority_class_check(*, actor: User, project: Project, kind: str, priority_c
     return True
 
 
-def priority_class_reason(priority_class: PriorityClass) -> str:
-    """Why a job needs approval for its class (``priority_class_check`` said so)."""
-    return _("The priority class %(pc)s needs approval below the role %(role)s.") % {
-        "pc": priority_class.name,
-        "role": UsageRole(priority_class.min_role).label,
-    }
+def priority_class_reason(priority_class: PriorityClass) -> Message:
+    """Why a job needs approval for its class (``priority_class_check`` said so): a message,
+    stored with the request and rendered for each reader (the role's name too)."""
+    with translation.override("en"):
+        role = str(UsageRole(priority_class.min_role).label)  # the msgid of the role's name
+    return message(
+        gettext_noop("The priority class %(pc)s needs approval below the role %(role)s."),
+        pc=priority_class.name,
+        role=message(role),
+    )
 
 
 def priority_class_reasons(
     actor: User, project: Project, kind: str, priority_class: PriorityClass
-) -> list[str]:
+) -> list[Message]:
     """The approval reason of the class, if it asks for one, without refusing (for summaries)."""
     if (
         kind_allowed(priority_class, kind)

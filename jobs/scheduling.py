@@ -25,6 +25,7 @@ from django.core.cache import cache
 from django.db import connection, transaction
 from django.utils import timezone
 
+from . import reasons
 from .engine.model import CycleResult, Explain, Preemption
 from .models import Job
 from .resize import drop_workers, record_scaled, request_resize
@@ -186,20 +187,23 @@ def _apply_preemptions(result: CycleResult, now: datetime) -> int:
     if not whole:
         return 0
     ids = [int(p.victim_id) for p in whole]
-    reasons = [f"{p.reason} for job {p.for_job_id}" for p in whole]
+    # The English reason ("reclaim for job 12") and the same as a message for the reader's language.
+    said = [reasons.stored(reasons.preempted_for(p.reason, int(p.for_job_id))) for p in whole]
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            WITH v(id, reason) AS (SELECT * FROM unnest(%s::bigint[], %s::text[])),
+            WITH v(id, reason, message) AS (SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[])),
             signalled AS (
                 UPDATE jobs_job j SET terminating_since = %s
                 FROM v WHERE j.id = v.id AND j.state = ANY(%s) AND j.terminating_since IS NULL
-                RETURNING j.id, j.state, v.reason
+                RETURNING j.id, j.state, v.reason, v.message
             )
-            INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, reason, at, data)
-            SELECT id, 'preemption_signal', state, state, reason, %s, '{}'::jsonb FROM signalled
+            INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, reason, reason_message, at, data)
+            SELECT id, 'preemption_signal', state, state, reason, message::jsonb, %s, '{}'::jsonb
+            FROM signalled
             """,
-            [ids, reasons, now, [s.value for s in HOLDING], now],
+            [ids, [text for text, _m in said], [json.dumps(m) for _t, m in said], now,
+             [s.value for s in HOLDING], now],
         )
         return cursor.rowcount
 
@@ -222,12 +226,12 @@ def _apply_shrinks(result: CycleResult, now: datetime) -> int:
         Job.objects.filter(pk=job_id).update(
             placement=placement, grown_at=grown, granted_workers=len(placement), resize_requested_at=now
         )
-        why = f"{taken[0].reason} for job {taken[0].for_job_id}"
+        why = reasons.preempted_for(taken[0].reason, int(taken[0].for_job_id))
         record_scaled(
             job,
             before=held,
             after=len(placement),
-            reason=f"scaled {held}→{len(placement)}: {why}",
+            reason=reasons.reason(reasons.SCALED_FOR, before=held, after=len(placement), why=why),
             at=now,
             removed=sorted(drop),
             placement=placement,
@@ -251,8 +255,10 @@ _GROW_SQL = """
                AND jsonb_array_length(j.placement) = v.before
         RETURNING j.id, v.before, v.after, j.placement
     ), events AS (
-        INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, reason, at, data)
+        INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, reason, reason_message, at, data)
         SELECT id, 'scaled', 'running', 'running', 'scaled ' || before || '→' || after || ' by the scheduler',
+               jsonb_build_object('msgid', %s::text, 'context', %s::text,
+                                  'params', jsonb_build_object('before', before, 'after', after)),
                %s, jsonb_build_object('workers', after, 'from', before, 'placement', placement)
         FROM grown
     )
@@ -272,7 +278,11 @@ def _apply_growths(result: CycleResult, now: datetime) -> int:
         after.append(g.workers)
         added.append(json.dumps([[[int(n[1:]), gpu, m] for n, gpu, m in worker] for worker in g.added]))
     with connection.cursor() as cursor:
-        cursor.execute(_GROW_SQL, [ids, before, after, added, json.dumps(now.isoformat()), now, now])
+        cursor.execute(
+            _GROW_SQL,
+            [ids, before, after, added, json.dumps(now.isoformat()), now,
+             reasons.SCALED_BY_SCHEDULER, reasons.CONTEXT, now],
+        )
         done = [row[0] for row in cursor.fetchall()]
     request_resize(done)
     return len(done)
@@ -337,14 +347,18 @@ def _apply_on_loan(result: CycleResult, now: datetime) -> None:
         )
 
 
+# Figures of an explanation that count things rather than milli-units of a flavor.
+EXPLAIN_COUNTS = frozenset({"workers"})
+
+
 def explain_to_dict(e: Explain, at: datetime) -> dict:
     return {
         "position": e.position,
         "reason": e.reason,
         "flavor": e.flavor,
         "blocking_node": e.node_id,
-        # Milli figures become devices; ``workers`` is a count (it was shown as 0.002).
-        "numbers": {k: v if k == "workers" else v / 1000 for k, v in e.numbers},
+        # In the flavor's units (cards, slices; 0.5 of a shared card), counts as they are.
+        "numbers": {k: v if k in EXPLAIN_COUNTS else v / 1000 for k, v in e.numbers},
         "message": e.message,
         "holders": [
             {"job": int(h.job_id), "project": int(h.project_id[1:]), "gpus": h.milli / 1000}

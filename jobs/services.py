@@ -9,17 +9,19 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.utils import timezone, translation
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from portal import permissions as perm
 from portal.models import Project, User
 from portal.selectors import scope_for
+from portal.texts import Message
 from quotas.models import Flavor
 
 from . import rules
 from .approvals import approval_reasons, job_approval_open, job_approval_withdraw
 from .models import COMMAND_MAX_LENGTH, Job, JobEvent, JobKind, PriorityClass, image_validator
+from .reasons import event_reason
 from .states import HOLDING, TERMINAL, JobState, can_transition
 
 MAX_WORKERS = 4096
@@ -27,11 +29,18 @@ MAX_RUNTIME = 90 * 86400
 
 
 def job_transition(
-    job: Job, target: JobState, *, reason: str, actor: User | None = None, data: dict | None = None, **fields
+    job: Job,
+    target: JobState,
+    *,
+    reason: str | Message,
+    actor: User | None = None,
+    data: dict | None = None,
+    **fields,
 ) -> bool:
     """Move ``job`` from the state it was loaded in to ``target``, if the transition table
     allows it and nobody moved the job since (``UPDATE … WHERE state = <loaded state>``).
-    Returns False, writing nothing, when the transition is not allowed or another worker won."""
+    Returns False, writing nothing, when the transition is not allowed or another worker won.
+    ``reason``: English text, or a message of ``jobs.reasons`` when it has parameters."""
     expected = JobState(job.state)
     if not can_transition(expected, target):
         return False
@@ -49,7 +58,7 @@ def job_transition(
             job_id=job.pk,
             from_state=expected.value,
             to_state=target.value,
-            reason=reason,
+            **event_reason(reason),
             actor=actor,
             at=now,
             data=data or {},
@@ -177,12 +186,11 @@ def job_submit(
     if kind == JobKind.DEV:
         _check_dev_limit(actor)
     # DESIGN §6: a job over its department's policy waits in pending_approval for a decision.
-    # In the site language: the same reasons are stored with the approval request, computed once.
-    with translation.override(settings.LANGUAGE_CODE):
-        reasons = [rules.priority_class_reason(priority_class)] if class_needs_approval else []
-        reasons += approval_reasons(
-            project, kind, flavor, workers, gpus_per_worker, gpu_milli, max_runtime_seconds
-        )
+    # The reasons (messages, rendered for each reader) are stored with the approval request.
+    reasons = [rules.priority_class_reason(priority_class)] if class_needs_approval else []
+    reasons += approval_reasons(
+        project, kind, flavor, workers, gpus_per_worker, gpu_milli, max_runtime_seconds
+    )
     needs_approval = bool(reasons)
     state = JobState.PENDING_APPROVAL if needs_approval else JobState.QUEUED
     now = timezone.now()

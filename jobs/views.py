@@ -19,9 +19,9 @@ from django.views.decorators.http import require_POST
 from portal.approvals.selectors import visible_approval_requests
 from portal.selectors import get_visible, scope_for
 from quotas.models import Flavor
-from quotas.selectors import healthy_capacity
+from quotas.selectors import default_flavor_id, healthy_capacity
 
-from . import charts, estimates, rules, selectors, services
+from . import charts, estimates, explaining, rules, selectors, services
 from .approvals import approval_reasons, approval_request_of
 from .backends.base import backend_name
 from .forms import ALL_STATES, QUEUE_STATES, JobFilterForm, JobForm, PriorityClassForm
@@ -40,7 +40,10 @@ def quota_tree(request):
     borrowed) and lent per visible node."""
     flavors = list(Flavor.objects.filter(active=True))
     wanted = request.GET.get("flavor")
-    chosen = next((f for f in flavors if f.name == wanted), flavors[0] if flavors else None)
+    chosen = next((f for f in flavors if f.name == wanted), None)
+    if chosen is None:
+        default = default_flavor_id(request.user)
+        chosen = next((f for f in flavors if f.pk == default), flavors[0] if flavors else None)
     rows = selectors.quota_usage(request.user, chosen.pk) if chosen else []
     return render(
         request,
@@ -80,6 +83,8 @@ def _queue_context(request) -> dict:
     positions = order.positions()
     queued = [job.pk for job in jobs if job.state == JobState.QUEUED]
     explanations = selectors.cached_explanations(queued)
+    readable = explaining.for_reader(list(explanations.values()), request.user)
+    explanations = dict(zip(explanations, readable, strict=True))
     rows = [
         {
             "job": job,
@@ -115,12 +120,9 @@ def job_queue_table(request):
 @login_required
 def job_detail(request, pk: int):
     job = get_visible(selectors.visible_jobs(request.user).select_related("cluster"), pk=pk)
-    explain = _readable(explain_job(job)) if job.state == JobState.QUEUED else None
-    blocking = None
-    if explain and explain.get("blocking_node"):
-        blocking = selectors.tree_node_names(request.user, [explain["blocking_node"]]).get(
-            explain["blocking_node"], ""
-        )
+    explain = None
+    if job.state == JobState.QUEUED:
+        explain = explaining.readable(_readable(explain_job(job)), request.user)
     samples = list(selectors.job_gpu_samples(job))
     approval_pk = approval_request_of(job)
     approval = visible_approval_requests(request.user).filter(pk=approval_pk).first() if approval_pk else None
@@ -131,7 +133,6 @@ def job_detail(request, pk: int):
             "job": job,
             "approval": approval,
             "explain": explain,
-            "blocking_name": blocking,
             "placement": selectors.job_placement(job),
             "events": selectors.job_events(job),
             "samples": len(samples),
@@ -229,6 +230,10 @@ def _summary(form: JobForm) -> dict | None:
             runtime_seconds=runtime,
         )
     project, kind, priority_class = data.get("project"), data.get("kind"), data.get("priority_class")
+    cards, now = devices * flavor.card_fraction, timezone.now()
+    # The price of one hour needs no runtime: without a maximum runtime the total is unbounded,
+    # but the rate is known — "no rate" is said only when the flavor truly has none.
+    hourly = estimates.cost_estimate(flavor, cards, now)
     approvals = None  # not known yet (no project chosen); [] : no approval needed.
     if project and kind:
         approvals = approval_reasons(
@@ -239,10 +244,11 @@ def _summary(form: JobForm) -> dict | None:
     return {
         "flavor": flavor,
         "devices": devices,
-        "cards": devices * flavor.card_fraction,
+        "cards": cards,
         "runtime": runtime,
         "card_hours": card_hours,
-        "cost": estimates.cost_estimate(flavor, card_hours, timezone.now()) if card_hours else None,
+        "cost": estimates.cost_estimate(flavor, card_hours, now) if card_hours and hourly else None,
+        "cost_per_hour": hourly,
         "approvals": approvals,
     }
 

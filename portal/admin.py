@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.utils.translation import gettext_lazy as _
 
 from .admin_site import PlatformModelAdmin
 from .models import (
@@ -71,10 +72,14 @@ class ApprovalStepInline(admin.TabularInline):
 
 @admin.register(ApprovalRequest)
 class ApprovalRequestAdmin(ReadOnlyAdmin):
-    list_display = ["id", "kind", "summary", "requester", "state", "created_at", "decided_at"]
+    list_display = ["id", "kind", "summary_in_language", "requester", "state", "created_at", "decided_at"]
     list_filter = ["kind", "state"]
     search_fields = ["summary"]
     inlines = [ApprovalStepInline]
+
+    @admin.display(description=_("summary"))
+    def summary_in_language(self, obj):
+        return obj.summary_text
 
 
 @admin.register(ApprovalAudit)
@@ -85,5 +90,9 @@ class ApprovalAuditAdmin(ReadOnlyAdmin):
 
 @admin.register(Notification)
 class NotificationAdmin(ReadOnlyAdmin):
-    list_display = ["recipient", "text", "created_at", "read_at", "mail_state"]
+    list_display = ["recipient", "text_in_language", "created_at", "read_at", "mail_state"]
     list_filter = ["mail_state"]
+
+    @admin.display(description=_("text"))
+    def text_in_language(self, obj):
+        return obj.display_text

@@ -26,6 +26,7 @@ from .api_base import DetailApi, ListCreateApi
 from .models import ApprovalAudit, ApprovalRequest, ApprovalStep, Notification, StepState
 from .notifications import notification_mark_read, notifications_for, notifications_mark_all_read
 from .selectors import get_visible, scope_for
+from .texts import render_data
 
 # --- output -----------------------------------------------------------------------------------
 
@@ -72,6 +73,13 @@ def _steps(request: ApprovalRequest) -> list[ApprovalStep]:
 
 class ApprovalOut(serializers.ModelSerializer):
     requester = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    summary = serializers.CharField(
+        source="summary_text", read_only=True, help_text="In the language of Accept-Language."
+    )
+    payload = serializers.SerializerMethodField(
+        help_text="What the request is about, as its kind stores it; texts in it (a job's reasons) "
+        "in the language of Accept-Language."
+    )
     current_step = serializers.SerializerMethodField()
     can_decide = serializers.SerializerMethodField()
     can_cancel = serializers.SerializerMethodField()
@@ -96,6 +104,10 @@ class ApprovalOut(serializers.ModelSerializer):
             "can_decide",
             "can_cancel",
         ]
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_payload(self, obj):
+        return render_data(obj.payload or {})
 
     def _open(self, obj) -> ApprovalStep | None:
         return next((s for s in _steps(obj) if s.state == StepState.PENDING), None)
@@ -317,6 +329,9 @@ class ApprovalCommentApi(APIView):
 
 
 class NotificationOut(serializers.ModelSerializer):
+    text = serializers.CharField(
+        source="display_text", read_only=True, help_text="In the language of Accept-Language."
+    )
     read = serializers.BooleanField(read_only=True)
 
     class Meta:

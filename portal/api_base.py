@@ -11,7 +11,9 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
+from django.utils import translation
 from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.views import SpectacularAPIView
 from rest_framework import generics, serializers, status
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
@@ -145,3 +147,18 @@ class DetailApi(generics.RetrieveUpdateDestroyAPIView):
     @property
     def scope(self):
         return scope_for(self.request.user)
+
+
+class EnglishSchemaView(SpectacularAPIView):
+    """``/api/schema/``, always in English. The schema is for programs (clients, generators,
+    docs/api.md); rendered in the caller's language it mixed Chinese titles (model field names)
+    with English descriptions (docstrings). It is rendered inside the override: the schema
+    holds lazy translations that the renderer evaluates."""
+
+    def dispatch(self, request, *args, **kwargs):
+        with translation.override("en"):
+            response = super().dispatch(request, *args, **kwargs)
+            if hasattr(response, "render") and not getattr(response, "is_rendered", True):
+                response.render()
+        response["Content-Language"] = "en"
+        return response

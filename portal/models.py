@@ -7,6 +7,8 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from .texts import render
+
 code_validator = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$",
     _("Use 1–40 letters, digits, '.', '_' or '-', starting with a letter or digit."),
@@ -165,7 +167,10 @@ class ApprovalRequest(models.Model):
     kind = models.CharField(_("kind"), max_length=20, choices=ApprovalKind.choices)
     subject_id = models.BigIntegerField(_("subject"), null=True, blank=True)
     payload = models.JSONField(_("details"), default=dict, blank=True)
+    # The text in the site language at creation; ``summary_message`` holds it as data (see
+    # portal/texts.py) so every reader gets it in their language. Older rows have only the text.
     summary = models.CharField(_("summary"), max_length=300)
+    summary_message = models.JSONField(_("summary (message)"), null=True, blank=True, editable=False)
     reason = models.TextField(_("reason"), max_length=2000, blank=True)
     requester = models.ForeignKey(
         User, on_delete=models.PROTECT, related_name="approval_requests", verbose_name=_("requester")
@@ -202,7 +207,12 @@ class ApprovalRequest(models.Model):
         ]
 
     def __str__(self):
-        return f"#{self.pk} {self.summary}"
+        return f"#{self.pk} {self.summary_text}"
+
+    @property
+    def summary_text(self) -> str:
+        """The summary in the active language (the stored text for rows without a message)."""
+        return render(self.summary_message, fallback=self.summary)
 
 
 class ApprovalStep(models.Model):
@@ -318,7 +328,10 @@ class Notification(models.Model):
     request = models.ForeignKey(
         ApprovalRequest, null=True, blank=True, on_delete=models.SET_NULL, related_name="notifications"
     )
+    # As an approval's summary: the text in the site language, and the message to render for
+    # each reader (portal/texts.py); older rows have only the text.
     text = models.CharField(_("text"), max_length=500)
+    message = models.JSONField(_("message"), null=True, blank=True, editable=False)
     link = models.CharField(_("link"), max_length=300, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     read_at = models.DateTimeField(null=True, blank=True)
@@ -336,7 +349,12 @@ class Notification(models.Model):
         ]
 
     def __str__(self):
-        return f"{self.recipient}: {self.text[:60]}"
+        return f"{self.recipient}: {self.display_text[:60]}"
+
+    @property
+    def display_text(self) -> str:
+        """The notification in the active language (the stored text for older rows)."""
+        return render(self.message, fallback=self.text)
 
     @property
     def read(self) -> bool:

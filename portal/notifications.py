@@ -20,6 +20,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from .models import ApprovalRequest, MailState, Notification, User
+from .texts import Message, is_message, render_for_site, render_in
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +29,18 @@ MAX_MAIL_ATTEMPTS = 5
 
 
 def notify(
-    *, recipients: Iterable[User], text: str, link: str = "", request: ApprovalRequest | None = None
+    *,
+    recipients: Iterable[User],
+    text: str | Message,
+    link: str = "",
+    request: ApprovalRequest | None = None,
 ) -> list[Notification]:
     """One in-app notification per distinct active recipient; those with an e-mail address
-    also get a mail, sent after the transaction commits."""
+    also get a mail, sent after the transaction commits. ``text`` is a message
+    (``portal.texts.message``) that every reader gets in their own language, or a plain text."""
     now = timezone.now()
+    stored = text if is_message(text) else None
+    text = render_for_site(text)
     seen, rows = set(), []
     for user in recipients:
         if user.pk in seen or not user.is_active:
@@ -43,6 +51,7 @@ def notify(
                 recipient=user,
                 request=request,
                 text=text[:500],
+                message=stored,
                 link=link[:300],
                 created_at=now,
                 mail_state=MailState.PENDING if user.email else MailState.NONE,
@@ -81,10 +90,11 @@ def mail_pending(ids: Iterable[int] | None = None, *, now=None) -> int:
         if not _claim(pk, now):
             continue
         note = Notification.objects.select_related("recipient").get(pk=pk)
+        text = mail_text(note)
         try:
             send_mail(
-                subject=f"[gpupool] {note.text[:120]}",
-                message=_mail_body(note),
+                subject=f"[gpupool] {text[:120]}",
+                message=_mail_body(note, text),
                 from_email=settings.DEFAULT_FROM_EMAIL,
                 recipient_list=[note.recipient.email],
             )
@@ -100,11 +110,18 @@ def mail_pending(ids: Iterable[int] | None = None, *, now=None) -> int:
     return sent
 
 
-def _mail_body(note: Notification) -> str:
+def mail_text(note: Notification) -> str:
+    """The notification as its mail says it. Users have no language preference of their own
+    (the language switch lives in the browser session), so mails are in the site language,
+    rendered when sent."""
+    return render_in(settings.LANGUAGE_CODE, note.message, fallback=note.text)
+
+
+def _mail_body(note: Notification, text: str) -> str:
     link = note.link
     if link.startswith("/"):
         link = settings.GPUPOOL["SITE_URL"].rstrip("/") + link
-    return f"{note.text}\n\n{link}\n" if link else f"{note.text}\n"
+    return f"{text}\n\n{link}\n" if link else f"{text}\n"
 
 
 # --- reads and the read flag ---------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from drf_spectacular.views import SpectacularSwaggerSplitView
 
 from billing import api as billing_api
 from jobs import api as jobs_api
@@ -14,6 +14,7 @@ from portal import api as portal_api
 from portal import api_approvals as approvals_api
 from portal import dashboard, views
 from portal import views_approvals as approval_views
+from portal.api_base import EnglishSchemaView
 from portal.health import healthz
 from quotas import api as quotas_api
 from quotas import api_approvals as quotas_approvals_api
@@ -91,7 +92,7 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics, name="metrics"),
     path("api/v1/", include((api_v1, "api"), namespace="api")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/schema/", EnglishSchemaView.as_view(), name="schema"),
     # Swagger UI from our static files (SPECTACULAR_SETTINGS); the split view serves its start-up
     # script from /api/docs/?script, not inline, so the site's policy holds here too.
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),

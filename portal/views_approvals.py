@@ -27,6 +27,7 @@ from .forms import ApprovalFilterForm, BulkDecisionForm, CancelForm, CommentForm
 from .models import ApprovalKind, ApprovalRequest, ApprovalState, ApprovalStep, Role, StepState
 from .notifications import notification_mark_read, notifications_for, notifications_mark_all_read
 from .selectors import get_visible, scope_for
+from .texts import render_data
 
 PAGE_SIZE = 50
 NOTIFICATIONS_PAGE_SIZE = 50
@@ -153,8 +154,9 @@ def _when(value):
 
 
 def _details(req: ApprovalRequest) -> dict:
-    """The payload of the request, readable: each kind stores what it needs to apply it."""
-    payload = req.payload or {}
+    """The payload of the request, readable: each kind stores what it needs to apply it, and
+    its messages (a job's reasons) are rendered in the page's language."""
+    payload = render_data(req.payload or {})
     if req.kind == ApprovalKind.LOAN:
         return {
             **payload,

@@ -19,17 +19,18 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from decimal import ROUND_CEILING, Decimal
 
-from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import QuerySet
-from django.utils import timezone, translation
+from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from portal import permissions as perm
 from portal.approvals import ApprovalKindHandler, StepSpec, approval_request_create, register_kind
 from portal.models import ApprovalKind, ApprovalRequest, ApprovalState, Department, Project, Role, User
 from portal.selectors import scope_for
+from portal.texts import message, when
 
 from .models import Flavor, Loan, LoanState, QuotaNode
 from .services import (
@@ -156,13 +157,14 @@ def _quota_request(actor, flavor, quota, project, department, reason) -> Approva
     plan = growth_plan(flavor, key, quota) if quota > current else []
     owner_department = project.department if project is not None else department
     steps = _quota_chain(project, department, plan)
-    with translation.override(settings.LANGUAGE_CODE):
-        summary = _("Quota of %(owner)s for %(flavor)s: %(old)s → %(new)s") % {
-            "owner": project or department,
-            "flavor": flavor.name,
-            "old": _n(current),
-            "new": _n(quota),
-        }
+    # A message: each reader gets it in their own language (portal/texts.py).
+    summary = message(
+        gettext_noop("Quota of %(owner)s for %(flavor)s: %(old)s → %(new)s"),
+        owner=str(project or department),
+        flavor=flavor.name,
+        old=_n(current),
+        new=_n(quota),
+    )
     return approval_request_create(
         requester=actor,
         kind=ApprovalKind.QUOTA,
@@ -278,17 +280,17 @@ def _loan_request(
 ) -> ApprovalRequest:
     flavor = borrower.flavor
     borrower_department = borrower.department or borrower.project.department
-    with translation.override(settings.LANGUAGE_CODE):
-        summary = _(
+    summary = message(
+        gettext_noop(
             "Loan of %(amount)s × %(flavor)s from %(lender)s to %(borrower)s, %(start)s – %(end)s"
-        ) % {
-            "amount": _n(amount),
-            "flavor": flavor.name,
-            "lender": lender,
-            "borrower": borrower.owner,
-            "start": timezone.localtime(starts_at).strftime("%Y-%m-%d %H:%M"),
-            "end": timezone.localtime(ends_at).strftime("%Y-%m-%d %H:%M"),
-        }
+        ),
+        amount=_n(amount),
+        flavor=flavor.name,
+        lender=str(lender),
+        borrower=str(borrower.owner),
+        start=when(starts_at),
+        end=when(ends_at),
+    )
     return approval_request_create(
         requester=actor,
         kind=ApprovalKind.LOAN,
@@ -361,7 +363,8 @@ def _apply_loan(request: ApprovalRequest, actor: User) -> None:
         amount=Decimal(payload["amount"]),
         starts_at=datetime.fromisoformat(payload["starts_at"]),
         ends_at=ends_at,
-        reason=(request.reason or request.summary)[:500],
+        # The request's own reason; its summary only repeats what the loan's columns say.
+        reason=request.reason[:500],
         state=LoanState.PENDING,
     )
     Loan.objects.filter(pk=loan.pk, state=LoanState.PENDING).update(

@@ -109,6 +109,24 @@ def visible_quota_nodes(user: User) -> QuerySet[QuotaNode]:
     return qs.select_related("flavor", "department", "project")
 
 
+def default_flavor_id(user: User) -> int | None:
+    """The flavor a page about quotas opens on when none is chosen (the quota tree, the reports'
+    quota chart): the first active flavor, by name, in which the user's own projects or
+    departments hold quota; else one in which a node the user sees holds quota; else None. A
+    member of a project that holds only A100 quota is not shown an empty tree of MIG slices."""
+    scope = scope_for(user)
+    held = visible_quota_nodes(user).filter(flavor__active=True, quota__gt=0)
+    own = held.filter(
+        Q(project_id__in=scope.member_projects)
+        | Q(department_id__in=scope.admin_departments | scope.finance_departments)
+    )
+    for nodes in (own, held):
+        found = nodes.order_by("flavor__name").values_list("flavor_id", flat=True).first()
+        if found is not None:
+            return found
+    return None
+
+
 def visible_loans(user: User) -> QuerySet[Loan]:
     nodes = visible_quota_nodes(user).values("id")
     return Loan.objects.filter(Q(lender_id__in=nodes) | Q(borrower_id__in=nodes)).select_related(

@@ -15,18 +15,21 @@ from portal.selectors import scope_for
 from . import selectors
 from .approvals import loan_request_create, quota_request_create
 from .forms import LoanRequestForm, QuotaRequestForm, can_request_loan, request_quota_initial
-from .models import Flavor, LoanState, Node
+from .models import Flavor, LoanState, Node, NodeState
 
 LOANS_PAGE_SIZE = 50
 
 
 @login_required
 def inventory(request):
-    summary = (
+    summary = list(
         Node.objects.values("cluster__name", "flavor__name", "zone", "spine", "state")
         .annotate(nodes=Count("id"), gpus=Sum("gpu_count"))
         .order_by("cluster__name", "flavor__name", "zone", "spine", "state")
     )
+    labels = dict(NodeState.choices)
+    for row in summary:
+        row["state_label"] = labels.get(row["state"], row["state"])
     return render(request, "quotas/inventory.html", {"summary": summary})
 
 

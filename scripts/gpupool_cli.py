@@ -287,8 +287,9 @@ def describe(job: dict, explain: dict | None, project: str, hours: dict[str, flo
         )
     if explain and job["state"] == "queued":
         lines.append(f"  position {explain.get('position')} · why pending: {explain.get('reason')}")
-        if explain.get("message"):
-            lines.append(f"    {explain['message']}")
+        why = explain.get("text") or explain.get("message")  # the sentence for people, when there is one
+        if why:
+            lines.append(f"    {why}")
     return "\n".join(lines)
 
 

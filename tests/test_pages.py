@@ -117,7 +117,11 @@ def test_every_message_is_translated_and_compiled():
     def text(e):
         return e.msgstr_plural.get(0) if e.msgid_plural else e.msgstr
 
-    assert {e.msgid: text(e) for e in po} == {e.msgid: text(e) for e in mo if e.msgid}
+    # Keyed by (context, msgid): one text may have two translations in two contexts.
+    def key(e):
+        return e.msgctxt, e.msgid
+
+    assert {key(e): text(e) for e in po} == {key(e): text(e) for e in mo if e.msgid}
 
 
 def test_openapi_schema_validates_without_warnings():

@@ -14,6 +14,7 @@ dominant share at the end of the cycle asc, submit time, id).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from decimal import Decimal
 
 from jobs.engine.model import Explain, Holder
 from jobs.engine.pool import FULL
@@ -96,22 +97,22 @@ def _quota(cycle, p: Pending, r: int, code: str, position: int) -> Explain:
     ledger = s.ledgers[f]
     ids = s.tree.ids
     iq = ledger.in_quota_blocker(p.path, r)
-    not_in = (f"not in quota at {ids[iq]} (in-quota {ledger.u_q[iq]} + {r} > "
-              f"{ledger.quota[iq]})") if iq >= 0 else "in quota"
+    not_in = (f"not in quota at {ids[iq]} (in-quota {_u(ledger.u_q[iq])} + {_u(r)} > "
+              f"{_u(ledger.quota[iq])})") if iq >= 0 else "in quota"
     holders = _in_quota_holders(cycle, p, iq) if iq >= 0 else ()
     if code == "borrow_limit":
         n = ledger.cap_blocker(p.path, r)
         q = ledger.quota[n]
         nums = (("usage", ledger.used(n)), ("request", r), ("quota", q),
                 ("borrow_limit", ledger.cap[n] - q))
-        msg = f"{not_in}; borrow limit of {ids[n]}: {ledger.used(n)} + {r} > {ledger.cap[n]}"
+        msg = f"{not_in}; borrow limit of {ids[n]}: {_u(ledger.used(n))} + {_u(r)} > {_u(ledger.cap[n])}"
         return Explain(position, code, f, ids[n], nums, holders, msg)
     if code == "lend_limit":
         held = ledger.sibling_hold(p.path)
         nums = (("usage", ledger.root_used), ("request", r), ("held_back", held),
                 ("capacity", ledger.capacity))
-        msg = (f"{not_in}; on loan needs {ledger.root_used} + {r} + held back {held} "
-               f"<= {ledger.capacity}; idle quota of others is not lent")
+        msg = (f"{not_in}; on loan needs {_u(ledger.root_used)} + {_u(r)} + held back {_u(held)} "
+               f"<= {_u(ledger.capacity)}; idle quota of others is not lent")
         return Explain(position, code, f, None, nums, holders, msg)
     nums = (("in_quota_usage", ledger.u_q[iq]), ("request", r), ("quota", ledger.quota[iq]))
     return Explain(position, "quota", f, ids[iq], nums, holders, f"{not_in}; borrowing is off")
@@ -126,11 +127,11 @@ def _physical(cycle, p: Pending, r: int, mode: str, position: int) -> Explain:
         iq = ledger.in_quota_blocker(p.path, r)
         holders = _in_quota_holders(cycle, p, iq)
         owed = (f"on loan only (not in quota at {s.tree.ids[iq]}: in-quota "
-                f"{ledger.u_q[iq]} + {r} > {ledger.quota[iq]})")
+                f"{_u(ledger.u_q[iq])} + {_u(r)} > {_u(ledger.quota[iq])})")
     own = next((x.public(s) for x in cycle.reservations if x.job_id == p.id), None)
     if r > ledger.root_room():
         nums = (("usage", ledger.root_used), ("request", r), ("capacity", ledger.capacity))
-        msg = f"{owed}; pool full: {ledger.root_used} + {r} > {ledger.capacity}"
+        msg = f"{owed}; pool full: {_u(ledger.root_used)} + {_u(r)} > {_u(ledger.capacity)}"
         return Explain(position, "capacity", f, None, nums, holders, msg, own)
     if not plan_fits(pool, p.min_workers, p.milli):
         res = _blocking_reservation(cycle, p)
@@ -145,7 +146,7 @@ def _physical(cycle, p: Pending, r: int, mode: str, position: int) -> Explain:
         nums = (("per_worker", p.milli), ("workers", p.min_workers),
                 ("largest_free_node", largest))
         return Explain(position, "placement", f, None, nums, holders,
-                       f"{owed}; no node set fits {p.min_workers} × {p.milli}", own)
+                       f"{owed}; no node set fits {p.min_workers} × {_u(p.milli)}", own)
     if cycle.closed_by is not None:
         return Explain(position, "reservation", f, None, (("request", r),), holders,
                        f"{owed}; waits behind {cycle.closed_by} (backfill off)")
@@ -175,6 +176,12 @@ def _split_over_clusters(cycle, p: Pending, owed: str, holders, own, position: i
     return Explain(position, "placement", p.flavor, None, nums, holders,
                    f"{owed}; free GPUs for {shape} only split across clusters; a job runs "
                    f"inside one cluster (one cluster takes {room} workers now)", own)
+
+
+def _u(milli: int) -> str:
+    """Milli-units as the flavor's units, for people: 72000 → "72", 500 → "0.5" (a shared
+    request, a slice)."""
+    return format((Decimal(milli) / 1000).normalize(), "f")
 
 
 def _blocking_reservation(cycle, p: Pending):

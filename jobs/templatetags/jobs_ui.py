@@ -13,22 +13,23 @@ from django.utils.timezone import localtime
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from jobs.models import STATE_LABELS
 from jobs.selectors import job_devices
 
 register = template.Library()
 
-STATE_LABELS = {
-    "pending_approval": _("Pending approval"),
-    "queued": _("Queued"),
-    "admitted": _("Admitted"),
-    "running": _("Running"),
-    "succeeded": _("Succeeded"),
-    "failed": _("Failed"),
-    "cancelled": _("Cancelled"),
-    "rejected": _("Rejected"),
-    "preempted": _("Preempted"),
-    "expired": _("Expired"),
-    "lost": _("Lost"),
+# Job events that are not state changes (JobEvent.kind), as the timeline names them.
+EVENT_KIND_LABELS = {
+    "reservation": _("Reservation"),
+    "preemption_signal": _("Preemption signalled"),
+    "placement": _("Placement"),
+    "dispatched": _("Sent to the cluster"),
+    "scaled": _("Scaled"),
+    "scale_target": _("Target changed"),
+    "on_loan": _("In quota / on loan"),
+    "idle_flagged": _("Flagged as idle"),
+    "expire_requested": _("Stop at the runtime limit"),
+    "cancel_requested": _("Cancel requested"),
 }
 
 # The explain reasons of jobs.engine.model.REASONS, plus what explain_job answers itself.
@@ -70,6 +71,11 @@ def state_badge(state: str):
 @register.filter
 def state_label(state: str) -> str:
     return STATE_LABELS.get(state, state)
+
+
+@register.filter
+def event_kind(kind: str) -> str:
+    return EVENT_KIND_LABELS.get(kind, kind)
 
 
 @register.filter
@@ -143,7 +149,7 @@ def _why(job, explain: dict | None, url: str):
         small = format_html("<small>{}</small>", format_html_join(
             " · ", "{} {}", ((number_label(k), floatformat(v, "-3")) for k, v in numbers.items())
         )) if numbers else ""
-        return format_html('<span title="{}">{}</span>{}', explain.get("message", ""),
+        return format_html('<span title="{}">{}</span>{}', explain.get("text", ""),
                            reason_label(explain.get("reason", "")), small)
     if job.state == "pending_approval":
         return gettext("Waiting for approval")

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.urls import NoReverseMatch, reverse
-from django.utils import timezone, translation
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
@@ -34,6 +34,7 @@ from portal.models import (
 )
 from portal.notifications import notify
 from portal.selectors import Scope, department_ancestors, scope_for
+from portal.texts import Message, is_message, message, render_for_site
 
 from .registry import handler_for
 from .states import REQUEST_TRANSITIONS, STEP_TRANSITIONS, sources_of
@@ -145,13 +146,15 @@ def request_link(request: ApprovalRequest) -> str:
         return reverse("api:approval-detail", args=[request.pk])
 
 
-def _notify(recipients, text: str, request: ApprovalRequest) -> None:
+def _notify(recipients, text: Message, request: ApprovalRequest) -> None:
+    # Stored as a message: each recipient reads it in their own language (portal/texts.py).
     notify(recipients=recipients, text=text, link=request_link(request), request=request)
 
 
-def _site_language():
-    # Notifications, mails and stored summaries are read by other people: the site language.
-    return translation.override(settings.LANGUAGE_CODE)
+def _summary(request: ApprovalRequest) -> Message | str:
+    """The request's summary as a parameter of a notification: its message, or the text of a
+    request made before summaries were stored as messages."""
+    return request.summary_message or request.summary
 
 
 # --- create ---------------------------------------------------------------------------------
@@ -161,7 +164,7 @@ def approval_request_create(
     *,
     requester: User,
     kind: str,
-    summary: str,
+    summary: Message | str,
     steps: list[StepSpec],
     department: Department | None = None,
     project: Project | None = None,
@@ -172,7 +175,8 @@ def approval_request_create(
     now: datetime | None = None,
 ) -> ApprovalRequest:
     """Record a request with its chain and open the first step. Kinds call this after their
-    own permission and validation checks."""
+    own permission and validation checks. ``summary`` is a message (``portal.texts.message``),
+    rendered for each reader; its site-language text is kept in ``summary`` too."""
     handler_for(kind)
     if not steps:
         raise ValueError("an approval chain needs at least one step")
@@ -184,7 +188,8 @@ def approval_request_create(
         kind=kind,
         subject_id=subject_id,
         payload=payload or {},
-        summary=summary[:300],
+        summary=render_for_site(summary)[:300],
+        summary_message=summary if is_message(summary) else None,
         reason=reason,
         requester=requester,
         department=department,
@@ -250,15 +255,16 @@ def _open_step(
         at=now,
         data={"role": role, "department": department_id, "deadline": deadline.isoformat(), "covers": covered},
     )
-    with _site_language():
-        requester = request.requester
-        if escalated:
-            text = _("Escalated to you (not decided in time): %(summary)s") % {"summary": request.summary}
-        else:
-            text = _("%(requester)s asks for your approval: %(summary)s") % {
-                "requester": requester,
-                "summary": request.summary,
-            }
+    if escalated:
+        text = message(
+            gettext_noop("Escalated to you (not decided in time): %(summary)s"), summary=_summary(request)
+        )
+    else:
+        text = message(
+            gettext_noop("%(requester)s asks for your approval: %(summary)s"),
+            requester=str(request.requester),
+            summary=_summary(request),
+        )
     _notify(approvers_of(role, department_id, exclude=request.requester_id), text, request)
 
 
@@ -352,10 +358,7 @@ def _finish_approved(request: ApprovalRequest, actor: User, comment: str, now: d
             _("Not approved: %(why)s") % {"why": " ".join(str(m) for m in exc.messages)}
         ) from exc
     _audit(request, AuditAction.APPLIED, actor=actor, at=now, data={"subject": request.subject_id})
-    with _site_language():
-        text = _("Approved: %(summary)s") % {"summary": request.summary}
-        if comment:
-            text += " — " + comment
+    text = message(gettext_noop("Approved: %(summary)s"), note=comment, summary=_summary(request))
     _notify([request.requester], text, request)
 
 
@@ -387,10 +390,7 @@ def _finish(
         _audit(request, action, step=step, actor=actor, comment=comment, at=now)
     handler_for(request.kind).close(request, outcome, actor, comment)
     if actor is None or actor.pk != request.requester_id:
-        with _site_language():
-            text = _(_OUTCOME_TEXT[outcome]) % {"summary": request.summary}
-            if comment:
-                text += " — " + comment
+        text = message(_OUTCOME_TEXT[outcome], note=comment, summary=_summary(request))
         _notify([request.requester], text, request)
     return True
 
@@ -431,12 +431,12 @@ def approval_comment(*, actor: User, request: ApprovalRequest, comment: str) -> 
     if not is_requester and not any(can_act_on_step(scope, s) for s in request.steps.all()):
         raise PermissionDenied(_("Only the requester and the approvers can comment."))
     entry = _audit(request, AuditAction.COMMENT, actor=actor, comment=comment)
-    with _site_language():
-        text = _("%(user)s commented on %(summary)s: %(comment)s") % {
-            "user": actor,
-            "summary": request.summary,
-            "comment": comment,
-        }
+    text = message(
+        gettext_noop("%(user)s commented on %(summary)s: %(comment)s"),
+        user=str(actor),
+        summary=_summary(request),
+        comment=comment,
+    )
     if is_requester:
         step = request.steps.filter(state=StepState.PENDING).first()
         recipients = approvers_of(step.approver_role, step.department_id, exclude=actor.pk) if step else []

@@ -2,7 +2,15 @@ from decimal import Decimal
 
 from django import template
 
+from portal.texts import render
+
 register = template.Library()
+
+
+@register.filter
+def stored_text(value) -> str:
+    """A stored message (``portal.texts``) in the page's language; plain text as it is."""
+    return render(value)
 
 
 @register.filter

@@ -34,6 +34,7 @@ from jobs.services import job_submit
 from portal.approvals import open_step
 from portal.models import ApprovalRequest, Notification
 from portal.notifications import mail_pending
+from portal.texts import render_in
 from quotas.selectors import site_zone
 from tests import factories as fx
 
@@ -248,9 +249,8 @@ def test_the_celery_task_runs_the_alerts(world):
 
 def test_the_reason_names_the_percentage_the_budget_and_the_month(world):
     budget = Budget(department=world.A, card_hours=Decimal(2000))
-    with translation.override("en"):
-        text = over_budget_reason(BudgetStatus(budget, date(2026, 12, 1), Decimal("2100.4")))
-    assert text == "over budget: 105 % of 2,000 card-hours in 2026-12 (Dept A)"
+    text = over_budget_reason(BudgetStatus(budget, date(2026, 12, 1), Decimal("2100.4")))
+    assert render_in("en", text) == "over budget: 105 % of 2,000 card-hours in 2026-12 (Dept A)"
 
 
 @pytest.fixture
@@ -280,8 +280,8 @@ def _submit(world, project, name="next"):
 
 
 def _reasons(world, project):
-    with translation.override("en"):
-        return approval_reasons(project, "training", world.F, 1, 1, None, 3600)
+    # Messages (portal/texts.py), read here in English.
+    return [render_in("en", r) for r in approval_reasons(project, "training", world.F, 1, 1, None, 3600)]
 
 
 def test_over_budget_a_new_job_needs_approval_with_the_reason(world, running_now):
@@ -292,7 +292,8 @@ def test_over_budget_a_new_job_needs_approval_with_the_reason(world, running_now
     job = _submit(world, world.pa1)
     assert job.state == "pending_approval"
     request = ApprovalRequest.objects.get(subject_id=job.pk)
-    assert len(request.payload["reasons"]) == 1 and "2" in request.payload["reasons"][0]
+    [stored] = request.payload["reasons"]
+    assert render_in("en", stored) == reason
 
 
 def test_under_budget_there_is_no_reason(world, running_now):
@@ -326,8 +327,8 @@ def test_near_its_limit_the_exact_usage_decides(world, running_now):
     assert _reads_events(lambda: budget_reason(world.pa1, Decimal(1)))
     assert budget_reason(world.pa1, Decimal(1)) is None  # under: the bound alone would hold it
     budget_set(actor=None, card_hours="3", project=world.pa1)
-    with translation.override("en"):
-        assert re.match(r"over budget: 13\d % of 3 card-hours", budget_reason(world.pa1, Decimal(1)))
+    reason = render_in("en", budget_reason(world.pa1, Decimal(1)))
+    assert re.match(r"over budget: 13\d % of 3 card-hours", reason)
 
 
 @pytest.mark.parametrize("limit, over", [("3", True), ("5", False)])
@@ -629,3 +630,30 @@ def test_item2_under_budget_nothing_is_held(world, holding):
     schedule_once()
     job.refresh_from_db()
     assert job.state == "admitted"
+
+
+def test_item15_the_form_prices_an_hour_when_no_maximum_runtime_is_set(world):
+    body = {
+        "name": "bert",
+        "project": world.pa1.pk,
+        "kind": "training",
+        "flavor": world.F.pk,
+        "priority_class": fx.priority().pk,
+        "workers": "2",
+        "gpus_per_worker": "4",
+        "image": "img",
+        "max_runtime_seconds": "",
+    }
+    client = _client(world, "pa1_member")
+    no_rate = client.post("/jobs/new/validate/", body).content.decode()
+    assert "no billing rate applies to this flavor yet" in no_rate  # true: there is none
+    rates(world.F, "12", "9.6")
+    response = client.post("/jobs/new/validate/", body)
+    page = response.content.decode()
+    assert response.context["summary"]["cost_per_hour"] == (Decimal("96.00"), "CNY")  # 8 cards × 12
+    assert "Cost per hour" in page and "96.00 CNY" in page
+    assert "no billing rate" not in page and "Estimated cost at most" not in page  # no total: unbounded
+    body["max_runtime_seconds"] = "7200"
+    bounded = client.post("/jobs/new/validate/", body).content.decode()
+    assert "192.00 CNY" in bounded and "96.00 CNY" in bounded and "no billing rate" not in bounded
+    assert not Job.objects.exists()

@@ -1,5 +1,6 @@
 """The chargeback file: a pinned header, its rows, CSV and XLSX alike, and the commands."""
 
+import codecs
 import csv
 import io
 import json
@@ -7,10 +8,14 @@ from datetime import date
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.test import Client
+from django.urls import reverse
 from openpyxl import load_workbook
 
 from billing import exports
+from billing.models import Statement
 from billing.services import statement_close_month
+from portal.models import Membership, Role, User
 
 from .conftest import local, rates
 
@@ -18,7 +23,7 @@ pytestmark = pytest.mark.django_db
 NOV = date(2026, 11, 1)
 HEADER = (
     "month,department_code,cost_centre,project,user,flavor,tier,card_hours,rate,amount,currency,"
-    "line_type,original_month"
+    "line_type,original_month,covers"
 )
 
 
@@ -57,6 +62,7 @@ EXPECTED = [
         "CNY",
         "usage",
         "",
+        "*",
     ],
     [
         "2026-11",
@@ -72,6 +78,7 @@ EXPECTED = [
         "CNY",
         "usage",
         "",
+        "*",
     ],
     [
         "2026-11",
@@ -87,6 +94,7 @@ EXPECTED = [
         "CNY",
         "usage",
         "",
+        "*",
     ],
 ]
 
@@ -100,7 +108,7 @@ def test_the_header_is_the_documented_column_set():
 
 def test_csv_has_one_row_per_statement_line(closed):
     out = io.StringIO()
-    exports.write_csv(exports.chargeback_rows(NOV), out)
+    exports.write_csv(exports.chargeback_rows(NOV), out, bom=False)
     text = out.getvalue()
     assert text.splitlines()[0] == HEADER
     assert list(csv.reader(io.StringIO(text)))[1:] == EXPECTED
@@ -140,6 +148,8 @@ def test_commands_close_and_export_a_month(world, history, tmp_path, capsys):
     call_command("export_chargeback", "2026-10", "--format", "xlsx", "--out", str(xlsx))
     assert len(list(load_workbook(xlsx, read_only=True).active.iter_rows(values_only=True))) == 2
     call_command("export_chargeback", "2026-10", "--out", "-")
+    assert capsys.readouterr().out.splitlines()[0] == exports.BOM + HEADER
+    call_command("export_chargeback", "2026-10", "--out", "-", "--no-bom")
     assert capsys.readouterr().out.splitlines()[0] == HEADER
 
 
@@ -166,3 +176,84 @@ def test_meter_command_reports_json(world, history, capsys):
     call_command("meter")
     report = json.loads(capsys.readouterr().out)
     assert report["rows"] == 2 and report["jobs"] == 1
+
+
+# --- issue 18, item 16: Excel on a Chinese Windows desktop, and files of part of the centre ------
+
+
+@pytest.fixture
+def chinese_names(world, history):
+    """November closed with a line of a user and a cost centre written in Chinese."""
+    user = User.objects.create_user(username="张伟")
+    Membership.objects.create(user=user, role=Role.MEMBER, project=world.pa1)
+    world.A.cost_centre = "研发中心"
+    world.A.save()
+    rates(world.F, "12", "9.6")
+    history.run(world.pa1, world.F, local(2026, 11, 3, 10), local(2026, 11, 3, 12), user=user)
+    history.run(world.pb, world.F, local(2026, 11, 3, 10), local(2026, 11, 3, 11))
+    statement_close_month(month=NOV, now=local(2026, 12, 2))
+
+
+def test_item16_the_csv_starts_with_a_bom_and_its_chinese_names_decode(chinese_names):
+    data = exports.render(exports.chargeback_rows(NOV), "csv")
+    # Excel takes a CSV for UTF-8 only when it starts with the mark; else a Chinese Windows reads GBK.
+    assert data.startswith(codecs.BOM_UTF8)
+    assert data[3:].decode("gbk", errors="replace") != data[3:].decode("utf-8")  # what Excel showed
+    rows = list(csv.reader(io.StringIO(data.decode("utf-8-sig"))))
+    assert tuple(rows[0]) == exports.COLUMNS
+    assert [(r[1], r[2], r[3], r[4]) for r in rows[1:]] == [
+        ("A1", "研发中心", "pa1", "张伟"),
+        ("B", "", "pb", "pa1_member"),  # the history's default user
+    ]
+    plain = exports.render(exports.chargeback_rows(NOV), "csv", bom=False)
+    assert plain == data[len(codecs.BOM_UTF8) :]
+
+
+def test_item16_downloads_and_the_command_have_the_bom_unless_asked_not_to(
+    chinese_names, world, api, tmp_path
+):
+    client = api(world.users["platform"])
+    with_bom = client.get(reverse("api:chargeback"), {"month": "2026-11"})
+    assert with_bom.status_code == 200 and with_bom.content.startswith(codecs.BOM_UTF8)
+    assert "张伟" in with_bom.content.decode("utf-8-sig")
+    without = client.get(reverse("api:chargeback"), {"month": "2026-11", "bom": "0"})
+    assert without.status_code == 200 and without.content == with_bom.content[3:]
+    bad = client.get(reverse("api:chargeback"), {"month": "2026-11", "bom": "maybe"})
+    assert bad.status_code == 400 and "bom" in bad.json()
+
+    page = Client(HTTP_ACCEPT_LANGUAGE="en")
+    page.force_login(world.users["a_finance"])
+    statement = Statement.objects.get(month=NOV, department=world.A1)
+    url = reverse("billing-statement-download", args=[statement.pk])
+    assert page.get(url, {"format": "csv"}).content.startswith(codecs.BOM_UTF8)
+    assert not page.get(url, {"format": "csv", "bom": "0"}).content.startswith(codecs.BOM_UTF8)
+    assert page.get(url, {"format": "csv", "bom": "x"}).status_code == 400
+
+    out = tmp_path / "nov.csv"
+    call_command("export_chargeback", "2026-11", "--out", str(out))
+    assert out.read_bytes().startswith(codecs.BOM_UTF8)
+    call_command("export_chargeback", "2026-11", "--out", str(out), "--no-bom")
+    assert out.read_bytes().startswith(b"month,")
+
+
+def _covers(response) -> set[str]:
+    rows = list(csv.DictReader(io.StringIO(response.content.decode("utf-8-sig"))))
+    assert rows, "the file has lines"
+    return {r["covers"] for r in rows}
+
+
+def test_item16_a_file_of_part_of_the_centre_says_which_departments_it_covers(chinese_names, world, api):
+    def chargeback(persona, **params):
+        return api(world.users[persona]).get(reverse("api:chargeback"), {"month": "2026-11", **params})
+
+    assert _covers(chargeback("platform")) == {"*"}  # the whole centre
+    # A's finance sees A and A1; A has no line this month, and the file says it covered A too.
+    assert _covers(chargeback("a_finance")) == {"A|A1"}
+    assert _covers(chargeback("platform", department=world.B.pk)) == {"B"}
+    page = Client(HTTP_ACCEPT_LANGUAGE="en")
+    page.force_login(world.users["a_finance"])
+    statement = Statement.objects.get(month=NOV, department=world.A1)
+    assert _covers(page.get(reverse("billing-statement-download", args=[statement.pk]))) == {"A1"}
+    xlsx = chargeback("a_finance", format="xlsx")
+    rows = list(load_workbook(io.BytesIO(xlsx.content), read_only=True).active.iter_rows(values_only=True))
+    assert rows[0][-1] == "covers" and {r[-1] for r in rows[1:]} == {"A|A1"}

@@ -283,7 +283,7 @@ def test_the_csv_download_has_the_chargeback_columns(client_for, closed):
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/csv")
     assert 'filename="chargeback-2026-11-A1.csv"' in response["Content-Disposition"]
-    rows = list(csv.reader(io.StringIO(response.content.decode())))
+    rows = list(csv.reader(io.StringIO(response.content.decode("utf-8-sig"))))
     assert tuple(rows[0]) == exports.COLUMNS
     assert [(r[1], r[3], r[9]) for r in rows[1:]] == [("A1", "pa1", "48.00")]
 

@@ -124,3 +124,72 @@ def test_item5_the_class_list_follows_the_kind_and_item4_is_said_live(world, bro
     page.wait_for_selector("#id_workers-error")
     assert "the 16 that the largest cluster has" in page.inner_text("#id_workers-error")
     assert Job.objects.count() == 0
+
+
+def test_item15_a_job_with_one_utilisation_sample_shows_a_point(world, browser_for, shot):
+    job = _submit(world, "just-started")
+    node = world.F.nodes.first()
+    start = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=1)
+    Job.objects.filter(pk=job.pk).update(
+        state="running", started_at=start, granted_workers=1, placement=[[[node.pk, 0, 1000]]]
+    )
+    JobGpuSample.objects.create(job=job, minute=start, gpu_util_pct=55.0, fb_used_mib=4096, gpus=1)
+    page = browser_for(world.users["pa1_member"], "pw-pa1_member")
+    page.goto(page.base + f"/jobs/{job.pk}/")
+    page.wait_for_selector(".chart .main-svg")
+    # plotly draws each trace's markers as path.point; a line through one point has none.
+    assert page.locator(".chart .scatterlayer .trace .points path.point").count() == 2  # % and GiB
+    shot(page, "job-detail-one-sample")
+
+
+# Counted in the page, synchronously with htmx's own event, so the figures read after a step of
+# the fake clock are exact: no waiting for something not to happen.
+_COUNT_REFRESHES = """() => {
+  window.__refreshes = 0;
+  document.addEventListener("htmx:beforeRequest", (e) => {
+    if ((e.detail.pathInfo.requestPath || "").startsWith("/jobs/queue/table/")) { window.__refreshes += 1; }
+  });
+}"""
+# Chromium keeps a headless page "visible"; the page is told otherwise the way a browser tells it.
+_SET_VISIBILITY = """(state) => {
+  Object.defineProperty(document, "visibilityState", {configurable: true, get: () => state});
+  Object.defineProperty(document, "hidden", {configurable: true, get: () => state !== "visible"});
+  document.dispatchEvent(new Event("visibilitychange"));
+}"""
+
+
+def test_item14_the_queue_refreshes_only_while_visible_and_logs_no_error(world, browser_for, shot):
+    _submit(world, "first")
+    page = browser_for(world.users["pa1_member"], "pw-pa1_member")
+    errors = []
+    page.on("console", lambda msg: msg.type == "error" and errors.append(msg.text))
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.clock.install()  # the page's timers run only when the test moves the clock
+    page.goto(page.base + "/jobs/queue/")
+    page.evaluate(_COUNT_REFRESHES)
+
+    def refreshes_after(ms: int) -> int:
+        page.clock.run_for(ms)
+        return page.evaluate("window.__refreshes")
+
+    def refreshed(action) -> None:
+        with page.expect_response(lambda r: "/jobs/queue/table/" in r.url):
+            action()
+        page.clock.run_for(100)  # htmx's swap and settle steps are timers too
+
+    assert refreshes_after(4_900) == 0
+    _submit(world, "second")
+    refreshed(lambda: page.clock.run_for(100))  # the 5th second: one refresh
+    assert page.evaluate("window.__refreshes") == 1
+    assert "second" in page.inner_text("#queue-table")  # swapped in, and armed again
+    refreshed(lambda: page.clock.run_for(5_000))
+    assert page.evaluate("window.__refreshes") == 2
+
+    page.evaluate(_SET_VISIBILITY, "hidden")
+    assert refreshes_after(60_000) == 2  # a minute in a background tab: nothing asked
+    refreshed(lambda: page.evaluate(_SET_VISIBILITY, "visible"))  # back: at once
+    assert page.evaluate("window.__refreshes") == 3
+    refreshed(lambda: page.clock.run_for(5_000))
+    assert page.evaluate("window.__refreshes") == 4
+    assert errors == []  # no htmx:evalDisallowedError, nothing else
+    shot(page, "job-queue-visible")

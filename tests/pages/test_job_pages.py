@@ -1,12 +1,15 @@
 """The job list, a job's page and cancelling from it, for every persona of the world."""
 
+import json
 from datetime import UTC, datetime
 
 import pytest
+from django.utils import translation
 
-from jobs import selectors
+from jobs import charts, selectors
 from jobs.models import Job, JobEvent, JobGpuSample
 from jobs.states import JobState
+from quotas.models import QuotaNode
 
 pytestmark = pytest.mark.django_db
 
@@ -81,7 +84,7 @@ def test_running_job_page_shows_nodes_and_the_utilisation_chart(page_client, wor
         )
     page = page_client("pa1_member").get(f"/jobs/{pa1_job.pk}/").content.decode()
     assert f"<code>{node.name}</code>" in page and "in quota" in page
-    assert "data-plotly=" in page and "plotly-4.1.1.min.js" in page and "js/charts.js" in page
+    assert "data-plotly=" in page and "plotly-cartesian-4.1.1.min.js" in page and "js/charts.js" in page
     assert "3 minutes of samples." in page
     assert "2026-01-05 10:05" in page  # chart x values are local times
     assert "null" in page  # the missing minutes break the line
@@ -135,3 +138,84 @@ def test_cancel_button_appears_exactly_when_the_service_allows_it(page_client, w
     assert post.status_code == (404 if persona not in SEES_PA1 else 302 if shown else 403)
     pa1_job.refresh_from_db()
     assert (pa1_job.state == JobState.CANCELLED) == shown
+
+
+def _sample(minute: int) -> JobGpuSample:
+    at = datetime(2026, 1, 5, 2, minute, tzinfo=UTC)
+    return JobGpuSample(minute=at, gpu_util_pct=50.0, fb_used_mib=2048, gpus=4)
+
+
+def test_item15_a_lone_utilisation_sample_is_drawn_as_a_marker():
+    # One sample: a line through one point draws nothing, so the point gets a marker.
+    [util, memory] = json.loads(charts.utilisation([_sample(0)]))["data"]
+    for trace in (util, memory):
+        assert "markers" in trace["mode"] and trace["marker"]["size"] == [7]
+    # A run of samples is a line; a sample alone between gaps gets a marker of its own.
+    [util, _] = json.loads(charts.utilisation([_sample(0), _sample(1), _sample(5)]))["data"]
+    assert util["x"][2] is None and util["marker"]["size"] == [0, 0, 0, 7]
+    [util, _] = json.loads(charts.utilisation([_sample(0), _sample(1), _sample(2)]))["data"]
+    assert util["mode"] == "lines" and "size" not in util.get("marker", {})
+
+
+@pytest.fixture
+def waits_for_quota(world):
+    """pa1 may not borrow: its second 4-GPU job meets pa1's borrow limit (4 + 4 > 4 + 0)."""
+    from jobs.scheduling import schedule_once
+    from tests import factories as fx
+
+    QuotaNode.objects.filter(pk=world.quota["pa1"].pk).update(borrow_limit=0)
+    fx.submit(world.pa1, world.F, gpus=4, name="first")
+    waiting = fx.submit(world.pa1, world.F, gpus=4, name="second")
+    schedule_once()
+    waiting.refresh_from_db()
+    assert waiting.state == JobState.QUEUED
+    return waiting
+
+
+def test_item15_explain_speaks_in_cards_and_names_on_the_page_and_in_the_api(
+    page_client, api, world, waits_for_quota
+):
+    job, tree_id = waits_for_quota, f"p{world.pa1.pk}"
+    page = page_client("pa1_member").get(f"/jobs/{job.pk}/").content.decode()
+    expected = "The borrow limit of Project a1 is reached: usage 4 + 4 requested &gt; quota 4 + borrow limit"
+    assert expected in page
+    assert "4000" not in page and tree_id not in page
+    answer = api(world.users["pa1_member"]).get(f"/api/v1/jobs/{job.pk}/explain/").json()
+    # Machine-readable fields stay; the figures are cards, the text names the level.
+    assert (answer["reason"], answer["blocking_node"], answer["numbers"]) == (
+        "borrow_limit", tree_id, {"usage": 4.0, "request": 4.0, "quota": 4.0, "borrow_limit": 0.0}
+    )
+    assert answer["blocking_node_name"] == "Project a1"
+    assert answer["text"] == (
+        "The borrow limit of Project a1 is reached: usage 4 + 4 requested > quota 4 + borrow limit 0."
+    )
+    assert "in-quota 4 + 4 > 4" in answer["message"] and "4000" not in answer["message"]
+    chinese = api(world.users["pa1_member"]).get(
+        f"/api/v1/jobs/{job.pk}/explain/", HTTP_ACCEPT_LANGUAGE="zh-hans"
+    ).json()
+    assert chinese["text"] == "Project a1 已达借用上限：用量 4 + 申请 4 > 配额 4 + 借用上限 0。"
+    queue = page_client("pa1_member").get("/jobs/queue/").content.decode()
+    assert 'title="The borrow limit of Project a1 is reached' in queue and tree_id not in queue
+
+
+def test_item15_explain_figures_keep_decimals_and_hide_levels_the_reader_cannot_see(world):
+    from jobs.engine.model import Explain
+    from jobs.explaining import for_reader
+    from jobs.scheduling import explain_to_dict
+
+    shared = {"reason": "quota", "flavor": "T4", "blocking_node": f"d{world.A.pk}",
+              "numbers": {"in_quota_usage": 7.5, "request": 0.5, "quota": 8.0}}
+    with translation.override("en"):
+        [member, admin] = [for_reader([shared], world.users[p])[0] for p in ("pa1_member", "a_admin")]
+    assert member["blocking_node_name"] is None
+    assert member["text"].startswith(
+        "Not in quota at a department above your project: in-quota usage 7.5 + 0.5 requested > quota 8"
+    )
+    assert admin["text"].startswith("Not in quota at Dept A: ")
+    placement = Explain(3, "placement", "F", numbers=(("per_worker", 500), ("workers", 2),
+                                                      ("largest_free_node", 250)))
+    answer = explain_to_dict(placement, datetime(2026, 1, 5, tzinfo=UTC))
+    assert answer["numbers"] == {"per_worker": 0.5, "workers": 2, "largest_free_node": 0.25}
+    with translation.override("en"):
+        [text] = [e["text"] for e in for_reader([answer], world.users["pa1_member"])]
+    assert text.startswith("No set of nodes fits 2 × 0.5 of F: the largest free node has 0.25")

@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from jobs.models import Job, PriorityClass
-from quotas.models import Loan, LoanState
+from quotas.models import Flavor, Loan, LoanState, QuotaNode
 
 pytestmark = pytest.mark.django_db
 
@@ -27,7 +27,7 @@ def test_dashboard_shows_my_jobs_counts_quota_usage_and_the_pool(page_client, wo
     rows = {(r["node"].owner.code, r["node"].flavor.name): r for r in response.context["quota_rows"]}
     assert rows[("pa1", "F")]["used"] == 4 and rows[("pa1", "F")]["borrowed"] == 4
     assert response.context["pool"] == [(world.F, Decimal(16), Decimal(4))]
-    assert "data-plotly=" in page and "plotly-4.1.1.min.js" in page
+    assert "data-plotly=" in page and "plotly-cartesian-4.1.1.min.js" in page
     assert "25%" in page  # 4 of 16 GPUs in use
 
 
@@ -132,3 +132,24 @@ def test_every_page_renders_in_chinese(page_client, world, pa1_job, loan, prio, 
             assert "仪表盘" in response.content.decode(), path  # the nav is already translated
     validate = client.post("/jobs/new/validate/", {"workers": "x"})
     assert validate.status_code == 200
+
+
+def test_item15_quota_pages_open_on_a_flavor_the_user_holds_quota_in(page_client, world):
+    # "A-slice" sorts before F: department A1 holds some, project pa1 holds none.
+    slices = Flavor.objects.create(
+        name="A-slice", vendor="nvidia", model="A100 1g", memory_mib=10240,
+        card_fraction=Decimal("0.14285714"), k8s_resource_name="nvidia.com/mig-1g.10gb",
+    )
+    QuotaNode.objects.create(flavor=slices, department=world.A, quota=Decimal(7))
+    QuotaNode.objects.create(flavor=slices, department=world.A1, quota=Decimal(7))
+    member = page_client("pa1_member")  # pa1 holds quota of F only
+    tree = member.get("/quotas/")
+    assert tree.context["flavor"] == world.F
+    assert "Project a1" in tree.content.decode()
+    assert member.get("/reports/").context["flavor"] == world.F  # the reports' quota chart
+    assert member.get("/quotas/?flavor=A-slice").context["flavor"] == slices  # a choice stays
+    # B's admin holds nothing of the slices: F too; a platform admin holds nothing itself and
+    # sees every node: the first flavor that has quota.
+    assert page_client("b_admin").get("/quotas/").context["flavor"] == world.F
+    assert page_client("platform").get("/quotas/").context["flavor"] == slices
+    assert page_client("platform").get("/reports/").context["flavor"] == slices

@@ -69,12 +69,14 @@ def test_the_table_refreshes_itself_with_htmx(page_client, world, prio):
     _submit(world, prio, world.pa1, "pa1_member", 1)
     client = page_client("pa1_member")
     page = client.get("/jobs/queue/?flavor=F").content.decode()
-    assert 'hx-get="/jobs/queue/table/?flavor=F"' in page and 'hx-trigger="every 5s' in page
+    assert 'hx-get="/jobs/queue/table/?flavor=F"' in page and 'data-refresh-every="5"' in page
+    assert 'hx-trigger="refresh"' in page and "/static/js/refresh.js" in page  # no filter to eval
     partial = client.get("/jobs/queue/table/?flavor=F", HTTP_HX_REQUEST="true")
     html = partial.content.decode()
     assert partial.status_code == 200 and "<html" not in html
     assert html.lstrip().startswith('<div id="queue-table"') and "q-0" in html
     assert 'hx-get="/jobs/queue/table/?flavor=F"' in html  # keeps polling with the same filters
+    assert 'data-refresh-every="5"' in html
 
 
 def test_queue_pages_through_long_queues(page_client, world, prio):

@@ -24,7 +24,7 @@ REFERENCE = """{% load i18n jobs_ui %}{% for row in rows %}{% with job=row.job %
       <td class="num">{{ job|devices }}</td>
       <td>{{ job.priority_class.name }} <small class="muted">{{ job.priority_class.value }}</small></td>
       <td>{% state_badge job.state %}</td>
-      <td class="why">{% if job.state == "queued" %}{% if row.explain %}<span title="{{ row.explain.message }}">{{ row.explain.reason|reason_label }}</span>{% if row.explain.numbers %}<small>{% for key, value in row.explain.numbers.items %}{{ key|number_label }} {{ value|floatformat:"-3" }}{% if not forloop.last %} · {% endif %}{% endfor %}</small>{% endif %}{% else %}<a href="{% url 'job-detail' job.pk %}">{% translate "see the job" %}</a>{% endif %}{% elif job.state == "pending_approval" %}{% translate "Waiting for approval" %}{% elif job.state == "admitted" %}{% translate "Starting on the cluster" %}{% endif %}</td>
+      <td class="why">{% if job.state == "queued" %}{% if row.explain %}<span title="{{ row.explain.text }}">{{ row.explain.reason|reason_label }}</span>{% if row.explain.numbers %}<small>{% for key, value in row.explain.numbers.items %}{{ key|number_label }} {{ value|floatformat:"-3" }}{% if not forloop.last %} · {% endif %}{% endfor %}</small>{% endif %}{% else %}<a href="{% url 'job-detail' job.pk %}">{% translate "see the job" %}</a>{% endif %}{% elif job.state == "pending_approval" %}{% translate "Waiting for approval" %}{% elif job.state == "admitted" %}{% translate "Starting on the cluster" %}{% endif %}</td>
       <td>{% if job.state == "running" and job.started_at %}{{ job.started_at|timesince:now }}{% else %}{{ job.submitted_at|timesince:now }}{% endif %}</td>
     </tr>
   {% endwith %}{% endfor %}"""  # noqa: E501 - the template as it was
@@ -69,7 +69,7 @@ def _rows():
         )
         jobs.append(Job.objects.select_related("project", "flavor", "priority_class").get(pk=job.pk))
     explains = [
-        {"reason": "quota", "message": 'over "quota" <&>',
+        {"reason": "quota", "message": "m", "text": 'over "quota" <&>',
          "numbers": {"usage": 7.5, "quota": 8, "request": 0.25}},
         {"reason": "capacity", "message": "", "numbers": {}},
         None, None, None, None, None,

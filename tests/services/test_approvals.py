@@ -36,6 +36,7 @@ from portal.models import (
     User,
 )
 from portal.notifications import mail_pending, notification_mark_read, unread_notifications
+from portal.texts import render_in
 from quotas.models import Cluster, Flavor, Node
 from tests import factories as fx
 
@@ -120,13 +121,14 @@ def test_each_policy_rule_gives_its_reason(world, policy, shape, expected):
     if expected is None:
         assert reasons == []
     else:
-        assert len(reasons) == 1 and expected in reasons[0], reasons
+        assert len(reasons) == 1 and expected in render_in("en", reasons[0]), reasons
 
 
 def test_a_listed_flavor_needs_approval(world):
     policy = ApprovalPolicy.objects.create(department=world.A, premium_flavors=False)
     policy.flavors.add(world.F)
-    assert "F needs approval in Dept A" in approval_reasons(world.pa, "training", world.F, 1, 1, None, 60)[0]
+    [reason] = approval_reasons(world.pa, "training", world.F, 1, 1, None, 60)
+    assert "F needs approval in Dept A" in render_in("en", reason)
 
 
 def test_the_nearest_policy_up_the_tree_applies(world):
@@ -169,7 +171,7 @@ def test_job_over_policy_waits_and_approval_queues_it(world):
     assert job.state == "pending_approval"
     request = _request_of(job)
     assert request.state == "pending" and request.requester == world.users["pa1_member"]
-    assert "4 GPUs" in request.payload["reasons"][0]
+    assert "4 GPUs" in render_in("en", request.payload["reasons"][0])
     [step] = request.steps.all()
     # A1 has no admin of its own: the step goes to the nearest department above with one.
     assert (step.approver_role, step.department_id, step.state) == ("department_admin", world.A.pk, "pending")

@@ -8,6 +8,7 @@ case runs against the local API stand-in."""
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.urls import reverse
+from django.utils import translation
 from rest_framework.test import APIClient
 
 from jobs import dispatch
@@ -90,6 +91,8 @@ def test_inference_starts_small_grows_when_capacity_frees_and_scales_down(sim_po
     # The event carries the placement after the change (the concurrency replay checks devices).
     grown = {"workers": 4, "from": 2, "placement": svc.placement}
     assert _scaled(svc) == [("scaled 2→4 by the scheduler", grown)]
+    with translation.override("zh-hans"):  # the same reason for people (issue 18 item 13)
+        assert svc.events.get(kind="scaled").reason_text == "调度器将规模从 2 调整为 4"
     assert svc.state == "running" and _used(f, pa) == 4
     assert dispatch.resize_job(svc.pk) == "resized"  # the outbox: the backend gets the new size
     assert sim.backend().view(backend_name(svc.pk))["workers"] == 4
@@ -112,6 +115,9 @@ def test_inference_starts_small_grows_when_capacity_frees_and_scales_down(sim_po
     svc.refresh_from_db()
     assert svc.granted_workers == 1 and svc.target_workers == 3
     assert svc.events.filter(kind="scale_target").get().reason == "target 1→3"
+    with translation.override("zh-hans"):
+        assert svc.events.get(kind="scale_target").reason_text == "目标规模从 1 改为 3"
+        assert svc.events.filter(kind="scaled").last().reason_text == "所有者将规模从 4 调整为 1"
     assert schedule_once().grown == 1
     svc.refresh_from_db()
     assert svc.granted_workers == 3  # up to the target, not to its maximum of 4

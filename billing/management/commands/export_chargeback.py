@@ -1,4 +1,5 @@
-"""``export_chargeback YYYY-MM --format csv|xlsx [--out PATH]``: the chargeback file of a closed month."""
+"""``export_chargeback YYYY-MM --format csv|xlsx [--out PATH] [--no-bom]``: the chargeback file of a
+closed month (the whole centre; CSV with a UTF-8 byte order mark unless ``--no-bom``)."""
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -15,6 +16,11 @@ class Command(BaseCommand):
         parser.add_argument("--format", default="csv", help="csv (default) or xlsx")
         parser.add_argument(
             "--out", help="File to write; default chargeback-YYYY-MM.<format> (CSV: '-' for stdout)."
+        )
+        parser.add_argument(
+            "--no-bom",
+            action="store_true",
+            help="CSV without the UTF-8 byte order mark (Excel needs it to read the file as UTF-8).",
         )
 
     def handle(self, *args, **options):
@@ -34,11 +40,11 @@ class Command(BaseCommand):
         if out == "-":
             if fmt != "csv":
                 raise CommandError("Only CSV can be written to stdout.")
-            exports.write_csv(rows, self.stdout)
+            exports.write_csv(rows, self.stdout, bom=not options["no_bom"])
             return
         if fmt == "csv":
             with open(out, "w", encoding="utf-8", newline="") as handle:
-                exports.write_csv(rows, handle)
+                exports.write_csv(rows, handle, bom=not options["no_bom"])
         else:
             with open(out, "wb") as handle:
                 exports.write_xlsx(rows, handle)

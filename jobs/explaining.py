@@ -1,0 +1,102 @@
+"""Explain answers for people (DESIGN §4 Explain): one sentence in the reader's language, with
+quantities in the flavor's units (72 + 8 > 72 cards, 0.5 of a shared card, slices of a MIG
+flavor) and quota levels by name — never the engine's milli-units or tree ids (``d3``, ``p1``).
+
+The engine's answer (``jobs.scheduling.explain_to_dict``: reason, numbers in units, blocking
+node id, holders, reservation) stays as it is for programs; this adds ``text`` and
+``blocking_node_name`` to it. A blocking level the reader may not see is named only as "a
+department above your project"."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.utils.translation import gettext_lazy
+
+from portal.models import User
+
+from .selectors import tree_node_names
+
+HIDDEN_LEVEL = gettext_lazy("a department above your project")
+
+# reason → the sentence; "%(name)s" placeholders are filled from the numbers (in units), the
+# blocking level's name ("node") and the flavor. Two reasons read differently with other numbers.
+_TEXTS = {
+    "budget": gettext_lazy("%(node)s is over its budget: the job waits for an approval."),
+    "quota": gettext_lazy(
+        "Not in quota at %(node)s: in-quota usage %(in_quota_usage)s + %(request)s requested > "
+        "quota %(quota)s, and it may not borrow."
+    ),
+    "borrow_limit": gettext_lazy(
+        "The borrow limit of %(node)s is reached: usage %(usage)s + %(request)s requested > "
+        "quota %(quota)s + borrow limit %(borrow_limit)s."
+    ),
+    "lend_limit": gettext_lazy(
+        "On loan it needs usage %(usage)s + %(request)s requested + %(held_back)s held back by "
+        "lend limits ≤ capacity %(capacity)s: the idle quota of others is not lent to it."
+    ),
+    "capacity": gettext_lazy(
+        "The pool of %(flavor)s is full: %(usage)s in use + %(request)s requested > capacity "
+        "%(capacity)s."
+    ),
+    "placement": gettext_lazy(
+        "No set of nodes fits %(workers)s × %(per_worker)s of %(flavor)s: the largest free node "
+        "has %(largest_free_node)s (resource fragmentation)."
+    ),
+    "reservation": gettext_lazy("Starting it now would delay job #%(job)s, which holds a reservation."),
+    "reclaimed": gettext_lazy(
+        "It was admitted, then reclaimed by an in-quota job; it is tried again at the next cycle."
+    ),
+    "invalid": gettext_lazy(
+        "No node of %(flavor)s is big enough: it asks for %(per_worker)s per worker, the largest "
+        "node has %(largest_node)s."
+    ),
+    "admissible": gettext_lazy("It is admitted at the next scheduling cycle."),
+}
+_OTHERWISE = {
+    "capacity": gettext_lazy("Capacity was freed during this cycle: the job is considered at the next one."),
+    "reservation": gettext_lazy("It waits behind a job that holds a reservation (backfill is off)."),
+}
+
+
+def quantity(value) -> str:
+    """A figure in the flavor's units: whole cards without decimals, up to three otherwise
+    (72, 0.5, 0.143)."""
+    return format(Decimal(str(value)).quantize(Decimal("0.001")).normalize(), "f")
+
+
+def explain_text(explain: dict, node_name: str | None) -> str:
+    """The sentence for one explain answer; "" when the job does not wait."""
+    reason = explain.get("reason") or ""
+    if reason not in _TEXTS:
+        return ""
+    values = {key: quantity(v) for key, v in (explain.get("numbers") or {}).items()}
+    values["flavor"] = explain.get("flavor") or ""
+    values["node"] = node_name or str(HIDDEN_LEVEL)
+    reservation = explain.get("reservation") or {}
+    if reservation.get("job"):
+        values["job"] = reservation["job"]
+    try:
+        return str(_TEXTS[reason]) % values
+    except KeyError:  # an answer without the figures this sentence needs (an older cache entry)
+        return str(_OTHERWISE.get(reason, ""))
+
+
+def for_reader(explains: list[dict], user: User) -> list[dict]:
+    """The answers with ``text`` and ``blocking_node_name`` added, for ``user`` (one query for
+    the names of every blocking level among them)."""
+    ids = sorted({e["blocking_node"] for e in explains if e and e.get("blocking_node")})
+    names = tree_node_names(user, ids) if ids else {}
+    out = []
+    for e in explains:
+        if not e:
+            out.append(e)
+            continue
+        name = names.get(e.get("blocking_node") or "")
+        out.append({**e, "blocking_node_name": name, "text": explain_text(e, name)})
+    return out
+
+
+def readable(explain: dict, user: User) -> dict:
+    return for_reader([explain], user)[0]
+
