@@ -12,6 +12,7 @@ from jobs.approvals import approval_policy_set
 from jobs.models import Job, JobEvent, PriorityClass
 from jobs.services import job_submit
 from portal.models import ApprovalRequest
+from portal.texts import render_data
 from quotas.models import QuotaNode
 
 pytestmark = pytest.mark.django_db
@@ -186,9 +187,10 @@ def test_item5_the_live_check_swaps_the_class_options_and_replaces_an_unusable_c
 
 def test_item5_the_summary_names_the_approval_a_class_needs(page_client, world, classes):
     response = _validate(page_client("pa1_member"), _body(world, classes["high"]))
-    assert response.context["summary"]["approvals"] == [
-        "The priority class training-high needs approval below the role Project admin."
-    ]
+    with translation.override("en"):
+        assert render_data(response.context["summary"]["approvals"]) == [
+            "The priority class training-high needs approval below the role Project admin."
+        ]
 
 
 def test_item5_submitting_a_class_the_user_may_not_use_is_refused_on_the_field(page_client, world, classes):

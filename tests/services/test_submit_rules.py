@@ -17,10 +17,11 @@ from jobs.models import ApprovalPolicy, Job, JobEvent, PriorityClass
 from jobs.services import job_submit, priority_class_create, priority_class_update
 from portal.approvals import approval_decide
 from portal.models import ApprovalRequest, Membership, Role, User
+from portal.texts import render_data
 from quotas.models import Cluster, Loan, Node, NodeState, QuotaNode
 from tests import factories as fx
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english")]  # messages asserted in English
 
 
 @pytest.fixture(autouse=True)
@@ -257,14 +258,22 @@ def test_item5_a_class_above_the_role_is_refused(world):
     assert _submit(world.users["a_admin"], world.pa1, world.F, prio=high).state == "queued"  # A covers A1
 
 
+def _english(data):
+    with translation.override("en"):
+        return render_data(data)
+
+
 def test_item5_a_class_above_the_role_may_need_approval_instead(world):
     high = _class("training-high", 500, min_role="project_admin", approval_below_role=True)
     job = _submit(world.users["pa1_member"], world.pa1, world.F, prio=high)
     assert job.state == "pending_approval"
     request = ApprovalRequest.objects.get(kind="job", subject_id=job.pk)
-    assert request.payload["reasons"] == [
+    assert _english(request.payload["reasons"]) == [
         "The priority class training-high needs approval below the role Project admin."
     ]
+    with translation.override("zh-hans"):  # stored as data, read in the reader's language
+        [text] = render_data(request.payload["reasons"])
+        assert text == "低于项目管理员角色使用优先级 training-high 需要审批。"
     assert list(request.steps.values_list("approver_role", flat=True)) == ["department_admin"]
     assert _submit(world.users["pa1_admin"], world.pa1, world.F, prio=high).state == "queued"
 
@@ -338,7 +347,8 @@ def test_item6_no_policy_lifts_the_maximum_but_a_policy_sends_longer_jobs_to_app
     job = _submit(member, world.pb, world.F, kind="dev", runtime=48 * 3600)
     assert job.state == "pending_approval"
     assert (
-        "48 h is longer than the 24 h" in ApprovalRequest.objects.get(subject_id=job.pk).payload["reasons"][0]
+        "48 h is longer than the 24 h"
+        in _english(ApprovalRequest.objects.get(subject_id=job.pk).payload["reasons"])[0]
     )
     ApprovalPolicy.objects.filter(department=world.B).update(max_runtime_hours=500)
     _refused(
