@@ -15,12 +15,13 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from portal.enqueue import enqueue
 from portal.models import Department, Project, User
 from portal.selectors import get_visible, scope_for
 from quotas.models import Flavor
 from quotas.selectors import default_flavor_id
 
-from . import charts, exports, reports, selectors, tasks
+from . import charts, exports, reports, selectors
 from .budgets import budget_delete, budget_set, budget_statuses, can_set_budget, visible_budgets
 from .forms import BudgetForm, ReportFilterForm, WhatIfForm, this_month
 from .meter import meter_state
@@ -295,7 +296,7 @@ def what_if(request):
                 change=form.cleaned_data["change"],
                 params=form.params(),
             )
-            transaction.on_commit(lambda: tasks.what_if.delay(run.pk), robust=True)
+            enqueue("billing.what_if", run.pk)
         return redirect("what-if-run", pk=run.pk)
     runs = WhatIfRun.objects.select_related("created_by")[:WHATIF_RUNS_SHOWN]
     return render(request, "billing/whatif.html", {"form": form, "runs": runs})

@@ -34,6 +34,7 @@ from .models import ApprovalPolicy, Job
 from .rules import default_runtime, never_runs_errors, priority_class_reasons, priority_needs_platform
 from .selectors import job_request_facts
 from .states import JobState
+from .transitions import job_transition
 
 # Budgets come with billing (DESIGN §3.9). Billing registers callables here, each
 # ``check(project, cards) -> Message | None`` returning a reason (``portal.texts.message``) when
@@ -226,8 +227,6 @@ def job_budget_hold(*, job_id: int) -> bool:
     an approver can let it run — a hold without a request would wait until the month ends.
     Requeued jobs (preempted, lost) are held the same way. False, changing nothing, when the job
     moved on, was approved meanwhile, or its budget no longer holds it (raised since)."""
-    from .services import job_transition
-
     job = (
         Job.objects.select_related("project", "flavor", "submitted_by")
         .filter(pk=job_id, state=JobState.QUEUED, approved=False)
@@ -328,8 +327,6 @@ def _job_of(request: ApprovalRequest) -> Job:
 
 
 def _apply(request: ApprovalRequest, actor: User) -> None:
-    from .services import job_transition
-
     job = _job_of(request)
     if job.state == JobState.PENDING_APPROVAL:
         _refuse_if_never_runs(job, actor)
@@ -368,8 +365,6 @@ _CLOSE_TARGET = {
 
 
 def _close(request: ApprovalRequest, outcome: str, actor: User | None, comment: str) -> None:
-    from .services import job_transition
-
     job = _job_of(request)
     if job.state != JobState.PENDING_APPROVAL:
         return  # it already left (e.g. cancelled by its owner, which closed this request)

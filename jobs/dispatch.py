@@ -23,9 +23,9 @@ from .backends.registry import backend_for
 from .inventory import refresh_node_states
 from .models import Job, JobEvent
 from .reasons import SUBMITTED_TO, event_reason, reason
-from .services import job_transition
 from .snapshot import MILLI
 from .states import HOLDING, JobState
+from .transitions import job_transition
 
 log = logging.getLogger(__name__)
 CLAIM_TIMEOUT = timedelta(seconds=120)  # a claim older than this belongs to a dead worker

@@ -228,7 +228,7 @@ def _quota_lines() -> list[str]:
 def _cycle_lines() -> list[str]:
     from django.core.cache import cache
 
-    from .scheduling import LAST_CYCLE_KEY
+    from .cache_keys import LAST_CYCLE_KEY
 
     last = cache.get(LAST_CYCLE_KEY)
     if not last:

@@ -17,6 +17,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from portal.enqueue import send
 from portal.models import Department, Project
 from quotas.effective import Limits, LoanSpan, Window
 from quotas.models import Cluster, ClusterKind, Flavor, Loan, LoanState, QuotaNode, QuotaWindow
@@ -143,10 +144,8 @@ def sync_all(now: datetime | None = None) -> dict[str, dict]:
 
 
 def _enqueue() -> None:
-    from .tasks import sync_scheduler_queues
-
     if integration_clusters():
-        sync_scheduler_queues.apply_async(expires=60)
+        send("jobs.sync_scheduler_queues", expires=60)
 
 
 def request_sync(**_signal_kwargs) -> None:

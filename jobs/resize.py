@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db import transaction
 from django.utils.translation import gettext as _
 
+from portal.enqueue import enqueue
 from portal.texts import Message
 
 from . import reasons
@@ -109,12 +109,5 @@ def set_target(job: Job, replicas: int, *, actor, at: datetime) -> None:
 
 def request_resize(job_ids: list[int]) -> None:
     """Tell the backends after this transaction commits (the claim is ``resize_requested_at``)."""
-    if not job_ids:
-        return
-    from .tasks import resize_job
-
-    def send() -> None:
-        for job_id in job_ids:
-            resize_job.delay(job_id)
-
-    transaction.on_commit(send, robust=True)
+    for job_id in job_ids:
+        enqueue("jobs.resize_job", job_id)

@@ -26,6 +26,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from . import reasons
+from .cache_keys import EXPLAIN_KEY, LAST_CYCLE_KEY, QUEUE_KEY
 from .engine.model import CycleResult, Explain, Preemption
 from .models import Job
 from .resize import drop_workers, record_scaled, request_resize
@@ -43,8 +44,6 @@ EXPLAIN_ALL_KEY = "explain:all-cached-at"
 DRY_TTL = 30  # explanations from a dry cycle (explain_job) live this long
 DRY_LOCK_KEY = "explain:dry-running"
 DRY_WAIT_SECONDS = 5  # how long a request waits for another request's dry cycle
-QUEUE_KEY = "explain:queue"
-LAST_CYCLE_KEY = "scheduler:last_cycle"  # read by the portal's /metrics
 
 
 @dataclass(frozen=True)
@@ -386,7 +385,9 @@ def _cache_explanations(result: CycleResult, now: datetime) -> int:
     cycle's lock."""
     explanations = result.explanations
     waiting = list(explanations)
-    head = {f"explain:{jid}": explain_to_dict(explanations[jid], now) for jid in waiting[:EXPLAIN_HEAD]}
+    head = {
+        EXPLAIN_KEY.format(jid): explain_to_dict(explanations[jid], now) for jid in waiting[:EXPLAIN_HEAD]
+    }
     # The order as packed 64-bit ids: a 30,000-entry dict took ~5 ms to unpickle on every queue page.
     head[QUEUE_KEY] = {"at": now.isoformat(), "ranked": array("q", [int(j) for j in waiting]).tobytes()}
     cache.set_many(head, timeout=EXPLAIN_TTL)
@@ -399,7 +400,7 @@ def _cache_explanations(result: CycleResult, now: datetime) -> int:
 def _cache_rest(explanations, job_ids: list[str], now: datetime) -> None:
     for i in range(0, len(job_ids), 5000):  # bounded pipelines
         chunk = job_ids[i : i + 5000]
-        entries = {f"explain:{jid}": explain_to_dict(explanations[jid], now) for jid in chunk}
+        entries = {EXPLAIN_KEY.format(jid): explain_to_dict(explanations[jid], now) for jid in chunk}
         cache.set_many(entries, EXPLAIN_TTL)
 
 
@@ -412,7 +413,7 @@ def explain_job(job: Job) -> dict:
     head were the costliest requests)."""
     if job.state != JobState.QUEUED:
         return {"position": None, "reason": job.state, "message": "the job is not waiting"}
-    key = f"explain:{job.pk}"
+    key = EXPLAIN_KEY.format(job.pk)
     cached = cache.get(key)
     if cached:
         return cached
@@ -436,7 +437,9 @@ def _dry_explanations(job: Job) -> dict:
     now = timezone.now()
     explanations = schedule(build_snapshot(now)).explanations
     # A dry run goes stale quickly: DRY_TTL, not the cycle's EXPLAIN_TTL.
-    cache.set_many({f"explain:{jid}": explain_to_dict(e, now) for jid, e in explanations.items()}, DRY_TTL)
+    cache.set_many(
+        {EXPLAIN_KEY.format(jid): explain_to_dict(e, now) for jid, e in explanations.items()}, DRY_TTL
+    )
     e = explanations.get(str(job.pk))
     if e is None:  # the next cycle admits it
         return {

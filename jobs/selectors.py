@@ -30,12 +30,11 @@ from quotas.selectors import (
 )
 
 from . import rules
+from .cache_keys import EXPLAIN_KEY, QUEUE_KEY
 from .models import Job, JobEvent, JobGpuSample
-from .scheduling import QUEUE_KEY
 from .states import HOLDING, TERMINAL, JobState
 
 MILLI = Decimal(1000)
-EXPLAIN_KEY = "explain:{}"  # the per-job key ``scheduling`` caches explanations under
 
 
 def visible_jobs(user: User) -> QuerySet[Job]:

@@ -1,8 +1,8 @@
-"""Job writes: submission, cancellation and state transitions.
+"""Job writes: submission, cancellation, scaling, priority classes.
 
-Every state change is a conditional UPDATE from the states the transition table allows, plus
-an event row in the same transaction; the caller proceeds only if its update changed the row,
-so two workers (or a cycle and a cancel) can never both move one job."""
+State changes go through ``jobs.transitions.job_transition`` (re-exported here): a conditional
+UPDATE from the states the transition table allows, plus an event row in the same transaction.
+Background work (stopping a job, a scheduling cycle) is enqueued by task name after commit."""
 
 from __future__ import annotations
 
@@ -13,60 +13,21 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from portal import permissions as perm
+from portal.enqueue import enqueue
 from portal.models import Project, User
 from portal.selectors import scope_for
-from portal.texts import Message
 from quotas.models import Flavor
 
 from . import rules
 from .approvals import approval_reasons, job_approval_open, job_approval_withdraw
 from .models import COMMAND_MAX_LENGTH, Job, JobEvent, JobKind, PriorityClass, image_validator
-from .reasons import event_reason
-from .states import HOLDING, TERMINAL, JobState, can_transition
+from .states import HOLDING, TERMINAL, JobState
+from .transitions import job_transition, request_cycle
+
+__all__ = ["job_transition"]  # re-exported: the transition primitive lives in jobs.transitions
 
 MAX_WORKERS = 4096
 MAX_RUNTIME = 90 * 86400
-
-
-def job_transition(
-    job: Job,
-    target: JobState,
-    *,
-    reason: str | Message,
-    actor: User | None = None,
-    data: dict | None = None,
-    **fields,
-) -> bool:
-    """Move ``job`` from the state it was loaded in to ``target``, if the transition table
-    allows it and nobody moved the job since (``UPDATE … WHERE state = <loaded state>``).
-    Returns False, writing nothing, when the transition is not allowed or another worker won.
-    ``reason``: English text, or a message of ``jobs.reasons`` when it has parameters."""
-    expected = JobState(job.state)
-    if not can_transition(expected, target):
-        return False
-    now = timezone.now()
-    # The state and its event row commit together even for a caller without a transaction
-    # (the cancel API): otherwise a cycle could hand out the freed GPUs before the log says so,
-    # and a crash between the two would leave a transition without its event.
-    with transaction.atomic():
-        changed = Job.objects.filter(pk=job.pk, state=expected.value).update(
-            state=target.value, state_changed_at=now, **fields
-        )
-        if not changed:
-            return False
-        JobEvent.objects.create(
-            job_id=job.pk,
-            from_state=expected.value,
-            to_state=target.value,
-            **event_reason(reason),
-            actor=actor,
-            at=now,
-            data=data or {},
-        )
-    job.refresh_from_db()
-    if target in TERMINAL or target in (JobState.PREEMPTED, JobState.QUEUED):
-        _request_cycle()  # GPUs were freed or a job joined the queue
-    return True
 
 
 def _can_submit(actor: User, project: Project) -> bool:
@@ -220,7 +181,7 @@ def job_submit(
     if needs_approval:
         job_approval_open(job=job, actor=actor, reasons=reasons)  # the scheduler ignores it until approved
     else:
-        _request_cycle()
+        request_cycle()
     return job
 
 
@@ -278,18 +239,9 @@ def _request_stop(job: Job, actor: User) -> Job:
                 actor=actor,
                 at=now,
             )
-            from .tasks import stop_job
-
-            transaction.on_commit(lambda: stop_job.delay(job.pk), robust=True)
+            enqueue("jobs.stop_job", job.pk)
     job.refresh_from_db()
     return job
-
-
-def _request_cycle() -> None:
-    """Run a scheduling cycle soon after this transaction commits (DESIGN §5: on submit/finish)."""
-    from .tasks import schedule_cycle
-
-    transaction.on_commit(lambda: schedule_cycle.apply_async(expires=30), robust=True)
 
 
 # --- priority classes (DESIGN §4: configurable) ------------------------------------------
@@ -347,7 +299,7 @@ def priority_class_update(
         setattr(pc, field, rule)
     pc.full_clean()
     pc.save(update_fields=["value", "preemptible", "grace_seconds", "description", *usage_rules])
-    _request_cycle()
+    request_cycle()
     return pc
 
 
@@ -384,6 +336,6 @@ def job_scale(*, actor: User, job: Job, replicas: int) -> Job:
             scale_down(job, replicas, actor=actor, at=timezone.now())
         elif replicas != (job.target_workers or job.workers):
             set_target(job, replicas, actor=actor, at=timezone.now())
-        _request_cycle()  # freed GPUs, or a new target for the grow pass
+        request_cycle()  # freed GPUs, or a new target for the grow pass
     job.refresh_from_db()
     return job

@@ -15,10 +15,10 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db import transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
+from .enqueue import enqueue
 from .models import ApprovalRequest, MailState, Notification, User
 from .texts import Message, is_message, render_for_site, render_in
 
@@ -60,14 +60,8 @@ def notify(
     created = Notification.objects.bulk_create(rows)
     ids = [n.pk for n in created if n.mail_state == MailState.PENDING]
     if ids:
-        transaction.on_commit(lambda: _enqueue_mail(ids), robust=True)
+        enqueue("portal.send_notification_mail", ids)
     return created
-
-
-def _enqueue_mail(ids: list[int]) -> None:
-    from .tasks import send_notification_mail
-
-    send_notification_mail.delay(ids)
 
 
 def _claim(pk: int, now) -> bool:

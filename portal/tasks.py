@@ -11,7 +11,7 @@ def ping(payload: str) -> str:
 def approvals_tick() -> dict:
     """Every minute: escalate or expire overdue approval steps, then retry unsent mails.
     Idempotent: every change is a conditional update, every mail a claimed row."""
-    from .approvals import approval_deadlines_process
+    from .approvals.deadlines import approval_deadlines_process
     from .notifications import mail_pending
 
     counts = approval_deadlines_process()

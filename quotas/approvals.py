@@ -27,7 +27,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from portal import permissions as perm
-from portal.approvals import ApprovalKindHandler, StepSpec, approval_request_create, register_kind
+from portal.approvals import StepSpec, approval_request_create
 from portal.models import ApprovalKind, ApprovalRequest, ApprovalState, Department, Project, Role, User
 from portal.selectors import scope_for
 from portal.texts import message, when
@@ -218,7 +218,7 @@ def _set_quota(actor: User, flavor: Flavor, key: tuple[str, int], quota: Decimal
     )
 
 
-def _apply_quota(request: ApprovalRequest, actor: User) -> None:
+def quota_request_apply(request: ApprovalRequest, actor: User) -> None:
     """Grow the departments that must grow (re-computed now: the tree may have changed since
     the request), top-down, then set the requested quota, all validated by quota_node_set."""
     payload = request.payload
@@ -241,7 +241,7 @@ def _apply_quota(request: ApprovalRequest, actor: User) -> None:
     request.subject_id = node.pk
 
 
-def _close_quota(request, outcome, actor, comment) -> None:
+def quota_request_close(request, outcome, actor, comment) -> None:
     """Nothing was changed before approval, so there is nothing to undo."""
 
 
@@ -349,7 +349,7 @@ def _check_loan(borrower, lender, lender_node, amount, starts_at, ends_at) -> No
         )
 
 
-def _apply_loan(request: ApprovalRequest, actor: User) -> None:
+def loan_request_apply(request: ApprovalRequest, actor: User) -> None:
     payload = request.payload
     ends_at = datetime.fromisoformat(payload["ends_at"])
     if ends_at <= timezone.now():
@@ -374,7 +374,7 @@ def _apply_loan(request: ApprovalRequest, actor: User) -> None:
     request.subject_id = loan.pk
 
 
-def _close_loan(request, outcome, actor, comment) -> None:
+def loan_request_close(request, outcome, actor, comment) -> None:
     """The loan is only recorded on approval: nothing to undo."""
 
 
@@ -389,26 +389,3 @@ def loan_lenders(flavor: Flavor) -> QuerySet[Department]:
     """Departments that may be asked for a loan of ``flavor``: those holding quota of it. The
     department directory (codes and names) is not tenant data; their quotas and usage are."""
     return Department.objects.filter(quota_nodes__flavor=flavor, quota_nodes__quota__gt=0).order_by("code")
-
-
-def register() -> None:
-    from .api_approvals import LoanRequestIn, QuotaRequestIn, create_loan_request, create_quota_request
-
-    register_kind(
-        ApprovalKindHandler(
-            kind=ApprovalKind.QUOTA,
-            apply=_apply_quota,
-            close=_close_quota,
-            api_input=QuotaRequestIn,
-            api_create=create_quota_request,
-        )
-    )
-    register_kind(
-        ApprovalKindHandler(
-            kind=ApprovalKind.LOAN,
-            apply=_apply_loan,
-            close=_close_loan,
-            api_input=LoanRequestIn,
-            api_create=create_loan_request,
-        )
-    )

@@ -13,6 +13,6 @@ class QuotasConfig(AppConfig):
 
         tree_move_checks.append(check_tree_move)
 
-        from .approvals import register as register_approval_kinds
+        from .approval_kinds import register as register_approval_kinds
 
         register_approval_kinds()

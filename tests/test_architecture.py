@@ -88,3 +88,116 @@ def test_ruff_is_clean():
     ruff = Path(sys.executable).parent / "ruff"
     result = subprocess.run([str(ruff), "check", "."], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+# --- item 21 of issue 18: the way down is one-way inside each app too -------------------------
+
+APP_PACKAGES = ("portal", "quotas", "jobs", "billing")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _project_modules() -> dict[str, Path]:
+    """Every module of the apps but migrations and management commands (entry points nothing
+    imports)."""
+    return {
+        _module_name(path): path
+        for app in APP_PACKAGES
+        for path in (ROOT / app).rglob("*.py")
+        if "migrations" not in path.parts and "management" not in path.parts
+    }
+
+
+def _import_targets(module: str, path: Path, known: dict[str, Path]):
+    """The project modules ``module`` imports, at the top or inside a function alike (a lazy
+    import is still a dependency: it only hides the circle from Python)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                yield name
+
+
+def _import_graph() -> dict[str, set[str]]:
+    known = _project_modules()
+    return {module: set(_import_targets(module, path, known)) for module, path in known.items()}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    circles.append(sorted(component))
+    return circles
+
+
+def test_item21_circle_finder_finds_a_circle():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_item21_no_modules_import_each_other_in_a_circle():
+    assert _circles(_import_graph()) == []
+
+
+def test_item21_tasks_are_leaves_nothing_imports():
+    """Celery tasks are entry points: work is enqueued by name (``portal.enqueue``), so no
+    module imports a ``tasks`` module (Celery's own autodiscovery aside)."""
+    graph = _import_graph()
+    importers = sorted(
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if target.endswith(".tasks") and module != "portal.celery"
+    )
+    assert importers == []
