@@ -511,9 +511,9 @@ def test_the_estimate_prices_card_hours_at_the_standard_rate_in_force(world):
     assert cost_estimate(world.F, Decimal("1.01"), local(2026, 7, 1)) == (Decimal("12.47"), "CNY")
 
 
-def test_the_submission_form_shows_the_cost_next_to_the_card_hours(world):
-    rates(world.F, "12", "9.6")
-    body = {
+def _form_body(world, **fields) -> dict:
+    """The submission form's fields for 2 × 4 cards of F in pa1."""
+    return {
         "name": "bert",
         "project": world.pa1.pk,
         "kind": "training",
@@ -522,8 +522,13 @@ def test_the_submission_form_shows_the_cost_next_to_the_card_hours(world):
         "workers": "2",
         "gpus_per_worker": "4",
         "image": "img",
-        "max_runtime_seconds": "7200",
+        **fields,
     }
+
+
+def test_the_submission_form_shows_the_cost_next_to_the_card_hours(world):
+    rates(world.F, "12", "9.6")
+    body = _form_body(world, max_runtime_seconds="7200")
     response = _client(world, "pa1_member").post("/jobs/new/validate/", body)
     page = response.content.decode()
     assert "16" in page and "192.00 CNY" in page  # 8 GPUs × 2 h = 16 card-hours × 12
@@ -633,17 +638,7 @@ def test_item2_under_budget_nothing_is_held(world, holding):
 
 
 def test_item15_the_form_prices_an_hour_when_no_maximum_runtime_is_set(world):
-    body = {
-        "name": "bert",
-        "project": world.pa1.pk,
-        "kind": "training",
-        "flavor": world.F.pk,
-        "priority_class": fx.priority().pk,
-        "workers": "2",
-        "gpus_per_worker": "4",
-        "image": "img",
-        "max_runtime_seconds": "",
-    }
+    body = _form_body(world, max_runtime_seconds="")
     client = _client(world, "pa1_member")
     no_rate = client.post("/jobs/new/validate/", body).content.decode()
     assert "no billing rate applies to this flavor yet" in no_rate  # true: there is none

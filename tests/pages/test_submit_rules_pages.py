@@ -94,9 +94,8 @@ def test_item4_submitting_a_job_over_the_cap_shows_the_numbers_and_writes_nothin
     assert Job.objects.count() == 0
 
 
-def test_item4_the_approval_page_shows_capacity_quota_and_usage(page_client, world, prio):
-    approval_policy_set(actor=world.users["platform"], department=world.A, max_gpus=2)
-    QuotaNode.objects.filter(pk=world.quota["A1"].pk).update(borrow_limit=Decimal(4))
+def _held_request(world, prio, *, gpus: int) -> ApprovalRequest:
+    """pa1_member's job of ``gpus`` cards, over A's two-card policy: its approval request."""
     job = job_submit(
         actor=world.users["pa1_member"],
         project=world.pa1,
@@ -105,10 +104,16 @@ def test_item4_the_approval_page_shows_capacity_quota_and_usage(page_client, wor
         flavor=world.F,
         priority_class=prio,
         image="pytorch:2.3",
-        gpus_per_worker=8,
+        gpus_per_worker=gpus,
         max_runtime_seconds=3600,
     )
-    request = ApprovalRequest.objects.get(kind="job", subject_id=job.pk)
+    return ApprovalRequest.objects.get(kind="job", subject_id=job.pk)
+
+
+def test_item4_the_approval_page_shows_capacity_quota_and_usage(page_client, world, prio):
+    approval_policy_set(actor=world.users["platform"], department=world.A, max_gpus=2)
+    QuotaNode.objects.filter(pk=world.quota["A1"].pk).update(borrow_limit=Decimal(4))
+    request = _held_request(world, prio, gpus=8)
     response = page_client("a_admin").get(f"/approvals/{request.pk}/")
     facts = response.context["facts"]
     assert facts["capacity"] == {
@@ -137,18 +142,7 @@ def test_item4_the_approval_page_shows_capacity_quota_and_usage(page_client, wor
 def test_item4_the_requester_sees_only_the_quota_rows_they_may_see(page_client, world, prio):
     approval_policy_set(actor=world.users["platform"], department=world.A, max_gpus=2)
     QuotaNode.objects.filter(pk=world.quota["A"].pk).update(borrow_limit=Decimal(0))
-    job = job_submit(
-        actor=world.users["pa1_member"],
-        project=world.pa1,
-        name="big",
-        kind="training",
-        flavor=world.F,
-        priority_class=prio,
-        image="pytorch:2.3",
-        gpus_per_worker=4,
-        max_runtime_seconds=3600,
-    )
-    request = ApprovalRequest.objects.get(kind="job", subject_id=job.pk)
+    request = _held_request(world, prio, gpus=4)
     facts = page_client("pa1_member").get(f"/approvals/{request.pk}/").context["facts"]
     assert [str(r["owner"]) for r in facts["path"]] == ["Project a1 (pa1)", "Dept A1 (A1)"]
     assert facts["limit"] == 8 and facts["limit_owner"] == "a department above pa1"
