@@ -199,9 +199,12 @@ def test_submit_twice_makes_one_slurm_job_and_cancel_reaches_slurm(backend, clus
 
 def test_grace_period_signals_then_cancels(backend, cluster):
     # The job notes the signal and keeps running (``alive`` is its last moment): the kill comes
-    # when the grace period is over.
+    # when the grace period is over. Each note is written aside and renamed: the kill may land in
+    # the middle of a write, and a rename is all or nothing (a plain ``>`` left an empty file).
+    note = "date +%s.%N > {0}.tmp && mv {0}.tmp {0}"
     spec = make_spec(
-        "trap 'date +%s.%N > signalled' USR1; touch ready; while :; do date +%s.%N > alive; sleep 0.1; done",
+        f"trap '{note.format('signalled')}' USR1; touch ready; "
+        f"while :; do {note.format('alive')}; sleep 0.1; done",
         checkpointing=True,
         max_runtime_seconds=3600,
     )
