@@ -2,7 +2,7 @@
 
 The demo centre (``seed_demo``) is served by a real server on a scratch database
 (bench/scratchdb.py) — ``--mode demo``: ``manage.py runserver`` with the dev settings, as `make
-demo` runs it (static files uncompressed); ``--mode production``: ``collectstatic`` with
+demo` served before it moved to gunicorn (static files uncompressed, the worst case); ``--mode production``: ``collectstatic`` with
 WhiteNoise's ``CompressedManifestStaticFilesStorage`` and gunicorn, as the Docker image runs it
 (hashed names, gzip, long cache). Debian's Chromium (Playwright) signs in as ``admin`` in a fresh
 context for every run (nothing cached), opens the dashboard and waits until its plotly chart is
