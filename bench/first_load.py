@@ -2,12 +2,12 @@
 
 The demo centre (``seed_demo``) is served by a real server on a scratch database
 (bench/scratchdb.py) — ``--mode demo``: ``manage.py runserver`` with the dev settings, as `make
-demo` served before it moved to gunicorn (static files uncompressed, the worst case); ``--mode production``: ``collectstatic`` with
-WhiteNoise's ``CompressedManifestStaticFilesStorage`` and gunicorn, as the Docker image runs it
-(hashed names, gzip, long cache). Debian's Chromium (Playwright) signs in as ``admin`` in a fresh
-context for every run (nothing cached), opens the dashboard and waits until its plotly chart is
-drawn. ``--mbps`` / ``--latency-ms`` emulate a network link (Chrome DevTools Protocol); 0 is
-the loopback as it is.
+demo` served before it moved to gunicorn (static files uncompressed, the worst case); ``--mode
+production``: ``collectstatic`` with WhiteNoise's ``CompressedManifestStaticFilesStorage`` and
+gunicorn, as the Docker image runs it (hashed names, gzip, long cache). Debian's Chromium
+(Playwright) signs in as ``admin`` in a fresh context for every run (nothing cached), opens the
+dashboard and waits until its plotly chart is drawn. ``--mbps`` / ``--latency-ms`` emulate a network
+link (Chrome DevTools Protocol); 0 is the loopback as it is.
 
 Prints one JSON object: per run and as medians, the dashboard's load event (``load_ms``, from
 the navigation's start) and the moment the chart's SVG exists (``chart_ms``), and the bytes of
