@@ -116,7 +116,7 @@ def _events(job, began: datetime, rng: random.Random) -> list:
 
     def ev(kind, source, target, at, data=None):
         return JobEvent(
-            job=job, kind=kind, from_state=source, to_state=target, at=at, data=data or {}, reason=""
+            job=job, kind=kind, from_state=source, to_state=target, occurred_at=at, data=data or {}, reason=""
         )
 
     found = [ev("transition", "", "queued", began - timedelta(minutes=5))]

@@ -150,16 +150,17 @@ def _events(job, event_model) -> list:
     """The transitions the job went through: submitted, admitted and started if it ran, and its
     end (from running if it ran, else from where it waited) at its finish time."""
     first = "pending_approval" if job.state in ("pending_approval", "rejected") else "queued"
-    out = [event_model(job=job, from_state="", to_state=first, reason="submitted", at=job.submitted_at)]
+    out = [event_model(job=job, from_state="", to_state=first, reason="submitted",
+                       occurred_at=job.submitted_at)]
     if job.started_at:
         out.append(event_model(job=job, from_state="queued", to_state="admitted", reason="admitted",
-                               at=job.started_at))
+                               occurred_at=job.started_at))
         out.append(event_model(job=job, from_state="admitted", to_state="running", reason="started",
-                               at=job.started_at))
+                               occurred_at=job.started_at))
     if job.finished_at:
         before = "running" if job.started_at else first
         out.append(event_model(job=job, from_state=before, to_state=job.state, reason="bench",
-                               at=job.finished_at))
+                               occurred_at=job.finished_at))
     return out
 
 

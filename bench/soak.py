@@ -398,7 +398,7 @@ def ledger_vs_events() -> dict:
     expected: dict[int, float] = {}
     opened: dict[int, tuple] = {}
     workers: dict[int, int] = {}
-    for e in JobEvent.objects.filter(kind="transition").order_by("job_id", "at", "id"):
+    for e in JobEvent.objects.filter(kind="transition").order_by("job_id", "occurred_at", "id"):
         if e.to_state == "admitted":
             workers[e.job_id] = int(e.data.get("workers") or jobs[e.job_id].workers)
         if e.from_state == "running" and e.job_id in opened:
@@ -406,9 +406,10 @@ def ledger_vs_events() -> dict:
             job = jobs[e.job_id]
             devices = (workers.get(e.job_id, job.workers) * job.gpus_per_worker
                        * float(job.flavor.card_fraction) * (job.gpu_milli or 1000) / 1000)
-            expected[e.job_id] = expected.get(e.job_id, 0.0) + devices * (e.at - start).total_seconds()
+            held = (e.occurred_at - start).total_seconds()
+            expected[e.job_id] = expected.get(e.job_id, 0.0) + devices * held
         if e.to_state == "running":
-            opened[e.job_id] = e.at
+            opened[e.job_id] = e.occurred_at
     diffs = [abs(float(ledger.get(j, 0)) - expected.get(j, 0.0)) for j in set(ledger) | set(expected)]
     total_ledger = float(sum(ledger.values(), Decimal(0)))
     return {"ledger_card_seconds": round(total_ledger, 3),
@@ -458,7 +459,7 @@ def unfinished(sim_jobs: dict, speed: float) -> list[dict]:
     first = Job.objects.order_by("submitted_at").values_list("submitted_at", flat=True).first()
     for job in Job.objects.exclude(state__in=[s.value for s in TERMINAL]).order_by("pk")[:20]:
         sim = sim_jobs.get(backend_name(job.pk), {})
-        admitted = job.events.filter(to_state="admitted").order_by("-at", "-id").first()
+        admitted = job.events.filter(to_state="admitted").order_by("-occurred_at", "-id").first()
         victims = [int(v) for v in (admitted.data.get("preempts") or [])] if admitted else []
         out.append({
             "id": job.pk, "state": job.state, "kind": job.kind, "shape": [job.workers, job.gpus_per_worker],
@@ -470,7 +471,7 @@ def unfinished(sim_jobs: dict, speed: float) -> list[dict]:
             "victims": list(Job.objects.filter(pk__in=victims).values_list("pk", "state")),
             "backend": [sim.get("phase"), sim.get("message")],
             "events": [[e.kind, e.from_state, e.to_state, e.reason[:60]]
-                       for e in job.events.exclude(kind="reservation").order_by("-at", "-id")[:5]],
+                       for e in job.events.exclude(kind="reservation").order_by("-occurred_at", "-id")[:5]],
         })
     return out
 

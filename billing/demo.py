@@ -156,7 +156,7 @@ def _history_job(i, row, month_start: datetime, now: datetime) -> None:
         )
     events.append(("transition", "running", "succeeded", "completed", ended, {}))
     JobEvent.objects.bulk_create(
-        JobEvent(job=job, kind=k, from_state=f, to_state=t, reason=r, at=at, data=d)
+        JobEvent(job=job, kind=k, from_state=f, to_state=t, reason=r, occurred_at=at, data=d)
         for k, f, t, r, at, d in events
     )
     _utilisation(job, i, began, ended)

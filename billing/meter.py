@@ -71,7 +71,7 @@ JOIN quotas_flavor f ON f.id = j.flavor_id
 JOIN portal_project p ON p.id = j.project_id
 CROSS JOIN LATERAL generate_series(date_trunc('hour', s.s, %(tz)s), s.e - interval '1 microsecond',
                                    interval '1 hour') AS h(h)
-ON CONFLICT (job_id, segment_start) DO NOTHING
+ON CONFLICT DO NOTHING
 """
 
 
@@ -181,13 +181,13 @@ def _candidates(since: datetime | None, upto: datetime, open_jobs: list[int], *,
         if full:
             cursor.execute(
                 "SELECT DISTINCT job_id FROM jobs_jobevent WHERE kind = 'transition' AND to_state = %s"
-                " AND at < %s",
+                " AND occurred_at < %s",
                 [JobState.RUNNING.value, upto],
             )
         else:
             cursor.execute(
                 f"SELECT DISTINCT job_id FROM jobs_jobevent e WHERE {_RELEVANT_EVENTS}"  # noqa: S608
-                " AND e.at >= %s AND e.at < %s",
+                " AND e.occurred_at >= %s AND e.occurred_at < %s",
                 [since, upto],
             )
         found = {row[0] for row in cursor.fetchall()}
@@ -197,14 +197,14 @@ def _candidates(since: datetime | None, upto: datetime, open_jobs: list[int], *,
 # Instants travel between PostgreSQL and Python as integer epoch microseconds (exact, and far
 # cheaper than parsing and formatting a million timestamps per run).
 _EVENTS = f"""
-SELECT e.job_id, (extract(epoch FROM e.at) * 1000000)::bigint,
+SELECT e.job_id, (extract(epoch FROM e.occurred_at) * 1000000)::bigint,
        CASE WHEN e.kind = 'on_loan' THEN 3 WHEN e.kind = 'scaled' THEN 4
             WHEN e.to_state = 'admitted' THEN 0 WHEN e.to_state = 'running' THEN 1 ELSE 2 END,
        CASE e.data->>'on_loan' WHEN 'true' THEN true WHEN 'false' THEN false END,
        CASE WHEN e.data->>'workers' ~ '^[0-9]{{1,6}}$' THEN (e.data->>'workers')::int END
 FROM jobs_jobevent e
-WHERE e.job_id = ANY(%s) AND e.at < %s AND {_RELEVANT_EVENTS}
-ORDER BY e.job_id, e.at, e.id
+WHERE e.job_id = ANY(%s) AND e.occurred_at < %s AND {_RELEVANT_EVENTS}
+ORDER BY e.job_id, e.occurred_at, e.id
 """  # noqa: S608 - a constant
 # The CASE above, in order: admission, into running, out of running, tier flip, scaling.
 _KINDS = (allocation.ADMITTED, allocation.START, allocation.END, allocation.TIER, allocation.WORKERS)
@@ -292,7 +292,7 @@ JOIN quotas_flavor f ON f.id = j.flavor_id
 WHERE (%(projects)s::bigint[] IS NULL OR j.project_id = ANY(%(projects)s))
   AND (j.state = 'running' OR j.id IN (
       SELECT e.job_id FROM jobs_jobevent e
-      WHERE {_RELEVANT_EVENTS} AND e.at >= %(since)s AND e.at < %(until)s))
+      WHERE {_RELEVANT_EVENTS} AND e.occurred_at >= %(since)s AND e.occurred_at < %(until)s))
 GROUP BY 1, 2
 """  # noqa: S608 - constants only
 

@@ -39,9 +39,12 @@ USAGE_TIERS = (Tier.STANDARD, Tier.ON_LOAN)
 class UsageRecord(models.Model):
     """Card-seconds of one job in one [segment_start, segment_end) inside one local hour.
 
-    The natural key is (job, segment_start): a job's segments are disjoint, so their starts
-    are unique, and a start fixes the hour and the tier. Re-running the meter inserts the
-    same rows again with ``ON CONFLICT DO NOTHING`` — never a second count."""
+    Append-only, corrected by new rows (DESIGN §7 "Facts and corrections"). A *charge* row has
+    ``reverses`` empty and card-seconds ≥ 0; its natural key is (job, segment_start, revision):
+    a job's live segments are disjoint, so their starts are unique, and a start fixes the hour,
+    the tier and the department. When a late fact changes a metered segment, the meter writes a
+    *reversal* — the same key, the negated card-seconds, ``reverses`` naming the charge (once
+    only) — and the corrected charge with the next revision. A job's net rows are its usage."""
 
     # No database-level foreign keys (db_constraint=False): every value is read from the job and
     # its project in the very statement that inserts the row, and the deferred FK checks cost
@@ -58,7 +61,8 @@ class UsageRecord(models.Model):
     project = models.ForeignKey(
         Project, on_delete=models.PROTECT, related_name="+", db_constraint=False, verbose_name=_("project")
     )
-    # The project's department when the row was metered (a project moved later keeps its past).
+    # The department that owned the project at segment_start (its move history, portal.ProjectMove;
+    # the meter cuts segments at moves).
     department = models.ForeignKey(
         Department,
         on_delete=models.PROTECT,
@@ -74,6 +78,10 @@ class UsageRecord(models.Model):
     # Devices (or slices) held: workers × GPUs per worker.
     gpu_count = models.PositiveIntegerField(_("GPUs"))
     card_seconds = models.DecimalField(_("card-seconds"), **CARD_SECONDS)  # whole-card units (DESIGN §2)
+    revision = models.PositiveSmallIntegerField(default=0)  # 0, then 1, 2, … for corrected charges
+    reverses = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="reversal", db_constraint=False
+    )
     metered_at = models.DateTimeField()
 
     class Meta:
@@ -81,11 +89,19 @@ class UsageRecord(models.Model):
         verbose_name = _("usage record")
         verbose_name_plural = _("usage records")
         constraints = [
-            models.UniqueConstraint(fields=["job", "segment_start"], name="usage_natural_key"),
+            models.UniqueConstraint(
+                fields=["job", "segment_start", "revision"],
+                condition=Q(reverses__isnull=True),
+                name="usage_natural_key",
+            ),
             models.CheckConstraint(
                 condition=Q(segment_end__gt=models.F("segment_start")), name="usage_segment_not_empty"
             ),
-            models.CheckConstraint(condition=Q(card_seconds__gte=0), name="usage_card_seconds_ge_0"),
+            models.CheckConstraint(
+                condition=Q(reverses__isnull=True, card_seconds__gte=0)
+                | Q(reverses__isnull=False, card_seconds__lte=0),
+                name="usage_charge_positive_reversal_negative",
+            ),
         ]
         # BRIN: the meter appends hour after hour, so a month's rows sit in a run of blocks; a
         # block-range index finds them at almost no cost per insert (a B-tree costs ~20 %).
@@ -101,6 +117,10 @@ class MeterState(models.Model):
 
     metered_through = models.DateTimeField(null=True, blank=True)
     open_jobs = models.JSONField(default=list, blank=True)
+    # The recorded-order cursor: the transaction snapshot (``txid_current_snapshot()``) the last
+    # complete run started from. Events whose transaction it does not see are new to the next run,
+    # whatever their ``occurred_at``.
+    events_seen = models.TextField(blank=True)
     last_run_at = models.DateTimeField(null=True, blank=True)
     last_rows = models.PositiveIntegerField(default=0)
 
@@ -194,7 +214,7 @@ class Statement(models.Model):
 
 class LineKind(models.TextChoices):
     USAGE = "usage", _("Usage")
-    ADJUSTMENT = "adjustment", _("Late usage of a closed month")
+    ADJUSTMENT = "adjustment", _("Correction of a closed month")
     LENDER_CREDIT = "lender_credit", _("Credit for lent capacity")
     RESERVED = "reserved", _("Reserved quota fee")
 

@@ -192,13 +192,15 @@ FROM jobs_jobevent a
 JOIN jobs_job j ON j.id = a.job_id
 JOIN portal_project p ON p.id = j.project_id
 CROSS JOIN LATERAL (
-    SELECT (extract(epoch FROM a.at - q.at) / 60)::float8 AS minutes
+    SELECT (extract(epoch FROM a.occurred_at - q.occurred_at) / 60)::float8 AS minutes
     FROM jobs_jobevent q
-    WHERE q.job_id = a.job_id AND q.kind = 'transition' AND q.to_state = 'queued' AND q.at <= a.at
-    ORDER BY q.at DESC, q.id DESC
+    WHERE q.job_id = a.job_id AND q.kind = 'transition' AND q.to_state = 'queued'
+      AND q.occurred_at <= a.occurred_at
+    ORDER BY q.occurred_at DESC, q.id DESC
     LIMIT 1
 ) w
-WHERE a.kind = 'transition' AND a.to_state = 'admitted' AND a.at >= %(start)s AND a.at < %(end)s
+WHERE a.kind = 'transition' AND a.to_state = 'admitted'
+  AND a.occurred_at >= %(start)s AND a.occurred_at < %(end)s
   AND {where}
 GROUP BY j.priority_class_id
 """

@@ -93,8 +93,8 @@ def month_jobs(month: date, now: datetime) -> tuple[list[TraceJob], int]:
     events = (
         JobEvent.objects.filter(job_id__in=[r[0] for r in rows], kind="transition")
         .filter(Q(to_state=JobState.RUNNING) | Q(from_state=JobState.RUNNING))
-        .order_by("job_id", "at", "id")
-        .values_list("job_id", "from_state", "to_state", "at")
+        .order_by("job_id", "occurred_at", "id")
+        .values_list("job_id", "from_state", "to_state", "occurred_at")
     )
     for jid, source, target, at in events.iterator():
         began, dur = runs.get(jid, (None, None))

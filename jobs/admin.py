@@ -40,7 +40,8 @@ class JobAdmin(ReadOnlyAdmin):
 
 @admin.register(JobEvent)
 class JobEventAdmin(ReadOnlyAdmin):
-    list_display = ["job", "kind", "from_state", "to_state", "reason_in_language", "at"]
+    list_display = ["job", "kind", "from_state", "to_state", "reason_in_language"]
+    list_display += ["occurred_at", "time_source", "recorded_at"]
 
     @admin.display(description=_("reason"))
     def reason_in_language(self, obj):

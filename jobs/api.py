@@ -244,10 +244,16 @@ class JobEventOut(serializers.ModelSerializer):
     reason_text = serializers.CharField(
         read_only=True, help_text="The reason in the language of Accept-Language."
     )
+    at = serializers.DateTimeField(
+        source="occurred_at", read_only=True, help_text="Same as occurred_at (kept for older clients)."
+    )
 
     class Meta:
         model = JobEvent
-        fields = ["id", "kind", "from_state", "to_state", "reason", "reason_text", "actor", "at", "data"]
+        fields = [
+            "id", "kind", "from_state", "to_state", "reason", "reason_text", "actor",
+            "at", "occurred_at", "recorded_at", "time_source", "data",
+        ]
 
 
 class JobEventsApi(APIView):

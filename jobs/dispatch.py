@@ -83,11 +83,11 @@ def _victims_gone(job: Job) -> bool:
     Only the victims' runs that were preempted count: a victim requeued and admitted again by a
     later cycle was placed around this job, and waiting for that new run (an inference service
     may never end) would hold this job forever (seen in the 7-day soak)."""
-    event = job.events.filter(to_state=JobState.ADMITTED).order_by("-at", "-id").first()
+    event = job.events.filter(to_state=JobState.ADMITTED).order_by("-occurred_at", "-id").first()
     if event is None:
         return True
     victims = [int(v) for v in (event.data.get("preempts") or [])]
-    same_run = Q(admitted_at__isnull=True) | Q(admitted_at__lte=event.at)
+    same_run = Q(admitted_at__isnull=True) | Q(admitted_at__lte=event.occurred_at)
     return not Job.objects.filter(same_run, pk__in=victims, state__in=list(HOLDING)).exists()
 
 
@@ -188,7 +188,7 @@ def dispatch_job(job_id: int) -> str:
                 from_state=job.state,
                 to_state=job.state,
                 **event_reason(reason(SUBMITTED_TO, cluster=cluster.name)),
-                at=timezone.now(),
+                occurred_at=timezone.now(),
                 data={"backend_id": backend_id},
             )
     if not recorded:  # cancelled while we were submitting: take the backend job back
@@ -350,7 +350,7 @@ def expire_overdue(now: datetime | None = None) -> list[int]:
                 from_state=job.state,
                 to_state=job.state,
                 reason="max runtime reached",
-                at=now,
+                occurred_at=now,
             )
             claimed.append(pk)
     return claimed

@@ -96,7 +96,7 @@ def flag_idle_jobs(now: datetime | None = None) -> list[int]:
                 from_state=job.state,
                 to_state=job.state,
                 **event_reason(reason(IDLE, threshold=threshold, window=str(window))),
-                at=now,
+                occurred_at=now,
             )
             _notify_idle(job, threshold, window)
     return flagged

@@ -4,7 +4,8 @@ from django import forms
 from django.contrib.postgres.fields import ArrayField
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import Func, Q
+from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
 from portal.models import Department, Project, User
@@ -222,6 +223,15 @@ class Job(models.Model):
         return f"{self.name} #{self.pk}"
 
 
+class TimeSource(models.TextChoices):
+    """Whose clock an event's ``occurred_at`` is."""
+
+    PORTAL = "portal", _("portal clock")
+    SIMULATOR = "simulator", _("simulator")
+    SLURM = "slurm", _("Slurm (sacct)")
+    KUBERNETES = "kubernetes", _("Kubernetes (container status)")
+
+
 class JobEvent(models.Model):
     """Append-only: the audit trail, the metering source and the outbox for backends.
 
@@ -237,14 +247,29 @@ class JobEvent(models.Model):
     reason = models.CharField(_("reason"), max_length=300, blank=True)
     reason_message = models.JSONField(_("reason (message)"), null=True, blank=True, editable=False)
     actor = models.ForeignKey(User, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
-    at = models.DateTimeField(_("at"))
+    # Two clocks (DESIGN §7 "Facts and corrections"): ``occurred_at`` is when it happened — the
+    # backend's time when it reported one (``time_source``), else the portal's; ``recorded_at`` is
+    # when the portal wrote the row (the database's clock), the order the meter follows, so a fact
+    # that arrives late is still picked up by the next run.
+    occurred_at = models.DateTimeField(_("occurred at"))
+    recorded_at = models.DateTimeField(_("recorded at"), db_default=Now(), editable=False)
+    # The recording transaction's id: the meter's cursor is a transaction snapshot, so a row that
+    # commits late — whatever the clocks say — is seen by exactly the next run (billing.meter).
+    recorded_xid = models.BigIntegerField(db_default=Func(function="txid_current"), editable=False)
+    time_source = models.CharField(
+        _("time source"), max_length=12, choices=TimeSource.choices, db_default=TimeSource.PORTAL.value
+    )
     data = models.JSONField(default=dict, blank=True)
 
     class Meta:
-        ordering = ["at", "id"]
+        ordering = ["occurred_at", "id"]
         verbose_name = _("job event")
         verbose_name_plural = _("job events")
-        indexes = [models.Index(fields=["job", "at"]), models.Index(fields=["kind", "at"])]
+        indexes = [
+            models.Index(fields=["job", "occurred_at"], name="jobs_jobeve_job_id_86b84e_idx"),
+            models.Index(fields=["kind", "occurred_at"], name="jobs_jobeve_kind_fe1fff_idx"),
+            models.Index(fields=["recorded_xid"], name="jobevent_recorded_xid"),
+        ]
 
     def __str__(self):
         return f"{self.job_id}: {self.from_state}→{self.to_state} ({self.reason})"

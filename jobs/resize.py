@@ -61,7 +61,7 @@ def record_scaled(
         to_state=job.state,
         **event_reason(reason),
         actor=actor,
-        at=at,
+        occurred_at=at,
         data={"workers": after, "from": before, **data},
     )
 
@@ -101,7 +101,7 @@ def set_target(job: Job, replicas: int, *, actor, at: datetime) -> None:
         from_state=job.state,
         to_state=job.state,
         actor=actor,
-        at=at,
+        occurred_at=at,
         **event_reason(reasons.reason(reasons.TARGET, before=before, after=replicas)),
         data={"target": replicas, "workers": len(job.placement)},
     )

@@ -161,7 +161,7 @@ def _apply_admissions(result: CycleResult, now: datetime) -> int:
                 FROM v WHERE j.id = v.id AND j.state = 'queued'
                 RETURNING j.id, v.workers, v.on_loan, v.preempts, v.placement
             )
-            INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, reason, at, data)
+            INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, reason, occurred_at, data)
             SELECT id, 'transition', 'queued', 'admitted', 'admitted by the scheduler', %s,
                    jsonb_build_object('workers', workers, 'on_loan', on_loan, 'preempts', preempts::jsonb,
                                       'placement', placement::jsonb)
@@ -197,7 +197,8 @@ def _apply_preemptions(result: CycleResult, now: datetime) -> int:
                 FROM v WHERE j.id = v.id AND j.state = ANY(%s) AND j.terminating_since IS NULL
                 RETURNING j.id, j.state, v.reason, v.message
             )
-            INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, reason, reason_message, at, data)
+            INSERT INTO jobs_jobevent
+                (job_id, kind, from_state, to_state, reason, reason_message, occurred_at, data)
             SELECT id, 'preemption_signal', state, state, reason, message::jsonb, %s, '{}'::jsonb
             FROM signalled
             """,
@@ -254,7 +255,8 @@ _GROW_SQL = """
                AND jsonb_array_length(j.placement) = v.before
         RETURNING j.id, v.before, v.after, j.placement
     ), events AS (
-        INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, reason, reason_message, at, data)
+        INSERT INTO jobs_jobevent
+            (job_id, kind, from_state, to_state, reason, reason_message, occurred_at, data)
         SELECT id, 'scaled', 'running', 'running', 'scaled ' || before || '→' || after || ' by the scheduler',
                jsonb_build_object('msgid', %s::text, 'context', %s::text,
                                   'params', jsonb_build_object('before', before, 'after', after)),
@@ -300,7 +302,7 @@ def _apply_reservations(result: CycleResult, now: datetime) -> int:
         }
         last = (
             JobEvent.objects.filter(job_id=int(r.job_id), kind="reservation")
-            .order_by("-at", "-id")
+            .order_by("-occurred_at", "-id")
             .values_list("data", flat=True)
             .first()
         )
@@ -314,7 +316,7 @@ def _apply_reservations(result: CycleResult, now: datetime) -> int:
                 from_state=JobState.QUEUED,
                 to_state=JobState.QUEUED,
                 reason="head of its priority level",
-                at=now,
+                occurred_at=now,
                 data=data,
             )
             written += 1
@@ -337,7 +339,7 @@ def _apply_on_loan(result: CycleResult, now: datetime) -> None:
                 WHERE j.id = v.id AND j.on_loan IS DISTINCT FROM v.on_loan AND j.state = ANY(%s)
                 RETURNING j.id, j.state, v.on_loan
             )
-            INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, reason, at, data)
+            INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, reason, occurred_at, data)
             SELECT id, 'on_loan', state, state, 'in-quota / on-loan split recomputed', %s,
                    jsonb_build_object('on_loan', on_loan)
             FROM flipped

@@ -44,7 +44,7 @@ def visible_jobs(user: User) -> QuerySet[Job]:
 
 
 def job_events(job: Job) -> QuerySet[JobEvent]:
-    return job.events.select_related("actor").order_by("at", "id")
+    return job.events.select_related("actor").order_by("occurred_at", "id")
 
 
 # Milli held per (flavor, project, on_loan), summed over the slots of every holding job's

@@ -177,7 +177,9 @@ def job_submit(
     )
     job.full_clean(validate_constraints=False)
     job.save()
-    JobEvent.objects.create(job=job, from_state="", to_state=state, reason="submitted", actor=actor, at=now)
+    JobEvent.objects.create(
+        job=job, from_state="", to_state=state, reason="submitted", actor=actor, occurred_at=now
+    )
     if needs_approval:
         job_approval_open(job=job, actor=actor, reasons=reasons)  # the scheduler ignores it until approved
     else:
@@ -237,7 +239,7 @@ def _request_stop(job: Job, actor: User) -> Job:
                 to_state=job.state,
                 reason="cancelled by user",
                 actor=actor,
-                at=now,
+                occurred_at=now,
             )
             enqueue("jobs.stop_job", job.pk)
     job.refresh_from_db()

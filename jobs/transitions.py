@@ -53,7 +53,7 @@ def job_transition(
             to_state=target.value,
             **event_reason(reason),
             actor=actor,
-            at=now,
+            occurred_at=now,
             data=data or {},
         )
     job.refresh_from_db()

@@ -70,6 +70,38 @@ class Project(models.Model):
         return f"{self.name} ({self.code})"
 
 
+class ProjectMove(models.Model):
+    """A project changed department at ``at`` (DESIGN §7: usage is charged to the department that
+    owned the project at the time of use). The moves of a project are its effective-dated
+    department history: before its first move it belonged to that move's ``from_department``,
+    after its last to ``to_department`` (= ``Project.department``). Append-only; written only by
+    ``portal.services.project_move``."""
+
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="moves")
+    from_department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="+")
+    to_department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="+")
+    at = models.DateTimeField(_("moved at"))
+    actor = models.ForeignKey(User, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    reason = models.CharField(_("reason"), max_length=300, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["project_id", "at", "id"]
+        verbose_name = _("project move")
+        verbose_name_plural = _("project moves")
+        constraints = [
+            models.UniqueConstraint(fields=["project", "at"], name="project_move_one_per_instant"),
+            models.CheckConstraint(
+                condition=~Q(from_department=models.F("to_department")),
+                name="project_move_changes_department",
+            ),
+        ]
+
+    def __str__(self):
+        moved = f"{self.from_department_id} → {self.to_department_id}"
+        return f"{self.project_id}: {moved} at {self.at:%Y-%m-%d %H:%M}"
+
+
 class Role(models.TextChoices):
     MEMBER = "member", _("Member")
     PROJECT_ADMIN = "project_admin", _("Project admin")

@@ -55,7 +55,8 @@ class History:
 
     def _event(self, job, kind, source, target, at, data=None, reason=""):
         JobEvent.objects.create(
-            job=job, kind=kind, from_state=source, to_state=target, at=at, data=data or {}, reason=reason
+            job=job, kind=kind, from_state=source, to_state=target, occurred_at=at, data=data or {},
+            reason=reason,
         )
         Job.objects.filter(pk=job.pk).update(state=target or job.state, state_changed_at=at)
         job.state = target or job.state
@@ -134,10 +135,10 @@ def expected_card_seconds(until: datetime) -> dict[tuple, Decimal]:
     job's log event by event and cutting at months only (no hours, no segments)."""
     found: dict[tuple, Decimal] = defaultdict(Decimal)
     for job in Job.objects.select_related("flavor", "project"):
-        events = list(job.events.filter(at__lt=until).order_by("at", "id"))
+        events = list(job.events.filter(occurred_at__lt=until).order_by("occurred_at", "id"))
         running, on_loan, workers, since = False, False, job.workers, None
         for e in [*events, None]:
-            at = until if e is None else e.at
+            at = until if e is None else e.occurred_at
             if running and at > since:
                 per_second = (
                     workers * job.gpus_per_worker * job.flavor.card_fraction * Decimal(job.gpu_milli or 1000)

@@ -544,7 +544,7 @@ def holding(world, running_now):
     from quotas.models import Node
 
     node = Node.objects.get(name="n0")
-    events = {e.to_state: e.at for e in running_now.events.all()}
+    events = {e.to_state: e.occurred_at for e in running_now.events.all()}
     Job.objects.filter(pk=running_now.pk).update(
         placement=[[[node.pk, g, 1000] for g in range(8)]],
         admitted_at=events["admitted"],

@@ -258,7 +258,7 @@ def test_the_real_services_write_the_events_the_meter_reads(world):
         apply_status(job, base.JobStatus(base.backend_name(job.pk), base.SUCCEEDED, exit_code=0))
         == "succeeded"
     )
-    end = JobEvent.objects.get(job=job, to_state="succeeded").at
+    end = JobEvent.objects.get(job=job, to_state="succeeded").occurred_at
     meter(end + 2 * H)
     tiers = set(UsageRecord.objects.values_list("tier", flat=True))
     assert tiers == {"standard", "on_loan"}

@@ -53,7 +53,7 @@ def test_the_python_example_submits_polls_until_done_and_reads_the_cost(portal, 
     assert result["state"] == job.state == "succeeded"
     assert result["started_at"] and result["finished_at"]
     assert list(
-        job.events.filter(kind="transition").values_list("to_state", flat=True).order_by("at", "id")
+        job.events.filter(kind="transition").values_list("to_state", flat=True).order_by("occurred_at", "id")
     ) == ["queued", "admitted", "running", "succeeded"]
     # The example's card-hours are the meter's: meter past the job's end and compare with the ledger.
     usage_meter(now=job.finished_at + timedelta(hours=2))

@@ -21,7 +21,7 @@ AGREES = {"succeeded": {"succeeded"}, "failed": {"failed"}, "cancelled": {"cance
 
 
 def transitions(job_id: int) -> list[tuple[str, str]]:
-    events = JobEvent.objects.filter(job_id=job_id, kind="transition").order_by("at", "id")
+    events = JobEvent.objects.filter(job_id=job_id, kind="transition").order_by("occurred_at", "id")
     return list(events.values_list("from_state", "to_state"))
 
 
@@ -58,11 +58,11 @@ def assert_agrees_with_simulator(sim, job_ids) -> dict:
 
 def running_intervals(job_id: int) -> list[tuple]:
     intervals, opened = [], None
-    for event in JobEvent.objects.filter(job_id=job_id, kind="transition").order_by("at", "id"):
+    for event in JobEvent.objects.filter(job_id=job_id, kind="transition").order_by("occurred_at", "id"):
         if event.to_state == "running":
-            opened = event.at
+            opened = event.occurred_at
         elif event.from_state == "running" and opened is not None:
-            intervals.append((opened, event.at))
+            intervals.append((opened, event.occurred_at))
             opened = None
     return intervals
 

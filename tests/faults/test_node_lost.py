@@ -97,7 +97,7 @@ def test_a_lost_node_requeues_checkpointing_jobs_fails_the_others_and_comes_back
     assert_agrees_with_simulator(sim, ids)
     assert_ledger_exact(ids)
     # The ledger stops where the portal recorded the loss (the status sync, a moment after it).
-    failed_at = plain.events.get(to_state="failed").at
+    failed_at = plain.events.get(to_state="failed").occurred_at
     assert UsageRecord.objects.filter(job=plain).latest("segment_end").segment_end == failed_at
     assert loss <= noticed <= failed_at <= settled  # recorded by a sync we made, not made up
     print(f"loss noticed after {(failed_at - loss).total_seconds():.2f} s "

@@ -96,7 +96,9 @@ def test_a_postgres_restart_needs_no_manual_action_and_loses_no_acknowledged_job
                    "every acknowledged job to succeed")
         converged = time.monotonic() - up
         jobs = _rows(url, "SELECT id, name, state FROM jobs_job")
-        events = _rows(url, "SELECT job_id, kind, from_state, to_state FROM jobs_jobevent ORDER BY at, id")
+        events = _rows(
+            url, "SELECT job_id, kind, from_state, to_state FROM jobs_jobevent ORDER BY occurred_at, id"
+        )
     finally:
         if submitter is not None:
             submitter.stop.set()

@@ -46,7 +46,7 @@ def _assert_admitted_once_then_moved_on_by_its_log(job: Job) -> None:
     """Exactly one admission, and the job's state is the one its own log leads to from there."""
     job.refresh_from_db()
     transitions = list(
-        job.events.filter(kind="transition").order_by("at", "id").values_list("to_state", flat=True)
+        job.events.filter(kind="transition").order_by("occurred_at", "id").values_list("to_state", flat=True)
     )
     assert transitions[:2] == [JobState.QUEUED, JobState.ADMITTED], transitions
     assert transitions.count(JobState.ADMITTED) == 1, transitions

@@ -114,7 +114,7 @@ def test_a_victim_admitted_again_later_does_not_hold_back_its_preemptor(sim_pool
     later = timezone.now() + timedelta(seconds=1)
     assert Job.objects.filter(pk=victim.pk, state="queued").update(state="admitted", admitted_at=later)
     JobEvent.objects.create(job=victim, kind="transition", from_state="queued", to_state="admitted",
-                            reason="admitted by the scheduler", at=later, data={"preempts": []})
+                            reason="admitted by the scheduler", occurred_at=later, data={"preempts": []})
     assert dispatch.dispatch_job(a1.pk) == "dispatched"
 
 

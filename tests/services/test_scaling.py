@@ -51,7 +51,7 @@ def _inference(project, f, *, workers=4, min_workers=1, name="svc"):
 
 
 def _scaled(job):
-    return list(job.events.filter(kind="scaled").order_by("at", "id").values_list("reason", "data"))
+    return list(job.events.filter(kind="scaled").order_by("occurred_at", "id").values_list("reason", "data"))
 
 
 def _used(f, project):
