@@ -40,6 +40,16 @@ class Segment:
     end: Instant
     on_loan: bool
     workers: int
+    department: int | None = None  # set by ``by_owner``; None: the project never moved
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """The project changed department at ``at`` (its effective-dated history)."""
+
+    at: Instant
+    from_department: int
+    to_department: int
 
 
 def segments(
@@ -82,3 +92,28 @@ def segments(
         if end > start:
             clipped.append(Segment(start, end, s.on_loan, s.workers))
     return clipped, holding
+
+
+def owner_at(moves: list[Move], at: Instant) -> int | None:
+    """The department that owned the project at ``at``: the target of the last move at or before
+    it, else the origin of the first move; None if the project never moved."""
+    owner = moves[0].from_department if moves else None
+    for move in moves:
+        if move.at > at:
+            break
+        owner = move.to_department
+    return owner
+
+
+def by_owner(found: list[Segment], moves: list[Move]) -> list[Segment]:
+    """``found`` cut at the project's moves, each piece naming the department that owned the
+    project during it (DESIGN §7: usage is charged to the owner at the time of use). ``moves``
+    are in order; a project that never moved keeps its segments, department None."""
+    if not moves:
+        return found
+    pieces = []
+    for s in found:
+        cuts = [m.at for m in moves if s.start < m.at < s.end]
+        for start, end in zip([s.start, *cuts], [*cuts, s.end], strict=True):
+            pieces.append(Segment(start, end, s.on_loan, s.workers, owner_at(moves, start)))
+    return pieces

@@ -57,7 +57,9 @@ FROM billing_usagerecord u
 WHERE {where}
 GROUP BY u.department_id, u.project_id, u.user_id, u.flavor_id, u.tier, {month_group}
          width_bucket(u.hour_start, %(thresholds)s::timestamptz[])
+HAVING sum(u.card_seconds) <> 0
 """
+# (A charge and its reversal in one group cancel out: no line of nothing.)
 
 
 def usage_lines(

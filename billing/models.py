@@ -121,6 +121,9 @@ class MeterState(models.Model):
     # complete run started from. Events whose transaction it does not see are new to the next run,
     # whatever their ``occurred_at``.
     events_seen = models.TextField(blank=True)
+    events_seen_id = models.BigIntegerField(default=0)  # and the highest event id that snapshot saw
+    # The snapshot's own transaction, if it had one: its events are visible to it, not in progress.
+    events_seen_xid = models.BigIntegerField(null=True, blank=True)
     last_run_at = models.DateTimeField(null=True, blank=True)
     last_rows = models.PositiveIntegerField(default=0)
 

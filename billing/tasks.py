@@ -10,9 +10,10 @@ from .meter import usage_meter
 
 @shared_task(name="billing.meter", ignore_result=True)
 def meter() -> dict | None:
+    # A plain run: facts recorded since the last run are found and corrected whatever their time.
     # wait=False: a run already in progress meters the same window; this one would only queue.
     report = usage_meter(wait=False)
-    if report is not None and report.rows:
+    if report is not None and (report.rows or report.reversed):
         budget_alerts.delay()  # new ledger rows may cross a budget threshold
     return None if report is None else asdict(report)
 

@@ -30,6 +30,16 @@ class Migration(migrations.Migration):
             field=models.TextField(blank=True),
         ),
         migrations.AddField(
+            model_name='meterstate',
+            name='events_seen_id',
+            field=models.BigIntegerField(default=0),
+        ),
+        migrations.AddField(
+            model_name='meterstate',
+            name='events_seen_xid',
+            field=models.BigIntegerField(blank=True, null=True),
+        ),
+        migrations.AddField(
             model_name='usagerecord',
             name='reverses',
             field=models.OneToOneField(blank=True, db_constraint=False, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='reversal', to='billing.usagerecord'),

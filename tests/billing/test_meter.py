@@ -13,7 +13,7 @@ from jobs.backends import base
 from jobs.dispatch import apply_status
 from jobs.models import Job, JobEvent
 from jobs.scheduling import schedule_once
-from portal.models import Department
+from portal.models import Department, ProjectMove
 
 from .conftest import expected_card_seconds, local
 
@@ -227,6 +227,8 @@ def test_the_ledger_is_append_only(world, history):
 def test_a_project_moved_to_another_department_keeps_its_past_usage_where_it_was(world, history):
     history.run(world.pa1, world.F, local(2026, 11, 2, 8), local(2026, 11, 2, 9))
     meter(local(2026, 11, 3))
+    ProjectMove.objects.create(project=world.pa1, from_department=world.A1, to_department=world.B,
+                               at=local(2026, 11, 3, 1))
     world.pa1.department = world.B
     world.pa1.save()
     history.run(world.pa1, world.F, local(2026, 11, 3, 8), local(2026, 11, 3, 9))

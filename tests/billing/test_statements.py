@@ -227,10 +227,10 @@ def test_late_usage_of_a_closed_month_is_an_adjustment_line_of_the_next_month(wo
     november = _closed_november(world, history)
     # Events of a November job reach the log after the close (repaired from the backend's accounting).
     history.run(world.pa1, world.F, local(2026, 11, 20, 10), local(2026, 11, 20, 11), gpus=2)
-    assert usage_meter(now=local(2026, 12, 2, 6)).rows == 0  # before the cursor: not seen …
-    assert (
-        usage_meter(now=local(2026, 12, 2, 6), rescan_from=local(2026, 11, 1)).rows == 1
-    )  # … until a rescan
+    # Before the event-time cursor, but recorded after the last run: the next plain run meters it
+    # (the cursor follows recorded order); a rescan then finds nothing more to write.
+    assert usage_meter(now=local(2026, 12, 2, 6)).rows == 1
+    assert usage_meter(now=local(2026, 12, 2, 6), rescan_from=local(2026, 11, 1)).rows == 0
     history.run(world.pa1, world.F, local(2026, 12, 5, 10), local(2026, 12, 5, 13))
     close(DEC, local(2027, 1, 2))
     november.refresh_from_db()

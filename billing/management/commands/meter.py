@@ -35,7 +35,11 @@ class Command(BaseCommand):
         parser.add_argument("--until", help="Meter only up to this instant (rounded down to the hour).")
         parser.add_argument(
             "--rescan-from",
-            help="Re-derive the ledger from this instant on (existing rows stay; missing ones are added).",
+            help=(
+                "Re-derive the ledger from this instant on: rows the facts no longer support are reversed, "
+                "missing ones added. Not needed for late facts (every run finds what was recorded since "
+                "the last); for repairs, e.g. after events were restored from a backup."
+            ),
         )
         parser.add_argument("--batch-size", type=int, default=None, help="Jobs per transaction.")
         parser.add_argument(
