@@ -10,9 +10,15 @@ flips, transitions into and out of ``running``).
 
 Timed: the meter's first run over the whole month (``meter_seconds``, target ≤ 30 s), the
 month close plus the CSV chargeback file (``close_csv_seconds``, ≤ 10 s) and the XLSX file
-(``xlsx_seconds``, ≤ 20 s); then, with a budget on every department and project, what the
+(``xlsx_seconds``, ≤ 20 s). Then one job in ten receives a late correction after the close (the
+backend's tier flip at an instant inside its run, recorded now — DESIGN §7 "Facts and
+corrections"): a plain meter run finds and corrects them with reversal rows
+(``correction_meter_seconds``, ``late_corrected_jobs``, ``reversal_rows``) and December closes
+with the adjustment lines naming November (``correction_close_csv_seconds``,
+``adjustment_lines``). Finally, with a budget on every department and project, what the
 scheduler's per-cycle budget hold costs (``budget_hold_first_ms``, ``budget_hold_cycle_ms``).
-Prints one JSON object. ``--quick``: 10,000 jobs.
+Prints one JSON object. ``--quick``: 10,000 jobs; ``--jobs 1000000``: the large month (the
+target there is the meter: ≤ 5 min).
 Needs DATABASE_URL and REDIS_URL.
 """
 
@@ -179,6 +185,7 @@ def run(jobs: int) -> dict:
         xlsx_out = io.BytesIO()
         exports.write_xlsx(exports.chargeback_rows(MONTH), xlsx_out)
         xlsx_s = time.perf_counter() - t0
+        corrections = _late_corrections(share=0.1, seed=20261202, now=now)
         hold = _budget_hold(at=MONTH_END - timedelta(hours=2))
         return {
             "jobs": jobs,
@@ -186,6 +193,7 @@ def run(jobs: int) -> dict:
             "meter_seconds": round(meter_s, 2),
             "close_csv_seconds": round(close_csv_s, 2),
             "xlsx_seconds": round(xlsx_s, 2),
+            **corrections,
             "statements": close.statements,
             "statement_lines": close.lines,
             "total": str(close.total),
@@ -195,6 +203,58 @@ def run(jobs: int) -> dict:
             "populate_seconds": round(populate_s, 1),
             **hold,
         }
+
+
+def _late_corrections(share: float, seed: int, now: datetime) -> dict:
+    """After November closed, ``share`` of its jobs get the backend's tier flip at a random
+    instant of their (last) run, recorded now; then a plain meter run and December's close."""
+    from django.db import connection
+
+    from billing import exports
+    from billing.meter import usage_meter
+    from billing.models import StatementLine, UsageRecord
+    from billing.services import statement_close_month
+    from jobs.models import JobEvent
+
+    rng = random.Random(seed)
+    with connection.cursor() as cursor:  # each job's last run: [start, end) and its tier at the start
+        cursor.execute(
+            """SELECT r.job_id, r.occurred_at, min(e.occurred_at)
+               FROM jobs_jobevent r
+               JOIN jobs_jobevent e ON e.job_id = r.job_id AND e.occurred_at > r.occurred_at
+                AND e.kind = 'transition' AND e.from_state = 'running'
+               WHERE r.kind = 'transition' AND r.to_state = 'running'
+               GROUP BY r.job_id, r.occurred_at"""
+        )
+        runs = {job: (start, end) for job, start, end in cursor.fetchall()}
+    chosen = rng.sample(sorted(runs), int(len(runs) * share))
+    flips = []
+    for job_id in chosen:
+        start, end = runs[job_id]
+        at = start + (end - start) * rng.uniform(0.05, 0.95)
+        flips.append(JobEvent(job_id=job_id, kind="on_loan", from_state="succeeded", to_state="succeeded",
+                              occurred_at=at, data={"on_loan": rng.random() < 0.5}, reason="",
+                              time_source="slurm"))
+    JobEvent.objects.bulk_create(flips, batch_size=10_000)
+    later = now + timedelta(hours=2)
+    t0 = time.perf_counter()
+    report = usage_meter(now=later)
+    meter_s = time.perf_counter() - t0
+    december = date(2026, 12, 1)
+    t0 = time.perf_counter()
+    statement_close_month(month=december, now=datetime(2027, 1, 2, tzinfo=ZONE).astimezone(UTC))
+    csv_out = io.StringIO()
+    exports.write_csv(exports.chargeback_rows(december), csv_out)
+    close_s = time.perf_counter() - t0
+    return {
+        "late_corrected_jobs": report.corrected_jobs,
+        "reversal_rows": UsageRecord.objects.filter(reverses__isnull=False).count(),
+        "correction_meter_seconds": round(meter_s, 2),
+        "correction_close_csv_seconds": round(close_s, 2),
+        "adjustment_lines": StatementLine.objects.filter(
+            statement__month=december, kind="adjustment"
+        ).count(),
+    }
 
 
 def _budget_hold(at: datetime, calls: int = 20) -> dict:

@@ -70,52 +70,72 @@ _SAME = """{a}.job_id = {b}.job_id AND {a}.segment_start = {b}.segment_start
     AND {a}.segment_end = {b}.segment_end AND {a}.tier = {b}.tier AND {a}.gpu_count = {b}.gpu_count
     AND {a}.department_id = {b}.department_id AND {a}.card_seconds = {b}.card_seconds"""
 
-_APPLY = f"""
-WITH s AS (
-    SELECT job_id, timestamptz 'epoch' + s_us * interval '1 microsecond' AS s,
-           timestamptz 'epoch' + e_us * interval '1 microsecond' AS e, on_loan, workers, department_id
-    FROM unnest(%(jobs)s::bigint[], %(starts)s::bigint[], %(ends)s::bigint[], %(loans)s::bool[],
-                %(workers)s::int[], %(departments)s::bigint[])
-         AS r(job_id, s_us, e_us, on_loan, workers, department_id)
-), true_rows AS (
-    SELECT s.job_id, greatest(s.s, h.h) AS segment_start, least(s.e, h.h + interval '1 hour') AS segment_end,
-           h.h AS hour_start, date_trunc('month', h.h AT TIME ZONE %(tz)s)::date AS month,
-           j.flavor_id, j.project_id, coalesce(s.department_id, p.department_id) AS department_id,
-           j.submitted_by_id AS user_id, j.priority_class_id,
-           CASE WHEN s.on_loan THEN 'on_loan' ELSE 'standard' END AS tier,
-           s.workers * j.gpus_per_worker AS gpu_count,
-           {CARD_SECONDS} AS card_seconds
-    FROM s
-    JOIN jobs_job j ON j.id = s.job_id
-    JOIN quotas_flavor f ON f.id = j.flavor_id
-    JOIN portal_project p ON p.id = j.project_id
-    CROSS JOIN LATERAL generate_series(date_trunc('hour', s.s, %(tz)s), s.e - interval '1 microsecond',
-                                       interval '1 hour') AS h(h)
-), scope AS (
-    SELECT * FROM unnest(%(scope_jobs)s::bigint[], %(scope_from)s::timestamptz[]) AS c(job_id, since)
-), live AS (
-    SELECT u.* FROM scope c JOIN billing_usagerecord u ON u.job_id = c.job_id
-    WHERE u.reverses_id IS NULL AND (c.since IS NULL OR u.segment_start >= c.since)
-      AND NOT EXISTS (SELECT 1 FROM billing_usagerecord r WHERE r.reverses_id = u.id)
-), reversed AS (
-    INSERT INTO billing_usagerecord ({_COLUMNS}, revision, reverses_id, metered_at)
-    SELECT l.job_id, l.segment_start, l.segment_end, l.hour_start, l.month, l.flavor_id, l.project_id,
-           l.department_id, l.user_id, l.priority_class_id, l.tier, l.gpu_count, -l.card_seconds,
-           l.revision, l.id, %(now)s
-    FROM live l
-    WHERE NOT EXISTS (SELECT 1 FROM true_rows t WHERE {_SAME.format(a="t", b="l")})
-    RETURNING 1
-), charged AS (
-    INSERT INTO billing_usagerecord ({_COLUMNS}, revision, reverses_id, metered_at)
-    SELECT t.*, coalesce((SELECT max(u.revision) + 1 FROM billing_usagerecord u
-                          WHERE u.job_id = t.job_id AND u.segment_start = t.segment_start
-                            AND u.reverses_id IS NULL), 0),
-           NULL, %(now)s
-    FROM true_rows t
-    WHERE NOT EXISTS (SELECT 1 FROM live l WHERE {_SAME.format(a="l", b="t")})
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM reversed), (SELECT count(*) FROM charged)
+# Two scratch tables per connection, emptied for every batch: the batch's true rows, and its
+# charges already in the ledger within scope (live or reversed). With statistics (ANALYZE) the
+# anti-joins below are hash joins — over CTEs of arrays and generate_series the planner guessed
+# nested loops (minutes per batch). A batch with nothing in scope (a first run, the new hours of
+# an incremental run) skips all of it: a plain insert of revision 0.
+_SCRATCH = """
+SET LOCAL jit = off;  -- compiling these plans cost more than running them
+CREATE TEMP TABLE IF NOT EXISTS meter_true (
+    job_id bigint, segment_start timestamptz, segment_end timestamptz, hour_start timestamptz, month date,
+    flavor_id bigint, project_id bigint, department_id bigint, user_id bigint, priority_class_id bigint,
+    tier text, gpu_count integer, card_seconds numeric);
+CREATE TEMP TABLE IF NOT EXISTS meter_held (id bigint, revision smallint, reversed boolean, LIKE meter_true);
+TRUNCATE meter_true, meter_held;
+"""
+
+_TRUE_ROWS = f"""
+INSERT INTO meter_true
+SELECT s.job_id, greatest(s.s, h.h), least(s.e, h.h + interval '1 hour'), h.h,
+       date_trunc('month', h.h AT TIME ZONE %(tz)s)::date,
+       j.flavor_id, j.project_id, coalesce(s.department_id, p.department_id), j.submitted_by_id,
+       j.priority_class_id, CASE WHEN s.on_loan THEN 'on_loan' ELSE 'standard' END,
+       s.workers * j.gpus_per_worker, {CARD_SECONDS}
+FROM (SELECT job_id, timestamptz 'epoch' + s_us * interval '1 microsecond' AS s,
+             timestamptz 'epoch' + e_us * interval '1 microsecond' AS e, on_loan, workers, department_id
+      FROM unnest(%(jobs)s::bigint[], %(starts)s::bigint[], %(ends)s::bigint[], %(loans)s::bool[],
+                  %(workers)s::int[], %(departments)s::bigint[])
+           AS r(job_id, s_us, e_us, on_loan, workers, department_id)) s
+JOIN jobs_job j ON j.id = s.job_id
+JOIN quotas_flavor f ON f.id = j.flavor_id
+JOIN portal_project p ON p.id = j.project_id
+CROSS JOIN LATERAL generate_series(date_trunc('hour', s.s, %(tz)s), s.e - interval '1 microsecond',
+                                   interval '1 hour') AS h(h)
+"""  # noqa: S608 - constants only
+
+# The batch's charges inside each job's scope, and whether a reversal names them.
+_HELD_ROWS = f"""
+INSERT INTO meter_held
+SELECT u.id, u.revision, EXISTS (SELECT 1 FROM billing_usagerecord r WHERE r.reverses_id = u.id),
+       {_COLUMNS.replace("job_id", "u.job_id", 1)}
+FROM billing_usagerecord u
+JOIN unnest(%(scope_jobs)s::bigint[], %(scope_from)s::timestamptz[]) AS c(job_id, since)
+  ON c.job_id = u.job_id
+WHERE u.job_id = ANY(%(scope_jobs)s) AND u.reverses_id IS NULL
+  AND (c.since IS NULL OR u.segment_start >= c.since)
+"""  # noqa: S608 - constants only
+
+_REVERSE = f"""
+INSERT INTO billing_usagerecord ({_COLUMNS}, revision, reverses_id, metered_at)
+SELECT {_COLUMNS.replace("card_seconds", "-card_seconds")}, l.revision, l.id, %(now)s
+FROM meter_held l
+WHERE NOT l.reversed AND NOT EXISTS (SELECT 1 FROM meter_true t WHERE {_SAME.format(a="t", b="l")})
+"""  # noqa: S608 - constants only
+
+# What is true and not live is charged as the next revision of its start (0 if it has none).
+_CHARGE = f"""
+INSERT INTO billing_usagerecord ({_COLUMNS}, revision, reverses_id, metered_at)
+SELECT t.*, coalesce(n.next, 0), NULL, %(now)s
+FROM meter_true t
+LEFT JOIN (SELECT job_id, segment_start, max(revision) + 1 AS next FROM meter_held GROUP BY 1, 2) n
+  ON n.job_id = t.job_id AND n.segment_start = t.segment_start
+WHERE NOT EXISTS (SELECT 1 FROM meter_held l WHERE NOT l.reversed AND {_SAME.format(a="l", b="t")})
+"""  # noqa: S608 - constants only
+
+_CHARGE_NEW = f"""
+INSERT INTO billing_usagerecord ({_COLUMNS}, revision, reverses_id, metered_at)
+SELECT t.*, 0, NULL, %(now)s FROM meter_true t
 """  # noqa: S608 - constants only
 
 
@@ -361,26 +381,30 @@ def _us(at: datetime) -> int:
 
 def _apply(found: list[tuple], scopes: dict[int, datetime | None], now: datetime, tz: str) -> tuple[int, int]:
     """Make the jobs' live rows in their scopes equal ``found``: (reversals, charges) written."""
-    if not found and not scopes:
-        return 0, 0
+    params = {
+        "jobs": [f[0] for f in found],
+        "starts": [f[1] for f in found],
+        "ends": [f[2] for f in found],
+        "loans": [f[3] for f in found],
+        "workers": [f[4] for f in found],
+        "departments": [f[5] for f in found],
+        "scope_jobs": list(scopes),
+        "scope_from": list(scopes.values()),
+        "now": now,
+        "tz": tz,
+    }
     with connection.cursor() as cursor:
-        cursor.execute(
-            _APPLY,
-            {
-                "jobs": [f[0] for f in found],
-                "starts": [f[1] for f in found],
-                "ends": [f[2] for f in found],
-                "loans": [f[3] for f in found],
-                "workers": [f[4] for f in found],
-                "departments": [f[5] for f in found],
-                "scope_jobs": list(scopes),
-                "scope_from": list(scopes.values()),
-                "now": now,
-                "tz": tz,
-            },
-        )
-        undone, done = cursor.fetchone()
-    return undone, done
+        cursor.execute(_SCRATCH)
+        cursor.execute(_TRUE_ROWS, params)
+        cursor.execute(_HELD_ROWS, params)
+        if not cursor.rowcount:  # the usual batch: nothing metered in scope yet, nothing to undo
+            cursor.execute(_CHARGE_NEW, params)
+            return 0, cursor.rowcount
+        cursor.execute("ANALYZE meter_true, meter_held")
+        cursor.execute(_REVERSE, params)
+        undone = cursor.rowcount
+        cursor.execute(_CHARGE, params)
+        return undone, cursor.rowcount
 
 
 # --- the unmetered tail (reads only) --------------------------------------------------------
