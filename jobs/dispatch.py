@@ -245,24 +245,28 @@ def apply_status(job: Job, st: base.JobStatus) -> str:
             # the backend does not know it. The resize task settles it; never fail it for that.
             return "resizing"
         if st.phase == base.RUNNING:
-            if job.state == JobState.ADMITTED:
-                job_transition(
-                    job, JobState.RUNNING, reason="started", started_at=st.started_at or timezone.now()
-                )
+            _start(job, st)
             return "running"
-        _ensure_started(job, st)
+        if st.phase != base.LOST:
+            _start(job, st)  # started and ended between two syncs: it still gets its running interval
         return _finish(job, st)
 
 
-def _ensure_started(job: Job, st: base.JobStatus) -> None:
-    # A job that started and ended between two syncs still gets its running interval (metering).
-    if job.state == JobState.ADMITTED and st.phase != base.LOST:
-        job_transition(job, JobState.RUNNING, reason="started", started_at=st.started_at or timezone.now())
+def _backend_clock(at, st: base.JobStatus) -> dict:
+    """The backend's instant for a transition, when it reported one: metering bills by the
+    backend's clock, never by when this sync happened to look (DESIGN §7)."""
+    return {} if at is None else {"occurred_at": at, "time_source": st.time_source}
+
+
+def _start(job: Job, st: base.JobStatus) -> None:
+    if job.state == JobState.ADMITTED:
+        when = _backend_clock(st.started_at, st) or {"started_at": timezone.now()}
+        job_transition(job, JobState.RUNNING, reason="started", **when)
 
 
 def _finish(job: Job, st: base.JobStatus) -> str:
-    end = st.finished_at or timezone.now()
-    ended = {"finished_at": end, "exit_code": st.exit_code, "message": st.message[:500]}
+    end = _backend_clock(st.finished_at, st) or {"finished_at": timezone.now()}
+    ended = {**end, "exit_code": st.exit_code, "message": st.message[:500]}
     if job.cancel_requested_at and st.phase in (base.CANCELLED, base.FAILED, base.LOST):
         job_transition(job, JobState.CANCELLED, reason="cancelled by user", **ended)
         return "cancelled"

@@ -1,5 +1,7 @@
 """Jobs, their append-only event log, and priority classes (DESIGN §4)."""
 
+from datetime import datetime, timedelta
+
 from django import forms
 from django.contrib.postgres.fields import ArrayField
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
@@ -223,6 +225,10 @@ class Job(models.Model):
         return f"{self.name} #{self.pk}"
 
 
+# Gap between an event's two clocks above which the job page shows the recorded time too.
+RECORDED_GAP = timedelta(seconds=5)
+
+
 class TimeSource(models.TextChoices):
     """Whose clock an event's ``occurred_at`` is."""
 
@@ -280,6 +286,15 @@ class JobEvent(models.Model):
         from .reasons import reason_text
 
         return reason_text(self.reason, self.reason_message)
+
+    @property
+    def recorded_late(self) -> bool:
+        """The portal wrote this row noticeably after it happened (a poll, a late fact): the job
+        page then shows both clocks. False on an unsaved row, whose recorded_at is not known."""
+        recorded = self.recorded_at
+        if not isinstance(recorded, datetime) or self.occurred_at is None:
+            return False
+        return abs(recorded - self.occurred_at) > RECORDED_GAP
 
 
 class JobGpuSample(models.Model):

@@ -51,9 +51,16 @@ class JobSpec:
 PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST = (
     "pending", "running", "succeeded", "failed", "cancelled", "lost")
 
+# Whose clock a status's ``started_at`` / ``finished_at`` are (``JobEvent.time_source``).
+PORTAL_CLOCK = "portal"
+
 
 @dataclass(frozen=True, slots=True)
 class JobStatus:
+    """``started_at`` / ``finished_at``: the instants the backend itself stamped (allocation start
+    and end), timezone-aware, or None where it says nothing; ``time_source`` names that backend
+    (simulator | slurm | kubernetes) — the portal meters by these (DESIGN §7)."""
+
     name: str
     phase: str  # one of the phases above
     started_at: datetime | None = None
@@ -62,6 +69,7 @@ class JobStatus:
     message: str = ""
     nodes: tuple[str, ...] = ()
     node_failure: bool = False  # ended because a node went down / was drained
+    time_source: str = PORTAL_CLOCK
 
 
 @dataclass(frozen=True, slots=True)

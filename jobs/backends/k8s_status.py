@@ -1,5 +1,10 @@
 """Kubernetes objects (the official client's model objects) mapped to backend-neutral statuses and
-node records. Pure: no API calls, no Django."""
+node records. Pure: no API calls, no Django.
+
+Times: a job runs from its first container's start to its last container's finish (the pods'
+``containerStatuses``); the owning object's times (Job ``startTime``/``completionTime``, condition
+transitions, deletion) stand in only where no container reports one. All are the cluster's clock
+(``time_source`` "kubernetes", set by the backend)."""
 
 from __future__ import annotations
 
@@ -56,31 +61,63 @@ def exit_code_of(pods: Iterable[Any]) -> int | None:
     return nonzero[0] if nonzero else (codes[0] if codes else None)
 
 
+def _container_states(pods: Iterable[Any]) -> list[Any]:
+    return [
+        cs.state
+        for pod in pods
+        for cs in (pod.status.container_statuses if pod.status else None) or []
+        if cs.state is not None
+    ]
+
+
+def containers_started(pods: Iterable[Any]) -> datetime | None:
+    """When the first container of the job's pods started (``state.running.startedAt``, or
+    ``state.terminated.startedAt`` once it ended): the GPUs are in use from then — not from the
+    object's creation or the pod's scheduling, which come before the image pull."""
+    starts = []
+    for state in _container_states(pods):
+        for part in (state.running, state.terminated):
+            if part is not None and part.started_at is not None:
+                starts.append(part.started_at)
+    return min(starts, default=None)
+
+
+def containers_finished(pods: Iterable[Any]) -> datetime | None:
+    """When the last container of the job's pods finished (``state.terminated.finishedAt``), if
+    every container it reports has ended; None while one still runs or none reports."""
+    states = _container_states(pods)
+    if not states or any(s.terminated is None or s.terminated.finished_at is None for s in states):
+        return None
+    return max(s.terminated.finished_at for s in states)
+
+
 def nodes_of(pods: Iterable[Any]) -> tuple[str, ...]:
     return tuple(sorted({p.spec.node_name for p in pods if p.spec is not None and p.spec.node_name}))
 
 
 def job_status(job: Any, pods: list[Any]) -> JobStatus:
     name, status = job.metadata.name, job.status
-    started: datetime | None = status.start_time if status else None
+    # Containers' own times first; the Job's (set by its controller) where no pod reports any.
+    started: datetime | None = containers_started(pods) or (status.start_time if status else None)
+    ended = containers_finished(pods)
     common = {"started_at": started, "nodes": nodes_of(pods)}
     conditions = _conditions(job)
     if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
-        return JobStatus(name, SUCCEEDED, finished_at=status.completion_time, exit_code=0, **common)
+        return JobStatus(name, SUCCEEDED, finished_at=ended or status.completion_time, exit_code=0, **common)
     failed = conditions.get("Failed") or conditions.get("FailureTarget")
     if failed is not None:
         node_failure = failed.reason in NODE_FAILURE_REASONS or any(pod_node_failure(p) for p in pods)
         return JobStatus(
             name,
             FAILED,
-            finished_at=failed.last_transition_time,
+            finished_at=ended or failed.last_transition_time,
             exit_code=exit_code_of(pods),
             message=f"{failed.reason or ''}: {failed.message or ''}".strip(": "),
             node_failure=node_failure,
             **common,
         )
     if job.metadata.deletion_timestamp is not None:
-        return JobStatus(name, CANCELLED, finished_at=job.metadata.deletion_timestamp, **common)
+        return JobStatus(name, CANCELLED, finished_at=ended or job.metadata.deletion_timestamp, **common)
     running = bool(status and status.ready) or any(p.status and p.status.phase == "Running" for p in pods)
     return JobStatus(name, RUNNING if running else PENDING, **common)
 
@@ -89,7 +126,8 @@ def deployment_status(deployment: Any, pods: list[Any]) -> JobStatus:
     name, status = deployment.metadata.name, deployment.status
     nodes = nodes_of(pods)
     if deployment.metadata.deletion_timestamp is not None:
-        return JobStatus(name, CANCELLED, finished_at=deployment.metadata.deletion_timestamp, nodes=nodes)
+        ended = containers_finished(pods) or deployment.metadata.deletion_timestamp
+        return JobStatus(name, CANCELLED, finished_at=ended, nodes=nodes)
     for cond in (status.conditions if status else None) or []:
         if (
             cond.type == "Progressing"
@@ -106,7 +144,7 @@ def deployment_status(deployment: Any, pods: list[Any]) -> JobStatus:
     wanted = deployment.spec.replicas if deployment.spec and deployment.spec.replicas is not None else 1
     available = (status.available_replicas if status else None) or 0
     if wanted > 0 and available >= wanted:
-        started = min(
+        started = containers_started(pods) or min(
             (
                 c.last_transition_time
                 for c in (status.conditions or [])
@@ -121,12 +159,9 @@ def deployment_status(deployment: Any, pods: list[Any]) -> JobStatus:
 def pod_status(pod: Any) -> JobStatus:
     name, status = pod.metadata.name, pod.status
     phase = (status.phase if status else None) or "Pending"
-    started = status.start_time if status else None
+    started = containers_started([pod]) or (status.start_time if status else None)
     nodes = nodes_of([pod])
-    finished = None
-    for cs in (status.container_statuses if status else None) or []:
-        if cs.state and cs.state.terminated and cs.state.terminated.finished_at:
-            finished = cs.state.terminated.finished_at
+    finished = containers_finished([pod])
     if phase == "Succeeded":
         return JobStatus(name, SUCCEEDED, started_at=started, finished_at=finished, exit_code=0, nodes=nodes)
     if phase == "Failed":
@@ -142,9 +177,8 @@ def pod_status(pod: Any) -> JobStatus:
             node_failure=pod_node_failure(pod),
         )
     if pod.metadata.deletion_timestamp is not None:
-        return JobStatus(
-            name, CANCELLED, started_at=started, finished_at=pod.metadata.deletion_timestamp, nodes=nodes
-        )
+        ended = finished or pod.metadata.deletion_timestamp
+        return JobStatus(name, CANCELLED, started_at=started, finished_at=ended, nodes=nodes)
     if phase == "Running":
         return JobStatus(name, RUNNING, started_at=started, nodes=nodes)
     if phase == "Pending":

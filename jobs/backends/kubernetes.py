@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import urllib3
@@ -39,6 +40,8 @@ from jobs.backends.k8s_status import (  # noqa: F401 - re-exported: the backend'
     GPU_RESOURCE_PREFIXES,
     GPU_RESOURCES,
     NODE_FAILURE_REASONS,
+    containers_finished,
+    containers_started,
     deployment_status,
     exit_code_of,
     gpu_resource,
@@ -58,6 +61,7 @@ MANAGED_SELECTOR = f"{MANAGED_BY}=gpupool"
 TRAINING_APIS = ("batch", "volcano")
 SCHEDULER_INTEGRATIONS = (None, "kueue", "volcano")
 MERGE_PATCH = "application/merge-patch+json"
+TIME_SOURCE = "kubernetes"
 
 T = TypeVar("T")
 
@@ -343,7 +347,8 @@ class KubernetesBackend:
             else:
                 bare = [p for p in owned if p.metadata.name == name]
                 result[name] = pod_status(bare[0]) if bare else JobStatus(name, LOST, message="not found")
-        return result
+        # Every time above is the cluster's clock (containers' or objects' own stamps).
+        return {name: replace(st, time_source=TIME_SOURCE) for name, st in result.items()}
 
     def resize(self, spec: JobSpec) -> None:
         """Make the running object match ``spec.workers`` and ``spec.placement`` (idempotent)."""
@@ -478,13 +483,15 @@ def _error(what: str, name: Any, exc: ApiException) -> BackendError:
 
 def _volcano_status(obj: dict[str, Any], pods: list[Any]) -> JobStatus:
     starts = [p.status.start_time for p in pods if p.status is not None and p.status.start_time]
-    return volcano.volcano_status(
+    status = volcano.volcano_status(
         obj,
         nodes=nodes_of(pods),
         node_failure=any(pod_node_failure(p) for p in pods),
         exit_code=exit_code_of(pods),
-        started=min(starts, default=None),
+        started=containers_started(pods) or min(starts, default=None),
     )
+    ended = containers_finished(pods)
+    return replace(status, finished_at=ended) if ended and status.finished_at else status
 
 
 def _training_size(obj: dict[str, Any], is_volcano: bool) -> int:

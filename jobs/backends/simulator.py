@@ -19,6 +19,9 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from jobs.backends.base import LOST, BackendError, JobSpec, JobStatus, NodeInfo
 
+# The simulator stamps each job's start and end on its own clock (real UTC instants, see
+# jobs.backends.simserver): those are the job's times, however late the portal polls.
+TIME_SOURCE = "simulator"
 # Names per GET /jobs request: keeps the query string far below common URL length limits.
 STATUS_BATCH = 200
 
@@ -142,6 +145,7 @@ def _job_status(d: Mapping[str, Any]) -> JobStatus:
         message=d.get("message") or "",
         nodes=tuple(d.get("nodes") or ()),
         node_failure=bool(d.get("node_failure")),
+        time_source=TIME_SOURCE,
     )
 
 

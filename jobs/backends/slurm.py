@@ -1,9 +1,10 @@
 """Slurm backend: the Slurm command line (sbatch, squeue, sacct, scancel, sinfo, scontrol).
 
 Plain Python, no Django. Every call runs a Slurm client with a timeout and a small, fixed
-environment: ``SLURM_CONF`` names the cluster, ``TZ=UTC`` makes every time Slurm prints a UTC time
-(so they can be made timezone-aware without guessing), and nothing of the caller's environment
-(database URLs, secrets) leaks into the jobs, which inherit the environment of ``sbatch``.
+environment: ``SLURM_CONF`` names the cluster, ``SLURM_TIME_FORMAT=%s`` makes every time Slurm
+prints epoch seconds (an instant: no zone to guess; ``TZ=UTC`` too, for anything else), and
+nothing of the caller's environment (database URLs, secrets) leaks into the jobs, which inherit
+the environment of ``sbatch``.
 
 How portal concepts map onto Slurm:
 
@@ -21,6 +22,8 @@ How portal concepts map onto Slurm:
   ``cancel`` leaves a marker in the job's directory, so the portal never reads a preempted job as
   succeeded.
 * Finished jobs: ``squeue`` keeps them for ``MinJobAge`` seconds, ``sacct`` (slurmdbd) for good.
+* Times: a status's ``started_at`` / ``finished_at`` are Slurm's own Start/End (``squeue`` %S/%e,
+  ``sacct`` Start/End), ``time_source`` "slurm": the portal meters by them, not by its polls.
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ SIGNALABLE = {"RUNNING", "SUSPENDED", "STOPPED", "SIGNALING", "CONFIGURING"}
 
 # squeue's --name and sacct's --name take a comma list; keep command lines short.
 NAMES_PER_CALL = 200
+TIME_SOURCE = "slurm"
 # Replies that mean "that job is already gone", not a failure of scancel.
 GONE = ("already completing or completed", "Invalid job id specified")
 UNSET = {"", "N/A", "None", "Unknown", "NONE"}
@@ -140,7 +144,9 @@ class SlurmBackend:
             "HOME": os.environ.get("HOME", "/"),
             "LANG": "C.UTF-8",
             "TZ": "UTC",
-            "SLURM_TIME_FORMAT": "standard",  # ISO 8601 without zone, e.g. 2024-05-01T12:00:00
+            # Epoch seconds: Start/End mean one instant whatever zone the cluster's hosts use
+            # (an ISO time without zone would be read in TZ, a guess if TZ is ignored).
+            "SLURM_TIME_FORMAT": "%s",
             "SLURM_CONF": self.slurm_conf,
         }
 
@@ -396,6 +402,7 @@ class SlurmBackend:
             message=message,
             nodes=rec.nodes,
             node_failure=rec.state in NODE_FAILURES,
+            time_source=TIME_SOURCE,
         )
 
     def _marker(self, name: str, job_id: int) -> Path:
@@ -520,12 +527,16 @@ def _exit_code(text: str) -> int | None:
 
 
 def _time(text: str) -> datetime | None:
+    """A time as the clients print it: epoch seconds (SLURM_TIME_FORMAT=%s), or — from a client
+    that ignores the format — ISO 8601 without zone, in the clients' TZ=UTC."""
     text = text.strip()
     if text in UNSET:
         return None
     try:
-        return datetime.fromisoformat(text).replace(tzinfo=UTC)  # clients run with TZ=UTC
-    except ValueError:
+        if text.isdigit():
+            return datetime.fromtimestamp(int(text), UTC)
+        return datetime.fromisoformat(text).replace(tzinfo=UTC)
+    except (ValueError, OverflowError, OSError):
         return None
 
 

@@ -14,7 +14,8 @@ Equality label selectors (``a=b,c=d``) are honoured. Every request is recorded a
 ``(method, path, query)``.
 
 Nothing here acts like a controller: the tests set statuses with :meth:`StandIn.set_status` and add
-the pods a controller would start with :meth:`StandIn.add`.
+the pods a controller would start with :meth:`StandIn.add` — or, with their containers' start and
+finish times as the kubelet reports them, :meth:`StandIn.pod_running` / :meth:`StandIn.pod_terminated`.
 """
 
 from __future__ import annotations
@@ -77,7 +78,12 @@ VERSION = {
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _stamp(datetime.now(UTC))
+
+
+def _stamp(at: datetime) -> str:
+    """RFC 3339 in UTC, whole seconds: how the API server writes times."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -185,6 +191,49 @@ class StandIn:
             },
             namespace,
         )
+
+    def pod_running(
+        self, pod: str, owner: str, node: str, started: datetime, namespace: str = "gpupool"
+    ) -> None:
+        """A worker pod of ``owner`` whose container runs since ``started`` (the kubelet's
+        ``state.running.startedAt``), as a controller and the kubelet would report it."""
+        self._put_pod(pod, owner, node, "Running", {"running": {"startedAt": _stamp(started)}}, namespace)
+
+    def pod_terminated(
+        self,
+        pod: str,
+        owner: str,
+        node: str,
+        started: datetime,
+        finished: datetime,
+        exit_code: int = 0,
+        namespace: str = "gpupool",
+    ) -> None:
+        """The same pod once its container ended: ``state.terminated.startedAt/finishedAt``."""
+        ended = {"exitCode": exit_code, "startedAt": _stamp(started), "finishedAt": _stamp(finished)}
+        state = {"terminated": ended}
+        self._put_pod(pod, owner, node, "Succeeded" if exit_code == 0 else "Failed", state, namespace)
+
+    def _put_pod(
+        self, pod: str, owner: str, node: str, phase: str, state: dict[str, Any], namespace: str
+    ) -> None:
+        status = {
+            "phase": phase,
+            "containerStatuses": [
+                {"name": "main", "image": "x", "imageID": "", "ready": phase == "Running",
+                 "restartCount": 0, "state": state}
+            ],
+        }
+        with self._lock:
+            if (key := ("pods", namespace, pod)) not in self.objects:
+                self._store("pods", namespace, {
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": pod, "labels": {"app.kubernetes.io/managed-by": "gpupool",
+                                                         "gpupool.io/name": owner}},
+                    "spec": {"nodeName": node, "containers": [{"name": "main", "image": "x"}]},
+                })
+            self.objects[key]["status"] = status
+            self.objects[key]["metadata"]["resourceVersion"] = str(next(self._versions))
 
     def _store(self, resource: str, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
         meta = obj.setdefault("metadata", {})

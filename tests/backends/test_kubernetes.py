@@ -5,6 +5,7 @@ against the stand-in API server of :mod:`tests.backends.k8s_standin`. No databas
 from __future__ import annotations
 
 import socket
+from datetime import UTC, datetime, timedelta
 
 import kubernetes_validate
 import pytest
@@ -278,6 +279,32 @@ def test_status_maps_phases(k8s_api, backend):
         ("GET", "/apis/apps/v1/namespaces/gpupool/deployments", ["app.kubernetes.io/managed-by=gpupool"]),
         ("GET", "/api/v1/namespaces/gpupool/pods", ["app.kubernetes.io/managed-by=gpupool"]),
     ]
+
+
+def test_status_times_are_the_containers_start_and_finish(k8s_api, backend):
+    # The Job object was created (and its controller's startTime set) long before the image was
+    # pulled: the GPUs are used from the first container's start to the last one's finish.
+    backend.submit(make_spec("training", job_id=20))
+    t0 = datetime(2026, 1, 1, 0, 0, tzinfo=UTC)
+    k8s_api.set_status("jobs", "gp-20", {"active": 2, "startTime": "2025-12-31T23:00:00Z"})
+    k8s_api.pod_running("gp-20-0-aaaaa", "gp-20", "gpu-a", t0 + timedelta(seconds=40))
+    k8s_api.pod_running("gp-20-1-bbbbb", "gp-20", "gpu-b", t0 + timedelta(seconds=30))
+    running = backend.status(["gp-20"])["gp-20"]
+    assert (running.phase, running.started_at, running.time_source) == (
+        RUNNING, t0 + timedelta(seconds=30), "kubernetes")
+    s, h = timedelta(seconds=1), timedelta(hours=1)
+    k8s_api.pod_terminated("gp-20-0-aaaaa", "gp-20", "gpu-a", t0 + 40 * s, t0 + h)
+    k8s_api.pod_terminated("gp-20-1-bbbbb", "gp-20", "gpu-b", t0 + 30 * s, t0 + 2 * h)
+    k8s_api.job_succeeded("gp-20")  # completionTime: now, when the controller noticed
+    ended = backend.status(["gp-20"])["gp-20"]
+    assert (ended.phase, ended.started_at, ended.finished_at) == (
+        SUCCEEDED, t0 + timedelta(seconds=30), t0 + timedelta(hours=2))
+    # A dev pod: its container's times, not the pod's scheduling time.
+    backend.submit(make_spec("dev", job_id=21, workers=1))
+    k8s_api.pod_terminated("gp-21", "gp-21", "gpu-a", t0, t0 + timedelta(minutes=5), exit_code=2)
+    dev = backend.status(["gp-21"])["gp-21"]
+    assert (dev.phase, dev.started_at, dev.finished_at, dev.exit_code) == (
+        FAILED, t0, t0 + timedelta(minutes=5), 2)
 
 
 def test_status_node_failure(k8s_api, backend):

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -33,7 +33,7 @@ from jobs.backends.base import (
     JobSpec,
     Slot,
 )
-from jobs.backends.slurm import SlurmBackend, expand_hostlist, node_state
+from jobs.backends.slurm import SlurmBackend, _time, expand_hostlist, node_state
 from tests.waiting import settle, wait_until
 
 pytestmark = pytest.mark.slurm
@@ -379,6 +379,9 @@ def _error_of(call: Callable[[], object]) -> Exception | None:
 
 
 def test_parsers():
+    # Epoch seconds (SLURM_TIME_FORMAT=%s), and ISO without zone from a client that ignores it.
+    assert _time("1767225600") == _time("2026-01-01T00:00:00") == datetime(2026, 1, 1, tzinfo=UTC)
+    assert _time("Unknown") is None and _time("None") is None
     assert expand_hostlist("gpu-a100-[1-2,4],n[08-10]") == (
         "gpu-a100-1",
         "gpu-a100-2",
@@ -505,6 +508,52 @@ def test_a_slurm_node_failure_requeues_checkpointing_jobs_and_fails_the_others(p
         "queued",
     ]
     assert not Job.objects.filter(pk__in=[plain.pk, ckpt.pk], state__in=["admitted", "running"]).exists()
+
+
+def _sacct_times(cluster: Cluster, name: str) -> tuple[datetime, datetime]:
+    """Start and End as sacct prints them by default (ISO, the client's zone — UTC here), read
+    independently of the backend's parser."""
+    env = {**cluster.env, "TZ": "UTC", "SLURM_TIME_FORMAT": "standard"}
+    out = _sh(["sacct", "-X", "-n", "-P", "-a", "-S", "now-1days", "--name", name, "-o", "Start,End"], env)
+    start, end = out.stdout.strip().splitlines()[-1].split("|")
+    return tuple(datetime.fromisoformat(t).replace(tzinfo=UTC) for t in (start, end))
+
+
+def test_the_portal_records_and_bills_sacct_start_and_end_however_late_it_polls(portal_on_slurm, cluster):
+    """Issue 19, "The portal bills by its own clock": the running and ended events are Slurm's
+    Start/End (time source slurm), and the ledger's card-seconds per job are exactly those of
+    sacct — the portal looks only after the jobs have ended."""
+    from django.db.models import Sum
+    from django.utils import timezone
+
+    from billing.meter import usage_meter
+    from billing.models import UsageRecord
+    from jobs import dispatch
+    from jobs.scheduling import schedule_once
+    from tests import factories as fx
+
+    flavor, portal_cluster, project = portal_on_slurm
+    jobs = [fx.submit(project, flavor, workers=1, gpus=8, name=f"j{i}", command="sleep 2") for i in range(2)]
+    assert schedule_once().admitted == 2
+    for job in jobs:
+        assert dispatch.dispatch_job(job.pk) == "dispatched"
+    backend = SlurmBackend(cluster.conf)
+    for job in jobs:  # Slurm's own word that they ended; the portal has not looked yet
+        wait_for(lambda j=job: phase_of(backend, f"gp-{j.pk}", SUCCEEDED), "the job to end in Slurm")
+    time.sleep(1.5)  # and it looks late: a poll interval that must not matter
+    dispatch.sync_cluster(portal_cluster.pk)
+    usage_meter(now=timezone.now() + timedelta(days=1))
+    for job in jobs:
+        job.refresh_from_db()
+        start, end = _sacct_times(cluster, f"gp-{job.pk}")
+        running = job.events.get(kind="transition", to_state="running")
+        done = job.events.get(kind="transition", to_state="succeeded")
+        assert (running.occurred_at, running.time_source) == (start, "slurm")
+        assert (done.occurred_at, done.time_source) == (end, "slurm")
+        assert (job.started_at, job.finished_at) == (start, end)
+        assert done.recorded_at > end  # recorded at the late poll, billed at Slurm's End
+        billed = UsageRecord.objects.filter(job=job).aggregate(s=Sum("card_seconds"))["s"]
+        assert billed == 8 * flavor.card_fraction * int((end - start).total_seconds())
 
 
 def _placed_nodes(job):

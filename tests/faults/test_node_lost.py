@@ -96,10 +96,13 @@ def test_a_lost_node_requeues_checkpointing_jobs_fails_the_others_and_comes_back
     assert_event_log_consistent(ids)
     assert_agrees_with_simulator(sim, ids)
     assert_ledger_exact(ids)
-    # The ledger stops where the portal recorded the loss (the status sync, a moment after it).
-    failed_at = plain.events.get(to_state="failed").occurred_at
-    assert UsageRecord.objects.filter(job=plain).latest("segment_end").segment_end == failed_at
+    # The ledger stops at the loss as the simulator stamped it (issue 19: the backend's clock),
+    # though the portal recorded it only at its status sync, a moment later.
+    failed = plain.events.get(to_state="failed")
+    failed_at = failed.recorded_at
+    assert (failed.occurred_at, failed.time_source) == (loss, "simulator")
+    assert UsageRecord.objects.filter(job=plain).latest("segment_end").segment_end == loss
     assert loss <= noticed <= failed_at <= settled  # recorded by a sync we made, not made up
-    print(f"loss noticed after {(failed_at - loss).total_seconds():.2f} s "
+    print(f"loss recorded after {(failed_at - loss).total_seconds():.2f} s "
           f"(sync started {(noticed - loss).total_seconds():.2f} s after the loss); "
           f"node back to job running again {recovered.total_seconds():.2f} s")
