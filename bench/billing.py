@@ -61,7 +61,8 @@ def _populate(jobs: int, seed: int) -> None:
         vendor="nvidia",
         model="A100 MIG",
         memory_mib=9728,
-        card_fraction=Decimal("0.14285714"),
+        fraction_numerator=1,
+        fraction_denominator=7,
         k8s_resource_name="nvidia.com/mig-1g.10gb",
     )
     start = datetime(2026, 1, 1, tzinfo=ZONE)

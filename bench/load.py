@@ -113,7 +113,7 @@ def _credentials() -> list[dict]:
             "job_ids": list(visible_jobs(user).order_by("-id").values_list("pk", flat=True)[:500]),
             "project": project.pk,
             "flavor": flavor.name,
-            "one_gpu_milli": 500 if flavor.shareable and flavor.card_fraction == 1 else None,
+            "one_gpu_milli": 500 if flavor.shareable and flavor.fraction == 1 else None,
         })
     return out
 

@@ -77,7 +77,7 @@ def _populate(total: int, seed: int) -> None:
         project = rng.choice([p for p in projects if p.pk in flavors_of])
         flavor = rng.choice(flavors_of[project.pk])
         state = rng.choices(states, weights)[0]
-        gpus = 1 if flavor.shareable or flavor.card_fraction < 1 else rng.choice((1, 1, 2, 4, 8))
+        gpus = 1 if flavor.shareable or flavor.fraction < 1 else rng.choice((1, 1, 2, 4, 8))
         placement = _take(free, flavor.pk, gpus, rng) if state == "running" else None
         if state == "running" and placement is None:
             state = "succeeded"

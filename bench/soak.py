@@ -40,6 +40,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -404,8 +405,8 @@ def ledger_vs_events() -> dict:
         if e.from_state == "running" and e.job_id in opened:
             start = opened.pop(e.job_id)
             job = jobs[e.job_id]
-            devices = (workers.get(e.job_id, job.workers) * job.gpus_per_worker
-                       * float(job.flavor.card_fraction) * (job.gpu_milli or 1000) / 1000)
+            devices = float(workers.get(e.job_id, job.workers) * job.gpus_per_worker * job.flavor.fraction
+                            * Fraction(job.gpu_milli or 1000, 1000))
             held = (e.occurred_at - start).total_seconds()
             expected[e.job_id] = expected.get(e.job_id, 0.0) + devices * held
         if e.to_state == "running":

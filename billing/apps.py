@@ -13,8 +13,10 @@ class BillingConfig(AppConfig):
         from jobs.approvals import budget_checks
         from jobs.estimates import cost_estimators
         from jobs.snapshot import over_budget_providers
+        from portal.hooks import project_move_checks
 
         from .budgets import budget_reason, over_budget_tenants
+        from .project_moves import check_project_move
         from .selectors import standard_cost
 
         if budget_reason not in budget_checks:
@@ -23,3 +25,5 @@ class BillingConfig(AppConfig):
             over_budget_providers.append(over_budget_tenants)
         if standard_cost not in cost_estimators:
             cost_estimators.append(standard_cost)
+        if check_project_move not in project_move_checks:
+            project_move_checks.append(check_project_move)

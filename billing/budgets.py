@@ -110,18 +110,18 @@ def _tail(
     jobs = {pk: rest for pk, *rest in _job_shapes({s[0] for s in tail.segments})}
     rows = []
     for job_id, start_us, end_us, _on_loan, workers in tail.segments:
-        project, dept, per_worker, milli, fraction = jobs[job_id]
-        seconds = Decimal(end_us - start_us) / MICRO
-        rows.append(
-            (dept, project, workers * per_worker * fraction * Decimal(milli or 1000) / MILLI * seconds)
-        )
+        project, dept, per_worker, milli, numerator, denominator = jobs[job_id]
+        # Exact: integers and the numerator first, the denominator and the units divided last.
+        top = Decimal(workers * per_worker * numerator * (milli or 1000)) * Decimal(end_us - start_us)
+        rows.append((dept, project, top / (denominator * MILLI * MICRO)))
     return tail.cursor, rows
 
 
 def _job_shapes(job_ids: set[int]) -> list[tuple]:
     with connection.cursor() as db:
         db.execute(
-            "SELECT j.id, j.project_id, p.department_id, j.gpus_per_worker, j.gpu_milli, f.card_fraction"
+            "SELECT j.id, j.project_id, p.department_id, j.gpus_per_worker, j.gpu_milli,"
+            " f.fraction_numerator, f.fraction_denominator"
             " FROM jobs_job j JOIN portal_project p ON p.id = j.project_id"
             " JOIN quotas_flavor f ON f.id = j.flavor_id WHERE j.id = ANY(%s)",
             [sorted(job_ids)],

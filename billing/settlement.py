@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import date, datetime
 from decimal import Decimal
+from fractions import Fraction
 
 from django.conf import settings
 from django.db import connection
@@ -56,7 +57,12 @@ def settlement_usages(month: date, schedules: Schedules, *, until: datetime, thr
     usage = _hourly_usage(month, through) if settle else {}
     flavors = reserved | {f for (_hour, f) in usage}
     nodes = _top_nodes(flavors)
-    fraction = dict(Flavor.objects.filter(pk__in=flavors).values_list("pk", "card_fraction"))
+    fraction = {
+        pk: Fraction(top, bottom)
+        for pk, top, bottom in Flavor.objects.filter(pk__in=flavors).values_list(
+            "pk", "fraction_numerator", "fraction_denominator"
+        )
+    }
     found = []
     hour = start
     while hour < end:
@@ -139,6 +145,11 @@ def _limits(node: _Node, at: datetime, zone) -> Limits:
     )
 
 
+def _card_seconds(units: Decimal, fraction: Fraction) -> Decimal:
+    """Card-seconds of ``units`` of a flavor held for an hour: numerator first, divided last."""
+    return units * fraction.numerator * SECONDS / fraction.denominator
+
+
 def _reserved(flavor_id, hour, limits: dict[int, Limits], fraction, schedules) -> list[pricing.Usage]:
     if pricing.period_at(schedules.get((flavor_id, Tier.RESERVED), ()), hour) is None:
         return []
@@ -148,7 +159,7 @@ def _reserved(flavor_id, hour, limits: dict[int, Limits], fraction, schedules) -
             (flavor_id, Tier.RESERVED),
             hour,
             hour + HOUR,
-            (lim.quota * fraction * SECONDS).quantize(PLACES),
+            _card_seconds(lim.quota, fraction).quantize(PLACES),
         )
         for dept, lim in sorted(limits.items())
         if lim.quota > 0
@@ -160,7 +171,7 @@ def _credits(flavor_id, hour, limits: dict[int, Limits], fraction, usage: dict) 
     tops = set(limits) | {t for (t, _tier) in usage}
     idle, external, lendable = {}, {}, {}
     for t in tops:
-        quota = limits[t].quota * fraction * SECONDS if t in limits else Decimal(0)
+        quota = _card_seconds(limits[t].quota, fraction) if t in limits else Decimal(0)
         in_quota = usage.get((t, Tier.STANDARD), Decimal(0))
         on_loan = usage.get((t, Tier.ON_LOAN), Decimal(0))
         idle[t] = max(Decimal(0), quota - in_quota)
@@ -168,7 +179,7 @@ def _credits(flavor_id, hour, limits: dict[int, Limits], fraction, usage: dict) 
         lendable[t] = max(Decimal(0), idle[t] - on_loan)
         lend_limit = limits[t].lend_limit if t in limits else None
         if lend_limit is not None:
-            lendable[t] = min(lendable[t], lend_limit * fraction * SECONDS)
+            lendable[t] = min(lendable[t], _card_seconds(lend_limit, fraction))
     credit: dict[int, Decimal] = defaultdict(Decimal)
     for borrower, borrowed in external.items():
         pool = sum((v for t, v in lendable.items() if t != borrower), Decimal(0))

@@ -33,6 +33,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
+from fractions import Fraction
 
 from django.db import transaction
 from django.db.models import Q
@@ -77,7 +78,7 @@ class Inputs:
     world: World
     options: Options
     department_of: dict[str, int]  # tenant (tree project id) -> department id
-    card_fraction: dict[str, Decimal]  # flavor name -> card fraction
+    card_fraction: dict[str, Fraction]  # flavor name -> exact card fraction
     quota_card_hours: dict[int, float]  # department -> ∫ effective quota dt over the month (baseline)
 
 
@@ -241,7 +242,12 @@ def inputs(month: date, change: str, params: dict, *, now: datetime | None = Non
     tree = tree_nodes()
     departments = dict(Project.objects.values_list("id", "department_id"))
     department_of = {f"p{p}": d for p, d in departments.items()}
-    fractions = dict(Flavor.objects.values_list("name", "card_fraction"))
+    fractions = {
+        name: Fraction(top, bottom)
+        for name, top, bottom in Flavor.objects.values_list(
+            "name", "fraction_numerator", "fraction_denominator"
+        )
+    }
     month_s = (end - start).total_seconds()
     horizon = max([month_s, *(j.submit_time + (j.duration or 0) for j in jobs)])
     config = read_config()
@@ -269,7 +275,9 @@ def _quota_card_hours(world: World, span: float, fractions: dict) -> dict[int, f
         until = steps[k + 1][0] if k + 1 < len(steps) else span
         for (node, flavor), lim in limits.items():
             if node.startswith("d"):
-                out[int(node[1:])] += lim.quota / 1000 * float(fractions.get(flavor, 1)) * (until - t) / 3600
+                share = fractions.get(flavor, Fraction(1))
+                held = lim.quota / 1000 * share.numerator / share.denominator
+                out[int(node[1:])] += held * (until - t) / 3600
     return dict(out)
 
 
@@ -307,9 +315,9 @@ def department_rows(inp: Inputs, result: dict, prices: dict) -> dict[int, dict]:
     for tenant, per in result["usage"].items():
         dept = inp.department_of.get(tenant)
         for flavor, use in per.items():
-            frac = inp.card_fraction.get(flavor, Decimal(1))
-            on_loan = Decimal(str(use["on_loan_gpu_hours"])) * frac
-            total = Decimal(str(use["gpu_hours"])) * frac
+            frac = inp.card_fraction.get(flavor, Fraction(1))  # numerator first, divided last
+            on_loan = Decimal(str(use["on_loan_gpu_hours"])) * frac.numerator / frac.denominator
+            total = Decimal(str(use["gpu_hours"])) * frac.numerator / frac.denominator
             hours[dept] += float(total)
             for tier, card_hours in ((Tier.STANDARD, total - on_loan), (Tier.ON_LOAN, on_loan)):
                 if card_hours <= 0:

@@ -125,11 +125,11 @@ def approval_policy_delete(*, actor: User, policy: ApprovalPolicy) -> None:
 
 
 def job_cards(flavor: Flavor, workers, gpus_per_worker, gpu_milli) -> Decimal:
-    """Whole-card equivalents of a job: count × card_fraction (× gpu_milli/1000 if shared)."""
-    count = Decimal(_int(workers)) * Decimal(_int(gpus_per_worker))
-    cards = count * flavor.card_fraction
-    if gpu_milli:
-        cards = cards * Decimal(_int(gpu_milli)) / Decimal(1000)
+    """Whole-card equivalents of a job: count × card_fraction (× gpu_milli/1000 if shared),
+    numerator first and divided last, so seven 1/7 slices are exactly one card."""
+    count = _int(workers) * _int(gpus_per_worker) * flavor.fraction_numerator
+    milli = _int(gpu_milli) if gpu_milli else 1000
+    cards = Decimal(count * milli) / Decimal(flavor.fraction_denominator * 1000)
     return cards.quantize(Decimal("0.001"))
 
 

@@ -221,9 +221,10 @@ def card_hours_estimate(
     *, flavor: Flavor, workers: int, gpus_per_worker: int, gpu_milli: int | None, runtime_seconds: int
 ) -> Decimal:
     """Whole-card hours if the job runs for ``runtime_seconds`` (DESIGN §2: devices ×
-    card_fraction × hours)."""
+    card_fraction × hours), exact until the one rounding: numerator first, divided last."""
     devices = job_devices(workers, gpus_per_worker, gpu_milli)
-    return (devices * flavor.card_fraction * Decimal(runtime_seconds) / 3600).quantize(Decimal("0.01"))
+    top = devices * flavor.fraction_numerator * Decimal(runtime_seconds)
+    return (top / (3600 * flavor.fraction_denominator)).quantize(Decimal("0.01"))
 
 
 def filter_jobs(jobs: QuerySet[Job], user: User, filters: dict) -> QuerySet[Job]:

@@ -230,7 +230,7 @@ def _summary(form: JobForm) -> dict | None:
             runtime_seconds=runtime,
         )
     project, kind, priority_class = data.get("project"), data.get("kind"), data.get("priority_class")
-    cards, now = devices * flavor.card_fraction, timezone.now()
+    cards, now = devices * flavor.fraction_numerator / flavor.fraction_denominator, timezone.now()
     # The price of one hour needs no runtime: without a maximum runtime the total is unbounded,
     # but the rate is known — "no rate" is said only when the flavor truly has none.
     hourly = estimates.cost_estimate(flavor, cards, now)

@@ -1,4 +1,6 @@
 from django.contrib import admin
+from django.urls import reverse
+from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from .admin_site import PlatformModelAdmin
@@ -10,6 +12,7 @@ from .models import (
     Membership,
     Notification,
     Project,
+    ProjectMove,
     User,
 )
 
@@ -32,6 +35,35 @@ class ProjectAdmin(PlatformModelAdmin):
     list_display = ["code", "name", "department", "active"]
     list_filter = ["active", "department"]
     search_fields = ["code", "name"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # A change of department is a move (portal.services.project_move): effective-dated for
+        # billing, with the quota nodes carried along. Typed here it would do neither.
+        return ["department", "move"] if obj is not None else []
+
+    @admin.display(description=_("move"))
+    def move(self, obj):
+        return format_html(
+            '<a href="{}">{}</a>', reverse("project-move", args=[obj.pk]),
+            _("Move the project to another department (effective-dated, quotas carried along)"),
+        )
+
+
+@admin.register(ProjectMove)
+class ProjectMoveAdmin(PlatformModelAdmin):
+    """The effective-dated department history: written only by the move service."""
+
+    list_display = ["project", "from_department", "to_department", "at", "actor", "reason"]
+    list_filter = ["to_department"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(Membership)

@@ -18,9 +18,10 @@ from rest_framework.views import APIView
 
 from . import services, signin
 from .api_base import DetailApi, ListCreateApi
-from .models import Department, Membership, Project, Role, User
+from .models import Department, Membership, Project, ProjectMove, Role, User
 from .security import client_address
 from .selectors import (
+    get_visible,
     scope_for,
     visible_departments,
     visible_memberships,
@@ -123,6 +124,38 @@ class ProjectDetailApi(DetailApi):
 
     def update_object(self, obj, data):
         return services.project_update(actor=self.request.user, project=obj, **data)
+
+
+class ProjectMoveIn(serializers.Serializer):
+    department = VisibleRelatedField(visible_departments)
+    at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="When the move takes effect (default: now); not in the "
+        "future, not before usage already metered, not in a closed month."
+    )
+    reason = serializers.CharField(max_length=300, required=False, allow_blank=True)
+
+
+class ProjectMoveOut(serializers.ModelSerializer):
+    class Meta:
+        model = ProjectMove
+        fields = ["id", "project", "from_department", "to_department", "at", "actor", "reason", "created_at"]
+
+
+class ProjectMoveApi(APIView):
+    """Move a project to another department (platform admins): effective-dated for billing,
+    its quota nodes carried along (``services.project_move``)."""
+
+    @extend_schema(request=ProjectMoveIn, responses={201: ProjectMoveOut})
+    def post(self, request, pk):
+        project = get_visible(visible_projects(request.user), pk=pk)
+        body = ProjectMoveIn(data=request.data, context={"request": request})
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        move = services.project_move(
+            actor=request.user, project=project, to_department=data["department"],
+            at=data.get("at"), reason=data.get("reason", ""),
+        )
+        return Response(ProjectMoveOut(move).data, status=201)
 
 
 class MembershipOut(serializers.ModelSerializer):

@@ -3,13 +3,25 @@ one scope, validates, and writes inside the caller's transaction."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from . import permissions as perm
-from .hooks import run_tree_move_checks
-from .models import Department, Membership, Project, Role, User
+from .hooks import run_project_move_checks, run_project_move_hooks, run_tree_move_checks
+from .models import (
+    ApprovalRequest,
+    ApprovalState,
+    Department,
+    Membership,
+    Project,
+    ProjectMove,
+    Role,
+    User,
+)
 from .selectors import department_ancestors, forget_scope, scope_for
 
 
@@ -69,21 +81,81 @@ def project_create(
 
 
 def project_update(*, actor: User, project: Project, **fields) -> Project:
+    """Edit a project's own fields. A change of department is a move (``project_move``, now,
+    without a reason): effective-dated, platform admins only, quota nodes carried along."""
     scope = scope_for(actor)
     perm.require(perm.can_edit_project(scope, project))
     new_department = fields.pop("department", project.department)
     if new_department.pk != project.department_id:
-        perm.require(
-            perm.can_manage_projects_of(scope, project.department_id)
-            and perm.can_manage_projects_of(scope, new_department.pk)
-        )
-        run_tree_move_checks("project", project.pk, new_department.pk)
-        project.department = new_department
+        project_move(project=project, to_department=new_department, actor=actor, reason="")
+        project.refresh_from_db()
     for name, value in fields.items():
         setattr(project, name, value)
     _full_clean(project)
     project.save()
     return project
+
+
+def project_move(
+    *, project: Project, to_department: Department, actor: User, reason: str = "", at: datetime | None = None
+) -> ProjectMove:
+    """Move a project to another department from ``at`` (default now) on: the one way a project
+    changes department (DESIGN §7, "charged to the department that owned the project at the time
+    of use"). Platform admins only. In one transaction, with the project row locked: the
+    ProjectMove row (the effective-dated history the meter reads), the project's department, and
+    whatever the apps above do through ``portal.hooks`` (billing refuses an ``at`` already
+    metered or in a closed month; quotas refuses while loans are live and re-parents the
+    project's quota nodes under the new department). Refusals are ValidationErrors naming the
+    field: "department", "at" or "reason"."""
+    perm.require(scope_for(actor).platform_admin)
+    now = timezone.now()
+    at = now if at is None else at
+    with transaction.atomic():
+        project = Project.objects.select_for_update().get(pk=project.pk)
+        to_department = Department.objects.select_for_update().get(pk=to_department.pk)
+        _check_move(project, to_department, at, now, reason)
+        run_project_move_checks(project, to_department, at)
+        from_department_id = project.department_id
+        move = ProjectMove.objects.create(
+            project=project, from_department_id=from_department_id, to_department=to_department,
+            at=at, actor=actor, reason=reason,
+        )
+        project.department = to_department
+        project.save(update_fields=["department"])
+        run_project_move_hooks(project, from_department_id, actor)
+    return move
+
+
+def _check_move(
+    project: Project, to_department: Department, at: datetime, now: datetime, reason: str
+) -> None:
+    if to_department.pk == project.department_id:
+        already = _("The project already belongs to %(d)s.") % {"d": to_department}
+        raise ValidationError({"department": already})
+    if len(reason) > ProjectMove._meta.get_field("reason").max_length:
+        raise ValidationError({"reason": _("Keep the reason within 300 characters.")})
+    if timezone.is_naive(at):
+        raise ValidationError({"at": _("Give the time of the move with its time zone.")})
+    if at > now:
+        raise ValidationError({"at": _("A move cannot take effect in the future; move the project then.")})
+    if at < project.created_at:
+        raise ValidationError({"at": _("The project did not exist yet at that time.")})
+    last = project.moves.order_by("-at").values_list("at", flat=True).first()
+    if last is not None and at <= last:
+        text = _("The project's last move took effect at %(t)s; a new one must be later.")
+        raise ValidationError({"at": text % {"t": _local(last)}})
+    open_requests = ApprovalRequest.objects.filter(project=project, state=ApprovalState.PENDING)
+    pending = sorted(open_requests.values_list("pk", flat=True))
+    if pending:
+        # Their approvers were chosen in the old department: decide or cancel them first.
+        raise ValidationError({"department": _(
+            "The project has pending approval requests (%(ids)s) addressed to its current department's "
+            "approvers; decide or cancel them before moving it."
+        ) % {"ids": ", ".join(f"#{pk}" for pk in pending)}})
+
+
+def _local(at: datetime) -> str:
+    return timezone.localtime(at).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def membership_create(

@@ -1,13 +1,55 @@
+from django import forms
 from django.contrib import admin
+from django.core.exceptions import ValidationError
+from django.utils.translation import gettext_lazy as _
 
 from portal.admin_site import PlatformModelAdmin
 
 from .models import Cluster, Flavor, Loan, Node, QuotaNode, QuotaWindow
+from .services import card_fraction_from_input
+
+
+class FlavorAdminForm(forms.ModelForm):
+    """The card fraction is typed as one value ("1/7", "3/7", "1") and stored exactly as
+    numerator / denominator (``card_fraction`` itself is derived by the database)."""
+
+    fraction = forms.CharField(
+        label=_("card fraction"),
+        initial="1",
+        max_length=20,
+        help_text=_("Share of one physical card: 1 for a whole card, 1/7 for an A100 1g.10gb MIG slice."),
+    )
+
+    class Meta:
+        model = Flavor
+        fields = [
+            "name", "vendor", "model", "memory_mib", "fraction", "mig_profile", "shareable", "premium",
+            "k8s_resource_name", "slurm_gres", "pool_overcommit_ratio", "active",
+        ]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.initial["fraction"] = self.instance.fraction_label
+
+    def clean_fraction(self):
+        try:
+            value = card_fraction_from_input(self.cleaned_data["fraction"])
+        except ValidationError as exc:
+            raise ValidationError(exc.message_dict["card_fraction"]) from None
+        self.instance.fraction_numerator = value.numerator
+        self.instance.fraction_denominator = value.denominator
+        return value
 
 
 @admin.register(Flavor)
 class FlavorAdmin(PlatformModelAdmin):
-    list_display = ["name", "vendor", "model", "card_fraction", "shareable", "k8s_resource_name"]
+    form = FlavorAdminForm
+    list_display = ["name", "vendor", "model", "fraction_label", "shareable", "k8s_resource_name"]
+
+    @admin.display(description=_("card fraction"))
+    def fraction_label(self, obj):
+        return obj.fraction_label
 
 
 @admin.register(Cluster)

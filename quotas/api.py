@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
@@ -27,6 +29,10 @@ RATIO = {"max_digits": 5, "decimal_places": 2, "min_value": Decimal(1), "max_val
 
 
 class FlavorOut(serializers.ModelSerializer):
+    # Derived from fraction_numerator / fraction_denominator (8 places), kept for clients that
+    # read it; compute with the numerator and denominator.
+    card_fraction = serializers.DecimalField(max_digits=10, decimal_places=8, read_only=True)
+
     class Meta:
         model = Flavor
         fields = [
@@ -36,6 +42,8 @@ class FlavorOut(serializers.ModelSerializer):
             "model",
             "memory_mib",
             "card_fraction",
+            "fraction_numerator",
+            "fraction_denominator",
             "mig_profile",
             "shareable",
             "premium",
@@ -46,12 +54,37 @@ class FlavorOut(serializers.ModelSerializer):
         ]
 
 
+@extend_schema_field({"type": "string", "example": "1/7"})
+class CardFractionField(serializers.Field):
+    """ "1/7", "3/7", "1", "0.5" (or a number) → the exact fraction; anything else is a 400."""
+
+    def to_internal_value(self, data):
+        try:
+            return services.card_fraction_from_input(data)
+        except DjangoValidationError as exc:
+            raise ValidationError(exc.message_dict["card_fraction"]) from None
+
+    def to_representation(self, value):
+        return str(value)
+
+
 class FlavorIn(serializers.ModelSerializer):
     pool_overcommit_ratio = serializers.DecimalField(**RATIO, required=False)
+    card_fraction = CardFractionField(
+        required=False, help_text="Share of one card: a fraction such as 1/7 (MIG 1g.10gb) or 1; "
+        "or send fraction_numerator and fraction_denominator."
+    )
 
     class Meta:
         model = Flavor
         fields = [f for f in FlavorOut.Meta.fields if f != "id"]
+
+    def validate(self, attrs):
+        if "card_fraction" in attrs and ({"fraction_numerator", "fraction_denominator"} & set(attrs)):
+            raise ValidationError(
+                {"card_fraction": [_("Send card_fraction or numerator and denominator, not both.")]}
+            )
+        return attrs
 
 
 class FlavorListApi(ListCreateApi):

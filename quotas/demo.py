@@ -10,6 +10,7 @@ longer fits what users changed around it is left out with a warning."""
 
 from datetime import time, timedelta
 from decimal import Decimal
+from fractions import Fraction
 from functools import partial
 
 from django.utils import timezone
@@ -40,7 +41,7 @@ FLAVORS = [
         "nvidia",
         "NVIDIA A100 MIG 1g.10gb",
         9728,
-        "0.14285714",
+        "1/7",
         "1g.10gb",
         False,
         False,
@@ -162,7 +163,8 @@ def _seed_flavors() -> dict[str, Flavor]:
                 "vendor": vendor,
                 "model": model,
                 "memory_mib": mem,
-                "card_fraction": Decimal(fraction),
+                "fraction_numerator": Fraction(fraction).numerator,  # exact: "1/7", not 0.14285714
+                "fraction_denominator": Fraction(fraction).denominator,
                 "mig_profile": mig,
                 "shareable": shareable,
                 "premium": premium,

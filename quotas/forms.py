@@ -264,3 +264,26 @@ def request_quota_initial(params, form: QuotaRequestForm) -> dict:
             if node is not None:
                 initial["quota"] = node.quota.normalize()
     return initial
+
+
+class ProjectMoveForm(forms.Form):
+    """Where a project goes, from when, and why (``portal.services.project_move``)."""
+
+    department = forms.ModelChoiceField(queryset=Department.objects.none(), label=_("New department"))
+    at = forms.DateTimeField(
+        label=_("Effective from"),
+        required=False,
+        help_text=_("Site time, e.g. 2026-03-01 00:00. Empty: now."),
+        widget=forms.DateTimeInput(attrs={"placeholder": "YYYY-MM-DD HH:MM"}),
+    )
+    reason = forms.CharField(label=_("Reason"), max_length=300, widget=forms.Textarea(attrs={"rows": 3}))
+
+    def __init__(self, *args, project, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.project = project
+        others = Department.objects.exclude(pk=project.department_id)
+        self.fields["department"].queryset = others.order_by("code")
+
+    def service_kwargs(self) -> dict:
+        data = self.cleaned_data
+        return {"to_department": data["department"], "at": data["at"], "reason": data["reason"]}

@@ -7,13 +7,17 @@ fractions only arise for shareable flavors (``gpu_milli`` requests).
 """
 
 from decimal import Decimal
+from fractions import Fraction
 
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.functions import Cast
 from django.utils.translation import gettext_lazy as _
 
 from portal.models import Department, Project, User
+
+from .fractions import MAX_DENOMINATOR, label
 
 name_validator = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$",
@@ -38,14 +42,30 @@ class Flavor(models.Model):
     vendor = models.CharField(_("vendor"), max_length=20, choices=Vendor.choices)
     model = models.CharField(_("model"), max_length=80)
     memory_mib = models.PositiveIntegerField(_("memory (MiB)"), validators=[MaxValueValidator(10**7)])
-    # 1 for a whole card, 1/7 for an A100 1g.10gb MIG slice. Eight places keep Σ of seven
-    # slices within 1e-7 of a card, below the billing resolution of 0.01 CNY.
-    card_fraction = models.DecimalField(
-        _("card fraction"),
-        max_digits=10,
-        decimal_places=8,
-        default=Decimal(1),
-        validators=[MinValueValidator(Decimal("0.00000001")), MaxValueValidator(Decimal(1))],
+    # The share of one physical card, exactly (quotas.fractions): 1/1 a whole card, 1/7 an A100
+    # 1g.10gb MIG slice, 3/7 a 3g.40gb. Stored reduced. Computations use numerator and denominator
+    # (numerator first, divide last) so seven 1/7 slices are exactly one card.
+    fraction_numerator = models.PositiveSmallIntegerField(
+        _("card fraction numerator"),
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_DENOMINATOR)],
+    )
+    fraction_denominator = models.PositiveSmallIntegerField(
+        _("card fraction denominator"),
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_DENOMINATOR)],
+    )
+    # Derived by the database from the two above (one source of truth), rounded to 8 places: for
+    # display and for API compatibility only — never multiply by it.
+    card_fraction = models.GeneratedField(
+        expression=Cast(
+            Cast("fraction_numerator", models.DecimalField(max_digits=20, decimal_places=10))
+            / F("fraction_denominator"),
+            models.DecimalField(max_digits=10, decimal_places=8),
+        ),
+        output_field=models.DecimalField(max_digits=10, decimal_places=8),
+        db_persist=True,
+        verbose_name=_("card fraction"),
     )
     mig_profile = models.CharField(_("MIG profile"), max_length=20, blank=True)
     shareable = models.BooleanField(
@@ -72,13 +92,24 @@ class Flavor(models.Model):
         verbose_name_plural = _("flavors")
         constraints = [
             models.CheckConstraint(
-                condition=Q(card_fraction__gt=0) & Q(card_fraction__lte=1), name="flavor_fraction_range"
+                condition=Q(fraction_numerator__gte=1) & Q(fraction_numerator__lte=F("fraction_denominator"))
+                & Q(fraction_denominator__lte=MAX_DENOMINATOR),
+                name="flavor_fraction_range",
             ),
             models.CheckConstraint(condition=Q(pool_overcommit_ratio__gte=1), name="flavor_ratio_ge_1"),
         ]
 
     def __str__(self):
         return self.name
+
+    @property
+    def fraction(self) -> Fraction:
+        """The exact share of one card (works on unsaved flavors, unlike ``card_fraction``)."""
+        return Fraction(self.fraction_numerator, self.fraction_denominator)
+
+    @property
+    def fraction_label(self) -> str:
+        return label(self.fraction_numerator, self.fraction_denominator)
 
 
 class ClusterKind(models.TextChoices):

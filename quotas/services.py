@@ -8,15 +8,18 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
+from fractions import Fraction
 
 from django.core.exceptions import ValidationError
 from django.db.models import Q, Sum
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from portal import permissions as perm
 from portal.models import Department, Project, User
 from portal.selectors import scope_for
 
+from . import fractions
 from .models import Cluster, Flavor, Loan, LoanState, Node, QuotaNode, QuotaWindow
 from .selectors import healthy_capacity
 from .validation import Share, level_violations
@@ -38,19 +41,65 @@ def _save(obj, **fields):
     return obj
 
 
+def card_fraction_from_input(value) -> Fraction:
+    """A card fraction typed by a person or sent by a client ("1/7", "0.5", …), exactly; bad
+    input is a ValidationError with a translated message."""
+    try:
+        return fractions.parse_card_fraction(value)
+    except fractions.FractionError as exc:
+        raise ValidationError({"card_fraction": [_fraction_message(exc.code, value)]}) from None
+
+
+def _fraction_message(code: str, value) -> str:
+    if code == "range":
+        return _("A card fraction must be above 0 and at most 1 (a whole card).")
+    if code == "denominator":
+        limit = fractions.MAX_DENOMINATOR
+        return _("The denominator of a card fraction may be at most %(n)d.") % {"n": limit}
+    if code == "inexact":
+        return _(
+            "%(value)s is not a fraction of a card with a denominator of at most %(n)d: write it as a "
+            "fraction, e.g. 1/7."
+        ) % {"value": value, "n": fractions.MAX_DENOMINATOR}
+    return _("Enter a card fraction such as 1/7, or a decimal such as 0.5.")
+
+
+def _fraction_fields(fields: dict, current: Flavor | None = None) -> dict:
+    """``card_fraction`` (any accepted input) or ``fraction_numerator`` / ``fraction_denominator``
+    → the two stored integers, reduced. ``card_fraction`` itself is derived by the database."""
+    fields = dict(fields)
+    given = fields.pop("card_fraction", None)
+    top, bottom = fields.pop("fraction_numerator", None), fields.pop("fraction_denominator", None)
+    if given is None and top is None and bottom is None:
+        return fields
+    if given is None:
+        top = current.fraction_numerator if top is None and current else top
+        bottom = current.fraction_denominator if bottom is None and current else bottom
+        given = f"{top if top is not None else 1}/{bottom if bottom is not None else 1}"
+    value = card_fraction_from_input(given)
+    return fields | {"fraction_numerator": value.numerator, "fraction_denominator": value.denominator}
+
+
 def flavor_create(*, actor: User, **fields) -> Flavor:
     _platform_write(actor)
-    return _save(Flavor(), **fields)
+    return _derived(_save(Flavor(), **_fraction_fields(fields)))
+
+
+def _derived(flavor: Flavor) -> Flavor:
+    """The database computes ``card_fraction``; read it back after a write."""
+    flavor.refresh_from_db(fields=["card_fraction"])
+    return flavor
 
 
 def flavor_update(*, actor: User, flavor: Flavor, **fields) -> Flavor:
     _platform_write(actor)
+    fields = _fraction_fields(fields, flavor)
     if "pool_overcommit_ratio" in fields:
         Flavor.objects.select_for_update().get(pk=flavor.pk)
         _check_level(
             flavor, None, parent_override=(healthy_capacity(flavor.pk), fields["pool_overcommit_ratio"])
         )
-    return _save(flavor, **fields)
+    return _derived(_save(flavor, **fields))
 
 
 def cluster_create(*, actor: User, **fields) -> Cluster:
@@ -241,6 +290,66 @@ def check_tree_move(kind: str, obj_id: int, new_department_id: int | None) -> No
             child=(_key_of(node), Share(node.quota, node.lend_limit)),
             field="parent" if kind == "department" else "department",
         )
+
+
+# --- moving a project (portal.services.project_move, through portal.hooks) ---------------
+
+
+def check_project_move(project: Project, to_department: Department, at: datetime) -> None:
+    """A project with a live loan (pending, or active and not yet over) on any of its quota nodes
+    does not move: the loan was agreed between the admins of its current department and the other
+    side, and the lender's hold-backs were computed in the old tree. Cancel it or let it end."""
+    live = Loan.objects.filter(
+        Q(lender__project=project) | Q(borrower__project=project),
+        state__in=_LIVE_LOANS,
+        ends_at__gt=timezone.now(),
+    ).order_by("pk")
+    ids = list(live.values_list("pk", flat=True))
+    if ids:
+        raise ValidationError({"department": [_(
+            "The project has live loans (%(ids)s); cancel them or wait until they end before moving it."
+        ) % {"ids": ", ".join(f"#{pk}" for pk in ids)}]})
+
+
+def move_project_quota(project: Project, from_department_id: int, actor: User) -> None:
+    """After ``project`` changed department: its quota nodes now hang under the new department's
+    nodes of the same flavor (a project node's parent is its department's node). The nodes keep
+    their approved values (quota, limits, windows, loans on record); each flavor's level at the new
+    department is validated as a quota edit would be (DESIGN §3). Where the new department has no
+    node of a flavor in which the project holds guaranteed quota, the department's node is created
+    with just that much quota (Σ of its children's), no borrow or lend limit, validated one level
+    up; if that level cannot hold it either, the move is refused with the reason."""
+    department = project.department
+    errors = []
+    for node in QuotaNode.objects.filter(project=project).select_related("flavor").order_by("flavor_id"):
+        Flavor.objects.select_for_update().get(pk=node.flavor_id)
+        try:
+            _hold_under(node, department)
+        except ValidationError as exc:
+            errors.append(
+                _("%(department)s cannot hold the project's quota of %(quota)s %(flavor)s: %(why)s")
+                % {"department": department, "quota": _n(node.quota), "flavor": node.flavor,
+                   "why": " ".join(exc.messages)}
+            )
+    if errors:
+        raise ValidationError({"department": errors})
+
+
+def _hold_under(node: QuotaNode, department: Department) -> None:
+    if QuotaNode.objects.filter(flavor=node.flavor, department=department).exists():
+        _check_level(node.flavor, department.pk)
+        return
+    _quota, _ratio, shares = _level(node.flavor, department.pk)  # the project is among them now
+    needed = max(
+        sum((c.quota for c in shares.values()), Decimal(0)),
+        sum((c.never_lent for c in shares.values()), Decimal(0)),
+    )
+    if needed == 0:
+        return  # nothing guaranteed: a missing department node (quota 0) holds it
+    _apply_quota_values(
+        QuotaNode(flavor=node.flavor, department=department),
+        quota=needed, borrow_limit=None, lend_limit=None, overcommit_ratio=Decimal(1),
+    )
 
 
 # --- loans and windows --------------------------------------------------------------------

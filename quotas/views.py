@@ -5,17 +5,24 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import Count, Sum
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from portal.selectors import scope_for
+from portal.selectors import scope_for, visible_projects
+from portal.services import project_move
 
 from . import selectors
 from .approvals import loan_request_create, quota_request_create
-from .forms import LoanRequestForm, QuotaRequestForm, can_request_loan, request_quota_initial
-from .models import Flavor, LoanState, Node, NodeState
+from .forms import (
+    LoanRequestForm,
+    ProjectMoveForm,
+    QuotaRequestForm,
+    can_request_loan,
+    request_quota_initial,
+)
+from .models import Flavor, LoanState, Node, NodeState, QuotaNode
 
 LOANS_PAGE_SIZE = 50
 
@@ -114,3 +121,35 @@ def loan_request_new(request):
             return redirect("approval-detail", pk=created.pk)
     form.mark_invalid()
     return render(request, "quotas/loan_request_form.html", {"form": form})
+
+
+# --- moving a project (platform admins) -----------------------------------------------------------
+
+
+@login_required
+def project_move_page(request, pk: int):
+    """Move a project to another department (``portal.services.project_move``): the page states
+    what follows for billing, quotas and visibility; the service's refusals land on the form."""
+    project = get_object_or_404(visible_projects(request.user).select_related("department"), pk=pk)
+    if not scope_for(request.user).platform_admin:
+        raise PermissionDenied
+    form = ProjectMoveForm(request.POST if request.method == "POST" else None, project=project)
+    if request.method == "POST" and form.is_valid():
+        try:
+            move = project_move(actor=request.user, project=project, **form.service_kwargs())
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(
+                request,
+                gettext("%(project)s now belongs to %(department)s.")
+                % {"project": project, "department": move.to_department},
+            )
+            return redirect("project-move", pk=project.pk)
+    context = {
+        "form": form,
+        "project": project,
+        "nodes": QuotaNode.objects.filter(project=project).select_related("flavor").order_by("flavor__name"),
+        "moves": project.moves.select_related("from_department", "to_department", "actor").order_by("-at"),
+    }
+    return render(request, "quotas/project_move.html", context)

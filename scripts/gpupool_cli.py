@@ -29,6 +29,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from datetime import datetime
+from fractions import Fraction
 from pathlib import Path
 
 TERMINAL = {"succeeded", "failed", "cancelled", "rejected", "expired"}
@@ -238,15 +239,16 @@ def project_codes(client: Client) -> dict[int, str]:
 def metered_card_hours(job: dict, events: list[dict], card_fraction: str) -> dict[str, float]:
     """Card-hours per tier as the meter counts them (docs/billing.md): from each transition into
     ``running`` to the transition out of it, at the instants the portal recorded, times the
-    workers granted at admission (or scaled to) × GPUs per worker × the card fraction."""
-    per_worker = job["gpus_per_worker"] * float(card_fraction) * (job["gpu_milli"] or 1000) / 1000
+    workers granted at admission (or scaled to) × GPUs per worker × the card fraction ("1/7":
+    kept exact, so seven slices are one card)."""
+    per_worker = job["gpus_per_worker"] * Fraction(card_fraction) * Fraction(job["gpu_milli"] or 1000, 1000)
     hours = {"standard": 0.0, "on_loan": 0.0}
     workers, on_loan, opened = job["workers"], False, None
 
     def close(at: datetime) -> None:
         if opened is not None:
             hours["on_loan" if on_loan else "standard"] += (
-                workers * per_worker * (at - opened).total_seconds() / 3600
+                float(workers * per_worker) * (at - opened).total_seconds() / 3600
             )
 
     for event in events:
@@ -310,7 +312,10 @@ def cmd_status(client: Client, args) -> int:
     if args.json:
         show(args, {"job": job, "explain": explain}, "")
         return 0
-    fractions = {f["name"]: f["card_fraction"] for f in client.all_pages("/api/v1/flavors/")}
+    fractions = {
+        f["name"]: f"{f['fraction_numerator']}/{f['fraction_denominator']}"
+        for f in client.all_pages("/api/v1/flavors/")
+    }
     events = client.get(f"/api/v1/jobs/{args.id}/events/")
     hours = metered_card_hours(job, events, fractions[job["flavor"]]) if job["flavor"] in fractions else None
     project = project_codes(client).get(job["project"], str(job["project"]))

@@ -21,6 +21,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from datetime import datetime
+from fractions import Fraction
 
 URL = os.environ.get("GPUPOOL_URL", "http://127.0.0.1:8000").rstrip("/")
 if not URL.startswith(("http://", "https://")):  # urllib would also open file: URLs
@@ -94,10 +95,11 @@ def main():
     # the transition out of it (the instants the portal recorded), × devices × card fraction.
     # (A job that was scaled while running needs the "scaled" events too; gpupool_cli.py does that.)
     _, flavors = call("GET", "/api/v1/flavors/?page_size=1000", token=key)
-    fraction = next(float(f["card_fraction"]) for f in flavors["results"] if f["name"] == current["flavor"])
+    flavor = next(f for f in flavors["results"] if f["name"] == current["flavor"])
+    fraction = Fraction(flavor["fraction_numerator"], flavor["fraction_denominator"])  # exact: 1/7
     _, events = call("GET", f"/api/v1/jobs/{job_id}/events/", token=key)
     devices = (current["granted_workers"] or current["workers"]) * current["gpus_per_worker"]
-    cards = devices * fraction * (current["gpu_milli"] or 1000) / 1000
+    cards = float(devices * fraction * Fraction(current["gpu_milli"] or 1000, 1000))
     seconds, since = 0.0, None
     for event in events:
         if event["kind"] != "transition":

@@ -103,7 +103,8 @@ def flavors(world):
         vendor="nvidia",
         model="MIG",
         memory_mib=9728,
-        card_fraction=Decimal("0.14285714"),
+        fraction_numerator=1,
+        fraction_denominator=7,
         k8s_resource_name="nvidia.com/mig-1g.10gb",
     )
     shared = Flavor.objects.create(

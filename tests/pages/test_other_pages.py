@@ -138,7 +138,7 @@ def test_item15_quota_pages_open_on_a_flavor_the_user_holds_quota_in(page_client
     # "A-slice" sorts before F: department A1 holds some, project pa1 holds none.
     slices = Flavor.objects.create(
         name="A-slice", vendor="nvidia", model="A100 1g", memory_mib=10240,
-        card_fraction=Decimal("0.14285714"), k8s_resource_name="nvidia.com/mig-1g.10gb",
+        fraction_numerator=1, fraction_denominator=7, k8s_resource_name="nvidia.com/mig-1g.10gb",
     )
     QuotaNode.objects.create(flavor=slices, department=world.A, quota=Decimal(7))
     QuotaNode.objects.create(flavor=slices, department=world.A1, quota=Decimal(7))

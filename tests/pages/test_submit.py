@@ -150,7 +150,7 @@ def test_live_validation_reports_a_wrong_shape_before_the_image_is_typed(page_cl
 
 def test_summary_counts_mig_slices_and_shares_as_card_fractions(page_client, world, prio):
     mig = fx.flavor("A100-1g", shareable=False)
-    mig.card_fraction = "0.14285714"
+    mig.fraction_numerator, mig.fraction_denominator = 1, 7
     mig.save()
     fx.nodes(mig, 1, gpus=7, cluster="mig")
     shared = fx.flavor("T4-shared", shareable=True)

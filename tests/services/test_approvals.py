@@ -140,9 +140,9 @@ def test_the_nearest_policy_up_the_tree_applies(world):
 
 
 def test_gpus_count_as_whole_card_equivalents():
-    mig = Flavor(name="mig", card_fraction=Decimal("0.14285714"))
+    mig = Flavor(name="mig", fraction_numerator=1, fraction_denominator=7)
     assert job_cards(mig, 1, 7, None) == Decimal("1.000")
-    shared = Flavor(name="t4", card_fraction=Decimal(1), shareable=True)
+    shared = Flavor(name="t4", shareable=True)
     assert job_cards(shared, 1, 1, 250) == Decimal("0.250")
 
 
