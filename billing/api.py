@@ -7,12 +7,12 @@ from __future__ import annotations
 from datetime import date
 from decimal import Decimal
 
-from django.http import Http404, HttpResponse
+from django.http import Http404
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
-from rest_framework import serializers
+from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
@@ -20,11 +20,11 @@ from rest_framework.views import APIView
 
 from portal.api import VisibleRelatedField
 from portal.api_base import DetailApi, ListCreateApi
-from portal.selectors import visible_departments, visible_projects
+from portal.selectors import get_visible, visible_departments, visible_projects
 from quotas.selectors import site_zone
 
-from . import budgets, exports, selectors
-from .models import Budget, Statement, StatementLine
+from . import budgets, exports, manual, selectors
+from .models import Budget, ManualAdjustment, ManualKind, Statement, StatementLine
 from .periods import FIRST_MONTH, LAST_MONTH, MonthOutOfRange, month_label, month_of, parse_month
 
 MONTH_PARAM = OpenApiParameter("month", str, description="YYYY-MM (site time zone)")
@@ -102,8 +102,13 @@ class LineOut(serializers.ModelSerializer):
     # Null on lines not charged to a project or a user (StatementLine.project / .user are optional).
     project_code = serializers.CharField(source="project.code", read_only=True, default=None, allow_null=True)
     user = serializers.CharField(source="user.username", read_only=True, default=None, allow_null=True)
-    flavor = serializers.CharField(source="flavor.name", read_only=True)
+    flavor = serializers.CharField(source="flavor.name", read_only=True, default=None, allow_null=True)
     original_month = serializers.SerializerMethodField()
+    # Manual lines: the adjustment billed, its reason and attachment name; null on other lines.
+    reason = serializers.CharField(source="manual.reason", read_only=True, default=None, allow_null=True)
+    attachment = serializers.CharField(
+        source="manual.attachment", read_only=True, default=None, allow_null=True
+    )
 
     class Meta:
         model = StatementLine
@@ -121,6 +126,9 @@ class LineOut(serializers.ModelSerializer):
             "amount",
             "period_start",
             "period_end",
+            "manual",
+            "reason",
+            "attachment",
         ]
 
     def get_original_month(self, line) -> str | None:
@@ -174,7 +182,7 @@ class EstimateLineOut(serializers.Serializer):
     user = serializers.IntegerField(source="key.user_id", allow_null=True)
     # The name closed statements' lines show in ``user``; ``user`` here stays the id it always was.
     username = serializers.SerializerMethodField()
-    flavor = serializers.IntegerField(source="key.flavor_id")
+    flavor = serializers.IntegerField(source="key.flavor_id", allow_null=True)  # null: a manual line
     tier = serializers.CharField(source="key.tier")
     original_month = serializers.SerializerMethodField()
     unit_price = serializers.SerializerMethodField()
@@ -247,6 +255,13 @@ class ChargebackApi(APIView):
                 description="CSV: 1 (default) starts the file with a UTF-8 byte order mark, which "
                 "Excel needs to read it as UTF-8; 0 leaves it out.",
             ),
+            OpenApiParameter(
+                "encoding",
+                str,
+                enum=list(exports.ENCODINGS),
+                description="CSV: utf-8-sig (default, with the byte order mark) or utf-8 (plain); "
+                "the same choice as bom, which it must not contradict.",
+            ),
         ],
         responses={
             (200, "text/csv"): OpenApiResponse(OpenApiTypes.BINARY),
@@ -261,17 +276,21 @@ class ChargebackApi(APIView):
             raise ValidationError(
                 {"format": [_("Unknown format %(f)s: use csv or xlsx.") % {"f": repr(fmt[:10])}]}
             )
-        bom = exports.bom_flag(request.query_params.get("bom"))
-        if bom is None:
-            raise ValidationError({"bom": [_("bom is 1 (the default) or 0.")]})
+        bom = csv_bom_param(request.query_params)
         month = month_param(request, required=True)
         departments = department_param(request)
         if not selectors.is_closed(month):
             raise ValidationError({"month": [_("%(m)s is not closed yet.") % {"m": month_label(month)}]})
-        body = exports.render(exports.chargeback_rows(month, departments), fmt, bom=bom)
-        response = HttpResponse(body, content_type=exports.CONTENT_TYPES[fmt])
-        response["Content-Disposition"] = f'attachment; filename="{exports.filename(month, fmt)}"'
-        return response
+        return exports.chargeback_response(month, departments, fmt, bom=bom)
+
+
+def csv_bom_param(params) -> bool:
+    """The CSV's byte order mark from ``bom`` and ``encoding`` (400 naming the field at fault)."""
+    bom = exports.csv_bom(bom=params.get("bom"), encoding=params.get("encoding"))
+    if bom is None:
+        field = "bom" if exports.bom_flag(params.get("bom")) is None else "encoding"
+        raise ValidationError({field: [exports.encoding_error()]})
+    return bom
 
 
 # --- budgets (DESIGN §3.9) ------------------------------------------------------------------------
@@ -372,3 +391,118 @@ class BudgetDetailApi(DetailApi):
 
     def delete_object(self, obj):
         budgets.budget_delete(actor=self.request.user, budget=obj)
+
+
+# --- manual adjustments (DESIGN §7; docs/manual-adjustments.md) -----------------------------------
+
+
+class ManualAdjustmentOut(serializers.ModelSerializer):
+    department_code = serializers.CharField(source="department.code", read_only=True)
+    project_code = serializers.CharField(source="project.code", read_only=True, default=None, allow_null=True)
+    signed_amount = serializers.DecimalField(max_digits=16, decimal_places=2, read_only=True)
+    proposed_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    month = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ManualAdjustment
+        fields = [
+            "id",
+            "department",
+            "department_code",
+            "project",
+            "project_code",
+            "kind",
+            "amount",
+            "signed_amount",
+            "currency",
+            "reason",
+            "attachment",
+            "state",
+            "proposed_by",
+            "proposed_at",
+            "decided_by",
+            "decided_at",
+            "decision_note",
+            "month",
+        ]
+
+    def get_month(self, obj) -> str | None:
+        """The first month whose statement may carry the line (set on approval)."""
+        return month_label(obj.month) if obj.month else None
+
+
+class ManualAdjustmentIn(serializers.Serializer):
+    department = VisibleRelatedField(manual.proposable_departments)
+    project = VisibleRelatedField(visible_projects, required=False, allow_null=True)
+    kind = serializers.ChoiceField(choices=ManualKind.choices)
+    # Text, checked by the service (``manual.clean_amount``): "1200.50"; never rounded or clamped.
+    amount = serializers.CharField(max_length=40)
+    reason = serializers.CharField(max_length=manual.REASON_MAX)
+    attachment = serializers.CharField(max_length=manual.ATTACHMENT_MAX, required=False, allow_blank=True)
+
+
+class ManualAdjustmentListApi(ListCreateApi):
+    """Manual credit and debit lines of the departments whose statements the caller reads.
+    POST proposes one (finance of the department, platform admins); it is billed only after a
+    second person approves it (``…/decide/``)."""
+
+    output, input = ManualAdjustmentOut, ManualAdjustmentIn
+
+    @extend_schema(parameters=[OpenApiParameter("department", int), OpenApiParameter("state", str)])
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    def visible(self):
+        qs = manual.visible_adjustments(self.request.user)
+        departments = department_param(self.request)
+        if departments is not None:
+            qs = qs.filter(department_id__in=departments)
+        state = self.request.query_params.get("state")
+        if state:
+            qs = qs.filter(state=state)
+        return qs.order_by("-id")
+
+    def perform(self, data):
+        return manual.adjustment_propose(
+            actor=self.request.user,
+            department=data["department"],
+            project=data.get("project"),
+            kind=data["kind"],
+            amount=data["amount"],
+            reason=data["reason"],
+            attachment=data.get("attachment", ""),
+        )
+
+
+class ManualAdjustmentDetailApi(DetailApi):
+    output = ManualAdjustmentOut
+
+    def visible(self):
+        return manual.visible_adjustments(self.request.user)
+
+
+class ManualDecideIn(serializers.Serializer):
+    approve = serializers.BooleanField()
+    note = serializers.CharField(max_length=manual.REASON_MAX, required=False, allow_blank=True, default="")
+
+
+class ManualAdjustmentDecideApi(APIView):
+    """Approve or reject a proposed adjustment: finance of its department or a platform admin,
+    never the proposer (403); 409 when it was decided meanwhile."""
+
+    @extend_schema(request=ManualDecideIn, responses={200: ManualAdjustmentOut, 409: OpenApiTypes.OBJECT})
+    def post(self, request, pk):
+        adjustment = get_visible(manual.visible_adjustments(request.user), pk=pk)
+        data = ManualDecideIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            adjustment = manual.adjustment_decide(
+                actor=request.user,
+                adjustment_id=adjustment.pk,
+                approve=data.validated_data["approve"],
+                note=data.validated_data["note"],
+            )
+        except manual.AlreadyDecided as exc:
+            return Response({"detail": " ".join(exc.messages)}, status=status.HTTP_409_CONFLICT)
+        return Response(ManualAdjustmentOut(adjustment).data)

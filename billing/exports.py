@@ -4,9 +4,12 @@ or reorder (docs/billing.md; ``tests/billing/test_exports.py`` pins them).
 
 The CSV is UTF-8 with a byte order mark by default: without one, Excel on a Chinese Windows
 desktop reads the file as GBK and shows every non-ASCII name as mojibake. ``bom=False`` leaves
-it out for programs that do not expect one. The last column, ``covers``, says which departments
-the file covers (``*``: the whole centre), so a file limited to a scope is never mistaken for
-the centre's total — a department in it without lines had none."""
+it out for programs that do not expect one. The column ``covers`` says which departments the
+file covers (``*``: the whole centre), so a file limited to a scope is never mistaken for the
+centre's total — a department in it without lines had none; the file name says it too
+(``filename``), and the XLSX's title. ``reason`` and ``attachment`` are filled on manual lines.
+The XLSX adds number formats, a frozen header and a total row (the CSV stays one header row and
+data, for importers)."""
 
 from __future__ import annotations
 
@@ -14,8 +17,11 @@ import csv
 import io
 from collections.abc import Iterable, Iterator
 from datetime import date
+from decimal import Decimal
 
 from django.db import connection
+from django.http import HttpResponse
+from django.utils.translation import gettext as _
 
 from portal.models import Department
 
@@ -36,6 +42,8 @@ COLUMNS = (
     "line_type",
     "original_month",
     "covers",
+    "reason",
+    "attachment",
 )
 ALL_DEPARTMENTS = "*"  # ``covers`` of a file of the whole centre; no department code can be "*"
 BOM = "\ufeff"
@@ -64,16 +72,18 @@ def cost_centres() -> dict[int, str]:
 
 _ROWS = """
 SELECT s.month, d.code, d.id, p.code, u.username, f.name, l.tier, l.card_hours, l.unit_price, l.amount,
-       s.currency, l.kind, l.original_month
+       s.currency, l.kind, l.original_month, m.reason, m.attachment
 FROM billing_statementline l
 JOIN billing_statement s ON s.id = l.statement_id
 JOIN portal_department d ON d.id = s.department_id
-JOIN quotas_flavor f ON f.id = l.flavor_id
+LEFT JOIN quotas_flavor f ON f.id = l.flavor_id
+LEFT JOIN billing_manualadjustment m ON m.id = l.manual_id
 LEFT JOIN portal_project p ON p.id = l.project_id
 LEFT JOIN portal_user u ON u.id = l.user_id
 WHERE s.month = %(month)s AND (%(departments)s::bigint[] IS NULL OR s.department_id = ANY(%(departments)s))
 ORDER BY d.code COLLATE "C",
-         CASE l.kind WHEN 'usage' THEN 0 WHEN 'adjustment' THEN 1 WHEN 'reserved' THEN 2 ELSE 3 END,
+         CASE l.kind WHEN 'usage' THEN 0 WHEN 'adjustment' THEN 1 WHEN 'reserved' THEN 2
+                     WHEN 'lender_credit' THEN 3 ELSE 4 END,
          l.original_month NULLS FIRST, p.code COLLATE "C" NULLS FIRST, u.username COLLATE "C" NULLS FIRST,
          f.name COLLATE "C", l.tier, l.period_start, l.id
 """
@@ -113,6 +123,8 @@ def chargeback_rows(month: date, departments: frozenset[int] | None = None) -> I
         currency,
         kind,
         original,
+        reason,
+        attachment,
     ) in found:
         yield (
             month_label(statement_month),
@@ -120,7 +132,7 @@ def chargeback_rows(month: date, departments: frozenset[int] | None = None) -> I
             centres.get(dept, ""),
             project or "",
             user or "",
-            flavor,
+            flavor or "",
             tier,
             hours,
             rate,
@@ -129,6 +141,8 @@ def chargeback_rows(month: date, departments: frozenset[int] | None = None) -> I
             kind,
             month_label(original) if original else "",
             scope,
+            reason or "",
+            attachment or "",
         )
 
 
@@ -145,27 +159,65 @@ def write_csv(rows: Iterable[tuple], out: io.TextIOBase, *, bom: bool = True) ->
         writer.writerow([_text(v) for v in row])
 
 
-def write_xlsx(rows: Iterable[tuple], out) -> None:
+# Column positions of the numbers (XLSX number formats, the total row).
+CARD_HOURS, RATE, AMOUNT, CURRENCY = (COLUMNS.index(c) for c in ("card_hours", "rate", "amount", "currency"))
+NUMBER_FORMATS = {CARD_HOURS: "0.000000", RATE: "0.0000", AMOUNT: "0.00"}
+TOTAL_LABEL = "total"
+
+
+def write_xlsx(rows: Iterable[tuple], out, *, title: str = "") -> None:
     """Write-only mode streams rows without building the sheet in memory. Decimals stay exact
-    numbers in the cell (openpyxl writes them as numbers, not text)."""
+    numbers in the cell (openpyxl writes them as numbers, not text) with number formats (money
+    0.00, card-hours 6 decimals, rates 4); the header row is frozen; the last row is the total
+    (``total`` in the first column, Σ card-hours and Σ amount of the lines above). ``title`` —
+    the month and the departments covered — goes into the workbook's title and subject."""
     from openpyxl import Workbook
+    from openpyxl.cell import WriteOnlyCell
+    from openpyxl.styles import Font
 
     book = Workbook(write_only=True)
+    book.properties.title = book.properties.subject = title or None
     sheet = book.create_sheet("chargeback")
-    sheet.append(list(COLUMNS))
+    sheet.freeze_panes = "A2"
+    bold = Font(bold=True)
+    sheet.append([_styled(WriteOnlyCell(sheet, value=name), font=bold) for name in COLUMNS])
+    hours, amount, currency = Decimal(0), Decimal("0.00"), ""
     for row in rows:
-        sheet.append(["" if v is None else v for v in row])
+        hours += row[CARD_HOURS] or 0
+        amount += row[AMOUNT] or 0
+        currency = currency or row[CURRENCY]
+        sheet.append([_xlsx_cell(sheet, i, v) for i, v in enumerate(row)])
+    total = [TOTAL_LABEL, *[""] * (len(COLUMNS) - 1)]
+    total[CARD_HOURS], total[AMOUNT], total[CURRENCY] = hours, amount, currency
+    sheet.append([_styled(_xlsx_cell(sheet, i, v), font=bold) for i, v in enumerate(total)])
     book.save(out)
 
 
-def render(rows: Iterable[tuple], fmt: str, *, bom: bool = True) -> bytes:
+def _xlsx_cell(sheet, index: int, value):
+    """A number column's value as a cell with its format; anything else as it is."""
+    if index not in NUMBER_FORMATS or value is None or value == "":
+        return "" if value is None else value
+    from openpyxl.cell import WriteOnlyCell
+
+    return _styled(WriteOnlyCell(sheet, value=value), number_format=NUMBER_FORMATS[index])
+
+
+def _styled(cell, **style):
+    if isinstance(cell, str):
+        return cell  # an empty cell: nothing to style
+    for name, value in style.items():
+        setattr(cell, name, value)
+    return cell
+
+
+def render(rows: Iterable[tuple], fmt: str, *, bom: bool = True, title: str = "") -> bytes:
     if fmt == "csv":
         buffer = io.StringIO()
         write_csv(rows, buffer, bom=bom)
         return buffer.getvalue().encode("utf-8")
     if fmt == "xlsx":
         binary = io.BytesIO()
-        write_xlsx(rows, binary)
+        write_xlsx(rows, binary, title=title)
         return binary.getvalue()
     raise ValueError(f"unknown format {fmt!r}: use csv or xlsx")
 
@@ -181,5 +233,61 @@ def bom_flag(raw: str | None) -> bool | None:
     return None
 
 
-def filename(month: date, fmt: str) -> str:
-    return f"chargeback-{month_label(month)}.{fmt}"
+ENCODINGS = {"utf-8-sig": True, "utf-8": False}  # CSV encoding → with a byte order mark
+
+
+def csv_bom(*, bom: str | None, encoding: str | None) -> bool | None:
+    """The CSV's byte order mark from ``?bom=`` and/or ``?encoding=utf-8|utf-8-sig`` (default:
+    with). None when a value is unknown or the two disagree (the caller answers 400)."""
+    wanted = set()
+    if bom not in (None, ""):
+        wanted.add(bom_flag(bom))
+    if encoding not in (None, ""):
+        wanted.add(ENCODINGS.get(encoding.strip().lower()))
+    if None in wanted or len(wanted) > 1:
+        return None
+    return wanted.pop() if wanted else True
+
+
+def encoding_error() -> str:
+    return _("Use encoding=utf-8-sig (the default, with a byte order mark) or utf-8, or bom=1 or 0.")
+
+
+def scope_codes(departments: frozenset[int] | None) -> list[str] | None:
+    """The codes of the departments a file covers, sorted (None: the whole centre)."""
+    if departments is None:
+        return None
+    return sorted(Department.objects.filter(pk__in=departments).values_list("code", flat=True))
+
+
+def scope_text(month: date, departments: frozenset[int] | None) -> str:
+    """The XLSX title: the month and the departments covered, in English like the columns."""
+    codes = scope_codes(departments)
+    covered = "all departments" if codes is None else "departments " + ", ".join(codes)
+    return f"Chargeback {month_label(month)}: {covered}"
+
+
+def filename(month: date, fmt: str, departments: frozenset[int] | None = None) -> str:
+    """``chargeback-2026-11-all.csv`` for the whole centre; for part of it ``…-dept-<code>``, the
+    highest department covered (the root of the subtree, ties by code), ``+N`` when N more
+    departments are in the file: ``chargeback-2026-11-dept-ai+2.xlsx``. Codes are letters,
+    digits, ``.``, ``_`` and ``-``: safe in a file name."""
+    if departments is None:
+        return f"chargeback-{month_label(month)}-all.{fmt}"
+    rows = dict(Department.objects.filter(pk__in=departments).values_list("code", "parent_id"))
+    ids = dict(Department.objects.filter(pk__in=departments).values_list("id", "code"))
+    roots = sorted(code for code, parent in rows.items() if parent not in ids) or sorted(rows) or ["none"]
+    more = f"+{len(rows) - 1}" if len(rows) > 1 else ""
+    return f"chargeback-{month_label(month)}-dept-{roots[0]}{more}.{fmt}"
+
+
+def chargeback_response(
+    month: date, departments: frozenset[int] | None, fmt: str, *, bom: bool = True
+) -> HttpResponse:
+    """The chargeback file of ``month`` for ``departments`` (None: the whole centre) as a
+    download; its name and the XLSX's title say which departments it covers."""
+    rows = chargeback_rows(month, departments)
+    body = render(rows, fmt, bom=bom, title=scope_text(month, departments))
+    response = HttpResponse(body, content_type=CONTENT_TYPES[fmt])
+    response["Content-Disposition"] = f'attachment; filename="{filename(month, fmt, departments)}"'
+    return response

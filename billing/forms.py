@@ -5,17 +5,20 @@ from __future__ import annotations
 from datetime import date
 
 from django import forms
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
-from portal.models import Department, User
+from portal.models import Department, Project, User
 from portal.selectors import department_children_map, subtree_ids, visible_departments
 from quotas.models import Flavor
 from quotas.selectors import site_zone
 
 from .budgets import budget_departments, budget_projects
-from .models import BUDGET_HOURS
+from .manual import ATTACHMENT_MAX, REASON_MAX, can_propose, proposable_departments
+from .models import BUDGET_HOURS, ManualKind
 from .periods import FIRST_MONTH, LAST_MONTH, MonthOutOfRange, month_label, month_of, parse_month
 from .reports import ReportFilter
 
@@ -192,3 +195,37 @@ class WhatIfForm(forms.Form):
                 "ratio": str(data["ratio"]),
             }
         return {}
+
+
+class ManualAdjustmentForm(forms.Form):
+    """Propose a manual credit or debit line (``billing.manual``): the service checks the amount
+    and the rest, so the form and the API refuse the same things with the same messages."""
+
+    department = forms.ModelChoiceField(label=_("Department"), queryset=Department.objects.none())
+    project = forms.ModelChoiceField(
+        label=_("Project"), queryset=Project.objects.none(), required=False, empty_label=_("None")
+    )
+    kind = forms.ChoiceField(label=_("Credit or debit"), choices=ManualKind.choices)
+    amount = forms.CharField(
+        label=pgettext_lazy("money", "Amount"),
+        max_length=40,
+        help_text=_("In %(currency)s, more than zero, at most two decimals; a credit lowers the statement.")
+        % {"currency": settings.GPUPOOL["CURRENCY"]},
+        widget=forms.TextInput(attrs={"inputmode": "decimal", "placeholder": "1200.50"}),
+    )
+    reason = forms.CharField(
+        label=_("Reason"), max_length=REASON_MAX, widget=forms.Textarea(attrs={"rows": 2})
+    )
+    attachment = forms.CharField(
+        label=_("Attachment"),
+        max_length=ATTACHMENT_MAX,
+        required=False,
+        help_text=_("The name or number of the supporting document, e.g. OA-2026-1123.pdf (not uploaded)."),
+    )
+
+    def __init__(self, *args, user: User, **kwargs):
+        super().__init__(*args, **kwargs)
+        departments = proposable_departments(user)
+        self.fields["department"].queryset = departments
+        self.fields["project"].queryset = Project.objects.filter(department__in=departments).order_by("code")
+        self.allowed = can_propose(user)

@@ -220,6 +220,7 @@ class LineKind(models.TextChoices):
     ADJUSTMENT = "adjustment", _("Correction of a closed month")
     LENDER_CREDIT = "lender_credit", _("Credit for lent capacity")
     RESERVED = "reserved", _("Reserved quota fee")
+    MANUAL = "manual", _("Manual adjustment")
 
 
 class StatementLine(models.Model):
@@ -227,8 +228,8 @@ class StatementLine(models.Model):
     kind = models.CharField(max_length=14, choices=LineKind.choices)
     project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     user = models.ForeignKey(User, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
-    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
-    tier = models.CharField(max_length=10, choices=Tier.choices)
+    flavor = models.ForeignKey(Flavor, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    tier = models.CharField(max_length=10, choices=Tier.choices, blank=True)  # "" on a manual line
     original_month = models.DateField(null=True, blank=True)  # adjustments: the month the usage is from
     rate = models.ForeignKey(Rate, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     unit_price = models.DecimalField(**PRICE, null=True, blank=True)
@@ -237,6 +238,11 @@ class StatementLine(models.Model):
     card_seconds = models.DecimalField(**CARD_SECONDS)  # exact; negative on a credit
     card_hours = models.DecimalField(max_digits=20, decimal_places=6)  # for reading; amount uses seconds
     amount = models.DecimalField(**MONEY, null=True, blank=True)  # None only on an unpriced draft line
+    # Manual lines: the approved adjustment they bill (its reason and attachment name are read
+    # from it); such a line has a fixed amount and no flavor, tier, rate or card-hours.
+    manual = models.ForeignKey(
+        "ManualAdjustment", null=True, blank=True, on_delete=models.PROTECT, related_name="lines"
+    )
 
     class Meta:
         ordering = ["id"]
@@ -246,10 +252,97 @@ class StatementLine(models.Model):
                 | (~Q(kind=LineKind.ADJUSTMENT) & Q(original_month__isnull=True)),
                 name="line_adjustment_has_original_month",
             ),
+            models.CheckConstraint(
+                condition=Q(kind=LineKind.MANUAL, manual__isnull=False, amount__isnull=False)
+                | (~Q(kind=LineKind.MANUAL) & Q(manual__isnull=True, flavor__isnull=False)),
+                name="line_manual_has_adjustment",
+            ),
         ]
 
     def __str__(self):
         return f"{self.statement_id}: {self.kind} {self.flavor_id} {self.tier} {self.amount}"
+
+
+# --- manual adjustments (DESIGN §7 "Facts and corrections"; docs/manual-adjustments.md) ----------
+
+MANUAL_AMOUNT_MAX = Decimal("100000000.00")  # 1e8 CNY a line: far above any real one, far below MONEY
+
+
+class ManualKind(models.TextChoices):
+    CREDIT = "credit", _("Credit")
+    DEBIT = "debit", _("Debit")
+
+
+class ManualState(models.TextChoices):
+    PROPOSED = "proposed", _("Waiting for approval")
+    APPROVED = "approved", _("Approved")
+    REJECTED = "rejected", _("Rejected")
+
+
+class ManualAdjustment(models.Model):
+    """A credit or debit finance adds by hand, billed once approved by a second person.
+
+    ``amount`` is the magnitude (> 0); ``kind`` gives the sign on the statement (a credit is
+    negative). Never edited: the only change a row sees is its one decision (a database trigger,
+    migration 0007, refuses anything else and any DELETE); a mistake is corrected by another
+    adjustment. ``month`` is the first open month at approval; the line goes on the first statement
+    of its department built for that month or a later one (``billing.manual.manual_lines``)."""
+
+    department = models.ForeignKey(
+        Department, on_delete=models.PROTECT, related_name="+", verbose_name=_("department")
+    )
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.PROTECT, related_name="+", verbose_name=_("project")
+    )
+    kind = models.CharField(_("credit or debit"), max_length=6, choices=ManualKind.choices)
+    amount = models.DecimalField(_("amount"), **MONEY)
+    currency = models.CharField(_("currency"), max_length=3, default=default_currency)
+    reason = models.CharField(_("reason"), max_length=500)
+    attachment = models.CharField(_("attachment"), max_length=200, blank=True)
+    state = models.CharField(
+        _("state"), max_length=10, choices=ManualState.choices, default=ManualState.PROPOSED
+    )
+    proposed_by = models.ForeignKey(
+        User, on_delete=models.PROTECT, related_name="+", verbose_name=_("proposed by")
+    )
+    proposed_at = models.DateTimeField(_("proposed"))
+    decided_by = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.PROTECT, related_name="+", verbose_name=_("decided by")
+    )
+    decided_at = models.DateTimeField(_("decided"), null=True, blank=True)
+    decision_note = models.CharField(_("note"), max_length=500, blank=True)
+    month = models.DateField(_("billed from month"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name = _("manual adjustment")
+        verbose_name_plural = _("manual adjustments")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(amount__gt=0, amount__lte=MANUAL_AMOUNT_MAX), name="manual_amount_positive"
+            ),
+            models.CheckConstraint(condition=~Q(reason=""), name="manual_reason_given"),
+            # Segregation of duties, also below every code path.
+            models.CheckConstraint(
+                condition=~Q(decided_by=models.F("proposed_by")), name="manual_not_decided_by_proposer"
+            ),
+            models.CheckConstraint(
+                condition=Q(state=ManualState.PROPOSED, decided_by__isnull=True, decided_at__isnull=True,
+                            month__isnull=True)
+                | Q(state=ManualState.APPROVED, decided_by__isnull=False, decided_at__isnull=False,
+                    month__isnull=False)
+                | Q(state=ManualState.REJECTED, decided_by__isnull=False, decided_at__isnull=False,
+                    month__isnull=True),
+                name="manual_decision_complete",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.department_id} {self.kind} {self.amount} ({self.state})"
+
+    @property
+    def signed_amount(self) -> Decimal:
+        return -self.amount if self.kind == ManualKind.CREDIT else self.amount
 
 
 # --- budgets (DESIGN §3.9, docs/billing.md "Budgets") ---------------------------------------

@@ -18,6 +18,7 @@ from quotas.selectors import site_zone
 
 from . import pricing
 from .lines import by_department, rate_schedules, usage_lines
+from .manual import manual_lines
 from .meter import meter_state
 from .models import MonthClose, Rate, Statement, StatementLine, Tier, UsageRecord
 from .periods import month_bounds
@@ -44,7 +45,7 @@ def visible_statements(user: User) -> QuerySet[Statement]:
 
 
 def statement_lines(statement: Statement) -> QuerySet[StatementLine]:
-    return statement.lines.select_related("project", "user", "flavor").order_by("id")
+    return statement.lines.select_related("project", "user", "flavor", "manual").order_by("id")
 
 
 def is_closed(month: date) -> bool:
@@ -54,7 +55,8 @@ def is_closed(month: date) -> bool:
 def month_lines(
     month: date, *, through: int | None, adjustments_after: int | None, until: datetime, departments=None
 ) -> dict[int, list[pricing.Line]]:
-    """Every priced line of ``month`` by department: usage, adjustments, reserved fees, credits."""
+    """Every priced line of ``month`` by department: usage, adjustments, reserved fees, credits,
+    and the approved manual adjustments not yet billed (``billing.manual``)."""
     schedules = rate_schedules()
     found = usage_lines(
         month, schedules, through=through, adjustments_after=adjustments_after, department_ids=departments
@@ -62,7 +64,7 @@ def month_lines(
     extra = settlement_usages(month, schedules, until=until, through=through)
     if departments is not None:
         extra = [u for u in extra if u.key.department_id in departments]
-    return by_department(found + pricing.price(extra, schedules))
+    return by_department(found + pricing.price(extra, schedules) + manual_lines(month, departments))
 
 
 @dataclass

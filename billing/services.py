@@ -171,6 +171,7 @@ _LINE_COLUMNS = {
     "card_seconds": "numeric",
     "card_hours": "numeric",
     "amount": "numeric",
+    "manual_id": "bigint",  # manual lines (billing.manual.ManualLine): the adjustment billed
 }
 _INSERT_LINES = (
     f"INSERT INTO billing_statementline ({', '.join(_LINE_COLUMNS)}) SELECT * FROM unnest("  # noqa: S608
@@ -200,6 +201,7 @@ def _line_values(statement_id: int, line: pricing.Line) -> tuple:
         line.card_seconds,
         line.card_hours,
         line.amount,
+        getattr(line, "manual_id", None),
     )
 
 

@@ -11,6 +11,9 @@ urlpatterns = [
     path(
         "billing/statements/<int:pk>/download/", views.statement_download, name="billing-statement-download"
     ),
+    path("billing/chargeback/", views.chargeback_download, name="billing-chargeback"),
+    path("billing/adjustments/", views.adjustment_list, name="billing-adjustments"),
+    path("billing/adjustments/<int:pk>/decide/", views.adjustment_decide, name="billing-adjustment-decide"),
     path("billing/budgets/", views.budget_list, name="billing-budgets"),
     path("billing/budgets/<int:pk>/delete/", views.budget_remove, name="billing-budget-delete"),
     path("what-if/", views.what_if, name="what-if"),

@@ -21,11 +21,18 @@ from portal.selectors import get_visible, scope_for
 from quotas.models import Flavor
 from quotas.selectors import default_flavor_id
 
-from . import charts, exports, reports, selectors
+from . import charts, exports, manual, reports, selectors
 from .budgets import budget_delete, budget_set, budget_statuses, can_set_budget, visible_budgets
-from .forms import BudgetForm, ReportFilterForm, WhatIfForm, this_month
+from .forms import (
+    BudgetForm,
+    ManualAdjustmentForm,
+    ReportFilterForm,
+    WhatIfForm,
+    clean_month_text,
+    this_month,
+)
 from .meter import meter_state
-from .models import StatementState, WhatIfRun, WhatIfState
+from .models import ManualState, StatementState, WhatIfRun, WhatIfState
 from .periods import month_label, previous_month
 from .whatif import charts as whatif_charts
 from .whatif import describe as whatif_describe
@@ -141,8 +148,29 @@ def statement_list(request):
             "estimates": estimates,
             "metered_through": meter_state().metered_through,
             "currency": settings.GPUPOOL["CURRENCY"],
+            "files": _chargeback_files(request.user),
         },
     )
+
+
+CHARGEBACK_MONTHS_SHOWN = 12
+
+
+def _chargeback_files(user: User) -> dict | None:
+    """The closed months whose chargeback file (of everything the user's statements cover) the
+    page offers, and the scope the files state."""
+    if not selectors.sees_statements(user):
+        return None
+    statements = selectors.visible_statements(user).filter(state=StatementState.CLOSED)
+    months = statements.order_by("-month").values_list("month", flat=True).distinct()
+    departments = selectors.statement_departments(user)
+    return {
+        "months": [
+            {"month": m, "links": [(f, exports.filename(m, f, departments)) for f in exports.FORMATS]}
+            for m in months[:CHARGEBACK_MONTHS_SHOWN]
+        ],
+        "codes": exports.scope_codes(departments),
+    }
 
 
 def _estimate_rows(estimates: list[selectors.Estimate]) -> list[dict]:
@@ -190,18 +218,115 @@ def statement_download(request, pk: int):
     statement = get_visible(selectors.visible_statements(request.user), pk=pk)
     if statement.state != StatementState.CLOSED:
         raise Http404
+    fmt, bom = _file_options(request)
+    if isinstance(fmt, HttpResponse):
+        return fmt
+    return exports.chargeback_response(statement.month, frozenset({statement.department_id}), fmt, bom=bom)
+
+
+def _file_options(request) -> tuple[str, bool] | tuple[HttpResponse, None]:
+    """``format`` and the CSV's byte order mark (``bom`` / ``encoding``), or a 400 to answer."""
     fmt = (request.GET.get("format") or "csv").lower()
     if fmt not in exports.FORMATS:
-        return HttpResponseBadRequest(_("Unknown format: use csv or xlsx."), content_type="text/plain")
-    bom = exports.bom_flag(request.GET.get("bom"))
+        return HttpResponseBadRequest(_("Unknown format: use csv or xlsx."), content_type="text/plain"), None
+    bom = exports.csv_bom(bom=request.GET.get("bom"), encoding=request.GET.get("encoding"))
     if bom is None:
-        return HttpResponseBadRequest(_("bom is 1 (the default) or 0."), content_type="text/plain")
-    rows = exports.chargeback_rows(statement.month, frozenset({statement.department_id}))
-    body = exports.render(rows, fmt, bom=bom)
-    response = HttpResponse(body, content_type=exports.CONTENT_TYPES[fmt])
-    name = f"chargeback-{month_label(statement.month)}-{statement.department.code}.{fmt}"
-    response["Content-Disposition"] = f'attachment; filename="{name}"'
-    return response
+        return HttpResponseBadRequest(exports.encoding_error(), content_type="text/plain"), None
+    return fmt, bom
+
+
+@login_required
+def chargeback_download(request):
+    """The chargeback file of a closed month for everything the user's statements cover (their
+    whole subtree; the centre for platform admins and auditors), or one visible department
+    (``?department=``). Nobody else has one: 404, as for another department's file."""
+    departments = selectors.statement_departments(request.user)
+    if departments is not None and not departments:
+        raise Http404
+    wanted = request.GET.get("department")
+    if wanted:
+        if not wanted.isdigit() or (departments is not None and int(wanted) not in departments):
+            raise Http404
+        departments = frozenset({int(wanted)})
+    try:
+        month = clean_month_text(request.GET.get("month") or "")
+    except ValidationError as exc:
+        return HttpResponseBadRequest(" ".join(exc.messages), content_type="text/plain")
+    if not selectors.is_closed(month):
+        return HttpResponseBadRequest(
+            _("%(m)s is not closed yet.") % {"m": month_label(month)}, content_type="text/plain"
+        )
+    fmt, bom = _file_options(request)
+    if isinstance(fmt, HttpResponse):
+        return fmt
+    return exports.chargeback_response(month, departments, fmt, bom=bom)
+
+
+# --- manual adjustments (DESIGN §7; docs/manual-adjustments.md) -------------------------------------
+
+ADJUSTMENTS_PAGE_SIZE = 50
+
+
+def _finance_or_platform(request) -> None:
+    """The adjustments page is for finance and platform admins; anyone else gets 404."""
+    scope = scope_for(request.user)
+    if not (scope.platform_admin or scope.finance_departments):
+        raise Http404
+
+
+def _form_errors(form, exc: ValidationError) -> None:
+    errors = exc.error_dict if hasattr(exc, "error_dict") else {None: exc.error_list}
+    for field, found in errors.items():
+        form.add_error(field if field in form.fields else None, found)
+
+
+@login_required
+def adjustment_list(request):
+    """Manual credit and debit lines of the user's departments; the form proposes one, and each
+    waiting line offers approve / reject to whoever may decide it (never its proposer)."""
+    _finance_or_platform(request)
+    form = ManualAdjustmentForm(request.POST if request.method == "POST" else None, user=request.user)
+    if request.method == "POST" and form.is_valid():
+        try:
+            with transaction.atomic():
+                manual.adjustment_propose(actor=request.user, **form.cleaned_data)
+        except ValidationError as exc:
+            _form_errors(form, exc)
+        except PermissionDenied as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, _("The adjustment was proposed: a second person approves it."))
+            return redirect("billing-adjustments")
+    adjustments = manual.visible_adjustments(request.user).order_by("-id")
+    page = Paginator(adjustments, ADJUSTMENTS_PAGE_SIZE).get_page(request.GET.get("page"))
+    rows = [
+        {"a": a, "can_decide": a.state == ManualState.PROPOSED and manual.can_decide(request.user, a)}
+        for a in page
+    ]
+    return render(request, "billing/adjustments.html", {"form": form, "page": page, "rows": rows})
+
+
+@login_required
+@require_POST
+def adjustment_decide(request, pk: int):
+    adjustment = get_visible(manual.visible_adjustments(request.user), pk=pk)
+    decision = request.POST.get("decision")
+    if decision not in ("approve", "reject"):
+        messages.error(request, _("Choose approve or reject."))
+        return redirect("billing-adjustments")
+    try:
+        manual.adjustment_decide(
+            actor=request.user,
+            adjustment_id=adjustment.pk,
+            approve=decision == "approve",
+            note=request.POST.get("note", ""),
+        )
+    except (PermissionDenied, ValidationError) as exc:
+        messages.error(request, " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc))
+    else:
+        done = _("approved") if decision == "approve" else _("rejected")
+        messages.success(request, _("Adjustment #%(id)s %(done)s.") % {"id": adjustment.pk, "done": done})
+    return redirect("billing-adjustments")
 
 
 # --- budgets --------------------------------------------------------------------------------------

@@ -58,6 +58,17 @@ api_v1 = [
     path("statements/<int:pk>/", billing_api.StatementDetailApi.as_view(), name="statement-detail"),
     path("chargeback/", billing_api.ChargebackApi.as_view(), name="chargeback"),
     path("budgets/", billing_api.BudgetListApi.as_view(), name="budget-list"),
+    path("manual-adjustments/", billing_api.ManualAdjustmentListApi.as_view(), name="manualadjustment-list"),
+    path(
+        "manual-adjustments/<int:pk>/",
+        billing_api.ManualAdjustmentDetailApi.as_view(),
+        name="manualadjustment-detail",
+    ),
+    path(
+        "manual-adjustments/<int:pk>/decide/",
+        billing_api.ManualAdjustmentDecideApi.as_view(),
+        name="manualadjustment-decide",
+    ),
     path("budgets/<int:pk>/", billing_api.BudgetDetailApi.as_view(), name="budget-detail"),
     # Approvals (DESIGN §6): the generic engine, its kinds, job policies, notifications.
     path("approvals/", approvals_api.ApprovalListApi.as_view(), name="approval-list"),

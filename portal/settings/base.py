@@ -195,6 +195,8 @@ SPECTACULAR_SETTINGS = {
         "StatementStateEnum": "billing.models.StatementState",
         "BillingTierEnum": "billing.models.Tier",
         "StatementLineKindEnum": "billing.models.LineKind",
+        "ManualAdjustmentKindEnum": "billing.models.ManualKind",
+        "ManualAdjustmentStateEnum": "billing.models.ManualState",
     },
 }
 

@@ -148,6 +148,19 @@ VISIBLE["budget-list"] = {
     "pb_member": {"bu_B", "bu_pb"},
     "outsider": set(),
 }
+# Manual adjustments (issue 19) follow their department, as statements: on A1 and B.
+VISIBLE["manualadjustment-list"] = {
+    "platform": {"adj_A1", "adj_B"},
+    "auditor": {"adj_A1", "adj_B"},
+    "a_admin": {"adj_A1"},
+    "a_finance": {"adj_A1"},
+    "b_admin": {"adj_B"},
+    "b_finance": {"adj_B"},
+    "pa1_admin": set(),
+    "pa1_member": set(),
+    "pb_member": set(),
+    "outsider": set(),
+}
 # Pool resources are not tenant data: every signed-in user reads them, only platform admins write.
 GLOBAL_LISTS = {"flavor-list", "cluster-list", "node-list"}
 # Endpoints covered by dedicated tests elsewhere (not object lists).
@@ -155,6 +168,7 @@ GLOBAL_LISTS = {"flavor-list", "cluster-list", "node-list"}
 OTHER = {"me", "token", "quota-tree", "quota-usage", "loan-cancel", "job-cancel", "job-events", "job-explain",
          "job-utilisation"}
 OTHER |= {"statement-estimate", "chargeback"}  # per-persona tests in tests/billing/test_api.py
+OTHER |= {"manualadjustment-decide"}  # tests/billing/test_manual_api.py
 OTHER |= {"job-scale"}  # test_job_scale_follows_visibility_then_the_edit_rule below
 # Approval actions, request creation and notifications: tests/api/test_approvals_api.py.
 OTHER |= {"approval-decide", "approval-bulk-decide", "approval-cancel", "approval-comment", "quota-request",
@@ -211,7 +225,19 @@ def objects(world):
     }
     by_list["statement-list"] = _statements(world)
     by_list["budget-list"] = _budgets(world)
+    by_list["manualadjustment-list"] = _adjustments(world)
     return by_list
+
+
+def _adjustments(world):
+    from billing.manual import adjustment_propose
+
+    return {
+        f"adj_{d.code}": adjustment_propose(
+            actor=world.users["platform"], department=d, kind="debit", amount="1", reason="r"
+        ).pk
+        for d in (world.A1, world.B)
+    }
 
 
 def _budgets(world):

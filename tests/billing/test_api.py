@@ -75,7 +75,10 @@ def test_the_chargeback_download_holds_only_visible_departments(world, billed, a
         return
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/csv")
-    assert 'filename="chargeback-2026-11.csv"' in response["Content-Disposition"]
+    scope = "all" if SEES[persona] == {"A", "A1", "B"} else "dept-" + min(SEES[persona]) + "+1" * (
+        len(SEES[persona]) > 1
+    )  # issue 19: the file name says which departments the file covers
+    assert f'filename="chargeback-2026-11-{scope}.csv"' in response["Content-Disposition"]
     rows = list(csv.DictReader(io.StringIO(response.content.decode())))
     assert {r["department_code"] for r in rows} == SEES[persona]
     assert {r["amount"] for r in rows} == {"12.00"}
@@ -90,7 +93,7 @@ def test_the_xlsx_download(world, billed, api):
     rows = list(
         load_workbook(io.BytesIO(response.content), read_only=True).active.iter_rows(values_only=True)
     )
-    assert [r[1] for r in rows[1:]] == ["A1"]
+    assert [r[1] for r in rows[1:-1]] == ["A1"] and rows[-1][0] == "total"
 
 
 def test_statement_detail_has_its_lines(world, billed, api):

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 NOV = date(2026, 11, 1)
 HEADER = (
     "month,department_code,cost_centre,project,user,flavor,tier,card_hours,rate,amount,currency,"
-    "line_type,original_month,covers"
+    "line_type,original_month,covers,reason,attachment"
 )
 
 
@@ -63,6 +63,8 @@ EXPECTED = [
         "usage",
         "",
         "*",
+        "",
+        "",
     ],
     [
         "2026-11",
@@ -79,6 +81,8 @@ EXPECTED = [
         "usage",
         "",
         "*",
+        "",
+        "",
     ],
     [
         "2026-11",
@@ -95,6 +99,8 @@ EXPECTED = [
         "usage",
         "",
         "*",
+        "",
+        "",
     ],
 ]
 
@@ -119,7 +125,8 @@ def test_xlsx_holds_the_same_rows_with_numbers_as_numbers(closed):
     sheet = load_workbook(io.BytesIO(data), read_only=True).active
     found = [list(r) for r in sheet.iter_rows(values_only=True)]
     assert tuple(found[0]) == exports.COLUMNS
-    assert [[("" if v is None else v) for v in row] for row in found[1:]] == [
+    assert found[-1][0] == "total"  # issue 19: the total row
+    assert [[("" if v is None else v) for v in row] for row in found[1:-1]] == [
         [float(v) if i in (7, 8, 9) else v for i, v in enumerate(row)] for row in EXPECTED
     ]
 
@@ -146,7 +153,7 @@ def test_commands_close_and_export_a_month(world, history, tmp_path, capsys):
     )
     xlsx = tmp_path / "oct.xlsx"
     call_command("export_chargeback", "2026-10", "--format", "xlsx", "--out", str(xlsx))
-    assert len(list(load_workbook(xlsx, read_only=True).active.iter_rows(values_only=True))) == 2
+    assert len(list(load_workbook(xlsx, read_only=True).active.iter_rows(values_only=True))) == 3  # + total
     call_command("export_chargeback", "2026-10", "--out", "-")
     assert capsys.readouterr().out.splitlines()[0] == exports.BOM + HEADER
     call_command("export_chargeback", "2026-10", "--out", "-", "--no-bom")
@@ -256,4 +263,5 @@ def test_item16_a_file_of_part_of_the_centre_says_which_departments_it_covers(ch
     assert _covers(page.get(reverse("billing-statement-download", args=[statement.pk]))) == {"A1"}
     xlsx = chargeback("a_finance", format="xlsx")
     rows = list(load_workbook(io.BytesIO(xlsx.content), read_only=True).active.iter_rows(values_only=True))
-    assert rows[0][-1] == "covers" and {r[-1] for r in rows[1:]} == {"A|A1"}
+    covers = exports.COLUMNS.index("covers")
+    assert rows[0][covers] == "covers" and {r[covers] for r in rows[1:-1]} == {"A|A1"}

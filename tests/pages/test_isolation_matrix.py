@@ -97,6 +97,11 @@ RULES: dict[str, Page] = {
     "billing-statement": Page(A_STATEMENT, (NAMES["A1"], NAMES["B"])),
     "billing-statement-download": Page(A_STATEMENT, ("chargeback-", "-B.csv")),
     "billing-budgets": Page(STD, (NAMES["pa1"], NAMES["B"])),
+    # Issue 19: the whole-subtree chargeback file (no month given: 400 for those who read
+    # statements, 404 for everyone else) and the manual adjustments (finance and platform only).
+    "billing-chargeback": Page({p: (400 if STATEMENTS[p] else 404) for p in PERSONAS}),
+    "billing-adjustments": Page({**PLATFORM_404, "platform": AB, "a_finance": A, "b_finance": B},
+                                ("adj:a", "adj:b")),
     # What-if (策略推演) replays the whole pool: platform admins only, 404 for everyone else.
     "what-if": Page({**PLATFORM_404, "platform": AB}, (NAMES["A1"], NAMES["B"])),  # department choices
     "what-if-run": Page(PLATFORM_404, (NAMES["A1"], NAMES["B"])),
@@ -124,6 +129,10 @@ ACTIONS: dict[str, dict] = {
                                "pa1_member": (302, False), "a_admin": (302, True), "platform": (302, True)},
     "billing-budget-delete": {**NOT_SEEN, "auditor": (302, False), "pa1_member": (302, False),
                               "a_finance": (302, True), "a_admin": (302, True), "platform": (302, True)},
+    # a_finance proposed adj:a: it may not decide it (segregation of duties), the platform admin may.
+    "billing-adjustment-decide": {**NOT_SEEN, "pa1_member": (404, False), "auditor": (302, False),
+                                  "a_admin": (302, False), "a_finance": (302, False),
+                                  "platform": (302, True)},
     # Notifications are the recipient's own: only pa1_member reads its note.
     "notification-read": {**{p: (404, False) for p in PERSONAS}, "pa1_member": (302, True)},
     "notification-read-all": {**{p: (302, False) for p in PERSONAS}, "pa1_member": (302, True)},
@@ -180,6 +189,13 @@ def _loan(world, lender, borrower, reason):
                                reason=reason)
 
 
+def _adjustment(world, persona, department, reason):
+    from billing.manual import adjustment_propose
+
+    return adjustment_propose(actor=world.users[persona], department=department, kind="credit", amount="1",
+                              reason=reason)
+
+
 @pytest.fixture
 def objs(world, prio):
     for key, name in NAMES.items():
@@ -205,6 +221,8 @@ def objs(world, prio):
         "bu:b": Budget.objects.create(department=world.B, card_hours=100),
         "note:a": notify(recipients=[world.users["pa1_member"]], text="zz-note-alpha")[0],
         "note:b": notify(recipients=[world.users["pb_member"]], text="zz-note-bravo")[0],
+        "adj:a": _adjustment(world, "a_finance", world.A1, "zz-adj-alpha"),
+        "adj:b": _adjustment(world, "b_finance", world.B, "zz-adj-bravo"),
     }
     if _exists("what-if-run"):
         from billing.models import WhatIfRun
@@ -223,7 +241,7 @@ SUBJECT = {
     "approval-policy-edit": "pol:a", "approval-policy-delete": "pol:a",
     "notification-read": "note:a",
     "billing-statement": "st:a", "billing-statement-download": "st:a",
-    "billing-budget-delete": "bu:a",
+    "billing-budget-delete": "bu:a", "billing-adjustment-decide": "adj:a",
     "what-if-run": "whatif", "what-if-progress": "whatif",
 }
 
@@ -315,6 +333,10 @@ def _state(name, objs):
         return ApprovalPolicy.objects.filter(pk=objs["pol:a"].pk).exists()
     if name == "billing-budget-delete":
         return Budget.objects.filter(pk=objs["bu:a"].pk).exists()
+    if name == "billing-adjustment-decide":
+        from billing.models import ManualAdjustment
+
+        return ManualAdjustment.objects.get(pk=objs["adj:a"].pk).state
     if name in ("notification-read", "notification-read-all"):
         return Notification.objects.get(pk=objs["note:a"].pk).read_at is not None
     raise AssertionError(name)
@@ -327,6 +349,8 @@ def _body_of(name, objs):
         return {"decision": "approve", "comment": "ok"}
     if name in ("approval-cancel", "approval-comment"):
         return {"comment": "zz-comment"}
+    if name == "billing-adjustment-decide":
+        return {"decision": "approve"}
     return {}
 
 
