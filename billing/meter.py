@@ -60,8 +60,12 @@ _RELEVANT_EVENTS = """
 """
 
 # Card-seconds of one row: devices held × their fraction of a card × seconds, rounded once.
-CARD_SECONDS = """round(s.workers * j.gpus_per_worker * f.card_fraction * coalesce(j.gpu_milli, 1000) / 1000.0
-             * extract(epoch FROM least(s.e, h.h + interval '1 hour') - greatest(s.s, h.h)), 6)"""
+# Exact: the fraction of a card is a rational (numerator / denominator, quotas.Flavor) and the one
+# division comes last, so seven 1/7 slices for an hour are 3600 card-seconds, not 3599.99993.
+CARD_SECONDS = """round(s.workers::numeric * j.gpus_per_worker * f.fraction_numerator
+             * coalesce(j.gpu_milli, 1000)
+             * extract(epoch FROM least(s.e, h.h + interval '1 hour') - greatest(s.s, h.h))
+             / (f.fraction_denominator * 1000.0), 6)"""
 
 _COLUMNS = """job_id, segment_start, segment_end, hour_start, month, flavor_id, project_id, department_id,
     user_id, priority_class_id, tier, gpu_count, card_seconds"""
@@ -440,7 +444,8 @@ def unmetered_tail(
 
 _BOUND = f"""
 SELECT p.department_id, j.project_id,
-       sum(j.workers * j.gpus_per_worker * f.card_fraction * coalesce(j.gpu_milli, 1000) / 1000)
+       sum(j.workers::numeric * j.gpus_per_worker * f.fraction_numerator * coalesce(j.gpu_milli, 1000)
+           / (f.fraction_denominator * 1000))
 FROM jobs_job j
 JOIN portal_project p ON p.id = j.project_id
 JOIN quotas_flavor f ON f.id = j.flavor_id

@@ -141,10 +141,10 @@ def expected_card_seconds(until: datetime) -> dict[tuple, Decimal]:
         for e in [*events, None]:
             at = until if e is None else e.occurred_at
             if running and at > since:
-                per_second = (
-                    workers * job.gpus_per_worker * job.flavor.card_fraction * Decimal(job.gpu_milli or 1000)
-                )
-                per_second /= 1000
+                fraction = job.flavor.fraction
+                per_second = workers * job.gpus_per_worker * fraction.numerator
+                per_second *= Decimal(job.gpu_milli or 1000)
+                per_second /= 1000 * fraction.denominator
                 for (month, dept, tier), seconds in _by_month(since, at, job.project.department_id, on_loan):
                     found[(month, dept, tier)] += per_second * seconds
             since = at

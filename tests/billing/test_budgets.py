@@ -354,7 +354,7 @@ def _bounds_read(call) -> int:
 
     with CaptureQueriesContext(connection) as queries:
         call()
-    return sum("sum(j.workers * j.gpus_per_worker" in q["sql"] for q in queries)
+    return sum("sum(j.workers::numeric * j.gpus_per_worker" in q["sql"] for q in queries)
 
 
 def test_a_department_budget_holds_its_whole_subtree_and_nothing_else(world, running_now):

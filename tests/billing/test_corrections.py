@@ -261,3 +261,15 @@ def test_the_periodic_task_corrects_a_late_end(world, history):
     report = meter_task()
     assert report["reversed"] > 0 and report["corrected_jobs"] == 1
     assert net(job=job) == 2 * 3600 < charged
+
+
+def test_seven_slices_of_a_seventh_bill_exactly_one_card(world, history, flavors):
+    """A job of seven 1/7 MIG slices for one hour is 3600 card-seconds, not 3599.99993 (the old
+    0.14285714 × 7); seven one-slice jobs add up to the same."""
+    _whole, mig, _shared = flavors
+    assert (mig.fraction_numerator, mig.fraction_denominator) == (1, 7)
+    seven = history.run(world.pa1, mig, local(2026, 11, 2, 8), local(2026, 11, 2, 9), gpus=7)
+    singles = [history.run(world.pb, mig, local(2026, 11, 2, 8), local(2026, 11, 2, 9)) for _ in range(7)]
+    meter(local(2026, 11, 3))
+    assert net(job=seven) == Decimal(3600)
+    assert abs(net(job__in=singles) - Decimal(3600)) <= Decimal("0.000004")  # 6 places per row

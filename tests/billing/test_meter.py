@@ -100,7 +100,9 @@ def test_mig_slices_and_shared_gpus_count_their_fraction_of_a_card(world, histor
     history.run(world.pa1, mig, local(2026, 11, 3, 10), local(2026, 11, 3, 11), gpus=3)
     history.run(world.pa1, shared, local(2026, 11, 3, 10), local(2026, 11, 3, 11), milli=250)
     meter(local(2026, 11, 4))
-    assert [(r[5], r[6]) for r in rows()] == [(3, Decimal("1542.857112")), (1, Decimal("900"))]
+    # 3/7 of 3600 = 1542.857142857…: rounded once, at the sixth place (was 1542.857112 with the
+    # fraction stored as 0.14285714).
+    assert [(r[5], r[6]) for r in rows()] == [(3, Decimal("1542.857143")), (1, Decimal("900"))]
 
 
 def test_a_preempted_job_is_billed_until_it_exits_and_its_next_run_in_its_new_tier(world, history):

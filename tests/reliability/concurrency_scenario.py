@@ -629,7 +629,8 @@ def ledger_mismatches() -> tuple[int, list[str]]:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT e.job_id, e.kind, e.from_state, e.to_state, e.data, e.occurred_at,"
-            " j.gpus_per_worker * coalesce(j.gpu_milli, 1000) * f.card_fraction / 1000.0"
+            " j.gpus_per_worker * coalesce(j.gpu_milli, 1000) * f.fraction_numerator"
+            " / (f.fraction_denominator * 1000.0)"
             " FROM jobs_jobevent e JOIN jobs_job j ON j.id = e.job_id"
             " JOIN quotas_flavor f ON f.id = j.flavor_id"
             " ORDER BY e.job_id, e.occurred_at, e.id"
