@@ -103,7 +103,8 @@ class MonthCloseAdmin(ReadOnlyAdmin):
 
 @admin.register(UsageRecord)
 class UsageRecordAdmin(ReadOnlyAdmin):
-    list_display = ["job", "hour_start", "tier", "gpu_count", "card_seconds", "department", "project"]
+    list_display = ["job", "hour_start", "tier", "gpu_count", "card_seconds", "revision", "reverses"]
+    list_display += ["department", "project"]
     list_filter = ["month", "tier", "flavor"]
-    list_select_related = ["job", "department", "project"]
+    list_select_related = ["job", "department", "project", "reverses"]
     show_full_result_count = False  # the ledger is large: no COUNT(*) on every page

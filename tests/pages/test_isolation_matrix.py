@@ -102,6 +102,10 @@ RULES: dict[str, Page] = {
     "billing-chargeback": Page({p: (400 if STATEMENTS[p] else 404) for p in PERSONAS}),
     "billing-adjustments": Page({**PLATFORM_404, "platform": AB, "a_finance": A, "b_finance": B},
                                 ("adj:a", "adj:b")),
+    # Moving a project (issue 19): platform admins only; those who see the project get 403, the
+    # rest 404 (another tenant's project is not there).
+    "project-move": Page({**{p: (403 if A_OBJECT[p] == A else 404) for p in PERSONAS}, "platform": A},
+                         (NAMES["pa1"], NAMES["pb"])),
     # What-if (策略推演) replays the whole pool: platform admins only, 404 for everyone else.
     "what-if": Page({**PLATFORM_404, "platform": AB}, (NAMES["A1"], NAMES["B"])),  # department choices
     "what-if-run": Page(PLATFORM_404, (NAMES["A1"], NAMES["B"])),
@@ -223,6 +227,7 @@ def objs(world, prio):
         "note:b": notify(recipients=[world.users["pb_member"]], text="zz-note-bravo")[0],
         "adj:a": _adjustment(world, "a_finance", world.A1, "zz-adj-alpha"),
         "adj:b": _adjustment(world, "b_finance", world.B, "zz-adj-bravo"),
+        "proj:a": world.pa1,
     }
     if _exists("what-if-run"):
         from billing.models import WhatIfRun
@@ -243,6 +248,7 @@ SUBJECT = {
     "billing-statement": "st:a", "billing-statement-download": "st:a",
     "billing-budget-delete": "bu:a", "billing-adjustment-decide": "adj:a",
     "what-if-run": "whatif", "what-if-progress": "whatif",
+    "project-move": "proj:a",
 }
 
 
