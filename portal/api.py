@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView
 
+from . import permissions as perm
 from . import services, signin
 from .api_base import DetailApi, ListCreateApi
 from .models import Department, Membership, Project, ProjectMove, Role, User
@@ -148,6 +149,9 @@ class ProjectMoveApi(APIView):
     @extend_schema(request=ProjectMoveIn, responses={201: ProjectMoveOut})
     def post(self, request, pk):
         project = get_visible(visible_projects(request.user), pk=pk)
+        # Who may act comes before what they sent: a member who sees the project gets 403, not a
+        # 400 about a department it cannot see.
+        perm.require(scope_for(request.user).platform_admin)
         body = ProjectMoveIn(data=request.data, context={"request": request})
         body.is_valid(raise_exception=True)
         data = body.validated_data

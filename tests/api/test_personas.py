@@ -169,6 +169,7 @@ OTHER = {"me", "token", "quota-tree", "quota-usage", "loan-cancel", "job-cancel"
          "job-utilisation"}
 OTHER |= {"statement-estimate", "chargeback"}  # per-persona tests in tests/billing/test_api.py
 OTHER |= {"manualadjustment-decide"}  # tests/billing/test_manual_api.py
+OTHER |= {"project-move"}  # a POST only: tests/services/test_project_move.py::test_item4_api_persona_rule
 OTHER |= {"job-scale"}  # test_job_scale_follows_visibility_then_the_edit_rule below
 # Approval actions, request creation and notifications: tests/api/test_approvals_api.py.
 OTHER |= {"approval-decide", "approval-bulk-decide", "approval-cancel", "approval-comment", "quota-request",

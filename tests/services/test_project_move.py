@@ -223,3 +223,19 @@ def test_item4_admin_no_longer_changes_a_projects_department(world, client, room
     assert response.status_code == 302
     world.pa.refresh_from_db()
     assert (world.pa.name, world.pa.department_id) == ("Renamed", world.A.pk)
+
+
+@pytest.mark.parametrize("persona", ["a_admin", "a_finance", "pa1_admin", "pa1_member", "auditor",
+                                     "b_admin", "b_finance", "pb_member", "outsider"])
+def test_item4_api_persona_rule(world, api, roomy, persona):
+    """Every persona but platform admins: 403 when it sees the project, 404 when it does not."""
+    from portal.selectors import visible_projects
+
+    user = world.users.get(persona)
+    if user is None:
+        pytest.skip(f"no persona {persona}")
+    url = reverse("api:project-move", args=[world.pa.pk])
+    seen = visible_projects(user).filter(pk=world.pa.pk).exists()
+    response = api(user).post(url, {"department": roomy.pk, "reason": "try"}, format="json")
+    assert response.status_code == (403 if seen else 404)
+    _unchanged(world)
