@@ -225,7 +225,8 @@ def _late_corrections(share: float, seed: int, now: datetime) -> dict:
                JOIN jobs_jobevent e ON e.job_id = r.job_id AND e.occurred_at > r.occurred_at
                 AND e.kind = 'transition' AND e.from_state = 'running'
                WHERE r.kind = 'transition' AND r.to_state = 'running'
-               GROUP BY r.job_id, r.occurred_at"""
+               GROUP BY r.job_id, r.occurred_at
+               ORDER BY r.job_id, r.occurred_at"""  # the last run of each job wins below
         )
         runs = {job: (start, end) for job, start, end in cursor.fetchall()}
     chosen = rng.sample(sorted(runs), int(len(runs) * share))

@@ -401,7 +401,8 @@ def _apply(found: list[tuple], scopes: dict[int, datetime | None], now: datetime
         cursor.execute(_SCRATCH)
         cursor.execute(_TRUE_ROWS, params)
         cursor.execute(_HELD_ROWS, params)
-        if not cursor.rowcount:  # the usual batch: nothing metered in scope yet, nothing to undo
+        held = cursor.rowcount
+        if not held:  # the usual batch: nothing metered in scope yet, nothing to undo
             cursor.execute(_CHARGE_NEW, params)
             return 0, cursor.rowcount
         cursor.execute("ANALYZE meter_true, meter_held")

@@ -79,8 +79,14 @@ class UsageRecord(models.Model):
     gpu_count = models.PositiveIntegerField(_("GPUs"))
     card_seconds = models.DecimalField(_("card-seconds"), **CARD_SECONDS)  # whole-card units (DESIGN §2)
     revision = models.PositiveSmallIntegerField(default=0)  # 0, then 1, 2, … for corrected charges
-    reverses = models.OneToOneField(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="reversal", db_constraint=False
+    reverses = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="reversals",
+        db_constraint=False,
+        db_index=False,  # the partial unique constraint below is its index
     )
     metered_at = models.DateTimeField()
 
@@ -96,6 +102,10 @@ class UsageRecord(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(segment_end__gt=models.F("segment_start")), name="usage_segment_not_empty"
+            ),
+            # Partial, so that no plan reads "reverses IS NULL" (every charge) through it.
+            models.UniqueConstraint(
+                fields=["reverses"], condition=Q(reverses__isnull=False), name="usage_reversed_once"
             ),
             models.CheckConstraint(
                 condition=Q(reverses__isnull=True, card_seconds__gte=0)

@@ -42,7 +42,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='usagerecord',
             name='reverses',
-            field=models.OneToOneField(blank=True, db_constraint=False, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='reversal', to='billing.usagerecord'),
+            field=models.ForeignKey(blank=True, db_constraint=False, db_index=False, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='reversals', to='billing.usagerecord'),
         ),
         migrations.AddField(
             model_name='usagerecord',
@@ -57,6 +57,10 @@ class Migration(migrations.Migration):
         migrations.AddConstraint(
             model_name='usagerecord',
             constraint=models.UniqueConstraint(condition=models.Q(('reverses__isnull', True)), fields=('job', 'segment_start', 'revision'), name='usage_natural_key'),
+        ),
+        migrations.AddConstraint(
+            model_name='usagerecord',
+            constraint=models.UniqueConstraint(condition=models.Q(('reverses__isnull', False)), fields=('reverses',), name='usage_reversed_once'),
         ),
         migrations.AddConstraint(
             model_name='usagerecord',
