@@ -175,7 +175,7 @@ def test_fifty_clients_against_tight_quotas_never_over_admit(tmp_path):
         involved |= {int(n) for n in re.findall(r"job (\d+) ", " ".join(result.ledger[:2]))}
         context["events"] = {
             job: list(JobEvent.objects.filter(job_id=job).order_by("id").values_list(
-                "id", "kind", "from_state", "to_state", "reason", "data", "at"))
+                "id", "kind", "from_state", "to_state", "reason", "data", "occurred_at"))
             for job in sorted(involved)
         }
         print(json.dumps({k: context[k] for k in ("violations", "details", "events")}, default=str))
