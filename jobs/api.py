@@ -24,9 +24,9 @@ from .approvals import approval_request_of, with_approval_request
 from .models import (
     COMMAND_MAX_LENGTH,
     IMAGE_MAX_LENGTH,
+    SUBMITTABLE_KINDS,
     Job,
     JobEvent,
-    JobKind,
     PriorityClass,
     image_validator,
     name_validator,
@@ -168,7 +168,7 @@ def _row_column(field, method_columns: dict) -> tuple:
 class JobIn(serializers.Serializer):
     name = serializers.CharField(max_length=63, validators=[name_validator])
     project = VisibleRelatedField(visible_projects)
-    kind = serializers.ChoiceField(choices=JobKind.choices)
+    kind = serializers.ChoiceField(choices=SUBMITTABLE_KINDS)
     flavor = serializers.SlugRelatedField(slug_field="name", queryset=Flavor.objects.all())
     workers = serializers.IntegerField(min_value=1, max_value=services.MAX_WORKERS, default=1)
     gpus_per_worker = serializers.IntegerField(min_value=1, max_value=128, default=1)

@@ -17,6 +17,7 @@ from . import rules, selectors, services
 from .models import (
     COMMAND_MAX_LENGTH,
     IMAGE_MAX_LENGTH,
+    SUBMITTABLE_KINDS,
     JobKind,
     PriorityClass,
     image_validator,
@@ -43,7 +44,7 @@ class JobForm(forms.Form):
         help_text=_("Lower-case letters, digits and '-'."),
     )
     project = forms.ModelChoiceField(queryset=Project.objects.none(), label=_("Project"))
-    kind = forms.ChoiceField(label=_("Kind"), choices=JobKind.choices, initial=JobKind.TRAINING)
+    kind = forms.ChoiceField(label=_("Kind"), choices=SUBMITTABLE_KINDS, initial=JobKind.TRAINING)
     flavor = _FlavorChoice(queryset=Flavor.objects.none(), label=_("Flavor"))
     priority_class = forms.ModelChoiceField(queryset=PriorityClass.objects.none(), label=_("Priority class"))
     workers = forms.IntegerField(label=_("Workers"), min_value=1, max_value=services.MAX_WORKERS, initial=1)

@@ -45,6 +45,13 @@ class JobKind(models.TextChoices):
     TRAINING = "training", _("Training")
     INFERENCE = "inference", _("Inference")
     DEV = "dev", _("Development")
+    # Submitted to the backend directly (sbatch, kubectl) and recorded by the portal (DESIGN §11):
+    # governed, metered and billed, never submitted, stopped or resized through the portal.
+    EXTERNAL = "external", _("External")
+
+
+# What a user may submit through the portal (forms, API, priority-class rules): every kind but external.
+SUBMITTABLE_KINDS = [(value, label) for value, label in JobKind.choices if value != JobKind.EXTERNAL]
 
 
 class UsageRole(models.TextChoices):
@@ -88,7 +95,7 @@ class PriorityClass(models.Model):
     # Who may use the class (issue 18 item 5). The defaults let everybody use it for every kind,
     # as before these fields existed: no migration guesses rules for an installation's classes.
     allowed_kinds = KindsField(
-        models.CharField(max_length=12, choices=JobKind.choices),
+        models.CharField(max_length=12, choices=SUBMITTABLE_KINDS),
         verbose_name=_("allowed kinds"),
         blank=True,
         default=list,
@@ -194,6 +201,9 @@ class Job(models.Model):
     target_workers = models.PositiveIntegerField(_("target workers"), null=True, blank=True)
     grown_at = models.JSONField(default=list, blank=True)
     resize_requested_at = models.DateTimeField(null=True, blank=True)
+    # An external job's user as the backend names it (Slurm user, pod's namespace/service account):
+    # ``submitted_by`` is the portal user of that name, or the "external" placeholder user.
+    external_user = models.CharField(_("backend user"), max_length=100, blank=True)
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
@@ -218,6 +228,10 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=Q(gpu_milli__isnull=True) | (Q(gpu_milli__gte=1) & Q(gpu_milli__lt=1000)),
                 name="job_gpu_milli_range",
+            ),
+            # An external job is recorded once per backend job, however often it is seen.
+            models.UniqueConstraint(
+                fields=["cluster", "backend_id"], condition=Q(kind="external"), name="job_external_once"
             ),
         ]
 
@@ -313,6 +327,58 @@ class JobGpuSample(models.Model):
 
     def __str__(self):
         return f"{self.job_id} @ {self.minute:%Y-%m-%d %H:%M}: {self.gpu_util_pct:.0f}%"
+
+
+class ExternalSourceKind(models.TextChoices):
+    SLURM_ACCOUNT = "slurm_account", _("Slurm account")
+    K8S_NAMESPACE = "k8s_namespace", _("Kubernetes namespace")
+
+
+class ExternalSource(models.Model):
+    """Where external jobs come from: a Slurm account or a Kubernetes namespace of one cluster,
+    and the project its jobs belong to (DESIGN §11). ``project`` empty: unmapped — its jobs are
+    kept as observations until an admin maps it, which turns them into jobs (history included)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="external_sources")
+    kind = models.CharField(_("kind"), max_length=20, choices=ExternalSourceKind.choices)
+    name = models.CharField(_("name"), max_length=100)
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.PROTECT, related_name="external_sources",
+        verbose_name=_("project"),
+    )
+    first_seen_at = models.DateTimeField(_("first seen"), auto_now_add=True)
+    last_seen_at = models.DateTimeField(_("last seen"), null=True, blank=True)
+    mapped_at = models.DateTimeField(_("mapped"), null=True, blank=True)
+    mapped_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+
+    class Meta:
+        ordering = ["cluster", "kind", "name"]
+        verbose_name = _("external source")
+        verbose_name_plural = _("external sources")
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "kind", "name"], name="external_source_unique"),
+        ]
+
+    def __str__(self):
+        return f"{self.cluster}: {self.name}"
+
+
+class ExternalObservation(models.Model):
+    """A backend job of an unmapped source, as last seen (``record``: the importer's fields,
+    JSON). Mapping the source turns each into an external job; until then it is only shown."""
+
+    source = models.ForeignKey(ExternalSource, on_delete=models.CASCADE, related_name="observations")
+    backend_id = models.CharField(max_length=100)
+    record = models.JSONField()
+    observed_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["source", "backend_id"], name="external_observation_unique"),
+        ]
+
+    def __str__(self):
+        return f"{self.source}: {self.backend_id}"
 
 
 class ApprovalPolicy(models.Model):

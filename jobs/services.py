@@ -20,7 +20,15 @@ from quotas.models import Flavor
 
 from . import rules
 from .approvals import approval_reasons, job_approval_open, job_approval_withdraw
-from .models import COMMAND_MAX_LENGTH, Job, JobEvent, JobKind, PriorityClass, image_validator
+from .models import (
+    COMMAND_MAX_LENGTH,
+    SUBMITTABLE_KINDS,
+    Job,
+    JobEvent,
+    JobKind,
+    PriorityClass,
+    image_validator,
+)
 from .states import HOLDING, TERMINAL, JobState
 from .transitions import job_transition, request_cycle
 
@@ -37,6 +45,8 @@ def _can_submit(actor: User, project: Project) -> bool:
 
 def _validate_shape(*, kind, flavor: Flavor, workers, gpus_per_worker, gpu_milli, min_workers) -> None:
     errors: dict[str, list[str]] = {}
+    if kind not in dict(SUBMITTABLE_KINDS):
+        errors["kind"] = [_("Not a kind of job the portal submits.")]
     if not 1 <= workers <= MAX_WORKERS:
         errors["workers"] = [_("Between 1 and %(n)d workers.") % {"n": MAX_WORKERS}]
     if min_workers is not None and not 1 <= min_workers <= workers:
@@ -208,6 +218,9 @@ def job_cancel(*, actor: User, job: Job) -> Job:
     the backend confirms, so its GPUs are not handed out while it still runs."""
     scope = scope_for(actor)
     perm.require(job.submitted_by_id == actor.pk or perm.can_edit_project(scope, job.project))
+    if job.kind == JobKind.EXTERNAL:
+        # The portal did not start it and has no right to stop it: its owner uses scancel/kubectl.
+        raise ValidationError(_("An external job is stopped on its cluster (scancel, kubectl), not here."))
     for _attempt in range(3):  # the scheduler may move the job between our read and our update
         if job.state in HOLDING and job.dispatched_at is not None:
             return _request_stop(job, actor)

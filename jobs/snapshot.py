@@ -76,8 +76,10 @@ _JOBS_SQL = """
     FROM jobs_job j
     JOIN quotas_flavor f ON f.id = j.flavor_id
     JOIN jobs_priorityclass pc ON pc.id = j.priority_class_id
-    WHERE j.state = ANY(%s)
+    WHERE j.state = ANY(%s) AND j.kind <> 'external'
 """
+# External jobs (DESIGN §11) wait in their backend's queue, not the portal's: never in the engine's
+# queue. Running, they hold GPUs and count like any job, but are pinned (never a victim).
 
 
 # What the grow pass may bring a GPU-holding job to (its target), 0 when it may not grow: elastic
@@ -95,7 +97,8 @@ GROW_TO_SQL = """
 _HOLDING_SQL = f"""
     SELECT j.id, j.project_id, f.name, pc.value, pc.preemptible, j.workers, j.min_workers,
            j.gpus_per_worker, j.gpu_milli, j.submitted_at, j.max_runtime_seconds, j.approved,
-           j.admitted_at, j.started_at, j.placement, j.terminating_since, j.grown_at, {GROW_TO_SQL}
+           j.admitted_at, j.started_at, j.placement, j.terminating_since, j.grown_at, {GROW_TO_SQL},
+           j.kind = 'external'
     FROM jobs_job j
     JOIN quotas_flavor f ON f.id = j.flavor_id
     JOIN jobs_priorityclass pc ON pc.id = j.priority_class_id
@@ -114,7 +117,7 @@ def worker_milli(workers: int, min_workers: int | None, gpus: int, gpu_milli: in
 def _running(row: tuple) -> RunningJob:
     jid, project, flavor, priority, preemptible, workers, min_workers, gpus, gpu_milli = row[:9]
     submitted, max_runtime = row[9], row[10]
-    admitted_at, started_at, placement, terminating_since, grown_at, grow_to = row[12:]
+    admitted_at, started_at, placement, terminating_since, grown_at, grow_to, pinned = row[12:]
     # Django's psycopg adapter hands jsonb over as text (JSONField parses it); so do we.
     slots = tuple((f"n{node}", gpu, m) for worker in json.loads(placement) for node, gpu, m in worker)
     wm = worker_milli(workers, min_workers, gpus, gpu_milli)
@@ -125,7 +128,7 @@ def _running(row: tuple) -> RunningJob:
         # only that, and a cold one must order rule 1 and reclaim exactly as the warm one does.
         started_at=admitted_at or started_at, max_runtime_seconds=max_runtime, placement=slots,
         terminating=terminating_since is not None, terminating_since=terminating_since,
-        worker_milli=wm, grow_to=grow_to, grown=grown, submitted_at=submitted,
+        worker_milli=wm, grow_to=grow_to, grown=grown, submitted_at=submitted, pinned=pinned,
     )
 
 
@@ -235,7 +238,7 @@ def live_job_states() -> list[tuple[int, str, bool, datetime | None, bool]]:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT id, state, terminating_since IS NOT NULL, admitted_at, approved FROM jobs_job"
-            " WHERE state = ANY(%s)",
+            " WHERE state = ANY(%s) AND NOT (state = 'queued' AND kind = 'external')",
             [[JobState.QUEUED.value, *(s.value for s in HOLDING)]],
         )
         return cursor.fetchall()

@@ -85,12 +85,12 @@ def single_project_pool(node_count: int = 1, gpus: int = 8) -> tuple[Flavor, Pro
     return f, proj
 
 
-def submit(proj: Project, f: Flavor, *, workers=1, gpus=8, name="job", prio=None, **kw):
+def submit(proj: Project, f: Flavor, *, workers=1, gpus=8, name="job", prio=None, kind="training", **kw):
     return job_submit(
         actor=platform_admin(),
         project=proj,
         name=name,
-        kind="training",
+        kind=kind,
         flavor=f,
         priority_class=prio or priority(),
         image="pytorch:2.3",

@@ -18,6 +18,7 @@ PURE_MODULES = [
     "quotas.queues",
     "jobs.placement",
     "jobs.scheduler",
+    "jobs.backends.external",
     "billing.pricing",
     "jobs.replay.trace",
     "jobs.replay.csvtrace",

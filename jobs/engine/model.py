@@ -17,6 +17,8 @@ Conventions the caller (the Django service) must follow:
   the preemptor's placement overlaps them (per GPU the core counts
   ``min(1000, live + terminating)``) and it is never chosen as a victim again. Drop it once it
   has exited.
+* A ``pinned`` running job (submitted to the backend directly, DESIGN §11) is never a victim:
+  it counts in rule 1 like any job, but reclaim and rule 6 pass it by.
 * Elastic growth (DESIGN §4, §5.4): a running job with ``worker_milli`` set may grow one worker
   at a time up to ``grow_to`` workers (see :mod:`jobs.engine.grow`). Workers added by growth are
   listed, in order, at the END of ``placement`` with their grow times in ``grown``; inside the
@@ -82,6 +84,10 @@ class RunningJob:
     grow_to: int = 0  # the grow pass may add workers up to this many (its target)
     grown: tuple[datetime, ...] = ()  # grow times of the last len(grown) workers of placement
     submitted_at: datetime | None = None  # the grow pass's queue order (None: started_at)
+    # Not the portal's to stop: a job submitted to the backend directly (``sbatch``, ``kubectl``,
+    # DESIGN §11). It counts for quotas and holds its GPUs like any job, but no cycle ever
+    # chooses it as a victim (rule 5 or 6) — the portal did not start it and cannot requeue it.
+    pinned: bool = False
 
 
 @dataclass(frozen=True, slots=True)

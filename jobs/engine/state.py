@@ -31,7 +31,7 @@ class Run:
     __slots__ = ("id", "project_id", "proj", "path", "flavor", "r", "root_r", "priority",
                  "preemptible", "started", "end", "slots", "placement", "in_quota",
                  "terminating", "fresh", "ghost", "ghost_until", "key",
-                 "job", "base", "units", "wmilli", "grow_to", "submitted", "workers")
+                 "job", "base", "units", "wmilli", "grow_to", "submitted", "workers", "pinned")
 
     def __init__(self, rid, project_id, proj, path, flavor, r, priority, preemptible, started,
                  end, placement, slots):
@@ -61,6 +61,7 @@ class Run:
         self.grow_to = 0
         self.submitted = started
         self.workers = 0  # of a base: its workers, units included (0: not elastic)
+        self.pinned = False  # never a victim (RunningJob.pinned)
 
 
 class Pending:
@@ -235,8 +236,10 @@ class State:
         rt = job.max_runtime_seconds
         end = NEVER if rt is None else started + rt
         r = sum(m for _, _, m in job.placement)
-        return Run(job.id, job.project_id, proj, path, job.flavor, r, job.priority,
-                   job.preemptible, started, end, job.placement, slots)
+        run = Run(job.id, job.project_id, proj, path, job.flavor, r, job.priority,
+                  job.preemptible and not job.pinned, started, end, job.placement, slots)
+        run.pinned = job.pinned
+        return run
 
     def make_runs(self, job: RunningJob) -> list[Run]:
         """A live job as its base Run plus one unit per grown worker (jobs/engine/grow.py)."""
@@ -365,6 +368,8 @@ class State:
 
     def _loan_add(self, run: Run) -> None:
         self.onloan[run.flavor][run.id] = run
+        if run.pinned:  # on loan, but never reclaimed: kept out of the victim indexes
+            return
         entry = (run.priority, -run.started, run.id, run)
         insort(self.loan_sorted[run.flavor], entry)
         for n in run.path:
@@ -391,7 +396,7 @@ class State:
 
     def forget(self, run: Run) -> None:
         """Drop a lifted job from the indexes."""
-        if self.onloan[run.flavor].pop(run.id, None) is not None:
+        if self.onloan[run.flavor].pop(run.id, None) is not None and not run.pinned:
             key = (run.priority, -run.started, run.id)
             ls = self.loan_sorted[run.flavor]
             del ls[bisect_left(ls, key)]
@@ -460,7 +465,7 @@ class State:
                     out[run.id] = not ok
                 if not ok:
                     loans[run.id] = run
-            entries = sorted((v.priority, -v.started, v.id, v) for v in loans.values())
+            entries = sorted((v.priority, -v.started, v.id, v) for v in loans.values() if not v.pinned)
             self.loan_sorted[flavor] = entries
             for key in [k for k in self.loan_sub if k[0] == flavor]:
                 del self.loan_sub[key]
