@@ -381,6 +381,22 @@ class ExternalObservation(models.Model):
         return f"{self.source}: {self.backend_id}"
 
 
+class ExternalCursor(models.Model):
+    """How far an importer of external jobs has read a cluster (``kind``: e.g. "sacct" — the
+    end of the last window read; "pods" — the pod list's resourceVersion to watch from)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=20)
+    value = models.CharField(max_length=200)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "kind"], name="external_cursor_unique")]
+
+    def __str__(self):
+        return f"{self.cluster}: {self.kind} {self.value}"
+
+
 class ApprovalPolicy(models.Model):
     """When a job of a department's subtree needs approval (DESIGN §6). The nearest department
     up the tree that has a policy decides for a project; no policy on the way up: no approval.
