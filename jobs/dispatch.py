@@ -73,7 +73,7 @@ def _claim_dispatch(job_id: int, now: datetime) -> bool:
             state=JobState.ADMITTED,
             dispatched_at__isnull=True,
             terminating_since__isnull=True,  # preempted meanwhile: requeued, never started
-        ).update(dispatch_claimed_at=now)
+        ).exclude(kind="external").update(dispatch_claimed_at=now)  # started by its backend already
     )
 
 

@@ -196,8 +196,13 @@ def _record(ctx: _Context, project_id: int, records: list[ExternalRecord], out: 
         out.counts["created"] += _insert(ctx, project_id, fresh[start:start + BATCH], out)
     for record in records:
         job = known.get(record.backend_id)
-        if job is not None and _advance(ctx, job, record):
-            out.counts["changed"] += 1
+        if job is None:
+            continue
+        # One transaction per job: admitted and running commit together, so no dispatcher or
+        # cycle ever sees an external job admitted but not yet started.
+        with transaction.atomic():
+            if _advance(ctx, job, record):
+                out.counts["changed"] += 1
 
 
 def _flavor(ctx: _Context, record: ExternalRecord, out: Outcome) -> Flavor | None:

@@ -74,7 +74,10 @@ def backend_work() -> None:
     sync every cluster. Runs from beat as a safety net, so a lost message delays work but never
     loses it."""
     live_claim = Q(dispatch_claimed_at__gte=timezone.now() - dispatch.CLAIM_TIMEOUT)
-    undispatched = Job.objects.filter(state=JobState.ADMITTED, dispatched_at__isnull=True).exclude(live_claim)
+    undispatched = (
+        Job.objects.filter(state=JobState.ADMITTED, dispatched_at__isnull=True).exclude(live_claim)
+        .exclude(kind="external")
+    )
     for job_id, submitted_at in undispatched.values_list("pk", "submitted_at"):
         _enqueue_once(dispatch_job, job_id, submitted_at)
     stopping = Job.objects.filter(
