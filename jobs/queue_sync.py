@@ -1,7 +1,9 @@
-"""Keep Kueue / Volcano queues in step with the quota tree (docs/backends.md, "Scheduler
-integration"). A Kubernetes cluster whose config has ``"scheduler_integration": "kueue"`` or
-``"volcano"`` gets the tree rendered by :mod:`quotas.queues` at ``now`` and applied by
-:mod:`jobs.backends.queues`.
+"""Keep Kueue / Volcano queues and YuniKorn's queue configuration in step with the quota tree
+(docs/backends.md, "Scheduler integration" and "YuniKorn"). A Kubernetes cluster whose config has
+``"scheduler_integration": "kueue"`` or ``"volcano"`` gets the tree rendered by
+:mod:`quotas.queues` at ``now`` and applied by :mod:`jobs.backends.queues`; with ``"yunikorn"``
+it is rendered by :mod:`quotas.yunikorn` and written into YuniKorn's ConfigMap by
+:mod:`jobs.backends.yunikorn`.
 
 When: after every committed write of a quota node, loan, window, department or project (model
 signals, so the admin, the approvals and the services alike trigger it), and from beat every
@@ -23,19 +25,24 @@ from quotas.effective import Limits, LoanSpan, Window
 from quotas.models import Cluster, ClusterKind, Flavor, Loan, LoanState, QuotaNode, QuotaWindow
 from quotas.queues import FORMATS, FlavorRef, QuotaRef, TreeSnapshot, render
 from quotas.selectors import capacity_by_flavor, site_zone
+from quotas.yunikorn import dump, render_yunikorn
 
 from .backends.base import BackendError
 from .backends.kubernetes import KubernetesBackend
 from .backends.queues import QueueSync
+from .backends.yunikorn import DEFAULT_NAMESPACE, YuniKornSync
+from .models import ExternalSource, ExternalSourceKind
 
 log = logging.getLogger(__name__)
 CONFIG_KEY = "scheduler_integration"
+YUNIKORN = "yunikorn"
+INTEGRATIONS = (*FORMATS, YUNIKORN)
 
 
 def integration_of(cluster: Cluster) -> str | None:
     config = cluster.config or {}
     mode = config.get(CONFIG_KEY)
-    if cluster.kind != ClusterKind.KUBERNETES or config.get("simulated") or mode not in FORMATS:
+    if cluster.kind != ClusterKind.KUBERNETES or config.get("simulated") or mode not in INTEGRATIONS:
         return None
     return mode
 
@@ -118,11 +125,35 @@ def cluster_flavors(cluster: Cluster) -> list[str]:
     return sorted(set(cluster.nodes.values_list("flavor__name", flat=True)))
 
 
+def mapped_namespaces(cluster: Cluster) -> list[tuple[str, str]]:
+    """(namespace, project code) of the cluster's namespaces mapped to an active project
+    (DESIGN §11: the mapping external pods are recorded by)."""
+    sources = ExternalSource.objects.filter(
+        cluster=cluster, kind=ExternalSourceKind.K8S_NAMESPACE, project__active=True
+    )
+    return list(sources.order_by("name").values_list("name", "project__code"))
+
+
+def render_yunikorn_config(cluster: Cluster, now: datetime | None = None) -> str:
+    """The text of YuniKorn's ``queues.yaml`` for one cluster: its flavors, its namespaces."""
+    backend_namespace = (cluster.config or {}).get("namespace") or "gpupool"
+    tree = snapshot(flavor_names=cluster_flavors(cluster), namespace=backend_namespace)
+    return dump(render_yunikorn(tree, now or timezone.now(), mapped_namespaces(cluster)))
+
+
 def sync_cluster_queues(cluster: Cluster, now: datetime | None = None) -> dict[str, int]:
     mode = integration_of(cluster)
     if mode is None:
         return {}
     backend = KubernetesBackend(**cluster.config)
+    if mode == YUNIKORN:
+        config = cluster.config or {}
+        sync = YuniKornSync(
+            backend,
+            namespace=config.get("yunikorn_namespace") or DEFAULT_NAMESPACE,
+            policy_group=config.get("yunikorn_policy_group") or "queues",
+        )
+        return sync.apply(render_yunikorn_config(cluster, now))
     objects = render_queues(mode, flavor_names=cluster_flavors(cluster), namespace=backend.namespace, now=now)
     return QueueSync(backend).apply(mode, objects)
 

@@ -59,7 +59,9 @@ LABEL_KEYS = {"job": "gpupool.io/job", "project": "gpupool.io/project", "departm
 GPU_MILLI_ANNOTATION = "gpupool.io/gpu-milli"
 MANAGED_SELECTOR = f"{MANAGED_BY}=gpupool"
 TRAINING_APIS = ("batch", "volcano")
-SCHEDULER_INTEGRATIONS = (None, "kueue", "volcano")
+SCHEDULER_INTEGRATIONS = (None, "kueue", "volcano", "yunikorn")
+YUNIKORN_SCHEDULER = "yunikorn"  # k8shim pkg/common/constants: SchedulerName
+YUNIKORN_APP_ID = "yunikorn.apache.org/app-id"  # k8shim: CanonicalLabelApplicationID
 MERGE_PATCH = "application/merge-patch+json"
 TIME_SOURCE = "kubernetes"
 
@@ -225,6 +227,22 @@ def with_kueue_queue(manifest: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
     return result
 
 
+def with_yunikorn(manifest: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
+    """YuniKorn integration: the pods name YuniKorn as their scheduler and carry the job's own
+    application id. Without one, YuniKorn's admission controller makes every pod of a namespace
+    one application, and YuniKorn places and orders applications, not pods. Their queue is the
+    portal namespace's leaf (placement rules of :mod:`quotas.yunikorn`)."""
+    result = copy.deepcopy(manifest)
+    result["metadata"]["labels"][YUNIKORN_APP_ID] = spec.name
+    if result["kind"] == "Pod":
+        meta, pod = result["metadata"], result["spec"]
+    else:
+        meta, pod = result["spec"]["template"]["metadata"], result["spec"]["template"]["spec"]
+    meta.setdefault("labels", {})[YUNIKORN_APP_ID] = spec.name
+    pod["schedulerName"] = YUNIKORN_SCHEDULER
+    return result
+
+
 def affinity_hosts(obj: dict[str, Any]) -> set[str]:
     """Node names the pod template of a Job / Deployment (as a dict) is pinned to."""
     template_spec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
@@ -251,7 +269,11 @@ class KubernetesBackend:
         if training_api not in TRAINING_APIS:
             raise ValueError(f"training_api must be one of {', '.join(TRAINING_APIS)}, not {training_api!r}")
         if scheduler_integration not in SCHEDULER_INTEGRATIONS:
-            raise ValueError(f"scheduler_integration must be kueue or volcano, not {scheduler_integration!r}")
+            raise ValueError(
+                f"scheduler_integration must be kueue, volcano or yunikorn, not {scheduler_integration!r}"
+            )
+        if scheduler_integration == "yunikorn" and training_api == "volcano":
+            raise ValueError("scheduler_integration yunikorn schedules the pods: training_api must be batch")
         cfg = client.Configuration()
         if kubeconfig:
             config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
@@ -286,6 +308,8 @@ class KubernetesBackend:
         manifest = build_manifest(spec, self.namespace, training_api=self.training_api, queue=queue)
         if self.scheduler_integration == "kueue":
             manifest = with_kueue_queue(manifest, spec)
+        elif self.scheduler_integration == "yunikorn":
+            manifest = with_yunikorn(manifest, spec)
         return manifest
 
     # -- Backend protocol

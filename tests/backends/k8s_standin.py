@@ -13,6 +13,10 @@ answers 415, the way the API server refuses a JSON Patch content type with an ob
 Equality label selectors (``a=b,c=d``) are honoured. Every request is recorded as
 ``(method, path, query)``.
 
+ConfigMaps (v1, namespaced: YuniKorn's queue configuration) are served like the other core
+kinds; a merge patch that names a ``metadata.resourceVersion`` other than the stored one answers
+409, as the API server's optimistic concurrency does for patches too.
+
 Nothing here acts like a controller: the tests set statuses with :meth:`StandIn.set_status` and add
 the pods a controller would start with :meth:`StandIn.add` — or, with their containers' start and
 finish times as the kubelet reports them, :meth:`StandIn.pod_running` / :meth:`StandIn.pod_terminated`.
@@ -39,6 +43,7 @@ RESOURCES = {
     ("/apis/batch/v1", "jobs"): ("batch/v1", "Job", "jobs"),
     ("/apis/apps/v1", "deployments"): ("apps/v1", "Deployment", "deployments"),
     ("/api/v1", "pods"): ("v1", "Pod", "pods"),
+    ("/api/v1", "configmaps"): ("v1", "ConfigMap", "configmaps"),
     ("/apis/batch.volcano.sh/v1alpha1", "jobs"): ("batch.volcano.sh/v1alpha1", "Job", "vcjobs"),
     ("/apis/kueue.x-k8s.io/v1beta1", "localqueues"): ("kueue.x-k8s.io/v1beta1", "LocalQueue", "localqueues"),
 }
@@ -337,6 +342,9 @@ class StandIn:
                 patch = json.loads(body or b"{}")
             except ValueError:
                 return 400, _status(400, "BadRequest", "body is not JSON")
+            sent = (patch.get("metadata") or {}).get("resourceVersion") if isinstance(patch, dict) else None
+            if sent and sent != self.objects[key]["metadata"]["resourceVersion"]:
+                return 409, _status(409, "Conflict", f'{res} "{name}": the object has been modified')
             obj = _merge(self.objects[key], patch)
             obj["metadata"]["resourceVersion"] = str(next(self._versions))
             self.objects[key] = obj

@@ -527,4 +527,4 @@ def test_volcano_jobs_go_to_their_projects_leaf_queue(k8s_api):
         == "gp-a1"
     )
     with pytest.raises(ValueError, match="scheduler_integration"):
-        KubernetesBackend(host=k8s_api.url, scheduler_integration="yunikorn")
+        KubernetesBackend(host=k8s_api.url, scheduler_integration="slurm")
