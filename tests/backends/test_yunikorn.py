@@ -26,6 +26,7 @@ import copy
 import io
 from datetime import datetime, time, timedelta
 from decimal import Decimal
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import kubernetes_validate
@@ -544,3 +545,18 @@ def test_yunikorn_mode_pods_name_yunikorn_and_their_own_application(k8s_api):
     assert "schedulerName" not in plain["spec"]
     with pytest.raises(ValueError, match="training_api must be batch"):
         KubernetesBackend(host=k8s_api.url, scheduler_integration="yunikorn", training_api="volcano")
+
+
+def test_the_documented_rbac_grants_exactly_what_the_sync_uses():
+    """docs/backends.md ("YuniKorn") ships the Role to apply in YuniKorn's namespace: valid, and
+    its verbs are the sync's RULES (the calls the tests above make: get, create, patch)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "backends.md").read_text()
+    section = text[text.index("## YuniKorn") :]
+    block = section[section.index("```yaml\n") + 8 :]
+    role, binding = yaml.safe_load_all(block[: block.index("```")])
+    for obj in (role, binding):
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+               for v in rule["verbs"]}
+    assert granted == {(g, r, v) for g, r, verbs in RULES for v in verbs}
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
