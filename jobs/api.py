@@ -49,7 +49,7 @@ class JobOut(serializers.ModelSerializer):
         read_only=True,
         help_text="Kind external (submitted to the cluster directly, DESIGN §11): the user as the cluster "
         "names it (Slurm user; Kubernetes namespace/service account); empty for portal jobs. "
-        "``submitted_by`` is the portal user of that name, or the placeholder gpupool-external.",
+        "`submitted_by` is the portal user of that name, or the placeholder gpupool-external.",
     )
 
     def get_approval_request(self, job) -> int | None:
