@@ -65,6 +65,20 @@ def daily_card_hours(month: date, rows, names: dict[int, str], title: str) -> st
     return go.Figure(traces, layout=layout).to_json()
 
 
+def external_split(rows, names: dict[int, str], title: str) -> str | None:
+    """Stacked bars per department: card-hours of portal jobs and of external jobs."""
+    if not rows:
+        return None
+    rows = sorted(rows, key=lambda r: names.get(r[0], ""))
+    x = [names.get(dept, str(dept)) for dept, _p, _e in rows]
+    traces = [
+        go.Bar(x=x, y=[round(float(p), 3) for _d, p, _e in rows], name=_("Portal jobs")),
+        go.Bar(x=x, y=[round(float(e), 3) for _d, _p, e in rows], name=_("External jobs")),
+    ]
+    layout = _layout(title, _("Department"), _("Card-hours"), barmode="stack", showlegend=True)
+    return go.Figure(traces, layout=layout).to_json()
+
+
 def quota_usage(bars: list[QuotaBar], title: str) -> str | None:
     """(b) Grouped bars per department: effective quota, used, borrowed (on loan), lent."""
     if not bars:

@@ -105,6 +105,29 @@ def daily_card_hours(scope: ReportScope, report: ReportFilter) -> list[tuple[int
     return _fetch(_DAILY.format(where=where), {**params, "month": report.month, "tz": site_zone().key})
 
 
+# Portal vs external jobs (DESIGN §11: submitted to a cluster directly, metered like any job).
+_SPLIT = """
+SELECT u.department_id, sum(u.card_seconds) FILTER (WHERE j.kind <> 'external') / 3600,
+       sum(u.card_seconds) FILTER (WHERE j.kind = 'external') / 3600
+FROM billing_usagerecord u
+JOIN jobs_job j ON j.id = u.job_id
+WHERE u.month = %(month)s AND {where}
+GROUP BY u.department_id
+ORDER BY u.department_id
+"""
+
+
+def external_split(scope: ReportScope, report: ReportFilter) -> list[tuple[int, Decimal, Decimal]]:
+    """(billed department, portal jobs' card-hours, external jobs' card-hours) of the month;
+    empty when no external job was metered in it (the page then shows no split)."""
+    if scope.empty:
+        return []
+    where, params = _where(scope, report, LEDGER)
+    rows = _fetch(_SPLIT.format(where=where), {**params, "month": report.month})
+    split = [(d, portal or Decimal(0), external or Decimal(0)) for d, portal, external in rows]
+    return split if any(external for _d, _p, external in split) else []
+
+
 # --- (b) quota vs usage per department (now) --------------------------------------------------
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
 
+from django.db import connection
 from django.db.models import QuerySet
 
 from portal.models import Department, User
@@ -131,3 +132,38 @@ def standard_cost(flavor: Flavor, card_hours: Decimal, at: datetime) -> tuple[De
     if rate is None:
         return None
     return pricing.cost(card_hours, rate.price), rate.currency
+
+
+# Card-hours per project on a statement's usage lines, all jobs and external jobs (DESIGN §11:
+# submitted to a cluster directly, metered like any job). The same ledger rows as the usage
+# lines (``billing.lines.usage_lines``): the month's rows of the department up to the close.
+_EXTERNAL_SPLIT = """
+SELECT u.project_id, sum(u.card_seconds) / 3600,
+       COALESCE(sum(u.card_seconds) FILTER (WHERE j.kind = 'external'), 0) / 3600
+FROM billing_usagerecord u
+JOIN jobs_job j ON j.id = u.job_id
+WHERE u.month = %(month)s AND u.department_id = %(department)s
+  AND (%(through)s::bigint IS NULL OR u.id <= %(through)s)
+GROUP BY u.project_id
+HAVING sum(u.card_seconds) FILTER (WHERE j.kind = 'external') <> 0
+"""
+
+
+@dataclass(frozen=True)
+class ExternalShare:
+    project_id: int
+    card_hours: Decimal  # all usage of the project on the statement
+    external_card_hours: Decimal  # of which external jobs'
+
+
+def statement_external_shares(statement: Statement) -> list[ExternalShare]:
+    """The projects of a statement that had external jobs, with their card-hours (usage lines
+    only: adjustment lines of earlier months are not split)."""
+    close = MonthClose.objects.filter(month=statement.month).first()
+    params = {"month": statement.month, "department": statement.department_id,
+              "through": close.through_record if close else None}
+    with connection.cursor() as cursor:
+        cursor.execute(_EXTERNAL_SPLIT, params)
+        rows = cursor.fetchall()
+    return [ExternalShare(p, Decimal(t).quantize(Decimal("0.01")), Decimal(e).quantize(Decimal("0.01")))
+            for p, t, e in rows]

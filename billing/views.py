@@ -111,7 +111,16 @@ def _report(user: User, scope: reports.ReportScope, report: reports.ReportFilter
         "costs": _cost_figure(costs, names, titles["costs"]),
     }
     empty = _empty_states(money=costs is not None)
+    split = reports.external_split(scope, report)
+    split_title = _("Card-hours of portal and external jobs by department, %(month)s") % {
+        "month": month_label(report.month)}
     return {
+        "external_split": {
+            "figure": charts.external_split(split, names, split_title),
+            "title": split_title,
+            "external": sum((e for _d, _p, e in split), 0),
+            "total": sum((p + e for _d, p, e in split), 0),
+        } if split else None,
         "charts": [
             {"id": f"chart-{k}", "key": k, "title": titles[k], "figure": figures[k], "empty": empty[k]}
             for k in titles
@@ -200,12 +209,15 @@ def _estimate_rows(estimates: list[selectors.Estimate]) -> list[dict]:
 def statement_detail(request, pk: int):
     statement = get_visible(selectors.visible_statements(request.user), pk=pk)
     lines = list(selectors.statement_lines(statement))
+    shares = selectors.statement_external_shares(statement)
+    projects = Project.objects.in_bulk([s.project_id for s in shares])
     return render(
         request,
         "billing/statement.html",
         {
             "statement": statement,
             "lines": lines,
+            "external": [{"share": s, "project": projects.get(s.project_id)} for s in shares],
             "closed": statement.state == StatementState.CLOSED,
             "formats": exports.FORMATS,
         },

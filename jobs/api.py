@@ -39,6 +39,18 @@ class JobOut(serializers.ModelSerializer):
     priority = serializers.SlugRelatedField(source="priority_class", slug_field="name", read_only=True)
     submitted_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     approval_request = serializers.SerializerMethodField()
+    cluster = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, allow_null=True, help_text="The cluster it runs (or ran) on."
+    )
+    backend_id = serializers.CharField(
+        read_only=True, help_text="Its id on the cluster (Slurm job id, pod); empty before it is sent."
+    )
+    external_user = serializers.CharField(
+        read_only=True,
+        help_text="Kind external (submitted to the cluster directly, DESIGN §11): the user as the cluster "
+        "names it (Slurm user; Kubernetes namespace/service account); empty for portal jobs. "
+        "`submitted_by` is the portal user of that name, or the placeholder gpupool-external.",
+    )
 
     def get_approval_request(self, job) -> int | None:
         """The job's (latest) approval request, when it needed one (DESIGN §6)."""
@@ -111,6 +123,9 @@ class JobOut(serializers.ModelSerializer):
             "on_loan",
             "terminating_since",
             "approval_request",
+            "cluster",
+            "backend_id",
+            "external_user",
         ]
 
 
@@ -294,7 +309,9 @@ class ExplainOut(serializers.Serializer):
 
 class JobExplainApi(APIView):
     """Why the job waits: its queue position, the blocking quota level or resource, and who
-    holds what it is owed (DESIGN §4 Explain)."""
+    holds what it is owed (DESIGN §4 Explain). An external job (submitted to its cluster
+    directly) waits in the cluster's own queue: reason ``external``, the cluster's reason in
+    ``message``."""
 
     @extend_schema(responses=ExplainOut)
     def get(self, request, pk):
@@ -313,6 +330,10 @@ class UsageRowOut(serializers.Serializer):
     in_quota = serializers.DecimalField(max_digits=12, decimal_places=3)
     borrowed = serializers.DecimalField(max_digits=12, decimal_places=3)
     lent = serializers.DecimalField(max_digits=12, decimal_places=3)
+    external = serializers.DecimalField(
+        max_digits=12, decimal_places=3,
+        help_text="The part of used held by external jobs (submitted to the cluster directly).",
+    )
 
 
 # Declares the response of QuotaUsageApi, which builds the dict itself. Its ``capacity`` is a bare

@@ -52,8 +52,15 @@ _TEXTS = {
         "node has %(largest_node)s."
     ),
     "admissible": gettext_lazy("It is admitted at the next scheduling cycle."),
+    "external": gettext_lazy(
+        "An external job: it waits in its cluster's own queue, not the portal's. The cluster's "
+        "reason: %(message)s."
+    ),
 }
 _OTHERWISE = {
+    "external": gettext_lazy(
+        "An external job: it waits in its cluster's own queue, not the portal's; the cluster gave no reason."
+    ),
     "capacity": gettext_lazy("Capacity was freed during this cycle: the job is considered at the next one."),
     "reservation": gettext_lazy("It waits behind a job that holds a reservation (backfill is off)."),
 }
@@ -73,6 +80,8 @@ def explain_text(explain: dict, node_name: str | None) -> str:
     values = {key: quantity(v) for key, v in (explain.get("numbers") or {}).items()}
     values["flavor"] = explain.get("flavor") or ""
     values["node"] = node_name or str(HIDDEN_LEVEL)
+    if reason == "external" and explain.get("message"):
+        values["message"] = explain["message"]  # the backend's own word (Slurm's Reason), as it is
     reservation = explain.get("reservation") or {}
     if reservation.get("job"):
         values["job"] = reservation["job"]

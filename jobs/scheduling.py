@@ -28,7 +28,7 @@ from django.utils import timezone
 from . import reasons
 from .cache_keys import EXPLAIN_KEY, LAST_CYCLE_KEY, QUEUE_KEY
 from .engine.model import CycleResult, Explain, Preemption
-from .models import Job
+from .models import Job, JobKind
 from .resize import drop_workers, record_scaled, request_resize
 from .scheduler import schedule
 from .snapshot import build_snapshot
@@ -415,6 +415,8 @@ def explain_job(job: Job) -> dict:
     head were the costliest requests)."""
     if job.state != JobState.QUEUED:
         return {"position": None, "reason": job.state, "message": "the job is not waiting"}
+    if job.kind == JobKind.EXTERNAL:
+        return explain_external(job)
     key = EXPLAIN_KEY.format(job.pk)
     cached = cache.get(key)
     if cached:
@@ -433,6 +435,18 @@ def explain_job(job: Job) -> dict:
         if cache.get(DRY_LOCK_KEY) is None:
             break  # it finished without this job: admissible now, or it failed
     return _dry_explanations(job)
+
+
+def explain_external(job: Job) -> dict:
+    """An external job waits in its cluster's own queue, never the engine's (DESIGN §11): the
+    reason is the one its backend gave (Slurm's ``Reason``, e.g. ``AssocGrpGRES``), kept in
+    ``message`` by the import; ``reason`` is "external"."""
+    return {
+        "position": None,
+        "reason": "external",
+        "message": job.message,
+        "computed_at": timezone.now().isoformat(),
+    }
 
 
 def _dry_explanations(job: Job) -> dict:

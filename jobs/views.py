@@ -25,7 +25,7 @@ from . import charts, estimates, explaining, rules, selectors, services
 from .approvals import approval_reasons, approval_request_of
 from .backends.base import backend_name
 from .forms import ALL_STATES, QUEUE_STATES, JobFilterForm, JobForm, PriorityClassForm
-from .models import Job, PriorityClass
+from .models import Job, JobKind, PriorityClass
 from .scheduling import explain_job
 from .states import JobState
 
@@ -64,6 +64,7 @@ def quota_tree(request):
 def job_list(request):
     form = JobFilterForm(request.GET, user=request.user, states=ALL_STATES)
     jobs = selectors.filter_jobs(selectors.visible_jobs(request.user), request.user, form.filters())
+    jobs = jobs.select_related("cluster")  # external jobs name their cluster
     page = Paginator(jobs.order_by("-submitted_at", "-id"), LIST_PAGE_SIZE).get_page(request.GET.get("page"))
     return render(request, "jobs/list.html", {"form": form, "page": page})
 
@@ -79,9 +80,10 @@ def _queue_context(request) -> dict:
     filtered = selectors.filter_jobs(visible, request.user, form.filters())
     order = selectors.queue_order(filtered, ranking.ranked)
     page = Paginator(order, QUEUE_PAGE_SIZE).get_page(request.GET.get("page"))
-    jobs = selectors.jobs_by_ids(visible, list(page.object_list))
+    jobs = selectors.jobs_by_ids(visible.select_related("cluster"), list(page.object_list))
     positions = order.positions()
-    queued = [job.pk for job in jobs if job.state == JobState.QUEUED]
+    # External jobs wait in their cluster's queue, not the engine's: their row shows the cluster's reason.
+    queued = [job.pk for job in jobs if job.state == JobState.QUEUED and job.kind != JobKind.EXTERNAL]
     explanations = selectors.cached_explanations(queued)
     readable = explaining.for_reader(list(explanations.values()), request.user)
     explanations = dict(zip(explanations, readable, strict=True))
@@ -139,6 +141,7 @@ def job_detail(request, pk: int):
             "chart": charts.utilisation(samples) if samples else None,
             "can_cancel": selectors.can_cancel(request.user, job),
             "backend": _backend_info(job),
+            "external": job.kind == JobKind.EXTERNAL,
         },
     )
 
@@ -156,7 +159,8 @@ def _backend_info(job) -> dict:
     """Where to find the job on its cluster. There is no log store yet: the page names the
     backend object (``gp-<id>``) and links the cluster's log viewer when its configuration has
     a ``log_url`` template such as ``https://grafana.example/explore?job={name}``."""
-    name = backend_name(job.pk)
+    # An external job is known on its cluster by the backend's id alone (sbatch, kubectl named it).
+    name = job.backend_id if job.kind == JobKind.EXTERNAL else backend_name(job.pk)
     info = {"name": name, "backend_id": job.backend_id, "cluster": job.cluster, "log_url": ""}
     template = (job.cluster.config or {}).get("log_url", "") if job.cluster else ""
     if isinstance(template, str) and template.startswith(("https://", "http://")):
@@ -191,6 +195,8 @@ def _copy_initial(request) -> dict:
         source = selectors.visible_jobs(request.user).get(pk=int(request.GET["copy"]))
     except (KeyError, ValueError, TypeError, Job.DoesNotExist):
         return {}
+    if source.kind == JobKind.EXTERNAL:
+        return {}  # not a portal submission: nothing of it fits the form
     fields = [
         "kind",
         "workers",

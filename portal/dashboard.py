@@ -34,7 +34,9 @@ def dashboard(request):
             "pool_chart": charts.pool_usage([(f.name, float(used), float(cap)) for f, cap, used in pool])
             if pool
             else None,
-            "my_jobs": job_selectors.visible_jobs(user).filter(submitted_by=user)[:RECENT_JOBS],
+            "my_jobs": job_selectors.visible_jobs(user)
+            .filter(submitted_by=user)
+            .select_related("cluster")[:RECENT_JOBS],
             "counts": job_selectors.job_state_counts(user),
             "can_submit": job_selectors.submittable_projects(user).exists(),
         },

@@ -7,7 +7,9 @@ from drf_spectacular.views import SpectacularSwaggerSplitView
 from billing import api as billing_api
 from jobs import api as jobs_api
 from jobs import api_approvals as jobs_approvals_api
+from jobs import api_external as jobs_external_api
 from jobs import views as jobs_views
+from jobs import views_external as external_views
 from jobs import views_policies as policy_views
 from jobs.metrics_view import metrics
 from portal import api as portal_api
@@ -52,6 +54,18 @@ api_v1 = [
     path("jobs/<int:pk>/events/", jobs_api.JobEventsApi.as_view(), name="job-events"),
     path("jobs/<int:pk>/explain/", jobs_api.JobExplainApi.as_view(), name="job-explain"),
     path("jobs/<int:pk>/utilisation/", jobs_api.JobUtilisationApi.as_view(), name="job-utilisation"),
+    # External jobs' sources (DESIGN §11): Slurm accounts / Kubernetes namespaces → projects.
+    path("external-sources/", jobs_external_api.ExternalSourceListApi.as_view(), name="externalsource-list"),
+    path(
+        "external-sources/<int:pk>/",
+        jobs_external_api.ExternalSourceDetailApi.as_view(),
+        name="externalsource-detail",
+    ),
+    path(
+        "external-sources/<int:pk>/map/",
+        jobs_external_api.ExternalSourceMapApi.as_view(),
+        name="externalsource-map",
+    ),
     # Billing (DESIGN §7): statements, the current-month estimate, the chargeback file.
     path("statements/", billing_api.StatementListApi.as_view(), name="statement-list"),
     path("statements/estimate/", billing_api.StatementEstimateApi.as_view(), name="statement-estimate"),
@@ -124,6 +138,8 @@ urlpatterns = [
     path("jobs/<int:pk>/", jobs_views.job_detail, name="job-detail"),
     path("jobs/<int:pk>/cancel/", jobs_views.job_cancel, name="job-cancel"),
     path("quotas/loans/", quotas_views.loan_list, name="loan-list"),
+    path("external-sources/", external_views.external_source_list, name="external-source-list"),
+    path("external-sources/<int:pk>/map/", external_views.external_source_map, name="external-source-map"),
     path("priority-classes/", jobs_views.priority_class_list, name="priority-class-list"),
     path("priority-classes/new/", jobs_views.priority_class_edit, name="priority-class-new"),
     path("priority-classes/<int:pk>/edit/", jobs_views.priority_class_edit, name="priority-class-edit"),

@@ -13,7 +13,7 @@ from django.utils.timezone import localtime
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from jobs.models import STATE_LABELS
+from jobs.models import STATE_LABELS, JobKind
 from jobs.selectors import job_devices
 
 register = template.Library()
@@ -44,6 +44,7 @@ REASON_LABELS = {
     "reclaimed": _("Reclaimed by an in-quota job; retried next cycle"),
     "invalid": _("Can never run: no node of the flavor is big enough"),
     "admissible": _("Admitted at the next cycle"),
+    "external": _("Waiting in its cluster's own queue"),
 }
 
 NUMBER_LABELS = {
@@ -88,6 +89,31 @@ def number_label(key: str) -> str:
     return NUMBER_LABELS.get(key, key)
 
 
+@register.simple_tag
+def external_badge(job):
+    """"External · Slurm job 1234 · user alice" for a job submitted to its cluster directly
+    (DESIGN §11), with the cluster's name as its title; nothing for a portal job."""
+    if job.kind != JobKind.EXTERNAL:
+        return ""
+    cluster = job.cluster
+    text = gettext("External · %(backend)s job %(id)s · user %(user)s") % {
+        "backend": cluster.get_kind_display() if cluster else "?",
+        "id": job.backend_id or "?",
+        "user": job.external_user or "?",
+    }
+    title = gettext("Submitted to cluster %(cluster)s directly, not through the portal") % {
+        "cluster": cluster.name if cluster else "?"}
+    return format_html(' <mark class="badge external" title="{}">{}</mark>', title, text)
+
+
+def _submitted_by(job):
+    """Who submitted it: the portal user, or for an external job its backend user and cluster."""
+    if job.kind != JobKind.EXTERNAL:
+        return job.submitted_by
+    cluster = job.cluster.name if job.cluster else "?"
+    return format_html('{} <small class="muted">@{}</small>', job.external_user or "?", cluster)
+
+
 @register.filter
 def devices(job) -> str:
     """Devices of the flavor the job asks for: 16, or 0.25 for a shared request."""
@@ -126,7 +152,7 @@ def queue_row(context, row: dict):
     since = job.started_at if job.state == "running" and job.started_at else job.submitted_at
     return format_html(
         '<tr>\n      <td class="num">{}</td>\n'
-        '      <td><a href="{}">{}</a> <small class="muted">#{}</small>{}</td>\n'
+        '      <td><a href="{}">{}</a> <small class="muted">#{}</small>{}{}</td>\n'
         "      <td><code>{}</code></td>\n"
         "      <td>{}</td>\n"
         '      <td class="num">{}</td>\n'
@@ -135,13 +161,17 @@ def queue_row(context, row: dict):
         '      <td class="why">{}</td>\n'
         "      <td>{}</td>\n"
         "    </tr>",
-        row["position"] or "—", url, job.name, job.pk, mine, job.project.code, job.flavor.name,
-        devices(job), job.priority_class.name, job.priority_class.value, state_badge(job.state),
-        _why(job, row["explain"], url), timesince_filter(since, context.get("now")),
+        row["position"] or "—", url, job.name, job.pk, mine, external_badge(job), job.project.code,
+        job.flavor.name, devices(job), job.priority_class.name, job.priority_class.value,
+        state_badge(job.state), _why(job, row["explain"], url), timesince_filter(since, context.get("now")),
     )
 
 
 def _why(job, explain: dict | None, url: str):
+    if job.state == "queued" and job.kind == JobKind.EXTERNAL:
+        # Not in the engine's queue: the reason is the cluster's own (Slurm's Reason).
+        return format_html('{}<small class="backend-reason">{}</small>',
+                           reason_label("external"), job.message or "—")
     if job.state == "queued":
         if not explain:
             return format_html('<a href="{}">{}</a>', url, gettext("see the job"))
@@ -167,7 +197,7 @@ def job_list_row(job):
     return format_html(
         "<tr>\n"
         '      <td class="num"><a href="{}">{}</a></td>\n'
-        '      <td><a href="{}">{}</a></td>\n'
+        '      <td><a href="{}">{}</a>{}</td>\n'
         "      <td><code>{}</code></td>\n"
         "      <td>{}</td>\n"
         "      <td>{}</td>\n"
@@ -177,7 +207,7 @@ def job_list_row(job):
         '      <td><time datetime="{}">{}</time></td>\n'
         "      <td>{}</td>\n"
         "    </tr>",
-        url, job.pk, url, job.name, job.project.code, job.get_kind_display(), job.flavor.name, devices(job),
-        job.priority_class.name, state_badge(job.state), date_filter(submitted, "c"),
-        date_filter(submitted, "Y-m-d H:i"), job.submitted_by,
+        url, job.pk, url, job.name, external_badge(job), job.project.code, job.get_kind_display(),
+        job.flavor.name, devices(job), job.priority_class.name, state_badge(job.state),
+        date_filter(submitted, "c"), date_filter(submitted, "Y-m-d H:i"), _submitted_by(job),
     )

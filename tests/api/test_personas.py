@@ -161,6 +161,20 @@ VISIBLE["manualadjustment-list"] = {
     "pb_member": set(),
     "outsider": set(),
 }
+# External sources (DESIGN §11): one unmapped (no tenant's: platform admins and auditors only),
+# one mapped to pa1 and one to pb, which follow their project as jobs do.
+VISIBLE["externalsource-list"] = {
+    "platform": {"src_unmapped", "src_pa1", "src_pb"},
+    "auditor": {"src_unmapped", "src_pa1", "src_pb"},
+    "a_admin": {"src_pa1"},
+    "b_admin": {"src_pb"},
+    "a_finance": {"src_pa1"},
+    "b_finance": {"src_pb"},
+    "pa1_admin": {"src_pa1"},
+    "pa1_member": {"src_pa1"},
+    "pb_member": {"src_pb"},
+    "outsider": set(),
+}
 # Pool resources are not tenant data: every signed-in user reads them, only platform admins write.
 GLOBAL_LISTS = {"flavor-list", "cluster-list", "node-list"}
 # Endpoints covered by dedicated tests elsewhere (not object lists).
@@ -171,6 +185,7 @@ OTHER |= {"statement-estimate", "chargeback"}  # per-persona tests in tests/bill
 OTHER |= {"manualadjustment-decide"}  # tests/billing/test_manual_api.py
 OTHER |= {"project-move"}  # a POST only: tests/services/test_project_move.py::test_item4_api_persona_rule
 OTHER |= {"job-scale"}  # test_job_scale_follows_visibility_then_the_edit_rule below
+OTHER |= {"externalsource-map"}  # tests/api/test_external_sources_api.py
 # Approval actions, request creation and notifications: tests/api/test_approvals_api.py.
 OTHER |= {"approval-decide", "approval-bulk-decide", "approval-cancel", "approval-comment", "quota-request",
           "loan-request", "notification-list", "notification-read", "notification-read-all"}
@@ -224,10 +239,21 @@ def objects(world):
             "pol_B": ApprovalPolicy.objects.create(department=world.B, max_gpus=100).pk,
         },
     }
+    by_list["externalsource-list"] = _external_sources(world)
     by_list["statement-list"] = _statements(world)
     by_list["budget-list"] = _budgets(world)
     by_list["manualadjustment-list"] = _adjustments(world)
     return by_list
+
+
+def _external_sources(world):
+    from jobs.models import ExternalSource
+    from quotas.models import Cluster
+
+    hpc = Cluster.objects.create(name="hpc", kind="slurm")
+    made = {name: ExternalSource.objects.create(cluster=hpc, kind="slurm_account", name=name, project=project)
+            for name, project in (("unmapped", None), ("pa1", world.pa1), ("pb", world.pb))}
+    return {f"src_{name}": source.pk for name, source in made.items()}
 
 
 def _adjustments(world):

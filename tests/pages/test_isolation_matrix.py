@@ -110,6 +110,9 @@ RULES: dict[str, Page] = {
     "what-if": Page({**PLATFORM_404, "platform": AB}, (NAMES["A1"], NAMES["B"])),  # department choices
     "what-if-run": Page(PLATFORM_404, (NAMES["A1"], NAMES["B"])),
     "what-if-progress": Page(PLATFORM_404, (NAMES["A1"], NAMES["B"])),
+    # External sources (issue 20): mapped ones follow their project; unmapped ones (no tenant's)
+    # only platform admins and auditors see — the navigation links the page for them only.
+    "external-source-list": Page(STD, ("src:a", "src:b")),
 }
 
 # POST actions on an A-side object: persona -> (status, changed). Anyone outside the object's
@@ -140,6 +143,9 @@ ACTIONS: dict[str, dict] = {
     # Notifications are the recipient's own: only pa1_member reads its note.
     "notification-read": {**{p: (404, False) for p in PERSONAS}, "pa1_member": (302, True)},
     "notification-read-all": {**{p: (302, False) for p in PERSONAS}, "pa1_member": (302, True)},
+    # Mapping the unmapped source: platform admins only; the auditor sees it (403), nobody else does.
+    "external-source-map": {**{p: (404, False) for p in PERSONAS}, "auditor": (403, False),
+                            "platform": (302, True)},
 }
 
 # Not pages of the portal: sign-in, and machine endpoints with their own guards and tests.
@@ -200,6 +206,17 @@ def _adjustment(world, persona, department, reason):
                               reason=reason)
 
 
+def _sources(world):
+    from jobs.models import ExternalSource
+    from quotas.models import Cluster
+
+    cluster = Cluster.objects.get(name="c1")
+    owners = (("src:a", "zz-src-alpha", world.pa1), ("src:b", "zz-src-bravo", world.pb),
+              ("src:u", "zz-src-unmapped", None))
+    return {key: ExternalSource.objects.create(cluster=cluster, kind="slurm_account", name=n, project=project)
+            for key, n, project in owners}
+
+
 @pytest.fixture
 def objs(world, prio):
     for key, name in NAMES.items():
@@ -228,6 +245,7 @@ def objs(world, prio):
         "adj:a": _adjustment(world, "a_finance", world.A1, "zz-adj-alpha"),
         "adj:b": _adjustment(world, "b_finance", world.B, "zz-adj-bravo"),
         "proj:a": world.pa1,
+        **_sources(world),
     }
     if _exists("what-if-run"):
         from billing.models import WhatIfRun
@@ -249,6 +267,7 @@ SUBJECT = {
     "billing-budget-delete": "bu:a", "billing-adjustment-decide": "adj:a",
     "what-if-run": "whatif", "what-if-progress": "whatif",
     "project-move": "proj:a",
+    "external-source-map": "src:u",
 }
 
 
@@ -345,6 +364,8 @@ def _state(name, objs):
         return ManualAdjustment.objects.get(pk=objs["adj:a"].pk).state
     if name in ("notification-read", "notification-read-all"):
         return Notification.objects.get(pk=objs["note:a"].pk).read_at is not None
+    if name == "external-source-map":
+        return type(objs["src:u"]).objects.get(pk=objs["src:u"].pk).project_id
     raise AssertionError(name)
 
 
@@ -357,6 +378,8 @@ def _body_of(name, objs):
         return {"comment": "zz-comment"}
     if name == "billing-adjustment-decide":
         return {"decision": "approve"}
+    if name == "external-source-map":
+        return {"project": objs["proj:a"].pk}
     return {}
 
 

@@ -119,7 +119,7 @@ def test_missing_pages_are_404(page_client, prio):
 def test_every_page_renders_in_chinese(page_client, world, pa1_job, loan, prio, persona):
     client = page_client(persona, language="zh-hans")
     paths = ["/", "/jobs/", "/jobs/queue/", "/jobs/queue/table/", "/jobs/new/", "/quotas/loans/",
-             "/priority-classes/", "/quotas/", "/inventory/"]
+             "/priority-classes/", "/quotas/", "/inventory/", "/external-sources/"]
     if persona != "outsider":
         paths.append(f"/jobs/{pa1_job.pk}/")
     if persona == "platform":
