@@ -19,6 +19,7 @@ PURE_MODULES = [
     "jobs.placement",
     "jobs.scheduler",
     "jobs.backends.external",
+    "jobs.backends.slurm_native",
     "billing.pricing",
     "jobs.replay.trace",
     "jobs.replay.csvtrace",
