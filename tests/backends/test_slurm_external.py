@@ -10,6 +10,7 @@ the Slurm jobs it submitted and waits until they have ended, so tests run in any
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
@@ -22,7 +23,9 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db.models import Sum
+from django.utils import timezone
 
 from billing.meter import usage_meter
 from billing.models import UsageRecord
@@ -301,3 +304,18 @@ def test_import_refuses_a_cluster_that_is_not_real_slurm(db):
     sim = ClusterRow.objects.create(name="sim", kind="simulator")
     with pytest.raises(ValueError):
         import_slurm(sim)
+
+
+def test_import_native_back_fills_from_a_given_instant(slurm, portal):
+    cluster, *_ = portal
+    job_id = slurm.sbatch("-J", "old", gpus=1, seconds=1)
+    wait_until(lambda: slurm.ended(job_id), f"job {job_id} ended", interval=0.3)
+    since = (timezone.now() - timedelta(days=40)).isoformat()
+    out = io.StringIO()
+    call_command("import_native", "--cluster", "real", "--since", since, stdout=out)
+    assert out.getvalue().startswith("real: ") and f'"window_start": "{since}"' in out.getvalue()
+    assert Job.objects.get(cluster=cluster, backend_id=job_id).state == JobState.SUCCEEDED
+    with pytest.raises(CommandError, match="zone"):
+        call_command("import_native", "--since", "2026-11-01T00:00")
+    with pytest.raises(CommandError, match="no active real Slurm cluster"):
+        call_command("import_native", "--cluster", "nope")
