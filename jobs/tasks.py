@@ -147,3 +147,25 @@ def sync_scheduler_queues() -> dict:
     from .queue_sync import sync_all
 
     return sync_all()
+
+
+@shared_task(name="jobs.import_slurm_jobs", ignore_result=True)
+def import_slurm_jobs() -> None:
+    """Beat: import the jobs users submitted to each real Slurm cluster directly (DESIGN §11)."""
+    from .native_slurm import importable_clusters
+
+    for cluster in importable_clusters():
+        import_slurm_cluster.delay(cluster.pk)
+
+
+@shared_task(name="jobs.import_slurm_cluster", ignore_result=True)
+def import_slurm_cluster(cluster_id: int) -> dict:
+    """One cluster's import; safe to run twice (idempotent by cluster and Slurm job id)."""
+    from .native_slurm import import_slurm
+
+    cluster = Cluster.objects.filter(pk=cluster_id, active=True, kind="slurm").first()
+    if cluster is None:
+        return {}
+    outcome = import_slurm(cluster)
+    log.info("slurm import %s: %s", cluster, outcome)
+    return outcome

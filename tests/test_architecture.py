@@ -20,6 +20,7 @@ PURE_MODULES = [
     "jobs.placement",
     "jobs.scheduler",
     "jobs.backends.external",
+    "jobs.backends.slurm_native",
     "billing.pricing",
     "jobs.replay.trace",
     "jobs.replay.csvtrace",
