@@ -323,7 +323,7 @@ def _advance(ctx: _Context, job: Job, record: ExternalRecord) -> bool:
             admitted = job_transition(
                 job, JobState.ADMITTED, reason="started outside the portal",
                 data={"workers": 1, "placement": placement, "external": True},
-                admitted_at=record.started_at, placement=placement, granted_workers=1,
+                occurred_at=record.started_at, placement=placement, granted_workers=1, **clock,
             )
             changed = admitted and job_transition(
                 job, JobState.RUNNING, reason="started", occurred_at=record.started_at, **clock)

@@ -31,6 +31,8 @@ from .states import TERMINAL, JobState, can_transition
 # Another host's clock may run a little ahead of the portal's: a backend instant up to this far
 # in the future is believed; further ahead it is nonsense (a wrong zone, a broken clock).
 MAX_CLOCK_SKEW = timedelta(seconds=5)
+# The job field a backend instant sets, by target state (any other target: an end).
+_STAMPED = {JobState.ADMITTED: "admitted_at", JobState.RUNNING: "started_at"}
 
 
 def job_transition(
@@ -50,8 +52,9 @@ def job_transition(
     ``reason``: English text, or a message of ``jobs.reasons`` when it has parameters.
 
     ``occurred_at``/``time_source``: the backend's own instant of this change (its start, its
-    end). It becomes the event's ``occurred_at`` and the job's ``started_at`` (into running) or
-    ``finished_at`` (any other target) — unless it is impossible (``backend_time_problem``),
+    end). It becomes the event's ``occurred_at`` and the job's ``admitted_at`` (into admitted: a
+    job that started outside the portal), ``started_at`` (into running) or ``finished_at`` (any
+    other target) — unless it is impossible (``backend_time_problem``),
     when the portal's clock stands in and ``data["time_rejected"]`` records the refused instant.
     Without it the event is at the portal's clock (source portal)."""
     expected = JobState(job.state)
@@ -64,7 +67,7 @@ def job_transition(
         at, source, rejected = _backend_time(job, expected, target, occurred_at, TimeSource(time_source), now)
         if rejected:
             data["time_rejected"] = rejected
-        fields["started_at" if target == JobState.RUNNING else "finished_at"] = at
+        fields[_STAMPED.get(target, "finished_at")] = at
     # The state and its event row commit together even for a caller without a transaction
     # (the cancel API): otherwise a cycle could hand out the freed GPUs before the log says so,
     # and a crash between the two would leave a transition without its event.

@@ -115,6 +115,8 @@ def test_live_job_moves_through_its_states_with_backend_times(world):
     _import(cluster, _rec("11", "running", start=start, submitted=submitted, slots=slots))
     job = Job.objects.get(backend_id="11")
     assert (job.state, job.started_at, job.admitted_at) == (JobState.RUNNING, start, start)
+    admitted = job.events.get(to_state="admitted")
+    assert (admitted.occurred_at, admitted.time_source) == (start, "slurm")  # the backend's start, too
     end = start + timedelta(minutes=7)
     _import(cluster, _rec("11", "failed", start=start, end=end, submitted=submitted, exit_code=3))
     job.refresh_from_db()
