@@ -147,3 +147,12 @@ def sync_scheduler_queues() -> dict:
     from .queue_sync import sync_all
 
     return sync_all()
+
+
+@shared_task(name="jobs.sync_slurm_accounts", ignore_result=True)
+def sync_slurm_accounts() -> int:
+    """Slurm accounts, associations and QOS from the quota tree at this instant
+    (jobs.slurm_accounts): on every committed quota or membership write, and from beat."""
+    from .slurm_accounts import sync_all
+
+    return len(sync_all())

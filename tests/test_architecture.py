@@ -16,6 +16,7 @@ PURE_MODULES = [
     "quotas.validation",
     "quotas.admission",
     "quotas.queues",
+    "quotas.slurm_accounts",
     "jobs.placement",
     "jobs.scheduler",
     "jobs.backends.external",
