@@ -222,16 +222,19 @@ def dump(cluster: Cluster, *, now: datetime | None = None) -> str:
 # -- triggers
 
 
-def _enqueue() -> None:
-    if accounts_clusters():
-        send(TASK, expires=settings.GPUPOOL["SLURM_ACCOUNTS_INTERVAL_SECONDS"])
+def _enqueue_slurm_accounts() -> None:
+    send(TASK, expires=settings.GPUPOOL["SLURM_ACCOUNTS_INTERVAL_SECONDS"])
 
 
 def request_sync(**_signal_kwargs) -> None:
-    """After the current transaction commits, once however many rows it wrote."""
-    if any(entry[1] is _enqueue for entry in connection.run_on_commit):
+    """After the current transaction commits, once however many rows it wrote — and only where
+    a synced Slurm cluster exists (asked here, not at commit: a portal without one registers
+    nothing on its commits)."""
+    if any(entry[1] is _enqueue_slurm_accounts for entry in connection.run_on_commit):
         return
-    transaction.on_commit(_enqueue, robust=True)
+    if not accounts_clusters():
+        return
+    transaction.on_commit(_enqueue_slurm_accounts, robust=True)
 
 
 def connect_signals() -> None:
