@@ -14,3 +14,7 @@ class JobsConfig(AppConfig):
         from .queue_sync import connect_signals
 
         connect_signals()
+
+        from .slurm_accounts import connect_signals as connect_slurm_accounts
+
+        connect_slurm_accounts()

@@ -169,3 +169,12 @@ def import_slurm_cluster(cluster_id: int) -> dict:
     outcome = import_slurm(cluster)
     log.info("slurm import %s: %s", cluster, outcome)
     return outcome
+
+
+@shared_task(name="jobs.sync_slurm_accounts", ignore_result=True)
+def sync_slurm_accounts() -> int:
+    """Slurm accounts, associations and QOS from the quota tree at this instant
+    (jobs.slurm_accounts): on every committed quota or membership write, and from beat."""
+    from .slurm_accounts import sync_all
+
+    return len(sync_all())

@@ -5,7 +5,7 @@ from django.utils.translation import gettext_lazy as _
 
 from portal.admin_site import PlatformModelAdmin
 
-from .models import Cluster, Flavor, Loan, Node, QuotaNode, QuotaWindow
+from .models import Cluster, Flavor, Loan, Node, QuotaNode, QuotaWindow, SlurmSyncRun
 from .services import card_fraction_from_input
 
 
@@ -90,3 +90,28 @@ class LoanAdmin(PlatformModelAdmin):
 @admin.register(QuotaWindow)
 class QuotaWindowAdmin(PlatformModelAdmin):
     list_display = ["quota_node", "name", "weekdays", "start_time", "end_time", "quota", "lend_limit"]
+
+
+@admin.register(SlurmSyncRun)
+class SlurmSyncRunAdmin(PlatformModelAdmin):
+    """The record of the Slurm accounts sync: read-only (the sync writes it)."""
+
+    list_display = ["cluster", "started_at", "finished_at", "dry_run", "changes", "has_error"]
+    list_filter = ["cluster", "dry_run"]
+    readonly_fields = [
+        "cluster", "started_at", "finished_at", "dry_run", "commands", "drift", "notes", "error",
+    ]
+
+    @admin.display(description=_("changes"))
+    def changes(self, obj):
+        return len(obj.drift)
+
+    @admin.display(description=_("error"), boolean=True)
+    def has_error(self, obj):
+        return bool(obj.error)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

@@ -314,3 +314,28 @@ class QuotaWindow(models.Model):
 
     def __str__(self):
         return f"{self.quota_node}: {self.name}"
+
+
+class SlurmSyncRun(models.Model):
+    """One run of the Slurm accounts sync on one cluster (docs/backends.md, "Native Slurm users"):
+    the ``sacctmgr`` commands it ran (or would run, ``dry_run``), the differences it found between
+    the portal and Slurm with their values before and after (``drift``), what it could not express
+    in Slurm (``notes``) and what failed (``error``)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="slurm_sync_runs")
+    started_at = models.DateTimeField(_("started at"))
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    dry_run = models.BooleanField(_("dry run"), default=False)
+    commands = models.JSONField(_("commands"), default=list, blank=True)
+    drift = models.JSONField(_("drift"), default=list, blank=True)
+    notes = models.JSONField(_("notes"), default=list, blank=True)
+    error = models.TextField(_("error"), blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        verbose_name = _("Slurm accounts sync")
+        verbose_name_plural = _("Slurm accounts syncs")
+        indexes = [models.Index(fields=["cluster", "started_at"])]
+
+    def __str__(self):
+        return f"{self.cluster} {self.started_at:%Y-%m-%d %H:%M:%S}"

@@ -17,6 +17,7 @@ PURE_MODULES = [
     "quotas.admission",
     "quotas.queues",
     "quotas.yunikorn",
+    "quotas.slurm_accounts",
     "jobs.placement",
     "jobs.scheduler",
     "jobs.backends.external",

@@ -128,6 +128,10 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort=$DBD_PORT
 AccountingStorageTRES=gres/gpu,gres/gpu:$GPU_TYPE
+# Jobs need an association (user, account), and its limits (GrpTRES) and QOS apply: the portal's
+# Slurm accounts sync (docs/backends.md, "Native Slurm users") manages them. The portal's own jobs
+# run as root, whose association registering the cluster creates.
+AccountingStorageEnforce=associations,limits,qos
 JobCompType=jobcomp/filetxt
 JobCompLoc=$RUN/log/jobcomp.txt
 SchedulerType=sched/backfill
@@ -160,6 +164,8 @@ CONF
             "Gres=gpu:$GPU_TYPE:$GPUS Feature=$(node_features "$i") State=UNKNOWN" >>"$tmp"
     done
     echo "PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >>"$tmp"
+    # mktemp makes it 0600: users' sbatch on the "login node" must read it (no secrets in it).
+    chmod 0644 "$tmp"
     mv "$tmp" "$ETC/slurm.conf"
 }
 

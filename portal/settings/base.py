@@ -3,6 +3,7 @@
 Everything a deployment varies is read from the environment through ``portal.env``.
 """
 
+import re
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -122,6 +123,10 @@ CELERY_BEAT_SCHEDULE = {
     # DESIGN §11: jobs users submit to Slurm directly (sbatch) become external jobs.
     "slurm-import": {"task": "jobs.import_slurm_jobs",
                      "schedule": env_int("SLURM_IMPORT_INTERVAL_SECONDS", 60), "options": {"expires": 50}},
+    # DESIGN §11: Slurm accounts, associations and QOS follow the quota tree (also on every write).
+    "slurm-accounts": {"task": "jobs.sync_slurm_accounts",
+                       "schedule": env_int("SLURM_ACCOUNTS_INTERVAL_SECONDS", 300, min_value=10),
+                       "options": {"expires": env_int("SLURM_ACCOUNTS_INTERVAL_SECONDS", 300, min_value=10)}},
     # DESIGN §7: the meter brings the usage ledger up to the last full hour (idempotent).
     "meter": {"task": "billing.meter", "schedule": env_int("METER_INTERVAL_SECONDS", 600),
               "options": {"expires": 500}},
@@ -265,7 +270,17 @@ GPUPOOL = {
     "APPROVAL_STEP_HOURS": env_int("GPUPOOL_APPROVAL_STEP_HOURS", 48),
     # Absolute links in notification mails.
     "SITE_URL": env_str("GPUPOOL_SITE_URL", "http://localhost:8000"),
+    # Native Slurm users (docs/backends.md): the sync owns the accounts and QOS named with this
+    # prefix, and hangs top-level departments under the parent account (which it never changes).
+    "SLURM_ACCOUNT_PREFIX": env_str("GPUPOOL_SLURM_ACCOUNT_PREFIX", "gp_"),
+    "SLURM_PARENT_ACCOUNT": env_str("GPUPOOL_SLURM_PARENT_ACCOUNT", "root"),
+    "SLURM_ACCOUNTS_INTERVAL_SECONDS": env_int("SLURM_ACCOUNTS_INTERVAL_SECONDS", 300, min_value=10),
 }
+
+if not re.match(r"^[a-z][a-z0-9_]{0,19}$", GPUPOOL["SLURM_ACCOUNT_PREFIX"]):
+    raise ImproperlyConfigured("GPUPOOL_SLURM_ACCOUNT_PREFIX: 1–20 of a-z, 0-9 and '_', a letter first.")
+if GPUPOOL["SLURM_PARENT_ACCOUNT"].startswith(GPUPOOL["SLURM_ACCOUNT_PREFIX"]):
+    raise ImproperlyConfigured("GPUPOOL_SLURM_PARENT_ACCOUNT must not carry GPUPOOL_SLURM_ACCOUNT_PREFIX.")
 
 if 0 < GPUPOOL["MAX_RUNTIME_HOURS"]["dev"] * 3600 < GPUPOOL["DEV_LIFETIME_SECONDS"]:
     raise ImproperlyConfigured(

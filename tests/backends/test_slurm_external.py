@@ -97,9 +97,18 @@ class Site:
         return rec if rec["state"] in FINISHED and rec["end"] not in ("", "Unknown") and complete else None
 
 
-def _sacctmgr(env: dict[str, str], *args: str) -> None:
+def _sacctmgr(env: dict[str, str], *args: str, check: bool = True) -> None:
     subprocess.run(["sacctmgr", "-i", *args], env=env, capture_output=True, text=True, timeout=60,
-                   check=False)
+                   check=check)
+
+
+def _cluster_name(conf: str) -> str:
+    # Accounts are shared by every cluster of the slurmdbd; their associations are per cluster, and
+    # one added without cluster= lands in every cluster (other tests' clusters included).
+    for line in Path(conf).read_text().splitlines():
+        if line.startswith("ClusterName="):
+            return line.removeprefix("ClusterName=").strip()
+    raise AssertionError(f"no ClusterName in {conf}")
 
 
 @pytest.fixture(scope="module")
@@ -128,17 +137,18 @@ def site() -> Iterator[Site]:
     user, mapped, stray = f"gpx{tag}", f"sx{tag}", f"sxstray{tag}"
     subprocess.run(["useradd", "-M", "-d", str(workdir), "-s", "/bin/sh", user], check=True, timeout=60)
     # Associations, so the submissions work whether or not the cluster enforces them.
+    cluster = f"cluster={_cluster_name(conf)}"
     for account in (mapped, stray):
-        _sacctmgr(env, "add", "account", account, "Description=gpupool test", "Organization=gpupool")
-        _sacctmgr(env, "add", "user", user, f"account={account}")
-        _sacctmgr(env, "add", "user", "root", f"account={account}")
+        _sacctmgr(env, "add", "account", account, cluster, "Description=gpupool test", "Organization=gpupool")
+        _sacctmgr(env, "add", "user", user, f"account={account}", cluster)
+        _sacctmgr(env, "add", "user", "root", f"account={account}", cluster)
     try:
         yield Site(run_dir, conf, env, user, mapped, stray, workdir)
     finally:
         subprocess.run(["scancel", "-u", user], env=env, check=False, timeout=60)
-        _sacctmgr(env, "delete", "user", user)
-        _sacctmgr(env, "delete", "user", "root", f"account={mapped},{stray}")
-        _sacctmgr(env, "delete", "account", mapped, stray)
+        _sacctmgr(env, "delete", "user", user, check=False)
+        _sacctmgr(env, "delete", "user", "root", f"account={mapped},{stray}", check=False)
+        _sacctmgr(env, "delete", "account", mapped, stray, check=False)
         subprocess.run(["userdel", user], check=False, timeout=60)
         subprocess.run([str(DEPLOY / "stop.sh"), str(run_dir), "--purge"], env=env, check=False, timeout=120)
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -1,0 +1,581 @@
+"""Native Slurm users (DESIGN §11): the quota tree, memberships and priority classes as Slurm
+accounts, user associations and QOS; the difference between that and what Slurm holds as ordered
+``sacctmgr`` commands; the same state as a ``sacctmgr load`` flat file. Pure: fed plain values
+(limits already *effective* at the sync's instant), no Django, no subprocess.
+
+Ownership: the sync owns exactly the accounts and QOS whose name starts with the prefix, and the
+user associations on those accounts. Everything else in Slurm is neither changed nor reported.
+The rules and the names are documented in docs/backends.md, "Native Slurm users: accounts and
+limits".
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import ROUND_FLOOR, Decimal
+
+# Slurm QOS priority is unsigned; a class value is at least −1000 (PriorityClass.value's validator).
+PRIORITY_OFFSET = 1000
+DEFAULT_CLASS = "training"  # the submit form's default class (jobs.forms) is also the default QOS
+# Account and QOS names: Slurm lowercases them; the portal's codes are [A-Za-z0-9_.-].
+NAME_RE = re.compile(r"^[a-z0-9_][a-z0-9_.-]{0,63}$")
+PREFIX_RE = re.compile(r"^[a-z][a-z0-9_]{0,19}$")
+# POSIX portable user names (useradd's default rule): what a Unix user on a login node can be.
+USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+NO_LIMIT = None
+BATCH = 200  # commands per sacctmgr process (stdin)
+
+
+# ---- inputs -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaLimit:
+    """The effective quota of one department or project for one flavor, as a Slurm TRES."""
+
+    kind: str  # "department" | "project"
+    code: str
+    tres: str  # e.g. "gres/gpu:a100"
+    quota: Decimal
+    borrow_limit: Decimal | None  # None: no cap
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    project: str  # project code
+    user: str  # Slurm (Unix) user name
+    rank: int  # the role's rank in the project (member 0, project admin 1)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassRef:
+    name: str
+    value: int
+    preemptible: bool
+    min_rank: int = 0  # the least role rank that may use the class without approval
+
+
+@dataclass(frozen=True)
+class PortalState:
+    departments: tuple[tuple[str, str | None], ...]  # (code, parent code)
+    projects: tuple[tuple[str, str], ...]  # (code, department code), active projects only
+    limits: tuple[QuotaLimit, ...]
+    members: tuple[Member, ...]
+    classes: tuple[ClassRef, ...]
+    tres: frozenset[str]  # every TRES the portal's flavors name on this cluster
+    notes: tuple[str, ...] = ()  # what the caller already skipped (flavors without GRES, users)
+
+
+@dataclass(frozen=True, slots=True)
+class Naming:
+    prefix: str = "gp_"
+    parent: str = "root"  # the account top-level departments hang under (not owned)
+
+    def __post_init__(self):
+        if not PREFIX_RE.match(self.prefix):
+            raise ValueError(f"Slurm account prefix {self.prefix!r}: 1–20 of a-z, 0-9, '_', a letter first")
+
+    def account(self, code: str) -> str:
+        return f"{self.prefix}{code.lower()}"
+
+    def qos(self, class_name: str) -> str:
+        return f"{self.prefix}{class_name.lower()}"
+
+    def owns(self, name: str) -> bool:
+        return name.startswith(self.prefix) and name != self.parent
+
+
+# ---- the state, desired or current --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    name: str
+    parent: str
+    limits: tuple[tuple[str, int | None], ...] = ()  # (tres, whole GPUs or None), sorted
+    description: str = ""
+
+    def limit_map(self) -> dict[str, int | None]:
+        return dict(self.limits)
+
+
+@dataclass(frozen=True, slots=True)
+class Association:
+    account: str
+    user: str
+    qos: frozenset[str] | None = None  # None: not managed (no priority classes)
+    default_qos: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Qos:
+    name: str
+    priority: int
+    preempt: frozenset[str] = frozenset()
+    preempt_mode: str = "cluster"  # Slurm shows OFF as "cluster"; "requeue" for preemptible classes
+
+
+@dataclass
+class SlurmState:
+    accounts: dict[str, Account] = field(default_factory=dict)
+    associations: dict[tuple[str, str], Association] = field(default_factory=dict)
+    qos: dict[str, Qos] = field(default_factory=dict)
+    default_accounts: dict[str, str] = field(default_factory=dict)  # user → default account
+    notes: list[str] = field(default_factory=list)
+    tres: frozenset[str] = frozenset()  # the TRES whose limits the sync manages
+
+
+# ---- desired ------------------------------------------------------------------------------------
+
+
+def desired_state(state: PortalState, naming: Naming, tracked: frozenset[str] | None = None) -> SlurmState:
+    """What Slurm should hold. ``tracked``: the TRES the cluster accounts (``sacctmgr show tres``);
+    a limit on any other TRES would be refused by Slurm, so it is left out with a note."""
+    out = SlurmState(notes=list(state.notes))
+    managed = state.tres if tracked is None else state.tres & tracked
+    for tres in sorted(state.tres - managed):
+        out.notes.append(f"{tres} is not in the cluster's AccountingStorageTRES: not limited in Slurm")
+    out.tres = frozenset(managed)
+    limits = _limits(state.limits, managed, out.notes)
+    _accounts(state, naming, limits, out)
+    classes = _qos(state.classes, naming, out)
+    _associations(state, naming, classes, out)
+    return out
+
+
+def _limits(rows: Iterable[QuotaLimit], managed: frozenset[str], notes: list[str]) -> dict:
+    """(kind, code) → {tres: whole units or None}. Flavors sharing a TRES add up; any of them
+    without a cap leaves the TRES uncapped. A fractional cap is rounded down, with a note: Slurm
+    counts whole GRES, and rounding up would let Slurm give more than the portal allows."""
+    sums: dict[tuple[str, str], dict[str, Decimal | None]] = defaultdict(dict)
+    for row in rows:
+        if row.tres not in managed:
+            continue
+        cap = None if row.borrow_limit is None else max(Decimal(0), row.quota + row.borrow_limit)
+        per = sums[(row.kind, row.code)]
+        if row.tres not in per:
+            per[row.tres] = cap
+        elif per[row.tres] is not None and cap is not None:
+            per[row.tres] += cap
+        else:
+            per[row.tres] = None
+    out: dict[tuple[str, str], dict[str, int | None]] = {}
+    for key, per in sums.items():
+        out[key] = {}
+        for tres, cap in per.items():
+            whole = None if cap is None else int(cap.to_integral_value(ROUND_FLOOR))
+            if cap is not None and whole != cap:
+                notes.append(f"{key[0]} {key[1]}: {tres} cap {cap} rounded down to {whole} (whole GRES)")
+            out[key][tres] = whole
+    return out
+
+
+def _accounts(state: PortalState, naming: Naming, limits: dict, out: SlurmState) -> None:
+    owners: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for code, _parent in state.departments:
+        owners[naming.account(code)].append(("department", code))
+    for code, _dept in state.projects:
+        owners[naming.account(code)].append(("project", code))
+    clashing = {name for name, who in owners.items() if len(who) > 1 or not NAME_RE.match(name)}
+    for name in sorted(clashing):
+        who = ", ".join(f"{k} {c}" for k, c in owners[name])
+        out.notes.append(f"account {name} ({who}): name clashes or is not a valid Slurm name; skipped")
+    children: dict[str | None, list[str]] = defaultdict(list)
+    for code, parent in state.departments:
+        children[parent].append(code)
+    projects: dict[str, list[str]] = defaultdict(list)
+    for code, dept in state.projects:
+        projects[dept].append(code)
+
+    def add(kind: str, code: str, parent: str) -> bool:
+        name = naming.account(code)
+        if name in clashing:
+            return False
+        lim = limits.get((kind, code), {})
+        values = tuple(sorted((t, lim.get(t, NO_LIMIT)) for t in out.tres))
+        out.accounts[name] = Account(name, parent, values, f"gpupool {kind} {code}")
+        return True
+
+    def walk(dept: str | None, parent_account: str) -> None:
+        for code in sorted(children[dept]):
+            if not add("department", code, parent_account):
+                out.notes.append(f"department {code}'s sub-departments and projects are skipped with it")
+                continue
+            account = naming.account(code)
+            for project in sorted(projects[code]):
+                add("project", project, account)
+            walk(code, account)
+
+    walk(None, naming.parent)
+
+
+def _qos(classes: tuple[ClassRef, ...], naming: Naming, out: SlurmState) -> dict[str, ClassRef]:
+    """QOS name → class, for the classes that become QOS."""
+    by_name: dict[str, list[ClassRef]] = defaultdict(list)
+    for c in classes:
+        by_name[naming.qos(c.name)].append(c)
+    usable: dict[str, ClassRef] = {}
+    for name, found in sorted(by_name.items()):
+        if len(found) > 1 or not NAME_RE.match(name):
+            out.notes.append(f"QOS {name}: priority classes clash or the name is not valid in Slurm; skipped")
+            continue
+        usable[name] = found[0]
+    for name, c in usable.items():
+        lower = frozenset(n for n, o in usable.items() if o.value < c.value and o.preemptible)
+        out.qos[name] = Qos(
+            name,
+            max(0, c.value + PRIORITY_OFFSET),
+            lower,
+            "requeue" if c.preemptible else "cluster",
+        )
+    return usable
+
+
+def _associations(state: PortalState, naming: Naming, classes: dict[str, ClassRef], out: SlurmState) -> None:
+    ranks: dict[tuple[str, str], int] = {}
+    projects = {naming.account(code) for code, _dept in state.projects}
+    for m in state.members:
+        account = naming.account(m.project)
+        if account not in projects or account not in out.accounts:
+            continue  # an inactive project, or one skipped (its name clashes)
+        if not USER_RE.match(m.user):
+            out.notes.append(f"user {m.user!r} is not a valid Unix user name: no association")
+            continue
+        key = (account, m.user)
+        ranks[key] = max(ranks.get(key, m.rank), m.rank)
+    for (account, user), rank in sorted(ranks.items()):
+        allowed = None
+        default = None
+        if classes:
+            mine = {n: c for n, c in classes.items() if c.min_rank <= rank}
+            if not mine:
+                out.notes.append(f"user {user} may use no priority class in {account}: no association")
+                continue
+            allowed = frozenset(mine)
+            default = naming.qos(DEFAULT_CLASS)
+            if default not in mine:
+                default = min(mine, key=lambda n: (mine[n].value, n))
+        out.associations[(account, user)] = Association(account, user, allowed, default)
+        out.default_accounts.setdefault(user, account)  # sorted: the first project account by name
+
+
+# ---- parsing sacctmgr -P -n output ---------------------------------------------------------------
+
+ASSOC_FORMAT = "account,user,parentname,grptres,qos,defaultqos"
+QOS_FORMAT = "name,priority,preempt,preemptmode"
+USER_FORMAT = "user,defaultaccount,account"
+
+
+def parse_tres(text: str) -> dict[str, int]:
+    """``cpu=10,gres/gpu:a100=2`` → {"cpu": 10, "gres/gpu:a100": 2}."""
+    out = {}
+    for part in filter(None, text.split(",")):
+        name, _, value = part.rpartition("=")
+        out[name] = int(value)
+    return out
+
+
+def _names(text: str) -> frozenset[str]:
+    return frozenset(n for n in text.split(",") if n)
+
+
+def parse_current(
+    assoc_text: str, qos_text: str, user_text: str, naming: Naming, tres: frozenset[str]
+) -> SlurmState:
+    """The owned part of what Slurm holds, in the shape of :func:`desired_state`'s result."""
+    out = SlurmState(tres=tres)
+    for line in assoc_text.splitlines():
+        if not line.strip():
+            continue
+        account, user, parent, grptres, qos, default_qos = line.split("|")[:6]
+        if not naming.owns(account):
+            continue
+        if user:
+            out.associations[(account, user)] = Association(account, user, _names(qos), default_qos or None)
+        else:
+            given = parse_tres(grptres)
+            values = tuple(sorted((t, given.get(t)) for t in tres))
+            out.accounts[account] = Account(account, parent, values)
+    for line in qos_text.splitlines():
+        if not line.strip():
+            continue
+        name, priority, preempt, mode = line.split("|")[:4]
+        if naming.owns(name):
+            out.qos[name] = Qos(name, int(priority or 0), _names(preempt), mode.lower() or "cluster")
+    for line in user_text.splitlines():
+        if line.strip():
+            user, default, _account = line.split("|")[:3]
+            out.default_accounts[user] = default
+    return out
+
+
+def parse_tracked(tres_text: str) -> frozenset[str]:
+    """``sacctmgr -P -n show tres format=type,name`` → {"cpu", "gres/gpu:a100", …}."""
+    out = set()
+    for line in tres_text.splitlines():
+        if line.strip():
+            kind, name = line.split("|")[:2]
+            out.add(f"{kind}/{name}" if name else kind)
+    return frozenset(out)
+
+
+# ---- the difference -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One difference between Slurm and the portal: what, and its value before and after."""
+
+    kind: str  # "qos" | "account" | "association" | "default_account"
+    name: str  # QOS or account name, "account/user", or the user
+    action: str  # "add" | "modify" | "delete"
+    before: dict | None
+    after: dict | None
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "name": self.name, "action": self.action, "before": self.before,
+                "after": self.after}
+
+
+@dataclass
+class Plan:
+    changes: list[Change] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)  # sacctmgr commands, in order, without "-i"
+
+    def __bool__(self) -> bool:
+        return bool(self.commands)
+
+
+def plan(desired: SlurmState, current: SlurmState, cluster: str, naming: Naming) -> Plan:
+    """Ordered so each command finds what it needs: QOS (then their preempt lists), accounts top
+    down, associations, default accounts; then deletions — associations, accounts bottom up, QOS."""
+    p = Plan()
+    _plan_qos(desired, current, p)
+    _plan_accounts(desired, current, cluster, p)
+    _plan_associations(desired, current, cluster, p)
+    _plan_defaults(desired, current, cluster, naming, p)
+    _plan_deletions(desired, current, cluster, p)
+    return p
+
+
+def _q(value: str) -> str:
+    """Names are checked against NAME_RE / USER_RE; descriptions are ours: quoting is for spaces."""
+    return f"'{value}'" if " " in value else value
+
+
+def _qos_view(q: Qos) -> dict:
+    return {"priority": q.priority, "preempt": sorted(q.preempt), "preempt_mode": q.preempt_mode}
+
+
+def _plan_qos(desired: SlurmState, current: SlurmState, p: Plan) -> None:
+    preempts = []
+    for name, want in sorted(desired.qos.items()):
+        have = current.qos.get(name)
+        if have == want:
+            continue
+        p.changes.append(Change("qos", name, "modify" if have else "add",
+                                _qos_view(have) if have else None, _qos_view(want)))
+        sets = []
+        if have is None or have.priority != want.priority:
+            sets.append(f"priority={want.priority}")
+        if have is None or have.preempt_mode != want.preempt_mode:
+            sets.append(f"preemptmode={want.preempt_mode}")
+        if have is None:
+            p.commands.append(f"add qos {name} " + " ".join(sets))
+        elif sets:
+            p.commands.append(f"modify qos where name={name} set " + " ".join(sets))
+        if (have.preempt if have else frozenset()) != want.preempt:
+            # After every QOS exists: a preempt list names other QOS.
+            preempts.append(f"modify qos where name={name} set preempt={','.join(sorted(want.preempt))}")
+    p.commands.extend(preempts)
+
+
+def _tres_text(values: Iterable[tuple[str, int | None]]) -> str:
+    return ",".join(f"{t}={-1 if v is None else v}" for t, v in values)
+
+
+def _top_down(accounts: dict[str, Account]) -> list[Account]:
+    """Parents before children (an account's parent outside the dict counts as placed)."""
+    placed: list[Account] = []
+    done: set[str] = set()
+    pending = sorted(accounts.values(), key=lambda a: a.name)
+    while pending:
+        ready = [a for a in pending if a.parent not in accounts or a.parent in done]
+        if not ready:  # a cycle cannot come from a tree; place the rest as they are
+            ready = pending
+        placed.extend(ready)
+        done.update(a.name for a in ready)
+        pending = [a for a in pending if a.name not in done]
+    return placed
+
+
+def _account_view(a: Account) -> dict:
+    return {"parent": a.parent, "grptres": {t: v for t, v in a.limits}}
+
+
+def _plan_accounts(desired: SlurmState, current: SlurmState, cluster: str, p: Plan) -> None:
+    for want in _top_down(desired.accounts):
+        have = current.accounts.get(want.name)
+        if have is None:
+            p.changes.append(Change("account", want.name, "add", None, _account_view(want)))
+            capped = [(t, v) for t, v in want.limits if v is not None]
+            cmd = f"add account {want.name} cluster={cluster} parent={want.parent}"
+            cmd += f" description={_q(want.description)}"
+            p.commands.append(cmd + (f" grptres={_tres_text(capped)}" if capped else ""))
+            continue
+        moved = have.parent != want.parent
+        differing = [(t, v) for t, v in want.limits if have.limit_map().get(t) != v]
+        if not moved and not differing:
+            continue
+        p.changes.append(Change("account", want.name, "modify", _account_view(have), _account_view(want)))
+        where = f"modify account where name={want.name} cluster={cluster} set"
+        if moved:
+            p.commands.append(f"{where} parent={want.parent}")
+        if differing:
+            p.commands.append(f"{where} grptres={_tres_text(differing)}")
+
+
+def _assoc_view(a: Association) -> dict:
+    return {"qos": None if a.qos is None else sorted(a.qos), "default_qos": a.default_qos}
+
+
+def _qos_sets(want: Association, have: Association | None) -> str:
+    if want.qos is None:
+        return ""
+    parts = []
+    if have is None or have.qos != want.qos:
+        parts.append(f"qos={','.join(sorted(want.qos))}")
+    if have is None or have.default_qos != want.default_qos:
+        parts.append(f"defaultqos={want.default_qos}")
+    return " ".join(parts)
+
+
+def _plan_associations(desired: SlurmState, current: SlurmState, cluster: str, p: Plan) -> None:
+    for key, want in sorted(desired.associations.items()):
+        have = current.associations.get(key)
+        where = f"account={want.account} cluster={cluster}"
+        label = f"{want.account}/{want.user}"
+        if have is None:
+            p.changes.append(Change("association", label, "add", None, _assoc_view(want)))
+            p.commands.append(f"add user {want.user} {where} {_qos_sets(want, None)}".rstrip())
+            continue
+        sets = _qos_sets(want, have)
+        if sets:
+            p.changes.append(Change("association", label, "modify", _assoc_view(have), _assoc_view(want)))
+            p.commands.append(f"modify user where name={want.user} {where} set {sets}")
+
+
+def _plan_defaults(desired: SlurmState, current: SlurmState, cluster: str, naming: Naming, p: Plan) -> None:
+    """A user's default account is set when it is missing or one of ours that is not the wanted
+    one; a default the site gave (an account we do not own) stays."""
+    for user, want in sorted(desired.default_accounts.items()):
+        have = current.default_accounts.get(user) or ""
+        if have == want or (have and not naming.owns(have)):
+            continue
+        before, after = {"account": have or None}, {"account": want}
+        p.changes.append(Change("default_account", user, "modify", before, after))
+        p.commands.append(f"modify user where name={user} cluster={cluster} set defaultaccount={want}")
+
+
+def _plan_deletions(desired: SlurmState, current: SlurmState, cluster: str, p: Plan) -> None:
+    for key, have in sorted(current.associations.items()):
+        if key not in desired.associations:
+            label = f"{have.account}/{have.user}"
+            p.changes.append(Change("association", label, "delete", _assoc_view(have), None))
+            p.commands.append(f"delete user where name={have.user} account={have.account} cluster={cluster}")
+    for have in reversed(_top_down(current.accounts)):
+        if have.name not in desired.accounts:
+            p.changes.append(Change("account", have.name, "delete", _account_view(have), None))
+            p.commands.append(f"delete account where name={have.name} cluster={cluster}")
+    for name, have in sorted(current.qos.items()):
+        if name not in desired.qos:
+            p.changes.append(Change("qos", name, "delete", _qos_view(have), None))
+            p.commands.append(f"delete qos where name={name}")
+
+
+def batches(commands: list[str], size: int = BATCH) -> list[list[str]]:
+    return [commands[i : i + size] for i in range(0, len(commands), size)]
+
+
+# ---- the flat file ---------------------------------------------------------------------------------
+
+
+def flat_file(desired: SlurmState, cluster: str, naming: Naming) -> str:
+    """``sacctmgr load`` input: the cluster, then each parent's accounts, then each project
+    account's users. Values with ':' or ',' are quoted — the file splits fields on ':' (Slurm
+    22.05's own dump writes GrpTRES bare, which its load cannot read back for typed GRES). QOS
+    are not part of the format: they must exist first (the sync creates them)."""
+    lines = [f"Cluster - '{cluster}'"]
+    kids: dict[str, list[Account]] = defaultdict(list)
+    for account in _top_down(desired.accounts):
+        kids[account.parent].append(account)
+    users: dict[str, list[Association]] = defaultdict(list)
+    for (account, _user), assoc in sorted(desired.associations.items()):
+        users[account].append(assoc)
+    for parent in [naming.parent, *(a.name for a in _top_down(desired.accounts))]:
+        if kids.get(parent):
+            lines.append(f"Parent - '{parent}'")
+            for account in kids[parent]:
+                fields = [f"Account - '{account.name}'", f"Description='{account.description}'"]
+                capped = [(t, v) for t, v in account.limits if v is not None]
+                if capped:
+                    fields.append(f"GrpTRES='{_tres_text(capped)}'")
+                lines.append(":".join(fields))
+        if users.get(parent):
+            lines.append(f"Parent - '{parent}'")
+            for assoc in users[parent]:
+                fields = [f"User - '{assoc.user}'"]
+                default = desired.default_accounts.get(assoc.user)
+                if default:
+                    fields.append(f"DefaultAccount='{default}'")
+                if assoc.qos is not None:
+                    fields += [f"DefaultQOS='{assoc.default_qos}'", f"QOS='{','.join(sorted(assoc.qos))}'"]
+                lines.append(":".join(fields))
+    return "\n".join(lines) + "\n"
+
+
+def parse_flat_file(text: str) -> tuple[str, dict[str, tuple[str, dict]], dict[tuple[str, str], dict]]:
+    """A reader of the flat file (the subset :func:`flat_file` writes): cluster, {account: (parent,
+    fields)}, {(account, user): fields}. Fields split on ':' outside quotes, as sacctmgr does."""
+    cluster = ""
+    parent = ""
+    accounts: dict[str, tuple[str, dict]] = {}
+    users: dict[tuple[str, str], dict] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        head, *rest = _split_fields(line)
+        kind, _, name = head.partition(" - ")
+        name = name.strip("'")
+        fields = {k: v.strip("'") for k, _, v in (f.partition("=") for f in rest)}
+        if kind == "Cluster":
+            cluster = name
+        elif kind == "Parent":
+            parent = name
+        elif kind == "Account":
+            accounts[name] = (parent, fields)
+        elif kind == "User":
+            users[(parent, name)] = fields
+        else:
+            raise ValueError(f"unknown flat-file line: {raw!r}")
+    return cluster, accounts, users
+
+
+def _split_fields(line: str) -> list[str]:
+    parts, buf, quoted = [], [], False
+    for ch in line:
+        if ch == "'":
+            quoted = not quoted
+        if ch == ":" and not quoted:
+            parts.append("".join(buf))
+            buf = []
+        else:
+            buf.append(ch)
+    if quoted:
+        raise ValueError(f"unbalanced quote in {line!r}")
+    parts.append("".join(buf))
+    return parts
