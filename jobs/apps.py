@@ -14,3 +14,7 @@ class JobsConfig(AppConfig):
         from .queue_sync import connect_signals
 
         connect_signals()
+
+        from .native_k8s import connect_signals as connect_quota_signals
+
+        connect_quota_signals()

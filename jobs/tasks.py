@@ -147,3 +147,28 @@ def sync_scheduler_queues() -> dict:
     from .queue_sync import sync_all
 
     return sync_all()
+
+
+@shared_task(name="jobs.native_import", ignore_result=True)
+def native_import() -> None:
+    """Fan out from beat: one import per cluster that governs native submissions (Kubernetes:
+    external pods and ResourceQuotas, jobs.native_k8s)."""
+    from .native_k8s import native_clusters
+
+    for cluster in native_clusters():
+        import_native_k8s.delay(cluster.pk)
+
+
+@shared_task(name="jobs.import_native_k8s", ignore_result=True)
+def import_native_k8s(cluster_id: int) -> dict:
+    from .native_k8s import import_cluster
+
+    return import_cluster(cluster_id)
+
+
+@shared_task(name="jobs.sync_resource_quotas", ignore_result=True)
+def sync_resource_quotas() -> dict:
+    """ResourceQuotas of mapped namespaces after a quota write (jobs.native_k8s)."""
+    from .native_k8s import sync_all_quotas
+
+    return sync_all_quotas()

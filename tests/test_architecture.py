@@ -20,6 +20,8 @@ PURE_MODULES = [
     "jobs.placement",
     "jobs.scheduler",
     "jobs.backends.external",
+    "jobs.backends.k8s_native",
+    "quotas.resource_quota",
     "billing.pricing",
     "jobs.replay.trace",
     "jobs.replay.csvtrace",

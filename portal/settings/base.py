@@ -119,6 +119,10 @@ CELERY_BEAT_SCHEDULE = {
     "return-loans": {"task": "quotas.return_loans", "schedule": 60.0, "options": {"expires": 50}},
     # Kueue / Volcano queues follow the effective quota, which windows and loans change on the clock.
     "scheduler-queues": {"task": "jobs.sync_scheduler_queues", "schedule": 60.0, "options": {"expires": 50}},
+    # DESIGN §11: jobs submitted to the clusters directly (Kubernetes pods; jobs.native_k8s), and the
+    # ResourceQuotas that cap them, which windows and loans change on the clock.
+    "native-import": {"task": "jobs.native_import", "schedule": env_int("NATIVE_IMPORT_INTERVAL_SECONDS", 60),
+                      "options": {"expires": 50}},
     # DESIGN §7: the meter brings the usage ledger up to the last full hour (idempotent).
     "meter": {"task": "billing.meter", "schedule": env_int("METER_INTERVAL_SECONDS", 600),
               "options": {"expires": 500}},
