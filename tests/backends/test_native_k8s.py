@@ -28,13 +28,13 @@ from jobs.models import ExternalCursor, ExternalObservation, ExternalSource, Job
 from jobs.native_k8s import (
     CURSOR,
     GONE_REASON,
-    import_cluster,
     import_pods,
     sync_namespaces,
     sync_resource_quotas,
 )
 from jobs.scheduling import schedule_once
 from jobs.states import JobState
+from jobs.tasks import import_native_k8s
 from quotas.effective import Limits
 from quotas.models import Cluster, QuotaNode
 from quotas.queues import FlavorRef, QuotaRef, TreeSnapshot
@@ -252,8 +252,8 @@ def test_the_task_is_idempotent(k8s_api, world):
     cluster, nodes, _proj, _f = world
     k8s_api.user_pod(NS, "train", {GPU: "2"})
     k8s_api.pod_started(NS, "train", nodes[0].name, _ago(minutes=3))
-    first = import_cluster(cluster.pk)
-    second = import_cluster(cluster.pk)
+    first = import_native_k8s(cluster.pk)  # the Celery task, run in place
+    second = import_native_k8s(cluster.pk)
     assert first["pods"]["created"] == 1 and first["quotas"]["created"] == 1
     assert second["pods"].get("created", 0) == second["pods"].get("changed", 0) == 0
     assert second["quotas"] == {"created": 0, "replaced": 0, "unchanged": 1, "deleted": 0}
