@@ -18,3 +18,6 @@ class JobsConfig(AppConfig):
         from .slurm_accounts import connect_signals as connect_slurm_accounts
 
         connect_slurm_accounts()
+        from .native_k8s import connect_signals as connect_quota_signals
+
+        connect_quota_signals()

@@ -35,9 +35,9 @@ from portal.models import Project, User
 from quotas.models import Cluster, Flavor, Node
 
 from .backends.base import CANCELLED, FAILED, RUNNING, SUCCEEDED
-from .backends.external import ENDED, ExternalRecord, job_name
-from .models import ExternalSource, Job, JobKind, PriorityClass
-from .states import JobState
+from .backends.external import ENDED, UNKNOWN_DEVICE, ExternalRecord, job_name
+from .models import ExternalObservation, ExternalSource, Job, JobKind, PriorityClass
+from .states import HOLDING, JobState
 from .transitions import MAX_CLOCK_SKEW, job_transition, request_cycle
 
 log = logging.getLogger(__name__)
@@ -128,6 +128,8 @@ class _Context:
     placeholder: int
     classes: dict[str, int]
     default_class: int
+    held: dict[int, set[int]] | None = None  # node id → device indices held (read on first need)
+    gpus: dict[int, int] = field(default_factory=dict)  # node id → its device count
 
     @classmethod
     def load(cls, cluster: Cluster, time_source: str) -> _Context:
@@ -168,9 +170,44 @@ class _Context:
         return self.default_class
 
     def placement(self, record: ExternalRecord) -> list:
-        """One worker holding every device it was given, on the nodes the portal knows."""
-        slots = [[self.nodes[n], i, 1000] for n, i in record.slots if n in self.nodes]
+        """One worker holding every device it was given, on the nodes the portal knows. A slot
+        whose device the backend does not name (a pod's extended resource) takes the lowest
+        index of its node that no running job — nor a job placed earlier in this import — holds;
+        with none free the slot is left out (the job still counts in its project's usage)."""
+        slots = []
+        for name, index in record.slots:
+            node = self.nodes.get(name)
+            if node is None:
+                continue
+            taken = self._held(node)
+            if index == UNKNOWN_DEVICE:
+                free = [i for i in range(self.gpus.get(node, 0)) if i not in taken]
+                if not free:
+                    log.warning("external job %s: no free device left on %s", record.backend_id, name)
+                    continue
+                index = free[0]
+            taken.add(index)
+            slots.append([node, index, 1000])
         return [slots] if slots else []
+
+    def _held(self, node: int) -> set[int]:
+        if self.held is None:
+            self.held = defaultdict(set)
+            with connection.cursor() as cursor:
+                cursor.execute(_HELD_DEVICES, [[s.value for s in HOLDING], list(self.nodes.values())])
+                for node_id, index in cursor.fetchall():
+                    self.held[node_id].add(index)
+            self.gpus = dict(Node.objects.filter(pk__in=self.nodes.values()).values_list("pk", "gpu_count"))
+        return self.held[node]
+
+
+# Device indices of the given nodes that admitted and running jobs hold (placement: workers, each
+# a list of [node id, device index, milli]).
+_HELD_DEVICES = """
+SELECT (slot->>0)::bigint, (slot->>1)::int
+FROM jobs_job j, jsonb_array_elements(j.placement) AS w(worker), jsonb_array_elements(w.worker) AS s(slot)
+WHERE j.state = ANY(%s) AND jsonb_typeof(j.placement) = 'array' AND (slot->>0)::bigint = ANY(%s)
+"""
 
 
 def _placeholder_user() -> User:
@@ -350,10 +387,37 @@ def open_backend_ids(cluster: Cluster) -> list[str]:
     ).values_list("backend_id", flat=True))
 
 
+def end_missing(cluster: Cluster, backend_ids: Iterable[str], *, reason: str) -> int:
+    """End what the backend no longer shows and never reported an end for (a pod deleted
+    before its containers reported one, or while nobody watched): cancelled at this
+    observation, the portal's clock — the only instant known. Jobs and, for unmapped sources,
+    their observations. Returns how many jobs ended."""
+    ids = list(backend_ids)
+    ended = 0
+    open_states = [JobState.QUEUED, JobState.RUNNING]
+    jobs = Job.objects.filter(cluster=cluster, kind=JobKind.EXTERNAL, backend_id__in=ids)
+    now = timezone.now()
+    for job in jobs.filter(state__in=open_states):
+        with transaction.atomic():
+            ended += job_transition(job, JobState.CANCELLED, reason=reason, placement=[], finished_at=now)
+    observed = ExternalObservation.objects.filter(source__cluster=cluster, backend_id__in=ids)
+    for obs in observed:
+        record = ExternalRecord.from_json(obs.record)
+        if record.phase in ENDED:
+            continue
+        obs.record = {**record.to_json(), "phase": CANCELLED, "finished_at": now.isoformat(), "slots": [],
+                      "reason": reason}
+        obs.save(update_fields=["record", "observed_at"])
+    if ended:
+        request_cycle()
+    return ended
+
+
 @transaction.atomic
-def map_source(*, source: ExternalSource, project: Project, actor: User) -> Outcome:
+def map_source(*, source: ExternalSource, project: Project, actor: User | None) -> Outcome:
     """Assign an unmapped source to a project and record every job it was seen running: the
-    history is metered by the meter's next run (facts recorded late are picked up)."""
+    history is metered by the meter's next run (facts recorded late are picked up). ``actor``
+    None: mapped by the source's own label (a namespace's ``gpupool.io/project``)."""
     locked = ExternalSource.objects.select_for_update().get(pk=source.pk)
     if locked.project_id is not None:
         raise ValueError("already mapped")

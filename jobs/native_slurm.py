@@ -1,6 +1,6 @@
 """Import the jobs users submit to a Slurm cluster directly (``sbatch`` on a login node; DESIGN §11).
 
-One import (:func:`import_slurm`, from beat every ``SLURM_IMPORT_INTERVAL_SECONDS``) reads:
+One import (:func:`import_slurm`, from beat every ``NATIVE_IMPORT_INTERVAL_SECONDS``) reads:
 
 * ``squeue``: every live job — pending ones with Slurm's reason, running ones with their start —
   and ``scontrol -d -o show job`` for the GPU indices each running job holds on each node, so

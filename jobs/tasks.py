@@ -149,15 +149,6 @@ def sync_scheduler_queues() -> dict:
     return sync_all()
 
 
-@shared_task(name="jobs.import_slurm_jobs", ignore_result=True)
-def import_slurm_jobs() -> None:
-    """Beat: import the jobs users submitted to each real Slurm cluster directly (DESIGN §11)."""
-    from .native_slurm import importable_clusters
-
-    for cluster in importable_clusters():
-        import_slurm_cluster.delay(cluster.pk)
-
-
 @shared_task(name="jobs.import_slurm_cluster", ignore_result=True)
 def import_slurm_cluster(cluster_id: int) -> dict:
     """One cluster's import; safe to run twice (idempotent by cluster and Slurm job id)."""
@@ -178,3 +169,30 @@ def sync_slurm_accounts() -> int:
     from .slurm_accounts import sync_all
 
     return len(sync_all())
+@shared_task(name="jobs.native_import", ignore_result=True)
+def native_import() -> None:
+    """Fan out from beat: one import per cluster that governs native submissions (DESIGN §11;
+    Slurm: sbatch jobs, jobs.native_slurm; Kubernetes: external pods and ResourceQuotas,
+    jobs.native_k8s)."""
+    from .native_k8s import native_clusters
+    from .native_slurm import importable_clusters
+
+    for cluster in importable_clusters():
+        import_slurm_cluster.delay(cluster.pk)
+    for cluster in native_clusters():
+        import_native_k8s.delay(cluster.pk)
+
+
+@shared_task(name="jobs.import_native_k8s", ignore_result=True)
+def import_native_k8s(cluster_id: int) -> dict:
+    from .native_k8s import import_cluster
+
+    return import_cluster(cluster_id)
+
+
+@shared_task(name="jobs.sync_resource_quotas", ignore_result=True)
+def sync_resource_quotas() -> dict:
+    """ResourceQuotas of mapped namespaces after a quota write (jobs.native_k8s)."""
+    from .native_k8s import sync_all_quotas
+
+    return sync_all_quotas()

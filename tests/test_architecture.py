@@ -22,6 +22,8 @@ PURE_MODULES = [
     "jobs.scheduler",
     "jobs.backends.external",
     "jobs.backends.slurm_native",
+    "jobs.backends.k8s_native",
+    "quotas.resource_quota",
     "billing.pricing",
     "jobs.replay.trace",
     "jobs.replay.csvtrace",

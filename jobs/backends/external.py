@@ -15,6 +15,9 @@ from .base import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED
 
 PHASES = frozenset({PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED})
 ENDED = frozenset({SUCCEEDED, FAILED, CANCELLED})
+# A slot's device index when the backend does not say which device (a pod's extended resource):
+# recording takes the lowest index of that node no running job holds (jobs.external).
+UNKNOWN_DEVICE = -1
 
 
 @dataclass(frozen=True, slots=True)

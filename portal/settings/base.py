@@ -120,13 +120,14 @@ CELERY_BEAT_SCHEDULE = {
     "return-loans": {"task": "quotas.return_loans", "schedule": 60.0, "options": {"expires": 50}},
     # Kueue / Volcano queues follow the effective quota, which windows and loans change on the clock.
     "scheduler-queues": {"task": "jobs.sync_scheduler_queues", "schedule": 60.0, "options": {"expires": 50}},
-    # DESIGN §11: jobs users submit to Slurm directly (sbatch) become external jobs.
-    "slurm-import": {"task": "jobs.import_slurm_jobs",
-                     "schedule": env_int("SLURM_IMPORT_INTERVAL_SECONDS", 60), "options": {"expires": 50}},
     # DESIGN §11: Slurm accounts, associations and QOS follow the quota tree (also on every write).
     "slurm-accounts": {"task": "jobs.sync_slurm_accounts",
                        "schedule": env_int("SLURM_ACCOUNTS_INTERVAL_SECONDS", 300, min_value=10),
                        "options": {"expires": env_int("SLURM_ACCOUNTS_INTERVAL_SECONDS", 300, min_value=10)}},
+    # DESIGN §11: jobs submitted to the clusters directly (sbatch: jobs.native_slurm; Kubernetes pods:
+    # jobs.native_k8s), and the ResourceQuotas that cap pods, which windows and loans change on the clock.
+    "native-import": {"task": "jobs.native_import", "schedule": env_int("NATIVE_IMPORT_INTERVAL_SECONDS", 60),
+                      "options": {"expires": 50}},
     # DESIGN §7: the meter brings the usage ledger up to the last full hour (idempotent).
     "meter": {"task": "billing.meter", "schedule": env_int("METER_INTERVAL_SECONDS", 600),
               "options": {"expires": 500}},

@@ -10,8 +10,26 @@ as posted, with ``uid``, ``resourceVersion`` and ``creationTimestamp`` added; a 
 answers 409, a missing object 404, a PUT with a stale ``resourceVersion`` 409. PATCH
 takes only ``application/merge-patch+json`` (RFC 7386), as a dict body must be sent: anything else
 answers 415, the way the API server refuses a JSON Patch content type with an object body.
-Equality label selectors (``a=b,c=d``) are honoured. Every request is recorded as
-``(method, path, query)``.
+Label selectors with ``=``, ``==``, ``!=``, ``key`` and ``!key`` terms and field selectors on
+``metadata.name``, ``metadata.namespace``, ``spec.nodeName`` and ``status.phase`` are honoured.
+Every request is recorded as ``(method, path, query)``.
+
+Namespaces (``/api/v1/namespaces``, cluster-scoped) and ResourceQuotas are served too, and pods
+and ResourceQuotas are listed across namespaces (``/api/v1/pods``). Changes are kept as the API
+server keeps them (https://kubernetes.io/docs/reference/using-api/api-concepts/, "Efficient
+detection of changes" and "Resource versions"): every write takes the next ``resourceVersion``
+of one cluster-wide counter (etcd's revision), which the object carries in
+``metadata.resourceVersion``; a list carries the revision it was read at in its own
+``metadata.resourceVersion``; ``?watch=true&resourceVersion=N`` streams every change after N
+as JSON lines ``{"type": "ADDED"|"MODIFIED"|"DELETED", "object": …}`` (chunked, the format the
+official client's ``watch.Watch`` reads; a DELETED event carries the object's last state), then
+waits for new ones until ``timeoutSeconds`` ends the stream; with no ``resourceVersion`` (or
+"0") it first sends the current objects as ADDED. The server keeps a limited history ("Clusters
+using etcd3 preserve changes in the last 5 minutes by default"): after :meth:`StandIn.compact`
+a watch from an older version gets the API server's answer, an ``ERROR`` event with a
+``Status`` of code 410 ("too old resource version"), and the client must list again. With
+``allowWatchBookmarks=true`` a ``BOOKMARK`` carrying the current version ends a timed-out watch
+(the docs let a server send bookmarks at its discretion; clients may not rely on them).
 
 ConfigMaps (v1, namespaced: YuniKorn's queue configuration) are served like the other core
 kinds; a merge patch that names a ``metadata.resourceVersion`` other than the stored one answers
@@ -19,18 +37,21 @@ kinds; a merge patch that names a ``metadata.resourceVersion`` other than the st
 
 Nothing here acts like a controller: the tests set statuses with :meth:`StandIn.set_status` and add
 the pods a controller would start with :meth:`StandIn.add` — or, with their containers' start and
-finish times as the kubelet reports them, :meth:`StandIn.pod_running` / :meth:`StandIn.pod_terminated`.
+finish times as the kubelet reports them, :meth:`StandIn.pod_running` / :meth:`StandIn.pod_terminated`
+(portal pods) and :meth:`StandIn.pod_started` / :meth:`StandIn.pod_finished` (any pod, e.g. one a
+user created with :meth:`StandIn.user_pod`).
 """
 
 from __future__ import annotations
 
 import copy
-import itertools
 import json
 import re
 import threading
+import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -46,7 +67,14 @@ RESOURCES = {
     ("/api/v1", "configmaps"): ("v1", "ConfigMap", "configmaps"),
     ("/apis/batch.volcano.sh/v1alpha1", "jobs"): ("batch.volcano.sh/v1alpha1", "Job", "vcjobs"),
     ("/apis/kueue.x-k8s.io/v1beta1", "localqueues"): ("kueue.x-k8s.io/v1beta1", "LocalQueue", "localqueues"),
+    ("/api/v1", "resourcequotas"): ("v1", "ResourceQuota", "resourcequotas"),
 }
+# Core cluster-scoped resources, served at /api/v1/<plural>[/<name>] (stored under namespace "").
+CORE_CLUSTER = {"namespaces": ("v1", "Namespace", "namespaces")}
+# Namespaced resources also listed (and watched) across all namespaces at /api/v1/<plural>.
+ALL_NAMESPACES = {"pods", "resourcequotas"}
+FIELDS = {"metadata.name", "metadata.namespace", "spec.nodeName", "status.phase"}
+DEFAULT_WATCH_SECONDS = 60.0  # the API server picks 30-60 minutes; tests always pass timeoutSeconds
 # Cluster-scoped custom resources (stored under namespace ""), served at /apis/<group>/<version>/<plural>.
 CLUSTER_RESOURCES = {
     ("/apis/kueue.x-k8s.io/v1beta1", "resourceflavors"): (
@@ -68,6 +96,7 @@ NAMESPACED = re.compile(
     r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?/?$"
 )
 CLUSTER_SCOPED = re.compile(r"^(?P<group>/apis/[^/]+/[^/]+)/(?P<res>[^/]+)(?:/(?P<name>[^/]+))?/?$")
+CORE_SCOPED = re.compile(r"^/api/v1/(?P<res>[^/]+)(?:/(?P<name>[^/]+))?/?$")
 
 VERSION = {
     "major": "1",
@@ -103,15 +132,81 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     }
 
 
-def _matches(obj: dict[str, Any], selector: str | None) -> bool:
-    if not selector:
-        return True
+def _terms(selector: str | None) -> list[tuple[str, str, str | None]]:
+    """(key, op, value) of each term: op "=" (also written "=="), "!=", "exists" or "!exists"."""
+    out: list[tuple[str, str, str | None]] = []
+    for raw in (selector or "").split(","):
+        term = raw.strip()
+        if not term:
+            continue
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            out.append((key.strip(), "!=", value.strip()))
+        elif "=" in term:
+            key, value = term.split("=", 1)
+            out.append((key.strip(), "=", value.lstrip("=").strip()))
+        elif term.startswith("!"):
+            out.append((term[1:].strip(), "!exists", None))
+        else:
+            out.append((term, "exists", None))
+    return out
+
+
+def _holds(values: dict[str, Any], key: str, op: str, value: str | None) -> bool:
+    if op == "exists":
+        return key in values
+    if op == "!exists":
+        return key not in values
+    if op == "=":
+        return values.get(key) == value
+    return values.get(key) != value  # "!=": also true when the key is absent, as in Kubernetes
+
+
+def _field_values(obj: dict[str, Any]) -> dict[str, Any]:
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    return {
+        "metadata.name": meta.get("name"),
+        "metadata.namespace": meta.get("namespace", ""),
+        "spec.nodeName": spec.get("nodeName", ""),
+        "status.phase": status.get("phase", ""),
+    }
+
+
+def _matches(obj: dict[str, Any], selector: str | None, fields: str | None = None) -> bool:
     labels = obj.get("metadata", {}).get("labels") or {}
-    for term in selector.split(","):
-        key, _, value = term.partition("=")
-        if labels.get(key.strip()) != value.lstrip("=").strip():
-            return False
-    return True
+    if not all(_holds(labels, *term) for term in _terms(selector)):
+        return False
+    values = _field_values(obj)
+    return all(_holds(values, *term) for term in _terms(fields))
+
+
+def _bad_fields(fields: str | None) -> str | None:
+    for key, op, _ in _terms(fields):
+        if key not in FIELDS or op not in ("=", "!="):
+            return f'"{key}" is not a known field selector: only "{", ".join(sorted(FIELDS))}"'
+    return None
+
+
+def _flag(query: dict[str, list[str]], key: str) -> bool:
+    """A boolean query parameter, read as the API server's Go code does (strconv.ParseBool:
+    the official Python client sends "True")."""
+    return (query.get(key) or [""])[0] in ("1", "t", "T", "true", "TRUE", "True")
+
+
+@dataclass
+class WatchRequest:
+    """A watch accepted by :meth:`StandIn.handle`, streamed by the request handler."""
+
+    resource: str
+    namespace: str | None  # None: every namespace
+    selector: str | None
+    fields: str | None
+    after: int  # send changes with a resourceVersion above this
+    deadline: float
+    bookmarks: bool
+    api_version: str
+    kind: str
+    initial: list[dict[str, Any]]  # events sent first (the current objects, or a 410 ERROR)
 
 
 class StandIn:
@@ -121,8 +216,14 @@ class StandIn:
         self.requests: list[tuple[str, str, dict[str, list[str]]]] = []
         self.authorization: list[str | None] = []  # the Authorization header of each request
         self.fail_with: int | None = None  # answer every request with this HTTP status (e.g. 503)
-        self._versions = itertools.count(1)
+        # Every change, oldest first: (resourceVersion, type, resource, namespace, object as changed).
+        self.history: list[tuple[int, str, str, str, dict[str, Any]]] = []
+        self.compacted = 0  # changes up to this version are forgotten (a watch from before: 410)
+        self.watched: list[list[tuple[str, str]]] = []  # per watch: the (type, name) of each event sent
+        self._rv = 0
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._stopping = False
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -135,6 +236,9 @@ class StandIn:
         return self
 
     def stop(self) -> None:
+        with self._lock:
+            self._stopping = True  # open watches end now, not at their timeout
+            self._changed.notify_all()
         self.server.shutdown()
         self.server.server_close()
         self._thread.join(5)
@@ -152,13 +256,94 @@ class StandIn:
         with self._lock:
             return self._store(resource, namespace, copy.deepcopy(obj))
 
+    def remove(self, resource: str, name: str, namespace: str = "gpupool") -> None:
+        """Delete an object as its owner would (kubectl delete; the kubelet confirming)."""
+        with self._lock:
+            self._delete((resource, namespace, name))
+
+    def compact(self) -> None:
+        """Forget the history so far, as etcd's compaction does: a watch from any version
+        issued until now answers 410 Gone."""
+        with self._lock:
+            self.compacted = self._rv
+            self.history.clear()
+
+    def version(self) -> str:
+        """The current resourceVersion (etcd's revision)."""
+        return str(self._rv)
+
+    def namespace(self, name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+        """Create a namespace, or set the labels of an existing one."""
+        with self._lock:
+            key = ("namespaces", "", name)
+            if key in self.objects:
+                self.objects[key]["metadata"]["labels"] = dict(labels or {})
+                return self._modified(key)
+            meta = {"name": name, "labels": {"kubernetes.io/metadata.name": name, **(labels or {})}}
+            return self._store("namespaces", "", {"apiVersion": "v1", "kind": "Namespace", "metadata": meta})
+
+    def user_pod(
+        self,
+        namespace: str,
+        name: str,
+        requests: dict[str, str] | None = None,
+        *,
+        labels: dict[str, str] | None = None,
+        init_containers: list[dict[str, Any]] | None = None,
+        containers: list[dict[str, Any]] | None = None,
+        service_account: str = "default",
+        priority_class: str | None = None,
+    ) -> dict[str, Any]:
+        """A pending pod as ``kubectl apply`` creates it: one container asking ``requests``
+        (also its limits, as extended resources require), or the given containers."""
+        if containers is None:
+            resources = {"requests": dict(requests or {}), "limits": dict(requests or {})}
+            containers = [{"name": "main", "image": "x", "resources": resources}]
+        spec: dict[str, Any] = {"containers": containers, "serviceAccountName": service_account}
+        if init_containers:
+            spec["initContainers"] = init_containers
+        if priority_class:
+            spec["priorityClassName"] = priority_class
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}},
+               "spec": spec, "status": {"phase": "Pending"}}
+        return self.add("pods", pod, namespace)
+
+    def pod_started(self, namespace: str, name: str, node: str, started: datetime) -> None:
+        """The scheduler bound the pod to ``node`` and the kubelet started its containers."""
+        with self._lock:
+            key = ("pods", namespace, name)
+            pod = self.objects[key]
+            pod["spec"]["nodeName"] = node
+            running = {"running": {"startedAt": _stamp(started)}}
+            pod["status"] = {"phase": "Running", "startTime": _stamp(started),
+                             "containerStatuses": self._container_statuses(pod, running, True)}
+            self._modified(key)
+
+    def pod_finished(self, namespace: str, name: str, finished: datetime, exit_code: int = 0) -> None:
+        """Every container of the running pod ended at ``finished``: Succeeded or Failed."""
+        with self._lock:
+            key = ("pods", namespace, name)
+            pod = self.objects[key]
+            started = pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+            reason = "Completed" if exit_code == 0 else "Error"
+            ended = {"terminated": {"exitCode": exit_code, "reason": reason,
+                                    "startedAt": started, "finishedAt": _stamp(finished)}}
+            pod["status"]["phase"] = "Succeeded" if exit_code == 0 else "Failed"
+            pod["status"]["containerStatuses"] = self._container_statuses(pod, ended, False)
+            self._modified(key)
+
+    @staticmethod
+    def _container_statuses(pod: dict[str, Any], state: dict[str, Any], ready: bool) -> list[dict[str, Any]]:
+        return [{"name": c["name"], "image": c.get("image", "x"), "imageID": "", "ready": ready,
+                 "restartCount": 0, "state": copy.deepcopy(state)} for c in pod["spec"]["containers"]]
+
     def set_status(
         self, resource: str, name: str, status: dict[str, Any], namespace: str = "gpupool"
     ) -> None:
         with self._lock:
             obj = self.objects[(resource, namespace, name)]
             obj["status"] = copy.deepcopy(status)
-            obj["metadata"]["resourceVersion"] = str(next(self._versions))
+            self._modified((resource, namespace, name))
 
     def job_succeeded(self, name: str, namespace: str = "gpupool") -> None:
         now = _now()
@@ -238,16 +423,41 @@ class StandIn:
                     "spec": {"nodeName": node, "containers": [{"name": "main", "image": "x"}]},
                 })
             self.objects[key]["status"] = status
-            self.objects[key]["metadata"]["resourceVersion"] = str(next(self._versions))
+            self._modified(key)
+
+    # -- the change log (callers hold the lock)
+
+    def _bump(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def _log(self, kind: str, key: tuple[str, str, str], obj: dict[str, Any]) -> None:
+        self.history.append((self._rv, kind, key[0], key[1], copy.deepcopy(obj)))
+        self._changed.notify_all()
 
     def _store(self, resource: str, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
         meta = obj.setdefault("metadata", {})
         if namespace:  # cluster-scoped objects have none
             meta.setdefault("namespace", namespace)
         meta["uid"] = str(uuid.uuid4())
-        meta["resourceVersion"] = str(next(self._versions))
+        meta["resourceVersion"] = self._bump()
         meta["creationTimestamp"] = _now()
-        self.objects[(resource, namespace, meta["name"])] = obj
+        key = (resource, namespace, meta["name"])
+        self.objects[key] = obj
+        self._log("ADDED", key, obj)
+        return obj
+
+    def _modified(self, key: tuple[str, str, str]) -> dict[str, Any]:
+        obj = self.objects[key]
+        obj["metadata"]["resourceVersion"] = self._bump()
+        self._log("MODIFIED", key, obj)
+        return obj
+
+    def _delete(self, key: tuple[str, str, str]) -> dict[str, Any]:
+        obj = self.objects.pop(key)
+        obj["metadata"]["resourceVersion"] = self._bump()
+        obj["metadata"].setdefault("deletionTimestamp", _now())
+        self._log("DELETED", key, obj)
         return obj
 
     # -- request handling (called from the server threads)
@@ -283,23 +493,106 @@ class StandIn:
             (api_version, kind, stored), ns, name = found
             if method == "PATCH" and (content_type or "").split(";")[0].strip() != MERGE_PATCH:
                 return 415, _status(415, "UnsupportedMediaType", f"the stand-in only merges {MERGE_PATCH}")
+            bad = _bad_fields((query.get("fieldSelector") or [None])[0])
+            if bad:
+                return 400, _status(400, "BadRequest", bad)
+            if name is None and method == "GET" and _flag(query, "watch"):
+                return 200, self._watch(stored, ns, api_version, kind, query)
+            if ns is None and not (name is None and method == "GET"):
+                return 405, _status(405, "MethodNotAllowed", "only list and watch across namespaces")
             return self._namespaced(method, stored, ns, name, api_version, kind, query, body)
 
-    def _route(self, path: str) -> tuple[tuple[str, str, str], str, str | None] | None:
-        """(resource entry, namespace — "" when cluster-scoped —, name) of a path, or None."""
+    def _route(self, path: str) -> tuple[tuple[str, str, str], str | None, str | None] | None:
+        """(resource entry, namespace — "" when cluster-scoped, None across namespaces —, name)
+        of a path, or None."""
         match = NAMESPACED.match(path)
         if match and (match["group"], match["res"]) in RESOURCES:
             return RESOURCES[(match["group"], match["res"])], match["ns"], match["name"]
         match = CLUSTER_SCOPED.match(path)
         if match and (match["group"], match["res"]) in CLUSTER_RESOURCES:
             return CLUSTER_RESOURCES[(match["group"], match["res"])], "", match["name"]
+        match = CORE_SCOPED.match(path)
+        if match and match["res"] in CORE_CLUSTER:
+            return CORE_CLUSTER[match["res"]], "", match["name"]
+        if match and match["res"] in ALL_NAMESPACES and match["name"] is None:
+            return RESOURCES[("/api/v1", match["res"])], None, None
         return None
+
+    def _selected(self, res: str, ns: str | None, query: dict[str, list[str]]) -> list[dict[str, Any]]:
+        selector = (query.get("labelSelector") or [None])[0]
+        fields = (query.get("fieldSelector") or [None])[0]
+        return [
+            copy.deepcopy(o)
+            for (r, n, _), o in sorted(self.objects.items())
+            if r == res and (ns is None or n == ns) and _matches(o, selector, fields)
+        ]
+
+    def _watch(
+        self, res: str, ns: str | None, api_version: str, kind: str, query: dict[str, list[str]]
+    ) -> WatchRequest:
+        """A watch from ``resourceVersion`` (absent or "0": the current objects first, as ADDED)."""
+        since = (query.get("resourceVersion") or [""])[0]
+        timeout = float((query.get("timeoutSeconds") or [DEFAULT_WATCH_SECONDS])[0])
+        request = WatchRequest(
+            resource=res, namespace=ns, selector=(query.get("labelSelector") or [None])[0],
+            fields=(query.get("fieldSelector") or [None])[0], after=self._rv,
+            deadline=time.monotonic() + timeout,
+            bookmarks=_flag(query, "allowWatchBookmarks"),
+            api_version=api_version, kind=kind, initial=[],
+        )
+        if since in ("", "0"):
+            request.initial = [{"type": "ADDED", "object": o} for o in self._selected(res, ns, query)]
+        elif not since.isdigit() or int(since) < self.compacted:
+            # What the API server sends for a compacted version: a 200 whose one event is an ERROR.
+            message = f"too old resource version: {since} ({self.compacted})"
+            request.initial = [{"type": "ERROR", "object": _status(410, "Expired", message)}]
+            request.deadline = 0
+        else:
+            request.after = int(since)
+        return request
+
+    def watch_events(self, request: WatchRequest) -> Iterator[dict[str, Any]]:
+        """The events of a watch as they happen, until its timeout (or the stand-in stops)."""
+        sent: list[tuple[str, str]] = []
+        self.watched.append(sent)
+        for event in request.initial:
+            sent.append((event["type"], event["object"].get("metadata", {}).get("name", "")))
+            yield event
+        while True:
+            with self._lock:
+                events = self._since(request)
+                while not events and not self._stopping and time.monotonic() < request.deadline:
+                    self._changed.wait(max(0.0, request.deadline - time.monotonic()))
+                    events = self._since(request)
+                version = self._rv
+            for event in events:
+                sent.append((event["type"], event["object"]["metadata"]["name"]))
+                yield event
+            if not events:
+                break
+        if request.bookmarks and request.deadline:
+            meta = {"resourceVersion": str(version)}
+            yield {"type": "BOOKMARK", "object": {"apiVersion": request.api_version, "kind": request.kind,
+                                                  "metadata": meta}}
+
+    def _since(self, request: WatchRequest) -> list[dict[str, Any]]:
+        events = []
+        for rv, kind, res, ns, obj in self.history:
+            if rv <= request.after or res != request.resource:
+                continue
+            if (request.namespace is None or ns == request.namespace) and _matches(
+                obj, request.selector, request.fields
+            ):
+                events.append({"type": kind, "object": copy.deepcopy(obj)})
+        if self.history:
+            request.after = max(request.after, self.history[-1][0])
+        return events
 
     def _namespaced(
         self,
         method: str,
         res: str,
-        ns: str,
+        ns: str | None,
         name: str | None,
         api_version: str,
         kind: str,
@@ -307,18 +600,13 @@ class StandIn:
         body: bytes,
     ) -> tuple[int, Any]:
         if name is None and method == "GET":
-            selector = (query.get("labelSelector") or [None])[0]
-            items = [
-                copy.deepcopy(o)
-                for (r, n, _), o in sorted(self.objects.items())
-                if r == res and n == ns and _matches(o, selector)
-            ]
             return 200, {
                 "apiVersion": api_version,
                 "kind": f"{kind}List",
-                "metadata": {"resourceVersion": str(next(self._versions))},
-                "items": items,
+                "metadata": {"resourceVersion": str(self._rv)},  # the revision the list was read at
+                "items": self._selected(res, ns, query),
             }
+        assert ns is not None
         if name is None and method == "POST":
             try:
                 obj = json.loads(body or b"{}")
@@ -345,14 +633,12 @@ class StandIn:
             sent = (patch.get("metadata") or {}).get("resourceVersion") if isinstance(patch, dict) else None
             if sent and sent != self.objects[key]["metadata"]["resourceVersion"]:
                 return 409, _status(409, "Conflict", f'{res} "{name}": the object has been modified')
-            obj = _merge(self.objects[key], patch)
-            obj["metadata"]["resourceVersion"] = str(next(self._versions))
-            self.objects[key] = obj
-            return 200, copy.deepcopy(obj)
+            self.objects[key] = _merge(self.objects[key], patch)
+            return 200, copy.deepcopy(self._modified(key))
         if method == "PUT":
             return self._replace(key, body)
         if method == "DELETE":
-            del self.objects[key]
+            self._delete(key)
             return 200, {
                 **_status(200, "", ""),
                 "status": "Success",
@@ -378,11 +664,10 @@ class StandIn:
             meta[kept] = current["metadata"][kept]
         if key[1]:
             meta["namespace"] = key[1]
-        meta["resourceVersion"] = str(next(self._versions))
         obj.setdefault("apiVersion", current.get("apiVersion"))
         obj.setdefault("kind", current.get("kind"))
         self.objects[key] = obj
-        return 200, copy.deepcopy(obj)
+        return 200, copy.deepcopy(self._modified(key))
 
 
 def _merge(target: Any, patch: Any) -> Any:
@@ -415,12 +700,28 @@ def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
                 self.headers.get("Authorization"),
                 self.headers.get("Content-Type"),
             )
+            if isinstance(payload, WatchRequest):
+                self._stream(payload)
+                return
             data = json.dumps(payload).encode()
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+        def _stream(self, request: WatchRequest) -> None:
+            """One JSON event per line, each in its own chunk, as the API server streams a watch."""
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for event in standin.watch_events(request):
+                line = json.dumps(event).encode() + b"\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
 
         do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _serve
 

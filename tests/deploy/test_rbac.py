@@ -13,6 +13,9 @@ import pytest
 
 from jobs.backends.kubernetes import KubernetesBackend
 from jobs.backends.queues import KINDS, QueueSync
+from jobs.native_k8s import ResourceQuotaSync, import_pods
+from quotas.models import Cluster
+from tests import factories as fx
 from tests.backends import k8s_standin
 from tests.backends.test_kubernetes import make_spec
 from tests.deploy.helpers import find, objects
@@ -124,14 +127,39 @@ def test_the_roles_grant_exactly_what_the_backend_and_the_queue_sync_use(k8s_api
     } | {(k.group, k.plural) for k in KINDS.values()} == resources
 
 
+@pytest.mark.django_db
+def test_the_native_role_grants_exactly_what_the_pod_import_and_the_quotas_use(k8s_api):
+    config = {"host": k8s_api.url, "namespace": "gpupool", "native_import": True}
+    cluster = Cluster.objects.create(name="k8s", kind="kubernetes", config=config)
+    fx.flavor()
+    fx.priority()
+    k8s_api.namespace("team", {"gpupool.io/project": "no-such-project"})
+    k8s_api.user_pod("team", "train", {"nvidia.com/gpu": "1"})
+    import_pods(cluster, watch_seconds=1)  # the list
+    import_pods(cluster, watch_seconds=1)  # a watch from its version
+    sync = ResourceQuotaSync(KubernetesBackend(**cluster.config))
+    for hard in ("1", "2"):
+        labels = {"app.kubernetes.io/managed-by": "gpupool"}
+        meta = {"name": "gpupool-quota", "namespace": "team", "labels": labels}
+        sync.apply([{"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta,
+                     "spec": {"hard": {"requests.nvidia.com/gpu": hard}}}])
+    assert sync.apply([])["deleted"] == 1
+    namespaced, cluster_wide = used(k8s_api)
+    # Project namespaces are not the portal's: every rule is cluster-wide (a ClusterRole).
+    assert granted(find(objects("base"), "ClusterRole", "gpupool-native")) == namespaced | cluster_wide
+    assert ("", "pods", "watch") in cluster_wide and ("", "resourcequotas", "update") in namespaced
+
+
 def test_the_bindings_give_the_roles_to_the_workers_account_only():
     rbac = objects("base")
-    for kind, role in (("RoleBinding", "Role"), ("ClusterRoleBinding", "ClusterRole")):
-        binding = find(rbac, kind, "gpupool-backend")
+    for kind, role, name in (("RoleBinding", "Role", "gpupool-backend"),
+                             ("ClusterRoleBinding", "ClusterRole", "gpupool-backend"),
+                             ("ClusterRoleBinding", "ClusterRole", "gpupool-native")):
+        binding = find(rbac, kind, name)
         assert binding["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",
             "kind": role,
-            "name": "gpupool-backend",
+            "name": name,
         }
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "gpupool-backend", "namespace": "gpupool"}
