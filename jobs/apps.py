@@ -21,3 +21,9 @@ class JobsConfig(AppConfig):
         from .native_k8s import connect_signals as connect_quota_signals
 
         connect_quota_signals()
+
+        from portal.hooks import user_deactivated_hooks
+
+        from .services import stop_jobs_of_deactivated_user
+
+        user_deactivated_hooks.append(stop_jobs_of_deactivated_user)

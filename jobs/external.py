@@ -154,7 +154,10 @@ class _Context:
 
     def user_ids(self, names: Iterable[str]) -> None:
         wanted = set(names) - set(self.users)
-        self.users.update(User.objects.filter(username__in=wanted).values_list("username", "id"))
+        # A backend names the Unix user: the directory's Unix name first (DESIGN §12), else the username.
+        by_username = User.objects.filter(username__in=wanted, unix_username="")
+        self.users.update(by_username.values_list("username", "id"))
+        self.users.update(User.objects.filter(unix_username__in=wanted).values_list("unix_username", "id"))
         for name in wanted - set(self.users):
             self.users[name] = self.placeholder
 

@@ -126,7 +126,7 @@ def job_submit(
     checkpointing: bool = False,
     sim_duration_seconds: int | None = None,
 ) -> Job:
-    perm.require(_can_submit(actor, project))
+    perm.require(actor.is_active and _can_submit(actor, project))  # a deactivated user submits nothing
     _validate_text(image=image, command=command)
     if not flavor.active:
         raise ValidationError({"flavor": [_("%(f)s is not available for new jobs.") % {"f": flavor}]})
@@ -221,13 +221,15 @@ def job_cancel(*, actor: User, job: Job) -> Job:
     if job.kind == JobKind.EXTERNAL:
         # The portal did not start it and has no right to stop it: its owner uses scancel/kubectl.
         raise ValidationError(_("An external job is stopped on its cluster (scancel, kubectl), not here."))
+    return _cancel(job, actor, "cancelled by user")
+
+
+def _cancel(job: Job, actor: User | None, reason: str) -> Job:
     for _attempt in range(3):  # the scheduler may move the job between our read and our update
         if job.state in HOLDING and job.dispatched_at is not None:
             return _request_stop(job, actor)
         was_waiting = job.state == JobState.PENDING_APPROVAL
-        if job_transition(
-            job, JobState.CANCELLED, reason="cancelled by user", actor=actor, finished_at=timezone.now()
-        ):
+        if job_transition(job, JobState.CANCELLED, reason=reason, actor=actor, finished_at=timezone.now()):
             if was_waiting:
                 job_approval_withdraw(job=job, actor=actor)
             return job
@@ -237,7 +239,22 @@ def job_cancel(*, actor: User, job: Job) -> Job:
     raise ValidationError(_("A %(state)s job cannot be cancelled.") % {"state": job.state})
 
 
-def _request_stop(job: Job, actor: User) -> Job:
+def stop_jobs_of_deactivated_user(user_id: int) -> int:
+    """The centre stops a deprovisioned user's jobs (GPUPOOL_DEPROVISION_JOBS = "stop", DESIGN
+    §12): every one of their portal jobs not yet ended is cancelled, as the platform. Idempotent."""
+    stopped = 0
+    live = Job.objects.filter(submitted_by_id=user_id).exclude(kind=JobKind.EXTERNAL).exclude(
+        state__in=[s.value for s in TERMINAL]).filter(stop_requested_at__isnull=True)
+    for job in live:
+        try:
+            _cancel(job, None, "owner deactivated in the directory")
+            stopped += 1
+        except ValidationError:
+            continue  # ended meanwhile
+    return stopped
+
+
+def _request_stop(job: Job, actor: User | None) -> Job:
     now = timezone.now()
     # One transaction: the row stays locked until the event is in, so a status sync moving the
     # job on (admitted → running) logs its transition after this note, not before it.

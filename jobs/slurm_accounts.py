@@ -56,9 +56,9 @@ def naming() -> Naming:
 
 
 def slurm_user_name(user: User) -> str:
-    """The Slurm (Unix) user name of a portal user: the username, as it is (DESIGN §12; issue 21
-    may take it from the directory's uid instead — change it here only)."""
-    return user.username
+    """The Slurm (Unix) user name of a portal user (DESIGN §12): the directory's Unix name (LDAP
+    uid, an OIDC claim) when it gave one, else the username."""
+    return user.unix_name
 
 
 def accounts_clusters() -> list[Cluster]:

@@ -15,7 +15,12 @@ from django.utils import translation
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework import generics, serializers, status
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.exceptions import (
+    AuthenticationFailed,
+    NotAuthenticated,
+    PermissionDenied,
+    ValidationError,
+)
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -35,7 +40,15 @@ def _as_drf(exc):
 
 
 def exception_handler(exc, context):
-    return drf_exception_handler(_as_drf(exc), context)
+    response = drf_exception_handler(_as_drf(exc), context)
+    request = context.get("request")
+    token = request is not None and request.META.get("HTTP_AUTHORIZATION", "").startswith("Token ")
+    if response is not None and token and isinstance(exc, (AuthenticationFailed, NotAuthenticated)):
+        # DRF answers 403 when the first authenticator (the session) has no challenge; a token
+        # that was presented and refused (deleted, its user deactivated) is a 401 for scripts.
+        response.status_code = status.HTTP_401_UNAUTHORIZED
+        response["WWW-Authenticate"] = 'Token realm="api"'
+    return response
 
 
 def _apply_schema(cls, methods: dict):

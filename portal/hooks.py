@@ -36,3 +36,14 @@ def run_project_move_checks(project, to_department, at) -> None:
 def run_project_move_hooks(project, from_department_id: int, actor) -> None:
     for apply in project_move_hooks:
         apply(project, from_department_id, actor)
+
+
+# ``user_deactivated_hooks``: callables ``apply(user_id)`` run after the commit that deactivated a
+# directory user whose centre stops their jobs (``GPUPOOL_DEPROVISION_JOBS = "stop"``); ``jobs``
+# registers the one that cancels them.
+user_deactivated_hooks: list[Callable[[int], None]] = []
+
+
+def run_user_deactivated_hooks(user_id: int) -> None:
+    for apply in user_deactivated_hooks:
+        apply(user_id)

@@ -15,8 +15,40 @@ code_validator = RegexValidator(
 )
 
 
+class Directory(models.TextChoices):
+    """Where a user's identity comes from (DESIGN §12). Local accounts are kept for break-glass admins."""
+
+    LOCAL = "local", _("Local account")
+    LDAP = "ldap", "LDAP"
+    OIDC = "oidc", "OpenID Connect"
+
+
 class User(AbstractUser):
     display_name = models.CharField(_("display name"), max_length=120, blank=True)
+    # The Unix user name (LDAP uid, or an OIDC claim): what Slurm associations and job ownership
+    # use. Empty: the portal username.
+    unix_username = models.CharField(_("Unix user name"), max_length=32, blank=True)
+    directory = models.CharField(
+        _("directory"), max_length=10, choices=Directory.choices, default=Directory.LOCAL
+    )
+    # The directory's stable name for the user (LDAP DN, OIDC "sub"): a renamed user stays one user.
+    directory_subject = models.CharField(_("directory subject"), max_length=500, blank=True)
+    directory_synced_at = models.DateTimeField(_("last seen in the directory"), null=True, blank=True)
+    deactivated_at = models.DateTimeField(_("deactivated"), null=True, blank=True)
+    deactivated_reason = models.CharField(_("why deactivated"), max_length=300, blank=True)
+
+    class Meta(AbstractUser.Meta):
+        swappable = "AUTH_USER_MODEL"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["directory", "directory_subject"], condition=~Q(directory_subject=""),
+                name="user_directory_subject_unique",
+            ),
+        ]
+
+    @property
+    def unix_name(self) -> str:
+        return self.unix_username or self.username
 
     def __str__(self):
         return self.display_name or self.username
@@ -128,6 +160,12 @@ class Membership(models.Model):
     project = models.ForeignKey(
         Project, null=True, blank=True, on_delete=models.CASCADE, related_name="memberships"
     )
+    # Given by hand (stays until someone removes it) or by a directory rule (re-applied at every
+    # login and sync, removed when the user leaves the group). DESIGN §12.
+    rule = models.ForeignKey(
+        "DirectoryRule", null=True, blank=True, on_delete=models.CASCADE, related_name="memberships",
+        verbose_name=_("from rule"),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -152,6 +190,48 @@ class Membership(models.Model):
     def __str__(self):
         scope = self.project or self.department or _("platform")
         return f"{self.user} · {self.get_role_display()} · {scope}"
+
+
+class DirectoryRule(models.Model):
+    """A directory group → a role on a scope (DESIGN §12). ``group`` is an LDAP group DN or an
+    OIDC claim value (the claim's name is a setting). Deleting a rule removes the roles it gave."""
+
+    directory = models.CharField(_("directory"), max_length=10, choices=[
+        (Directory.LDAP.value, Directory.LDAP.label), (Directory.OIDC.value, Directory.OIDC.label)])
+    group = models.CharField(_("group"), max_length=500)
+    role = models.CharField(_("role"), max_length=20, choices=Role.choices)
+    department = models.ForeignKey(
+        Department, null=True, blank=True, on_delete=models.CASCADE, related_name="+",
+        verbose_name=_("department"),
+    )
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="+", verbose_name=_("project")
+    )
+    created_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["directory", "group", "id"]
+        verbose_name = _("directory rule")
+        verbose_name_plural = _("directory rules")
+        constraints = [
+            models.CheckConstraint(
+                name="directory_rule_scope_matches_role",
+                condition=(
+                    Q(role__in=PROJECT_ROLES, project__isnull=False, department__isnull=True)
+                    | Q(role__in=DEPARTMENT_ROLES, department__isnull=False, project__isnull=True)
+                    | Q(role__in=GLOBAL_ROLES, department__isnull=True, project__isnull=True)
+                ),
+            ),
+            models.UniqueConstraint(
+                fields=["directory", "group", "role", "department", "project"], nulls_distinct=False,
+                name="directory_rule_unique",
+            ),
+        ]
+
+    def __str__(self):
+        scope = self.project or self.department or _("platform")
+        return f"{self.group} → {self.get_role_display()} · {scope}"
 
 
 # --- approvals (DESIGN §6) -----------------------------------------------------------------

@@ -276,7 +276,12 @@ GPUPOOL = {
     "SLURM_ACCOUNT_PREFIX": env_str("GPUPOOL_SLURM_ACCOUNT_PREFIX", "gp_"),
     "SLURM_PARENT_ACCOUNT": env_str("GPUPOOL_SLURM_PARENT_ACCOUNT", "root"),
     "SLURM_ACCOUNTS_INTERVAL_SECONDS": env_int("SLURM_ACCOUNTS_INTERVAL_SECONDS", 300, min_value=10),
+    # DESIGN §12: what happens to the jobs of a user the directory disabled ("keep" or "stop").
+    "DEPROVISION_JOBS": env_str("GPUPOOL_DEPROVISION_JOBS", "keep"),
 }
+
+if GPUPOOL["DEPROVISION_JOBS"] not in ("keep", "stop"):
+    raise ImproperlyConfigured("GPUPOOL_DEPROVISION_JOBS: keep or stop.")
 
 if not re.match(r"^[a-z][a-z0-9_]{0,19}$", GPUPOOL["SLURM_ACCOUNT_PREFIX"]):
     raise ImproperlyConfigured("GPUPOOL_SLURM_ACCOUNT_PREFIX: 1–20 of a-z, 0-9 and '_', a letter first.")
