@@ -32,6 +32,10 @@ api_v1 = [
     path("projects/<int:pk>/move/", portal_api.ProjectMoveApi.as_view(), name="project-move"),
     path("memberships/", portal_api.MembershipListApi.as_view(), name="membership-list"),
     path("memberships/<int:pk>/", portal_api.MembershipDetailApi.as_view(), name="membership-detail"),
+    path("directory-rules/", portal_api.DirectoryRuleListApi.as_view(), name="directoryrule-list"),
+    path(
+        "directory-rules/<int:pk>/", portal_api.DirectoryRuleDetailApi.as_view(), name="directoryrule-detail"
+    ),
     path("flavors/", quotas_api.FlavorListApi.as_view(), name="flavor-list"),
     path("flavors/<int:pk>/", quotas_api.FlavorDetailApi.as_view(), name="flavor-detail"),
     path("clusters/", quotas_api.ClusterListApi.as_view(), name="cluster-list"),
