@@ -244,7 +244,7 @@ class DirectoryRuleListApi(ListCreateApi):
 
     def visible(self):
         return visible_directory_rules(self.request.user).select_related("created_by").annotate(
-            user_count=Count("memberships"))
+            user_count=Count("memberships")).order_by("directory", "group", "id")
 
     def create(self, request, *args, **kwargs):
         # Who may act comes before what they sent (a 403, not a 400 about a project it cannot see).
