@@ -13,8 +13,9 @@ GROUP = "cn=vision,ou=groups,dc=centre,dc=example"
 
 
 def test_a_platform_admin_adds_a_rule_and_sees_it_listed(world, browser_for, shot):
-    alice = apply_identity(DirectoryIdentity(directory="ldap", subject="uid=alice,ou=people", username="alice",
-                                             unix_name="alice1", groups=frozenset([GROUP])))
+    alice = apply_identity(DirectoryIdentity(
+        directory="ldap", subject="uid=alice,ou=people", username="alice", unix_name="alice1",
+        groups=frozenset([GROUP])))
     page = browser_for(world.users["platform"], "pw-platform")
     page.click("details.nav-more summary")
     page.click("a.nav-directory-rules")
