@@ -167,7 +167,8 @@ class ProjectMoveApi(APIView):
 class MembershipOut(serializers.ModelSerializer):
     user = serializers.SlugRelatedField(slug_field="username", read_only=True)
     rule = serializers.PrimaryKeyRelatedField(
-        read_only=True, help_text="The directory rule that gave the role (null: given by hand). A role "
+        read_only=True, allow_null=True,
+        help_text="The directory rule that gave the role (null: given by hand). A role "
         "given by a rule cannot be deleted here: the directory's groups decide it."
     )
     rule_group = serializers.CharField(source="rule.group", read_only=True, allow_null=True, default=None)
