@@ -19,9 +19,15 @@ from .models import (
 
 @admin.register(User)
 class UserAdmin(PlatformModelAdmin):
-    list_display = ["username", "display_name", "email", "is_active", "last_login"]
-    search_fields = ["username", "display_name", "email"]
+    list_display = [
+        "username", "display_name", "email", "directory", "unix_username", "is_active", "last_login"
+    ]
+    list_filter = ["directory", "is_active"]
+    search_fields = ["username", "display_name", "email", "unix_username"]
     exclude = ["password", "user_permissions", "groups"]
+    # What the directory owns is changed in the directory (and the next sync), not here.
+    readonly_fields = ["directory", "directory_subject", "directory_groups", "directory_synced_at",
+                       "deactivated_at", "deactivated_reason"]
 
 
 @admin.register(Department)
@@ -68,8 +74,28 @@ class ProjectMoveAdmin(PlatformModelAdmin):
 
 @admin.register(Membership)
 class MembershipAdmin(PlatformModelAdmin):
-    list_display = ["user", "role", "department", "project"]
+    """Roles given by hand are edited here; a role a directory rule gave is shown, not edited: the
+    next sign-in would give it back (rules: the "Directory rules" page)."""
+
+    list_display = ["user", "role", "department", "project", "source"]
     list_filter = ["role"]
+    readonly_fields = ["rule"]
+
+    @admin.display(description=_("given"))
+    def source(self, obj):
+        if obj.rule_id is None:
+            return _("by hand")
+        return _("from directory group %(group)s") % {"group": obj.rule.group}
+
+    def has_change_permission(self, request, obj=None):
+        return super().has_change_permission(request, obj) and (obj is None or obj.rule_id is None)
+
+    def has_delete_permission(self, request, obj=None):
+        return super().has_delete_permission(request, obj) and (obj is None or obj.rule_id is None)
+
+    def delete_queryset(self, request, queryset):
+        # "Delete selected" skips the roles rules gave, as the single delete refuses them.
+        super().delete_queryset(request, queryset.filter(rule__isnull=True))
 
 
 class ReadOnlyAdmin(PlatformModelAdmin):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth import authenticate
+from django.db.models import Count
 from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field
@@ -16,15 +17,16 @@ from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView
 
+from . import directory, services, signin
 from . import permissions as perm
-from . import services, signin
 from .api_base import DetailApi, ListCreateApi
-from .models import Department, Membership, Project, ProjectMove, Role, User
+from .models import Department, Directory, DirectoryRule, Membership, Project, ProjectMove, Role, User
 from .security import client_address
 from .selectors import (
     get_visible,
     scope_for,
     visible_departments,
+    visible_directory_rules,
     visible_memberships,
     visible_projects,
 )
@@ -164,10 +166,16 @@ class ProjectMoveApi(APIView):
 
 class MembershipOut(serializers.ModelSerializer):
     user = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    rule = serializers.PrimaryKeyRelatedField(
+        read_only=True, allow_null=True,
+        help_text="The directory rule that gave the role (null: given by hand). A role "
+        "given by a rule cannot be deleted here: the directory's groups decide it."
+    )
+    rule_group = serializers.CharField(source="rule.group", read_only=True, allow_null=True, default=None)
 
     class Meta:
         model = Membership
-        fields = ["id", "user", "role", "department", "project", "created_at"]
+        fields = ["id", "user", "role", "department", "project", "rule", "rule_group", "created_at"]
 
 
 class MembershipIn(serializers.Serializer):
@@ -182,7 +190,7 @@ class MembershipListApi(ListCreateApi):
     filterset_fields = ["role", "department", "project"]
 
     def visible(self):
-        return visible_memberships(self.request.user).select_related("user").order_by("id")
+        return visible_memberships(self.request.user).select_related("user", "rule").order_by("id")
 
     def perform(self, data):
         return services.membership_create(
@@ -198,10 +206,75 @@ class MembershipDetailApi(DetailApi):
     output, deletable = MembershipOut, True
 
     def visible(self):
-        return visible_memberships(self.request.user).select_related("user", "department", "project")
+        return visible_memberships(self.request.user).select_related("user", "department", "project", "rule")
 
     def delete_object(self, obj):
         services.membership_delete(actor=self.request.user, membership=obj)
+
+
+class DirectoryRuleOut(serializers.ModelSerializer):
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    users = serializers.SerializerMethodField(help_text="How many users the rule gives its role to now.")
+
+    class Meta:
+        model = DirectoryRule
+        fields = ["id", "directory", "group", "role", "department", "project", "users", "created_by",
+                  "created_at"]
+
+    def get_users(self, rule) -> int:
+        counted = getattr(rule, "user_count", None)
+        return rule.memberships.count() if counted is None else counted
+
+
+class DirectoryRuleIn(serializers.Serializer):
+    directory = serializers.ChoiceField(choices=[Directory.LDAP, Directory.OIDC])
+    group = serializers.CharField(
+        max_length=500, help_text="An LDAP group DN (compared case-insensitively) or an OIDC claim value."
+    )
+    role = serializers.ChoiceField(choices=Role.choices)
+    department = VisibleRelatedField(visible_departments, allow_null=True, required=False)
+    project = VisibleRelatedField(visible_projects, allow_null=True, required=False)
+
+
+class DirectoryRuleListApi(ListCreateApi):
+    """Directory group → role rules (DESIGN §12): platform admins write them, auditors read them.
+    A new rule gives its role at once to the users the directory last listed in the group."""
+
+    output, input = DirectoryRuleOut, DirectoryRuleIn
+    filterset_fields = ["directory", "role", "department", "project"]
+
+    def visible(self):
+        return visible_directory_rules(self.request.user).select_related("created_by").annotate(
+            user_count=Count("memberships")).order_by("directory", "group", "id")
+
+    def create(self, request, *args, **kwargs):
+        # Who may act comes before what they sent (a 403, not a 400 about a project it cannot see).
+        perm.require(self.scope.platform_admin)
+        return super().create(request, *args, **kwargs)
+
+    def perform(self, data):
+        return directory.directory_rule_create(actor=self.request.user, **data)
+
+
+class DirectoryRuleDetailApi(DetailApi):
+    """One rule. Changing it takes back the roles it gave and gives them as it now reads;
+    deleting it takes them back (roles given by hand stay)."""
+
+    output, input, deletable = DirectoryRuleOut, DirectoryRuleIn, True
+
+    def visible(self):
+        return visible_directory_rules(self.request.user).select_related("created_by")
+
+    def update(self, request, *args, **kwargs):
+        self.get_object()
+        perm.require(self.scope.platform_admin)
+        return super().update(request, *args, **kwargs)
+
+    def update_object(self, obj, data):
+        return directory.directory_rule_update(actor=self.request.user, rule=obj, **data)
+
+    def delete_object(self, obj):
+        directory.directory_rule_delete(actor=self.request.user, rule=obj)
 
 
 class MeOut(serializers.Serializer):

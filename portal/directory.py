@@ -21,12 +21,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
+from . import permissions as perm
 from .hooks import run_user_deactivated_hooks
-from .models import Directory, DirectoryRule, Membership, User
-from .selectors import forget_scope
+from .models import Department, Directory, DirectoryRule, Membership, Project, User
+from .selectors import forget_scope, scope_for
+from .services import check_scope_kind
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +104,7 @@ def apply_identity(
     user.email = identity.email or user.email
     user.display_name = identity.display_name[:120] or user.display_name
     user.directory_synced_at = now
+    user.directory_groups = sorted({_norm(identity.directory, g)[:500] for g in identity.groups})
     if not user.is_active and user.deactivated_at is not None:
         # Re-enabled in the directory: active again (its old sessions stay ended: new hash).
         user.is_active, user.deactivated_at, user.deactivated_reason = True, None, ""
@@ -180,3 +185,90 @@ def sync_directory(
             deactivate_user(user, reason=f"no longer in {directory}", now=now)
             report.deactivated += 1
     return report
+
+
+# --- the rules, edited by platform admins ---------------------------------------------------------
+#
+# Platform admins only: a directory group is a centre-wide name, and a rule reaches every user in
+# it, so a department admin writing one could pull people of other departments into its scope.
+# A rule takes effect at once for the users whose groups the portal last saw
+# (``User.directory_groups``); the others get it at their next sign-in or sync.
+
+
+def _known_in_group(directory: str, group: str):
+    return User.objects.filter(
+        directory=directory, is_active=True, directory_groups__contains=[_norm(directory, group)]
+    )
+
+
+def _reapply(users: Iterable[User]) -> None:
+    """Re-apply every rule to users whose groups are known (another rule may give the same role)."""
+    for user in users:
+        if user.directory_groups is not None:
+            apply_rules(user, user.directory, user.directory_groups)
+        forget_scope(user)
+
+
+def _validate_rule(rule: DirectoryRule) -> None:
+    rule.group = rule.group.strip()
+    if rule.directory not in (Directory.LDAP, Directory.OIDC):
+        raise ValidationError({"directory": _("Choose LDAP or OpenID Connect.")})
+    if not rule.group:
+        raise ValidationError({"group": _("Name the directory group.")})
+    check_scope_kind(rule.role, rule.department, rule.project)
+    rule.full_clean(exclude=["created_by"], validate_constraints=False)
+    same = DirectoryRule.objects.filter(
+        directory=rule.directory, role=rule.role, department=rule.department, project=rule.project
+    ).exclude(pk=rule.pk)
+    if any(_norm(rule.directory, r.group) == _norm(rule.directory, rule.group) for r in same):
+        raise ValidationError({"group": _("A rule already gives this role here to this group.")})
+
+
+def _save_rule(rule: DirectoryRule) -> None:
+    try:
+        with transaction.atomic():
+            rule.save()
+    except IntegrityError:
+        raise ValidationError({"group": _("A rule already gives this role here to this group.")}) from None
+
+
+@transaction.atomic
+def directory_rule_create(
+    *, actor: User, directory: str, group: str, role: str,
+    department: Department | None = None, project: Project | None = None,
+) -> DirectoryRule:
+    perm.require(scope_for(actor).platform_admin)
+    rule = DirectoryRule(directory=directory, group=group, role=role, department=department, project=project,
+                         created_by=actor)
+    _validate_rule(rule)
+    _save_rule(rule)
+    _reapply(_known_in_group(rule.directory, rule.group))
+    forget_scope(actor)
+    return rule
+
+
+@transaction.atomic
+def directory_rule_update(*, actor: User, rule: DirectoryRule, **fields) -> DirectoryRule:
+    """Change a rule: the roles it gave are taken back and given again as the rule now reads."""
+    perm.require(scope_for(actor).platform_admin)
+    before = list(User.objects.filter(memberships__rule=rule).distinct())
+    for name in ("directory", "group", "role", "department", "project"):
+        if name in fields:
+            setattr(rule, name, fields[name])
+    _validate_rule(rule)
+    _save_rule(rule)
+    Membership.objects.filter(rule=rule).delete()
+    after = list(_known_in_group(rule.directory, rule.group).exclude(pk__in=[u.pk for u in before]))
+    _reapply([*before, *after])
+    forget_scope(actor)
+    return rule
+
+
+@transaction.atomic
+def directory_rule_delete(*, actor: User, rule: DirectoryRule) -> None:
+    """Delete a rule and the roles it gave (the memberships cascade); hand-given roles stay."""
+    perm.require(scope_for(actor).platform_admin)
+    affected = list(User.objects.filter(memberships__rule=rule).distinct())
+    rule.delete()
+    _reapply(affected)
+    forget_scope(actor)

@@ -1,6 +1,7 @@
 """Tenancy: the department tree, projects, users and their role memberships (DESIGN §1)."""
 
 from django.contrib.auth.models import AbstractUser
+from django.contrib.postgres.fields import ArrayField
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
@@ -34,6 +35,12 @@ class User(AbstractUser):
     # The directory's stable name for the user (LDAP DN, OIDC "sub"): a renamed user stays one user.
     directory_subject = models.CharField(_("directory subject"), max_length=500, blank=True)
     directory_synced_at = models.DateTimeField(_("last seen in the directory"), null=True, blank=True)
+    # The groups the directory last listed for the user (normalised as the rules compare them), so
+    # a rule added, changed or deleted takes effect at once, not at the next sign-in. None: not
+    # known yet (never seen since groups were kept) — such users get rule changes at the next sync.
+    directory_groups = ArrayField(
+        models.CharField(max_length=500), null=True, blank=True, verbose_name=_("directory groups")
+    )
     deactivated_at = models.DateTimeField(_("deactivated"), null=True, blank=True)
     deactivated_reason = models.CharField(_("why deactivated"), max_length=300, blank=True)
 

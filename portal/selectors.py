@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from django.db.models import QuerySet
 from django.http import Http404
 
-from .models import Department, Membership, Project, Role, User
+from .models import Department, DirectoryRule, Membership, Project, Role, User
 
 _SCOPE_ATTR = "_gpupool_scope"
 _PROJECT_IDS_ATTR = "_gpupool_project_ids"
@@ -173,3 +173,11 @@ def department_ancestors(department_id: int) -> list[int]:
         path.append(node)
         node = parents.get(node)
     return path
+
+
+def visible_directory_rules(user: User) -> QuerySet[DirectoryRule]:
+    """Directory rules (DESIGN §12) are the platform's: platform admins and auditors read them;
+    for everyone else there are none (a rule's id answers 404)."""
+    if scope_for(user).sees_everything:
+        return DirectoryRule.objects.all()
+    return DirectoryRule.objects.none()

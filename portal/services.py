@@ -166,7 +166,7 @@ def membership_create(
     department: Department | None = None,
     project: Project | None = None,
 ) -> Membership:
-    _check_scope_kind(role, department, project)
+    check_scope_kind(role, department, project)
     perm.require(perm.can_grant(scope_for(actor), role, department, project))
     try:
         with transaction.atomic():
@@ -179,7 +179,7 @@ def membership_create(
     return membership
 
 
-def _check_scope_kind(role: str, department, project) -> None:
+def check_scope_kind(role: str, department, project) -> None:
     if role in (Role.MEMBER, Role.PROJECT_ADMIN) and (project is None or department is not None):
         raise ValidationError({"project": _("This role is granted on a project (and only a project).")})
     if role in (Role.DEPARTMENT_ADMIN, Role.FINANCE) and (department is None or project is not None):
@@ -192,5 +192,11 @@ def _check_scope_kind(role: str, department, project) -> None:
 
 def membership_delete(*, actor: User, membership: Membership) -> None:
     perm.require(perm.can_grant(scope_for(actor), membership.role, membership.department, membership.project))
+    if membership.rule_id is not None:
+        # Removed here it would come back at the user's next sign-in: the directory decides.
+        raise ValidationError(
+            _("This role is managed by the directory (group %(group)s); change the group or the rule.")
+            % {"group": membership.rule.group}
+        )
     membership.delete()
     forget_scope(membership.user)

@@ -16,6 +16,7 @@ from portal import api as portal_api
 from portal import api_approvals as approvals_api
 from portal import dashboard, views
 from portal import views_approvals as approval_views
+from portal import views_directory as directory_views
 from portal.api_base import EnglishSchemaView
 from portal.health import healthz
 from quotas import api as quotas_api
@@ -32,6 +33,10 @@ api_v1 = [
     path("projects/<int:pk>/move/", portal_api.ProjectMoveApi.as_view(), name="project-move"),
     path("memberships/", portal_api.MembershipListApi.as_view(), name="membership-list"),
     path("memberships/<int:pk>/", portal_api.MembershipDetailApi.as_view(), name="membership-detail"),
+    path("directory-rules/", portal_api.DirectoryRuleListApi.as_view(), name="directoryrule-list"),
+    path(
+        "directory-rules/<int:pk>/", portal_api.DirectoryRuleDetailApi.as_view(), name="directoryrule-detail"
+    ),
     path("flavors/", quotas_api.FlavorListApi.as_view(), name="flavor-list"),
     path("flavors/<int:pk>/", quotas_api.FlavorDetailApi.as_view(), name="flavor-detail"),
     path("clusters/", quotas_api.ClusterListApi.as_view(), name="cluster-list"),
@@ -160,6 +165,15 @@ urlpatterns = [
     path("notifications/", approval_views.notification_list, name="notification-list"),
     path("notifications/read-all/", approval_views.notification_read_all, name="notification-read-all"),
     path("notifications/<int:pk>/read/", approval_views.notification_read, name="notification-read"),
+    # Directory rules and users (issue 21): platform admins and auditors only.
+    path("directory-rules/", directory_views.directory_rule_list, name="directory-rule-list"),
+    path("directory-rules/new/", directory_views.directory_rule_edit, name="directory-rule-new"),
+    path("directory-rules/<int:pk>/edit/", directory_views.directory_rule_edit, name="directory-rule-edit"),
+    path("directory-rules/<int:pk>/delete/", directory_views.directory_rule_delete,
+         name="directory-rule-delete"),
+    path("users/", directory_views.user_list, name="user-list"),
+    path("users/<int:pk>/", directory_views.user_detail, name="user-detail"),
+    path("memberships/<int:pk>/remove/", directory_views.membership_remove, name="membership-remove"),
     # Billing pages (issue 6): reports, statements, budgets.
     path("", include("billing.urls")),
 ]

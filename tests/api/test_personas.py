@@ -10,6 +10,7 @@ from django.urls import get_resolver, reverse
 from django.utils import timezone
 
 from jobs.models import ApprovalPolicy
+from portal.models import DirectoryRule
 from quotas.models import Loan, LoanState, QuotaWindow
 
 ALL = (
@@ -175,6 +176,10 @@ VISIBLE["externalsource-list"] = {
     "pb_member": {"src_pb"},
     "outsider": set(),
 }
+# Directory rules (DESIGN §12) are the platform's: platform admins write, auditors read, nobody
+# else sees any — not even rules about their own projects (tests/api/test_directory_rules_api.py).
+VISIBLE["directoryrule-list"] = {p: ({"rule_pa1", "rule_B"} if p in ("platform", "auditor") else set())
+                                 for p in ALL}
 # Pool resources are not tenant data: every signed-in user reads them, only platform admins write.
 GLOBAL_LISTS = {"flavor-list", "cluster-list", "node-list"}
 # Endpoints covered by dedicated tests elsewhere (not object lists).
@@ -240,6 +245,12 @@ def objects(world):
         },
     }
     by_list["externalsource-list"] = _external_sources(world)
+    by_list["directoryrule-list"] = {
+        "rule_pa1": DirectoryRule.objects.create(directory="ldap", group="cn=g", role="member",
+                                                 project=world.pa1).pk,
+        "rule_B": DirectoryRule.objects.create(directory="oidc", group="b-admins", role="department_admin",
+                                               department=world.B).pk,
+    }
     by_list["statement-list"] = _statements(world)
     by_list["budget-list"] = _budgets(world)
     by_list["manualadjustment-list"] = _adjustments(world)

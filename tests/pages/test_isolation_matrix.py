@@ -19,7 +19,7 @@ from django.utils import timezone
 from billing.models import Budget, Statement, StatementState
 from jobs.models import ApprovalPolicy, Job
 from jobs.services import job_submit
-from portal.models import ApprovalRequest, Notification
+from portal.models import ApprovalRequest, DirectoryRule, Membership, Notification
 from portal.notifications import notify
 from quotas.approvals import quota_request_create
 from quotas.models import Loan, LoanState
@@ -52,6 +52,7 @@ SUBMITTERS = {**STD, "a_finance": NONE, "b_finance": NONE, "auditor": NONE}
 PLATFORM_404 = {p: (NONE if p == "platform" else 404) for p in PERSONAS}
 STATEMENTS = {**STD, "pa1_member": NONE, "pb_member": NONE}
 A_STATEMENT = {**A_OBJECT, "pa1_member": 404}
+READERS = {**{p: 404 for p in PERSONAS}, "platform": AB, "auditor": AB}
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,14 @@ RULES: dict[str, Page] = {
     # External sources (issue 20): mapped ones follow their project; unmapped ones (no tenant's)
     # only platform admins and auditors see — the navigation links the page for them only.
     "external-source-list": Page(STD, ("src:a", "src:b")),
+    # Directory rules and users (issue 21) are the platform's: platform admins and auditors read
+    # them, only platform admins write (the auditor's 403), and nobody else knows they are there.
+    "directory-rule-list": Page(READERS, ("zz-rule-alpha", "zz-rule-bravo")),
+    "directory-rule-new": Page({**PLATFORM_404, "auditor": 403}),
+    "directory-rule-edit": Page({**PLATFORM_404, "auditor": 403}),
+    "user-list": Page({**PLATFORM_404, "auditor": NONE}),
+    # pa1_member's page lists its role on pa1 (and nothing of B).
+    "user-detail": Page({**PLATFORM_404, "platform": A, "auditor": A}, (NAMES["pa1"], NAMES["pb"])),
 }
 
 # POST actions on an A-side object: persona -> (status, changed). Anyone outside the object's
@@ -146,6 +155,11 @@ ACTIONS: dict[str, dict] = {
     # Mapping the unmapped source: platform admins only; the auditor sees it (403), nobody else does.
     "external-source-map": {**{p: (404, False) for p in PERSONAS}, "auditor": (403, False),
                             "platform": (302, True)},
+    "directory-rule-delete": {**{p: (404, False) for p in PERSONAS}, "auditor": (302, False),
+                              "platform": (302, True)},
+    # A hand-given role on pa1: removed by who may grant it (as the API's membership delete).
+    "membership-remove": {**NOT_SEEN, "auditor": (302, False), "a_finance": (302, False),
+                          "pa1_member": (302, False), "a_admin": (302, True), "platform": (302, True)},
 }
 
 # Not pages of the portal: sign-in, and machine endpoints with their own guards and tests.
@@ -245,6 +259,12 @@ def objs(world, prio):
         "adj:a": _adjustment(world, "a_finance", world.A1, "zz-adj-alpha"),
         "adj:b": _adjustment(world, "b_finance", world.B, "zz-adj-bravo"),
         "proj:a": world.pa1,
+        "rule:a": DirectoryRule.objects.create(directory="ldap", group="zz-rule-alpha", role="member",
+                                               project=world.pa1),
+        "rule:b": DirectoryRule.objects.create(directory="oidc", group="zz-rule-bravo", role="member",
+                                               project=world.pb),
+        "user:a": world.users["pa1_member"],
+        "member:a": world.users["pa1_member"].memberships.get(),
         **_sources(world),
     }
     if _exists("what-if-run"):
@@ -268,6 +288,8 @@ SUBJECT = {
     "what-if-run": "whatif", "what-if-progress": "whatif",
     "project-move": "proj:a",
     "external-source-map": "src:u",
+    "directory-rule-edit": "rule:a", "directory-rule-delete": "rule:a",
+    "user-detail": "user:a", "membership-remove": "member:a",
 }
 
 
@@ -366,6 +388,10 @@ def _state(name, objs):
         return Notification.objects.get(pk=objs["note:a"].pk).read_at is not None
     if name == "external-source-map":
         return type(objs["src:u"]).objects.get(pk=objs["src:u"].pk).project_id
+    if name == "directory-rule-delete":
+        return DirectoryRule.objects.filter(pk=objs["rule:a"].pk).exists()
+    if name == "membership-remove":
+        return Membership.objects.filter(pk=objs["member:a"].pk).exists()
     raise AssertionError(name)
 
 
