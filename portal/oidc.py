@@ -98,7 +98,7 @@ def _discover(issuer: str) -> dict:
     except (requests.RequestException, ValueError) as exc:
         raise ProviderUnreachable(f"discovery at {issuer}: {exc}") from exc
     # OpenID Connect Discovery §4.3: the document must name the issuer we asked.
-    if not isinstance(document, dict) or document.get("issuer", "").rstrip("/") != issuer:
+    if not isinstance(document, dict) or str(document.get("issuer", "")).rstrip("/") != issuer:
         raise ProviderUnreachable(f"discovery at {issuer}: the document names another issuer")
     cache.set(key, document, DISCOVERY_SECONDS)
     return document
@@ -166,15 +166,24 @@ class OIDCBackend(OIDCAuthenticationBackend):
     def _signing_key(self, header: dict) -> jwt.PyJWK:
         response = requests.get(self.OIDC_OP_JWKS_ENDPOINT, timeout=config()["TIMEOUT_SECONDS"])
         response.raise_for_status()
+        document = response.json()
+        listed = document.get("keys") if isinstance(document, dict) else None
         keys = [
-            k for k in response.json().get("keys", []) if isinstance(k, dict) and k.get("kty") == "RSA"
-            and k.get("use", "sig") == "sig" and k.get("alg", ALGORITHM) == ALGORITHM
+            k for k in (listed if isinstance(listed, list) else [])
+            if isinstance(k, dict) and k.get("kty") == "RSA" and k.get("use", "sig") == "sig"
+            and k.get("alg", ALGORITHM) == ALGORITHM
         ]
         if "kid" in header:
             keys = [k for k in keys if k.get("kid") == header["kid"]]
         if len(keys) != 1:
             raise SuspiciousOperation("no single key of the provider's JWKS matches the ID token")
         return jwt.PyJWK(keys[0], algorithm=ALGORITHM)
+
+    def get_token(self, payload):
+        answer = super().get_token(payload)
+        if not isinstance(answer, dict):
+            raise SuspiciousOperation("the token endpoint answered with something else than an object")
+        return answer
 
     def verify_token(self, token, **kwargs):
         """The ID token: RS256 with the provider's key, our issuer and audience, not expired,

@@ -93,11 +93,6 @@ class Provider:
         account["claims"].update(claims)
         self.save_accounts()
 
-    def add(self, name: str, password: str, **claims) -> None:
-        claims = {"sub": f"sub-{name}", **claims}
-        self.accounts[name] = {"password": password, "disabled": False, "claims": claims}
-        self.save_accounts()
-
     def next_id_token(self, token: str) -> None:
         """The next token response carries ``token`` as its ID token (the test's man in the middle)."""
         response = requests.post(f"{self.issuer}/__test/next-id-token", data={"id_token": token}, timeout=30)

@@ -284,3 +284,12 @@ def test_the_login_page_offers_the_centre_button_in_both_languages(settings):
     settings.OIDC = {**settings.OIDC, "BUTTON_LABEL": "Campus SSO", "BUTTON_LABEL_ZH_HANS": "校园统一认证"}
     assert "Campus SSO" in Client(HTTP_ACCEPT_LANGUAGE="en").get("/accounts/login/").content.decode()
     assert "校园统一认证" in Client(HTTP_ACCEPT_LANGUAGE="zh-hans").get("/accounts/login/").content.decode()
+
+
+def test_an_error_from_the_provider_is_a_refusal_and_uses_up_the_state(provider, vision):
+    client = Client(HTTP_ACCEPT_LANGUAGE="en")
+    state = parse_qs(urlsplit(start(client)).query)["state"][0]
+    answer = client.get("/oidc/callback/", {"error": "access_denied", "state": state})
+    refused(answer, 400, "could not be verified")
+    assert state not in client.session["oidc_states"]
+    refused(client.get("/oidc/callback/", {"code": "c"}), 400, "could not be verified")  # no state at all
