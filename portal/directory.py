@@ -51,6 +51,11 @@ class DirectoryIdentity:
     active: bool = True
 
 
+class DirectoryConflict(Exception):
+    """The directory's user name is taken by a portal user it may not take over: a local
+    break-glass admin, or a user of another directory (or another subject of this one)."""
+
+
 @dataclass
 class SyncReport:
     created: int = 0
@@ -73,8 +78,11 @@ def _norm(directory: str, group: str) -> str:
 def _find(identity: DirectoryIdentity) -> User | None:
     user = User.objects.filter(directory=identity.directory, directory_subject=identity.subject).first()
     if user is None:
-        # A user created by hand before the directory was connected is adopted by name.
-        user = User.objects.filter(username=identity.username, directory_subject="").first()
+        # A user created by hand before the directory was connected is adopted by name; never a
+        # staff or superuser account (break-glass admins stay local, whoever the directory names so).
+        user = User.objects.filter(
+            username=identity.username, directory_subject="", is_staff=False, is_superuser=False
+        ).first()
     return user
 
 
@@ -84,7 +92,8 @@ def apply_identity(
     rules: list[DirectoryRule] | None = None,
 ) -> User | None:
     """Create or update the user, apply the rules, or deactivate: the user (None when the
-    directory says the user is disabled and no such user exists)."""
+    directory says the user is disabled and no such user exists). Raises
+    :class:`DirectoryConflict` when the name belongs to a user the directory may not take over."""
     now = now or timezone.now()
     report = report if report is not None else SyncReport()
     user = _find(identity)
@@ -94,6 +103,9 @@ def apply_identity(
             report.deactivated += 1
         return user
     if user is None:
+        if User.objects.filter(username=identity.username).exists():
+            raise DirectoryConflict(f"{identity.directory} user {identity.subject!r}: "
+                                    f"the name {identity.username!r} is another portal user's")
         user = User(username=identity.username)
         user.set_unusable_password()  # directory users sign in through the directory only
         report.created += 1
@@ -178,7 +190,10 @@ def sync_directory(
     seen: set[str] = set()
     for identity in identities:
         seen.add(identity.subject)
-        apply_identity(identity, now=now, report=report, rules=rules)
+        try:
+            apply_identity(identity, now=now, report=report, rules=rules)
+        except DirectoryConflict as exc:
+            log.warning("directory sync skipped a user: %s", exc)
     if complete:
         gone = User.objects.filter(directory=directory, is_active=True).exclude(directory_subject__in=seen)
         for user in gone:

@@ -11,6 +11,7 @@ import ipaddress
 import logging
 import re
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -45,6 +46,17 @@ def _policy() -> dict[str, str]:
     return getattr(settings, "CONTENT_SECURITY_POLICY", DEFAULT_POLICY)
 
 
+def _sign_in_provider_origins() -> list[str]:
+    """The OpenID Connect provider's origins when its sign-in is on: signing out POSTs to us and
+    is redirected to the provider's end_session endpoint, and browsers hold a form's redirects
+    to ``form-action`` too (docs/identity.md)."""
+    oidc = getattr(settings, "OIDC", None) or {}
+    if not oidc.get("ENABLED"):
+        return []
+    urls = (oidc.get("ISSUER", ""), oidc.get("END_SESSION_ENDPOINT", ""))
+    return sorted({f"{p.scheme}://{p.netloc}" for p in map(urlsplit, urls) if p.scheme in ("http", "https")})
+
+
 class ContentSecurityPolicyMiddleware:
     """Adds the policy to every HTML response that has none of its own (Django 5.2 has no CSP
     support of its own). No page widens it: even the API docs are served from our own files."""
@@ -53,11 +65,19 @@ class ContentSecurityPolicyMiddleware:
         self.get_response = get_response
         self.header = policy_header(_policy())
 
+    def _header(self) -> str:
+        origins = _sign_in_provider_origins()  # read per response: tests switch the sign-in on and off
+        if not origins:
+            return self.header
+        policy = dict(_policy())
+        policy["form-action"] = " ".join([policy.get("form-action", "'self'"), *origins])
+        return policy_header(policy)
+
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
         is_html = response.get("Content-Type", "").startswith("text/html")
         if is_html and "Content-Security-Policy" not in response:
-            response["Content-Security-Policy"] = self.header
+            response["Content-Security-Policy"] = self._header()
         return response
 
 

@@ -14,7 +14,7 @@ from jobs import views_policies as policy_views
 from jobs.metrics_view import metrics
 from portal import api as portal_api
 from portal import api_approvals as approvals_api
-from portal import dashboard, views
+from portal import dashboard, oidc, views
 from portal import views_approvals as approval_views
 from portal import views_directory as directory_views
 from portal.api_base import EnglishSchemaView
@@ -131,6 +131,9 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/login/", views.LoginView.as_view(), name="login"),
     path("accounts/logout/", views.LogoutView.as_view(), name="logout"),
+    # Sign-in with the centre's OpenID Connect provider (portal/oidc.py); 404 unless it is on.
+    path("oidc/authenticate/", oidc.OIDCStartView.as_view(), name="oidc_authentication_init"),
+    path("oidc/callback/", oidc.OIDCCallbackView.as_view(), name="oidc_authentication_callback"),
     path("", dashboard.dashboard, name="dashboard"),
     path("quotas/", jobs_views.quota_tree, name="quota-tree"),
     path("inventory/", quotas_views.inventory, name="inventory"),

@@ -1,9 +1,10 @@
 from django.contrib.auth import views as auth_views
+from django.http import HttpResponseRedirect
 from django.utils.decorators import method_decorator
 from django.utils.translation import gettext as _
 from django.views.decorators.debug import sensitive_post_parameters
 
-from . import signin
+from . import oidc, signin
 
 
 @method_decorator(sensitive_post_parameters("password"), name="dispatch")
@@ -15,6 +16,10 @@ class LoginView(auth_views.LoginView):
 
     template_name = "portal/login.html"
     redirect_authenticated_user = True
+
+    def get_context_data(self, **kwargs):
+        # The centre's sign-in button when OpenID Connect is on; the form stays for local admins.
+        return super().get_context_data(oidc_button=oidc.button_label() if oidc.enabled() else "", **kwargs)
 
     def _attempt(self) -> signin.Attempt:
         return signin.Attempt.of(self.request, self.request.POST.get("username"))
@@ -41,4 +46,10 @@ class LoginView(auth_views.LoginView):
 
 
 class LogoutView(auth_views.LogoutView):
-    pass
+    """Signs out of the portal, and of the centre's provider too when the user signed in there
+    (RP-initiated logout: the provider asks, then sends them back to our sign-in page)."""
+
+    def post(self, request, *args, **kwargs):
+        provider_logout = oidc.end_session_url(request)  # before the session holding the token is gone
+        response = super().post(request, *args, **kwargs)
+        return HttpResponseRedirect(provider_logout) if provider_logout else response

@@ -312,3 +312,31 @@ EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 20)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpupool <gpupool@localhost>")
+
+# --- OpenID Connect sign-in (DESIGN §12, docs/identity.md; portal/oidc.py) ----------------------
+# Off unless GPUPOOL_OIDC_ENABLED. Endpoints come from the issuer's discovery document (read when
+# someone signs in, never at start-up) unless given one by one. Local accounts stay for break-glass
+# admins. The OIDC backend only answers on its own callback, so it is harmless to password logins.
+AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend", "portal.oidc.OIDCBackend"]
+OIDC = {
+    "ENABLED": env_bool("GPUPOOL_OIDC_ENABLED", False),
+    "ISSUER": env_str("GPUPOOL_OIDC_ISSUER", "").rstrip("/"),
+    "AUTHORIZATION_ENDPOINT": env_str("GPUPOOL_OIDC_AUTHORIZATION_ENDPOINT", ""),
+    "TOKEN_ENDPOINT": env_str("GPUPOOL_OIDC_TOKEN_ENDPOINT", ""),
+    "USERINFO_ENDPOINT": env_str("GPUPOOL_OIDC_USERINFO_ENDPOINT", ""),
+    "JWKS_URI": env_str("GPUPOOL_OIDC_JWKS_URI", ""),
+    "END_SESSION_ENDPOINT": env_str("GPUPOOL_OIDC_END_SESSION_ENDPOINT", ""),
+    "CLIENT_ID": env_str("GPUPOOL_OIDC_CLIENT_ID", ""),
+    "CLIENT_SECRET": env_str("GPUPOOL_OIDC_CLIENT_SECRET", ""),
+    "SCOPES": env_str("GPUPOOL_OIDC_SCOPES", "openid email profile"),
+    "USERNAME_CLAIM": env_str("GPUPOOL_OIDC_USERNAME_CLAIM", "preferred_username"),
+    "EMAIL_CLAIM": env_str("GPUPOOL_OIDC_EMAIL_CLAIM", "email"),
+    "NAME_CLAIM": env_str("GPUPOOL_OIDC_NAME_CLAIM", "name"),
+    "UNIX_NAME_CLAIM": env_str("GPUPOOL_OIDC_UNIX_NAME_CLAIM", ""),
+    "GROUPS_CLAIM": env_str("GPUPOOL_OIDC_GROUPS_CLAIM", "groups"),
+    "BUTTON_LABEL": env_str("GPUPOOL_OIDC_BUTTON_LABEL", ""),
+    "BUTTON_LABEL_ZH_HANS": env_str("GPUPOOL_OIDC_BUTTON_LABEL_ZH_HANS", ""),
+    "TIMEOUT_SECONDS": env_int("GPUPOOL_OIDC_TIMEOUT_SECONDS", 10, min_value=1),
+}
+if OIDC["ENABLED"] and not (OIDC["CLIENT_ID"] and OIDC["ISSUER"]):
+    raise ImproperlyConfigured("GPUPOOL_OIDC_ENABLED needs GPUPOOL_OIDC_ISSUER and GPUPOOL_OIDC_CLIENT_ID.")

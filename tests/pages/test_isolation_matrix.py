@@ -163,7 +163,9 @@ ACTIONS: dict[str, dict] = {
 }
 
 # Not pages of the portal: sign-in, and machine endpoints with their own guards and tests.
-EXEMPT = {"login", "logout", "healthz", "metrics", "schema", "api-docs"}
+# The OIDC pair is sign-in itself (tests/security/test_oidc_signin.py), like the login page.
+EXEMPT = {"login", "logout", "healthz", "metrics", "schema", "api-docs",
+          "oidc_authentication_init", "oidc_authentication_callback"}
 
 
 def _page_names():
