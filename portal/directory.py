@@ -54,6 +54,7 @@ class SyncReport:
     deactivated: int = 0
     roles_added: int = 0
     roles_removed: int = 0
+    conflicts: int = 0  # directory users not applied: their name is another account's
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -69,8 +70,12 @@ def _norm(directory: str, group: str) -> str:
 def _find(identity: DirectoryIdentity) -> User | None:
     user = User.objects.filter(directory=identity.directory, directory_subject=identity.subject).first()
     if user is None:
-        # A user created by hand before the directory was connected is adopted by name.
-        user = User.objects.filter(username=identity.username, directory_subject="").first()
+        # A user created by hand before the directory was connected is adopted by name — but never a
+        # superuser: the local break-glass admins stay local (a directory entry of the same name must
+        # not take over their account).
+        user = User.objects.filter(
+            username=identity.username, directory=Directory.LOCAL, directory_subject="", is_superuser=False
+        ).first()
     return user
 
 
@@ -80,7 +85,8 @@ def apply_identity(
     rules: list[DirectoryRule] | None = None,
 ) -> User | None:
     """Create or update the user, apply the rules, or deactivate: the user (None when the
-    directory says the user is disabled and no such user exists)."""
+    directory says the user is disabled and no such user exists, or when the name is another
+    account's — counted in ``report.conflicts``)."""
     now = now or timezone.now()
     report = report if report is not None else SyncReport()
     user = _find(identity)
@@ -90,11 +96,19 @@ def apply_identity(
             report.deactivated += 1
         return user
     if user is None:
+        if User.objects.filter(username=identity.username).exists():
+            # The name belongs to another account (a local superuser, or another directory's user):
+            # refused rather than merged; the operator renames one of them.
+            log.warning("%s user %s: the name %r is taken by another account", identity.directory,
+                        identity.subject, identity.username)
+            report.conflicts += 1
+            return None
         user = User(username=identity.username)
-        user.set_unusable_password()  # directory users sign in through the directory only
         report.created += 1
     else:
         report.updated += 1
+    if user.directory != identity.directory or user._state.adding:
+        user.set_unusable_password()  # directory users sign in through the directory only
     user.directory, user.directory_subject = identity.directory, identity.subject
     user.unix_username = identity.unix_name[:32]
     user.email = identity.email or user.email

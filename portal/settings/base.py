@@ -72,6 +72,20 @@ if TRUSTED_PROXIES < 0:
 LOGIN_REDIRECT_URL = "dashboard"
 LOGOUT_REDIRECT_URL = "login"
 
+# --- sign-in backends: GPUPOOL_AUTH_BACKENDS (local, ldap, oidc), docs/identity.md ---------
+# ``local`` (Django's ModelBackend) stays first: break-glass admins sign in while the directory is down.
+AUTH_BACKENDS_ON = env_list("GPUPOOL_AUTH_BACKENDS", ["local"])
+AUTH_BACKEND_CLASSES = {
+    "local": "django.contrib.auth.backends.ModelBackend",
+    "ldap": "portal.ldap_auth.DirectoryLDAPBackend",
+}
+if unknown := set(AUTH_BACKENDS_ON) - {"local", "ldap", "oidc"}:
+    raise ImproperlyConfigured(f"GPUPOOL_AUTH_BACKENDS: unknown {sorted(unknown)} (local, ldap, oidc).")
+AUTHENTICATION_BACKENDS = [path for name, path in AUTH_BACKEND_CLASSES.items() if name in AUTH_BACKENDS_ON]
+from portal.settings.ldap import *  # noqa: E402, F403  (AUTH_LDAP_*, LDAP_SYNC: the LDAP directory)
+
+LDAP_SYNC_INTERVAL = env_int("GPUPOOL_LDAP_SYNC_INTERVAL_SECONDS", 900, min_value=60)
+
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
@@ -134,6 +148,9 @@ CELERY_BEAT_SCHEDULE = {
     # DESIGN §3.9: budgets at 80 % / 100 % notify their owners, once per threshold and month.
     "budget-alerts": {"task": "billing.budget_alerts",
                       "schedule": env_int("BUDGET_ALERT_INTERVAL_SECONDS", 300), "options": {"expires": 250}},
+    # DESIGN §12: users and groups from the LDAP directory (only when the ldap backend is on).
+    **({"ldap-sync": {"task": "portal.sync_ldap", "schedule": LDAP_SYNC_INTERVAL,
+                      "options": {"expires": LDAP_SYNC_INTERVAL}}} if "ldap" in AUTH_BACKENDS_ON else {}),
 }
 CELERY_TIMEZONE = "UTC"
 
