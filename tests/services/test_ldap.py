@@ -186,3 +186,14 @@ def test_a_stopped_directory_refuses_directory_users_but_not_the_local_admin(sto
     assert user.is_active and user.directory_synced_at == synced_before
     assert Membership.objects.filter(user=user, rule=rule).exists()
     assert User.objects.count() == 2 and admin.is_active
+
+
+def test_the_beat_task_and_the_command_run_the_sync(ldap_on, project):
+    from portal.tasks import sync_ldap as task
+
+    uid, _group, rule = _person_in_group(ldap_on, project)
+    counts = task()
+    assert counts["users"] >= 1 and counts["groups"] >= 1
+    assert Membership.objects.filter(user__username=uid, rule=rule).exists()
+    call_command("sync_ldap", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    assert User.objects.get(username=uid).is_active
