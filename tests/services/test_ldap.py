@@ -56,6 +56,10 @@ def test_ldap_sign_in_lands_with_the_roles_of_the_users_groups(ldap_on, project)
     assert not user.has_usable_password()  # the directory holds the password, never the portal
     assert Membership.objects.filter(user=user, project=project, role=Role.MEMBER, rule=rule).exists()
     assert client.get("/api/v1/jobs/").status_code == 200
+    token = Client().post("/api/v1/auth/token/", {"username": uid, "password": "pw-" + uid})
+    assert token.status_code == 200  # scripts of directory users get tokens with the directory password
+    wrong = Client().post("/api/v1/auth/token/", {"username": uid, "password": "nope"})
+    assert wrong.status_code == 401
 
 
 def test_leaving_a_group_in_the_directory_and_a_sync_remove_the_role(ldap_on, project):
@@ -173,6 +177,9 @@ def test_a_stopped_directory_refuses_directory_users_but_not_the_local_admin(sto
     assert "cannot be reached" in response.content.decode() or "无法连接" in response.content.decode()
     unknown = _sign_in(Client(), unique("new"), "pw")
     assert unknown.status_code == 200 and unknown.context["directory_down"]
+
+    token = Client().post("/api/v1/auth/token/", {"username": uid, "password": "pw-" + uid})
+    assert token.status_code == 503 and "LDAP" in token.json()["detail"]
 
     local = Client()
     assert _sign_in(local, "breakglass", "break-glass-pw").status_code == 302
