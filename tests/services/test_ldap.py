@@ -3,6 +3,7 @@ roles their groups map to; leaving a group, being disabled or deleted in the dir
 at the next sync; wrong passwords and a stopped directory are clear refusals that create nothing,
 and never lock out the local break-glass admin."""
 
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -204,3 +205,23 @@ def test_the_beat_task_and_the_command_run_the_sync(ldap_on, project):
     assert Membership.objects.filter(user__username=uid, rule=rule).exists()
     call_command("sync_ldap", stdout=open("/dev/null", "w"))  # noqa: SIM115
     assert User.objects.get(username=uid).is_active
+
+
+def test_starttls_refuses_a_server_whose_certificate_the_ca_file_does_not_vouch_for(
+    ldap_on, project, settings, tmp_path
+):
+    import ldap
+
+    uid, _group, _rule = _person_in_group(ldap_on, project)
+    other_ca = tmp_path / "other-ca.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=127.0.0.1", "-keyout", str(tmp_path / "key.pem"), "-out", str(other_ca)],
+                   check=True, capture_output=True)
+    options = {k: v for k, v in settings.AUTH_LDAP_CONNECTION_OPTIONS.items() if k != ldap.OPT_X_TLS_NEWCTX}
+    settings.AUTH_LDAP_CONNECTION_OPTIONS = {**options, ldap.OPT_X_TLS_CACERTFILE: str(other_ca),
+                                             ldap.OPT_X_TLS_NEWCTX: 0}
+    response = _sign_in(Client(), uid, "pw-" + uid)
+    assert response.status_code == 200 and response.context["form"].errors
+    with pytest.raises(LdapSyncError):
+        sync_ldap()
+    assert not User.objects.filter(username=uid).exists()
