@@ -16,6 +16,7 @@ import logging
 
 import ldap
 from django.conf import settings
+from django.db import IntegrityError
 from django.dispatch import receiver
 from django_auth_ldap.backend import LDAPBackend, ldap_error
 
@@ -34,8 +35,12 @@ class DirectoryLDAPBackend(LDAPBackend):
         record = user_record(ldap_user.dn, ldap_user.attrs or {}, attr_names())
         if record is None:
             raise ldap_user.AuthenticationFailed(f"{ldap_user.dn} has no {attr_names().username}")
-        active = not _disabled(ldap_user)
-        user = apply_identity(identity_of(record, set(ldap_user.group_dns), active=active))
+        identity = identity_of(record, set(ldap_user.group_dns), active=not _disabled(ldap_user))
+        try:
+            user = apply_identity(identity)
+        except IntegrityError:
+            # A second sign-in (or the sync) created the same new user a moment earlier: it is found now.
+            user = apply_identity(identity)
         if user is None or not user.is_active:
             raise ldap_user.AuthenticationFailed(f"{ldap_user.dn} is disabled or its name is taken")
         return user, False
