@@ -5,6 +5,9 @@
 # --- build: the pinned dependency set in a virtualenv ------------------------------------
 FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# python-ldap (LDAP sign-in, docs/identity.md) is compiled against OpenLDAP's and SASL's headers.
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev libldap2-dev libsasl2-dev \
+ && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
@@ -15,6 +18,9 @@ RUN pip install --upgrade pip && pip install .
 
 # --- runtime -------------------------------------------------------------------------------
 FROM python:3.11-slim
+# The shared libraries python-ldap links to.
+RUN apt-get update && apt-get install -y --no-install-recommends libldap-2.5-0 libsasl2-2 \
+ && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 10001 gpupool \
  && useradd --system --uid 10001 --gid gpupool --home-dir /app --no-create-home \
       --shell /usr/sbin/nologin gpupool

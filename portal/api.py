@@ -325,7 +325,8 @@ class LoginThrottle(AnonRateThrottle):
 
 class TokenApi(APIView):
     """Exchange a username and password for an API token (``Authorization: Token …``). A wrong
-    password is a 401; too many of them (the sign-in form's lockout, shared) a 429."""
+    password is a 401; too many of them (the sign-in form's lockout, shared) a 429; a directory
+    (LDAP) that cannot be reached a 503 (local accounts still get their tokens)."""
 
     permission_classes = [AllowAny]
     authentication_classes: list = []
@@ -336,7 +337,8 @@ class TokenApi(APIView):
         return "Token"
 
     @extend_schema(
-        request=TokenIn, responses={200: TokenOut, 401: OpenApiTypes.OBJECT, 429: OpenApiTypes.OBJECT}
+        request=TokenIn,
+        responses={200: TokenOut, **dict.fromkeys((401, 429, 503), OpenApiTypes.OBJECT)},
     )
     def post(self, request):
         data = TokenIn(data=request.data)
@@ -352,6 +354,9 @@ class TokenApi(APIView):
         user = authenticate(request, **data.validated_data)
         if user is None:
             signin.failed(attempt)
+            if getattr(request, "directory_unreachable", False):  # set by portal.ldap_auth
+                return Response({"detail": _("The directory (LDAP) cannot be reached just now, so directory "
+                                             "accounts cannot sign in. Try again later.")}, status=503)
             raise AuthenticationFailed(_("Unknown user or wrong password."))
         signin.succeeded(attempt)
         token, _created = Token.objects.get_or_create(user=user)

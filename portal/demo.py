@@ -10,7 +10,7 @@ flavor), so a row deleted in the demo comes back at the next start; a renamed *c
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from .models import Department, Membership, Project, Role, User
+from .models import Department, DirectoryRule, Membership, Project, Role, User
 
 DEMO_PASSWORD = "gpupool-demo"  # noqa: S105 - printed by `make demo`; demo data only
 
@@ -62,6 +62,13 @@ USERS = [
 ]
 
 
+# The demo directory's groups (deploy/ldap/demo.ldif) → roles (DESIGN §12).
+DIRECTORY_RULES = [
+    ("cn=nlp-researchers,ou=groups,dc=centre,dc=example", Role.MEMBER, "nlp-llm"),
+    ("cn=cv-researchers,ou=groups,dc=centre,dc=example", Role.MEMBER, "cv-detect"),
+]
+
+
 def create_missing(stdout, what: str, create):
     """Make one missing demo row through its validated service, in a savepoint. When the service
     refuses it (users changed the quotas around it since the last start) the seed goes on
@@ -101,6 +108,8 @@ def seed(stdout) -> None:
                 else ({"project": projects[scope]} if scope else {})
             )
             Membership.objects.create(user=user, role=role, **target)
+    for group, role, project in DIRECTORY_RULES:
+        DirectoryRule.objects.get_or_create(directory="ldap", group=group, role=role, project=projects[project])
     stdout.write(
         f"tenancy: {len(departments)} departments, {len(projects)} projects, {len(USERS)} users "
         f"({made} new)"

@@ -63,6 +63,7 @@ class SyncReport:
     deactivated: int = 0
     roles_added: int = 0
     roles_removed: int = 0
+    conflicts: int = 0  # directory users not applied: their name is another account's
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -78,10 +79,12 @@ def _norm(directory: str, group: str) -> str:
 def _find(identity: DirectoryIdentity) -> User | None:
     user = User.objects.filter(directory=identity.directory, directory_subject=identity.subject).first()
     if user is None:
-        # A user created by hand before the directory was connected is adopted by name; never a
-        # staff or superuser account (break-glass admins stay local, whoever the directory names so).
+        # A user created by hand before the directory was connected is adopted by name — never a
+        # staff or superuser account: the local break-glass admins stay local (a directory entry
+        # of the same name must not take over their account).
         user = User.objects.filter(
-            username=identity.username, directory_subject="", is_staff=False, is_superuser=False
+            username=identity.username, directory=Directory.LOCAL, directory_subject="",
+            is_staff=False, is_superuser=False,
         ).first()
     return user
 
@@ -107,10 +110,11 @@ def apply_identity(
             raise DirectoryConflict(f"{identity.directory} user {identity.subject!r}: "
                                     f"the name {identity.username!r} is another portal user's")
         user = User(username=identity.username)
-        user.set_unusable_password()  # directory users sign in through the directory only
         report.created += 1
     else:
         report.updated += 1
+    if user.directory != identity.directory or user._state.adding:
+        user.set_unusable_password()  # directory users sign in through the directory only
     user.directory, user.directory_subject = identity.directory, identity.subject
     user.unix_username = identity.unix_name[:32]
     user.email = identity.email or user.email
@@ -194,6 +198,7 @@ def sync_directory(
             apply_identity(identity, now=now, report=report, rules=rules)
         except DirectoryConflict as exc:
             log.warning("directory sync skipped a user: %s", exc)
+            report.conflicts += 1
     if complete:
         gone = User.objects.filter(directory=directory, is_active=True).exclude(directory_subject__in=seen)
         for user in gone:

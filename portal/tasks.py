@@ -24,3 +24,13 @@ def send_notification_mail(ids: list[int]) -> int:
     from .notifications import mail_pending
 
     return mail_pending(ids)
+
+
+@shared_task(name="portal.sync_ldap", ignore_result=True)
+def sync_ldap() -> dict:
+    """Beat (GPUPOOL_LDAP_SYNC_INTERVAL_SECONDS): the LDAP directory's users and groups applied.
+    A directory that cannot be read raises (the task fails loudly) and changes nothing."""
+    from .ldap_sync import sync_ldap as run
+
+    report, listing = run()
+    return {**report.as_dict(), "users": len(listing.identities), "groups": listing.groups}

@@ -38,6 +38,11 @@ class LoginView(auth_views.LoginView):
 
     def form_invalid(self, form):
         signin.failed(self._attempt())
+        if getattr(self.request, "directory_unreachable", False):
+            # portal.ldap_auth marked it: say so rather than "wrong password" (local accounts still work).
+            return self.render_to_response(self.get_context_data(
+                form=form, directory_down=_("The directory (LDAP) cannot be reached just now, so directory "
+                                            "accounts cannot sign in. Try again later.")))
         return super().form_invalid(form)
 
     def form_valid(self, form):

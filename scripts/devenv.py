@@ -132,6 +132,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             "--speed", os.environ.get("SIM_SPEED", "60"),
         ]  # fmt: skip
         procs = [subprocess.Popen(simulator, env=env, cwd=ROOT)]
+        directory = None if args.no_ldap else _ldap(env, run)
         try:
             for step in (["migrate", "--noinput"], ["seed_demo"], ["sync_inventory"]):
                 if subprocess.call([python, "manage.py", *step], env=env, cwd=ROOT) != 0:
@@ -146,6 +147,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             return _supervise(procs)
         finally:
             _stop_all(procs)
+            if directory is not None:
+                subprocess.call(["bash", str(ROOT / "deploy/ldap/stop.sh"), str(directory)])
 
 
 PROMETHEUS_CONFIG = """\
@@ -170,6 +173,32 @@ def _prometheus(env: dict, run: Path, sim_port: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={run / 'prometheus'}",
                               "--web.listen-address=127.0.0.1:9090", "--storage.tsdb.retention.time=7d"],
                              env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+
+
+def _ldap(env: dict, run: Path) -> Path | None:
+    """DESIGN §12: a small demo directory (deploy/ldap/demo.ldif) when slapd is installed; its users
+    sign in beside the local ones (docs/identity.md)."""
+    if not (shutil.which("slapd") or Path("/usr/sbin/slapd").exists()):
+        _say("no slapd: local sign-in only (deploy/ldap/install.sh adds the demo directory)")
+        return None
+    directory = run / "ldap"
+    subprocess.call(["bash", str(ROOT / "deploy/ldap/stop.sh"), str(directory)])  # a previous demo's
+    started = subprocess.run(["bash", str(ROOT / "deploy/ldap/start.sh"), str(directory),
+                              str(ROOT / "deploy/ldap/demo.ldif")], capture_output=True, text=True)
+    if started.returncode != 0:
+        _say(f"the demo directory did not start: {started.stderr.strip()[-300:]}")
+        return None
+    conf = dict(line.split("=", 1) for line in started.stdout.splitlines() if "=" in line)
+    for name, value in [
+        ("GPUPOOL_AUTH_BACKENDS", "local,ldap"), ("GPUPOOL_LDAP_URI", conf["LDAP_URI"]),
+        ("GPUPOOL_LDAP_BIND_DN", conf["LDAP_BIND_DN"]),
+        ("GPUPOOL_LDAP_BIND_PASSWORD", conf["LDAP_BIND_PASSWORD"]),
+        ("GPUPOOL_LDAP_START_TLS", "true"), ("GPUPOOL_LDAP_CA_FILE", conf["LDAP_CA_FILE"]),
+        ("GPUPOOL_LDAP_DISABLED_FILTER", "(pwdAccountLockedTime=*)"),
+    ]:
+        env.setdefault(name, value)
+    _say(f"demo directory (LDAP): {conf['LDAP_URI']}  users lin, zhao (password gpupool-demo)")
+    return directory
 
 
 def _supervise(procs: list[subprocess.Popen]) -> int:
@@ -214,6 +243,7 @@ def main(argv: list[str]) -> int:
     demo.add_argument("--sim-port", type=int, default=9400, help="the simulated cluster")
     demo.add_argument("--web-workers", type=int, default=WEB_WORKERS, help="gunicorn sync workers")
     demo.add_argument("--no-prometheus", action="store_true", help="do not start Prometheus (port 9090)")
+    demo.add_argument("--no-ldap", action="store_true", help="do not start the demo directory (slapd)")
     demo.add_argument("--run-dir", type=Path, default=RUN, help="beat schedule, simulator, embedded data")
     args = parser.parse_args(argv)
     if args.cmd == "run":

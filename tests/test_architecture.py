@@ -61,6 +61,25 @@ def test_pure_core_module_imports_no_django(module):
     assert result.returncode == 0, f"{module} pulls in {result.stdout.strip()} {result.stderr[-500:]}"
 
 
+# Pure modules inside a package whose __init__ starts Django's world (portal's loads Celery): loaded
+# from their file, so only their own imports count.
+PURE_FILES = ["portal/ldap_entries.py"]
+
+
+@pytest.mark.parametrize("path", PURE_FILES)
+def test_pure_file_imports_no_django(path):
+    probe = (
+        "import sys, runpy; runpy.run_path(sys.argv[1]); "
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN_IN_PURE!r}); "
+        "print(','.join(bad)); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe, str(ROOT / path)], cwd="/", capture_output=True, text=True,
+        env={"PATH": "/usr/bin:/bin"}, timeout=60,
+    )
+    assert result.returncode == 0, f"{path} pulls in {result.stdout.strip()} {result.stderr[-500:]}"
+
+
 LAYERS = ["portal", "quotas", "jobs", "billing"]
 # Only the URL configuration and the dashboard compose every app.
 COMPOSERS = {"portal/urls.py", "portal/dashboard.py"}

@@ -156,3 +156,31 @@ def test_item6_runtime_maxima_are_checked_at_start_up(monkeypatch):
     negative = _check_with({"GPUPOOL_MAX_RUNTIME_HOURS_TRAINING": "-5"})
     assert negative.returncode != 0 and "GPUPOOL_MAX_RUNTIME_HOURS_TRAINING='-5'" in negative.stderr
     assert _check_with({"GPUPOOL_MAX_RUNTIME_HOURS_DEV": "24"}).returncode == 0
+
+
+def _settings_value(extra: dict, expr: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "GPUPOOL_AUTH_BACKENDS"}
+    env.update({"DJANGO_SETTINGS_MODULE": "portal.settings.test", **extra})
+    code = f"import django; django.setup(); from django.conf import settings as s; print(repr(({expr})))"
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_issue21_auth_backends_setting_chooses_the_backends_and_the_ldap_beat():
+    default = _settings_value({}, "s.AUTHENTICATION_BACKENDS, 'ldap-sync' in s.CELERY_BEAT_SCHEDULE")
+    # The OIDC backend is always listed: it acts only on its own callback, and only with "oidc" on.
+    assert default.stdout.strip() == (
+        "(['django.contrib.auth.backends.ModelBackend', 'portal.oidc.OIDCBackend'], False)"
+    ), default.stderr
+    both = _settings_value({"GPUPOOL_AUTH_BACKENDS": "ldap,local",
+                            "GPUPOOL_LDAP_SYNC_INTERVAL_SECONDS": "120"},
+                           "s.AUTHENTICATION_BACKENDS, s.CELERY_BEAT_SCHEDULE['ldap-sync']['schedule']")
+    assert both.stdout.strip() == (
+        "(['django.contrib.auth.backends.ModelBackend', 'portal.ldap_auth.DirectoryLDAPBackend',"
+        " 'portal.oidc.OIDCBackend'], 120)"
+    ), both.stderr  # local first, whatever the order written: break-glass admins never wait on LDAP
+    oidc = _settings_value({"GPUPOOL_AUTH_BACKENDS": "local,oidc", "GPUPOOL_OIDC_ISSUER": "https://idp.example",
+                            "GPUPOOL_OIDC_CLIENT_ID": "gpupool"}, "s.OIDC['ENABLED']")
+    assert oidc.stdout.strip() == "True", oidc.stderr
+    unknown = _check_with({"GPUPOOL_AUTH_BACKENDS": "local,kerberos"})
+    assert unknown.returncode != 0 and "GPUPOOL_AUTH_BACKENDS: unknown ['kerberos']" in unknown.stderr

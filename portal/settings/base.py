@@ -72,6 +72,23 @@ if TRUSTED_PROXIES < 0:
 LOGIN_REDIRECT_URL = "dashboard"
 LOGOUT_REDIRECT_URL = "login"
 
+# --- sign-in backends: GPUPOOL_AUTH_BACKENDS (local, ldap, oidc), docs/identity.md ---------
+# ``local`` (Django's ModelBackend) stays first: break-glass admins sign in while the directory is down.
+AUTH_BACKENDS_ON = env_list("GPUPOOL_AUTH_BACKENDS", ["local"])
+AUTH_BACKEND_CLASSES = {
+    "local": "django.contrib.auth.backends.ModelBackend",
+    "ldap": "portal.ldap_auth.DirectoryLDAPBackend",
+}
+if unknown := set(AUTH_BACKENDS_ON) - {"local", "ldap", "oidc"}:
+    raise ImproperlyConfigured(f"GPUPOOL_AUTH_BACKENDS: unknown {sorted(unknown)} (local, ldap, oidc).")
+AUTHENTICATION_BACKENDS = [path for name, path in AUTH_BACKEND_CLASSES.items() if name in AUTH_BACKENDS_ON]
+# The OIDC backend answers only on its own callback and only when OIDC["ENABLED"] ("oidc" above):
+# always listed, so turning OIDC on or off is one setting.
+AUTHENTICATION_BACKENDS.append("portal.oidc.OIDCBackend")
+from portal.settings.ldap import *  # noqa: E402, F403  (AUTH_LDAP_*, LDAP_SYNC: the LDAP directory)
+
+LDAP_SYNC_INTERVAL = env_int("GPUPOOL_LDAP_SYNC_INTERVAL_SECONDS", 900, min_value=60)
+
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
@@ -134,6 +151,9 @@ CELERY_BEAT_SCHEDULE = {
     # DESIGN §3.9: budgets at 80 % / 100 % notify their owners, once per threshold and month.
     "budget-alerts": {"task": "billing.budget_alerts",
                       "schedule": env_int("BUDGET_ALERT_INTERVAL_SECONDS", 300), "options": {"expires": 250}},
+    # DESIGN §12: users and groups from the LDAP directory (only when the ldap backend is on).
+    **({"ldap-sync": {"task": "portal.sync_ldap", "schedule": LDAP_SYNC_INTERVAL,
+                      "options": {"expires": LDAP_SYNC_INTERVAL}}} if "ldap" in AUTH_BACKENDS_ON else {}),
 }
 CELERY_TIMEZONE = "UTC"
 
@@ -314,12 +334,11 @@ EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 20)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpupool <gpupool@localhost>")
 
 # --- OpenID Connect sign-in (DESIGN §12, docs/identity.md; portal/oidc.py) ----------------------
-# Off unless GPUPOOL_OIDC_ENABLED. Endpoints come from the issuer's discovery document (read when
-# someone signs in, never at start-up) unless given one by one. Local accounts stay for break-glass
-# admins. The OIDC backend only answers on its own callback, so it is harmless to password logins.
-AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend", "portal.oidc.OIDCBackend"]
+# On when GPUPOOL_AUTH_BACKENDS lists "oidc". Endpoints come from the issuer's discovery document
+# (read when someone signs in, never at start-up) unless given one by one. Local accounts stay for
+# break-glass admins. The OIDC backend only answers on its own callback: harmless to password logins.
 OIDC = {
-    "ENABLED": env_bool("GPUPOOL_OIDC_ENABLED", False),
+    "ENABLED": "oidc" in AUTH_BACKENDS_ON,
     "ISSUER": env_str("GPUPOOL_OIDC_ISSUER", "").rstrip("/"),
     "AUTHORIZATION_ENDPOINT": env_str("GPUPOOL_OIDC_AUTHORIZATION_ENDPOINT", ""),
     "TOKEN_ENDPOINT": env_str("GPUPOOL_OIDC_TOKEN_ENDPOINT", ""),
@@ -339,4 +358,4 @@ OIDC = {
     "TIMEOUT_SECONDS": env_int("GPUPOOL_OIDC_TIMEOUT_SECONDS", 10, min_value=1),
 }
 if OIDC["ENABLED"] and not (OIDC["CLIENT_ID"] and OIDC["ISSUER"]):
-    raise ImproperlyConfigured("GPUPOOL_OIDC_ENABLED needs GPUPOOL_OIDC_ISSUER and GPUPOOL_OIDC_CLIENT_ID.")
+    raise ImproperlyConfigured("oidc in GPUPOOL_AUTH_BACKENDS needs GPUPOOL_OIDC_ISSUER and _CLIENT_ID.")

@@ -202,3 +202,15 @@ def test_item7_the_demo_serves_with_gunicorn_and_bounded_database_connections(de
     assert by_process.get("gpupool-web", 0) <= devenv.WEB_WORKERS, by_process
     assert by_process.get("gpupool-worker", 0) <= devenv.WORKER_CONCURRENCY + 1, by_process
     assert by_process.get("gpupool-beat", 0) <= 1, by_process
+
+
+def test_issue21_the_demo_directory_signs_in_its_users_with_their_groups_roles(demo):
+    if "demo directory (LDAP)" not in demo.output(0):
+        pytest.skip("no slapd on this machine: the demo runs without its directory")
+    me = demo.api("get", "me/", "zhao")  # a token through the LDAP sign-in
+    assert me.status_code == 200, me.text
+    assert me.json()["display_name"] == "Zhao Min / 赵敏" and "member" in me.json()["roles"]
+    assert len(me.json()["projects"]) == 2  # nlp-llm and cv-detect, from the two groups' rules
+    locked = requests.post(f"{demo.base}/api/v1/auth/token/", json={"username": "left", "password": PASSWORD},
+                           timeout=60)
+    assert locked.status_code == 401
