@@ -133,15 +133,7 @@ class _Context:
 
     @classmethod
     def load(cls, cluster: Cluster, time_source: str) -> _Context:
-        flavors: dict[str, Flavor] = {}
-        gres_map = (cluster.config or {}).get("gres_map") or {}
-        for flavor in Flavor.objects.all():
-            for key in (flavor.name, flavor.slurm_gres, flavor.k8s_resource_name):
-                if key:
-                    flavors.setdefault(key, flavor)
-            mapped = gres_map.get(flavor.slurm_gres) or gres_map.get(flavor.name)
-            if mapped:
-                flavors[mapped] = flavor
+        flavors = flavor_index(cluster, Flavor.objects.all())
         classes = dict(PriorityClass.objects.values_list("name", "id"))
         lowest = PriorityClass.objects.order_by("value", "id").values_list("id", flat=True).first()
         if lowest is None:
@@ -213,6 +205,21 @@ WHERE j.state = ANY(%s) AND jsonb_typeof(j.placement) = 'array' AND (slot->>0)::
 """
 
 
+def flavor_index(cluster: Cluster, flavors: Iterable[Flavor]) -> dict[str, Flavor]:
+    """What a backend's resource name (Slurm GRES, Kubernetes resource) means on ``cluster``: the
+    cluster's ``gres_map`` first, then each flavor's name, Slurm GRES or Kubernetes name."""
+    index: dict[str, Flavor] = {}
+    gres_map = (cluster.config or {}).get("gres_map") or {}
+    for flavor in flavors:
+        for key in (flavor.name, flavor.slurm_gres, flavor.k8s_resource_name):
+            if key:
+                index.setdefault(key, flavor)
+        mapped = gres_map.get(flavor.slurm_gres) or gres_map.get(flavor.name)
+        if mapped:
+            index[mapped] = flavor
+    return index
+
+
 def _placeholder_user() -> User:
     user, created = User.objects.get_or_create(
         username=PLACEHOLDER_USER, defaults={"is_active": False, "display_name": "external (unknown user)"}
@@ -267,7 +274,8 @@ def _insert(ctx: _Context, project_id: int, records: list[ExternalRecord], out: 
         return 0
     now = timezone.now()
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(_INSERT_JOBS, _bind_insert([
+        cursor.execute(_INSERT_JOBS, [
+            now, ctx.cluster.pk,
             [job_name(r.name, f"{ctx.cluster.kind}-{r.backend_id}") for r, *_ in rows],
             [project_id] * len(rows),
             [ctx.users[r.user] for r, *_ in rows],
@@ -283,8 +291,7 @@ def _insert(ctx: _Context, project_id: int, records: list[ExternalRecord], out: 
             [r.exit_code for r, *_ in rows],
             [r.reason[:500] for r, *_ in rows],
             [r.user[:100] for r, *_ in rows],
-            ctx.cluster.pk, now,
-        ]))
+        ])
         inserted = {backend_id: job_id for job_id, backend_id in cursor.fetchall()}
         events = [e for r, _, s, p in rows if r.backend_id in inserted
                   for e in _events(inserted[r.backend_id], r, s, p, ctx.time_source)]
@@ -337,12 +344,6 @@ FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], 
 ON CONFLICT (cluster_id, backend_id) WHERE kind = 'external' DO NOTHING
 RETURNING id, backend_id
 """
-
-
-def _bind_insert(params: list) -> list:
-    # _INSERT_JOBS takes state_changed_at and the cluster before the unnest arrays.
-    *arrays, cluster_id, now = params
-    return [now, cluster_id, *arrays]
 
 
 _INSERT_EVENTS = """

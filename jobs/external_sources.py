@@ -15,8 +15,9 @@ from django.db.models import QuerySet
 
 from portal.models import User
 from portal.selectors import scope_for, visible_project_ids
-from quotas.models import Cluster, Flavor
+from quotas.models import Flavor
 
+from .external import flavor_index
 from .models import ExternalSource
 
 
@@ -63,11 +64,11 @@ def observed(sources: list[ExternalSource]) -> dict[int, Observed]:
     with connection.cursor() as cursor:
         cursor.execute(_OBSERVED_SQL, [ids])
         rows = cursor.fetchall()
-    clusters = {s.pk: s.cluster for s in sources}
     flavors = list(Flavor.objects.all())
+    index = {s.pk: flavor_index(s.cluster, flavors) for s in sources}  # the import's rule
     totals: dict[int, list] = {}
     for source_id, resource, jobs, device_seconds in rows:
-        flavor = flavor_for_resource(clusters[source_id], resource or "", flavors)
+        flavor = index[source_id].get(resource or "")
         total = totals.setdefault(source_id, [0, Decimal(0), 0])
         total[0] += jobs
         if flavor is None:
@@ -77,15 +78,3 @@ def observed(sources: list[ExternalSource]) -> dict[int, Observed]:
             total[1] += cards / 3600
     return {pk: Observed(j, h.quantize(Decimal("0.01")), u) for pk, (j, h, u) in totals.items()}
 
-
-def flavor_for_resource(cluster: Cluster, resource: str, flavors: list[Flavor]) -> Flavor | None:
-    """The flavor a record's resource names, by the rule the import uses (``jobs.external``):
-    the cluster's ``gres_map`` first, then the flavor's name, Slurm GRES or Kubernetes name."""
-    gres_map = (cluster.config or {}).get("gres_map") or {}
-    for flavor in flavors:
-        if gres_map.get(flavor.slurm_gres) == resource or gres_map.get(flavor.name) == resource:
-            return flavor
-    for flavor in flavors:
-        if resource and resource in (flavor.name, flavor.slurm_gres, flavor.k8s_resource_name):
-            return flavor
-    return None

@@ -153,6 +153,12 @@ class Role(models.TextChoices):
 PROJECT_ROLES = (Role.MEMBER, Role.PROJECT_ADMIN)
 DEPARTMENT_ROLES = (Role.DEPARTMENT_ADMIN, Role.FINANCE)
 GLOBAL_ROLES = (Role.PLATFORM_ADMIN, Role.AUDITOR)
+# A role's scope follows from the role (memberships and directory rules alike).
+SCOPE_MATCHES_ROLE = (
+    Q(role__in=PROJECT_ROLES, project__isnull=False, department__isnull=True)
+    | Q(role__in=DEPARTMENT_ROLES, department__isnull=False, project__isnull=True)
+    | Q(role__in=GLOBAL_ROLES, department__isnull=True, project__isnull=True)
+)
 
 
 class Membership(models.Model):
@@ -181,11 +187,7 @@ class Membership(models.Model):
         constraints = [
             models.CheckConstraint(
                 name="membership_scope_matches_role",
-                condition=(
-                    Q(role__in=PROJECT_ROLES, project__isnull=False, department__isnull=True)
-                    | Q(role__in=DEPARTMENT_ROLES, department__isnull=False, project__isnull=True)
-                    | Q(role__in=GLOBAL_ROLES, department__isnull=True, project__isnull=True)
-                ),
+                condition=SCOPE_MATCHES_ROLE,
             ),
             models.UniqueConstraint(
                 fields=["user", "role", "department", "project"],
@@ -224,11 +226,7 @@ class DirectoryRule(models.Model):
         constraints = [
             models.CheckConstraint(
                 name="directory_rule_scope_matches_role",
-                condition=(
-                    Q(role__in=PROJECT_ROLES, project__isnull=False, department__isnull=True)
-                    | Q(role__in=DEPARTMENT_ROLES, department__isnull=False, project__isnull=True)
-                    | Q(role__in=GLOBAL_ROLES, department__isnull=True, project__isnull=True)
-                ),
+                condition=SCOPE_MATCHES_ROLE,
             ),
             models.UniqueConstraint(
                 fields=["directory", "group", "role", "department", "project"], nulls_distinct=False,
