@@ -149,20 +149,24 @@ def _apply_admissions(result: CycleResult, now: datetime) -> int:
         for a in result.admissions
     ]
     with connection.cursor() as cursor:
-        # One statement for all admissions; WHERE state = 'queued' makes each conditional.
+        # One statement for all admissions; WHERE state = 'queued' makes each conditional. The
+        # cycle took ``now`` before it read the queue, so a job submitted in between is admitted
+        # at the moment it entered the queue: an admission never precedes its submission.
         cursor.execute(
             """
             WITH v(id, workers, placement, on_loan, preempts) AS (
                 SELECT * FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::bool[], %s::text[])
             ), moved AS (
-                UPDATE jobs_job j SET state = 'admitted', state_changed_at = %s, admitted_at = %s,
+                UPDATE jobs_job j SET state = 'admitted',
+                       state_changed_at = GREATEST(%s, j.state_changed_at),
+                       admitted_at = GREATEST(%s, j.state_changed_at),
                        granted_workers = v.workers, placement = v.placement::jsonb, on_loan = v.on_loan,
                        grown_at = '[]'::jsonb
                 FROM v WHERE j.id = v.id AND j.state = 'queued'
-                RETURNING j.id, v.workers, v.on_loan, v.preempts, v.placement
+                RETURNING j.id, v.workers, v.on_loan, v.preempts, v.placement, j.admitted_at
             )
             INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, reason, occurred_at, data)
-            SELECT id, 'transition', 'queued', 'admitted', 'admitted by the scheduler', %s,
+            SELECT id, 'transition', 'queued', 'admitted', 'admitted by the scheduler', admitted_at,
                    jsonb_build_object('workers', workers, 'on_loan', on_loan, 'preempts', preempts::jsonb,
                                       'placement', placement::jsonb)
             FROM moved
@@ -173,7 +177,6 @@ def _apply_admissions(result: CycleResult, now: datetime) -> int:
                 [r[2] for r in rows],
                 [r[3] for r in rows],
                 [r[4] for r in rows],
-                now,
                 now,
                 now,
             ],

@@ -10,6 +10,7 @@ already created instead of starting a second one.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -24,6 +25,57 @@ class Slot:
     node: str  # the node's name in the backend (Slurm NodeName, Kubernetes node name)
     gpu: int  # GPU index on the node
     milli: int  # 1000 = the whole device; less for shared requests
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """One storage of the job's project, as the job sees it (DESIGN §13). A snapshot taken at
+    submission: editing the project's storage later does not move a submitted job's data.
+
+    ``kind`` nfs | hostpath | pvc. Containers (Kubernetes) see it at ``mount_path``: an NFS
+    volume (``nfs_server`` + ``nfs_path``), a hostPath volume (``host_path``) or a PVC
+    (``claim_name``). Slurm jobs run on the nodes without containers and use ``host_path``: the
+    path where the nodes see this storage on the shared file system (empty: not on Slurm nodes)."""
+
+    name: str
+    kind: str
+    mount_path: str
+    host_path: str = ""
+    nfs_server: str = ""
+    nfs_path: str = ""
+    claim_name: str = ""
+    read_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EnvVar:
+    """An environment variable of the job: a plain ``value``, or a reference to a secret the
+    portal never stores — ``secret`` + ``key`` name a Kubernetes Secret of the namespace (and, on
+    Slurm, the file ``<secrets_dir>/<project>/<secret>/<key>`` on the nodes)."""
+
+    name: str
+    value: str = ""
+    secret: str = ""
+    key: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The job's checkpoint directory: ``subdir`` under ``mount`` (one of the project's storages).
+    It depends on the job id only, so a preempted or requeued job resumes from the same one.
+    Backends pass it as ``GPUPOOL_CHECKPOINT_DIR``: ``mount.mount_path/subdir`` in a container,
+    ``mount.host_path/subdir`` on a Slurm node (and in the simulator)."""
+
+    mount: Mount
+    subdir: str
+
+    @property
+    def container_dir(self) -> str:
+        return f"{self.mount.mount_path.rstrip('/')}/{self.subdir}"
+
+    @property
+    def host_dir(self) -> str:
+        return f"{self.mount.host_path.rstrip('/')}/{self.subdir}" if self.mount.host_path else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +97,12 @@ class JobSpec:
     sim_duration_seconds: int | None = None
     labels: dict[str, str] = field(default_factory=dict)  # job, project, department, user
     min_workers: int | None = None  # the gang: the fewest workers the job runs with (None = workers)
+    # The working environment (DESIGN §13).
+    mounts: tuple[Mount, ...] = ()
+    env: tuple[EnvVar, ...] = ()
+    checkpoint: Checkpoint | None = None
+    pull_secret: str = ""  # the project's image pull secret (a Kubernetes Secret name)
+    expose_port: int | None = None  # a dev job's port (Jupyter, VS Code server, SSH)
 
 
 # Backend-neutral job phases reported by status().
@@ -83,6 +141,30 @@ class NodeInfo:
     leaf: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class LogTail:
+    """The end of a job's log (stdout and stderr together). ``missing`` says why there is no
+    log (not started yet, the pod is gone, the output file was removed) — then ``text`` is empty."""
+
+    text: str
+    size: int | None = None  # the whole log in bytes, where the backend knows it
+    truncated: bool = False  # earlier output exists that ``text`` leaves out
+    missing: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """How to reach a dev job's exposed port: a ``url`` the browser opens, or a ``command``
+    (an SSH tunnel through the login node) for the user to run, and a ``note`` to read."""
+
+    url: str = ""
+    command: str = ""
+    note: str = ""
+
+
+LOG_CHUNK_BYTES = 64 * 1024  # the size of the pieces a whole log streams in
+
+
 class BackendError(Exception):
     """The backend could not be reached or refused a call; the task retries later."""
 
@@ -102,6 +184,16 @@ class Backend(Protocol):
         grew it, or its owner scaled it). Idempotent; BackendError where jobs cannot resize."""
 
     def list_nodes(self) -> list[NodeInfo]: ...
+
+    def log_tail(self, name: str, *, max_bytes: int) -> LogTail:
+        """The last ``max_bytes`` of the job's log (of its first worker where there are several)."""
+
+    def log_stream(self, name: str) -> Iterator[bytes]:
+        """The whole log, in chunks of at most LOG_CHUNK_BYTES, never all in memory. BackendError
+        (with the reason) when there is none."""
+
+    def access(self, name: str, port: int, *, nodes: tuple[str, ...], user: str) -> Access:
+        """How ``user`` reaches ``port`` of the running job ``name`` (on ``nodes``)."""
 
     def health(self) -> str:
         """'ok', or a short reason it is not."""
