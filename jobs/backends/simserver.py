@@ -566,7 +566,9 @@ class SimCluster:
         if job is None:
             return path, 0, f"the simulator has no job {name}"
         if entry is None:
-            return path, 0, "not started yet" if job["phase"] == PENDING else "the job never started"
+            if job["phase"] == PENDING:
+                return path, 0, "not started yet"
+            return path, 0, "the job never started" if job["started_at"] is None else "the job wrote no log"
         if not path.exists():
             return path, 0, "the log file was removed"
         # the size the state records: what a concurrent write appends later is not part of this read
