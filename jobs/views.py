@@ -21,7 +21,7 @@ from portal.selectors import get_visible, scope_for
 from quotas.models import Flavor
 from quotas.selectors import default_flavor_id, healthy_capacity
 
-from . import charts, environment, estimates, explaining, rules, selectors, services
+from . import charts, environment, estimates, explaining, rules, selectors, services, views_logs
 from .approvals import approval_reasons, approval_request_of
 from .backends.base import backend_name
 from .forms import ALL_STATES, QUEUE_STATES, JobFilterForm, JobForm, PriorityClassForm
@@ -142,6 +142,7 @@ def job_detail(request, pk: int):
             "can_cancel": selectors.can_cancel(request.user, job),
             "backend": _backend_info(job),
             "external": job.kind == JobKind.EXTERNAL,
+            **views_logs.detail_context(job, request.user),
         },
     )
 
@@ -156,9 +157,10 @@ def _readable(explain: dict) -> dict:
 
 
 def _backend_info(job) -> dict:
-    """Where to find the job on its cluster. There is no log store yet: the page names the
-    backend object (``gp-<id>``) and links the cluster's log viewer when its configuration has
-    a ``log_url`` template such as ``https://grafana.example/explore?job={name}``."""
+    """Where to find the job on its cluster: the page names the backend object (``gp-<id>``)
+    and links the cluster's own log viewer too when its configuration has a ``log_url``
+    template such as ``https://grafana.example/explore?job={name}`` (the Log panel shows the
+    log itself, read from the backend)."""
     # An external job is known on its cluster by the backend's id alone (sbatch, kubectl named it).
     name = job.backend_id if job.kind == JobKind.EXTERNAL else backend_name(job.pk)
     info = {"name": name, "backend_id": job.backend_id, "cluster": job.cluster, "log_url": ""}

@@ -8,8 +8,10 @@ from billing import api as billing_api
 from jobs import api as jobs_api
 from jobs import api_approvals as jobs_approvals_api
 from jobs import api_external as jobs_external_api
+from jobs import api_logs as jobs_logs_api
 from jobs import views as jobs_views
 from jobs import views_external as external_views
+from jobs import views_logs as log_views
 from jobs import views_policies as policy_views
 from jobs.metrics_view import metrics
 from portal import api as portal_api
@@ -59,6 +61,9 @@ api_v1 = [
     path("jobs/<int:pk>/events/", jobs_api.JobEventsApi.as_view(), name="job-events"),
     path("jobs/<int:pk>/explain/", jobs_api.JobExplainApi.as_view(), name="job-explain"),
     path("jobs/<int:pk>/utilisation/", jobs_api.JobUtilisationApi.as_view(), name="job-utilisation"),
+    path("jobs/<int:pk>/log/", jobs_logs_api.JobLogApi.as_view(), name="job-log"),
+    path("jobs/<int:pk>/log/download/", jobs_logs_api.JobLogDownloadApi.as_view(), name="job-log-download"),
+    path("jobs/<int:pk>/access/", jobs_logs_api.JobAccessApi.as_view(), name="job-access"),
     # External jobs' sources (DESIGN §11): Slurm accounts / Kubernetes namespaces → projects.
     path("external-sources/", jobs_external_api.ExternalSourceListApi.as_view(), name="externalsource-list"),
     path(
@@ -145,6 +150,12 @@ urlpatterns = [
     path("jobs/queue/table/", jobs_views.job_queue_table, name="job-queue-table"),
     path("jobs/<int:pk>/", jobs_views.job_detail, name="job-detail"),
     path("jobs/<int:pk>/cancel/", jobs_views.job_cancel, name="job-cancel"),
+    # The job's log and a dev job's port (DESIGN §13, issue 22).
+    path("jobs/<int:pk>/log/", log_views.job_log, name="job-log"),
+    path("jobs/<int:pk>/log/download/", log_views.job_log_download, name="job-log-download"),
+    path("jobs/<int:pk>/open/", log_views.job_open, name="job-open"),
+    # ingress-nginx's auth-url for a dev job's ingress (jobs/views_logs.py says why 401/403).
+    path("jobs/<int:pk>/access/auth/", log_views.job_access_auth, name="job-access-auth"),
     path("quotas/loans/", quotas_views.loan_list, name="loan-list"),
     path("external-sources/", external_views.external_source_list, name="external-source-list"),
     path("external-sources/<int:pk>/map/", external_views.external_source_map, name="external-source-map"),
@@ -172,8 +183,11 @@ urlpatterns = [
     path("directory-rules/", directory_views.directory_rule_list, name="directory-rule-list"),
     path("directory-rules/new/", directory_views.directory_rule_edit, name="directory-rule-new"),
     path("directory-rules/<int:pk>/edit/", directory_views.directory_rule_edit, name="directory-rule-edit"),
-    path("directory-rules/<int:pk>/delete/", directory_views.directory_rule_delete,
-         name="directory-rule-delete"),
+    path(
+        "directory-rules/<int:pk>/delete/",
+        directory_views.directory_rule_delete,
+        name="directory-rule-delete",
+    ),
     path("users/", directory_views.user_list, name="user-list"),
     path("users/<int:pk>/", directory_views.user_detail, name="user-detail"),
     path("memberships/<int:pk>/remove/", directory_views.membership_remove, name="membership-remove"),

@@ -2,7 +2,9 @@
    Content-Security-Policy can forbid inline script (portal/security.py):
    - <form data-confirm="question">  asks before it submits;
    - <select data-autosubmit>         submits its form when changed;
-   - <input data-check-all="name">    ticks or clears every checkbox called name in its form. */
+   - <input data-check-all="name">    ticks or clears every checkbox called name in its form;
+   - <button data-copy="id">          copies the text of element #id (a tunnel command) and says
+                                      so with its data-copied label. */
 (function () {
   "use strict";
   document.addEventListener("submit", function (event) {
@@ -17,5 +19,13 @@
         box.checked = el.checked;
       });
     }
+  });
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("button[data-copy]");
+    var source = button && document.getElementById(button.dataset.copy);
+    if (!source || !navigator.clipboard) { return; }
+    navigator.clipboard.writeText(source.textContent.trim()).then(function () {
+      if (button.dataset.copied) { button.textContent = button.dataset.copied; }
+    });
   });
 })();
