@@ -183,11 +183,8 @@ urlpatterns = [
     path("directory-rules/", directory_views.directory_rule_list, name="directory-rule-list"),
     path("directory-rules/new/", directory_views.directory_rule_edit, name="directory-rule-new"),
     path("directory-rules/<int:pk>/edit/", directory_views.directory_rule_edit, name="directory-rule-edit"),
-    path(
-        "directory-rules/<int:pk>/delete/",
-        directory_views.directory_rule_delete,
-        name="directory-rule-delete",
-    ),
+    path("directory-rules/<int:pk>/delete/", directory_views.directory_rule_delete,
+         name="directory-rule-delete"),
     path("users/", directory_views.user_list, name="user-list"),
     path("users/<int:pk>/", directory_views.user_detail, name="user-detail"),
     path("memberships/<int:pk>/remove/", directory_views.membership_remove, name="membership-remove"),

@@ -74,13 +74,13 @@ def test_the_running_job_page_polls_its_log_and_the_fragment_has_the_new_lines(w
         f"the fragment to show a step after {seen}",
     )
     assert 'id="job-log"' in fragment and "<html" not in fragment
-    assert 'href="/jobs/%d/log/download/"' % job.pk in fragment
+    assert f'href="/jobs/{job.pk}/log/download/"' in fragment
 
 
 def test_a_finished_job_shows_its_final_tail_and_stops_polling(world, simserver, page_client):
     job = job_runs.run(world, simserver, sim_seconds=300, until={"succeeded"})
     page = _page(page_client("pa1_member"), job)
-    assert 'hx-get="/jobs/%d/log/"' % job.pk not in page and "data-refresh-every" not in page
+    assert f'hx-get="/jobs/{job.pk}/log/"' not in page and "data-refresh-every" not in page
     assert "this is its final log" in page
     assert "step 30/30" in page  # 300 simulated seconds, a step per 10
 
@@ -134,7 +134,7 @@ def test_an_external_jobs_log_stays_on_its_cluster(world, page_client):
         logs.job_log_stream(job)
     page = _page(page_client("pa1_member"), job)
     assert "submitted to its cluster directly" in page
-    assert 'hx-get="/jobs/%d/log/"' % job.pk not in page  # nothing to poll for
+    assert f'hx-get="/jobs/{job.pk}/log/"' not in page  # nothing to poll for
 
 
 def test_an_unreachable_cluster_is_a_reason_not_an_error(world, page_client):
