@@ -563,7 +563,9 @@ class KubernetesBackend:
                 self.namespace,
                 container=k8s_logs.CONTAINER,
                 _preload_content=False,
-                _request_timeout=self.timeout,
+                # (connect, read): the read timeout bounds each wait for data, not the whole
+                # download of a long log.
+                _request_timeout=(self.timeout, self.timeout),
                 **params,
             )
         except ApiException as exc:
@@ -576,11 +578,15 @@ class KubernetesBackend:
             raise BackendError(f"kubernetes log {pod}: unreachable: {exc}") from exc
 
     def _log_pieces(self, response: Any) -> Iterator[bytes]:
+        done = False
         try:
             yield from response.stream(LOG_CHUNK_BYTES)
+            done = True
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise BackendError(f"kubernetes log: the stream broke off: {exc}") from exc
         finally:
+            if not done:  # the reader stopped early: the rest is not read into a pooled connection
+                response.close()
             response.release_conn()
 
     # -- transport

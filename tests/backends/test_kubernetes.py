@@ -963,3 +963,12 @@ def test_the_stand_in_serves_pod_logs_as_the_api_does(k8s_api, backend):
     with pytest.raises(ApiException) as wrong:
         read(container="sidecar")
     assert wrong.value.status == 400 and "not valid" in wrong.value.body
+
+
+def test_a_log_stream_left_early_frees_its_connection(k8s_api, backend):
+    name = running_dev(k8s_api, backend)
+    k8s_api.append_log(name, three_mb_log())
+    pieces = backend.log_stream(name)
+    assert len(next(pieces)) <= LOG_CHUNK_BYTES
+    pieces.close()  # the download page was closed
+    assert backend.log_tail(name, max_bytes=30).text.endswith("\n")  # the client still works
