@@ -11,7 +11,9 @@ A portal job becomes one object named ``spec.name`` (``gp-<id>``) in the configu
 
 The manifests are built by the pure functions :func:`build_manifest` and friends, so they can be
 validated offline against the official schemas. Statuses and nodes are mapped by
-:mod:`jobs.backends.k8s_status`.
+:mod:`jobs.backends.k8s_status`. The job's working environment (volumes, env, pull secret,
+checkpoint; a dev port's Service + Ingress) comes from :mod:`jobs.backends.k8s_workenv`, and the
+pod-log reading rules from :mod:`jobs.backends.k8s_logs`.
 
 Resizing (the scheduler grew or the owner scaled a running job): a Deployment gets its
 ``replicas`` patched, and its pod template's node affinity when the node set changed (a rolling
