@@ -132,14 +132,17 @@ def test_a_secret_comes_from_its_file_on_the_nodes_and_never_into_the_script(bac
     secret_file.parent.mkdir(parents=True)
     secret_file.write_text(value)
     data = Mount("data", "hostpath", "/data", host_path=str(tmp_path / "data"))
+    # Two workers: the batch script reads the file once, srun hands the variable to each worker.
     spec = make_spec(
-        'printf %s "$API_TOKEN" > "$GPUPOOL_CHECKPOINT_DIR/token"',
+        'printf %s "$API_TOKEN" > "$GPUPOOL_CHECKPOINT_DIR/token-$SLURM_PROCID"',
+        nodes=("gpu-a100-1", "gpu-a100-2"),
         checkpoint=Checkpoint(data, "ckpt"),
         env=(EnvVar("API_TOKEN", secret="api", key="token"),),
     )
     job_id = backend.submit(spec)
     assert ended(backend, spec.name).phase == SUCCEEDED
-    assert (tmp_path / "data" / "ckpt" / "token").read_text() == value
+    for rank in (0, 1):
+        assert (tmp_path / "data" / "ckpt" / f"token-{rank}").read_text() == value
     script = (job_dir(cluster, spec.name) / "job.sh").read_text()
     assert value not in script and str(secret_file) in script
     assert value not in output_file(cluster, spec.name, job_id).read_text()
