@@ -205,4 +205,4 @@ def _cold_scheduler():
 
 # A real simulated-cluster server per test that asks for it (tests/simserver.py).
 from tests.prometheus import prometheus_for  # noqa: E402, F401
-from tests.simserver import simserver  # noqa: E402, F401
+from tests.simserver import fast_simserver, simserver  # noqa: E402, F401

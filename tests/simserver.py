@@ -81,3 +81,12 @@ def simserver(tmp_path):
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def fast_simserver(tmp_path):
+    """At 10,000× (a log's step line per millisecond): a long log within a second or two."""
+    server = SimServer(port=_free_port(), state=tmp_path / "fast-sim-state.json", speed=10_000)
+    server.start()
+    yield server
+    server.stop()

@@ -190,6 +190,8 @@ OTHER |= {"statement-estimate", "chargeback"}  # per-persona tests in tests/bill
 OTHER |= {"manualadjustment-decide"}  # tests/billing/test_manual_api.py
 OTHER |= {"project-move"}  # a POST only: tests/services/test_project_move.py::test_item4_api_persona_rule
 OTHER |= {"job-scale"}  # test_job_scale_follows_visibility_then_the_edit_rule below
+# A job's log and dev port (issue 22): tests/api/test_job_logs_api.py, every persona.
+OTHER |= {"job-log", "job-log-download", "job-access"}
 OTHER |= {"externalsource-map"}  # tests/api/test_external_sources_api.py
 # Approval actions, request creation and notifications: tests/api/test_approvals_api.py.
 OTHER |= {"approval-decide", "approval-bulk-decide", "approval-cancel", "approval-comment", "quota-request",

@@ -13,7 +13,7 @@ from jobs.backends.base import LOG_CHUNK_BYTES
 from jobs.models import Job, ProjectStorage
 from portal.models import Project
 from tests import job_runs
-from tests.simserver import SimServer, _free_port
+from tests.simserver import _free_port
 from tests.waiting import settle, wait_until
 
 pytestmark = pytest.mark.django_db
@@ -28,15 +28,6 @@ def _page(client, job) -> str:
 def _last_step(job) -> int:
     found = job_runs.steps(logs.job_log_tail(job, max_bytes=4096).text)
     return found[-1] if found else 0
-
-
-@pytest.fixture
-def fast_sim(tmp_path):
-    """A simulator at 10,000× (a step line per millisecond): a long log within a second or two."""
-    server = SimServer(port=_free_port(), state=tmp_path / "fast.json", speed=10_000)
-    server.start()
-    yield server
-    server.stop()
 
 
 # --- the tail -------------------------------------------------------------------------------
@@ -97,9 +88,9 @@ def test_a_queued_job_says_not_started_and_polls_slowly(world, page_client):
 # --- the whole log ----------------------------------------------------------------------------
 
 
-def test_the_download_is_the_whole_log_streamed_in_pieces(world, fast_sim, page_client):
-    job = job_runs.run(world, fast_sim, sim_seconds=40_000, until={"succeeded"})
-    whole = job_runs.log_file(fast_sim, job).read_bytes()
+def test_the_download_is_the_whole_log_streamed_in_pieces(world, fast_simserver, page_client):
+    job = job_runs.run(world, fast_simserver, sim_seconds=40_000, until={"succeeded"})
+    whole = job_runs.log_file(fast_simserver, job).read_bytes()
     assert len(whole) > 2 * LOG_CHUNK_BYTES  # several pieces
     response = page_client("a_finance").get(reverse("job-log-download", args=[job.pk]))
     assert response.status_code == 200 and response.streaming
