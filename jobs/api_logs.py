@@ -65,7 +65,7 @@ class JobLogApi(APIView):
                 "portal's GPUPOOL_LOG_TAIL_BYTES, 16384).",
             )
         ],
-        responses=LogTailOut,
+        responses={200: LogTailOut, 400: OpenApiTypes.OBJECT},
     )
     def get(self, request, pk):
         job = _visible_job(request, pk)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from django.db import transaction
+
 from jobs import dispatch
 from jobs.backends.base import NodeInfo
 from jobs.models import Job
@@ -32,14 +34,15 @@ def cluster_on(simserver) -> Cluster:
 
 def submit(world, *, name="logged", persona="pa1_member", project=None, **kw) -> Job:
     fields = {"kind": "training", "gpus_per_worker": 1, "image": "pytorch:2.3", **kw}
-    return job_submit(
-        actor=world.users[persona],
-        project=project or world.pa1,
-        name=name,
-        flavor=world.F,
-        priority_class=fx.priority(),
-        **fields,
-    )
+    with transaction.atomic():  # as the views call it (a dev job locks its user's row)
+        return job_submit(
+            actor=world.users[persona],
+            project=project or world.pa1,
+            name=name,
+            flavor=world.F,
+            priority_class=fx.priority(),
+            **fields,
+        )
 
 
 def start(cluster: Cluster, job: Job, *, until=frozenset({"running"})) -> Job:

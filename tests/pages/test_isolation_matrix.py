@@ -76,6 +76,11 @@ RULES: dict[str, Page] = {
     "job-queue": Page(STD, ("job:a", "job:b")),
     "job-queue-table": Page(STD, ("job:a", "job:b")),
     "job-detail": Page(A_OBJECT, ("job:a", "job:b")),
+    # The log panel of job:a (not started: it says so); its download and its dev port have
+    # nothing to give yet, so whoever sees the job is sent back to its page, the others get 404.
+    "job-log": Page({p: (NONE if A_OBJECT[p] == A else 404) for p in PERSONAS}),
+    "job-log-download": Page({p: (302 if A_OBJECT[p] == A else 404) for p in PERSONAS}),
+    "job-open": Page({p: (302 if A_OBJECT[p] == A else 404) for p in PERSONAS}),
     "loan-list": Page(STD, ("loan:a", "loan:b")),
     "priority-class-list": Page(GLOBAL, (NAMES["A1"], NAMES["B"])),
     "priority-class-new": Page(PLATFORM_ONLY),
@@ -164,8 +169,10 @@ ACTIONS: dict[str, dict] = {
 
 # Not pages of the portal: sign-in, and machine endpoints with their own guards and tests.
 # The OIDC pair is sign-in itself (tests/security/test_oidc_signin.py), like the login page.
+# The ingress check answers ingress-nginx, never a browser: 401/403 instead of sign-in and 404
+# (tests/pages/test_job_logs.py holds it to that for every persona).
 EXEMPT = {"login", "logout", "healthz", "metrics", "schema", "api-docs",
-          "oidc_authentication_init", "oidc_authentication_callback"}
+          "oidc_authentication_init", "oidc_authentication_callback", "job-access-auth"}
 
 
 def _page_names():
@@ -279,7 +286,8 @@ def objs(world, prio):
 
 # The A-side object each object page and action is about.
 SUBJECT = {
-    "job-detail": "job:a", "job-cancel": "job:a",
+    "job-detail": "job:a", "job-cancel": "job:a", "job-log": "job:a", "job-log-download": "job:a",
+    "job-open": "job:a",
     "priority-class-edit": "prio",
     "approval-detail": "req:a", "approval-decide": "req:a", "approval-cancel": "req:a",
     "approval-comment": "req:a",

@@ -13,8 +13,10 @@ from django.urls import URLPattern, URLResolver, get_resolver
 pytestmark = pytest.mark.django_db
 
 ROOT = Path(__file__).resolve().parents[2]
-# Machine endpoints without a session form: GET-only or guarded by their own bearer token.
-EXEMPT = {"healthz", "metrics", "schema", "api-docs"}
+# Machine endpoints without a session form: GET-only or guarded by their own bearer token. The
+# ingress check (job-access-auth) is asked with a dev job's own requests, POSTs included, and
+# changes nothing: it is exempt from CSRF (jobs/views_logs.py).
+EXEMPT = {"healthz", "metrics", "schema", "api-docs", "job-access-auth"}
 
 
 def _page_routes():
