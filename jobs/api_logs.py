@@ -31,7 +31,7 @@ class LogTailOut(serializers.Serializer):
     )
     truncated = serializers.BooleanField(help_text="Earlier output exists that text leaves out.")
     missing = serializers.CharField(
-        help_text="Why there is no log (not started yet, an external job, the cluster did not answer); "
+        help_text="Why there is no log (not started yet, an external job, the cluster could not be read); "
         "empty when there is one. Then text is empty."
     )
 

@@ -44,9 +44,20 @@ def _missing_reason(job: Job) -> str:
     return ""
 
 
+def _backend(job: Job):
+    """The job's cluster backend; a configuration it cannot start from (a missing setting, a
+    kubeconfig that is not there) is a BackendError too, so the page says so instead of a 500."""
+    try:
+        return backend_of(job.cluster)
+    except (KeyError, ValueError, TypeError, OSError) as exc:
+        raise BackendError(
+            f"the cluster's configuration is not usable ({type(exc).__name__}: {exc})"
+        ) from exc
+
+
 def _unreachable(job: Job, exc: BackendError) -> str:
     log.warning("log of job %s: backend error: %s", job.pk, exc)
-    return _("The cluster %(cluster)s did not answer: %(reason)s") % {
+    return _("Cluster %(cluster)s could not be read: %(reason)s") % {
         "cluster": job.cluster.name,
         "reason": str(exc)[:REASON_CHARS],
     }
@@ -59,7 +70,7 @@ def job_log_tail(job: Job, *, max_bytes: int) -> LogTail:
     if missing:
         return LogTail(text="", missing=missing)
     try:
-        tail = backend_of(job.cluster).log_tail(backend_name(job.pk), max_bytes=max_bytes)
+        tail = _backend(job).log_tail(backend_name(job.pk), max_bytes=max_bytes)
     except BackendError as exc:
         return LogTail(text="", missing=_unreachable(job, exc))
     if tail.missing:
@@ -76,7 +87,7 @@ def job_log_stream(job: Job) -> Iterator[bytes]:
     if missing:
         raise LogUnavailable(missing)
     try:
-        chunks = iter(backend_of(job.cluster).log_stream(backend_name(job.pk)))
+        chunks = iter(_backend(job).log_stream(backend_name(job.pk)))
         first = next(chunks, b"")
     except BackendError as exc:
         raise LogUnavailable(_reason_of_stream(job, exc)) from exc
@@ -110,8 +121,6 @@ def job_access(job: Job, user) -> Access | None:
     names = dict(Node.objects.filter(pk__in=set(node_ids)).values_list("id", "name"))
     nodes = tuple(dict.fromkeys(names[n] for n in node_ids if n in names))  # worker order, once each
     try:
-        return backend_of(job.cluster).access(
-            backend_name(job.pk), job.expose_port, nodes=nodes, user=user.unix_name
-        )
+        return _backend(job).access(backend_name(job.pk), job.expose_port, nodes=nodes, user=user.unix_name)
     except BackendError as exc:
         return Access(note=_unreachable(job, exc))

@@ -12,7 +12,9 @@ from jobs import dispatch, logs
 from jobs.backends.base import LOG_CHUNK_BYTES
 from jobs.models import Job, ProjectStorage
 from portal.models import Project
+from quotas.models import Cluster
 from tests import job_runs
+from tests.backends import k8s_standin
 from tests.simserver import _free_port
 from tests.waiting import settle, wait_until
 
@@ -117,7 +119,7 @@ def test_a_download_without_a_log_goes_back_to_the_job_page_saying_why(world, pa
 def test_an_external_jobs_log_stays_on_its_cluster(world, page_client):
     job = job_runs.submit(world)
     Job.objects.filter(pk=job.pk).update(
-        kind="external", cluster=job_runs.Cluster.objects.get(name="c1"), backend_id="4242", state="running"
+        kind="external", cluster=Cluster.objects.get(name="c1"), backend_id="4242", state="running"
     )
     job.refresh_from_db()
     assert "submitted to its cluster directly" in logs.job_log_tail(job, max_bytes=100).missing
@@ -130,16 +132,16 @@ def test_an_external_jobs_log_stays_on_its_cluster(world, page_client):
 
 def test_an_unreachable_cluster_is_a_reason_not_an_error(world, page_client):
     job = job_runs.submit(world)
-    cluster = job_runs.Cluster.objects.get(name="c1")
+    cluster = Cluster.objects.get(name="c1")
     cluster.config = {"url": f"http://127.0.0.1:{_free_port()}"}  # nobody listens there
     cluster.save()
     Job.objects.filter(pk=job.pk).update(cluster=cluster, backend_id=f"gp-{job.pk}")
     job.refresh_from_db()
-    assert "The cluster c1 did not answer" in logs.job_log_tail(job, max_bytes=100).missing
-    with pytest.raises(logs.LogUnavailable, match="did not answer"):
+    assert "Cluster c1 could not be read" in logs.job_log_tail(job, max_bytes=100).missing
+    with pytest.raises(logs.LogUnavailable, match="could not be read"):
         logs.job_log_stream(job)
     client = page_client("pa1_member")
-    assert "did not answer" in _page(client, job)
+    assert "could not be read" in _page(client, job)
     assert client.get(reverse("job-log", args=[job.pk])).status_code == 200
     assert client.get(reverse("job-log-download", args=[job.pk])).status_code == 302
 
@@ -262,3 +264,56 @@ def test_the_environment_panel_shows_mounts_variables_and_secrets_by_name_only(w
     assert "from secret hf-token/token" in environment
     assert f"/work/.gpupool/checkpoints/{job.pk}" in environment
     assert "regcred-pa1" in environment
+
+
+# --- Kubernetes: an ingress URL, or the port-forward command (the stand-in API server) -----------
+
+k8s_api = k8s_standin.k8s_api  # the fixture, under this module's name
+
+
+def _running_on_kubernetes(world, k8s_api, **config):
+    cluster = Cluster.objects.create(
+        name="k1", kind="kubernetes", config={"host": k8s_api.url, "token": "tok", **config}
+    )
+    job = job_runs.submit(world, kind="dev", expose_port=8888, name="k8s-notebook")
+    Job.objects.filter(pk=job.pk).update(state="running", cluster=cluster, backend_id=f"gp-{job.pk}")
+    job.refresh_from_db()
+    return job
+
+
+def test_a_kubernetes_ingress_url_is_a_redirect_behind_the_ingress_check(world, k8s_api, page_client, api):
+    job = _running_on_kubernetes(
+        world, k8s_api, ingress_domain="dev.centre.example", portal_url="https://gpupool.centre.example"
+    )
+    url = f"https://gp-{job.pk}.dev.centre.example/"
+    client = page_client("pa1_member")
+    page = _page(client, job)
+    assert f'href="/jobs/{job.pk}/open/"' in page and f"<code>{url}</code>" in page
+    response = client.get(reverse("job-open", args=[job.pk]))
+    assert response.status_code == 302 and response["Location"] == url
+    assert api(world.users["pa1_member"]).get(reverse("api:job-access", args=[job.pk])).json()["url"] == url
+    assert client.get(reverse("job-access-auth", args=[job.pk])).status_code == 200
+    assert page_client("pb_member").get(reverse("job-access-auth", args=[job.pk])).status_code == 403
+    # Its log is the pod's, which the stand-in does not have: a reason, not an error.
+    assert logs.job_log_tail(job, max_bytes=100).missing
+
+
+def test_without_an_ingress_the_page_shows_the_port_forward_command_to_copy(world, k8s_api, page_client):
+    job = _running_on_kubernetes(world, k8s_api)
+    client = page_client("pa1_member")
+    page = _page(client, job)
+    command = f"kubectl -n gpupool port-forward pod/gp-{job.pk} 8888"
+    assert f'<pre class="tunnel" id="tunnel-command">{command}</pre>' in page
+    assert 'data-copy="tunnel-command"' in page and f'href="/jobs/{job.pk}/open/"' not in page
+    response = client.get(reverse("job-open", args=[job.pk]), follow=True)
+    assert response.redirect_chain == [(reverse("job-detail", args=[job.pk]), 302)]
+    assert "Needs kubectl access to namespace gpupool" in response.content.decode()
+
+
+def test_a_cluster_configuration_the_backend_refuses_is_a_reason_not_a_500(world, k8s_api, page_client):
+    job = _running_on_kubernetes(world, k8s_api, ingress_domain="dev.centre.example")  # no portal_url
+    assert "configuration is not usable" in logs.job_log_tail(job, max_bytes=100).missing
+    access = logs.job_access(job, world.users["pa1_member"])
+    assert access.url == "" and "configuration is not usable" in access.note
+    page = _page(page_client("pa1_member"), job)
+    assert "configuration is not usable" in page
