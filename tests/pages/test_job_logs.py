@@ -78,7 +78,7 @@ def test_a_finished_job_shows_its_final_tail_and_stops_polling(world, simserver,
     assert "step 30/30" in page  # 300 simulated seconds, a step per 10
 
 
-def test_a_queued_job_says_not_started_and_polls_slowly(world, page_client):
+def test_a_queued_job_says_not_started_and_polls_slowly(english, world, page_client):
     job = job_runs.submit(world)
     tail = logs.job_log_tail(job, max_bytes=1000)
     assert tail.text == "" and tail.missing.startswith("Not started yet")
@@ -116,7 +116,7 @@ def test_a_download_without_a_log_goes_back_to_the_job_page_saying_why(world, pa
 # --- why there is no log ---------------------------------------------------------------------
 
 
-def test_an_external_jobs_log_stays_on_its_cluster(world, page_client):
+def test_an_external_jobs_log_stays_on_its_cluster(english, world, page_client):
     job = job_runs.submit(world)
     Job.objects.filter(pk=job.pk).update(
         kind="external", cluster=Cluster.objects.get(name="c1"), backend_id="4242", state="running"
@@ -130,7 +130,7 @@ def test_an_external_jobs_log_stays_on_its_cluster(world, page_client):
     assert f'hx-get="/jobs/{job.pk}/log/"' not in page  # nothing to poll for
 
 
-def test_an_unreachable_cluster_is_a_reason_not_an_error(world, page_client):
+def test_an_unreachable_cluster_is_a_reason_not_an_error(english, world, page_client):
     job = job_runs.submit(world)
     cluster = Cluster.objects.get(name="c1")
     cluster.config = {"url": f"http://127.0.0.1:{_free_port()}"}  # nobody listens there
@@ -146,7 +146,7 @@ def test_an_unreachable_cluster_is_a_reason_not_an_error(world, page_client):
     assert client.get(reverse("job-log-download", args=[job.pk])).status_code == 302
 
 
-def test_the_backends_own_reason_is_shown(world, simserver, page_client):
+def test_the_backends_own_reason_is_shown(english, world, simserver, page_client):
     job = job_runs.submit(world)
     cluster = job_runs.cluster_on(simserver)
     Job.objects.filter(pk=job.pk).update(cluster=cluster)  # the simulator never saw gp-<id>
@@ -281,7 +281,9 @@ def _running_on_kubernetes(world, k8s_api, **config):
     return job
 
 
-def test_a_kubernetes_ingress_url_is_a_redirect_behind_the_ingress_check(world, k8s_api, page_client, api):
+def test_a_kubernetes_ingress_url_is_a_redirect_behind_the_ingress_check(
+    english, world, k8s_api, page_client, api
+):
     job = _running_on_kubernetes(
         world, k8s_api, ingress_domain="dev.centre.example", portal_url="https://gpupool.centre.example"
     )
@@ -310,10 +312,19 @@ def test_without_an_ingress_the_page_shows_the_port_forward_command_to_copy(worl
     assert "Needs kubectl access to namespace gpupool" in response.content.decode()
 
 
-def test_a_cluster_configuration_the_backend_refuses_is_a_reason_not_a_500(world, k8s_api, page_client):
+def test_a_cluster_configuration_the_backend_refuses_is_a_reason_not_a_500(
+    english, world, k8s_api, page_client
+):
     job = _running_on_kubernetes(world, k8s_api, ingress_domain="dev.centre.example")  # no portal_url
     assert "configuration is not usable" in logs.job_log_tail(job, max_bytes=100).missing
     access = logs.job_access(job, world.users["pa1_member"])
     assert access.url == "" and "configuration is not usable" in access.note
     page = _page(page_client("pa1_member"), job)
     assert "configuration is not usable" in page
+
+
+def test_the_log_panel_speaks_the_readers_language(world, page_client):
+    job = job_runs.submit(world)
+    page = _page(page_client("pa1_member", "zh-hans"), job)
+    assert "<h2>日志</h2>" in page and "尚未启动：任务提交到集群后才有日志。" in page
+    assert "<h2>运行环境</h2>" in page
