@@ -132,11 +132,23 @@ class _ProxyRefused(Exception):
     pass
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer, not an address to fetch next: the portal fetches only the URL
+    its backend named (a redirect elsewhere would make it a proxy to anywhere)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+# Straight to the backend's address (no HTTP_PROXY from the environment), without redirects.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
+
+
 def _proxied(url: str) -> HttpResponse:
     # The URL is the backend's (Access.url), never the request's: nothing here fetches what a user typed.
     request = urllib.request.Request(url, method="GET")  # noqa: S310 - a backend's http(s) URL
     try:
-        with urllib.request.urlopen(request, timeout=PROXY_TIMEOUT) as upstream:  # noqa: S310
+        with _OPENER.open(request, timeout=PROXY_TIMEOUT) as upstream:
             content_type = upstream.headers.get("Content-Type", "")
             body = upstream.read(PROXY_MAX_BYTES + 1)
     except urllib.error.HTTPError as exc:
