@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 
 from jobs.models import Job
+from quotas.models import Cluster
 from tests import factories as fx
 from tests import job_runs
+from tests.backends import k8s_standin
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -73,3 +75,20 @@ def test_open_shows_a_running_dev_jobs_page(world, browser_for, shot, simserver)
     assert dev.inner_text("h1") == f"gpupool dev job gp-{job.pk}"
     assert "Simulated dev server on port 8888" in dev.inner_text("body")
     shot(dev, "job-dev-page")
+
+
+k8s_api = k8s_standin.k8s_api  # the fixture, under this module's name
+
+
+def test_the_tunnel_command_is_copied_with_one_click(world, browser_for, k8s_api):
+    cluster = Cluster.objects.create(name="k1", kind="kubernetes", config={"host": k8s_api.url, "token": "t"})
+    job = job_runs.submit(world, kind="dev", expose_port=8888, name="no-ingress")
+    Job.objects.filter(pk=job.pk).update(state="running", cluster=cluster, backend_id=f"gp-{job.pk}")
+    page = browser_for(world.users["pa1_member"], "pw-pa1_member")
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=page.base)
+    page.goto(page.base + f"/jobs/{job.pk}/")
+    command = f"kubectl -n gpupool port-forward pod/gp-{job.pk} 8888"
+    assert page.inner_text("#tunnel-command") == command
+    page.click("button[data-copy=tunnel-command]")
+    page.wait_for_selector("button[data-copy=tunnel-command]:has-text('Copied')")
+    assert page.evaluate("navigator.clipboard.readText()") == command
