@@ -11,8 +11,8 @@ from django.urls import reverse
 from jobs import dispatch, logs
 from jobs.backends.base import LOG_CHUNK_BYTES
 from jobs.models import Job, ProjectStorage
-from portal.models import Project
-from quotas.models import Cluster
+from portal.models import Project, User
+from quotas.models import Cluster, Node
 from tests import job_runs
 from tests.backends import k8s_standin
 from tests.simserver import _free_port
@@ -328,3 +328,34 @@ def test_the_log_panel_speaks_the_readers_language(world, page_client):
     page = _page(page_client("pa1_member", "zh-hans"), job)
     assert "<h2>日志</h2>" in page and "尚未启动：任务提交到集群后才有日志。" in page
     assert "<h2>运行环境</h2>" in page
+
+
+# --- Slurm: the tunnel through the login node, as the viewer's Unix user --------------------------
+
+
+def test_a_slurm_dev_job_shows_the_tunnel_to_its_first_node_as_the_viewers_unix_user(
+    english, world, page_client
+):
+    cluster = Cluster.objects.create(
+        name="s1",
+        kind="slurm",
+        config={"slurm_conf": "/nonexistent/slurm.conf", "login_host": "login.example"},
+    )
+    node = Node.objects.create(
+        cluster=cluster, name="gpu07", flavor=world.F, gpu_count=8, zone="z", spine="s"
+    )
+    job = job_runs.submit(world, kind="dev", expose_port=8888, name="slurm-notebook")
+    Job.objects.filter(pk=job.pk).update(
+        state="running", cluster=cluster, backend_id="4242", placement=[[[node.pk, 0, 1000]]]
+    )
+    job.refresh_from_db()
+    viewer = world.users["a_admin"]
+    User.objects.filter(pk=viewer.pk).update(unix_username="aadm")
+    viewer.refresh_from_db()
+    access = logs.job_access(job, viewer)
+    assert access.command == "ssh -N -L 8888:gpu07:8888 aadm@login.example" and access.url == ""
+    assert logs.job_access(job, world.users["pa1_member"]).command.endswith(" pa1_member@login.example")
+    client = page_client("a_admin")
+    page = _page(client, job)
+    assert "ssh -N -L 8888:gpu07:8888 aadm@login.example" in page and "/open/" not in page
+    assert logs.job_log_tail(job, max_bytes=100).missing  # no slurm.conf here: a reason, not a 500
