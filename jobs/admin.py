@@ -3,7 +3,7 @@ from django.utils.translation import gettext_lazy as _
 
 from portal.admin_site import PlatformModelAdmin
 
-from .models import ApprovalPolicy, Job, JobEvent, PriorityClass
+from .models import ApprovalPolicy, Job, JobEvent, JobTemplate, PriorityClass, ProjectStorage
 
 
 @admin.register(PriorityClass)
@@ -53,3 +53,30 @@ class ApprovalPolicyAdmin(PlatformModelAdmin):
     list_display = ["department", "max_gpus", "max_runtime_hours", "premium_flavors", "platform_gpus"]
     filter_horizontal = ["flavors"]
     readonly_fields = ["updated_by"]
+
+
+@admin.register(ProjectStorage)
+class ProjectStorageAdmin(PlatformModelAdmin):
+    """The storages a project's jobs may mount (DESIGN §13, docs/environment.md). A change reaches
+    jobs submitted afterwards: a submitted job keeps the snapshot it was submitted with."""
+
+    list_display = [
+        "project",
+        "name",
+        "kind",
+        "mount_path",
+        "host_path",
+        "read_only",
+        "checkpoints",
+        "active",
+    ]
+    list_filter = ["kind", "read_only", "checkpoints", "active"]
+    search_fields = ["project__code", "name", "mount_path", "host_path"]
+    autocomplete_fields = ["project"]
+
+
+@admin.register(JobTemplate)
+class JobTemplateAdmin(PlatformModelAdmin):
+    list_display = ["name", "project", "owner", "shared", "updated_at"]
+    list_filter = ["shared"]
+    search_fields = ["name", "project__code", "owner__username"]

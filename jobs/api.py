@@ -19,7 +19,7 @@ from portal.selectors import get_visible, visible_projects
 from quotas.models import Flavor
 from quotas.selectors import healthy_capacity
 
-from . import explaining, selectors, services
+from . import environment, explaining, selectors, services
 from .approvals import approval_request_of, with_approval_request
 from .models import (
     COMMAND_MAX_LENGTH,
@@ -52,6 +52,17 @@ class JobOut(serializers.ModelSerializer):
         "`submitted_by` is the portal user of that name, or the placeholder gpupool-external.",
     )
 
+    mounts = serializers.SerializerMethodField()
+    checkpoint_dir = serializers.SerializerMethodField()
+
+    def get_mounts(self, job) -> list[dict]:
+        """The project's storages it mounts: name, mount path, read-only."""
+        return _mounts_out(job.mounts)
+
+    def get_checkpoint_dir(self, job) -> str | None:
+        """GPUPOOL_CHECKPOINT_DIR as a container sees it (None: the project has no checkpoint storage)."""
+        return environment.checkpoint_dir(job.checkpoint)
+
     def get_approval_request(self, job) -> int | None:
         """The job's (latest) approval request, when it needed one (DESIGN §6)."""
         return approval_request_of(job)
@@ -72,7 +83,11 @@ class JobOut(serializers.ModelSerializer):
     # ~500 instances a page (job, project, flavor, priority class, user) and walking them was
     # over half of a list's CPU at 100,000 jobs (bench/load.py). Method fields name the column
     # their value comes from; ``with_approval_request`` annotates it.
-    ROW_COLUMNS = {"approval_request": "approval_request_pk"}
+    ROW_COLUMNS = {
+        "approval_request": "approval_request_pk",
+        "mounts": ("mounts", lambda mounts: _mounts_out(mounts)),
+        "checkpoint_dir": ("checkpoint", environment.checkpoint_dir),
+    }
 
     def columns(self, jobs: QuerySet[Job]) -> _Rows:
         """``jobs`` as dicts of the columns the output is made of, for a paginator."""
@@ -126,7 +141,17 @@ class JobOut(serializers.ModelSerializer):
             "cluster",
             "backend_id",
             "external_user",
+            "mounts",
+            "env",
+            "checkpoint_dir",
+            "expose_port",
         ]
+
+
+def _mounts_out(mounts) -> list[dict]:
+    return [
+        {"name": m["name"], "mount_path": m["mount_path"], "read_only": m["read_only"]} for m in mounts or ()
+    ]
 
 
 _PLAIN = {serializers.IntegerField: int, serializers.CharField: str, serializers.BooleanField: bool}
@@ -168,7 +193,8 @@ class _Rows:
 def _row_column(field, method_columns: dict) -> tuple:
     """(the ``values()`` column, how its value becomes the field's output; None: as it is)."""
     if type(field) is serializers.SerializerMethodField:
-        return method_columns[field.field_name], None
+        column = method_columns[field.field_name]
+        return column if isinstance(column, tuple) else (column, None)
     if type(field) in _PLAIN:
         return field.source, _PLAIN[type(field)]
     if type(field) is serializers.PrimaryKeyRelatedField or (
@@ -202,6 +228,29 @@ class JobIn(serializers.Serializer):
     checkpointing = serializers.BooleanField(default=False)
     sim_duration_seconds = serializers.IntegerField(
         min_value=1, max_value=services.MAX_RUNTIME, required=False, allow_null=True
+    )
+    mounts = serializers.ListField(
+        child=serializers.CharField(max_length=40),
+        max_length=environment.MAX_MOUNTS,
+        required=False,
+        default=list,
+        help_text="Names of the project's storages to mount (GET /api/v1/projects/{id}/storages/).",
+    )
+    env = serializers.ListField(
+        child=serializers.DictField(
+            child=serializers.CharField(
+                max_length=environment.MAX_ENV_VALUE_BYTES, allow_blank=True, trim_whitespace=False
+            )
+        ),
+        max_length=environment.MAX_ENV,
+        required=False,
+        default=list,
+        help_text='Environment variables: {"name", "value"}, or {"name", "secret", "key"} to read the '
+        "value from a Kubernetes Secret (on Slurm: a file of that name on the nodes) — the portal "
+        "never stores a secret value.",
+    )
+    expose_port = serializers.IntegerField(
+        min_value=1, max_value=65535, required=False, allow_null=True, help_text="Development jobs only."
     )
 
 
@@ -266,8 +315,18 @@ class JobEventOut(serializers.ModelSerializer):
     class Meta:
         model = JobEvent
         fields = [
-            "id", "kind", "from_state", "to_state", "reason", "reason_text", "actor",
-            "at", "occurred_at", "recorded_at", "time_source", "data",
+            "id",
+            "kind",
+            "from_state",
+            "to_state",
+            "reason",
+            "reason_text",
+            "actor",
+            "at",
+            "occurred_at",
+            "recorded_at",
+            "time_source",
+            "data",
         ]
 
 
@@ -291,8 +350,9 @@ class ExplainOut(serializers.Serializer):
     )
     flavor = serializers.CharField(required=False)
     blocking_node = serializers.CharField(
-        required=False, allow_null=True, help_text="Engine id of the blocking quota level: d<department id> "
-        "or p<project id>."
+        required=False,
+        allow_null=True,
+        help_text="Engine id of the blocking quota level: d<department id> or p<project id>.",
     )
     blocking_node_name = serializers.CharField(
         required=False, allow_null=True, help_text="Its name, when the caller may see it."
@@ -331,7 +391,8 @@ class UsageRowOut(serializers.Serializer):
     borrowed = serializers.DecimalField(max_digits=12, decimal_places=3)
     lent = serializers.DecimalField(max_digits=12, decimal_places=3)
     external = serializers.DecimalField(
-        max_digits=12, decimal_places=3,
+        max_digits=12,
+        decimal_places=3,
         help_text="The part of used held by external jobs (submitted to the cluster directly).",
     )
 

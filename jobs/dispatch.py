@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from quotas.models import Cluster, Node
 
+from . import environment
 from .backends import base
 from .backends.registry import backend_for
 from .inventory import refresh_node_states
@@ -61,6 +62,7 @@ def job_spec(job: Job, node_names: dict[int, str]) -> base.JobSpec:
             "department": job.project.department.code,
             "user": job.submitted_by.username,
         },
+        **environment.spec_fields(job),
     )
 
 
@@ -73,7 +75,9 @@ def _claim_dispatch(job_id: int, now: datetime) -> bool:
             state=JobState.ADMITTED,
             dispatched_at__isnull=True,
             terminating_since__isnull=True,  # preempted meanwhile: requeued, never started
-        ).exclude(kind="external").update(dispatch_claimed_at=now)  # started by its backend already
+        )
+        .exclude(kind="external")
+        .update(dispatch_claimed_at=now)  # started by its backend already
     )
 
 

@@ -13,13 +13,14 @@ from portal.selectors import visible_projects
 from portal.widgets import FastSelect, ModelChoiceField
 from quotas.models import Flavor
 
-from . import rules, selectors, services
+from . import environment, rules, selectors, services
 from .models import (
     COMMAND_MAX_LENGTH,
     IMAGE_MAX_LENGTH,
     SUBMITTABLE_KINDS,
     JobKind,
     PriorityClass,
+    ProjectStorage,
     image_validator,
     name_validator,
 )
@@ -32,6 +33,15 @@ DEFAULT_PRIORITY_CLASS = "training"  # preselected when it exists (DESIGN §4's 
 class _FlavorChoice(forms.ModelChoiceField):
     def label_from_instance(self, obj: Flavor) -> str:
         return f"{obj.name} ({_('shareable')})" if obj.shareable else obj.name
+
+
+# The service's name of a field → the form's (the env vars are two textareas here).
+SERVICE_FIELDS = {"env": "env_text"}
+
+
+def _storage_label(storage: ProjectStorage) -> str:
+    mode = _("read-only") if storage.read_only else _("read-write")
+    return f"{storage.project.code} / {storage.name} → {storage.mount_path} ({mode})"
 
 
 class JobForm(forms.Form):
@@ -83,6 +93,38 @@ class JobForm(forms.Form):
     checkpointing = forms.BooleanField(
         label=_("Checkpointing: the job saves a checkpoint and resumes after preemption"), required=False
     )
+    mounts = forms.ModelMultipleChoiceField(
+        queryset=ProjectStorage.objects.none(),
+        label=_("Mounts"),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text=_("Storages of the chosen project the job sees (admins define them per project)."),
+    )
+    env_text = forms.CharField(
+        label=_("Environment variables"),
+        required=False,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "EPOCHS=10"}),
+        help_text=_("One NAME=value per line. Never put a secret here: use the field below."),
+    )
+    secret_env_text = forms.CharField(
+        label=_("Variables from secrets"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "HF_TOKEN=hf-token/token"}),
+        help_text=_(
+            "One NAME=secret/key per line: the value is read on the cluster from that Kubernetes Secret "
+            "(on Slurm, from the file of that name); the portal never sees it."
+        ),
+    )
+    expose_port = forms.IntegerField(
+        label=_("Exposed port"),
+        min_value=1,
+        max_value=65535,
+        required=False,
+        help_text=_(
+            "Development jobs: the port of Jupyter, a VS Code server or SSH, reachable from the job page."
+        ),
+    )
     sim_duration_seconds = forms.IntegerField(
         label=_("Simulated duration (s)"),
         min_value=1,
@@ -96,6 +138,10 @@ class JobForm(forms.Form):
         self.user = user
         self.fields["project"].queryset = selectors.submittable_projects(user)
         self.fields["flavor"].queryset = Flavor.objects.filter(active=True).order_by("name")
+        self.fields["mounts"].queryset = ProjectStorage.objects.filter(
+            project__in=self.fields["project"].queryset, active=True
+        ).select_related("project")
+        self.fields["mounts"].label_from_instance = _storage_label
         # Every class validates (so job_submit names the rule a choice breaks); the list offers
         # only those the user may use for the chosen kind (offer_priority_classes).
         self.classes = list(PriorityClass.objects.all())
@@ -162,10 +208,33 @@ class JobForm(forms.Form):
             "%(old)s cannot be used for this kind of job here; %(new)s was chosen instead."
         ) % {"old": old.name, "new": new.name}
 
+    def clean(self):
+        data = super().clean()
+        project, storages = data.get("project"), data.get("mounts") or []
+        if project is not None and any(s.project_id != project.pk for s in storages):
+            self.add_error("mounts", _("Choose storages of the job's project only."))
+        env = []
+        for field, secrets in (("env_text", False), ("secret_env_text", True)):
+            try:
+                entries = environment.parse_env_lines(data.get(field, ""), secrets=secrets)
+                environment.clean_env(entries)  # its errors on its own textarea
+            except ValueError as exc:
+                self.add_error(field, str(exc))
+            except ValidationError as exc:
+                self.add_error(field, exc.message_dict["env"])
+            else:
+                env += entries
+        data["env"] = env
+        return data
+
     def submit_kwargs(self) -> dict:
         """``cleaned_data`` as the keyword arguments of ``services.job_submit``."""
         data = dict(self.cleaned_data)
         data.setdefault("sim_duration_seconds", None)
+        data["mounts"] = [storage.name for storage in data.get("mounts") or []]
+        data.pop("env_text", None)
+        data.pop("secret_env_text", None)
+        data.setdefault("env", [])
         return data
 
     def add_service_error(self, error: ValidationError, skip=()) -> None:
@@ -173,6 +242,7 @@ class JobForm(forms.Form):
         errors on the fields in ``skip`` are left out."""
         if hasattr(error, "error_dict"):
             for field, errors in error.error_dict.items():
+                field = SERVICE_FIELDS.get(field, field)
                 if field not in skip:
                     self.add_error(field if field in self.fields else None, errors)
         else:

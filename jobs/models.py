@@ -4,6 +4,7 @@ from datetime import datetime, timedelta
 
 from django import forms
 from django.contrib.postgres.fields import ArrayField
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Func, Q
@@ -168,6 +169,16 @@ class Job(models.Model):
     max_runtime_seconds = models.PositiveIntegerField(_("maximum runtime (s)"), null=True, blank=True)
     checkpointing = models.BooleanField(_("checkpointing"), default=False)
     sim_duration_seconds = models.PositiveIntegerField(null=True, blank=True)
+    # The working environment (DESIGN §13), snapshots taken at submission (jobs.environment):
+    # the project's storages the job mounts, its env vars (secret values only as references),
+    # its checkpoint directory (a function of the job id: a requeued run resumes in it), and a
+    # dev job's exposed port.
+    mounts = models.JSONField(_("mounts"), default=list, blank=True)
+    env = models.JSONField(_("environment variables"), default=list, blank=True)
+    checkpoint = models.JSONField(_("checkpoint directory"), null=True, blank=True)
+    expose_port = models.PositiveIntegerField(
+        _("exposed port"), null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(65535)]
+    )
     approved = models.BooleanField(default=False)
 
     state = models.CharField(_("state"), max_length=20, choices=STATE_CHOICES, default=JobState.QUEUED)
@@ -343,7 +354,11 @@ class ExternalSource(models.Model):
     kind = models.CharField(_("kind"), max_length=20, choices=ExternalSourceKind.choices)
     name = models.CharField(_("name"), max_length=100)
     project = models.ForeignKey(
-        Project, null=True, blank=True, on_delete=models.PROTECT, related_name="external_sources",
+        Project,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="external_sources",
         verbose_name=_("project"),
     )
     first_seen_at = models.DateTimeField(_("first seen"), auto_now_add=True)
@@ -460,3 +475,97 @@ class ApprovalPolicy(models.Model):
 
     def __str__(self):
         return str(self.department)
+
+
+# ---- the job's working environment (DESIGN §13) ----------------------------------------------
+
+
+class StorageKind(models.TextChoices):
+    NFS = "nfs", _("NFS export")
+    HOSTPATH = "hostpath", _("host path on the shared file system")
+    PVC = "pvc", _("Kubernetes persistent volume claim")
+
+
+class ProjectStorage(models.Model):
+    """A storage a project's jobs may mount, defined by platform admins. ``mount_path`` is where a
+    container sees it; ``host_path`` where the nodes (Slurm jobs, host-path volumes) see it on the
+    shared file system. One storage per project holds its jobs' checkpoint directories."""
+
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="storages", verbose_name=_("project")
+    )
+    name = models.CharField(_("name"), max_length=40, validators=[name_validator])
+    kind = models.CharField(_("kind"), max_length=10, choices=StorageKind.choices)
+    nfs_server = models.CharField(_("NFS server"), max_length=253, blank=True)
+    nfs_path = models.CharField(_("NFS export path"), max_length=1000, blank=True)
+    host_path = models.CharField(
+        _("path on the nodes"),
+        max_length=1000,
+        blank=True,
+        help_text=_("Where the nodes see this storage on the shared file system (Slurm jobs use it)."),
+    )
+    claim_name = models.CharField(_("claim name"), max_length=253, blank=True)
+    mount_path = models.CharField(
+        _("mount path"), max_length=1000, help_text=_("Where the job's containers see it, e.g. /data.")
+    )
+    read_only = models.BooleanField(_("read-only"), default=False)
+    checkpoints = models.BooleanField(
+        _("holds checkpoints"),
+        default=False,
+        help_text=_("The project's jobs get their checkpoint directories here."),
+    )
+    quota_note = models.CharField(_("quota note"), max_length=200, blank=True)
+    active = models.BooleanField(_("active"), default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["project", "name"]
+        verbose_name = _("project storage")
+        verbose_name_plural = _("project storages")
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="storage_name_once_per_project"),
+            models.UniqueConstraint(
+                fields=["project"], condition=Q(checkpoints=True), name="storage_one_checkpoint_root"
+            ),
+            models.CheckConstraint(
+                condition=~(Q(checkpoints=True) & Q(read_only=True)), name="storage_checkpoints_writable"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.name} ({self.mount_path})"
+
+    def clean(self):
+        from .environment import storage_errors  # the one place paths are checked
+
+        errors = storage_errors(self)
+        if errors:
+            raise ValidationError(errors)
+
+
+class JobTemplate(models.Model):
+    """A saved submission: the API's submission body (``values``) under a name, the owner's
+    own or shared with the project's members. Submitting from it checks everything again."""
+
+    name = models.CharField(_("name"), max_length=80)
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="job_templates", verbose_name=_("project")
+    )
+    owner = models.ForeignKey(User, on_delete=models.CASCADE, related_name="job_templates")
+    shared = models.BooleanField(
+        _("shared with the project"), default=False, help_text=_("Every member of the project may use it.")
+    )
+    values = models.JSONField(_("values"), default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["project", "name"]
+        verbose_name = _("job template")
+        verbose_name_plural = _("job templates")
+        constraints = [
+            models.UniqueConstraint(fields=["project", "owner", "name"], name="template_name_once"),
+        ]
+
+    def __str__(self):
+        return self.name

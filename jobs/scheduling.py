@@ -150,23 +150,26 @@ def _apply_admissions(result: CycleResult, now: datetime) -> int:
     ]
     with connection.cursor() as cursor:
         # One statement for all admissions; WHERE state = 'queued' makes each conditional. The
-        # cycle took ``now`` before it read the queue, so a job submitted in between is admitted
-        # at the moment it entered the queue: an admission never precedes its submission.
+        # cycle took ``now`` before it read the queue, so a job that entered the queue in between
+        # (a submission, a requeue) is admitted at ``now`` — the engine's clock, which the warm
+        # engine recognises its runs by — but its event is dated no earlier than the queue entry
+        # (``was``, read before the update): an event log never has an admission before it.
         cursor.execute(
             """
             WITH v(id, workers, placement, on_loan, preempts) AS (
                 SELECT * FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::bool[], %s::text[])
+            ), was AS (
+                SELECT id, state_changed_at FROM jobs_job WHERE id IN (SELECT id FROM v)
             ), moved AS (
-                UPDATE jobs_job j SET state = 'admitted',
-                       state_changed_at = GREATEST(%s, j.state_changed_at),
-                       admitted_at = GREATEST(%s, j.state_changed_at),
+                UPDATE jobs_job j SET state = 'admitted', state_changed_at = %s, admitted_at = %s,
                        granted_workers = v.workers, placement = v.placement::jsonb, on_loan = v.on_loan,
                        grown_at = '[]'::jsonb
-                FROM v WHERE j.id = v.id AND j.state = 'queued'
-                RETURNING j.id, v.workers, v.on_loan, v.preempts, v.placement, j.admitted_at
+                FROM v JOIN was ON was.id = v.id WHERE j.id = v.id AND j.state = 'queued'
+                RETURNING j.id, v.workers, v.on_loan, v.preempts, v.placement,
+                          GREATEST(j.admitted_at, was.state_changed_at) AS occurred_at
             )
             INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, reason, occurred_at, data)
-            SELECT id, 'transition', 'queued', 'admitted', 'admitted by the scheduler', admitted_at,
+            SELECT id, 'transition', 'queued', 'admitted', 'admitted by the scheduler', occurred_at,
                    jsonb_build_object('workers', workers, 'on_loan', on_loan, 'preempts', preempts::jsonb,
                                       'placement', placement::jsonb)
             FROM moved

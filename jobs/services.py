@@ -18,7 +18,7 @@ from portal.models import Project, User
 from portal.selectors import scope_for
 from quotas.models import Flavor
 
-from . import rules
+from . import environment, rules
 from .approvals import approval_reasons, job_approval_open, job_approval_withdraw
 from .models import (
     COMMAND_MAX_LENGTH,
@@ -103,6 +103,32 @@ def _check_rules(
     return runtime, class_needs_approval
 
 
+def _working_environment(project, kind, *, image, mounts, env, expose_port) -> dict:
+    """DESIGN §13, checked before anything is written: the image's registry, the mounts (the
+    project's storages only), the env vars and the exposed port (dev jobs). Every error at once."""
+    errors: dict[str, list[str]] = {}
+    result: dict = {"expose_port": expose_port}
+    for check in (
+        lambda: environment.check_image(image),
+        lambda: result.update(mounts=environment.clean_mounts(project, mounts)),
+        lambda: result.update(env=environment.clean_env(env)),
+    ):
+        try:
+            check()
+        except ValidationError as exc:
+            _merge(errors, exc)
+    if expose_port is not None:
+        if kind != JobKind.DEV:
+            errors.setdefault("expose_port", []).append(_("Only development jobs expose a port."))
+        elif (
+            not isinstance(expose_port, int) or isinstance(expose_port, bool) or not 1 <= expose_port <= 65535
+        ):
+            errors.setdefault("expose_port", []).append(_("A port between 1 and 65535."))
+    if errors:
+        raise ValidationError(errors)
+    return result
+
+
 def _merge(errors: dict[str, list[str]], exc: ValidationError) -> None:
     for field, messages in exc.message_dict.items():
         errors.setdefault(field, []).extend(messages)
@@ -125,9 +151,15 @@ def job_submit(
     max_runtime_seconds: int | None = None,
     checkpointing: bool = False,
     sim_duration_seconds: int | None = None,
+    mounts: list[str] | None = None,
+    env: list[dict] | None = None,
+    expose_port: int | None = None,
 ) -> Job:
     perm.require(actor.is_active and _can_submit(actor, project))  # a deactivated user submits nothing
     _validate_text(image=image, command=command)
+    workenv = _working_environment(
+        project, kind, image=image, mounts=mounts, env=env, expose_port=expose_port
+    )
     if not flavor.active:
         raise ValidationError({"flavor": [_("%(f)s is not available for new jobs.") % {"f": flavor}]})
     _validate_shape(
@@ -184,9 +216,15 @@ def job_submit(
         state=state,
         state_changed_at=now,
         submitted_at=now,
+        **workenv,
     )
     job.full_clean(validate_constraints=False)
     job.save()
+    # The checkpoint directory is named by the job id, known only now (every run of the job, a
+    # requeue after preemption included, finds its checkpoints there).
+    job.checkpoint = environment.checkpoint_for(project, job.pk)
+    if job.checkpoint is not None:
+        Job.objects.filter(pk=job.pk).update(checkpoint=job.checkpoint)
     JobEvent.objects.create(
         job=job, from_state="", to_state=state, reason="submitted", actor=actor, occurred_at=now
     )
@@ -243,8 +281,12 @@ def stop_jobs_of_deactivated_user(user_id: int) -> int:
     """The centre stops a deprovisioned user's jobs (GPUPOOL_DEPROVISION_JOBS = "stop", DESIGN
     §12): every one of their portal jobs not yet ended is cancelled, as the platform. Idempotent."""
     stopped = 0
-    live = Job.objects.filter(submitted_by_id=user_id).exclude(kind=JobKind.EXTERNAL).exclude(
-        state__in=[s.value for s in TERMINAL]).filter(stop_requested_at__isnull=True)
+    live = (
+        Job.objects.filter(submitted_by_id=user_id)
+        .exclude(kind=JobKind.EXTERNAL)
+        .exclude(state__in=[s.value for s in TERMINAL])
+        .filter(stop_requested_at__isnull=True)
+    )
     for job in live:
         try:
             _cancel(job, None, "owner deactivated in the directory")

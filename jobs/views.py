@@ -21,7 +21,7 @@ from portal.selectors import get_visible, scope_for
 from quotas.models import Flavor
 from quotas.selectors import default_flavor_id, healthy_capacity
 
-from . import charts, estimates, explaining, rules, selectors, services
+from . import charts, environment, estimates, explaining, rules, selectors, services
 from .approvals import approval_reasons, approval_request_of
 from .backends.base import backend_name
 from .forms import ALL_STATES, QUEUE_STATES, JobFilterForm, JobForm, PriorityClassForm
@@ -211,6 +211,14 @@ def _copy_initial(request) -> dict:
     initial = {name: getattr(source, name) for name in fields}
     initial.update(name=source.name, project=source.project_id, flavor=source.flavor_id)
     initial["priority_class"] = source.priority_class_id
+    initial["expose_port"] = source.expose_port
+    # The storages of the same names the project still has (one removed since is left out).
+    names = [m["name"] for m in source.mounts or ()]
+    initial["mounts"] = list(
+        source.project.storages.filter(active=True, name__in=names).values_list("pk", flat=True)
+    )
+    initial["env_text"] = environment.env_lines(source.env or (), secrets=False)
+    initial["secret_env_text"] = environment.env_lines(source.env or (), secrets=True)
     return initial
 
 

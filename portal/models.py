@@ -48,7 +48,8 @@ class User(AbstractUser):
         swappable = "AUTH_USER_MODEL"
         constraints = [
             models.UniqueConstraint(
-                fields=["directory", "directory_subject"], condition=~Q(directory_subject=""),
+                fields=["directory", "directory_subject"],
+                condition=~Q(directory_subject=""),
                 name="user_directory_subject_unique",
             ),
         ]
@@ -98,6 +99,19 @@ class Project(models.Model):
     )
     description = models.TextField(_("description"), blank=True, max_length=2000)
     active = models.BooleanField(_("active"), default=True)
+    # DESIGN §13: the Kubernetes Secret the project's pods pull images with (imagePullSecrets).
+    image_pull_secret = models.CharField(
+        _("image pull secret"),
+        max_length=253,
+        blank=True,
+        validators=[
+            RegexValidator(
+                r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+                _("A Kubernetes Secret name: lower-case letters, digits, '-' and '.'."),
+            )
+        ],
+        help_text=_("The Kubernetes Secret in the project's namespace that pulls its images."),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -176,7 +190,11 @@ class Membership(models.Model):
     # Given by hand (stays until someone removes it) or by a directory rule (re-applied at every
     # login and sync, removed when the user leaves the group). DESIGN §12.
     rule = models.ForeignKey(
-        "DirectoryRule", null=True, blank=True, on_delete=models.CASCADE, related_name="memberships",
+        "DirectoryRule",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="memberships",
         verbose_name=_("from rule"),
     )
     created_at = models.DateTimeField(auto_now_add=True)
@@ -205,12 +223,19 @@ class DirectoryRule(models.Model):
     """A directory group → a role on a scope (DESIGN §12). ``group`` is an LDAP group DN or an
     OIDC claim value (the claim's name is a setting). Deleting a rule removes the roles it gave."""
 
-    directory = models.CharField(_("directory"), max_length=10, choices=[
-        (Directory.LDAP.value, Directory.LDAP.label), (Directory.OIDC.value, Directory.OIDC.label)])
+    directory = models.CharField(
+        _("directory"),
+        max_length=10,
+        choices=[(Directory.LDAP.value, Directory.LDAP.label), (Directory.OIDC.value, Directory.OIDC.label)],
+    )
     group = models.CharField(_("group"), max_length=500)
     role = models.CharField(_("role"), max_length=20, choices=Role.choices)
     department = models.ForeignKey(
-        Department, null=True, blank=True, on_delete=models.CASCADE, related_name="+",
+        Department,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
         verbose_name=_("department"),
     )
     project = models.ForeignKey(
@@ -229,7 +254,8 @@ class DirectoryRule(models.Model):
                 condition=SCOPE_MATCHES_ROLE,
             ),
             models.UniqueConstraint(
-                fields=["directory", "group", "role", "department", "project"], nulls_distinct=False,
+                fields=["directory", "group", "role", "department", "project"],
+                nulls_distinct=False,
                 name="directory_rule_unique",
             ),
         ]
@@ -343,7 +369,11 @@ class ApprovalStep(models.Model):
         _("approver role"), max_length=20, choices=[(r.value, r.label) for r in APPROVER_ROLES]
     )
     department = models.ForeignKey(
-        Department, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        Department,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
         verbose_name=_("department"),
     )
     state = models.CharField(_("state"), max_length=12, choices=StepState.choices, default=StepState.WAITING)

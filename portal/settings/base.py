@@ -298,6 +298,11 @@ GPUPOOL = {
     "SLURM_ACCOUNTS_INTERVAL_SECONDS": env_int("SLURM_ACCOUNTS_INTERVAL_SECONDS", 300, min_value=10),
     # DESIGN §12: what happens to the jobs of a user the directory disabled ("keep" or "stop").
     "DEPROVISION_JOBS": env_str("GPUPOOL_DEPROVISION_JOBS", "keep"),
+    # DESIGN §13: the registries jobs may pull from — hosts ("registry.centre.cn", "docker.io")
+    # or host/path prefixes ("nvcr.io/nvidia"); empty: any registry (docs/environment.md).
+    "REGISTRY_ALLOWLIST": env_list("GPUPOOL_REGISTRY_ALLOWLIST", []),
+    # The live log tail on the job page, in bytes (the whole log is a download).
+    "LOG_TAIL_BYTES": env_int("GPUPOOL_LOG_TAIL_BYTES", 16384, min_value=1024, max_value=1048576),
 }
 
 if GPUPOOL["DEPROVISION_JOBS"] not in ("keep", "stop"):

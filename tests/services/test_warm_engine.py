@@ -135,3 +135,18 @@ def test_a_victim_admitted_again_by_another_process_is_not_taken_for_its_ghost(m
     assert cycle_on(first).admitted == 0  # nothing fits next to L
     assert first.rebuilds == rebuilds + 1
     assert Job.objects.filter(state__in=["admitted", "running"]).count() == 1
+
+
+def test_a_job_that_entered_the_queue_after_the_cycle_began_is_never_admitted_before_it():
+    """The cycle takes ``now`` before it reads the queue: a submission in between is admitted at
+    the cycle's clock (the warm engine knows its runs by it) but its event is dated no earlier
+    than the submission, so the event log reads submission → admission (CI caught the reverse)."""
+    f, tenants, prios = _world()
+    job = fx.submit(tenants[0], f, gpus=1, prio=prios[0], name="late")
+    cycle_began = job.submitted_at - timedelta(milliseconds=5)
+    schedule_once(cycle_began)
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED and job.admitted_at == cycle_began
+    chain = list(job.events.filter(kind="transition").values_list("from_state", "to_state", "occurred_at"))
+    assert [(a, b) for a, b, _ in chain] == [("", "queued"), ("queued", "admitted")]
+    assert chain[1][2] == job.submitted_at
