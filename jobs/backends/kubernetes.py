@@ -70,6 +70,7 @@ from jobs.backends.k8s_workenv import (
     build_ingress,
     build_service,
     ingress_host,
+    literal,
     owner_reference,
     with_working_environment,
 )
@@ -135,7 +136,9 @@ def pod_spec(spec: JobSpec, *, restart_policy: str, deadline: bool) -> dict[str,
     container: dict[str, Any] = {
         "name": "main",
         "image": spec.image,
-        "command": ["/bin/sh", "-c", spec.command],
+        # Kubernetes expands $(VAR) in a command too: the user's shell command reaches the
+        # shell as typed ("echo $$" prints the shell's pid, not "$").
+        "command": ["/bin/sh", "-c", literal(spec.command)],
     }
     resources = resources_for(spec)
     if resources:

@@ -972,3 +972,11 @@ def test_a_log_stream_left_early_frees_its_connection(k8s_api, backend):
     assert len(next(pieces)) <= LOG_CHUNK_BYTES
     pieces.close()  # the download page was closed
     assert backend.log_tail(name, max_bytes=30).text.endswith("\n")  # the client still works
+
+
+def test_the_command_reaches_the_shell_as_typed():
+    # Kubernetes expands $(VAR) in command and args as in env values: "echo $$" must stay the pid.
+    spec = replace(workenv_spec("training"), command="echo $$ $(HOME) ${X}")
+    command = container(pod_of(build_manifest(spec)))["command"]
+    assert command[:2] == ["/bin/sh", "-c"]
+    assert expand(command[2], {"HOME": "/root"}) == "echo $$ $(HOME) ${X}"
