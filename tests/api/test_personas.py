@@ -206,7 +206,8 @@ OTHER |= {"manualadjustment-decide"}  # tests/billing/test_manual_api.py
 OTHER |= {"project-move"}  # a POST only: tests/services/test_project_move.py::test_item4_api_persona_rule
 OTHER |= {"job-scale"}  # test_job_scale_follows_visibility_then_the_edit_rule below
 OTHER |= {"externalsource-map"}  # tests/api/test_external_sources_api.py
-OTHER |= {"jobtemplate-submit", "project-storages"}  # per-persona tests in tests/api/test_job_templates_api.py
+# Per-persona tests in tests/api/test_job_templates_api.py.
+OTHER |= {"jobtemplate-submit", "project-storages"}
 # Approval actions, request creation and notifications: tests/api/test_approvals_api.py.
 OTHER |= {"approval-decide", "approval-bulk-decide", "approval-cancel", "approval-comment", "quota-request",
           "loan-request", "notification-list", "notification-read", "notification-read-all"}
@@ -286,8 +287,8 @@ def _templates(world):
         "tpl_private": ("pa1_member", world.pa1, False),
     }
     return {
-        key: template_save(actor=world.users[user], project=project, name=key, values=values, shared=shared).pk
-        for key, (user, project, shared) in made.items()
+        key: template_save(actor=world.users[u], project=project, name=key, values=values, shared=shared).pk
+        for key, (u, project, shared) in made.items()
     }
 
 
