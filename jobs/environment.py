@@ -66,7 +66,7 @@ def path_error(value: str, *, mount_point: bool = False) -> str | None:
         return _("A path cannot contain control characters.")
     if not value.startswith("/"):
         return _("An absolute path, starting with /.")
-    if ".." in value.split("/") or posixpath.normpath(value) != value:
+    if ".." in value.split("/") or "//" in value or posixpath.normpath(value) != value:
         return _("A normalised path: no '..', '.', '//' or trailing '/'.")
     if mount_point and (value == "/" or any(value == d or value.startswith(d + "/") for d in SYSTEM_DIRS)):
         return _("%(path)s is a system directory: choose another mount path.") % {"path": value}

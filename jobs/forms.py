@@ -216,9 +216,14 @@ class JobForm(forms.Form):
         env = []
         for field, secrets in (("env_text", False), ("secret_env_text", True)):
             try:
-                env += environment.parse_env_lines(data.get(field, ""), secrets=secrets)
+                entries = environment.parse_env_lines(data.get(field, ""), secrets=secrets)
+                environment.clean_env(entries)  # its errors on its own textarea
             except ValueError as exc:
                 self.add_error(field, str(exc))
+            except ValidationError as exc:
+                self.add_error(field, exc.message_dict["env"])
+            else:
+                env += entries
         data["env"] = env
         return data
 

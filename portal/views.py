@@ -1,3 +1,6 @@
+from urllib.parse import urlsplit
+
+from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.http import HttpResponseRedirect
 from django.utils.decorators import method_decorator
@@ -16,6 +19,16 @@ class LoginView(auth_views.LoginView):
 
     template_name = "portal/login.html"
     redirect_authenticated_user = True
+
+    def get_success_url_allowed_hosts(self):
+        # A dev job's Ingress sends a signed-out user here with next=https://<job host>/...
+        # (docs/environment.md): a host of one label under a dev-job domain may be returned to.
+        hosts = super().get_success_url_allowed_hosts()
+        host = urlsplit(self.request.POST.get("next") or self.request.GET.get("next") or "").hostname or ""
+        label, _dot, domain = host.partition(".")
+        if label and domain in settings.GPUPOOL["DEV_INGRESS_DOMAINS"]:
+            hosts = {*hosts, host}
+        return hosts
 
     def get_context_data(self, **kwargs):
         # The centre's sign-in button when OpenID Connect is on; the form stays for local admins.

@@ -23,6 +23,8 @@ PURE_MODULES = [
     "jobs.backends.external",
     "jobs.backends.slurm_native",
     "jobs.backends.k8s_native",
+    "jobs.backends.slurm_env",
+    "jobs.backends.logfile",
     "quotas.resource_quota",
     "billing.pricing",
     "jobs.replay.trace",

@@ -11,7 +11,9 @@ A portal job becomes one object named ``spec.name`` (``gp-<id>``) in the configu
 
 The manifests are built by the pure functions :func:`build_manifest` and friends, so they can be
 validated offline against the official schemas. Statuses and nodes are mapped by
-:mod:`jobs.backends.k8s_status`.
+:mod:`jobs.backends.k8s_status`. The job's working environment (volumes, env, pull secret,
+checkpoint; a dev port's Service + Ingress) comes from :mod:`jobs.backends.k8s_workenv`, and the
+pod-log reading rules from :mod:`jobs.backends.k8s_logs`.
 
 Resizing (the scheduler grew or the owner scaled a running job): a Deployment gets its
 ``replicas`` patched, and its pod template's node affinity when the node set changed (a rolling
@@ -25,8 +27,10 @@ resized (see docs/backends.md).
 from __future__ import annotations
 
 import copy
+import json
 import re
-from collections.abc import Callable, Iterable
+import shlex
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -34,8 +38,17 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from jobs.backends import volcano
-from jobs.backends.base import LOST, BackendError, JobSpec, JobStatus, NodeInfo
+from jobs.backends import k8s_logs, volcano
+from jobs.backends.base import (
+    LOG_CHUNK_BYTES,
+    LOST,
+    Access,
+    BackendError,
+    JobSpec,
+    JobStatus,
+    LogTail,
+    NodeInfo,
+)
 from jobs.backends.k8s_status import (  # noqa: F401 - re-exported: the backend's public mapping
     GPU_RESOURCE_PREFIXES,
     GPU_RESOURCES,
@@ -51,10 +64,18 @@ from jobs.backends.k8s_status import (  # noqa: F401 - re-exported: the backend'
     pod_node_failure,
     pod_status,
 )
+from jobs.backends.k8s_workenv import (
+    MANAGED_BY,
+    NAME_LABEL,
+    build_ingress,
+    build_service,
+    ingress_host,
+    literal,
+    owner_reference,
+    with_working_environment,
+)
 from quotas import queues
 
-MANAGED_BY = "app.kubernetes.io/managed-by"
-NAME_LABEL = "gpupool.io/name"
 LABEL_KEYS = {"job": "gpupool.io/job", "project": "gpupool.io/project", "department": "gpupool.io/department"}
 GPU_MILLI_ANNOTATION = "gpupool.io/gpu-milli"
 MANAGED_SELECTOR = f"{MANAGED_BY}=gpupool"
@@ -115,16 +136,15 @@ def pod_spec(spec: JobSpec, *, restart_policy: str, deadline: bool) -> dict[str,
     container: dict[str, Any] = {
         "name": "main",
         "image": spec.image,
-        "command": ["/bin/sh", "-c", spec.command],
-        "env": [
-            {"name": "GPUPOOL_JOB_ID", "value": str(spec.job_id)},
-            {"name": "GPUPOOL_WORKERS", "value": str(spec.workers)},
-        ],
+        # Kubernetes expands $(VAR) in a command too: the user's shell command reaches the
+        # shell as typed ("echo $$" prints the shell's pid, not "$").
+        "command": ["/bin/sh", "-c", literal(spec.command)],
     }
     resources = resources_for(spec)
     if resources:
         container["resources"] = resources
     result: dict[str, Any] = {"restartPolicy": restart_policy, "containers": [container]}
+    with_working_environment(result, container, spec)
     affinity = node_affinity(placement_nodes(spec))
     if affinity:
         result["affinity"] = affinity
@@ -264,6 +284,10 @@ class KubernetesBackend:
         volcano_queue: str | None = None,
         scheduler_integration: str | None = None,
         timeout: float = 10,
+        ingress_domain: str = "",
+        ingress_class: str = "nginx",
+        ingress_tls_secret: str = "",
+        portal_url: str = "",
         **_ignored: Any,
     ):
         if training_api not in TRAINING_APIS:
@@ -283,17 +307,25 @@ class KubernetesBackend:
             cfg.api_key = {"authorization": f"Bearer {token}"}
         if not kubeconfig and not host:
             raise ValueError("KubernetesBackend needs a host or a kubeconfig")
+        if ingress_domain and not portal_url:
+            # A dev port behind an Ingress without the portal's sign-in would be open to anyone.
+            raise ValueError("ingress_domain needs portal_url (the Ingress authenticates through the portal)")
         cfg.retries = 0  # the Celery task retries; a dead API server must fail fast
         self.namespace = namespace
         self.timeout = timeout
         self.training_api = training_api
         self.volcano_queue = volcano_queue
         self.scheduler_integration = scheduler_integration
+        self.ingress_domain = ingress_domain
+        self.ingress_class = ingress_class
+        self.ingress_tls_secret = ingress_tls_secret
+        self.portal_url = portal_url
         self.api_client = client.ApiClient(cfg)
         self.batch = client.BatchV1Api(self.api_client)
         self.apps = client.AppsV1Api(self.api_client)
         self.core = client.CoreV1Api(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)
+        self.networking = client.NetworkingV1Api(self.api_client)
 
     @property
     def volcano(self) -> bool:
@@ -318,9 +350,14 @@ class KubernetesBackend:
         manifest = self.manifest(spec)
         read, create, _delete = self._verbs(spec.kind)
         # Look before creating: a retried dispatch finds the object it already made.
-        if self._call(read, spec.name, self.namespace, missing_ok=True) is not None:
-            return spec.name
-        self._create(create, spec.name, manifest)
+        current = self._call(read, spec.name, self.namespace, missing_ok=True)
+        if current is None:
+            current = self._create(create, spec.name, manifest)
+        if spec.kind == "dev" and spec.expose_port:
+            if current is None:  # created meanwhile (409): its uid is needed for the owner references
+                current = self._call(read, spec.name, self.namespace, missing_ok=True)
+            if current is not None:
+                self._expose(spec, self.api_client.sanitize_for_serialization(current))
         return spec.name
 
     def cancel(self, name: str, *, grace_seconds: int = 0) -> None:
@@ -328,7 +365,14 @@ class KubernetesBackend:
         deletes = [self.batch.delete_namespaced_job, self.apps.delete_namespaced_deployment]
         if self.volcano:
             deletes.append(self._vc_delete)
-        for delete in (*deletes, self.core.delete_namespaced_pod):
+        # A dev port's Ingress and Service too (their owner reference to the pod would have the
+        # garbage collector remove them anyway, but not before the pod is gone).
+        deletes += [
+            self.core.delete_namespaced_pod,
+            self.networking.delete_namespaced_ingress,
+            self.core.delete_namespaced_service,
+        ]
+        for delete in deletes:
             self._call(
                 delete,
                 name,
@@ -391,6 +435,39 @@ class KubernetesBackend:
                 nodes.append(info)
         return nodes
 
+    def log_tail(self, name: str, *, max_bytes: int) -> LogTail:
+        try:
+            pod = self._log_pod(name)
+            lines = k8s_logs.tail_lines(max_bytes)
+            tail = k8s_logs.Tail(max_bytes, lines)
+            for piece in self._log_pieces(self._open_log(pod, tail_lines=lines)):
+                tail.feed(piece)
+        except k8s_logs.LogMissing as missing:
+            return LogTail("", missing=str(missing))
+        text, truncated = tail.result()
+        return LogTail(text, truncated=truncated)
+
+    def log_stream(self, name: str) -> Iterator[bytes]:
+        # The pod is found and the log opened now, so a missing log raises here, not at the
+        # first piece the caller asks for.
+        try:
+            response = self._open_log(self._log_pod(name))
+        except k8s_logs.LogMissing as missing:
+            raise BackendError(f"kubernetes log {name}: {missing}") from None
+        return self._log_pieces(response)
+
+    def access(self, name: str, port: int, *, nodes: tuple[str, ...], user: str) -> Access:
+        if self.ingress_domain:
+            return Access(
+                url=f"https://{ingress_host(name, self.ingress_domain)}/",
+                note="Opens after signing in to the portal, for those who may see the job.",
+            )
+        ns = shlex.quote(self.namespace)
+        return Access(
+            command=f"kubectl -n {ns} port-forward pod/{shlex.quote(name)} {int(port)}",
+            note=f"Needs kubectl access to namespace {self.namespace}; then open http://127.0.0.1:{int(port)}/.",
+        )
+
     def health(self) -> str:
         try:
             version = self._call(client.VersionApi(self.api_client).get_code)
@@ -432,6 +509,90 @@ class KubernetesBackend:
                 return  # already resized (a retried task)
             self._call(delete, spec.name, self.namespace, missing_ok=True, propagation_policy="Background")
         self._create(create, spec.name, self.manifest(spec))
+
+    # -- a dev job's port
+
+    def _expose(self, spec: JobSpec, pod: dict[str, Any]) -> None:
+        """The Service (and, with an ingress domain, the Ingress) of a dev job's port, each
+        created only when missing."""
+        labels, owner = labels_for(spec), owner_reference(pod)
+        service = build_service(spec, self.namespace, labels=labels, owner=owner)
+        self._ensure(self.core.read_namespaced_service, self.core.create_namespaced_service, service)
+        if not self.ingress_domain:
+            return
+        ingress = build_ingress(
+            spec,
+            self.namespace,
+            labels=labels,
+            domain=self.ingress_domain,
+            portal_url=self.portal_url,
+            ingress_class=self.ingress_class,
+            tls_secret=self.ingress_tls_secret,
+            owner=owner,
+        )
+        net = self.networking
+        self._ensure(net.read_namespaced_ingress, net.create_namespaced_ingress, ingress)
+
+    def _ensure(self, read: Callable[..., Any], create: Callable[..., Any], manifest: dict[str, Any]) -> None:
+        name = manifest["metadata"]["name"]
+        if self._call(read, name, self.namespace, missing_ok=True) is None:
+            self._create(create, name, manifest)
+
+    # -- logs
+
+    def _log_pod(self, name: str) -> str:
+        """The name of the pod whose log is the job's; LogMissing says why there is none."""
+        selector = f"{MANAGED_SELECTOR},{NAME_LABEL}={name}"
+        pods = self._call(self.core.list_namespaced_pod, self.namespace, label_selector=selector).items
+        pod = k8s_logs.first_pod(pods)
+        if pod is None:
+            exists = self._controller_exists(name)
+            raise k8s_logs.LogMissing(k8s_logs.NOT_SCHEDULED if exists else k8s_logs.DELETED)
+        reason = k8s_logs.not_started(pod)
+        if reason:
+            raise k8s_logs.LogMissing(reason)
+        return pod.metadata.name
+
+    def _controller_exists(self, name: str) -> bool:
+        """A Job / Deployment / Volcano Job of that name that has no pod yet."""
+        reads = [self.batch.read_namespaced_job, self.apps.read_namespaced_deployment]
+        if self.volcano:
+            reads.append(self._vc_read)
+        return any(self._call(read, name, self.namespace, missing_ok=True) is not None for read in reads)
+
+    def _open_log(self, pod: str, **params: Any) -> Any:
+        """The pod log as an unread HTTP response (the official client's ``_preload_content=False``)."""
+        try:
+            return self.core.read_namespaced_pod_log(
+                pod,
+                self.namespace,
+                container=k8s_logs.CONTAINER,
+                _preload_content=False,
+                # (connect, read): the read timeout bounds each wait for data, not the whole
+                # download of a long log.
+                _request_timeout=(self.timeout, self.timeout),
+                **params,
+            )
+        except ApiException as exc:
+            if exc.status == 404:  # deleted since it was listed
+                raise k8s_logs.LogMissing(k8s_logs.DELETED) from None
+            if exc.status == 400:  # the API server's "is waiting to start: ContainerCreating"
+                raise k8s_logs.LogMissing(f"{k8s_logs.NOT_STARTED}: {_message(exc)}") from None
+            raise _error("read_namespaced_pod_log", pod, exc) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise BackendError(f"kubernetes log {pod}: unreachable: {exc}") from exc
+
+    def _log_pieces(self, response: Any) -> Iterator[bytes]:
+        done = False
+        try:
+            yield from response.stream(LOG_CHUNK_BYTES)
+            done = True
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise BackendError(f"kubernetes log: the stream broke off: {exc}") from exc
+        finally:
+            if not done:  # the reader stopped early: the rest is not read into a pooled connection
+                response.close()
+            response.release_conn()
 
     # -- transport
 
@@ -476,12 +637,14 @@ class KubernetesBackend:
             volcano.GROUP, volcano.VERSION, namespace, volcano.PLURAL, **kwargs
         )
 
-    def _create(self, create: Callable[..., Any], name: str, manifest: dict[str, Any]) -> None:
+    def _create(self, create: Callable[..., Any], name: str, manifest: dict[str, Any]) -> Any:
+        """The created object, or None when it had been created meanwhile."""
         try:
-            create(self.namespace, manifest, _request_timeout=self.timeout)
+            return create(self.namespace, manifest, _request_timeout=self.timeout)
         except ApiException as exc:
             if exc.status != 409:  # 409 Conflict: created meanwhile, which is what we wanted
                 raise _error("create", name, exc) from exc
+            return None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise BackendError(f"kubernetes create {name}: unreachable: {exc}") from exc
 
@@ -499,6 +662,14 @@ class KubernetesBackend:
             raise BackendError(
                 f"kubernetes API at {self.api_client.configuration.host} unreachable: {exc}"
             ) from exc
+
+
+def _message(exc: ApiException) -> str:
+    """The ``message`` of the API server's Status answer (else its HTTP reason)."""
+    try:
+        return str(json.loads(exc.body or b"{}").get("message") or exc.reason or "")
+    except (ValueError, AttributeError):
+        return str(exc.reason or "")
 
 
 def _error(what: str, name: Any, exc: ApiException) -> BackendError:

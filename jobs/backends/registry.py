@@ -11,6 +11,8 @@ import os
 from .base import Backend
 
 DEFAULT_SIMULATOR_URL = "http://127.0.0.1:9400"
+# Cluster.config keys a Slurm cluster passes on to SlurmBackend as they are.
+SLURM_OPTIONS = ("secrets_dir", "login_host")
 
 
 def is_simulated(kind: str, config: dict) -> bool:
@@ -29,8 +31,10 @@ def backend_for(kind: str, config: dict) -> Backend:
     if kind == "slurm":
         from .slurm import SlurmBackend
 
+        # secrets_dir: where the nodes keep secret values; login_host: the tunnel's login node.
+        options = {key: config[key] for key in SLURM_OPTIONS if config.get(key)}
         return SlurmBackend(
-            config.get("slurm_conf") or os.environ["SLURM_CONF"], partition=config.get("partition")
+            config.get("slurm_conf") or os.environ["SLURM_CONF"], partition=config.get("partition"), **options
         )
     if kind == "kubernetes":
         from .kubernetes import KubernetesBackend

@@ -16,6 +16,7 @@ restarted on the same state file catches up with what happened while it was down
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import math
 import os
@@ -32,11 +33,28 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST = (
-    "pending", "running", "succeeded", "failed", "cancelled", "lost")
+    "pending",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "lost",
+)
 TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
 NODE_STATES = ("ready", "cordoned", "down")
 DEFAULT_DURATION = 600  # simulated seconds, when a spec has no sim_duration_seconds
+# Version 1 still: the log and checkpoint fields are optional (``_with_defaults``), so a state
+# file written before them loads as it is.
 STATE_VERSION = 1
+# Names become file names (the job's log): no separators, no leading dot.
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+STEP_SECONDS = 10  # simulated seconds per training step: one progress line each
+# A request writes at most this many progress lines per job (the latest ones, after a "skipped"
+# line): a long job at a high speed-up, or a server that was down for hours, must not make one
+# request write millions of lines. The step counter itself never skips.
+LOG_LINES_PER_ADVANCE = 1000
+MAX_TAIL_BYTES = 1024 * 1024
+LOG_CHUNK_BYTES = 64 * 1024  # as jobs.backends.base (not imported: this module stays standalone)
 
 
 class ApiError(Exception):
@@ -64,19 +82,59 @@ class SimCluster:
         self.speed = speed
         self.clock = clock
         self.lock = threading.Lock()
+        # One directory per state file: two demo databases keep their simulators side by side
+        # in .run/, and their jobs share names (gp-1, ...).
+        self.logs_dir = state_path.parent / "logs" / state_path.stem
+        self.dirty = False  # log lines written since the last save (a read-only request wrote some)
         self.state = self._load()
+        self._trim_logs()
 
     # -- persistence
 
     def _load(self) -> dict:
         if not self.path.exists():
-            return {"version": STATE_VERSION, "clock": self.clock(), "seq": 0,
-                    "nodes": {}, "jobs": {}, "armed": {}}
+            return {
+                "version": STATE_VERSION,
+                "clock": self.clock(),
+                "seq": 0,
+                "nodes": {},
+                "jobs": {},
+                "armed": {},
+                "logs": {},
+            }
         # A corrupt state file stops the server instead of silently starting an empty cluster.
         state = json.loads(self.path.read_text())
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"{self.path}: unsupported state version {state.get('version')!r}")
+        state.setdefault("logs", {})
+        for job in state["jobs"].values():
+            self._with_defaults(job)
         return state
+
+    def _with_defaults(self, job: dict) -> None:
+        """A job saved before logs and checkpoints: no environment, no checkpoint, and a log
+        that starts when the next request finds it running (``run`` None)."""
+        job.setdefault("duration", job["run_seconds"] * self.speed)
+        job.setdefault("steps_total", _steps(job["duration"]))
+        for key, default in (
+            ("env", []),
+            ("mounts", []),
+            ("checkpoint_dir", ""),
+            ("checkpointing", False),
+            ("expose_port", None),
+            ("start_step", 0),
+            ("log_step", 0),
+            ("run", None),
+        ):
+            job.setdefault(key, default)
+
+    def _trim_logs(self) -> None:
+        """Cut what a log holds beyond the size the state file records: lines written by a server
+        killed before it saved. The replay writes them again, from the same saved cursor."""
+        for name, entry in self.state["logs"].items():
+            path = self.logs_dir / f"{name}.log"
+            if path.exists() and path.stat().st_size > entry["size"]:
+                os.truncate(path, entry["size"])
 
     def _save(self) -> None:
         # temp file + fsync + os.replace: a kill -9 mid-write leaves the previous complete file.
@@ -102,11 +160,14 @@ class SimCluster:
                 break
             at, _order, _seq, job, outcome = event
             if outcome == RUNNING:
-                job.update(phase=RUNNING, started_at=at, message="")
+                self._start(job, at)
             else:
                 self._finish(job, at, *outcome)
             cursor = at
         self.state["clock"] = max(now, self.state["clock"])
+        for job in self._active():
+            if job["phase"] == RUNNING:
+                self._progress(job, now)
 
     def _next_event(self, cursor: float, now: float):
         events = []
@@ -141,18 +202,118 @@ class SimCluster:
             want[key] = want.get(key, 0) + slot["milli"]
         return all(m + sum(h for _, h in usage.get(k, ())) <= 1000 for k, m in want.items())
 
-    @staticmethod
-    def _finish(job, at, phase, exit_code, message, node_failure=False) -> None:
-        job.update(phase=phase, finished_at=at, exit_code=exit_code, message=message,
-                   node_failure=node_failure)
+    def _finish(self, job, at, phase, exit_code, message, node_failure=False) -> None:
+        ran = job["phase"] == RUNNING
+        if ran:  # the steps done until this instant, then the end line
+            self._progress(job, at, completed=phase == SUCCEEDED)
+        job.update(
+            phase=phase, finished_at=at, exit_code=exit_code, message=message, node_failure=node_failure
+        )
+        if ran:
+            step, code = job["log_step"], "-" if exit_code is None else exit_code
+            self._log(
+                job["name"],
+                [f"{iso(at)} end {phase} exit={code} step {step}/{job['steps_total']}: {message}"],
+            )
+            self._save_step(job, step)
+
+    # -- the job's log and checkpoint
+
+    def _start(self, job: dict, at: float) -> None:
+        """The job starts: from the step its checkpoint records (a requeued run resumes), so
+        only the remaining steps are left to run."""
+        job.update(phase=RUNNING, started_at=at, message="")
+        step = self._resume_step(job)
+        job.update(start_step=step, log_step=step)
+        job["run_seconds"] = self._real(max(0.0, job["duration"] - step * STEP_SECONDS))
+        self._open_run(job, resumed=step)
+
+    def _open_run(self, job: dict, resumed: int) -> None:
+        entry = self.state["logs"].setdefault(job["name"], {"runs": 0, "size": 0})
+        entry["runs"] += 1
+        job["run"] = entry["runs"]
+        lines = [f"== run {job['run']} ==", f"{iso(job['started_at'])} start {_describe(job)}"]
+        if resumed:
+            lines.append(
+                f"{iso(job['started_at'])} resumed from step {resumed} "
+                f"(checkpoint {job['checkpoint_dir']}/step)"
+            )
+        self._log(job["name"], lines)
+
+    def _resume_step(self, job: dict) -> int:
+        if not (job["checkpointing"] and job["checkpoint_dir"]):
+            return 0
+        try:
+            step = int(Path(job["checkpoint_dir"], "step").read_text().strip())
+        except (OSError, ValueError):  # no checkpoint yet (or not one we wrote): a fresh start
+            return 0
+        return min(max(step, 0), job["steps_total"])
+
+    def _progress(self, job: dict, until: float, *, completed: bool = False) -> None:
+        """Write the progress lines that fell due by ``until`` (every STEP_SECONDS simulated
+        seconds; all of them when the job completed), at most LOG_LINES_PER_ADVANCE of them."""
+        if job["run"] is None:  # running since before this simulator wrote logs
+            self._open_run(job, resumed=0)
+        done = job["steps_total"] if completed else self._step_at(job, until)
+        first = job["log_step"] + 1
+        if done < first:
+            return
+        lines = []
+        if done - first + 1 > LOG_LINES_PER_ADVANCE:
+            skipped = done - first + 1 - LOG_LINES_PER_ADVANCE
+            first = done - LOG_LINES_PER_ADVANCE + 1
+            lines.append(
+                f"... {skipped} progress lines skipped ({LOG_LINES_PER_ADVANCE} at most per request)"
+            )
+        start, offset = job["started_at"], job["start_step"]
+        lines += [
+            f"{iso(min(until, start + self._real((k - offset) * STEP_SECONDS)))} step {k}/"
+            f"{job['steps_total']} loss={_loss(job['name'], k)}"
+            for k in range(first, done + 1)
+        ]
+        self._log(job["name"], lines)
+        job["log_step"] = done
+        self._save_step(job, done)
+
+    def _step_at(self, job: dict, at: float) -> int:
+        elapsed = (at - job["started_at"]) * self.speed
+        # the epsilon: a step due exactly now must not be lost to float rounding of speed
+        return min(job["steps_total"], job["start_step"] + int(elapsed / STEP_SECONDS + 1e-9))
+
+    def _log(self, name: str, lines: list[str]) -> None:
+        entry = self.state["logs"].setdefault(name, {"runs": 0, "size": 0})
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.logs_dir / f"{name}.log", "ab") as fh:
+            if fh.tell() > entry["size"]:  # written after the last save by a killed server
+                fh.truncate(entry["size"])
+            fh.write("".join(f"{line}\n" for line in lines).encode())
+            entry["size"] = fh.tell()
+        self.dirty = True
+
+    def _save_step(self, job: dict, step: int) -> None:
+        """The checkpoint: the step counter in ``<checkpoint dir>/step``, replaced atomically as a
+        training job saves its checkpoint (a reader never sees half a number)."""
+        if not (job["checkpointing"] and job["checkpoint_dir"]):
+            return
+        folder = Path(job["checkpoint_dir"])
+        tmp = folder / f".step.{os.getpid()}.tmp"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(f"{step}\n")
+            os.replace(tmp, folder / "step")
+        except OSError as exc:  # the job goes on; its log says why it cannot resume
+            if not job.get("checkpoint_error"):
+                job["checkpoint_error"] = str(exc)
+                self._log(job["name"], [f"checkpoint not written: {exc}"])
 
     def _run(self, fn, *args, save: bool = True):
         with self.lock:
             now = self.clock()
             self._advance(now)
             result = fn(now, *args)
-            if save:
+            if save or self.dirty:
                 self._save()
+                self.dirty = False
             return result
 
     # -- nodes
@@ -204,6 +365,7 @@ class SimCluster:
         name = spec.get("name")
         if not isinstance(name, str) or not name:
             raise ApiError(400, "name is required")
+        _check_name(name)
         placement = _clean_placement(spec.get("placement") or [], spec.get("gpu_milli"))
         return self._run(self._submit, name, spec, placement)
 
@@ -216,17 +378,34 @@ class SimCluster:
             return self._view(jobs[name], now), False
         self.state["seq"] += 1
         duration = spec.get("sim_duration_seconds")
+        duration = DEFAULT_DURATION if duration is None else max(0.0, float(duration))
         max_runtime = spec.get("max_runtime_seconds")
         job = {
-            "name": name, "seq": self.state["seq"], "job_id": spec.get("job_id"),
-            "kind": spec.get("kind", ""), "command": spec.get("command") or "",
-            "flavor": spec.get("flavor", ""), "labels": spec.get("labels") or {},
-            "placement": placement, "phase": PENDING, "submitted_at": now,
+            "name": name,
+            "seq": self.state["seq"],
+            "job_id": spec.get("job_id"),
+            "kind": spec.get("kind", ""),
+            "command": spec.get("command") or "",
+            "flavor": spec.get("flavor", ""),
+            "labels": spec.get("labels") or {},
+            "placement": placement,
+            "phase": PENDING,
+            "submitted_at": now,
             "start_after": now + self.state["armed"].pop(name, 0.0),
-            "run_seconds": self._real(DEFAULT_DURATION if duration is None else duration),
+            "run_seconds": self._real(duration),
+            "duration": duration,
+            "steps_total": _steps(duration),
             "deadline_seconds": None if max_runtime is None else self._real(max_runtime),
-            "cancel_at": None, "started_at": None, "finished_at": None,
-            "exit_code": None, "message": "", "node_failure": False,
+            "cancel_at": None,
+            "started_at": None,
+            "finished_at": None,
+            "exit_code": None,
+            "message": "",
+            "node_failure": False,
+            **_environment(spec),
+            "start_step": 0,
+            "log_step": 0,
+            "run": None,
         }
         jobs[name] = job
         self._check_placement(job, now)
@@ -271,7 +450,9 @@ class SimCluster:
         elif job["phase"] == RUNNING:
             at = now + self._real(grace_seconds)
             # a repeated cancel may shorten the grace period, never extend it
-            job["cancel_at"] = at if job["cancel_at"] is None else min(job["cancel_at"], at)
+            if job["cancel_at"] is None or at < job["cancel_at"]:
+                job["cancel_at"] = at
+                self._log(name, [f"{iso(now)} SIGTERM: stopping in {grace_seconds:g} s"])
             self._advance(now)
         return self._view(job, now)
 
@@ -330,14 +511,82 @@ class SimCluster:
         elif job["phase"] == RUNNING and job["cancel_at"] is not None:
             message = "cancelling"
         return {
-            "name": job["name"], "phase": job["phase"], "job_id": job["job_id"],
-            "command": job["command"], "submitted_at": iso(job["submitted_at"]),
-            "started_at": iso(job["started_at"]), "finished_at": iso(job["finished_at"]),
-            "exit_code": job["exit_code"], "message": message,
+            "name": job["name"],
+            "phase": job["phase"],
+            "job_id": job["job_id"],
+            "command": job["command"],
+            "submitted_at": iso(job["submitted_at"]),
+            "started_at": iso(job["started_at"]),
+            "finished_at": iso(job["finished_at"]),
+            "exit_code": job["exit_code"],
+            "message": message,
             "nodes": list(dict.fromkeys(s["node"] for s in _slots(job))),
-            "node_failure": job["node_failure"], "placement": job["placement"],
-            "workers": len(job["placement"]), "resized_at": iso(job.get("resized_at")),
+            "node_failure": job["node_failure"],
+            "placement": job["placement"],
+            "workers": len(job["placement"]),
+            "resized_at": iso(job.get("resized_at")),
+            "kind": job["kind"],
+            "expose_port": job["expose_port"],
+            # where the training is: the step reached, of how many, and the step this run began at
+            "step": job["log_step"],
+            "steps": job["steps_total"],
+            "resumed_from": job["start_step"],
+            "ends_at": iso(_end_of(job)[0]) if job["phase"] == RUNNING else None,
         }
+
+    # -- logs and the dev page
+
+    def log_tail(self, name: str, max_bytes: int) -> dict:
+        return self._run(self._log_tail, name, max_bytes, save=False)
+
+    def _log_tail(self, now, name, max_bytes):
+        path, size, missing = self._log_file(name)
+        if missing:
+            return {"text": "", "size": None, "truncated": False, "missing": missing}
+        start = max(0, size - max_bytes)
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            data = fh.read(size - start)
+        if start and b"\n" in data:  # from the first whole line: never half a line or character
+            data = data[data.index(b"\n") + 1 :]
+        return {"text": data.decode("utf-8", "replace"), "size": size, "truncated": start > 0, "missing": ""}
+
+    def log_file(self, name: str) -> tuple[Path, int]:
+        """The log and its size now (brought up to date first); 404 with the reason when none."""
+        path, size, missing = self._run(lambda now: self._log_file(name), save=False)
+        if missing:
+            raise ApiError(404, missing)
+        return path, size
+
+    def _log_file(self, name: str) -> tuple[Path, int, str]:
+        _check_name(name)
+        job = self.state["jobs"].get(name)
+        entry = self.state["logs"].get(name)
+        path = self.logs_dir / f"{name}.log"
+        if job is None:
+            return path, 0, f"the simulator has no job {name}"
+        if entry is None:
+            if job["phase"] == PENDING:
+                return path, 0, "not started yet"
+            return path, 0, "the job never started" if job["started_at"] is None else "the job wrote no log"
+        if not path.exists():
+            return path, 0, "the log file was removed"
+        # the size the state records: what a concurrent write appends later is not part of this read
+        return path, min(entry["size"], path.stat().st_size), ""
+
+    def dev_page(self, name: str, port: int) -> str:
+        return self._run(self._dev_page, name, port, save=False)
+
+    def _dev_page(self, now, name, port):
+        job = self.state["jobs"].get(name)
+        if job is None or job["phase"] != RUNNING or job["expose_port"] != port:
+            raise ApiError(404, f"job {name} serves nothing on port {port}")
+        title = html.escape(f"gpupool dev job {name}")
+        return (
+            f'<!doctype html>\n<html><head><meta charset="utf-8"><title>{title}</title></head>\n'
+            f"<body><h1>{title}</h1><p>Simulated dev server on port {port} of a "
+            f"{html.escape(job['kind'] or 'dev')} job.</p></body></html>\n"
+        )
 
     # -- metrics
 
@@ -373,6 +622,80 @@ def _end_of(job: dict) -> tuple[float, tuple]:
     return at, outcome
 
 
+def _check_name(name: str) -> None:
+    if not SAFE_NAME.fullmatch(name):
+        raise ApiError(400, "a job name is letters, digits, '.', '_' and '-', not starting with '.'")
+
+
+def _steps(duration: float) -> int:
+    return max(1, math.ceil(duration / STEP_SECONDS))
+
+
+def _loss(name: str, step: int) -> str:
+    """A falling training loss, the same for a step whichever run writes it (a resumed run
+    continues the curve): a decay plus a little noise from the job's name and the step."""
+    noise = zlib.crc32(f"{name}:{step}".encode()) % 1000 / 20000
+    return f"{0.15 + 2.3 / (1 + step / 25) + noise:.4f}"
+
+
+def _environment(spec: dict) -> dict:
+    """What the job's log and dev page need from the spec's working environment: variable
+    names and secret references, never values (the state file and logs are not secret stores)."""
+    env = [
+        {k: str(e.get(k) or "") for k in ("name", "secret", "key")}
+        for e in spec.get("env") or ()
+        if isinstance(e, dict)
+    ]
+    mounts = [
+        {"path": str(m.get("mount_path", "")), "read_only": bool(m.get("read_only"))}
+        for m in spec.get("mounts") or ()
+        if isinstance(m, dict)
+    ]
+    port = spec.get("expose_port")
+    return {
+        "env": env,
+        "mounts": mounts,
+        "checkpoint_dir": _checkpoint_dir(spec.get("checkpoint")),
+        "checkpointing": bool(spec.get("checkpointing")),
+        "expose_port": int(port) if isinstance(port, int) and 0 < port < 65536 else None,
+    }
+
+
+def _checkpoint_dir(checkpoint) -> str:
+    """``Checkpoint.host_dir`` of jobs.backends.base: the simulator's jobs run "on this machine",
+    where the storage's host path is. Absolute only: a relative one would land in the server's cwd."""
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("mount"), dict):
+        return ""
+    host = str(checkpoint["mount"].get("host_path") or "")
+    subdir = str(checkpoint.get("subdir") or "")
+    if not os.path.isabs(host) or ".." in subdir.split("/"):
+        return ""
+    return f"{host.rstrip('/')}/{subdir}".rstrip("/")
+
+
+def _describe(job: dict) -> str:
+    nodes = ",".join(dict.fromkeys(s["node"] for s in _slots(job)))
+    gpus = sum(s["milli"] for s in _slots(job)) / 1000
+    env = ", ".join(
+        f"{e['name']}=<from secret {e['secret']}/{e['key']}>" if e["secret"] else e["name"]
+        for e in job["env"]
+    )
+    mounts = ", ".join(m["path"] + (" (read-only)" if m["read_only"] else "") for m in job["mounts"])
+    parts = [
+        job["name"],
+        f"kind={job['kind']}",
+        f"nodes={nodes}",
+        f"gpus={gpus:g}",
+        f"env=[{env}]",
+        f"mounts=[{mounts}]",
+    ]
+    if job["checkpoint_dir"]:  # set by the portal for every job with one; not a secret
+        parts.append(f"GPUPOOL_CHECKPOINT_DIR={job['checkpoint_dir']}")
+    if job["expose_port"]:
+        parts.append(f"port={job['expose_port']}")
+    return " ".join(parts)
+
+
 def _clean_node(raw: dict) -> dict:
     if not isinstance(raw, dict) or not raw.get("name"):
         raise ApiError(400, "every node needs a name")
@@ -390,8 +713,13 @@ def _clean_node(raw: dict) -> dict:
 def _clean_placement(raw, gpu_milli) -> list[list[dict]]:
     default_milli = int(gpu_milli) if gpu_milli else 1000
     try:
-        placement = [[{"node": str(s["node"]), "gpu": int(s["gpu"]),
-                       "milli": int(s.get("milli") or default_milli)} for s in worker] for worker in raw]
+        placement = [
+            [
+                {"node": str(s["node"]), "gpu": int(s["gpu"]), "milli": int(s.get("milli") or default_milli)}
+                for s in worker
+            ]
+            for worker in raw
+        ]
     except (TypeError, KeyError, ValueError, AttributeError):
         raise ApiError(400, "placement: a list of workers, each a list of {node, gpu, milli}") from None
     if any(not 0 < s["milli"] <= 1000 for w in placement for s in w):
@@ -411,8 +739,11 @@ DCGM_METRICS = (
 )
 DRIVER_VERSION = "535.161.08"
 MODEL_NAMES = {
-    "A100-80G": "NVIDIA A100-SXM4-80GB", "A100-40G": "NVIDIA A100-SXM4-40GB",
-    "H800": "NVIDIA H800", "H100": "NVIDIA H100 80GB HBM3", "V100": "Tesla V100-SXM2-32GB",
+    "A100-80G": "NVIDIA A100-SXM4-80GB",
+    "A100-40G": "NVIDIA A100-SXM4-40GB",
+    "H800": "NVIDIA H800",
+    "H100": "NVIDIA H100 80GB HBM3",
+    "V100": "Tesla V100-SXM2-32GB",
 }
 DEFAULT_MEMORY_MIB = 80 * 1024
 
@@ -421,8 +752,12 @@ def render_metrics(nodes: list[dict], usage, now: float) -> str:
     """Prometheus text exposition as dcgm-exporter writes it. A GPU shared by several jobs has
     one series per job (each with its part of the device's utilisation and memory), so a query
     by ``job`` label finds every job; their GPU_UTIL values sum to the device's."""
-    rows = [row for node in nodes for i in range(node["gpus"])
-            for row in _gpu_rows(node, i, usage.get((node["name"], i), []), now)]
+    rows = [
+        row
+        for node in nodes
+        for i in range(node["gpus"])
+        for row in _gpu_rows(node, i, usage.get((node["name"], i), []), now)
+    ]
     out = []
     for metric, help_text in DCGM_METRICS:
         out += [f"# HELP {metric} {help_text}", f"# TYPE {metric} gauge"]
@@ -432,13 +767,18 @@ def render_metrics(nodes: list[dict], usage, now: float) -> str:
 
 def _gpu_rows(node: dict, index: int, holders: list[tuple[dict, int]], now: float):
     base = {
-        "gpu": str(index), "UUID": gpu_uuid(node["name"], index), "device": f"nvidia{index}",
+        "gpu": str(index),
+        "UUID": gpu_uuid(node["name"], index),
+        "device": f"nvidia{index}",
         "modelName": MODEL_NAMES.get(node["flavor_hint"], node["flavor_hint"]),
-        "Hostname": node["name"], "DCGM_FI_DRIVER_VERSION": DRIVER_VERSION,
+        "Hostname": node["name"],
+        "DCGM_FI_DRIVER_VERSION": DRIVER_VERSION,
     }
     total = _memory_mib(node["flavor_hint"])
-    parts = [(job, _activity(job, index, now) * milli / 1000, _memory(job, total) * milli // 1000)
-             for job, milli in holders]
+    parts = [
+        (job, _activity(job, index, now) * milli / 1000, _memory(job, total) * milli // 1000)
+        for job, milli in holders
+    ]
     device_util = min(100.0, sum(u for _, u, _ in parts))
     free = max(0, total - sum(m for _, _, m in parts))
     device = {
@@ -447,12 +787,29 @@ def _gpu_rows(node: dict, index: int, holders: list[tuple[dict, int]], now: floa
         "DCGM_FI_DEV_POWER_USAGE": f"{62.5 + device_util * 3.3:.3f}",
     }
     if not parts:
-        return [(base, {"DCGM_FI_DEV_GPU_UTIL": 0, "DCGM_FI_DEV_MEM_COPY_UTIL": 0,
-                        "DCGM_FI_DEV_FB_USED": 0, **device})]
-    return [({**base, "job": job["name"], "hpc_job": job["name"]},
-             {"DCGM_FI_DEV_GPU_UTIL": round(util), "DCGM_FI_DEV_MEM_COPY_UTIL": round(util * 0.6),
-              "DCGM_FI_DEV_FB_USED": mem, **device})
-            for job, util, mem in parts]
+        return [
+            (
+                base,
+                {
+                    "DCGM_FI_DEV_GPU_UTIL": 0,
+                    "DCGM_FI_DEV_MEM_COPY_UTIL": 0,
+                    "DCGM_FI_DEV_FB_USED": 0,
+                    **device,
+                },
+            )
+        ]
+    return [
+        (
+            {**base, "job": job["name"], "hpc_job": job["name"]},
+            {
+                "DCGM_FI_DEV_GPU_UTIL": round(util),
+                "DCGM_FI_DEV_MEM_COPY_UTIL": round(util * 0.6),
+                "DCGM_FI_DEV_FB_USED": mem,
+                **device,
+            },
+        )
+        for job, util, mem in parts
+    ]
 
 
 def gpu_uuid(node: str, index: int) -> str:
@@ -502,6 +859,9 @@ ROUTES = [
     ("POST", r"/jobs/([^/]+)/crash", "post_crash"),
     ("POST", r"/jobs/([^/]+)/slow_start", "post_slow_start"),
     ("POST", r"/jobs/([^/]+)/resize", "post_resize"),
+    ("GET", r"/jobs/([^/]+)/log", "get_log"),
+    ("GET", r"/jobs/([^/]+)/log/raw", "get_log_raw"),
+    ("GET", r"/jobs/([^/]+)/port/([^/]+)", "get_dev_page"),
     ("GET", r"/metrics", "get_metrics"),
 ]
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -570,8 +930,15 @@ class Handler(BaseHTTPRequestHandler):
     def healthz(self):
         with self.cluster.lock:
             state = self.cluster.state
-            self._json(200, {"status": "ok", "nodes": len(state["nodes"]), "jobs": len(state["jobs"]),
-                             "speed": self.cluster.speed})
+            self._json(
+                200,
+                {
+                    "status": "ok",
+                    "nodes": len(state["nodes"]),
+                    "jobs": len(state["jobs"]),
+                    "speed": self.cluster.speed,
+                },
+            )
 
     def get_nodes(self):
         self._json(200, {"nodes": self.cluster.nodes()})
@@ -580,7 +947,7 @@ class Handler(BaseHTTPRequestHandler):
         body = self._body()
         nodes = body.get("nodes") if isinstance(body, dict) else body
         if not isinstance(nodes, list):
-            raise ApiError(400, "body must be a list of nodes or {\"nodes\": [...]}")
+            raise ApiError(400, 'body must be a list of nodes or {"nodes": [...]}')
         # ?keep_states=1: known nodes keep the state they have here (an injected fault is the
         # cluster's truth, which the portal reads back); only new nodes take the given state.
         keep = self.query.get("keep_states", "") in ("1", "true")
@@ -621,8 +988,38 @@ class Handler(BaseHTTPRequestHandler):
     def post_resize(self, name):
         body = self._body()
         if not isinstance(body, dict) or not isinstance(body.get("placement"), list):
-            raise ApiError(400, "body must be {\"placement\": [[{node, gpu, milli}, ...], ...]}")
+            raise ApiError(400, 'body must be {"placement": [[{node, gpu, milli}, ...], ...]}')
         self._json(200, self.cluster.resize(name, body["placement"], body.get("gpu_milli")))
+
+    def get_log(self, name):
+        tail = self._number(self.query.get("tail_bytes", LOG_CHUNK_BYTES), "tail_bytes")
+        self._json(200, self.cluster.log_tail(name, int(min(tail, MAX_TAIL_BYTES))))
+
+    def get_log_raw(self, name):
+        """The whole log as it is now, streamed in chunks (never read whole into memory). Only
+        this response is HTTP/1.1 (chunked needs it), and it closes the connection after."""
+        path, size = self.cluster.log_file(name)
+        self.protocol_version = "HTTP/1.1"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            with open(path, "rb") as fh:
+                left = size
+                while left > 0 and (chunk := fh.read(min(LOG_CHUNK_BYTES, left))):
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    left -= len(chunk)
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the downloader went away; nothing to answer after the headers were sent
+
+    def get_dev_page(self, name, port):
+        if not port.isdigit():
+            raise ApiError(404, f"no port {port}")
+        self._send(200, self.cluster.dev_page(name, int(port)).encode(), "text/html; charset=utf-8")
 
     def get_metrics(self):
         text = self.cluster.metrics(self.query.get("node"))
@@ -642,7 +1039,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=9400)
     parser.add_argument("--state", type=Path, required=True, help="JSON state file (kept across restarts)")
     parser.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second")
-    parser.add_argument("--inventory", type=Path, help="JSON list of nodes (or {\"nodes\": [...]})")
+    parser.add_argument("--inventory", type=Path, help='JSON list of nodes (or {"nodes": [...]})')
     args = parser.parse_args(argv)
     cluster = SimCluster(args.state, args.speed)
     if args.inventory:

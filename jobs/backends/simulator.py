@@ -1,6 +1,9 @@
 """The simulated cluster as a :class:`~jobs.backends.base.Backend`, over the HTTP API of
 ``jobs.backends.simserver`` (stdlib ``urllib`` only, no Django).
 
+Logs: ``GET /jobs/<name>/log?tail_bytes=N`` (the tail, JSON) and ``/log/raw`` (the whole file,
+chunked); a dev job's exposed port is a small page the simulator itself serves.
+
 Besides the backend protocol it offers the failure-injection calls the tests and the demo use:
 ``set_inventory``, ``set_node_state``, ``crash``, ``slow_start``, ``metrics``, and ``view`` (the
 simulator's record of one job, placement and worker count included).
@@ -12,18 +15,35 @@ import dataclasses
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from jobs.backends.base import LOST, BackendError, JobSpec, JobStatus, NodeInfo
+from jobs.backends.base import (
+    LOG_CHUNK_BYTES,
+    LOST,
+    Access,
+    BackendError,
+    JobSpec,
+    JobStatus,
+    LogTail,
+    NodeInfo,
+)
 
 # The simulator stamps each job's start and end on its own clock (real UTC instants, see
 # jobs.backends.simserver): those are the job's times, however late the portal polls.
 TIME_SOURCE = "simulator"
 # Names per GET /jobs request: keeps the query string far below common URL length limits.
 STATUS_BATCH = 200
+
+
+class _Refused(BackendError):
+    """The simulator answered with an HTTP error status."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
 
 
 class SimulatorBackend:
@@ -60,6 +80,26 @@ class SimulatorBackend:
 
     def list_nodes(self) -> list[NodeInfo]:
         return [_node_info(n) for n in self._call("GET", "/nodes")["nodes"]]
+
+    def log_tail(self, name: str, *, max_bytes: int) -> LogTail:
+        d = self._call("GET", f"/jobs/{quote(name, safe='')}/log?" + urlencode({"tail_bytes": max_bytes}))
+        return LogTail(
+            text=d["text"],
+            size=d.get("size"),
+            truncated=bool(d.get("truncated")),
+            missing=d.get("missing") or "",
+        )
+
+    def log_stream(self, name: str) -> Iterator[bytes]:
+        # Opened here, not on the first next(): "no log" is a BackendError the caller sees at once.
+        response = self._open("GET", f"/jobs/{quote(name, safe='')}/log/raw", None)
+        return _chunks(response, f"simulator log of {name}")
+
+    def access(self, name: str, port: int, *, nodes: tuple[str, ...], user: str) -> Access:
+        # The simulator serves the dev job's page itself; no tunnel, whoever the user and nodes.
+        return Access(
+            url=f"{self.base_url}/jobs/{quote(name, safe='')}/port/{int(port)}/", note="simulated dev server"
+        )
 
     def health(self) -> str:
         try:
@@ -107,19 +147,43 @@ class SimulatorBackend:
             raise BackendError(f"simulator {method} {path}: answer is not JSON") from exc
 
     def _request(self, method: str, path: str, body: Any, *, missing_ok: bool = False) -> bytes | None:
+        try:
+            response = self._open(method, path, body)
+        except BackendError as exc:
+            if missing_ok and isinstance(exc, _Refused) and exc.status == 404:
+                return None
+            raise
+        try:
+            with response:
+                return response.read()
+        except (OSError, TimeoutError) as exc:
+            raise BackendError(f"simulator at {self.base_url}: {method} {path} broke off: {exc}") from exc
+
+    def _open(self, method: str, path: str, body: Any):
+        """The open response; BackendError when there is none (_Refused: the simulator said no)."""
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(  # noqa: S310 - the scheme is checked in __init__
-            self.base_url + path, data=data, method=method, headers={"Content-Type": "application/json"})
+            self.base_url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
-                return response.read()
+            return urllib.request.urlopen(request, timeout=self.timeout)  # noqa: S310
         except urllib.error.HTTPError as exc:
             detail = _detail(exc)
-            if exc.code == 404 and missing_ok:
-                return None
-            raise BackendError(f"simulator {method} {path}: HTTP {exc.code} {detail}") from exc
+            raise _Refused(f"simulator {method} {path}: HTTP {exc.code} {detail}", exc.code) from exc
         except (OSError, TimeoutError) as exc:  # URLError, refused connections, resets, timeouts
             raise BackendError(f"simulator at {self.base_url} unreachable: {exc}") from exc
+
+
+def _chunks(response, what: str) -> Iterator[bytes]:
+    with response:
+        while True:
+            try:
+                chunk = response.read(LOG_CHUNK_BYTES)
+            except (OSError, TimeoutError) as exc:
+                raise BackendError(f"{what} broke off: {exc}") from exc
+            if not chunk:
+                return
+            yield chunk
 
 
 def _detail(exc: urllib.error.HTTPError) -> str:

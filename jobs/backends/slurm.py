@@ -24,6 +24,13 @@ How portal concepts map onto Slurm:
 * Finished jobs: ``squeue`` keeps them for ``MinJobAge`` seconds, ``sacct`` (slurmdbd) for good.
 * Times: a status's ``started_at`` / ``finished_at`` are Slurm's own Start/End (``squeue`` %S/%e,
   ``sacct`` Start/End), ``time_source`` "slurm": the portal meters by them, not by its polls.
+* The working environment (storage, checkpoint dir, variables, secrets files): ``slurm_env``. The
+  job's working directory stays its directory under ``jobs_dir`` (script, output, markers).
+* Logs: the job's output file ``<jobs_dir>/<name>/slurm-<id>.out`` (stdout and stderr: without
+  ``-e`` Slurm writes both there). A portal requeue is a new Slurm job under the same name: the
+  newest job id's file is the log. The script leaves ``started-<id>`` when it starts, so a missing
+  file reads as "not started yet" or "removed", without asking Slurm.
+* A dev job's port is reached with an SSH tunnel through the centre's login node (``login_host``).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import re
 import shlex
 import subprocess
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -45,11 +52,15 @@ from .base import (
     PENDING,
     RUNNING,
     SUCCEEDED,
+    Access,
     BackendError,
     JobSpec,
     JobStatus,
+    LogTail,
     NodeInfo,
 )
+from .logfile import chunks, tail
+from .slurm_env import env_key, environment_lines
 
 # Slurm job states (long names, as squeue %T and sacct State print them) → portal phases.
 PHASES = {
@@ -89,6 +100,15 @@ TIME_SOURCE = "slurm"
 # Replies that mean "that job is already gone", not a failure of scancel.
 GONE = ("already completing or completed", "Invalid job id specified")
 UNSET = {"", "N/A", "None", "Unknown", "NONE"}
+DEFAULT_SECRETS_DIR = "/etc/gpupool/secrets"
+DEFAULT_LOGIN_HOST = "login"
+# Job names become directory names; user and host names go into a command line the user copies.
+JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+HOST_OR_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
+# The job's markers and output files carry its Slurm job id.
+ID_FILE = re.compile(r"(?:submitted|started)-(\d+)|slurm-(\d+)\.out")
+NOT_STARTED = "the job has not started: no output yet"
+REMOVED = "the output file was removed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +134,9 @@ class SlurmBackend:
     (e.g. ``gpu:nvidia_a100-sxm4-80gb``) — the inventory maps it back. ``jobs_dir`` holds one
     directory per job (script, output, cancel markers); it must be on a file system the nodes see,
     and defaults to ``$GPUPOOL_SLURM_JOBS_DIR`` or ``jobs/`` next to the ``etc/`` of ``slurm_conf``.
+    ``secrets_dir`` is where the nodes keep the values of secret references
+    (``<secrets_dir>/<project>/<secret>/<key>``); ``login_host`` the host users ssh into (the
+    centre's login node), for a dev job's tunnel.
     """
 
     def __init__(
@@ -128,6 +151,8 @@ class SlurmBackend:
         checkpoint_warning_seconds: int = 120,
         requeue: bool = False,
         sacct_lookback_days: int = 60,
+        secrets_dir: str = DEFAULT_SECRETS_DIR,
+        login_host: str = DEFAULT_LOGIN_HOST,
     ) -> None:
         self.slurm_conf = str(slurm_conf)
         self.partition = partition
@@ -139,6 +164,8 @@ class SlurmBackend:
         self.checkpoint_warning_seconds = checkpoint_warning_seconds
         self.requeue = requeue
         self.sacct_lookback = timedelta(days=sacct_lookback_days)
+        self.secrets_dir = str(secrets_dir)
+        self.login_host = login_host
         self.env = {
             "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
             "HOME": os.environ.get("HOME", "/"),
@@ -159,9 +186,12 @@ class SlurmBackend:
         workdir = self.jobs_dir / spec.name
         workdir.mkdir(parents=True, exist_ok=True)
         script = workdir / "job.sh"
-        script.write_text(self._script(spec))
+        script.write_text(self._script(spec, workdir))
         out = self._run(["sbatch", "--parsable", *self._sbatch_options(spec, workdir), str(script)])
-        return out.strip().split(";")[0]  # "<id>" or "<id>;<cluster>"
+        job_id = out.strip().split(";")[0]  # "<id>" or "<id>;<cluster>"
+        # The newest job of the name is its log's job, also before that job has written anything.
+        (workdir / f"submitted-{int(job_id)}").touch()
+        return job_id
 
     def cancel(self, name: str, *, grace_seconds: int = 0) -> None:
         for rec in self._unfinished(name):
@@ -201,6 +231,46 @@ class SlurmBackend:
                 node = self._node(line)
                 nodes.setdefault(node.name, node)  # sinfo -N prints a node once per partition
         return sorted(nodes.values(), key=lambda n: _natural_key(n.name))
+
+    def log_tail(self, name: str, *, max_bytes: int) -> LogTail:
+        path, missing = self._output_file(name)
+        if path is None:
+            return LogTail(text="", missing=missing)
+        try:
+            with path.open("rb") as handle:
+                return tail(handle, max_bytes)
+        except FileNotFoundError:  # removed since we looked
+            return LogTail(text="", missing=REMOVED)
+
+    def log_stream(self, name: str) -> Iterator[bytes]:
+        # Opened here, not in the generator: a missing log raises before the caller starts a
+        # download, and a file removed meanwhile stays readable through the open handle.
+        path, missing = self._output_file(name)
+        try:
+            handle = path.open("rb") if path else None
+        except FileNotFoundError:
+            handle, missing = None, REMOVED
+        if handle is None:
+            raise BackendError(f"slurm: no log for {name}: {missing}")
+        return chunks(handle)
+
+    def access(self, name: str, port: int, *, nodes: tuple[str, ...], user: str) -> Access:
+        if not nodes:
+            raise BackendError(f"slurm: {name} runs on no node: nothing to reach")
+        if not 0 < int(port) < 65536:
+            raise BackendError(f"slurm: {port} is not a port")
+        node = nodes[0]  # the first worker (rank 0) serves the dev job's port
+        for what, text in (("user", user), ("node", node), ("login host", self.login_host)):
+            if not HOST_OR_USER.match(text):  # never a command line with something to quote
+                raise BackendError(f"slurm: {what} {text!r} cannot go into an ssh command")
+        return Access(
+            command=f"ssh -N -L {int(port)}:{node}:{int(port)} {user}@{self.login_host}",
+            note=(
+                f"Run this on your own computer and leave it running, then open localhost:{int(port)}: "
+                f"it forwards that port through the login node {self.login_host} to port {int(port)} "
+                f"on {node}, where the job runs. It works while the job runs."
+            ),
+        )
 
     def health(self) -> str:
         try:
@@ -298,22 +368,52 @@ class SlurmBackend:
                 return self.gres_map[key]
         return spec.slurm_gres or "gpu"
 
-    def _script(self, spec: JobSpec) -> str:
+    def _script(self, spec: JobSpec, workdir: Path | None = None) -> str:
+        workdir = workdir or self.jobs_dir / spec.name
         env = {
             "GPUPOOL_JOB_NAME": spec.name,
             "GPUPOOL_JOB_KIND": spec.kind,
             "GPUPOOL_IMAGE": spec.image,  # no container runtime here: the command runs on the node
             "GPUPOOL_GRACE_SIGNAL": self.grace_signal,
             "GPUPOOL_GPUS_PER_WORKER": spec.gpus_per_worker,
-            **{f"GPUPOOL_{_env_key(k)}": v for k, v in spec.labels.items()},
+            **{f"GPUPOOL_{env_key(k)}": v for k, v in spec.labels.items()},
         }
-        exports = "\n".join(f"export {k}={shlex.quote(str(v))}" for k, v in env.items())
+        if spec.expose_port:  # a dev job serves its port on its first node (see access)
+            env["GPUPOOL_PORT"] = int(spec.expose_port)
+        exports = [f"export {k}={shlex.quote(str(v))}" for k, v in env.items()]
+        started = f'touch {shlex.quote(str(workdir))}/started-"$SLURM_JOB_ID"'  # see _output_file
         command = spec.command or "true"
-        # srun starts one task per worker; --kill-on-bad-exit ends the gang when one worker fails.
-        return (
-            f"#!/bin/bash\n# gpupool job {spec.name} (generated)\n{exports}\n"
-            f"srun --kill-on-bad-exit=1 /bin/bash -c {shlex.quote(command)}\n"
-        )
+        lines = [
+            "#!/bin/bash",
+            f"# gpupool job {spec.name} (generated)",
+            started,
+            *environment_lines(spec, secrets_dir=self.secrets_dir),
+            *exports,
+            # srun starts one task per worker; --kill-on-bad-exit ends the gang when one worker fails.
+            f"srun --kill-on-bad-exit=1 /bin/bash -c {shlex.quote(command)}",
+        ]
+        return "\n".join(lines) + "\n"
+
+    # ---- logs ------------------------------------------------------------------------------------
+
+    def _output_file(self, name: str) -> tuple[Path | None, str]:
+        """The newest job's output file, or None and why there is none."""
+        if not JOB_NAME.match(name):
+            raise BackendError(f"slurm: {name!r} is not a job name")
+        workdir = self.jobs_dir / name
+        try:
+            files = [f.name for f in workdir.iterdir()]
+        except FileNotFoundError:
+            return None, "no job of this name was submitted here (or its directory was removed)"
+        ids = _job_ids(files)
+        if not ids:
+            return None, NOT_STARTED
+        newest = max(ids)
+        path = workdir / f"slurm-{newest}.out"
+        if path.exists():
+            return path, ""
+        # Slurm opens the output file before the script runs, so a started job had one.
+        return None, REMOVED if (workdir / f"started-{newest}").exists() else NOT_STARTED
 
     # ---- lookups ---------------------------------------------------------------------------------
 
@@ -559,6 +659,16 @@ def _pick(live: _Record | None, done: _Record | None) -> _Record | None:
     return live
 
 
+def _job_ids(file_names: Iterable[str]) -> list[int]:
+    """The Slurm job ids a job's directory knows of (markers and output files)."""
+    ids = []
+    for name in file_names:
+        match = ID_FILE.fullmatch(name)
+        if match:
+            ids.append(int(match.group(1) or match.group(2)))
+    return ids
+
+
 def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -570,10 +680,6 @@ def _minutes(seconds: int) -> int:
 
 def _safe(value: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.@-]", "_", str(value))
-
-
-def _env_key(key: str) -> str:
-    return re.sub(r"[^A-Z0-9_]", "_", key.upper())
 
 
 def _natural_key(name: str) -> list:

@@ -302,6 +302,9 @@ GPUPOOL = {
     # DESIGN §13: the registries jobs may pull from — hosts ("registry.centre.cn", "docker.io")
     # or host/path prefixes ("nvcr.io/nvidia"); empty: any registry (docs/environment.md).
     "REGISTRY_ALLOWLIST": env_list("GPUPOOL_REGISTRY_ALLOWLIST", []),
+    # The domains of dev jobs' Ingress hosts (<job>.<domain>, a Kubernetes cluster's config
+    # "ingress_domain"): sign-in may send the user back there (docs/environment.md).
+    "DEV_INGRESS_DOMAINS": [d.lower() for d in env_list("GPUPOOL_DEV_INGRESS_DOMAINS", [])],
     # The live log tail on the job page, in bytes (the whole log is a download).
     "LOG_TAIL_BYTES": env_int("GPUPOOL_LOG_TAIL_BYTES", 16384, min_value=1024, max_value=1048576),
 }

@@ -35,7 +35,18 @@ ConfigMaps (v1, namespaced: YuniKorn's queue configuration) are served like the 
 kinds; a merge patch that names a ``metadata.resourceVersion`` other than the stored one answers
 409, as the API server's optimistic concurrency does for patches too.
 
-Nothing here acts like a controller: the tests set statuses with :meth:`StandIn.set_status` and add
+Services (``v1``) and Ingresses (``networking.k8s.io/v1``) are served like the other namespaced
+kinds; a created Service of type ClusterIP gets a ``spec.clusterIP``, as the API server allocates
+one. Pod logs (``GET …/pods/{name}/log``) answer what the tests appended with
+:meth:`StandIn.append_log`, as text streamed in chunks of :data:`LOG_PIECE` bytes, with the
+kubelet's ``tailLines`` (the last lines; an unterminated last line counts) and ``limitBytes``
+(the first bytes of what is left) and the API server's refusals: 404 for a missing pod, 400 for
+a pod not yet on a node, a container that has not started ("is waiting to start: <reason>"), a
+container the pod does not have, or no ``container`` in a pod of several. A deleted pod's log
+goes with it.
+
+Nothing here acts like a controller (nor the garbage collector: owner references are stored, not
+followed): the tests set statuses with :meth:`StandIn.set_status` and add
 the pods a controller would start with :meth:`StandIn.add` — or, with their containers' start and
 finish times as the kubelet reports them, :meth:`StandIn.pod_running` / :meth:`StandIn.pod_terminated`
 (portal pods) and :meth:`StandIn.pod_started` / :meth:`StandIn.pod_finished` (any pod, e.g. one a
@@ -68,12 +79,15 @@ RESOURCES = {
     ("/apis/batch.volcano.sh/v1alpha1", "jobs"): ("batch.volcano.sh/v1alpha1", "Job", "vcjobs"),
     ("/apis/kueue.x-k8s.io/v1beta1", "localqueues"): ("kueue.x-k8s.io/v1beta1", "LocalQueue", "localqueues"),
     ("/api/v1", "resourcequotas"): ("v1", "ResourceQuota", "resourcequotas"),
+    ("/api/v1", "services"): ("v1", "Service", "services"),
+    ("/apis/networking.k8s.io/v1", "ingresses"): ("networking.k8s.io/v1", "Ingress", "ingresses"),
 }
 # Core cluster-scoped resources, served at /api/v1/<plural>[/<name>] (stored under namespace "").
 CORE_CLUSTER = {"namespaces": ("v1", "Namespace", "namespaces")}
 # Namespaced resources also listed (and watched) across all namespaces at /api/v1/<plural>.
 ALL_NAMESPACES = {"pods", "resourcequotas"}
 FIELDS = {"metadata.name", "metadata.namespace", "spec.nodeName", "status.phase"}
+LOG_PIECE = 16 * 1024  # the chunk size pod logs are streamed in
 DEFAULT_WATCH_SECONDS = 60.0  # the API server picks 30-60 minutes; tests always pass timeoutSeconds
 # Cluster-scoped custom resources (stored under namespace ""), served at /apis/<group>/<version>/<plural>.
 CLUSTER_RESOURCES = {
@@ -93,7 +107,7 @@ CLUSTER_RESOURCES = {
 MERGE_PATCH = "application/merge-patch+json"
 NAMESPACED = re.compile(
     r"^(?P<group>/api/v1|/apis/[^/]+/[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<res>[^/]+)"
-    r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?/?$"
+    r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status|log))?/?$"
 )
 CLUSTER_SCOPED = re.compile(r"^(?P<group>/apis/[^/]+/[^/]+)/(?P<res>[^/]+)(?:/(?P<name>[^/]+))?/?$")
 CORE_SCOPED = re.compile(r"^/api/v1/(?P<res>[^/]+)(?:/(?P<name>[^/]+))?/?$")
@@ -194,6 +208,24 @@ def _flag(query: dict[str, list[str]], key: str) -> bool:
 
 
 @dataclass
+class LogBody:
+    """A pod log accepted by :meth:`StandIn.handle`, streamed as text by the request handler."""
+
+    data: bytes
+
+
+def _log_tail(data: bytes, lines: int) -> bytes:
+    """The last ``lines`` lines, as the kubelet reads them (an unterminated last line counts)."""
+    if lines <= 0:
+        return b""
+    parts = data.split(b"\n")
+    if parts and parts[-1] == b"":
+        parts.pop()  # the text after the last newline is not a line
+        return b"\n".join(parts[-lines:]) + b"\n" if parts else b""
+    return b"\n".join(parts[-lines:])
+
+
+@dataclass
 class WatchRequest:
     """A watch accepted by :meth:`StandIn.handle`, streamed by the request handler."""
 
@@ -220,6 +252,7 @@ class StandIn:
         self.history: list[tuple[int, str, str, str, dict[str, Any]]] = []
         self.compacted = 0  # changes up to this version are forgotten (a watch from before: 410)
         self.watched: list[list[tuple[str, str]]] = []  # per watch: the (type, name) of each event sent
+        self.logs: dict[tuple[str, str], bytearray] = {}  # (namespace, pod) -> its container's log
         self._rv = 0
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -260,6 +293,12 @@ class StandIn:
         """Delete an object as its owner would (kubectl delete; the kubelet confirming)."""
         with self._lock:
             self._delete((resource, namespace, name))
+
+    def append_log(self, name: str, text: str | bytes, namespace: str = "gpupool") -> None:
+        """The pod's container wrote ``text`` (stdout and stderr, as the kubelet keeps them)."""
+        with self._lock:
+            data = text.encode() if isinstance(text, str) else text
+            self.logs.setdefault((namespace, name), bytearray()).extend(data)
 
     def compact(self) -> None:
         """Forget the history so far, as etcd's compaction does: a watch from any version
@@ -304,8 +343,13 @@ class StandIn:
             spec["initContainers"] = init_containers
         if priority_class:
             spec["priorityClassName"] = priority_class
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}},
-               "spec": spec, "status": {"phase": "Pending"}}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": labels or {}},
+            "spec": spec,
+            "status": {"phase": "Pending"},
+        }
         return self.add("pods", pod, namespace)
 
     def pod_started(self, namespace: str, name: str, node: str, started: datetime) -> None:
@@ -315,8 +359,24 @@ class StandIn:
             pod = self.objects[key]
             pod["spec"]["nodeName"] = node
             running = {"running": {"startedAt": _stamp(started)}}
-            pod["status"] = {"phase": "Running", "startTime": _stamp(started),
-                             "containerStatuses": self._container_statuses(pod, running, True)}
+            pod["status"] = {
+                "phase": "Running",
+                "startTime": _stamp(started),
+                "containerStatuses": self._container_statuses(pod, running, True),
+            }
+            self._modified(key)
+
+    def pod_waiting(self, namespace: str, name: str, node: str, reason: str = "ContainerCreating") -> None:
+        """The scheduler bound the pod to ``node``; its container waits (pulling the image…)."""
+        with self._lock:
+            key = ("pods", namespace, name)
+            pod = self.objects[key]
+            pod["spec"]["nodeName"] = node
+            waiting = {"waiting": {"reason": reason}}
+            pod["status"] = {
+                "phase": "Pending",
+                "containerStatuses": self._container_statuses(pod, waiting, False),
+            }
             self._modified(key)
 
     def pod_finished(self, namespace: str, name: str, finished: datetime, exit_code: int = 0) -> None:
@@ -326,16 +386,31 @@ class StandIn:
             pod = self.objects[key]
             started = pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
             reason = "Completed" if exit_code == 0 else "Error"
-            ended = {"terminated": {"exitCode": exit_code, "reason": reason,
-                                    "startedAt": started, "finishedAt": _stamp(finished)}}
+            ended = {
+                "terminated": {
+                    "exitCode": exit_code,
+                    "reason": reason,
+                    "startedAt": started,
+                    "finishedAt": _stamp(finished),
+                }
+            }
             pod["status"]["phase"] = "Succeeded" if exit_code == 0 else "Failed"
             pod["status"]["containerStatuses"] = self._container_statuses(pod, ended, False)
             self._modified(key)
 
     @staticmethod
     def _container_statuses(pod: dict[str, Any], state: dict[str, Any], ready: bool) -> list[dict[str, Any]]:
-        return [{"name": c["name"], "image": c.get("image", "x"), "imageID": "", "ready": ready,
-                 "restartCount": 0, "state": copy.deepcopy(state)} for c in pod["spec"]["containers"]]
+        return [
+            {
+                "name": c["name"],
+                "image": c.get("image", "x"),
+                "imageID": "",
+                "ready": ready,
+                "restartCount": 0,
+                "state": copy.deepcopy(state),
+            }
+            for c in pod["spec"]["containers"]
+        ]
 
     def set_status(
         self, resource: str, name: str, status: dict[str, Any], namespace: str = "gpupool"
@@ -410,18 +485,31 @@ class StandIn:
         status = {
             "phase": phase,
             "containerStatuses": [
-                {"name": "main", "image": "x", "imageID": "", "ready": phase == "Running",
-                 "restartCount": 0, "state": state}
+                {
+                    "name": "main",
+                    "image": "x",
+                    "imageID": "",
+                    "ready": phase == "Running",
+                    "restartCount": 0,
+                    "state": state,
+                }
             ],
         }
         with self._lock:
             if (key := ("pods", namespace, pod)) not in self.objects:
-                self._store("pods", namespace, {
-                    "apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": pod, "labels": {"app.kubernetes.io/managed-by": "gpupool",
-                                                         "gpupool.io/name": owner}},
-                    "spec": {"nodeName": node, "containers": [{"name": "main", "image": "x"}]},
-                })
+                self._store(
+                    "pods",
+                    namespace,
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": {
+                            "name": pod,
+                            "labels": {"app.kubernetes.io/managed-by": "gpupool", "gpupool.io/name": owner},
+                        },
+                        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "x"}]},
+                    },
+                )
             self.objects[key]["status"] = status
             self._modified(key)
 
@@ -455,6 +543,8 @@ class StandIn:
 
     def _delete(self, key: tuple[str, str, str]) -> dict[str, Any]:
         obj = self.objects.pop(key)
+        if key[0] == "pods":
+            self.logs.pop((key[1], key[2]), None)  # the kubelet removes the pod's log files
         obj["metadata"]["resourceVersion"] = self._bump()
         obj["metadata"].setdefault("deletionTimestamp", _now())
         self._log("DELETED", key, obj)
@@ -490,7 +580,9 @@ class StandIn:
                 return 404, _status(
                     404, "NotFound", f"the server could not find the requested resource {path}"
                 )
-            (api_version, kind, stored), ns, name = found
+            (api_version, kind, stored), ns, name, sub = found
+            if sub == "log":
+                return self._pod_log(stored, ns, name, method, query)
             if method == "PATCH" and (content_type or "").split(";")[0].strip() != MERGE_PATCH:
                 return 415, _status(415, "UnsupportedMediaType", f"the stand-in only merges {MERGE_PATCH}")
             bad = _bad_fields((query.get("fieldSelector") or [None])[0])
@@ -502,21 +594,47 @@ class StandIn:
                 return 405, _status(405, "MethodNotAllowed", "only list and watch across namespaces")
             return self._namespaced(method, stored, ns, name, api_version, kind, query, body)
 
-    def _route(self, path: str) -> tuple[tuple[str, str, str], str | None, str | None] | None:
-        """(resource entry, namespace — "" when cluster-scoped, None across namespaces —, name)
-        of a path, or None."""
+    def _route(self, path: str) -> tuple[tuple[str, str, str], str | None, str | None, str | None] | None:
+        """(resource entry, namespace — "" when cluster-scoped, None across namespaces —, name,
+        subresource) of a path, or None."""
         match = NAMESPACED.match(path)
         if match and (match["group"], match["res"]) in RESOURCES:
-            return RESOURCES[(match["group"], match["res"])], match["ns"], match["name"]
+            if match["sub"] == "log" and (match["res"] != "pods" or match["name"] is None):
+                return None
+            return RESOURCES[(match["group"], match["res"])], match["ns"], match["name"], match["sub"]
         match = CLUSTER_SCOPED.match(path)
         if match and (match["group"], match["res"]) in CLUSTER_RESOURCES:
-            return CLUSTER_RESOURCES[(match["group"], match["res"])], "", match["name"]
+            return CLUSTER_RESOURCES[(match["group"], match["res"])], "", match["name"], None
         match = CORE_SCOPED.match(path)
         if match and match["res"] in CORE_CLUSTER:
-            return CORE_CLUSTER[match["res"]], "", match["name"]
+            return CORE_CLUSTER[match["res"]], "", match["name"], None
         if match and match["res"] in ALL_NAMESPACES and match["name"] is None:
-            return RESOURCES[("/api/v1", match["res"])], None, None
+            return RESOURCES[("/api/v1", match["res"])], None, None, None
         return None
+
+    def _pod_log(
+        self, res: str, ns: str | None, name: str | None, method: str, query: dict[str, list[str]]
+    ) -> tuple[int, Any]:
+        """``GET /api/v1/namespaces/{ns}/pods/{name}/log``, as the API server and kubelet answer."""
+        if method != "GET":
+            return 405, _status(405, "MethodNotAllowed", "the log is read with GET")
+        pod = self.objects.get((res, ns or "", name or ""))
+        if pod is None:
+            return 404, _status(404, "NotFound", f'pods "{name}" not found')
+        refused = _log_refusal(pod, (query.get("container") or [None])[0])
+        if refused:
+            return 400, _status(400, "BadRequest", refused)
+        try:
+            tail = int((query.get("tailLines") or ["-1"])[0])
+            limit = int((query.get("limitBytes") or ["0"])[0])
+        except ValueError:
+            return 400, _status(400, "BadRequest", "tailLines and limitBytes are integers")
+        data = bytes(self.logs.get((ns or "", name or ""), b""))
+        if tail >= 0:
+            data = _log_tail(data, tail)
+        if limit > 0:
+            data = data[:limit]
+        return 200, LogBody(data)
 
     def _selected(self, res: str, ns: str | None, query: dict[str, list[str]]) -> list[dict[str, Any]]:
         selector = (query.get("labelSelector") or [None])[0]
@@ -534,11 +652,16 @@ class StandIn:
         since = (query.get("resourceVersion") or [""])[0]
         timeout = float((query.get("timeoutSeconds") or [DEFAULT_WATCH_SECONDS])[0])
         request = WatchRequest(
-            resource=res, namespace=ns, selector=(query.get("labelSelector") or [None])[0],
-            fields=(query.get("fieldSelector") or [None])[0], after=self._rv,
+            resource=res,
+            namespace=ns,
+            selector=(query.get("labelSelector") or [None])[0],
+            fields=(query.get("fieldSelector") or [None])[0],
+            after=self._rv,
             deadline=time.monotonic() + timeout,
             bookmarks=_flag(query, "allowWatchBookmarks"),
-            api_version=api_version, kind=kind, initial=[],
+            api_version=api_version,
+            kind=kind,
+            initial=[],
         )
         if since in ("", "0"):
             request.initial = [{"type": "ADDED", "object": o} for o in self._selected(res, ns, query)]
@@ -572,8 +695,10 @@ class StandIn:
                 break
         if request.bookmarks and request.deadline:
             meta = {"resourceVersion": str(version)}
-            yield {"type": "BOOKMARK", "object": {"apiVersion": request.api_version, "kind": request.kind,
-                                                  "metadata": meta}}
+            yield {
+                "type": "BOOKMARK",
+                "object": {"apiVersion": request.api_version, "kind": request.kind, "metadata": meta},
+            }
 
     def _since(self, request: WatchRequest) -> list[dict[str, Any]]:
         events = []
@@ -619,6 +744,8 @@ class StandIn:
                 return 409, _status(409, "AlreadyExists", f'{res} "{obj_name}" already exists')
             obj.setdefault("apiVersion", api_version)
             obj.setdefault("kind", kind)
+            if res == "services" and (obj.get("spec") or {}).get("type", "ClusterIP") == "ClusterIP":
+                obj["spec"].setdefault("clusterIP", f"10.96.0.{len(self.objects) % 250 + 2}")
             return 201, copy.deepcopy(self._store(res, ns, obj))
         key = (res, ns, name)
         if key not in self.objects:
@@ -670,6 +797,26 @@ class StandIn:
         return 200, copy.deepcopy(self._modified(key))
 
 
+def _log_refusal(pod: dict[str, Any], container: str | None) -> str | None:
+    """Why the API server would answer 400 to reading this container's log, or None."""
+    name = pod["metadata"]["name"]
+    names = [c["name"] for c in (pod.get("spec") or {}).get("containers") or []]
+    if container is None:
+        if len(names) != 1:
+            return f"a container name must be specified for pod {name}, choose one of: {names}"
+        container = names[0]
+    if container not in names:
+        return f"container {container} is not valid for pod {name}"
+    if not (pod.get("spec") or {}).get("nodeName"):
+        return f"pod {name} does not have a host assigned"
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    state = next((cs.get("state") or {} for cs in statuses if cs.get("name") == container), {})
+    if "running" in state or "terminated" in state:
+        return None
+    reason = (state.get("waiting") or {}).get("reason") or "ContainerCreating"
+    return f'container "{container}" in pod "{name}" is waiting to start: {reason}'
+
+
 def _merge(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch: objects merge key by key, ``null`` deletes, the rest replaces."""
     if not isinstance(patch, dict):
@@ -703,6 +850,9 @@ def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
             if isinstance(payload, WatchRequest):
                 self._stream(payload)
                 return
+            if isinstance(payload, LogBody):
+                self._log(payload.data)
+                return
             data = json.dumps(payload).encode()
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
@@ -720,6 +870,18 @@ def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
                 line = json.dumps(event).encode() + b"\n"
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
                 self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+        def _log(self, data: bytes) -> None:
+            """The log as text, in chunks, as the API server proxies it from the kubelet."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for start in range(0, len(data), LOG_PIECE):
+                piece = data[start : start + LOG_PIECE]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
 

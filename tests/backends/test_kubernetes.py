@@ -4,29 +4,41 @@ against the stand-in API server of :mod:`tests.backends.k8s_standin`. No databas
 
 from __future__ import annotations
 
+import re
 import socket
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import kubernetes_validate
 import pytest
+from kubernetes.client.rest import ApiException
 
 from jobs.backends.base import (
     FAILED,
+    LOG_CHUNK_BYTES,
     LOST,
     PENDING,
     RUNNING,
     SUCCEEDED,
     BackendError,
+    Checkpoint,
+    EnvVar,
     JobSpec,
+    LogTail,
+    Mount,
     Slot,
 )
+from jobs.backends.k8s_logs import Tail
 from jobs.backends.kubernetes import (
     GPU_MILLI_ANNOTATION,
     KubernetesBackend,
     build_deployment,
+    build_ingress,
     build_manifest,
     build_pod,
+    build_service,
     build_training_job,
+    labels_for,
 )
 from tests.backends import k8s_standin
 
@@ -291,20 +303,30 @@ def test_status_times_are_the_containers_start_and_finish(k8s_api, backend):
     k8s_api.pod_running("gp-20-1-bbbbb", "gp-20", "gpu-b", t0 + timedelta(seconds=30))
     running = backend.status(["gp-20"])["gp-20"]
     assert (running.phase, running.started_at, running.time_source) == (
-        RUNNING, t0 + timedelta(seconds=30), "kubernetes")
+        RUNNING,
+        t0 + timedelta(seconds=30),
+        "kubernetes",
+    )
     s, h = timedelta(seconds=1), timedelta(hours=1)
     k8s_api.pod_terminated("gp-20-0-aaaaa", "gp-20", "gpu-a", t0 + 40 * s, t0 + h)
     k8s_api.pod_terminated("gp-20-1-bbbbb", "gp-20", "gpu-b", t0 + 30 * s, t0 + 2 * h)
     k8s_api.job_succeeded("gp-20")  # completionTime: now, when the controller noticed
     ended = backend.status(["gp-20"])["gp-20"]
     assert (ended.phase, ended.started_at, ended.finished_at) == (
-        SUCCEEDED, t0 + timedelta(seconds=30), t0 + timedelta(hours=2))
+        SUCCEEDED,
+        t0 + timedelta(seconds=30),
+        t0 + timedelta(hours=2),
+    )
     # A dev pod: its container's times, not the pod's scheduling time.
     backend.submit(make_spec("dev", job_id=21, workers=1))
     k8s_api.pod_terminated("gp-21", "gp-21", "gpu-a", t0, t0 + timedelta(minutes=5), exit_code=2)
     dev = backend.status(["gp-21"])["gp-21"]
     assert (dev.phase, dev.started_at, dev.finished_at, dev.exit_code) == (
-        FAILED, t0, t0 + timedelta(minutes=5), 2)
+        FAILED,
+        t0,
+        t0 + timedelta(minutes=5),
+        2,
+    )
 
 
 def test_status_node_failure(k8s_api, backend):
@@ -531,3 +553,430 @@ def test_the_stand_in_refuses_a_json_patch_content_type_with_an_object_body(k8s_
     backend.submit(make_spec("inference"))
     with pytest.raises(BackendError, match="415"):
         backend._call(backend.apps.patch_namespaced_deployment, "gp-42", "gpupool", {"spec": {"replicas": 1}})
+
+
+# -- the working environment (DESIGN §13): storage, env, pull secret, checkpoint
+
+NFS = Mount("datasets", "nfs", "/data", nfs_server="nfs.local", nfs_path="/exports/pa1", read_only=True)
+HOST = Mount("scratch", "hostpath", "/scratch", host_path="/gpfs/pa1/scratch")
+PVC = Mount("models", "pvc", "/models", claim_name="pa1-models", read_only=True)
+CHECKPOINTS = Mount(
+    "ckpt", "nfs", "/ckpt", host_path="/gpfs/ckpt", nfs_server="nfs.local", nfs_path="/exports/ckpt"
+)
+HOSTILE = 'say "hi"\nto $(HOME) and $$ $'
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def workenv_spec(kind: str = "training", **kw) -> JobSpec:
+    spec = make_spec(kind, workers=1 if kind == "dev" else 2, **kw)
+    return replace(
+        spec,
+        mounts=(NFS, HOST, PVC),
+        env=(EnvVar("LR", "0.1"), EnvVar("HF_TOKEN", secret="pa1-tokens", key="hf"), EnvVar("NOTE", HOSTILE)),
+        checkpoint=Checkpoint(CHECKPOINTS, "pa1/42"),
+        pull_secret="pa1-pull",
+    )
+
+
+def pod_of(manifest: dict) -> dict:
+    if manifest["kind"] == "Pod":
+        return manifest["spec"]
+    if manifest["apiVersion"].startswith("batch.volcano.sh"):
+        return manifest["spec"]["tasks"][0]["template"]["spec"]
+    return manifest["spec"]["template"]["spec"]
+
+
+def expand(value: str, env: dict[str, str]) -> str:
+    """What the kubelet makes of an env value: Kubernetes' ``$(VAR)`` expansion
+    (third_party/forked/golang/expansion/expand.go), ported line for line."""
+    out, checkpoint, cursor = [], 0, 0
+    while cursor < len(value):
+        if value[cursor] == "$" and cursor + 1 < len(value):
+            out.append(value[checkpoint:cursor])
+            rest = value[cursor + 1 :]
+            if rest[0] == "$":
+                read, advance = "$", 1
+            elif rest[0] == "(":
+                close = rest.find(")", 1)
+                if close == -1:
+                    read, advance = "$(", 1
+                else:
+                    name = rest[1:close]
+                    read, advance = env.get(name, f"$({name})"), close + 1
+            else:
+                read, advance = "$" + rest[0], 1
+            out.append(read)
+            cursor += advance
+            checkpoint = cursor + 1
+        cursor += 1
+    return "".join(out) + value[checkpoint:]
+
+
+def test_expand_is_kubernetes_expansion():
+    assert expand("$(A)-$$(A)-$$-$x-$", {"A": "1"}) == "1-$(A)-$-$x-$"
+
+
+@pytest.mark.parametrize("kind", ["training", "inference", "dev"])
+def test_every_builder_mounts_the_storage_and_the_checkpoint(kind):
+    m = build_manifest(workenv_spec(kind))
+    validate(m)
+    pod = pod_of(m)
+    assert pod["volumes"] == [
+        {"name": "datasets", "nfs": {"server": "nfs.local", "path": "/exports/pa1", "readOnly": True}},
+        {"name": "scratch", "hostPath": {"path": "/gpfs/pa1/scratch", "type": "Directory"}},
+        {"name": "models", "persistentVolumeClaim": {"claimName": "pa1-models", "readOnly": True}},
+        {
+            "name": "ckpt-checkpoint",
+            "nfs": {"server": "nfs.local", "path": "/exports/ckpt", "readOnly": False},
+        },
+    ]
+    assert container(pod)["volumeMounts"] == [
+        {"name": "datasets", "mountPath": "/data", "readOnly": True},
+        {"name": "scratch", "mountPath": "/scratch", "readOnly": False},
+        {"name": "models", "mountPath": "/models", "readOnly": True},
+        # the kubelet creates a missing subPath: the directory exists when the job starts
+        {"name": "ckpt-checkpoint", "mountPath": "/ckpt/pa1/42", "readOnly": False, "subPath": "pa1/42"},
+    ]
+    assert pod["imagePullSecrets"] == [{"name": "pa1-pull"}]
+
+
+@pytest.mark.parametrize("kind", ["training", "inference", "dev"])
+def test_every_builder_passes_the_env_and_secret_references(kind):
+    m = build_manifest(workenv_spec(kind))
+    env = container(pod_of(m))["env"]
+    assert env[:3] == [
+        {"name": "GPUPOOL_JOB_ID", "value": "42"},
+        {"name": "GPUPOOL_WORKERS", "value": "1" if kind == "dev" else "2"},
+        {"name": "GPUPOOL_CHECKPOINT_DIR", "value": "/ckpt/pa1/42"},
+    ]
+    assert env[3:5] == [
+        {"name": "LR", "value": "0.1"},
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "pa1-tokens", "key": "hf"}}},
+    ]
+    [note] = [e for e in env if e["name"] == "NOTE"]
+    assert note["value"] == 'say "hi"\nto $$(HOME) and $$$$ $$'
+    assert expand(note["value"], {"HOME": "/root", "LR": "0.1"}) == HOSTILE  # what the container sees
+
+
+def test_a_job_variable_never_replaces_the_portals():
+    spec = replace(workenv_spec("dev"), env=(EnvVar("GPUPOOL_JOB_ID", "7"), EnvVar("X", "1")))
+    env = container(pod_of(build_manifest(spec)))["env"]
+    assert [e["name"] for e in env] == ["GPUPOOL_JOB_ID", "GPUPOOL_WORKERS", "GPUPOOL_CHECKPOINT_DIR", "X"]
+    assert env[0]["value"] == "42"
+
+
+def test_a_checkpoint_on_a_mounted_writable_storage_shares_its_volume():
+    scratch_ckpt = Checkpoint(HOST, "ckpt/42")
+    spec = replace(make_spec("dev", workers=1), mounts=(HOST,), checkpoint=scratch_ckpt)
+    m = build_manifest(spec)
+    validate(m)
+    pod = pod_of(m)
+    assert [v["name"] for v in pod["volumes"]] == ["scratch"]
+    assert container(pod)["volumeMounts"][1] == {
+        "name": "scratch",
+        "mountPath": "/scratch/ckpt/42",
+        "readOnly": False,
+        "subPath": "ckpt/42",
+    }
+    # the same storage mounted read-only: the checkpoint gets a writable volume of its own
+    read_only = replace(HOST, read_only=True)
+    pod = pod_of(build_manifest(replace(spec, mounts=(read_only,), checkpoint=Checkpoint(read_only, "c"))))
+    assert [v["name"] for v in pod["volumes"]] == ["scratch", "scratch-checkpoint"]
+    assert [m["readOnly"] for m in container(pod)["volumeMounts"]] == [True, False]
+
+
+def test_no_working_environment_adds_nothing():
+    pod = pod_of(build_manifest(make_spec("dev", workers=1)))
+    assert "volumes" not in pod and "imagePullSecrets" not in pod and "volumeMounts" not in container(pod)
+    assert [e["name"] for e in container(pod)["env"]] == ["GPUPOOL_JOB_ID", "GPUPOOL_WORKERS"]
+
+
+def test_odd_storage_names_give_valid_unique_volume_names():
+    names = ["Data Set/ü 1", "data-set-1", "data set 1", "---", "", "x" * 100, "x" * 100, "ÄÖÜ"]
+    mounts = tuple(replace(HOST, name=n, mount_path=f"/m{i}") for i, n in enumerate(names))
+    m = build_manifest(replace(make_spec("dev", workers=1), mounts=mounts))
+    validate(m)
+    volumes = [v["name"] for v in pod_of(m)["volumes"]]
+    assert len(set(volumes)) == len(names)
+    assert all(DNS_LABEL.match(v) and len(v) <= 63 for v in volumes), volumes
+    assert volumes[:3] == ["data-set-1", "data-set-1-2", "data-set-1-3"]
+
+
+def test_the_stand_in_keeps_a_hostile_env_value_literal(k8s_api, backend):
+    backend.submit(workenv_spec("dev"))
+    env = container(k8s_api.get("pods", "gp-42")["spec"])["env"]
+    [note] = [e for e in env if e["name"] == "NOTE"]
+    assert expand(note["value"], {"HOME": "/root"}) == HOSTILE
+
+
+# -- a dev job's port: Service + Ingress behind the portal's sign-in
+
+PORTAL = "https://portal.example.org"
+DEV_CONFIG = {"ingress_domain": "dev.example.org", "portal_url": PORTAL + "/", "ingress_class": "nginx-dev"}
+
+
+def dev_spec(port: int = 8888) -> JobSpec:
+    return replace(make_spec("dev", workers=1, nodes=("gpu-a",)), expose_port=port)
+
+
+def test_service_is_valid_and_selects_the_dev_pod():
+    spec = dev_spec()
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": "gp-42", "uid": "u-1"}
+    s = build_service(spec, "ml", labels=labels_for(spec), owner=owner)
+    validate(s)
+    assert (s["apiVersion"], s["kind"], s["metadata"]["name"], s["metadata"]["namespace"]) == (
+        "v1",
+        "Service",
+        "gp-42",
+        "ml",
+    )
+    assert s["metadata"]["ownerReferences"] == [owner]
+    assert s["spec"]["type"] == "ClusterIP"
+    assert s["spec"]["selector"] == {"gpupool.io/name": "gp-42"}
+    assert s["spec"]["selector"].items() <= build_pod(spec)["metadata"]["labels"].items()
+    assert s["spec"]["ports"] == [{"name": "dev", "protocol": "TCP", "port": 8888, "targetPort": 8888}]
+
+
+def test_ingress_is_valid_and_authenticates_through_the_portal():
+    spec = dev_spec()
+    i = build_ingress(
+        spec,
+        "ml",
+        labels=labels_for(spec),
+        domain="dev.example.org",
+        portal_url=PORTAL + "/",
+        ingress_class="nginx",
+        tls_secret="wildcard-dev",
+    )
+    validate(i)
+    assert (i["apiVersion"], i["kind"]) == ("networking.k8s.io/v1", "Ingress")
+    assert i["metadata"]["annotations"] == {
+        "nginx.ingress.kubernetes.io/auth-url": f"{PORTAL}/jobs/42/access/auth/",
+        "nginx.ingress.kubernetes.io/auth-signin": f"{PORTAL}/accounts/login/?next=https://$host$escaped_request_uri",
+    }
+    assert i["spec"]["ingressClassName"] == "nginx"
+    [rule] = i["spec"]["rules"]
+    assert rule["host"] == "gp-42.dev.example.org"
+    [path] = rule["http"]["paths"]
+    assert (path["path"], path["pathType"]) == ("/", "Prefix")
+    assert path["backend"] == {"service": {"name": "gp-42", "port": {"number": 8888}}}
+    assert i["spec"]["tls"] == [{"hosts": ["gp-42.dev.example.org"], "secretName": "wildcard-dev"}]
+    with pytest.raises(ValueError, match="portal_url"):
+        build_ingress(spec, "ml", labels={}, domain="dev.example.org", portal_url="")
+
+
+def test_an_ingress_domain_without_the_portal_is_refused(k8s_api):
+    with pytest.raises(ValueError, match="portal_url"):
+        KubernetesBackend(host=k8s_api.url, ingress_domain="dev.example.org")
+
+
+@pytest.fixture
+def dev_backend(k8s_api):
+    return KubernetesBackend(host=k8s_api.url, namespace="gpupool", token="t", **DEV_CONFIG)
+
+
+def test_submit_of_a_dev_port_creates_pod_service_and_ingress_once(k8s_api, dev_backend):
+    assert dev_backend.submit(dev_spec()) == "gp-42"
+    pod, service, ingress = (k8s_api.get(r, "gp-42") for r in ("pods", "services", "ingresses"))
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": "gp-42", "uid": pod["metadata"]["uid"]}
+    assert service["metadata"]["ownerReferences"] == [owner]
+    assert ingress["metadata"]["ownerReferences"] == [owner]
+    assert service["spec"]["clusterIP"]  # allocated by the API server
+    assert ingress["spec"]["ingressClassName"] == "nginx-dev"
+    assert ingress["spec"]["rules"][0]["host"] == "gp-42.dev.example.org"
+    assert "tls" not in ingress["spec"]  # the controller's default certificate serves it
+    assert k8s_api.calls("POST") == [
+        ("POST", "/api/v1/namespaces/gpupool/pods"),
+        ("POST", "/api/v1/namespaces/gpupool/services"),
+        ("POST", "/apis/networking.k8s.io/v1/namespaces/gpupool/ingresses"),
+    ]
+    uids = {key: obj["metadata"]["uid"] for key, obj in k8s_api.objects.items()}
+    assert dev_backend.submit(dev_spec()) == "gp-42"  # a retried dispatch
+    assert len(k8s_api.calls("POST")) == 3
+    assert {key: obj["metadata"]["uid"] for key, obj in k8s_api.objects.items()} == uids
+
+
+def test_cancel_deletes_the_dev_pod_service_and_ingress(k8s_api, dev_backend):
+    dev_backend.submit(dev_spec())
+    dev_backend.cancel("gp-42")
+    assert list(k8s_api.objects) == []
+    dev_backend.cancel("gp-42")  # all gone already: no error
+
+
+def test_submit_recreates_a_missing_service(k8s_api, dev_backend):
+    dev_backend.submit(dev_spec())
+    k8s_api.remove("services", "gp-42")
+    dev_backend.submit(dev_spec())
+    assert k8s_api.get("services", "gp-42")["spec"]["ports"][0]["port"] == 8888
+
+
+def test_jobs_without_a_port_get_no_service(k8s_api, dev_backend):
+    dev_backend.submit(make_spec("dev", workers=1))
+    dev_backend.submit(replace(make_spec("inference", job_id=43), expose_port=80))  # ports are for dev jobs
+    assert {r for r, _, _ in k8s_api.objects} == {"pods", "deployments"}
+
+
+def test_access_is_the_ingress_url(dev_backend):
+    got = dev_backend.access("gp-42", 8888, nodes=("gpu-a",), user="alice")
+    assert got.url == "https://gp-42.dev.example.org/" and not got.command
+
+
+def test_without_an_ingress_domain_only_the_service_and_a_port_forward(k8s_api, backend):
+    backend.submit(dev_spec(port=22))
+    assert {r for r, _, _ in k8s_api.objects} == {"pods", "services"}
+    got = backend.access("gp-42", 22, nodes=("gpu-a",), user="alice")
+    assert got.command == "kubectl -n gpupool port-forward pod/gp-42 22" and not got.url
+    assert "127.0.0.1:22" in got.note
+
+
+# -- logs, through the official client
+
+
+def running_dev(k8s_api, backend, job_id: int = 42) -> str:
+    spec = make_spec("dev", job_id=job_id, workers=1, nodes=("gpu-a",))
+    backend.submit(spec)
+    k8s_api.pod_started("gpupool", spec.name, "gpu-a", datetime(2026, 1, 1, tzinfo=UTC))
+    return spec.name
+
+
+def three_mb_log() -> bytes:
+    return b"".join(b"step %07d loss 0.%06d\n" % (i, i) for i in range(3 * 1024 * 1024 // 27 + 1))
+
+
+def test_log_tail_of_a_long_log_is_its_end_within_max_bytes(k8s_api, backend):
+    name = running_dev(k8s_api, backend)
+    log = three_mb_log()
+    assert len(log) > 3 * 1024 * 1024
+    k8s_api.append_log(name, log)
+    tail = backend.log_tail(name, max_bytes=10_000)
+    assert tail.truncated and not tail.missing
+    data = tail.text.encode()
+    assert len(data) == 10_000 and log.endswith(data)  # the last max_bytes, as `tail -c` has them
+    [(_, path, query)] = [r for r in k8s_api.requests if r[1].endswith("/log")]
+    assert path == "/api/v1/namespaces/gpupool/pods/gp-42/log"
+    assert query["container"] == ["main"] and int(query["tailLines"][0]) < 10_000  # not the whole log
+
+
+def test_log_tail_of_a_short_log_is_all_of_it(k8s_api, backend):
+    name = running_dev(k8s_api, backend)
+    k8s_api.append_log(name, "épo 1\népo 2\nno newline")
+    tail = backend.log_tail(name, max_bytes=4096)
+    assert (tail.text, tail.truncated, tail.missing) == ("épo 1\népo 2\nno newline", False, "")
+
+
+def test_log_stream_is_the_whole_log_in_bounded_chunks(k8s_api, backend):
+    name = running_dev(k8s_api, backend)
+    log = three_mb_log()
+    k8s_api.append_log(name, log)
+    chunks = list(backend.log_stream(name))
+    assert b"".join(chunks) == log
+    assert len(chunks) >= len(log) // LOG_CHUNK_BYTES and max(map(len, chunks)) <= LOG_CHUNK_BYTES
+
+
+def test_the_log_is_the_first_workers(k8s_api, backend):
+    backend.submit(make_spec("training", job_id=7))
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    for index in ("1", "0"):
+        pod = _pod(f"gp-7-{index}-abcde", "gp-7", "Running", f"gpu-{index}")
+        pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] = index
+        k8s_api.add("pods", pod)
+        k8s_api.pod_started("gpupool", pod["metadata"]["name"], f"gpu-{index}", t0)
+        k8s_api.append_log(pod["metadata"]["name"], f"worker {index}\n")
+    assert backend.log_tail("gp-7", max_bytes=100).text == "worker 0\n"
+    assert b"".join(backend.log_stream("gp-7")) == b"worker 0\n"
+
+
+def test_log_missing_reasons(k8s_api, backend):
+    backend.submit(make_spec("training", job_id=1))  # the Job exists, no pod yet
+    assert backend.log_tail("gp-1", max_bytes=100).missing == "the pod has not been scheduled"
+    backend.submit(make_spec("dev", job_id=2, workers=1))  # pending, not on a node
+    assert backend.log_tail("gp-2", max_bytes=100).missing == "the pod has not been scheduled"
+    k8s_api.pod_waiting("gpupool", "gp-2", "gpu-a")  # bound, the image being pulled
+    assert backend.log_tail("gp-2", max_bytes=100).missing == "container not started: ContainerCreating"
+    name = running_dev(k8s_api, backend, job_id=3)
+    k8s_api.append_log(name, "bye\n")
+    backend.cancel(name)
+    assert backend.log_tail(name, max_bytes=100) == LogTail(
+        "", missing="the pod was deleted: its log went with it"
+    )
+    with pytest.raises(BackendError, match="the pod was deleted"):
+        backend.log_stream(name)
+    with pytest.raises(BackendError, match="container not started"):
+        backend.log_stream("gp-2")
+
+
+def test_log_missing_when_the_container_waits_although_the_pod_said_running(k8s_api, backend):
+    # The pod was listed running, then its container restarted: the API server's 400 is the reason.
+    name = running_dev(k8s_api, backend)
+    listed = backend.core.list_namespaced_pod(backend.namespace)
+    k8s_api.pod_waiting("gpupool", name, "gpu-a", reason="CrashLoopBackOff")
+    original = backend.core.list_namespaced_pod
+    backend.core.list_namespaced_pod = lambda *a, **kw: listed
+    try:
+        tail = backend.log_tail(name, max_bytes=100)
+    finally:
+        backend.core.list_namespaced_pod = original
+    assert (
+        tail.missing
+        == 'container not started: container "main" in pod "gp-42" is waiting to start: CrashLoopBackOff'
+    )
+
+
+@pytest.mark.parametrize(
+    ("pieces", "max_bytes", "lines", "text", "truncated"),
+    [
+        ([b"a\nb\nc\n"], 100, 7, "a\nb\nc\n", False),  # fewer lines than asked: the whole log
+        ([b"a\nb\n", b"c\n"], 100, 3, "b\nc\n", True),  # as many as asked: the first is the extra one
+        ([b"0123456789\n"] * 3, 15, 100, "789\n0123456789\n", True),  # cut to the last bytes
+        ([b"x" * 10] * 5, 12, 100, "x" * 12, True),  # whole pieces dropped, one cut
+        (["né\n".encode()], 2, 100, "\n", True),  # a cut inside a character drops its remains
+    ],
+)
+def test_tail_keeps_the_last_bytes(pieces, max_bytes, lines, text, truncated):
+    tail = Tail(max_bytes, lines)
+    for piece in pieces:
+        tail.feed(piece)
+    assert tail.result() == (text, truncated)
+    assert len(tail.result()[0].encode()) <= max_bytes
+
+
+def test_the_stand_in_serves_pod_logs_as_the_api_does(k8s_api, backend):
+    # What the backend relies on: limitBytes keeps the beginning, tailLines the end (an
+    # unterminated last line counts), refusals carry the API server's codes.
+    name = running_dev(k8s_api, backend)
+    k8s_api.append_log(name, "one\ntwo\nthree")
+
+    def read(pod=name, **params):
+        # Unread (_preload_content=False), as the backend reads logs: the 36.x client's own
+        # decoding of a ``str`` answer returns the bytes' repr ("b'...'").
+        return backend.core.read_namespaced_pod_log(pod, "gpupool", _preload_content=False, **params).data
+
+    assert read(limit_bytes=5) == b"one\nt"
+    assert read(tail_lines=2) == b"two\nthree"
+    assert read(tail_lines=2, limit_bytes=3) == b"two"
+    assert read(tail_lines=0) == b""
+    k8s_api.append_log(name, "\n")
+    assert read(tail_lines=1) == b"three\n"
+    with pytest.raises(ApiException) as missing:
+        read("gp-404")
+    assert missing.value.status == 404
+    with pytest.raises(ApiException) as wrong:
+        read(container="sidecar")
+    assert wrong.value.status == 400 and "not valid" in wrong.value.body
+
+
+def test_a_log_stream_left_early_frees_its_connection(k8s_api, backend):
+    name = running_dev(k8s_api, backend)
+    k8s_api.append_log(name, three_mb_log())
+    pieces = backend.log_stream(name)
+    assert len(next(pieces)) <= LOG_CHUNK_BYTES
+    pieces.close()  # the download page was closed
+    assert backend.log_tail(name, max_bytes=30).text.endswith("\n")  # the client still works
+
+
+def test_the_command_reaches_the_shell_as_typed():
+    # Kubernetes expands $(VAR) in command and args as in env values: "echo $$" must stay the pid.
+    spec = replace(workenv_spec("training"), command="echo $$ $(HOME) ${X}")
+    command = container(pod_of(build_manifest(spec)))["command"]
+    assert command[:2] == ["/bin/sh", "-c"]
+    assert expand(command[2], {"HOME": "/root"}) == "echo $$ $(HOME) ${X}"

@@ -31,20 +31,35 @@ NODES = [
     NodeInfo("n2", "A100-80G", 4, "ready", zone="z1", spine="s1", leaf="l2"),
 ]
 METRIC_NAMES = {
-    "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_FB_USED",
-    "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
 }
 SLACK = timedelta(milliseconds=2)  # microsecond rounding of timestamps on both sides
 
 
-def spec(name, *, workers=(("n1", (0,)),), milli=1000, duration=10**6, command="python train.py",
-         max_runtime=None) -> JobSpec:
+def spec(
+    name, *, workers=(("n1", (0,)),), milli=1000, duration=10**6, command="python train.py", max_runtime=None
+) -> JobSpec:
     placement = tuple(tuple(Slot(node, g, milli) for g in gpus) for node, gpus in workers)
     return JobSpec(
-        job_id=int(re.sub(r"\D", "", name) or 0), name=name, kind="training", image="pytorch:2.3",
-        command=command, flavor="A100-80G", k8s_resource="nvidia.com/gpu", slurm_gres="gpu:a100",
-        workers=len(workers), gpus_per_worker=len(workers[0][1]), gpu_milli=milli if milli < 1000 else None,
-        placement=placement, max_runtime_seconds=max_runtime, sim_duration_seconds=duration,
+        job_id=int(re.sub(r"\D", "", name) or 0),
+        name=name,
+        kind="training",
+        image="pytorch:2.3",
+        command=command,
+        flavor="A100-80G",
+        k8s_resource="nvidia.com/gpu",
+        slurm_gres="gpu:a100",
+        workers=len(workers),
+        gpus_per_worker=len(workers[0][1]),
+        gpu_milli=milli if milli < 1000 else None,
+        placement=placement,
+        max_runtime_seconds=max_runtime,
+        sim_duration_seconds=duration,
     )
 
 
@@ -205,7 +220,8 @@ def test_state_survives_kill_9_and_restart(sim, simserver):
     assert {n.name: n.state for n in sim.list_nodes()} == {"n1": "ready", "n2": "cordoned"}
     sim.submit(spec("gp-10"))
     assert sorted(get_json(simserver, "/jobs")["jobs"]) == ["gp-10", "gp-11"]
-    assert [p.name for p in simserver.state.parent.iterdir()] == [simserver.state.name]
+    # no temporary file left behind: only the state and the jobs' logs
+    assert sorted(p.name for p in simserver.state.parent.iterdir()) == ["logs", simserver.state.name]
 
 
 # ---------------------------------------------------------------- metrics

@@ -19,7 +19,7 @@ from jobs.backends.kubernetes import KubernetesBackend, build_manifest, build_tr
 from jobs.backends.registry import backend_for
 from jobs.backends.volcano import queue_name
 from tests.backends import k8s_standin
-from tests.backends.test_kubernetes import K8S_VERSION, hostnames, make_spec
+from tests.backends.test_kubernetes import K8S_VERSION, container, hostnames, make_spec, workenv_spec
 
 pytestmark = pytest.mark.kubernetes
 
@@ -67,6 +67,22 @@ def elastic_spec(**kw) -> JobSpec:
 
 
 # -- manifests
+
+
+def test_volcano_pods_carry_the_working_environment():
+    spec = workenv_spec("training")
+    m = build_volcano_job(spec, "ml")
+    validate(m)
+    pod = m["spec"]["tasks"][0]["template"]["spec"]
+    batch_pod = build_training_job(spec, "ml")["spec"]["template"]["spec"]
+    for key in ("volumes", "imagePullSecrets"):
+        assert pod[key] == batch_pod[key]
+    assert container(pod)["volumeMounts"] == container(batch_pod)["volumeMounts"]
+    assert container(pod)["env"] == container(batch_pod)["env"]
+    assert [v["name"] for v in pod["volumes"]] == ["datasets", "scratch", "models", "ckpt-checkpoint"]
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "pa1-tokens", "key": "hf"}}} in (
+        container(pod)["env"]
+    )
 
 
 def test_volcano_training_manifest_is_valid_and_carries_the_batch_jobs_pod():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 
@@ -25,7 +26,8 @@ pytestmark = [pytest.mark.deploy, pytest.mark.kubernetes]
 k8s_api = k8s_standin.k8s_api
 
 PATH = re.compile(
-    r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<res>[^/]+)(?:/(?P<name>[^/]+))?$"
+    r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<res>[^/]+)(?:/(?P<name>[^/]+))?"
+    r"(?:/(?P<sub>log|status))?$"
 )
 VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
@@ -42,7 +44,8 @@ def permission(method: str, path: str, query: dict) -> tuple[bool, Rule] | None:
         verb = "watch" if query.get("watch") else ("get" if match["name"] else "list")
     else:
         verb = VERBS[method] if match["name"] or method == "POST" else "deletecollection"
-    return match["ns"] is not None, (match["group"] or "", match["res"], verb)
+    resource = f"{match['res']}/{match['sub']}" if match["sub"] else match["res"]  # RBAC: "pods/log"
+    return match["ns"] is not None, (match["group"] or "", resource, verb)
 
 
 def granted(role: dict) -> set[Rule]:
@@ -71,10 +74,16 @@ def drive_backend(backend: KubernetesBackend, standin: k8s_standin.StandIn) -> N
         make_spec(kind, job_id=n, workers=1 if kind == "dev" else 2)
         for n, kind in enumerate(("training", "inference", "dev"), start=1)
     ]
+    specs[2] = replace(specs[2], expose_port=8888)  # a dev port: its Service and Ingress
     for spec in specs:
         backend.submit(spec)
         backend.submit(spec)  # a retried dispatch finds it
     backend.status([s.name for s in specs] + ["gp-404"])
+    standin.pod_started("gpupool", specs[2].name, "gpu-a", datetime(2026, 1, 1, tzinfo=UTC))
+    standin.append_log(specs[2].name, "hello\n")
+    assert backend.log_tail(specs[2].name, max_bytes=100).text == "hello\n"
+    assert b"".join(backend.log_stream(specs[2].name)) == b"hello\n"
+    assert backend.log_tail(specs[0].name, max_bytes=100).missing  # no pod: is its Job there?
     for spec in specs[:2]:
         backend.resize(replace(spec, workers=3))
     for spec in specs:
@@ -108,7 +117,12 @@ def test_the_roles_grant_exactly_what_the_backend_and_the_queue_sync_use(k8s_api
     k8s_api.nodes.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-a", "labels": {}}})
     for training_api in ("batch", "volcano"):
         backend = KubernetesBackend(
-            host=k8s_api.url, namespace="gpupool", token="t", training_api=training_api
+            host=k8s_api.url,
+            namespace="gpupool",
+            token="t",
+            training_api=training_api,
+            ingress_domain="dev.example.org",
+            portal_url="https://portal.example.org",
         )
         drive_backend(backend, k8s_api)
     drive_queue_sync(KubernetesBackend(host=k8s_api.url, namespace="gpupool", token="t"))
@@ -120,6 +134,9 @@ def test_the_roles_grant_exactly_what_the_backend_and_the_queue_sync_use(k8s_api
     resources = {r[:2] for r in namespaced | cluster}
     assert {
         ("", "pods"),
+        ("", "pods/log"),
+        ("", "services"),
+        ("networking.k8s.io", "ingresses"),
         ("batch", "jobs"),
         ("apps", "deployments"),
         ("batch.volcano.sh", "jobs"),
@@ -180,4 +197,5 @@ def test_a_request_maps_to_the_rbac_rule_the_api_server_checks():
         ("apps", "deployments", "deletecollection"),
     )
     assert permission("GET", "/api/v1/nodes", {"watch": ["1"]}) == (False, ("", "nodes", "watch"))
+    assert permission("GET", "/api/v1/namespaces/x/pods/p/log", {}) == (True, ("", "pods/log", "get"))
     assert permission("GET", "/version", {}) is None

@@ -1,0 +1,217 @@
+"""Hostile input to a job's working environment (DESIGN §13), as an attacker sends it: mounts the
+project does not have, traversal in names and secret references, reserved or repeated variables,
+an image from a registry the centre does not allow, a 10 MB value — each a 400 on its field, and
+nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jobs.models import Job, JobEvent, ProjectStorage
+from portal.models import ApprovalRequest
+from tests import factories as fx
+
+pytestmark = [pytest.mark.fuzz, pytest.mark.django_db]
+
+MB = 1024 * 1024
+
+
+def _snapshot():
+    return (Job.objects.count(), JobEvent.objects.count(), ApprovalRequest.objects.count())
+
+
+@pytest.fixture
+def storages(world):
+    own = ProjectStorage.objects.create(
+        project=world.pa1,
+        name="data",
+        kind="hostpath",
+        host_path="/shared/pa1/data",
+        mount_path="/data",
+        read_only=True,
+    )
+    ProjectStorage.objects.create(
+        project=world.pa1,
+        name="old",
+        kind="hostpath",
+        host_path="/shared/pa1/old",
+        mount_path="/old",
+        active=False,
+    )
+    ProjectStorage.objects.create(
+        project=world.pb,
+        name="secret-data",
+        kind="nfs",
+        nfs_server="nfs.b",
+        nfs_path="/b",
+        mount_path="/b",
+    )
+    return own
+
+
+@pytest.fixture
+def member(world, api, storages):
+    fx.priority("training", 100)
+    return api(world.users["pa1_member"])
+
+
+def _job(world, **changes):
+    body = {
+        "name": "bert",
+        "project": world.pa1.pk,
+        "kind": "training",
+        "flavor": "F",
+        "priority": "training",
+        "image": "pytorch:2.3",
+        "command": "python train.py",
+        "max_runtime_seconds": 3600,
+    }
+    body.update(changes)
+    return body
+
+
+def _refused(response, field, before, says=""):
+    assert response.status_code == 400, response.content[:300]
+    body = response.json()
+    keys = [key for key in body if key == field or key.startswith(field + ".")]  # env.0.name
+    assert keys, body
+    text = json.dumps([body[key] for key in keys], ensure_ascii=False)
+    assert says in text, body
+    assert _snapshot() == before
+
+
+HOSTILE = [
+    ("mounts", ["secret-data"], "Not a storage of project pa1"),  # another project's storage
+    ("mounts", ["old"], "Not a storage of project pa1"),  # removed (inactive)
+    ("mounts", ["../../etc"], "Not a storage"),
+    ("mounts", ["data", "data"], "once"),
+    ("mounts", "data", ""),  # a string where a list is expected
+    ("mounts", [{"name": "data"}], ""),
+    ("mounts", ["x"] * 17, ""),
+    ("env", [{"name": "../x", "value": "1"}], "Variable 1"),
+    ("env", [{"name": "A B", "value": "1"}], "Variable 1"),
+    ("env", [{"name": "1ABC", "value": "1"}], "Variable 1"),
+    ("env", [{"name": "PATH\x00", "value": "1"}], ""),
+    ("env", [{"name": "GPUPOOL_CHECKPOINT_DIR", "value": "/etc"}], "GPUPOOL_"),
+    ("env", [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}], "once"),
+    ("env", [{"name": "A", "secret": "../../etc/passwd", "key": "x"}], "Secret name"),
+    ("env", [{"name": "A", "secret": "s", "key": ".."}], "Secret key"),
+    ("env", [{"name": "A", "secret": "s", "key": "a/b"}], "Secret key"),
+    ("env", [{"name": "A", "value": "1", "secret": "s", "key": "k"}], "either name and value"),
+    ("env", [{"name": "A"}], "either"),
+    ("env", [{"name": "A", "value": "x" * (33 * 1024)}], ""),
+    ("env", [{"name": f"V{i}", "value": "x" * (30 * 1024)} for i in range(9)], "KiB"),
+    ("env", [{"name": f"V{i}", "value": "1"} for i in range(65)], ""),
+    ("env", {"A": "1"}, ""),
+    ("env", [["A", "1"]], ""),
+    ("expose_port", 0, ""),
+    ("expose_port", 65536, ""),
+    ("expose_port", "22; rm -rf /", ""),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "says"), HOSTILE, ids=lambda v: repr(v)[:40])
+def test_hostile_environment_values_are_refused_on_their_field(world, member, field, value, says):
+    before = _snapshot()
+    response = member.post("/api/v1/jobs/", _job(world, **{field: value}), format="json")
+    _refused(response, field, before, says)
+
+
+def test_a_port_on_a_training_job_is_refused(world, member):
+    before = _snapshot()
+    _refused(
+        member.post("/api/v1/jobs/", _job(world, expose_port=8888), format="json"), "expose_port", before
+    )
+
+
+def test_an_image_from_a_registry_the_centre_does_not_allow_is_refused(world, member, settings):
+    settings.GPUPOOL = {**settings.GPUPOOL, "REGISTRY_ALLOWLIST": ["registry.centre.cn", "nvcr.io/nvidia"]}
+    before = _snapshot()
+    for image in (
+        "pytorch:2.3",
+        "evil.example/pytorch:2.3",
+        "nvcr.io/other/x:1",
+        "registry.centre.cn.evil.io/a",
+    ):
+        response = member.post("/api/v1/jobs/", _job(world, image=image), format="json")
+        _refused(response, "image", before, "centre's registries")
+    for image in ("registry.centre.cn/ai/pytorch:2.3", "nvcr.io/nvidia/pytorch:24.01-py3"):
+        response = member.post(
+            "/api/v1/jobs/", _job(world, image=image, name=f"ok{len(image)}"), format="json"
+        )
+        assert response.status_code == 201, response.content
+
+
+def test_a_10_mb_env_value_is_a_400_and_writes_nothing(world, member):
+    before = _snapshot()
+    body = json.dumps(_job(world, env=[{"name": "BIG", "value": "x" * (10 * MB)}]))
+    response = member.generic("POST", "/api/v1/jobs/", body, content_type="application/json")
+    assert response.status_code == 400, response.status_code
+    assert _snapshot() == before
+
+
+def test_a_secret_is_stored_as_a_reference_and_a_value_verbatim(world, member):
+    env = [
+        {"name": "HF_TOKEN", "secret": "hf-token", "key": "token"},
+        {"name": "NOTE", "value": "$(reboot) 'x'"},
+    ]
+    response = member.post("/api/v1/jobs/", _job(world, env=env, mounts=["data"]), format="json")
+    assert response.status_code == 201, response.content
+    job = Job.objects.get(pk=response.json()["id"])
+    assert job.env == env
+    assert response.json()["mounts"] == [{"name": "data", "mount_path": "/data", "read_only": True}]
+
+
+FORM_HOSTILE = [
+    ("env_text", "NO_EQUALS_SIGN"),
+    ("env_text", "../x=1"),
+    ("env_text", "GPUPOOL_JOB_ID=7"),
+    ("env_text", "BIG=" + "x" * MB),
+    ("secret_env_text", "TOKEN=../../etc/passwd"),
+    ("secret_env_text", "TOKEN=no-slash"),
+    ("mounts", "999999"),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), FORM_HOSTILE, ids=lambda v: repr(v)[:30])
+def test_hostile_environment_form_values_are_field_errors(world, page_client, storages, field, value):
+    prio = fx.priority("training", 100)
+    body = {
+        "name": "bert",
+        "project": world.pa1.pk,
+        "kind": "training",
+        "flavor": world.F.pk,
+        "priority_class": prio.pk,
+        "workers": "1",
+        "gpus_per_worker": "1",
+        "image": "pytorch:2.3",
+        "max_runtime_seconds": "3600",
+        field: value,
+    }
+    before = _snapshot()
+    response = page_client("pa1_member").post("/jobs/new/", body)
+    assert response.status_code == 200
+    assert field in response.context["form"].errors, response.context["form"].errors
+    assert _snapshot() == before
+
+
+def test_the_form_refuses_another_projects_storage(world, page_client, storages):
+    prio = fx.priority("training", 100)
+    other = ProjectStorage.objects.get(name="secret-data")
+    body = {
+        "name": "bert",
+        "project": world.pa1.pk,
+        "kind": "training",
+        "flavor": world.F.pk,
+        "priority_class": prio.pk,
+        "workers": "1",
+        "gpus_per_worker": "1",
+        "image": "pytorch:2.3",
+        "mounts": [str(other.pk)],
+    }
+    before = _snapshot()
+    response = page_client("pa1_member").post("/jobs/new/", body)
+    assert "mounts" in response.context["form"].errors
+    assert _snapshot() == before
