@@ -1,4 +1,7 @@
-"""Demo priority classes (DESIGN §4)."""
+"""Demo priority classes (DESIGN §4), jobs, storages and a job template (DESIGN §13)."""
+
+import tempfile
+from pathlib import Path
 
 from .models import PriorityClass
 
@@ -14,7 +17,11 @@ CLASSES = [
 # inference services; urgent training is for training, and a member needs approval for it.
 USAGE_RULES = {
     "inference-online": {"allowed_kinds": ["inference"]},
-    "training-high": {"allowed_kinds": ["training"], "min_role": "project_admin", "approval_below_role": True},
+    "training-high": {
+        "allowed_kinds": ["training"],
+        "min_role": "project_admin",
+        "approval_below_role": True,
+    },
 }
 
 
@@ -31,8 +38,10 @@ def seed(stdout) -> None:
             },
         )
     stdout.write(f"jobs: {len(CLASSES)} priority classes")
+    seed_storages(stdout)
     seed_jobs(stdout)
     seed_approvals(stdout)
+    seed_templates(stdout)
 
 
 # A believable morning: training gangs, inference services, dev boxes; durations in simulated s.
@@ -46,7 +55,19 @@ DEMO_JOBS = [
     ("ad-bev", "carol", "bev-fusion", "training", "Ascend-910B", 4, 8, None, "training", 10800, True),
     ("ad-replay", "ad-admin", "replay-batch", "training", "A100-80G", 1, 4, None, "best-effort", 1200, False),
     ("svc-chat", "dave", "chat-serving", "inference", "H800", 2, 4, None, "inference-online", 86400, False),
-    ("svc-rank", "svc-admin", "rank-serving", "inference", "T4-shared", 1, 1, 500, "inference-online", 86400, False),
+    (
+        "svc-rank",
+        "svc-admin",
+        "rank-serving",
+        "inference",
+        "T4-shared",
+        1,
+        1,
+        500,
+        "inference-online",
+        86400,
+        False,
+    ),
     ("svc-chat", "dave", "notebook-idle", "dev", "T4-shared", 1, 1, 250, "dev", 43200, False),
     ("plat-bench", "admin", "dcu-burnin", "training", "DCU-Z100", 4, 8, None, "best-effort", 2400, False),
 ]
@@ -112,3 +133,99 @@ def seed_approvals(stdout) -> None:
             sim_duration_seconds=5400,
         )
     stdout.write("approvals: a policy for ai, one pending job, quota and loan request")
+
+
+# DESIGN §13: every demo project reads its data set at /data (read-only) and keeps checkpoints and
+# outputs in /work. Host paths on this machine (the demo's "shared file system"), one per project.
+DEMO_STORAGE_ROOT = Path(tempfile.gettempdir()) / "gpupool-demo" / "storage"
+DEMO_STORAGES = [
+    # name, mount path, read-only, holds checkpoints, quota note
+    ("data", "/data", True, False, "Data sets (read-only) / 数据集（只读）"),
+    ("work", "/work", False, True, "Checkpoints and outputs, 2 TiB / 检查点与输出，2 TiB"),
+]
+
+
+def seed_storages(stdout) -> None:
+    """A ``data`` and a ``work`` storage for each demo project, each only when the project has
+    no storage of that name (one users changed or removed by deactivating stays as it is)."""
+    from portal.demo import PROJECTS, create_missing
+    from portal.models import Project
+
+    from .models import ProjectStorage
+
+    made = 0
+    for project in Project.objects.filter(code__in=[code for code, _name, _dept in PROJECTS]):
+        for name, mount_path, read_only, checkpoints, note in DEMO_STORAGES:
+            if project.storages.filter(name=name).exists():
+                continue
+            host_path = DEMO_STORAGE_ROOT / project.code / name
+            storage = ProjectStorage(
+                project=project,
+                name=name,
+                kind="hostpath",
+                host_path=str(host_path),
+                mount_path=mount_path,
+                read_only=read_only,
+                checkpoints=checkpoints,
+                quota_note=note,
+            )
+            if create_missing(stdout, f"storage {project.code}/{name}", lambda s=storage: _save_valid(s)):
+                host_path.mkdir(parents=True, exist_ok=True)  # the simulated nodes write there
+                made += 1
+    stdout.write(f"jobs: {made} demo storages created")
+
+
+def _save_valid(obj):
+    obj.full_clean()  # the paths' checks and the constraints (one checkpoint storage per project)
+    obj.save()
+    return obj
+
+
+DEMO_TEMPLATE = {
+    "owner": "nlp-lead",
+    "project": "nlp-llm",
+    "name": "LLM fine-tune (8 cards) / 大模型微调（8 卡）",
+    "values": {
+        "name": "llama-finetune",
+        "kind": "training",
+        "flavor": "A100-80G",
+        "priority": "training",
+        "image": "registry.local/ai/base:2026.11",
+        "command": "python finetune.py --data /data --out $GPUPOOL_CHECKPOINT_DIR",
+        "workers": 1,
+        "gpus_per_worker": 8,
+        "max_runtime_seconds": 86400,
+        "checkpointing": True,
+        "mounts": ["data"],
+        "env": [{"name": "EPOCHS", "value": "3"}],
+    },
+}
+
+
+def seed_templates(stdout) -> None:
+    """One template shared with nlp-llm by its project admin, when it is missing."""
+    from portal.demo import create_missing
+    from portal.models import Project, User
+
+    from .models import JobTemplate
+    from .templates_service import template_save
+
+    owner = User.objects.filter(username=DEMO_TEMPLATE["owner"]).first()
+    project = Project.objects.filter(code=DEMO_TEMPLATE["project"]).first()
+    if owner is None or project is None:
+        return
+    if JobTemplate.objects.filter(project=project, owner=owner, name=DEMO_TEMPLATE["name"]).exists():
+        return
+    made = create_missing(
+        stdout,
+        "job template",
+        lambda: template_save(
+            actor=owner,
+            project=project,
+            name=DEMO_TEMPLATE["name"],
+            values=DEMO_TEMPLATE["values"],
+            shared=True,
+        ),
+    )
+    if made:
+        stdout.write("jobs: a shared demo job template")

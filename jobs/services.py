@@ -134,11 +134,10 @@ def _merge(errors: dict[str, list[str]], exc: ValidationError) -> None:
         errors.setdefault(field, []).extend(messages)
 
 
-def job_submit(
+def job_submit_check(
     *,
     actor: User,
     project: Project,
-    name: str,
     kind: str,
     flavor: Flavor,
     priority_class: PriorityClass,
@@ -149,12 +148,13 @@ def job_submit(
     gpu_milli: int | None = None,
     min_workers: int | None = None,
     max_runtime_seconds: int | None = None,
-    checkpointing: bool = False,
-    sim_duration_seconds: int | None = None,
     mounts: list[str] | None = None,
     env: list[dict] | None = None,
     expose_port: int | None = None,
-) -> Job:
+) -> tuple[dict, int | None, bool]:
+    """Every check of ``job_submit`` that does not depend on the jobs live at that moment (the
+    dev-job limit): what a saved template must pass too. Returns the checked working environment,
+    the job's maximum runtime and whether its priority class needs approval."""
     perm.require(actor.is_active and _can_submit(actor, project))  # a deactivated user submits nothing
     _validate_text(image=image, command=command)
     workenv = _working_environment(
@@ -185,6 +185,47 @@ def job_submit(
             "min_workers": min_workers,
         },
         max_runtime_seconds=max_runtime_seconds,
+    )
+    return workenv, max_runtime_seconds, class_needs_approval
+
+
+def job_submit(
+    *,
+    actor: User,
+    project: Project,
+    name: str,
+    kind: str,
+    flavor: Flavor,
+    priority_class: PriorityClass,
+    image: str,
+    command: str = "",
+    workers: int = 1,
+    gpus_per_worker: int = 1,
+    gpu_milli: int | None = None,
+    min_workers: int | None = None,
+    max_runtime_seconds: int | None = None,
+    checkpointing: bool = False,
+    sim_duration_seconds: int | None = None,
+    mounts: list[str] | None = None,
+    env: list[dict] | None = None,
+    expose_port: int | None = None,
+) -> Job:
+    workenv, max_runtime_seconds, class_needs_approval = job_submit_check(
+        actor=actor,
+        project=project,
+        kind=kind,
+        flavor=flavor,
+        priority_class=priority_class,
+        image=image,
+        command=command,
+        workers=workers,
+        gpus_per_worker=gpus_per_worker,
+        gpu_milli=gpu_milli,
+        min_workers=min_workers,
+        max_runtime_seconds=max_runtime_seconds,
+        mounts=mounts,
+        env=env,
+        expose_port=expose_port,
     )
     if kind == JobKind.DEV:
         _check_dev_limit(actor)

@@ -21,7 +21,17 @@ from portal.selectors import get_visible, scope_for
 from quotas.models import Flavor
 from quotas.selectors import default_flavor_id, healthy_capacity
 
-from . import charts, environment, estimates, explaining, rules, selectors, services, views_logs
+from . import (
+    charts,
+    environment,
+    estimates,
+    explaining,
+    rules,
+    selectors,
+    services,
+    views_logs,
+    views_templates,
+)
 from .approvals import approval_reasons, approval_request_of
 from .backends.base import backend_name
 from .forms import ALL_STATES, QUEUE_STATES, JobFilterForm, JobForm, PriorityClassForm
@@ -214,11 +224,9 @@ def _copy_initial(request) -> dict:
     initial.update(name=source.name, project=source.project_id, flavor=source.flavor_id)
     initial["priority_class"] = source.priority_class_id
     initial["expose_port"] = source.expose_port
-    # The storages of the same names the project still has (one removed since is left out).
+    # The storages of the same names the project still has (one removed since is left out, with a note).
     names = [m["name"] for m in source.mounts or ()]
-    initial["mounts"] = list(
-        source.project.storages.filter(active=True, name__in=names).values_list("pk", flat=True)
-    )
+    initial["mounts"] = views_templates.mount_initial(request, source.project, names)
     initial["env_text"] = environment.env_lines(source.env or (), secrets=False)
     initial["secret_env_text"] = environment.env_lines(source.env or (), secrets=True)
     return initial
@@ -297,7 +305,12 @@ def job_new(request):
     form = JobForm(request.POST if request.method == "POST" else None, user=request.user)
     if request.method != "POST":
         form.initial.update(_copy_initial(request))
+        form.initial.update(views_templates.template_initial(request))
         form.offer_priority_classes()
+    elif "save_template" in request.POST:
+        saved = views_templates.save_from_form(request, form)
+        if saved is not None:
+            return saved
     elif form.is_valid():
         try:
             with transaction.atomic():
@@ -309,7 +322,9 @@ def job_new(request):
         else:
             messages.success(request, _("Job %(name)s was submitted.") % {"name": job.name})
             return redirect("job-detail", pk=job.pk)
-    return render(request, "jobs/new.html", _form_context(form))
+    return render(
+        request, "jobs/new.html", {**_form_context(form), **views_templates.picker_context(request)}
+    )
 
 
 # Free-text fields that no rule reads: while they are still empty, live validation checks the

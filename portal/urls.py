@@ -9,10 +9,12 @@ from jobs import api as jobs_api
 from jobs import api_approvals as jobs_approvals_api
 from jobs import api_external as jobs_external_api
 from jobs import api_logs as jobs_logs_api
+from jobs import api_templates as jobs_templates_api
 from jobs import views as jobs_views
 from jobs import views_external as external_views
 from jobs import views_logs as log_views
 from jobs import views_policies as policy_views
+from jobs import views_templates as job_template_views
 from jobs.metrics_view import metrics
 from portal import api as portal_api
 from portal import api_approvals as approvals_api
@@ -64,6 +66,23 @@ api_v1 = [
     path("jobs/<int:pk>/log/", jobs_logs_api.JobLogApi.as_view(), name="job-log"),
     path("jobs/<int:pk>/log/download/", jobs_logs_api.JobLogDownloadApi.as_view(), name="job-log-download"),
     path("jobs/<int:pk>/access/", jobs_logs_api.JobAccessApi.as_view(), name="job-access"),
+    # The job's working environment for its users (DESIGN §13): templates, the project's storages.
+    path("job-templates/", jobs_templates_api.JobTemplateListApi.as_view(), name="jobtemplate-list"),
+    path(
+        "job-templates/<int:pk>/",
+        jobs_templates_api.JobTemplateDetailApi.as_view(),
+        name="jobtemplate-detail",
+    ),
+    path(
+        "job-templates/<int:pk>/submit/",
+        jobs_templates_api.JobTemplateSubmitApi.as_view(),
+        name="jobtemplate-submit",
+    ),
+    path(
+        "projects/<int:pk>/storages/",
+        jobs_templates_api.ProjectStorageListApi.as_view(),
+        name="project-storages",
+    ),
     # External jobs' sources (DESIGN §11): Slurm accounts / Kubernetes namespaces → projects.
     path("external-sources/", jobs_external_api.ExternalSourceListApi.as_view(), name="externalsource-list"),
     path(
@@ -147,6 +166,8 @@ urlpatterns = [
     path("jobs/new/", jobs_views.job_new, name="job-new"),
     path("jobs/new/validate/", jobs_views.job_new_validate, name="job-new-validate"),
     path("jobs/queue/", jobs_views.job_queue, name="job-queue"),
+    path("jobs/templates/", job_template_views.template_list, name="job-template-list"),
+    path("jobs/templates/<int:pk>/delete/", job_template_views.template_delete, name="job-template-delete"),
     path("jobs/queue/table/", jobs_views.job_queue_table, name="job-queue-table"),
     path("jobs/<int:pk>/", jobs_views.job_detail, name="job-detail"),
     path("jobs/<int:pk>/cancel/", jobs_views.job_cancel, name="job-cancel"),
@@ -156,6 +177,7 @@ urlpatterns = [
     path("jobs/<int:pk>/open/", log_views.job_open, name="job-open"),
     # ingress-nginx's auth-url for a dev job's ingress (jobs/views_logs.py says why 401/403).
     path("jobs/<int:pk>/access/auth/", log_views.job_access_auth, name="job-access-auth"),
+    path("jobs/<int:pk>/save-template/", job_template_views.template_from_job, name="job-template-from-job"),
     path("quotas/loans/", quotas_views.loan_list, name="loan-list"),
     path("external-sources/", external_views.external_source_list, name="external-source-list"),
     path("external-sources/<int:pk>/map/", external_views.external_source_map, name="external-source-map"),
@@ -183,8 +205,11 @@ urlpatterns = [
     path("directory-rules/", directory_views.directory_rule_list, name="directory-rule-list"),
     path("directory-rules/new/", directory_views.directory_rule_edit, name="directory-rule-new"),
     path("directory-rules/<int:pk>/edit/", directory_views.directory_rule_edit, name="directory-rule-edit"),
-    path("directory-rules/<int:pk>/delete/", directory_views.directory_rule_delete,
-         name="directory-rule-delete"),
+    path(
+        "directory-rules/<int:pk>/delete/",
+        directory_views.directory_rule_delete,
+        name="directory-rule-delete",
+    ),
     path("users/", directory_views.user_list, name="user-list"),
     path("users/<int:pk>/", directory_views.user_detail, name="user-detail"),
     path("memberships/<int:pk>/remove/", directory_views.membership_remove, name="membership-remove"),

@@ -689,8 +689,8 @@ def _describe(job: dict) -> str:
         f"env=[{env}]",
         f"mounts=[{mounts}]",
     ]
-    if job["checkpointing"] and job["checkpoint_dir"]:
-        parts.append(f"checkpoint={job['checkpoint_dir']}")
+    if job["checkpoint_dir"]:  # set by the portal for every job with one; not a secret
+        parts.append(f"GPUPOOL_CHECKPOINT_DIR={job['checkpoint_dir']}")
     if job["expose_port"]:
         parts.append(f"port={job['expose_port']}")
     return " ".join(parts)

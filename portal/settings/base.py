@@ -218,6 +218,7 @@ SPECTACULAR_SETTINGS = {
         "LoanStateEnum": "quotas.models.LoanState",
         "ClusterKindEnum": "quotas.models.ClusterKind",
         "JobKindEnum": "jobs.models.JobKind",
+        "SubmittableKindEnum": "jobs.models.SUBMITTABLE_KINDS",
         "ApprovalKindEnum": "portal.models.ApprovalKind",
         "ApprovalStateEnum": "portal.models.ApprovalState",
         "ApprovalStepStateEnum": "portal.models.StepState",

@@ -180,6 +180,21 @@ VISIBLE["externalsource-list"] = {
 # else sees any — not even rules about their own projects (tests/api/test_directory_rules_api.py).
 VISIBLE["directoryrule-list"] = {p: ({"rule_pa1", "rule_B"} if p in ("platform", "auditor") else set())
                                  for p in ALL}
+# Job templates (issue 22): one's own and the shared ones of projects one submits to; another
+# user's private template is nobody else's (not even the platform's). Shared: tpl_pa1 by pa1_admin,
+# tpl_pb by b_admin; private: tpl_private of pa1_member.
+VISIBLE["jobtemplate-list"] = {
+    "platform": {"tpl_pa1", "tpl_pb"},
+    "auditor": set(),
+    "a_admin": {"tpl_pa1"},
+    "b_admin": {"tpl_pb"},
+    "a_finance": set(),
+    "b_finance": set(),
+    "pa1_admin": {"tpl_pa1"},
+    "pa1_member": {"tpl_pa1", "tpl_private"},
+    "pb_member": {"tpl_pb"},
+    "outsider": set(),
+}
 # Pool resources are not tenant data: every signed-in user reads them, only platform admins write.
 GLOBAL_LISTS = {"flavor-list", "cluster-list", "node-list"}
 # Endpoints covered by dedicated tests elsewhere (not object lists).
@@ -193,6 +208,8 @@ OTHER |= {"job-scale"}  # test_job_scale_follows_visibility_then_the_edit_rule b
 # A job's log and dev port (issue 22): tests/api/test_job_logs_api.py, every persona.
 OTHER |= {"job-log", "job-log-download", "job-access"}
 OTHER |= {"externalsource-map"}  # tests/api/test_external_sources_api.py
+# Per-persona tests in tests/api/test_job_templates_api.py.
+OTHER |= {"jobtemplate-submit", "project-storages"}
 # Approval actions, request creation and notifications: tests/api/test_approvals_api.py.
 OTHER |= {"approval-decide", "approval-bulk-decide", "approval-cancel", "approval-comment", "quota-request",
           "loan-request", "notification-list", "notification-read", "notification-read-all"}
@@ -256,7 +273,25 @@ def objects(world):
     by_list["statement-list"] = _statements(world)
     by_list["budget-list"] = _budgets(world)
     by_list["manualadjustment-list"] = _adjustments(world)
+    by_list["jobtemplate-list"] = _templates(world)
     return by_list
+
+
+def _templates(world):
+    from jobs.models import PriorityClass
+    from jobs.templates_service import template_save
+
+    PriorityClass.objects.get_or_create(name="training", defaults={"value": 100})
+    values = {"kind": "training", "flavor": "F", "priority": "training", "image": "img"}
+    made = {
+        "tpl_pa1": ("pa1_admin", world.pa1, True),
+        "tpl_pb": ("b_admin", world.pb, True),
+        "tpl_private": ("pa1_member", world.pa1, False),
+    }
+    return {
+        key: template_save(actor=world.users[u], project=project, name=key, values=values, shared=shared).pk
+        for key, (u, project, shared) in made.items()
+    }
 
 
 def _external_sources(world):

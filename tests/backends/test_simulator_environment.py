@@ -220,6 +220,10 @@ def test_a_preempted_checkpointing_job_resumes_from_its_step_when_requeued(sim, 
     assert second.splitlines()[0] == "== run 2 =="
     assert f"resumed from step {saved} (checkpoint {ckpt.host_dir}/step)" in second
     assert steps(second)[0] == saved + 1
+    starts = [line for line in text.splitlines() if " start gp-31 " in line]
+    assert len(starts) == 2 and all(
+        line.endswith(f" GPUPOOL_CHECKPOINT_DIR={ckpt.host_dir}") for line in starts
+    )
     # what is left to run: the steps after the checkpoint, not the whole job again
     fresh_run = (datetime.fromisoformat(ends) - fresh.started_at).total_seconds()
     resumed_run = (datetime.fromisoformat(view["ends_at"]) - resumed.started_at).total_seconds()
@@ -254,7 +258,8 @@ def test_a_job_without_checkpointing_starts_over(sim, tmp_path):
     assert not (tmp_path / "shared").exists()
     sim.submit(job)
     reach(sim, "gp-33", FAILED)
-    assert "resumed" not in sim.log_tail("gp-33", max_bytes=10**6).text
+    text = sim.log_tail("gp-33", max_bytes=10**6).text
+    assert "resumed" not in text and f"GPUPOOL_CHECKPOINT_DIR={ckpt.host_dir}" in text
 
 
 # ---------------------------------------------------------------- the dev page

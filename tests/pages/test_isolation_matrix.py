@@ -127,6 +127,10 @@ RULES: dict[str, Page] = {
     "user-list": Page({**PLATFORM_404, "auditor": NONE}),
     # pa1_member's page lists its role on pa1 (and nothing of B).
     "user-detail": Page({**PLATFORM_404, "platform": A, "auditor": A}, (NAMES["pa1"], NAMES["pb"])),
+    # Job templates (issue 22): one's own and the shared ones of the projects one submits to.
+    "job-template-list": Page(SUBMITTERS, ("tpl:a", "tpl:b")),
+    # Saving a job as a template: the page of a job one sees (the service refuses who cannot submit).
+    "job-template-from-job": Page(A_OBJECT, ("job:a", "job:b")),
 }
 
 # POST actions on an A-side object: persona -> (status, changed). Anyone outside the object's
@@ -165,6 +169,10 @@ ACTIONS: dict[str, dict] = {
     # A hand-given role on pa1: removed by who may grant it (as the API's membership delete).
     "membership-remove": {**NOT_SEEN, "auditor": (302, False), "a_finance": (302, False),
                           "pa1_member": (302, False), "a_admin": (302, True), "platform": (302, True)},
+    # tpl:a is shared with pa1 by a_admin: its members use it (a delete is 403), its admins delete it;
+    # who may not submit to pa1 does not see it.
+    "job-template-delete": {**{p: (404, False) for p in PERSONAS}, "pa1_member": (403, False),
+                            "a_admin": (302, True), "platform": (302, True)},
 }
 
 # Not pages of the portal: sign-in, and machine endpoints with their own guards and tests.
@@ -240,6 +248,17 @@ def _sources(world):
             for key, n, project in owners}
 
 
+def _templates(world):
+    from jobs.templates_service import template_save
+
+    values = {"kind": "training", "flavor": "F", "priority": "training", "image": "img"}
+    return {
+        key: template_save(actor=world.users[user], project=project, name=name, values=values, shared=True)
+        for key, user, project, name in (("tpl:a", "a_admin", world.pa1, "zz-tpl-alpha"),
+                                         ("tpl:b", "b_admin", world.pb, "zz-tpl-bravo"))
+    }
+
+
 @pytest.fixture
 def objs(world, prio):
     for key, name in NAMES.items():
@@ -275,6 +294,7 @@ def objs(world, prio):
         "user:a": world.users["pa1_member"],
         "member:a": world.users["pa1_member"].memberships.get(),
         **_sources(world),
+        **_templates(world),
     }
     if _exists("what-if-run"):
         from billing.models import WhatIfRun
@@ -300,6 +320,7 @@ SUBJECT = {
     "external-source-map": "src:u",
     "directory-rule-edit": "rule:a", "directory-rule-delete": "rule:a",
     "user-detail": "user:a", "membership-remove": "member:a",
+    "job-template-from-job": "job:a", "job-template-delete": "tpl:a",
 }
 
 
@@ -402,6 +423,8 @@ def _state(name, objs):
         return DirectoryRule.objects.filter(pk=objs["rule:a"].pk).exists()
     if name == "membership-remove":
         return Membership.objects.filter(pk=objs["member:a"].pk).exists()
+    if name == "job-template-delete":
+        return type(objs["tpl:a"]).objects.filter(pk=objs["tpl:a"].pk).exists()
     raise AssertionError(name)
 
 
