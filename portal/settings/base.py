@@ -238,6 +238,9 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 SESSION_COOKIE_HTTPONLY = True
+# Dev jobs' Ingress hosts check the portal session (docs/environment.md): with the portal at
+# gpupool.centre.cn and dev jobs under dev.centre.cn, ".centre.cn" sends the cookie to both.
+SESSION_COOKIE_DOMAIN = env_str("SESSION_COOKIE_DOMAIN", "") or None
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the cookie-less meta tag; see base.html
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True

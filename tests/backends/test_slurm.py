@@ -501,8 +501,12 @@ def test_a_slurm_node_failure_requeues_checkpointing_jobs_and_fails_the_others(p
         settle(portal_cluster, ckpt, {"queued"})
     finally:
         for name in nodes:  # ReturnToService=2 may have brought it back already
-            subprocess.run(["scontrol", "update", f"NodeName={name}", "State=RESUME"], env=cluster.env,
-                           capture_output=True, check=False)
+            subprocess.run(
+                ["scontrol", "update", f"NodeName={name}", "State=RESUME"],
+                env=cluster.env,
+                capture_output=True,
+                check=False,
+            )
     assert list(ckpt.events.filter(kind="transition").values_list("to_state", flat=True))[-2:] == [
         "lost",
         "queued",
@@ -560,3 +564,71 @@ def _placed_nodes(job):
     from quotas.models import Node
 
     return Node.objects.filter(pk__in={n for worker in job.placement for n, _g, _m in worker})
+
+
+def test_a_portal_job_sees_its_mounts_and_checkpoint_dir_and_the_portal_shows_its_log(
+    portal_on_slurm, tmp_path
+):
+    """DESIGN §13 through the portal on real Slurm: the project's storages reach the job as paths
+    on the shared file system (it reads one, writes its checkpoint dir), and the portal shows the
+    tail of its output while it runs and the whole log after."""
+    from rest_framework.test import APIClient
+
+    from jobs import dispatch
+    from jobs.logs import job_log_stream, job_log_tail
+    from jobs.models import ProjectStorage
+    from jobs.scheduling import schedule_once
+    from tests import factories as fx
+
+    flavor, portal_cluster, project = portal_on_slurm
+    data, work = tmp_path / "data", tmp_path / "work"
+    data.mkdir()
+    work.mkdir()
+    (data / "input.txt").write_text("forty-two\n")
+    ProjectStorage.objects.create(
+        project=project, name="data", kind="hostpath", host_path=str(data), mount_path="/data", read_only=True
+    )
+    ProjectStorage.objects.create(
+        project=project,
+        name="work",
+        kind="hostpath",
+        host_path=str(work),
+        mount_path="/work",
+        checkpoints=True,
+    )
+    release = tmp_path / "release"
+    command = (
+        'echo "read $(cat "$GPUPOOL_MOUNT_DATA/input.txt")"; '
+        'echo 7 > "$GPUPOOL_CHECKPOINT_DIR/step"; echo "first line"; '
+        f"while [ ! -e {release} ]; do sleep 0.2; done; "
+        'echo "last line"; echo "to stderr" >&2'
+    )
+    job = fx.submit(
+        project,
+        flavor,
+        workers=1,
+        gpus=1,
+        name="env",
+        command=command,
+        mounts=["data"],
+        env=[{"name": "LR", "value": "0.1"}],
+    )
+    assert schedule_once().admitted == 1
+    assert dispatch.dispatch_job(job.pk) == "dispatched"
+    settle(portal_cluster, job, {"running"})
+    tail = wait_for(
+        lambda: (t := job_log_tail(job, max_bytes=4096)).text and "first line" in t.text and t,
+        "the first lines in the portal's tail",
+    )
+    assert "read forty-two" in tail.text and "last line" not in tail.text
+    reader = APIClient()
+    reader.force_authenticate(fx.platform_admin())
+    shown = reader.get(f"/api/v1/jobs/{job.pk}/log/", {"tail_bytes": 4096}).json()
+    assert "first line" in shown["text"] and not shown["missing"], shown
+    checkpoint = work / ".gpupool" / "checkpoints" / str(job.pk) / "step"
+    assert checkpoint.read_text() == "7\n"  # the job wrote its checkpoint dir; the test reads it
+    release.touch()
+    settle(portal_cluster, job, {"succeeded"})
+    whole = b"".join(job_log_stream(job)).decode()
+    assert whole.index("read forty-two") < whole.index("first line") < whole.index("last line")
+    assert "to stderr" in whole
