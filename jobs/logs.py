@@ -109,11 +109,19 @@ def _guarded(job: Job, chunks: Iterator[bytes]) -> Iterator[bytes]:
         log.warning("log download of job %s broke off: %s", job.pk, exc)
 
 
+def owns(user, job: Job) -> bool:
+    """A dev job's port is its owner's workspace (a notebook, a shell as that user): seeing the
+    job — a project viewer, a department admin — gives its log, never a way into it."""
+    return user.is_authenticated and user.is_active and job.submitted_by_id == user.pk
+
+
 def job_access(job: Job, user) -> Access | None:
-    """How ``user`` reaches the dev job's exposed port, or None when it exposes nothing now
-    (not a dev job, no port, not running). A backend that cannot be reached is an Access with
-    only a ``note`` saying so."""
+    """How ``user`` reaches the dev job's exposed port, or None when it exposes nothing to them
+    now (not a dev job, no port, not running, not theirs). A backend that cannot be reached is
+    an Access with only a ``note`` saying so."""
     if job.kind != JobKind.DEV or not job.expose_port or job.state != JobState.RUNNING:
+        return None
+    if not owns(user, job):
         return None
     if job.cluster_id is None:
         return None

@@ -171,7 +171,7 @@ def job_access_auth(request, pk: int):
     """ingress-nginx's external authentication (``nginx.ingress.kubernetes.io/auth-url``) of a
     dev job's ingress: nginx sends each request's cookies here first and lets it through on 200.
 
-    200: the session's user may see the job and it is a running dev job with a port; 401: not
+    200: the session's user owns the job (logs.owns) and it is a running dev job with a port; 401: not
     signed in (nginx sends the browser to ``auth-signin``); 403: anything else, including a job
     the user may not see or that does not exist. Not 404 as the portal's pages answer another
     tenant's object: nginx treats any status but 2xx, 401 and 403 as an error of the auth
@@ -184,6 +184,7 @@ def job_access_auth(request, pk: int):
     job = selectors.visible_jobs(request.user).filter(pk=pk).first()
     allowed = (
         job is not None
+        and logs.owns(request.user, job)
         and job.kind == JobKind.DEV
         and bool(job.expose_port)
         and job.state == JobState.RUNNING

@@ -201,9 +201,12 @@ def test_a_running_dev_job_opens_the_simulators_page_through_the_portal(world, s
     assert f"gpupool dev job gp-{job.pk}" in body and "Simulated dev server on port 8888" in body
     assert response["Content-Security-Policy"].startswith("sandbox")
     assert client.post(reverse("job-open", args=[job.pk])).status_code == 405  # GET only
-    # The ingress check lets whoever sees the job through, and only while it runs.
+    # The ingress check lets the job's owner through, and only while it runs: seeing a job
+    # (an auditor, the project's admin) is not a way into its owner's notebook.
     assert client.get(reverse("job-access-auth", args=[job.pk])).status_code == 200
-    assert page_client("auditor").get(reverse("job-access-auth", args=[job.pk])).status_code == 200
+    for viewer in ("auditor", "pa1_admin", "platform"):
+        assert page_client(viewer).get(reverse("job-access-auth", args=[job.pk])).status_code == 403
+        assert "/open/" not in _page(page_client(viewer), job)
 
 
 def test_the_port_closes_with_the_job(world, simserver, page_client):
@@ -333,7 +336,7 @@ def test_the_log_panel_speaks_the_readers_language(world, page_client):
 # --- Slurm: the tunnel through the login node, as the viewer's Unix user --------------------------
 
 
-def test_a_slurm_dev_job_shows_the_tunnel_to_its_first_node_as_the_viewers_unix_user(
+def test_a_slurm_dev_job_shows_its_owner_the_tunnel_to_its_first_node_as_their_unix_user(
     english, world, page_client
 ):
     cluster = Cluster.objects.create(
@@ -349,13 +352,15 @@ def test_a_slurm_dev_job_shows_the_tunnel_to_its_first_node_as_the_viewers_unix_
         state="running", cluster=cluster, backend_id="4242", placement=[[[node.pk, 0, 1000]]]
     )
     job.refresh_from_db()
-    viewer = world.users["a_admin"]
-    User.objects.filter(pk=viewer.pk).update(unix_username="aadm")
-    viewer.refresh_from_db()
-    access = logs.job_access(job, viewer)
-    assert access.command == "ssh -N -L 8888:gpu07:8888 aadm@login.example" and access.url == ""
-    assert logs.job_access(job, world.users["pa1_member"]).command.endswith(" pa1_member@login.example")
+    owner = world.users["pa1_member"]
+    User.objects.filter(pk=owner.pk).update(unix_username="pmem")
+    owner.refresh_from_db()
+    access = logs.job_access(job, owner)
+    assert access.command == "ssh -N -L 8888:gpu07:8888 pmem@login.example" and access.url == ""
+    page = _page(page_client("pa1_member"), job)
+    assert "ssh -N -L 8888:gpu07:8888 pmem@login.example" in page and "/open/" not in page
+    # Another viewer of the job sees its log, not a tunnel into it.
+    assert logs.job_access(job, world.users["a_admin"]) is None
     client = page_client("a_admin")
-    page = _page(client, job)
-    assert "ssh -N -L 8888:gpu07:8888 aadm@login.example" in page and "/open/" not in page
+    assert "ssh -N" not in _page(client, job)
     assert logs.job_log_tail(job, max_bytes=100).missing  # no slurm.conf here: a reason, not a 500
