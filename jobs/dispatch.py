@@ -62,6 +62,8 @@ def job_spec(job: Job, node_names: dict[int, str]) -> base.JobSpec:
             "department": job.project.department.code,
             "user": job.submitted_by.username,
         },
+        sharing_mode=job.flavor.sharing_mode,
+        gpu_memory_mib=job.flavor.memory_mib,
         **environment.spec_fields(job),
     )
 

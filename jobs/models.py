@@ -1,6 +1,7 @@
 """Jobs, their append-only event log, and priority classes (DESIGN §4)."""
 
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from django import forms
 from django.contrib.postgres.fields import ArrayField
@@ -178,6 +179,19 @@ class Job(models.Model):
     checkpoint = models.JSONField(_("checkpoint directory"), null=True, blank=True)
     expose_port = models.PositiveIntegerField(
         _("exposed port"), null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(65535)]
+    )
+    # DESIGN §14: the flavors the job accepts, in the order it prefers them (ids; empty: only
+    # ``flavor``) — ``flavor`` is the one it runs (or would run) on — and a framework whose
+    # operator coverage a flavor must reach to be chosen.
+    flavor_choices = ArrayField(models.PositiveIntegerField(), default=list, blank=True)
+    framework = models.CharField(_("framework"), max_length=40, blank=True)
+    min_operator_coverage = models.DecimalField(
+        _("minimum operator coverage"),
+        max_digits=4,
+        decimal_places=3,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(Decimal(0)), MaxValueValidator(Decimal(1))],
     )
     approved = models.BooleanField(default=False)
 

@@ -35,6 +35,16 @@ class Vendor(models.TextChoices):
     OTHER = "other", _("Other")
 
 
+class SharingMode(models.TextChoices):
+    """How jobs share one card of the flavor, as the backend enforces it (DESIGN §14)."""
+
+    NONE = "", _("whole cards")
+    MIG = "mig", _("MIG slices")
+    SHARD = "shard", _("shards / time-slicing")
+    VGPU = "vgpu", _("vGPU (memory and core limits)")
+    VNPU = "vnpu", _("Ascend vNPU")
+
+
 class Flavor(models.Model):
     """资源规格: a GPU model or a slice of one."""
 
@@ -85,6 +95,25 @@ class Flavor(models.Model):
         validators=[MinValueValidator(Decimal(1)), MaxValueValidator(Decimal(10))],
     )
     active = models.BooleanField(_("active"), default=True)
+    # The flavor's profile (DESIGN §14), edited by platform admins; each value with its source
+    # and date. ``relative_throughput`` is against the centre's reference card (GPUPOOL
+    # REFERENCE_FLAVOR, 1.0); normalised card-hours (标准卡时) = card-hours × it.
+    sharing_mode = models.CharField(
+        _("sharing mode"), max_length=10, choices=SharingMode.choices, default=SharingMode.NONE, blank=True
+    )
+    relative_throughput = models.DecimalField(
+        _("relative throughput"),
+        max_digits=6,
+        decimal_places=3,
+        default=Decimal(1),
+        validators=[MinValueValidator(Decimal("0.001")), MaxValueValidator(Decimal(100))],
+        help_text=_("Throughput against the centre's reference card (1.0)."),
+    )
+    relative_throughput_source = models.CharField(_("throughput source"), max_length=300, blank=True)
+    relative_throughput_date = models.DateField(_("throughput measured on"), null=True, blank=True)
+    # {"pytorch": {"coverage": "0.93", "source": "vendor operator list v8.0", "date": "2026-06-01"}}:
+    # the share of a framework's mainstream operators the card supports (0..1).
+    operator_coverage = models.JSONField(_("operator coverage"), default=dict, blank=True)
 
     class Meta:
         ordering = ["name"]

@@ -103,6 +103,11 @@ class JobSpec:
     checkpoint: Checkpoint | None = None
     pull_secret: str = ""  # the project's image pull secret (a Kubernetes Secret name)
     expose_port: int | None = None  # a dev job's port (Jupyter, VS Code server, SSH)
+    # How the flavor's cards are shared (DESIGN §14): "" whole cards, mig, shard, vgpu, vnpu; with
+    # gpu_milli, the backend asks for that share in the mode's own resource (Slurm gres/shard,
+    # HAMi vGPU memory/cores, time-sliced replicas, Ascend vNPU templates).
+    sharing_mode: str = ""
+    gpu_memory_mib: int = 0  # the flavor's memory per card (vGPU memory limits are a share of it)
 
 
 # Backend-neutral job phases reported by status().

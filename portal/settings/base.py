@@ -308,6 +308,10 @@ GPUPOOL = {
     # The domains of dev jobs' Ingress hosts (<job>.<domain>, a Kubernetes cluster's config
     # "ingress_domain"): sign-in may send the user back there (docs/environment.md).
     "DEV_INGRESS_DOMAINS": [d.lower() for d in env_list("GPUPOOL_DEV_INGRESS_DOMAINS", [])],
+    # DESIGN §14: the centre's reference card (relative throughput 1.0), and whether statements
+    # price normalised card-hours (标准卡时 = card-hours × relative throughput) instead of plain ones.
+    "REFERENCE_FLAVOR": env_str("GPUPOOL_REFERENCE_FLAVOR", "A100-80G"),
+    "PRICE_NORMALISED_CARD_HOURS": env_bool("GPUPOOL_PRICE_NORMALISED_CARD_HOURS", False),
     # The live log tail on the job page, in bytes (the whole log is a download).
     "LOG_TAIL_BYTES": env_int("GPUPOOL_LOG_TAIL_BYTES", 16384, min_value=1024, max_value=1048576),
 }
