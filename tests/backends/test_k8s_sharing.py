@@ -223,3 +223,41 @@ def test_the_cluster_config_reaches_the_objects_the_backend_creates(k8s_api):
         HAMI_CORES: "25",
     }
     assert vgpu["metadata"]["annotations"][HAMI_USE_UUID] == gpu_uuid("gpu-a", 0)
+
+
+def test_a_time_sliced_node_counts_its_physical_cards(k8s_api):
+    """With time-slicing a node advertises cards × replicas; GPU Feature Discovery's
+    nvidia.com/gpu.count label says how many cards there are, and the pool counts cards."""
+    ready = [{"type": "Ready", "status": "True"}]
+
+    def node(name, capacity, labels):
+        return {
+            "metadata": {"name": name, "labels": labels},
+            "spec": {},
+            "status": {"capacity": {"cpu": "64", **capacity}, "conditions": ready},
+        }
+
+    k8s_api.nodes = [
+        node(
+            "shared-a",
+            {"nvidia.com/gpu.shared": "32"},
+            {"nvidia.com/gpu.count": "8", "nvidia.com/gpu.replicas": "4"},
+        ),
+        node(
+            "sliced-b",
+            {"nvidia.com/gpu": "16"},
+            {"nvidia.com/gpu.count": "4", "nvidia.com/gpu.replicas": "4"},
+        ),
+        node("plain-c", {"nvidia.com/gpu": "8"}, {"nvidia.com/gpu.count": "8"}),
+        node("no-gfd-d", {"nvidia.com/gpu.shared": "12"}, {}),
+        node("bad-label-e", {"nvidia.com/gpu": "8"}, {"nvidia.com/gpu.count": "64"}),
+    ]
+    backend = KubernetesBackend(host=k8s_api.url, namespace="gpupool", token="t")
+    found = {n.name: (n.flavor_hint, n.gpus) for n in backend.list_nodes()}
+    assert found == {
+        "shared-a": ("nvidia.com/gpu.shared", 8),
+        "sliced-b": ("nvidia.com/gpu", 4),
+        "plain-c": ("nvidia.com/gpu", 8),
+        "no-gfd-d": ("nvidia.com/gpu.shared", 12),  # no label: what the node advertises
+        "bad-label-e": ("nvidia.com/gpu", 8),  # a label above the capacity is not believed
+    }
