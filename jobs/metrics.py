@@ -30,6 +30,45 @@ def _prometheus():
     return PrometheusConnect(url=settings.GPUPOOL["PROMETHEUS_URL"], disable_ssl=True)
 
 
+# On Kubernetes the exporters label a series with the pod using the card (DCGM-exporter's pod
+# mapping: ``namespace``, ``pod``; Ascend npu-exporter's ``pod_name`` becomes ``pod`` through
+# deploy/prometheus/kubernetes-dcgm.yml). A job's pods are ``gp-<id>`` (a dev Pod) or
+# ``gp-<id>-<suffix>`` (Job, Deployment and Volcano pods): the job is the pod name's prefix.
+_POD_SELECTOR = '{{__name__=~"{names}",pod=~"gp-[0-9]+(-.+)?"}}'
+_UTIL_NAMES = "DCGM_FI_DEV_GPU_UTIL|npu_chip_info_utilization"
+_MEMORY_NAMES = "DCGM_FI_DEV_FB_USED|npu_chip_info_hbm_used_memory"  # MiB (npu-exporter: MB)
+_OWNER = 'label_replace({inner}, "gp_job", "$1", "pod", "(gp-[0-9]+)(-.+)?")'
+_POD_QUERIES = (
+    "avg by (namespace, gp_job) ("
+    + _OWNER.format(inner="avg_over_time(" + _POD_SELECTOR.format(names=_UTIL_NAMES) + "[1m])")
+    + ")",
+    "sum by (namespace, gp_job) ("
+    + _OWNER.format(inner="avg_over_time(" + _POD_SELECTOR.format(names=_MEMORY_NAMES) + "[1m])")
+    + ")",
+    "count by (namespace, gp_job) (" + _OWNER.format(inner=_POD_SELECTOR.format(names=_UTIL_NAMES)) + ")",
+)
+
+
+def _per_pod_owner(query: str) -> dict[tuple[str, str], float]:
+    result = _prometheus().custom_query(query)
+    return {
+        (r["metric"].get("namespace", ""), r["metric"].get("gp_job", "")): float(r["value"][1])
+        for r in result
+    }
+
+
+def _kubernetes_jobs(running: list[tuple[int, str | None, dict | None]]) -> dict[tuple[str, str], int]:
+    """(namespace, backend name) -> job id, for running jobs on Kubernetes clusters: a pod in any
+    other namespace is not the portal's, whatever its name."""
+    from quotas.models import ClusterKind
+
+    return {
+        ((config or {}).get("namespace") or "gpupool", backend_name(pk)): pk
+        for pk, kind, config in running
+        if kind == ClusterKind.KUBERNETES
+    }
+
+
 def _per_job(query: str) -> dict[str, float]:
     label = settings.GPUPOOL["METRICS_JOB_LABEL"]
     result = _prometheus().custom_query(query.format(label=label, selector=f'{{{label}=~"gp-[0-9]+"}}'))
@@ -53,17 +92,26 @@ _UPSERT_SAMPLE = """
 def poll_gpu_metrics(now: datetime | None = None) -> int:
     """One sample per running job for the current minute (re-running the same minute
     overwrites it, so a retried task never double counts)."""
-    ids = Job.objects.filter(state=JobState.RUNNING).values_list("pk", flat=True)
-    running = {backend_name(pk): pk for pk in ids}
+    jobs = list(
+        Job.objects.filter(state=JobState.RUNNING).values_list("pk", "cluster__kind", "cluster__config")
+    )
+    running = {backend_name(pk): pk for pk, _kind, _config in jobs}
     if not running:
         return 0
+    samples: dict[int, tuple[float, float, int]] = {}
     util, memory, count = (_per_job(query) for query in _QUERIES)
+    for name, value in util.items():
+        if name in running:
+            samples[running[name]] = (value, memory.get(name, 0.0), int(count.get(name, 0)))
+    pods = _kubernetes_jobs(jobs)
+    if pods:
+        util_of, memory_of, count_of = (_per_pod_owner(query) for query in _POD_QUERIES)
+        for key, value in util_of.items():
+            # The job-id label wins where both exist: one sample per job, never a sum of two.
+            if key in pods and pods[key] not in samples:
+                samples[pods[key]] = (value, memory_of.get(key, 0.0), int(count_of.get(key, 0)))
     minute = (now or timezone.now()).replace(second=0, microsecond=0)
-    rows = [
-        (running[name], minute, value, memory.get(name, 0.0), int(count.get(name, 0)))
-        for name, value in util.items()
-        if name in running
-    ]
+    rows = [(pk, minute, util_pct, fb, gpus) for pk, (util_pct, fb, gpus) in samples.items()]
     with connection.cursor() as cursor:
         cursor.executemany(_UPSERT_SAMPLE, rows)
     return len(rows)

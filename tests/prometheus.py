@@ -24,15 +24,18 @@ def _free_port() -> int:
 
 
 class Prometheus:
-    def __init__(self, workdir: Path, targets: list[str]):
+    def __init__(self, workdir: Path, targets: list[str], scrape_configs: list[dict] | None = None):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = workdir / "prometheus.yml"
         # honor_labels: the exporter's own labels win over the scrape job's (as for dcgm-exporter).
+        scrapes = scrape_configs or [
+            {"job_name": "dcgm", "honor_labels": True, "static_configs": [{"targets": targets}]}
+        ]
         config.write_text(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
-            "  - job_name: dcgm\n    honor_labels: true\n    static_configs:\n"
-            f"      - targets: {json.dumps(targets)}\n"
+            json.dumps(
+                {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "scrape_configs": scrapes}
+            )
         )
         self.started = time.time()
         self.proc = subprocess.Popen(
@@ -51,11 +54,11 @@ class Prometheus:
         with urllib.request.urlopen(url, timeout=5) as response:
             return json.load(response)["data"]["result"]
 
-    def wait_for_scrapes(self, count: int = 2) -> None:
+    def wait_for_scrapes(self, count: int = 2, job: str = "dcgm") -> None:
         """The first scrape comes ~6 s after start (REAL-BACKENDS.md §2): wait for fresh ones."""
         wait_until(
-            lambda: self.query(f'count_over_time(up{{job="dcgm"}}[1m]) >= {count}'),
-            f"{count} scrapes by Prometheus",
+            lambda: self.query(f'count_over_time(up{{job="{job}"}}[1m]) >= {count}'),
+            f"{count} scrapes of {job} by Prometheus",
             interval=0.5,
             retry_on=OSError,  # not listening yet
         )
@@ -75,8 +78,8 @@ def prometheus_for(tmp_path):
         pytest.fail("prometheus is not installed (.ci/run installs Debian's package)")
     started = []
 
-    def start(targets):
-        prom = Prometheus(tmp_path, targets)
+    def start(targets, scrape_configs=None):
+        prom = Prometheus(tmp_path, targets, scrape_configs)
         started.append(prom)
         return prom
 

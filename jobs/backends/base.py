@@ -112,7 +112,13 @@ class JobSpec:
 
 # Backend-neutral job phases reported by status().
 PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST = (
-    "pending", "running", "succeeded", "failed", "cancelled", "lost")
+    "pending",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "lost",
+)
 
 # Whose clock a status's ``started_at`` / ``finished_at`` are (``JobEvent.time_source``).
 PORTAL_CLOCK = "portal"

@@ -101,8 +101,10 @@ def finished_at(status: dict[str, Any]) -> datetime | None:
     ends = [parse_time((s.get("terminated") or {}).get("finishedAt")) for s in states]
     if not ends or any(e is None for e in ends):
         return None
-    inits = [parse_time((cs.get("state", {}).get("terminated") or {}).get("finishedAt"))
-             for cs in status.get("initContainerStatuses") or []]
+    inits = [
+        parse_time((cs.get("state", {}).get("terminated") or {}).get("finishedAt"))
+        for cs in status.get("initContainerStatuses") or []
+    ]
     return max([e for e in ends if e is not None] + [e for e in inits if e is not None])
 
 

@@ -17,7 +17,17 @@ from kubernetes.utils.quantity import parse_quantity
 from jobs.backends.base import CANCELLED, FAILED, LOST, PENDING, RUNNING, SUCCEEDED, JobStatus, NodeInfo
 
 # Extended resources counted as accelerators, in the order a node's capacity is searched.
-GPU_RESOURCES = ("nvidia.com/gpu", "huawei.com/Ascend910", "cambricon.com/mlu", "hygon.com/dcu")
+# nvidia.com/gpu.shared: time-sliced replicas under the NVIDIA device plugin's renameByDefault.
+GPU_RESOURCES = (
+    "nvidia.com/gpu",
+    "nvidia.com/gpu.shared",
+    "huawei.com/Ascend910",
+    "cambricon.com/mlu",
+    "hygon.com/dcu",
+)
+# GPU Feature Discovery's count of physical cards: with time-slicing the node advertises
+# cards × replicas of its resource, and the pool counts cards.
+GFD_GPU_COUNT = "nvidia.com/gpu.count"
 GPU_RESOURCE_PREFIXES = ("nvidia.com/mig-",)
 
 # Pod / Job reasons meaning the node went away (lost, shut down, drained) rather than the program failing.
@@ -210,6 +220,14 @@ def node_info(node: Any) -> NodeInfo | None:
     if found is None:
         return None
     resource, count = found
+    labels = node.metadata.labels or {}
+    cards = labels.get(GFD_GPU_COUNT, "")
+    if (
+        resource in ("nvidia.com/gpu", "nvidia.com/gpu.shared")
+        and cards.isdigit()
+        and 0 < int(cards) <= count
+    ):
+        count = int(cards)
     ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
     if not ready:
         state = "down"
@@ -217,7 +235,6 @@ def node_info(node: Any) -> NodeInfo | None:
         state = "cordoned"
     else:
         state = "ready"
-    labels = node.metadata.labels or {}
     return NodeInfo(
         name=node.metadata.name,
         flavor_hint=resource,

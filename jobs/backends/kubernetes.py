@@ -38,7 +38,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from jobs.backends import k8s_logs, volcano
+from jobs.backends import k8s_logs, k8s_sharing, volcano
 from jobs.backends.base import (
     LOG_CHUNK_BYTES,
     LOST,
@@ -49,6 +49,7 @@ from jobs.backends.base import (
     LogTail,
     NodeInfo,
 )
+from jobs.backends.k8s_sharing import Sharing
 from jobs.backends.k8s_status import (  # noqa: F401 - re-exported: the backend's public mapping
     GPU_RESOURCE_PREFIXES,
     GPU_RESOURCES,
@@ -107,8 +108,9 @@ def labels_for(spec: JobSpec) -> dict[str, str]:
     return labels
 
 
-def annotations_for(spec: JobSpec) -> dict[str, str]:
-    return {GPU_MILLI_ANNOTATION: str(spec.gpu_milli)} if spec.gpu_milli else {}
+def annotations_for(spec: JobSpec, sharing: Sharing = k8s_sharing.DEFAULT) -> dict[str, str]:
+    annotations = {GPU_MILLI_ANNOTATION: str(spec.gpu_milli)} if spec.gpu_milli else {}
+    return {**annotations, **k8s_sharing.device_annotations(spec, sharing)}
 
 
 def placement_nodes(spec: JobSpec) -> list[str]:
@@ -123,16 +125,14 @@ def node_affinity(nodes: Iterable[str]) -> dict[str, Any] | None:
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
 
 
-def resources_for(spec: JobSpec) -> dict[str, dict[str, str]]:
-    # A shared (gpu_milli) request takes one whole device resource; the share travels as an annotation.
-    count = 1 if spec.gpu_milli else spec.gpus_per_worker
-    if count <= 0:
-        return {}
-    quantity = {spec.k8s_resource: str(count)}
-    return {"limits": dict(quantity), "requests": dict(quantity)}
+def resources_for(spec: JobSpec, sharing: Sharing = k8s_sharing.DEFAULT) -> dict[str, dict[str, str]]:
+    """The device plugin's resources for the flavor's sharing mode (:mod:`jobs.backends.k8s_sharing`)."""
+    return k8s_sharing.resources_for(spec, sharing)
 
 
-def pod_spec(spec: JobSpec, *, restart_policy: str, deadline: bool) -> dict[str, Any]:
+def pod_spec(
+    spec: JobSpec, *, restart_policy: str, deadline: bool, sharing: Sharing = k8s_sharing.DEFAULT
+) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": "main",
         "image": spec.image,
@@ -140,7 +140,7 @@ def pod_spec(spec: JobSpec, *, restart_policy: str, deadline: bool) -> dict[str,
         # shell as typed ("echo $$" prints the shell's pid, not "$").
         "command": ["/bin/sh", "-c", literal(spec.command)],
     }
-    resources = resources_for(spec)
+    resources = resources_for(spec, sharing)
     if resources:
         container["resources"] = resources
     result: dict[str, Any] = {"restartPolicy": restart_policy, "containers": [container]}
@@ -153,70 +153,88 @@ def pod_spec(spec: JobSpec, *, restart_policy: str, deadline: bool) -> dict[str,
     return result
 
 
-def _metadata(spec: JobSpec, namespace: str) -> dict[str, Any]:
+def _metadata(spec: JobSpec, namespace: str, sharing: Sharing) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": spec.name, "namespace": namespace, "labels": labels_for(spec)}
-    annotations = annotations_for(spec)
+    annotations = annotations_for(spec, sharing)
     if annotations:
         meta["annotations"] = annotations
     return meta
 
 
-def _template(spec: JobSpec, pod: dict[str, Any]) -> dict[str, Any]:
+def _template(spec: JobSpec, pod: dict[str, Any], sharing: Sharing) -> dict[str, Any]:
     meta: dict[str, Any] = {"labels": labels_for(spec)}
-    annotations = annotations_for(spec)
+    annotations = annotations_for(spec, sharing)
     if annotations:
         meta["annotations"] = annotations
     return {"metadata": meta, "spec": pod}
 
 
-def build_training_job(spec: JobSpec, namespace: str = "gpupool") -> dict[str, Any]:
+def build_training_job(
+    spec: JobSpec, namespace: str = "gpupool", sharing: Sharing = k8s_sharing.DEFAULT
+) -> dict[str, Any]:
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed",
         "completions": spec.workers,
         "parallelism": spec.workers,
         "backoffLimit": 0,
-        "template": _template(spec, pod_spec(spec, restart_policy="Never", deadline=False)),
+        "template": _template(
+            spec, pod_spec(spec, restart_policy="Never", deadline=False, sharing=sharing), sharing
+        ),
     }
     if spec.max_runtime_seconds:
         job_spec["activeDeadlineSeconds"] = int(spec.max_runtime_seconds)
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": _metadata(spec, namespace), "spec": job_spec}
+    meta = _metadata(spec, namespace, sharing)
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}
 
 
-def build_deployment(spec: JobSpec, namespace: str = "gpupool") -> dict[str, Any]:
+def build_deployment(
+    spec: JobSpec, namespace: str = "gpupool", sharing: Sharing = k8s_sharing.DEFAULT
+) -> dict[str, Any]:
     # Deployment pods restart forever, so no activeDeadlineSeconds (the API server rejects it there).
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(spec, namespace),
+        "metadata": _metadata(spec, namespace, sharing),
         "spec": {
             "replicas": spec.workers,
             "selector": {"matchLabels": {MANAGED_BY: "gpupool", NAME_LABEL: spec.name}},
             # A resize that moves pods to other nodes replaces them one at a time, never
             # starting a pod beyond the replicas the portal allocated GPUs for.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
-            "template": _template(spec, pod_spec(spec, restart_policy="Always", deadline=False)),
+            "template": _template(
+                spec, pod_spec(spec, restart_policy="Always", deadline=False, sharing=sharing), sharing
+            ),
         },
     }
 
 
-def build_pod(spec: JobSpec, namespace: str = "gpupool") -> dict[str, Any]:
+def build_pod(
+    spec: JobSpec, namespace: str = "gpupool", sharing: Sharing = k8s_sharing.DEFAULT
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": _metadata(spec, namespace),
-        "spec": pod_spec(spec, restart_policy="Never", deadline=True),
+        "metadata": _metadata(spec, namespace, sharing),
+        "spec": pod_spec(spec, restart_policy="Never", deadline=True, sharing=sharing),
     }
 
 
-def build_volcano_job(spec: JobSpec, namespace: str = "gpupool", queue: str | None = None) -> dict[str, Any]:
+def build_volcano_job(
+    spec: JobSpec,
+    namespace: str = "gpupool",
+    queue: str | None = None,
+    sharing: Sharing = k8s_sharing.DEFAULT,
+) -> dict[str, Any]:
     # Volcano Jobs have no job-level deadline: the pods carry activeDeadlineSeconds.
-    template = _template(spec, pod_spec(spec, restart_policy="Never", deadline=True))
+    template = _template(
+        spec, pod_spec(spec, restart_policy="Never", deadline=True, sharing=sharing), sharing
+    )
     return volcano.build_volcano_job(
-        spec, namespace, metadata=_metadata(spec, namespace), template=template, queue=queue
+        spec, namespace, metadata=_metadata(spec, namespace, sharing), template=template, queue=queue
     )
 
 
-BUILDERS: dict[str, Callable[[JobSpec, str], dict[str, Any]]] = {
+BUILDERS: dict[str, Callable[[JobSpec, str, Sharing], dict[str, Any]]] = {
     "training": build_training_job,
     "inference": build_deployment,
     "dev": build_pod,
@@ -224,15 +242,20 @@ BUILDERS: dict[str, Callable[[JobSpec, str], dict[str, Any]]] = {
 
 
 def build_manifest(
-    spec: JobSpec, namespace: str = "gpupool", *, training_api: str = "batch", queue: str | None = None
+    spec: JobSpec,
+    namespace: str = "gpupool",
+    *,
+    training_api: str = "batch",
+    queue: str | None = None,
+    sharing: Sharing = k8s_sharing.DEFAULT,
 ) -> dict[str, Any]:
     if spec.kind == "training" and training_api == "volcano":
-        return build_volcano_job(spec, namespace, queue)
+        return build_volcano_job(spec, namespace, queue, sharing)
     try:
         builder = BUILDERS[spec.kind]
     except KeyError:
         raise ValueError(f"unknown job kind {spec.kind!r}") from None
-    return builder(spec, namespace)
+    return builder(spec, namespace, sharing)
 
 
 def with_kueue_queue(manifest: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
@@ -288,6 +311,9 @@ class KubernetesBackend:
         ingress_class: str = "nginx",
         ingress_tls_secret: str = "",
         portal_url: str = "",
+        time_slicing_replicas: int | None = None,
+        vnpu_templates: dict[str, Any] | None = None,
+        gpu_uuids: dict[str, list[str]] | None = None,
         **_ignored: Any,
     ):
         if training_api not in TRAINING_APIS:
@@ -310,6 +336,8 @@ class KubernetesBackend:
         if ingress_domain and not portal_url:
             # A dev port behind an Ingress without the portal's sign-in would be open to anyone.
             raise ValueError("ingress_domain needs portal_url (the Ingress authenticates through the portal)")
+        # The device plugins' settings (k8s_sharing); a bad table fails here, not at dispatch.
+        self.sharing = k8s_sharing.sharing_from_config(time_slicing_replicas, vnpu_templates, gpu_uuids)
         cfg.retries = 0  # the Celery task retries; a dead API server must fail fast
         self.namespace = namespace
         self.timeout = timeout
@@ -337,7 +365,9 @@ class KubernetesBackend:
             # The project's leaf queue (quotas.queues): hierarchical Volcano queues admit jobs
             # only into leaves.
             queue = queues.project_queue_name(spec.labels.get("project", ""))
-        manifest = build_manifest(spec, self.namespace, training_api=self.training_api, queue=queue)
+        manifest = build_manifest(
+            spec, self.namespace, training_api=self.training_api, queue=queue, sharing=self.sharing
+        )
         if self.scheduler_integration == "kueue":
             manifest = with_kueue_queue(manifest, spec)
         elif self.scheduler_integration == "yunikorn":

@@ -34,14 +34,37 @@ from .external import ENDED, ExternalRecord
 from .slurm import PHASES, UNSET, _exit_code, _time, expand_hostlist
 
 SQUEUE_FIELDS = (
-    "JobID", "JobArrayID", "Account", "UserName", "State", "SubmitTime", "StartTime", "QOS",
-    "tres-alloc", "NodeList", "Reason", "Name",
+    "JobID",
+    "JobArrayID",
+    "Account",
+    "UserName",
+    "State",
+    "SubmitTime",
+    "StartTime",
+    "QOS",
+    "tres-alloc",
+    "NodeList",
+    "Reason",
+    "Name",
 )
 # -O with an empty width and "|" as suffix: fields unpadded and untruncated.
 SQUEUE_ARGS = ["squeue", "--all", "-h", "-O", ",".join(f"{f}:|" for f in SQUEUE_FIELDS)]
 SACCT_FIELDS = (
-    "JobIDRaw", "JobID", "Account", "User", "State", "Submit", "Start", "End", "AllocTRES", "ReqTRES",
-    "NodeList", "QOS", "ExitCode", "Reason", "JobName",
+    "JobIDRaw",
+    "JobID",
+    "Account",
+    "User",
+    "State",
+    "Submit",
+    "Start",
+    "End",
+    "AllocTRES",
+    "ReqTRES",
+    "NodeList",
+    "QOS",
+    "ExitCode",
+    "Reason",
+    "JobName",
 )
 SCONTROL_ARGS = ["scontrol", "-d", "-o", "show", "job"]
 _PORTAL_NAME = re.compile(r"gp-(\d+)")
@@ -72,8 +95,9 @@ class NativeJob:
         return PHASES.get(self.state)
 
 
-def sacct_args(*, since: datetime | None = None, until: datetime | None = None,
-               job_ids: list[str] | None = None) -> list[str]:
+def sacct_args(
+    *, since: datetime | None = None, until: datetime | None = None, job_ids: list[str] | None = None
+) -> list[str]:
     """``sacct`` over a window (jobs running or ending in it), or for given job ids."""
     args = ["sacct", "-X", "-P", "-n", "--allusers", "--format=" + ",".join(SACCT_FIELDS)]
     if job_ids:
@@ -132,12 +156,24 @@ def parse_squeue(text: str) -> list[NativeJob]:
         state = _state(state)
         gres, devices = gpu_tres(tres)
         live = PHASES.get(state) not in (None, PENDING)
-        jobs.append(NativeJob(
-            job_id=raw.strip(), display_id=display.strip() or raw.strip(), name=name, account=account.strip(),
-            user=user.strip(), state=state, submitted=_time(submit), started=_time(start) if live else None,
-            ended=None, gres_type=gres, devices=devices, nodes=expand_hostlist(nodes) if live else (),
-            qos=_text(qos), reason=_text(reason),
-        ))
+        jobs.append(
+            NativeJob(
+                job_id=raw.strip(),
+                display_id=display.strip() or raw.strip(),
+                name=name,
+                account=account.strip(),
+                user=user.strip(),
+                state=state,
+                submitted=_time(submit),
+                started=_time(start) if live else None,
+                ended=None,
+                gres_type=gres,
+                devices=devices,
+                nodes=expand_hostlist(nodes) if live else (),
+                qos=_text(qos),
+                reason=_text(reason),
+            )
+        )
     return jobs
 
 
@@ -151,20 +187,33 @@ def parse_sacct(text: str) -> list[NativeJob]:
         if len(parts) != len(SACCT_FIELDS):
             continue
         raw, display, account, user, state, submit, start, end, alloc, req, nodes, qos, code, reason, name = (
-            parts)
+            parts
+        )
         gres, devices = gpu_tres(alloc)
         allocated = bool(alloc.strip())
         if not allocated:
             # Never allocated (cancelled while pending): it asked for these and ran on nothing.
             # Slurm sets such a job's Start to its cancel time; it never started.
             gres, devices = gpu_tres(req)
-        jobs.append(NativeJob(
-            job_id=raw.strip(), display_id=display.strip() or raw.strip(), name=name, account=account.strip(),
-            user=user.strip(), state=_state(state), submitted=_time(submit),
-            started=_time(start) if allocated else None,
-            ended=_time(end), gres_type=gres, devices=devices, nodes=expand_hostlist(nodes), qos=_text(qos),
-            reason=_text(reason), exit_code=_exit_code(code),
-        ))
+        jobs.append(
+            NativeJob(
+                job_id=raw.strip(),
+                display_id=display.strip() or raw.strip(),
+                name=name,
+                account=account.strip(),
+                user=user.strip(),
+                state=_state(state),
+                submitted=_time(submit),
+                started=_time(start) if allocated else None,
+                ended=_time(end),
+                gres_type=gres,
+                devices=devices,
+                nodes=expand_hostlist(nodes),
+                qos=_text(qos),
+                reason=_text(reason),
+                exit_code=_exit_code(code),
+            )
+        )
     return jobs
 
 
@@ -224,12 +273,20 @@ def to_record(job: NativeJob, slots: tuple[tuple[str, int], ...] = ()) -> Extern
     ended = phase in ENDED
     name = job.name if job.display_id == job.job_id else f"{job.name} {job.display_id}"
     return ExternalRecord(
-        backend_id=job.job_id, name=name, source=job.account, user=job.user, resource=job.gres_type,
-        devices=job.devices, phase=phase, submitted_at=submitted,
+        backend_id=job.job_id,
+        name=name,
+        source=job.account,
+        user=job.user,
+        resource=job.gres_type,
+        devices=job.devices,
+        phase=phase,
+        submitted_at=submitted,
         started_at=job.started if phase != PENDING else None,
         finished_at=job.ended if ended else None,
         reason=job.reason if phase == PENDING else _why_ended(job) if ended else "",
-        slots=tuple(slots) if phase == RUNNING else (), priority=job.qos, exit_code=job.exit_code,
+        slots=tuple(slots) if phase == RUNNING else (),
+        priority=job.qos,
+        exit_code=job.exit_code,
     )
 
 
