@@ -66,8 +66,10 @@ def test_prefers_a_free_second_flavor_to_preempting_on_the_first():
 
 def test_preempts_on_the_first_flavor_when_no_flavor_is_free():
     nodes, tl = two_flavors()
-    lows = [running("la", "p", "a000", 8, flavor=A, priority=10),
-            running("lb", "p", "b000", 8, flavor=B, priority=10)]
+    lows = [
+        running("la", "p", "a000", 8, flavor=A, priority=10),
+        running("lb", "p", "b000", 8, flavor=B, priority=10),
+    ]
     result = schedule(snapshot(nodes, tl, lows, [alt("j", "p", 8, A, B, priority=500)]))
     assert [(p.victim_id, p.reason) for p in result.preemptions] == [("la", "priority")]
     assert [(a.job_id, a.flavor, a.preempts) for a in result.admissions] == [("j", A, ("la",))]
@@ -103,8 +105,7 @@ def test_a_single_flavor_list_is_a_plain_job():
 def test_a_reservation_is_held_on_the_first_flavor_with_room_by_quota():
     nodes, tl = two_flavors(qa=16, qb=0)
     busy = running("r", "p", "a000", 8, flavor=A, runtime=600)
-    result = schedule(snapshot(nodes, tl, [busy], [alt("j", "p", 8, B, A, runtime=60)]),
-                      borrowing=False)
+    result = schedule(snapshot(nodes, tl, [busy], [alt("j", "p", 8, B, A, runtime=60)]), borrowing=False)
     assert result.admissions == ()
     assert [(r.job_id, r.flavor) for r in result.reservations] == [("j", A)]
 
@@ -120,19 +121,22 @@ class World:
 
     def snapshot(self, now) -> Snapshot:
         t, lims = self.tl
-        return Snapshot(now, self.nodes, t, lims, tuple(self.running.values()),
-                        tuple(self.waiting.values()))
+        return Snapshot(now, self.nodes, t, lims, tuple(self.running.values()), tuple(self.waiting.values()))
 
 
 def _decisions(result):
     explained = {j: (e.reason, e.message, e.alternatives) for j, e in result.explanations.items()}
-    return (result.admissions, result.preemptions, result.reservations, dict(result.on_loan),
-            explained)
+    return (result.admissions, result.preemptions, result.reservations, dict(result.on_loan), explained)
 
 
 def _world(rng: random.Random) -> World:
-    tree = (TreeNode("D", None, "department"), TreeNode("E", None, "department"),
-            TreeNode("a", "D", "project"), TreeNode("b", "D", "project"), TreeNode("c", "E", "project"))
+    tree = (
+        TreeNode("D", None, "department"),
+        TreeNode("E", None, "department"),
+        TreeNode("a", "D", "project"),
+        TreeNode("b", "D", "project"),
+        TreeNode("c", "E", "project"),
+    )
     lims = {}
     for f, q in ((A, 8), (B, 16)):
         lims[("D", f)] = limits(q, None, rng.choice([None, 4]))
@@ -149,8 +153,15 @@ def _submit(world: World, rng: random.Random, now) -> list[QueuedJob]:
         world.seq += 1
         jid = f"j{world.seq:03d}"
         choice = rng.choice([(A,), (B,), (A, B), (B, A), (A, B)])
-        job = queued(jid, rng.choice("abc"), rng.choice([1, 2, 4, 8]), flavor=choice[0], age_s=0,
-                     priority=rng.choice([10, 100, 500]), runtime=rng.choice([None, 600]))
+        job = queued(
+            jid,
+            rng.choice("abc"),
+            rng.choice([1, 2, 4, 8]),
+            flavor=choice[0],
+            age_s=0,
+            priority=rng.choice([10, 100, 500]),
+            runtime=rng.choice([None, 600]),
+        )
         if rng.random() < 0.15:
             job = replace(job, gpus_per_worker=1, gpu_milli=500)
         job = replace(job, submitted_at=now, flavors=choice if len(choice) > 1 else ())
@@ -167,8 +178,9 @@ def _apply(world: World, result, now) -> None:
         q = world.waiting.pop(a.job_id)
         assert a.flavor in (q.flavors or (q.flavor,))
         slots = tuple(x for w in a.placement for x in w)
-        world.running[a.job_id] = RunningJob(a.job_id, q.project_id, a.flavor, q.priority, q.preemptible,
-                                             now, q.max_runtime_seconds, slots)
+        world.running[a.job_id] = RunningJob(
+            a.job_id, q.project_id, a.flavor, q.priority, q.preemptible, now, q.max_runtime_seconds, slots
+        )
 
 
 def _between(world: World, engine: Engine, rng: random.Random) -> None:
