@@ -76,8 +76,9 @@ class Options:
     quota_split: str = "demand"  # derived quotas: ∝ demand, or "equal" per tenant (spec.derive_quotas)
     # A job listing several GPU models (``A100-80G|Ascend-910B``) is queued with them as its
     # acceptable flavors, in the listed order: the engine takes the first it can place
-    # (DESIGN §14). Off: it is pinned to the listed model with the most capacity.
-    alternatives: bool = True
+    # (DESIGN §14). Off (the default, and for the Alibaba trace, whose ``gpu_spec`` lists models
+    # in no order of preference): it is pinned to the listed model with the most capacity.
+    alternatives: bool = False
 
 
 @dataclass(frozen=True)

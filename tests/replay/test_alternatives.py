@@ -53,11 +53,15 @@ def test_replay_places_on_the_second_flavor_when_the_first_is_full(files):
 
 
 def test_without_alternatives_each_job_is_pinned_to_one_flavor(files):
-    trace, spec, _ = files
+    trace, spec, out = files
+    call_command(
+        "replay", str(trace), "--cluster", str(spec), "--out", str(out), "--quiet", "--no-alternatives"
+    )
+    assert json.loads(out.read_text())["flavors"]["A100-80G"]["starts"] == 0
     nodes, quotas = load_spec(spec)
     jobs = read_trace(str(trace))
-    with_alt = sim.simulate(jobs, nodes, quotas, sim.Options())
-    pinned = sim.simulate(jobs, nodes, quotas, sim.Options(alternatives=False))
+    with_alt = sim.simulate(jobs, nodes, quotas, sim.Options(alternatives=True))
+    pinned = sim.simulate(jobs, nodes, quotas, sim.Options())  # the default: as before
     # Pinned to the listed model with the most capacity (a tie: the later name), every job
     # queues on the Ascend node while the A100 node stays idle.
     assert pinned["flavors"]["A100-80G"]["starts"] == 0
