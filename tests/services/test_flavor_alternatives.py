@@ -8,7 +8,9 @@ from decimal import Decimal
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.test import Client
 from django.urls import reverse
+from django.utils import translation
 from rest_framework.test import APIClient
 
 from jobs.models import Job, JobEvent
@@ -68,9 +70,12 @@ def test_no_flavor_meeting_the_framework_requirement_is_an_error(mixed):
         fx.submit(proj, [a, b], gpus=2, framework="pytorch", min_operator_coverage=Decimal("0.99"))
     message = exc.value.message_dict["framework"][0]
     assert "99 %" in message and "A100-80G 98 %" in message and "Ascend-910B 85 %" in message
-    with pytest.raises(ValidationError) as exc:
+    with translation.override("en"), pytest.raises(ValidationError) as exc:
         fx.submit(proj, [a, b], gpus=2, framework="mindspore")
     assert "not profiled" in exc.value.message_dict["framework"][0]
+    with translation.override("zh-hans"), pytest.raises(ValidationError) as exc:
+        fx.submit(proj, [a, b], gpus=2, framework="mindspore")
+    assert "未登记" in exc.value.message_dict["framework"][0]
     assert not Job.objects.exists()
 
 
@@ -123,6 +128,12 @@ def test_explain_says_why_each_flavor_cannot_be_used(mixed):
     client.force_authenticate(fx.platform_admin())
     body = client.get(reverse("api:job-explain", args=[job.pk])).json()
     assert [x["flavor"] for x in body["alternatives"]] == ["Ascend-910B", "A100-80G"]
+    assert all(x["text"] for x in body["alternatives"])  # one sentence per flavor for people
+    page = Client(HTTP_ACCEPT_LANGUAGE="en")
+    page.force_login(fx.platform_admin())
+    html = page.get(f"/jobs/{job.pk}/").content.decode()
+    listed = html.split('class="explain-alternatives"', 1)[1].split("</ul>", 1)[0]
+    assert listed.index("Ascend-910B") < listed.index("A100-80G")
 
 
 def test_a_requeued_job_starts_again_from_its_first_choice(mixed):
