@@ -152,6 +152,30 @@ def test_a_requeued_job_starts_again_from_its_first_choice(mixed):
     assert (queued.flavor, queued.flavors) == ("A100-80G", ("A100-80G", "Ascend-910B"))
 
 
+def test_a_flavor_deactivated_while_a_job_waits_is_no_longer_chosen_warm_or_cold(mixed):
+    a, b, proj = mixed
+    fx.submit(proj, a, gpus=8, name="fill-a")
+    fill_b = fx.submit(proj, b, gpus=8, name="fill-b")
+    schedule_once(T0)
+    job = fx.submit(proj, [a, b], gpus=4, name="alt")
+    warm_engine().cycle(T0 + timedelta(seconds=1))  # the warm engine now knows the job's two flavors
+    warm_engine().invalidate()
+    schedule_once(T0 + timedelta(seconds=1))
+    b.active = False
+    b.save()
+    fill_b.refresh_from_db()
+    assert job_transition(fill_b, JobState.RUNNING, reason="started")
+    fill_b.refresh_from_db()
+    assert job_transition(fill_b, JobState.SUCCEEDED, reason="finished")
+    now = T0 + timedelta(seconds=2)
+    cold = _decisions(schedule(build_snapshot(now)))
+    warm = _decisions(warm_engine().cycle(now))
+    warm_engine().invalidate()
+    assert warm == cold and cold[0] == []  # room on the Ascend node, but it is no longer offered
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED
+
+
 # -- warm == cold with alternatives waiting -----------------------------------------------------
 def _decisions(result):
     return (
@@ -196,18 +220,16 @@ def _step(rng, choices, tenants, prios):
         job_cancel(actor=fx.platform_admin(), job=rng.choice(live))
     else:
         for job in rng.sample(live, k=min(3, len(live))):
-            if job.state == "admitted":
-                target = JobState.QUEUED if job.terminating_since else JobState.SUCCEEDED
-                if target == JobState.QUEUED:
-                    job_transition(job, JobState.PREEMPTED, reason="exited", placement=[])
-                    job.refresh_from_db()
-                job_transition(
-                    job,
-                    target,
-                    reason="finished",
-                    placement=[] if target == JobState.QUEUED else job.placement,
-                    terminating_since=None,
-                )
+            if job.state != "admitted":
+                continue
+            if job.terminating_since:  # a preempted victim exits and is requeued
+                job_transition(job, JobState.PREEMPTED, reason="exited", placement=[])
+                job.refresh_from_db()
+                job_transition(job, JobState.QUEUED, reason="requeued", placement=[], terminating_since=None)
+            else:  # it starts and finishes
+                job_transition(job, JobState.RUNNING, reason="started")
+                job.refresh_from_db()
+                job_transition(job, JobState.SUCCEEDED, reason="finished")
 
 
 def _run_world(seed: int) -> int:
