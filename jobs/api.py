@@ -19,7 +19,7 @@ from portal.selectors import get_visible, visible_projects
 from quotas.models import Flavor
 from quotas.selectors import healthy_capacity
 
-from . import environment, explaining, selectors, services
+from . import environment, explaining, flavor_choice, selectors, services
 from .approvals import approval_request_of, with_approval_request
 from .models import (
     COMMAND_MAX_LENGTH,
@@ -206,11 +206,45 @@ def _row_column(field, method_columns: dict) -> tuple:
     return field.source, field.to_representation
 
 
+class FlavorsField(serializers.CharField):
+    """``"A100-80G"`` or acceptable flavors in order of preference, ``"A100-80G|Ascend-910B"``:
+    a list of Flavor objects (DESIGN §14). The service checks each is active and fits."""
+
+    def to_internal_value(self, data):
+        text = super().to_internal_value(data)
+        try:
+            return flavor_choice.by_names(flavor_choice.parse_names(text))
+        except DjangoValidationError as exc:
+            raise ValidationError(exc.messages) from exc
+
+
 class JobIn(serializers.Serializer):
     name = serializers.CharField(max_length=63, validators=[name_validator])
     project = VisibleRelatedField(visible_projects)
     kind = serializers.ChoiceField(choices=SUBMITTABLE_KINDS)
-    flavor = serializers.SlugRelatedField(slug_field="name", queryset=Flavor.objects.all())
+    flavor = FlavorsField(
+        max_length=400,
+        help_text="A flavor name, or the acceptable flavors in order of preference separated by '|' "
+        "(e.g. A100-80G|Ascend-910B): the scheduler runs the job on the first it can place within the "
+        "quota rules; the job's flavor then becomes that one. Each must be active and fit the shape.",
+    )
+    framework = serializers.CharField(
+        max_length=40,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="A framework the job needs (e.g. pytorch): flavors whose profile lists a lower operator "
+        "coverage for it than min_operator_coverage (or none at all) are never chosen.",
+    )
+    min_operator_coverage = serializers.DecimalField(
+        max_digits=4,
+        decimal_places=3,
+        min_value=Decimal(0),
+        max_value=Decimal(1),
+        required=False,
+        allow_null=True,
+        help_text="Share of the framework's mainstream operators a flavor must support, 0..1 (e.g. 0.9).",
+    )
     workers = serializers.IntegerField(min_value=1, max_value=services.MAX_WORKERS, default=1)
     gpus_per_worker = serializers.IntegerField(min_value=1, max_value=128, default=1)
     gpu_milli = serializers.IntegerField(min_value=1, max_value=999, required=False, allow_null=True)

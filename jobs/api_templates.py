@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 from portal.api import VisibleRelatedField
 from portal.api_base import DetailApi, ListCreateApi
 from portal.selectors import get_visible, visible_projects
+from quotas.models import Flavor
 
 from . import templates_service as templates
 from .api import JobIn, JobOut
@@ -27,6 +28,10 @@ class TemplateValues(JobIn):
     name = serializers.CharField(max_length=63, validators=[name_validator], required=False)
     project = None
     sim_duration_seconds = None
+    # A template names one flavor; alternatives and framework requirements are given per job.
+    flavor = serializers.SlugRelatedField(slug_field="name", queryset=Flavor.objects.all())
+    framework = None
+    min_operator_coverage = None
 
 
 def body(values: dict) -> dict:

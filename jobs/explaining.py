@@ -94,15 +94,23 @@ def explain_text(explain: dict, node_name: str | None) -> str:
 def for_reader(explains: list[dict], user: User) -> list[dict]:
     """The answers with ``text`` and ``blocking_node_name`` added, for ``user`` (one query for
     the names of every blocking level among them)."""
-    ids = sorted({e["blocking_node"] for e in explains if e and e.get("blocking_node")})
+    # A job with acceptable flavors carries one answer per flavor (``alternatives``): readable too.
+    every = [x for e in explains if e for x in (e, *(e.get("alternatives") or ()))]
+    ids = sorted({e["blocking_node"] for e in every if e.get("blocking_node")})
     names = tree_node_names(user, ids) if ids else {}
+
+    def one(e: dict) -> dict:
+        name = names.get(e.get("blocking_node") or "")
+        return {**e, "blocking_node_name": name, "text": explain_text(e, name)}
+
     out = []
     for e in explains:
         if not e:
             out.append(e)
-            continue
-        name = names.get(e.get("blocking_node") or "")
-        out.append({**e, "blocking_node_name": name, "text": explain_text(e, name)})
+        elif e.get("alternatives"):
+            out.append({**one(e), "alternatives": [one(x) for x in e["alternatives"]]})
+        else:
+            out.append(one(e))
     return out
 
 

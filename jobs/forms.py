@@ -13,7 +13,7 @@ from portal.selectors import visible_projects
 from portal.widgets import FastSelect, ModelChoiceField
 from quotas.models import Flavor
 
-from . import environment, rules, selectors, services
+from . import environment, flavor_choice, rules, selectors, services
 from .models import (
     COMMAND_MAX_LENGTH,
     IMAGE_MAX_LENGTH,
@@ -57,6 +57,30 @@ class JobForm(forms.Form):
     kind = forms.ChoiceField(label=_("Kind"), choices=SUBMITTABLE_KINDS, initial=JobKind.TRAINING)
     flavor = _FlavorChoice(queryset=Flavor.objects.none(), label=_("Flavor"))
     priority_class = forms.ModelChoiceField(queryset=PriorityClass.objects.none(), label=_("Priority class"))
+    alternatives = forms.CharField(
+        label=_("Other acceptable flavors"),
+        max_length=400,
+        required=False,
+        help_text=_(
+            "In order of preference, separated by '|', e.g. Ascend-910B|MLU370: the job runs on the first "
+            "flavor, this one included, that the scheduler can place."
+        ),
+    )
+    framework = forms.CharField(
+        label=_("Framework"),
+        max_length=40,
+        required=False,
+        help_text=_("e.g. pytorch: flavors below the minimum operator coverage for it are never chosen."),
+    )
+    min_operator_coverage = forms.DecimalField(
+        label=_("Minimum operator coverage"),
+        min_value=0,
+        max_value=1,
+        max_digits=4,
+        decimal_places=3,
+        required=False,
+        help_text=_("A share between 0 and 1, e.g. 0.9."),
+    )
     workers = forms.IntegerField(label=_("Workers"), min_value=1, max_value=services.MAX_WORKERS, initial=1)
     gpus_per_worker = forms.IntegerField(label=_("GPUs per worker"), min_value=1, max_value=128, initial=1)
     min_workers = forms.IntegerField(
@@ -227,9 +251,18 @@ class JobForm(forms.Form):
         data["env"] = env
         return data
 
+    def clean_alternatives(self) -> list[Flavor]:
+        text = self.cleaned_data.get("alternatives", "").strip()
+        if not text:
+            return []
+        return flavor_choice.by_names(flavor_choice.parse_names(text))
+
     def submit_kwargs(self) -> dict:
         """``cleaned_data`` as the keyword arguments of ``services.job_submit``."""
         data = dict(self.cleaned_data)
+        more = data.pop("alternatives", None) or []
+        if more:
+            data["flavor"] = [data["flavor"], *more]
         data.setdefault("sim_duration_seconds", None)
         data["mounts"] = [storage.name for storage in data.get("mounts") or []]
         data.pop("env_text", None)

@@ -177,7 +177,7 @@ class Engine:
         for jid in self._cancelled:
             p = s.pending.pop(jid, None)
             if p is not None:
-                gone[jid] = (p.priority, p.proj, p.flavor)
+                gone[jid] = (p.priority, p.proj, p.home)
         self._finished, self._cancelled = [], []
         if now is not None:
             s.now_dt, s.now = now, now.timestamp()
@@ -197,7 +197,7 @@ class Engine:
         for p, run, _, _ in c.admitted.values():
             run.fresh = False
             s.pending.pop(p.id, None)
-            gone[p.id] = (p.priority, p.proj, p.flavor)
+            gone[p.id] = (p.priority, p.proj, p.home)
 
     def _compact(self, gone: dict[str, tuple]) -> None:
         s = self.state

@@ -145,7 +145,7 @@ def _apply_admissions(result: CycleResult, now: datetime) -> int:
     if not result.admissions:
         return 0
     rows = [
-        (int(a.job_id), a.workers, _placement_json(a), not a.in_quota, json.dumps(list(a.preempts)))
+        (int(a.job_id), a.workers, _placement_json(a), not a.in_quota, json.dumps(list(a.preempts)), a.flavor)
         for a in result.admissions
     ]
     with connection.cursor() as cursor:
@@ -156,22 +156,26 @@ def _apply_admissions(result: CycleResult, now: datetime) -> int:
         # (``was``, read before the update): an event log never has an admission before it.
         cursor.execute(
             """
-            WITH v(id, workers, placement, on_loan, preempts) AS (
-                SELECT * FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::bool[], %s::text[])
+            WITH v(id, workers, placement, on_loan, preempts, flavor) AS (
+                SELECT * FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::bool[], %s::text[], %s::text[])
             ), was AS (
                 SELECT id, state_changed_at FROM jobs_job WHERE id IN (SELECT id FROM v)
             ), moved AS (
                 UPDATE jobs_job j SET state = 'admitted', state_changed_at = %s, admitted_at = %s,
                        granted_workers = v.workers, placement = v.placement::jsonb, on_loan = v.on_loan,
-                       grown_at = '[]'::jsonb
+                       grown_at = '[]'::jsonb,
+                       -- the flavor the engine chose among the job's alternatives (DESIGN §14):
+                       -- metering, billing, explain and the backend follow Job.flavor
+                       flavor_id = COALESCE((SELECT f.id FROM quotas_flavor f WHERE f.name = v.flavor),
+                                            j.flavor_id)
                 FROM v JOIN was ON was.id = v.id WHERE j.id = v.id AND j.state = 'queued'
-                RETURNING j.id, v.workers, v.on_loan, v.preempts, v.placement,
+                RETURNING j.id, v.workers, v.on_loan, v.preempts, v.placement, v.flavor,
                           GREATEST(j.admitted_at, was.state_changed_at) AS occurred_at
             )
             INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, reason, occurred_at, data)
             SELECT id, 'transition', 'queued', 'admitted', 'admitted by the scheduler', occurred_at,
                    jsonb_build_object('workers', workers, 'on_loan', on_loan, 'preempts', preempts::jsonb,
-                                      'placement', placement::jsonb)
+                                      'placement', placement::jsonb, 'flavor', flavor)
             FROM moved
             """,
             [
@@ -180,6 +184,7 @@ def _apply_admissions(result: CycleResult, now: datetime) -> int:
                 [r[2] for r in rows],
                 [r[3] for r in rows],
                 [r[4] for r in rows],
+                [r[5] for r in rows],
                 now,
                 now,
             ],
@@ -379,6 +384,8 @@ def explain_to_dict(e: Explain, at: datetime) -> dict:
             "earliest_start": e.reservation.earliest_start.isoformat(),
         },
         "computed_at": at.isoformat(),
+        # A job with alternative flavors: why each one, in the job's order, is not used now.
+        "alternatives": [explain_to_dict(x, at) for x in e.alternatives],
     }
 
 

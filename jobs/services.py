@@ -6,6 +6,9 @@ Background work (stopping a job, a scheduling cycle) is enqueued by task name af
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from decimal import Decimal
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -18,7 +21,7 @@ from portal.models import Project, User
 from portal.selectors import scope_for
 from quotas.models import Flavor
 
-from . import environment, rules
+from . import environment, flavor_choice, rules
 from .approvals import approval_reasons, job_approval_open, job_approval_withdraw
 from .models import (
     COMMAND_MAX_LENGTH,
@@ -195,7 +198,7 @@ def job_submit(
     project: Project,
     name: str,
     kind: str,
-    flavor: Flavor,
+    flavor: Flavor | Sequence[Flavor],
     priority_class: PriorityClass,
     image: str,
     command: str = "",
@@ -209,32 +212,45 @@ def job_submit(
     mounts: list[str] | None = None,
     env: list[dict] | None = None,
     expose_port: int | None = None,
+    framework: str = "",
+    min_operator_coverage: Decimal | None = None,
 ) -> Job:
-    workenv, max_runtime_seconds, class_needs_approval = job_submit_check(
-        actor=actor,
-        project=project,
-        kind=kind,
-        flavor=flavor,
-        priority_class=priority_class,
-        image=image,
-        command=command,
-        workers=workers,
-        gpus_per_worker=gpus_per_worker,
-        gpu_milli=gpu_milli,
-        min_workers=min_workers,
-        max_runtime_seconds=max_runtime_seconds,
-        mounts=mounts,
-        env=env,
-        expose_port=expose_port,
-    )
+    """``flavor``: one flavor, or the acceptable flavors in order of preference (DESIGN §14);
+    the job is checked against each, and runs on the first the scheduler can place."""
+    choices = flavor_choice.acceptable(flavor, framework=framework, min_coverage=min_operator_coverage)
+    checks = [
+        job_submit_check(
+            actor=actor,
+            project=project,
+            kind=kind,
+            flavor=f,
+            priority_class=priority_class,
+            image=image,
+            command=command,
+            workers=workers,
+            gpus_per_worker=gpus_per_worker,
+            gpu_milli=gpu_milli,
+            min_workers=min_workers,
+            max_runtime_seconds=max_runtime_seconds,
+            mounts=mounts,
+            env=env,
+            expose_port=expose_port,
+        )
+        for f in choices
+    ]
+    workenv, max_runtime_seconds, class_needs_approval = checks[0]
     if kind == JobKind.DEV:
         _check_dev_limit(actor)
     # DESIGN §6: a job over its department's policy waits in pending_approval for a decision.
     # The reasons (messages, rendered for each reader) are stored with the approval request.
+    # A job that may run on several flavors needs what any of them would need.
     reasons = [rules.priority_class_reason(priority_class)] if class_needs_approval else []
-    reasons += approval_reasons(
-        project, kind, flavor, workers, gpus_per_worker, gpu_milli, max_runtime_seconds
-    )
+    for f in choices:
+        for reason in approval_reasons(
+            project, kind, f, workers, gpus_per_worker, gpu_milli, max_runtime_seconds
+        ):
+            if reason not in reasons:
+                reasons.append(reason)
     needs_approval = bool(reasons)
     state = JobState.PENDING_APPROVAL if needs_approval else JobState.QUEUED
     now = timezone.now()
@@ -243,7 +259,10 @@ def job_submit(
         project=project,
         submitted_by=actor,
         kind=kind,
-        flavor=flavor,
+        flavor=choices[0],
+        flavor_choices=[f.pk for f in choices] if len(choices) > 1 else [],
+        framework=framework.strip(),
+        min_operator_coverage=min_operator_coverage,
         priority_class=priority_class,
         image=image,
         command=command,

@@ -15,7 +15,7 @@ from django.db import connection
 
 from portal.models import Department, Project
 from quotas.admission import Limits, TreeNode
-from quotas.models import Node, NodeState, QuotaNode
+from quotas.models import Flavor, Node, NodeState, QuotaNode
 from quotas.selectors import effective_limits_map
 
 from .engine.model import Node as CoreNode
@@ -72,7 +72,11 @@ def core_nodes() -> tuple[CoreNode, ...]:
 _JOBS_SQL = """
     SELECT j.id, j.project_id, f.name, pc.value, pc.preemptible, j.workers, j.min_workers,
            j.gpus_per_worker, j.gpu_milli, j.submitted_at, j.max_runtime_seconds, j.approved,
-           j.admitted_at, j.started_at, j.placement, j.terminating_since
+           j.admitted_at, j.started_at, j.placement, j.terminating_since,
+           CASE WHEN cardinality(j.flavor_choices) > 1 THEN ARRAY(
+               SELECT fc.name FROM unnest(j.flavor_choices) WITH ORDINALITY AS u(fid, k)
+               JOIN quotas_flavor fc ON fc.id = u.fid WHERE fc.active ORDER BY u.k
+           ) END
     FROM jobs_job j
     JOIN quotas_flavor f ON f.id = j.flavor_id
     JOIN jobs_priorityclass pc ON pc.id = j.priority_class_id
@@ -135,10 +139,16 @@ def _running(row: tuple) -> RunningJob:
 def _queued(row: tuple) -> QueuedJob:
     jid, project, flavor, priority, preemptible, workers, min_workers, gpus, milli = row[:9]
     submitted, runtime, ok = row[9:12]
+    # Alternatives (DESIGN §14): the job's order of its still-active flavors. A requeued job
+    # starts again from its first choice, not from the flavor it last ran on (``Job.flavor``).
+    choices = tuple(row[16] or ())
+    if choices:
+        flavor = choices[0]
     return QueuedJob(
         id=str(jid), project_id=f"p{project}", flavor=flavor, submitted_at=submitted, workers=workers,
         min_workers=min_workers, gpus_per_worker=gpus, gpu_milli=milli, priority=priority,
         preemptible=preemptible, max_runtime_seconds=runtime, approved=ok,
+        flavors=choices if len(choices) > 1 else (),
     )
 
 
@@ -159,6 +169,9 @@ class Config:
     classes: tuple[CorePriorityClass, ...]
     over_budget: frozenset[str]
     budget_exempt: frozenset[str] = frozenset()
+    # A queued job's alternatives are its still-active flavors (_JOBS_SQL): when that set
+    # changes, a warm engine's queue is stale.
+    active_flavors: frozenset[str] = frozenset()
 
 
 def read_config(now: datetime) -> Config:
@@ -169,7 +182,8 @@ def read_config(now: datetime) -> Config:
     )
     over_budget = frozenset(t for provider in over_budget_providers for t in provider(now))
     exempt = budget_exempt_projects() if over_budget else frozenset()
-    return Config(core_nodes(), tree_nodes(), limits_at(now), classes, over_budget, exempt)
+    active = frozenset(Flavor.objects.filter(active=True).values_list("name", flat=True))
+    return Config(core_nodes(), tree_nodes(), limits_at(now), classes, over_budget, exempt, active)
 
 
 def budget_exempt_projects() -> frozenset[str]:

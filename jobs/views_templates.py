@@ -92,7 +92,7 @@ def form_values(form: JobForm) -> dict:
     data = form.submit_kwargs()
     values = {k: data[k] for k in _PLAIN if k in data}
     values.update(
-        flavor=data["flavor"].name,
+        flavor=form.cleaned_data["flavor"].name,  # a template names one flavor (alternatives: per job)
         priority=data["priority_class"].name,
         mounts=data["mounts"],
         env=data["env"],

@@ -53,6 +53,7 @@ class Cycle:
         self.heap: list = []
         self.level_queues: dict[int, list[SubQueue]] = {}
         self.growths: list[Growth] = []
+        self.tried: dict[str, Pending] = {}  # jobs with alternatives evaluated in this cycle
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> None:
@@ -63,6 +64,9 @@ class Cycle:
         for level in sorted(levels, reverse=True):
             self._level(levels[level])
         self._borrowing_phase()
+        for p in self.tried.values():  # not admitted (or admitted, then reclaimed): back home
+            if p.id not in self.admitted:
+                p.flavor = p.flavors[0]
         if self.s.elastic:
             self.growths = grow.grow(self)
 
@@ -115,6 +119,9 @@ class Cycle:
         for entry in self.heap:
             sq = entry[5]
             if entry[4] != sq.epoch:
+                continue
+            if sq.alt:
+                kept.append(entry)
                 continue
             fa = facts.get(sq.flavor)
             if fa is None:
@@ -182,6 +189,8 @@ class Cycle:
                 self.closed_by = p.id
             elif not self._outbid(p):
                 backfill.reserve(self, p)
+        if p.flavors and outcome != "admitted":
+            p.flavor = p.flavors[0]
 
     def _outbid(self, p: Pending) -> bool:
         """A borrower that waits because earlier borrowers were promised the room gets no
@@ -211,6 +220,8 @@ class Cycle:
 
         Cheapest tests first: is there room now; if not, only a reservation it can backfill
         onto or a preemption could let it in."""
+        if sq.alt:
+            return False  # its jobs are passed over one by one (quick)
         s, k, f = self.s, sq.pos, sq.flavor
         if s.over_budget and sq.proj not in s.budget_exempt and \
                 any(n in s.over_budget for n in s.tree.path(sq.proj)):
@@ -277,7 +288,22 @@ class Cycle:
         return p.milli % FULL != 0 or p.milli // FULL > pool.maxg
 
     def quick(self, p: Pending) -> str | None:
-        """Cheap necessary test: None when ``p`` might move now, else "quota"/"capacity"."""
+        """Cheap necessary test: None when ``p`` might move now, else "quota"/"capacity".
+        With alternatives: None when it might move on any of its flavors."""
+        if not p.flavors:
+            return self._quick(p)
+        kinds = []
+        try:
+            for f in p.flavors:
+                p.flavor = f
+                kinds.append(self._quick(p))
+                if kinds[-1] is None:
+                    return None
+        finally:
+            p.flavor = p.flavors[0]
+        return "capacity" if "capacity" in kinds else "quota"
+
+    def _quick(self, p: Pending) -> str | None:
         if self.invalid(p):
             return "quota"
         r = p.min_workers * p.milli
@@ -297,6 +323,8 @@ class Cycle:
 
     def evaluate(self, p: Pending) -> str:
         """Full evaluation at the job's turn: "admitted" | "quota" | "capacity"."""
+        if p.flavors:
+            return self._evaluate_alternatives(p)
         if self.invalid(p):
             return "quota"
         mode, _ = self.gate(p.flavor, p.path, p.min_workers * p.milli)
@@ -308,6 +336,30 @@ class Cycle:
         if preempt.by_priority(self, p):
             return "admitted"
         return "quota" if mode is None else "capacity"
+
+    def _evaluate_alternatives(self, p: Pending) -> str:
+        """The first flavor, in the job's order, that takes it without preempting anyone;
+        failing that, the first where a preemption (rule 5, then rule 6) makes room. Why not
+        preempt on the first flavor at once: a victim would lose its work while the job could
+        have started elsewhere. Leaves ``p.flavor`` on the chosen flavor (admitted or
+        promised), or on the first flavor it waits for room on (the reservation's flavor)."""
+        self.tried[p.id] = p
+        modes = []
+        for f in p.flavors:
+            p.flavor = f
+            mode = None if self.invalid(p) else self.gate(f, p.path, p.min_workers * p.milli)[0]
+            if mode is not None and (self.admit_now(p) or backfill.admit_short(self, p)):
+                return "admitted"
+            modes.append(mode)
+        for f, mode in zip(p.flavors, modes, strict=True):
+            p.flavor = f
+            if self.invalid(p):
+                continue
+            if (mode == "in" and preempt.reclaim(self, p)) or preempt.by_priority(self, p):
+                return "admitted"
+        room = [f for f, mode in zip(p.flavors, modes, strict=True) if mode is not None]
+        p.flavor = room[0] if room else p.flavors[0]
+        return "capacity" if room else "quota"
 
     def grant(self, p: Pending) -> tuple[int, int]:
         """Largest worker counts the quota rules and the free capacity allow (elastic §5.4):
@@ -371,5 +423,5 @@ class Cycle:
 
     # -- output --------------------------------------------------------------------------
     def admissions(self) -> tuple[Admission, ...]:
-        return tuple(Admission(p.id, len(workers), workers, run.in_quota, preempts)
+        return tuple(Admission(p.id, len(workers), workers, run.in_quota, preempts, run.flavor)
                      for p, run, workers, preempts in self.admitted.values())

@@ -14,6 +14,7 @@ dominant share at the end of the cycle asc, submit time, id).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from decimal import Decimal
 
 from jobs.engine.model import Explain, Holder
@@ -72,6 +73,22 @@ class Explanations(Mapping):
 
 
 def explain(cycle, p: Pending, position: int) -> Explain:
+    """With alternative flavors: the first flavor's answer, the message naming every flavor,
+    and ``alternatives`` holding each flavor's own answer in the job's order."""
+    if not p.flavors or cycle.s.held(p) or p.id in cycle.reclaimed:
+        return _explain(cycle, p, position)
+    each = []
+    try:
+        for f in p.flavors:
+            p.flavor = f
+            each.append(_explain(cycle, p, position))
+    finally:
+        p.flavor = p.flavors[0]
+    message = "; ".join(f"{e.flavor}: {e.message}" for e in each)
+    return replace(each[0], message=message, alternatives=tuple(each))
+
+
+def _explain(cycle, p: Pending, position: int) -> Explain:
     s, f = cycle.s, p.flavor
     if s.held(p):
         node = next(n for n in p.path if n in s.over_budget)

@@ -100,10 +100,15 @@ def _one_more(cycle, b: Run) -> tuple | None:
 
 def _waiting_for_room(cycle, flavors: set[str], floor: int) -> dict[str, int]:
     """Per flavor, the highest priority (>= ``floor``) at which a queued job that passes the
-    quota rules still waits after the cycle, i.e. waits for room."""
+    quota rules still waits after the cycle, i.e. waits for room. A job with alternative
+    flavors waits for room on each of them."""
     s = cycle.s
     out: dict[str, int] = {}
     for (prio, proj, f), sq in s.queues.items():
+        if sq.alt:
+            if prio >= floor:
+                _alternatives_waiting(cycle, sq, flavors, out)
+            continue
         if f not in flavors or prio < floor or prio <= out.get(f, NONE):
             continue
         path = s.tree.path(proj)
@@ -124,3 +129,32 @@ def _waiting_for_room(cycle, flavors: set[str], floor: int) -> dict[str, int]:
                 out[f] = prio
                 break
     return out
+
+
+def _alternatives_waiting(cycle, sq, flavors: set[str], out: dict[str, int]) -> None:
+    s = cycle.s
+    path = s.tree.path(sq.proj)
+    for _, jid, p in sq.jobs:
+        if jid in cycle.admitted or jid not in s.pending or s.held(p):
+            continue
+        try:
+            for f in p.flavors:
+                if f in flavors and sq.priority > out.get(f, NONE):
+                    p.flavor = f
+                    if _waits_for_room(cycle, p, f, path):
+                        out[f] = sq.priority
+        finally:
+            p.flavor = p.flavors[0]
+
+
+def _waits_for_room(cycle, p, f: str, path) -> bool:
+    if cycle.invalid(p):
+        return False
+    r = p.min_workers * p.milli
+    if r > cycle.s.ledgers[f].capacity:
+        return False
+    pool = cycle.s.pools[f]
+    if pool.chist is not None and p.min_workers > 1 and \
+            pool.largest_cluster(p.milli // FULL) < p.min_workers:
+        return False  # no one cluster could ever hold this gang
+    return cycle.gate(f, path, r)[0] is not None

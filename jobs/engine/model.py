@@ -107,6 +107,9 @@ class QueuedJob:
     preemptible: bool = True
     max_runtime_seconds: int | None = None
     approved: bool = False
+    # Acceptable flavors in the owner's order of preference (DESIGN §14); ``flavor`` must be the
+    # first. Empty (or one flavor): only ``flavor``. The cycle takes the first it can place.
+    flavors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,7 @@ class Admission:
     placement: tuple[tuple[Slot, ...], ...]
     in_quota: bool
     preempts: tuple[str, ...] = ()
+    flavor: str = ""  # the flavor it runs on: one of the job's alternatives (QueuedJob.flavors)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +198,8 @@ class Explain:
     holders: tuple[Holder, ...] = ()
     message: str = ""
     reservation: Reservation | None = None
+    # A job with alternative flavors: why each one (in the job's order) cannot be used now.
+    alternatives: tuple[Explain, ...] = ()
 
 
 REASONS = (

@@ -68,7 +68,8 @@ class Pending:
     """A queued job, flattened for the hot loop (``milli`` is the demand of ONE worker)."""
 
     __slots__ = ("id", "project_id", "proj", "path", "flavor", "workers", "min_workers", "milli",
-                 "priority", "preemptible", "submitted", "runtime", "approved", "job")
+                 "priority", "preemptible", "submitted", "runtime", "approved", "job", "flavors",
+                 "home")
 
     def __init__(self, job: QueuedJob, proj: int, path: tuple[int, ...]):
         self.job = job
@@ -76,7 +77,12 @@ class Pending:
         self.project_id = job.project_id
         self.proj = proj
         self.path = path
-        self.flavor = job.flavor
+        # With alternatives, ``flavor`` is the one being tried: the cycle sets it while it
+        # evaluates, explains or places the job and puts back ``flavors[0]`` unless admitted.
+        # ``home`` names the job's sub-queue, which never changes.
+        self.flavors = tuple(job.flavors) if len(job.flavors) > 1 else ()
+        self.flavor = self.flavors[0] if self.flavors else job.flavor
+        self.home = "|".join(self.flavors) if self.flavors else job.flavor
         shared = job.gpu_milli is not None and job.gpu_milli < FULL
         self.milli = job.gpu_milli if shared else job.gpus_per_worker * FULL
         self.workers = 1 if shared else job.workers
@@ -98,12 +104,15 @@ class SubQueue:
     """
 
     __slots__ = ("priority", "proj", "flavor", "jobs", "pos", "epoch", "seq", "dirty",
-                 "suf_g", "suf_shared", "suf_r", "suf_rt", "suf_w")
+                 "suf_g", "suf_shared", "suf_r", "suf_rt", "suf_w", "alt")
 
     def __init__(self, priority: int, proj: int, flavor: str, seq: int):
         self.priority = priority
         self.proj = proj
         self.flavor = flavor
+        # Jobs with alternative flavors ("A|B" as ``flavor``, no pool of that name): the O(1)
+        # per-flavor pass-over tests do not apply, each job is tested on its own flavors.
+        self.alt = "|" in flavor
         self.jobs: list[tuple[float, str, Pending]] = []
         self.pos = 0
         self.epoch = 0
@@ -172,6 +181,7 @@ class State:
         self.budget_exempt = {self.tree.index[t] for t in snap.budget_exempt if t in self.tree.index}
         flavors = {n.flavor for n in snap.nodes} | {f for _, f in snap.limits}
         flavors |= {j.flavor for j in snap.running} | {j.flavor for j in snap.queued}
+        flavors |= {f for j in snap.queued for f in j.flavors}
         self.pools = {f: Pool(f, [n for n in snap.nodes if n.flavor == f and n.schedulable])
                       for f in sorted(flavors)}
         self.ledgers = {f: Ledger(self.tree, f, snap.limits, self.pools[f].capacity)
@@ -315,13 +325,14 @@ class State:
                 raise ValueError(f"job {job.id!r} is already queued or running")
             proj, path = self.project(job.project_id)
             p = Pending(job, proj, path)
-            if p.flavor not in self.pools:
-                self._add_flavor(p.flavor)
+            for f in p.flavors or (p.flavor,):
+                if f not in self.pools:
+                    self._add_flavor(f)
             self.pending[p.id] = p
-            key = (p.priority, proj, p.flavor)
+            key = (p.priority, proj, p.home)
             sq = self.queues.get(key)
             if sq is None:
-                sq = self.queues[key] = SubQueue(p.priority, proj, p.flavor, len(self.queues))
+                sq = self.queues[key] = SubQueue(p.priority, proj, p.home, len(self.queues))
             sq.add(p)
             touched.add(key)
         return touched

@@ -28,6 +28,8 @@ class Recorder:
     def __init__(self, quotas: Mapping[str, Mapping[str, int]], cap: Mapping[str, int]) -> None:
         self.quota = {(t, f): q for t, per in quotas.items() for f, q in per.items()}
         self.capacity = sum(cap.values())  # milli
+        self.cap = dict(cap)  # per flavor, milli
+        self.started_on: dict[str, int] = defaultdict(int)  # per flavor: starts (a restart counts again)
         self.usage: dict[tuple[str, str], int] = defaultdict(int)
         self.alloc = 0  # milli allocated now
         self.idle_f: dict[str, int] = defaultdict(int)  # per flavor: Σ_p max(0, q − u) now
@@ -100,6 +102,7 @@ class Recorder:
         self.ever.add(job)
         tenant = self.tenant[job]
         self.held[job] = (tenant, flavor, milli, t)
+        self.started_on[flavor] += 1
         self._use((tenant, flavor), milli)
 
     def tier(self, job: str, on_loan: bool, t: float) -> None:
@@ -171,6 +174,7 @@ class Recorder:
             out["window_gpu_allocation_rate"] = wa / busy if busy > 0 else 0.0
             out["window_idle_quota_reuse_ratio"] = we / wi if wi > 0 else 0.0
         out["tenants"] = self._tenants()
+        out["flavors"] = self._flavors(span)
         if detail:
             out["job_queue_delay_s"] = {j: self.wait[j] for j in self.submit if j not in self.waiting_since}
             usage: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
@@ -179,6 +183,23 @@ class Recorder:
                                          "on_loan_gpu_hours": self.loan_s[(tenant, flavor)] / 1000 / 3600}
             out["usage"] = dict(usage)
         return out
+
+    def _flavors(self, span: float) -> dict[str, dict]:
+        """Per flavor: capacity, GPU-hours used, allocation rate over the run and starts (a job
+        with alternative flavors counts on the flavor it ran on; a restart counts again)."""
+        used: dict[str, float] = defaultdict(float)
+        for (_, flavor), ms in self.use_s.items():
+            used[flavor] += ms
+        rows = {}
+        for f in sorted(set(self.cap) | set(used)):
+            gpus = self.cap.get(f, 0)
+            rows[f] = {
+                "gpus": gpus / 1000,
+                "gpu_hours": used[f] / 1000 / 3600,
+                "gpu_allocation_rate": used[f] / (gpus * span) if gpus and span > 0 else 0.0,
+                "starts": self.started_on[f],
+            }
+        return rows
 
     def _tenants(self) -> dict[str, dict]:
         by: dict[str, list[str]] = defaultdict(list)

@@ -74,6 +74,11 @@ class Options:
     progress_every: float = 0.0  # wall seconds between progress lines on stderr (0: none)
     detail: bool = False  # per-job queue delays, per (tenant, flavor) usage split in-quota / on loan
     quota_split: str = "demand"  # derived quotas: ∝ demand, or "equal" per tenant (spec.derive_quotas)
+    # A job listing several GPU models (``A100-80G|Ascend-910B``) is queued with them as its
+    # acceptable flavors, in the listed order: the engine takes the first it can place
+    # (DESIGN §14). Off (the default, and for the Alibaba trace, whose ``gpu_spec`` lists models
+    # in no order of preference): it is pinned to the listed model with the most capacity.
+    alternatives: bool = False
 
 
 @dataclass(frozen=True)
@@ -179,6 +184,21 @@ def assign_flavors(jobs: Iterable[TraceJob], nodes: Sequence[TraceNode]) -> dict
     return out
 
 
+def alternatives(jobs: Iterable[TraceJob], nodes: Sequence[TraceNode]) -> dict[str, tuple[str, ...]]:
+    """Jobs listing two or more models that can hold one of their workers: those models, in
+    the trace's order (the job's preference)."""
+    cap = capacity(nodes)
+    biggest: dict[str, int] = defaultdict(int)
+    for n in nodes:
+        biggest[n.model] = max(biggest[n.model], n.gpus)
+    out = {}
+    for j in jobs:
+        ok = tuple(f for f in dict.fromkeys(j.gpu_types) if cap.get(f, 0) > 0 and biggest[f] >= j.num_gpus)
+        if len(ok) > 1 and j.num_gpus > 0:
+            out[j.job_id] = ok
+    return out
+
+
 def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quotas | None = None,
              options: Options = Options(), engine_factory: Callable[..., Engine] = Engine,
              world: World | None = None) -> dict:
@@ -186,6 +206,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     if options.policy not in ("pooled", "static"):
         raise ValueError(f"unknown policy {options.policy!r}")
     flavors = assign_flavors(jobs, nodes)
+    choices = alternatives(jobs, nodes) if options.alternatives else {}
+    flavors.update((jid, fs[0]) for jid, fs in choices.items())
     cap = capacity(nodes)
     cpu_only = sum(1 for j in jobs if j.num_gpus <= 0)
     runnable = [j for j in jobs if j.job_id in flavors]
@@ -239,6 +261,7 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     holding: dict[str, tuple[QueuedJob, float, tuple]] = {}  # admitted -> (job, admitted at, slots)
     signalled: dict[str, float] = {}  # preemption victims not yet exited -> signal time
     loan_flag: dict[str, bool] = {}
+    ran_on: dict[str, str] = {}  # admitted job -> the flavor the engine chose for it
 
     def push(t: float, kind: int, jid: str) -> None:
         nonlocal seq
@@ -251,11 +274,11 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         shared = j.num_gpus == 1 and j.gpu_milli < 1000
         return QueuedJob(jid, j.tenant, flavors[jid], _dt(j.submit_time), j.workers, None,
                          j.num_gpus, j.gpu_milli if shared else None, j.priority, True,
-                         None if rem is None else max(1, math.ceil(rem)), False)
+                         None if rem is None else max(1, math.ceil(rem)), False, choices.get(jid, ()))
 
     def begin(jid: str, t: float) -> None:
         started[jid] = t
-        rec.started(jid, flavors[jid], demand_milli(by_id[jid]), t)
+        rec.started(jid, ran_on.get(jid, flavors[jid]), demand_milli(by_id[jid]), t)
         if loan_flag.get(jid):
             rec.tier(jid, True, t)
         if remaining[jid] is not None:
@@ -333,8 +356,9 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
             signalled[v] = batch_t
         for a in result.admissions:
             admitted_at[a.job_id] = batch_t
+            ran_on[a.job_id] = a.flavor
             if world is not None:
-                q = waiting.pop(a.job_id)
+                q = replace(waiting.pop(a.job_id), flavor=a.flavor, flavors=())  # runs on one flavor
                 holding[a.job_id] = (q, batch_t, tuple(s for w in a.placement for s in w))
             if a.preempts and options.grace > 0:
                 push(batch_t + options.grace, START, a.job_id)

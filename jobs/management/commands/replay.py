@@ -39,6 +39,13 @@ class Command(BaseCommand):
         parser.add_argument("--no-borrowing", action="store_true")
         parser.add_argument("--no-backfill", action="store_true")
         parser.add_argument("--plain-best-fit", action="store_true", help="no fragmentation-aware placement")
+        parser.add_argument(
+            "--no-alternatives",
+            action="store_true",
+            help="generic CSV: a job listing several GPU models (A|B) runs on the one with the most "
+            "capacity, instead of the first the engine can place in the listed order (the Alibaba "
+            "trace always does: its gpu_spec has no order of preference)",
+        )
         parser.add_argument("--repeat", type=int, default=1, help="the trace N times back to back")
         parser.add_argument("--scale", type=float, default=1.0, help="arrival-rate factor (times ÷ scale)")
         parser.add_argument("--tenants", default="trace",
@@ -69,14 +76,18 @@ class Command(BaseCommand):
                     raise CommandError("--quotas chooses derived quotas: the SPEC already has quotas")
                 jobs = sim.prepare(jobs, tenants=o["tenants"], start=o["start"], overlay=o["overlay"],
                                    repeat=o["repeat"], scale=o["scale"])
+                # A generic trace's ``gpu_type`` A|B is an order of preference (DESIGN §9, §14).
+                generic = sim.alibaba_paths(o["trace"], o["alibaba"]) is None
+                alternatives = generic and not o["no_alternatives"]
                 options = sim.Options(
                     policy=o["policy"], borrowing=not o["no_borrowing"], backfill=not o["no_backfill"],
                     fragmentation_aware=not o["plain_best_fit"], coalesce=o["coalesce"], grace=o["grace"],
                     checkpointing=o["checkpointing"], progress_every=0 if o["quiet"] else 5.0,
-                    quota_split=o["quotas"])
+                    quota_split=o["quotas"], alternatives=alternatives)
                 result = sim.simulate(jobs, nodes, quotas, options)
                 result.update({"repeat": o["repeat"], "scale": o["scale"], "tenant_split": o["tenants"],
-                               "quota_split": o["quotas"], "start": o["start"], "overlay": o["overlay"]})
+                               "quota_split": o["quotas"], "start": o["start"], "overlay": o["overlay"],
+                               "alternatives": alternatives})
         except (OSError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
         text = json.dumps(result, indent=2)
