@@ -32,6 +32,7 @@ class Mark:
     kind: str
     on_loan: bool | None = None
     workers: int | None = None
+    flavor: int | None = None  # ADMITTED: the flavor this run was admitted on (None: the job's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,9 @@ class Segment:
     on_loan: bool
     workers: int
     department: int | None = None  # set by ``by_owner``; None: the project never moved
+    # The flavor the run was admitted on: a job with alternatives (DESIGN §14) may run on one,
+    # be requeued and run on another — each run is charged on its own. None: the job's flavor.
+    flavor: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +63,11 @@ def segments(
     ``until``. ``marks`` are in event order (at, id) and end before ``until``."""
     found: list[Segment] = []
     opened: Instant | None = None
-    on_loan, workers = False, default_workers
+    on_loan, workers, flavor = False, default_workers, None
 
     def close(at: Instant) -> None:
         if opened is not None and at > opened:
-            found.append(Segment(opened, at, on_loan, workers))
+            found.append(Segment(opened, at, on_loan, workers, flavor=flavor))
 
     for mark in marks:
         if mark.kind == START:
@@ -75,6 +79,7 @@ def segments(
         else:
             if mark.kind == ADMITTED:
                 new_loan, new_workers = bool(mark.on_loan), mark.workers or default_workers
+                flavor = mark.flavor  # a run's flavor is fixed at its admission (before its start)
             else:
                 new_loan = on_loan if mark.on_loan is None else mark.on_loan
                 new_workers = workers if not mark.workers else mark.workers
@@ -90,7 +95,7 @@ def segments(
         start = s.start if since is None else max(s.start, since)
         end = min(s.end, until)
         if end > start:
-            clipped.append(Segment(start, end, s.on_loan, s.workers))
+            clipped.append(Segment(start, end, s.on_loan, s.workers, flavor=s.flavor))
     return clipped, holding
 
 
@@ -115,5 +120,5 @@ def by_owner(found: list[Segment], moves: list[Move]) -> list[Segment]:
     for s in found:
         cuts = [m.at for m in moves if s.start < m.at < s.end]
         for start, end in zip([s.start, *cuts], [*cuts, s.end], strict=True):
-            pieces.append(Segment(start, end, s.on_loan, s.workers, owner_at(moves, start)))
+            pieces.append(Segment(start, end, s.on_loan, s.workers, owner_at(moves, start), s.flavor))
     return pieces

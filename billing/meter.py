@@ -93,16 +93,19 @@ _TRUE_ROWS = f"""
 INSERT INTO meter_true
 SELECT s.job_id, greatest(s.s, h.h), least(s.e, h.h + interval '1 hour'), h.h,
        date_trunc('month', h.h AT TIME ZONE %(tz)s)::date,
-       j.flavor_id, j.project_id, coalesce(s.department_id, p.department_id), j.submitted_by_id,
+       f.id, j.project_id, coalesce(s.department_id, p.department_id), j.submitted_by_id,
        j.priority_class_id, CASE WHEN s.on_loan THEN 'on_loan' ELSE 'standard' END,
        s.workers * j.gpus_per_worker, {CARD_SECONDS}
 FROM (SELECT job_id, timestamptz 'epoch' + s_us * interval '1 microsecond' AS s,
-             timestamptz 'epoch' + e_us * interval '1 microsecond' AS e, on_loan, workers, department_id
+             timestamptz 'epoch' + e_us * interval '1 microsecond' AS e, on_loan, workers, department_id,
+             flavor_id
       FROM unnest(%(jobs)s::bigint[], %(starts)s::bigint[], %(ends)s::bigint[], %(loans)s::bool[],
-                  %(workers)s::int[], %(departments)s::bigint[])
-           AS r(job_id, s_us, e_us, on_loan, workers, department_id)) s
+                  %(workers)s::int[], %(departments)s::bigint[], %(flavors)s::bigint[])
+           AS r(job_id, s_us, e_us, on_loan, workers, department_id, flavor_id)) s
 JOIN jobs_job j ON j.id = s.job_id
-JOIN quotas_flavor f ON f.id = j.flavor_id
+-- the flavor of the run (admission event), else the job's: a requeued job with alternatives
+-- may have run on another flavor than the one it holds now (DESIGN §14)
+JOIN quotas_flavor f ON f.id = coalesce(s.flavor_id, j.flavor_id)
 JOIN portal_project p ON p.id = j.project_id
 CROSS JOIN LATERAL generate_series(date_trunc('hour', s.s, %(tz)s), s.e - interval '1 microsecond',
                                    interval '1 hour') AS h(h)
@@ -337,8 +340,10 @@ SELECT e.job_id, (extract(epoch FROM e.occurred_at) * 1000000)::bigint,
        CASE WHEN e.kind = 'on_loan' THEN 3 WHEN e.kind = 'scaled' THEN 4
             WHEN e.to_state = 'admitted' THEN 0 WHEN e.to_state = 'running' THEN 1 ELSE 2 END,
        CASE e.data->>'on_loan' WHEN 'true' THEN true WHEN 'false' THEN false END,
-       CASE WHEN e.data->>'workers' ~ '^[0-9]{{1,6}}$' THEN (e.data->>'workers')::int END
+       CASE WHEN e.data->>'workers' ~ '^[0-9]{{1,6}}$' THEN (e.data->>'workers')::int END,
+       CASE WHEN e.to_state = 'admitted' THEN f.id END
 FROM jobs_jobevent e
+LEFT JOIN quotas_flavor f ON f.name = e.data->>'flavor'
 WHERE e.job_id = ANY(%s) AND e.occurred_at < %s AND {_RELEVANT_EVENTS}
 ORDER BY e.job_id, e.occurred_at, e.id
 """  # noqa: S608 - a constant
@@ -365,7 +370,10 @@ def _segments(
     Mark = allocation.Mark
     until = _us(upto)
     for job_id, rows in groupby(events, key=itemgetter(0)):
-        marks = [Mark(at, _KINDS[code], on_loan, workers) for _job, at, code, on_loan, workers in rows]
+        marks = [
+            Mark(at, _KINDS[code], on_loan, workers, flavor)
+            for _job, at, code, on_loan, workers, flavor in rows
+        ]
         since = scopes.get(job_id)
         workers, project = shapes.get(job_id, (1, None))
         pieces, holds = allocation.segments(
@@ -373,7 +381,7 @@ def _segments(
         )
         if moves:
             pieces = allocation.by_owner(pieces, moves.get(project, []))
-        found += [(job_id, p.start, p.end, p.on_loan, p.workers, p.department) for p in pieces]
+        found += [(job_id, p.start, p.end, p.on_loan, p.workers, p.department, p.flavor) for p in pieces]
         if holds:
             holding.append(job_id)
     return found, holding
@@ -392,6 +400,7 @@ def _apply(found: list[tuple], scopes: dict[int, datetime | None], now: datetime
         "loans": [f[3] for f in found],
         "workers": [f[4] for f in found],
         "departments": [f[5] for f in found],
+        "flavors": [f[6] for f in found],
         "scope_jobs": list(scopes),
         "scope_from": list(scopes.values()),
         "now": now,

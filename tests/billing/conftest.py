@@ -61,8 +61,11 @@ class History:
         Job.objects.filter(pk=job.pk).update(state=target or job.state, state_changed_at=at)
         job.state = target or job.state
 
-    def admit(self, job, at, *, on_loan=False, workers=None):
+    def admit(self, job, at, *, on_loan=False, workers=None, flavor=None):
         data = {"workers": workers or job.workers, "on_loan": on_loan, "preempts": []}
+        if flavor is not None:  # the engine chose among the job's alternatives (DESIGN §14)
+            data["flavor"] = flavor.name
+            Job.objects.filter(pk=job.pk).update(flavor=flavor)
         self._event(job, "transition", job.state, "admitted", at, data, "admitted by the scheduler")
 
     def start(self, job, at):

@@ -270,3 +270,26 @@ def test_the_real_services_write_the_events_the_meter_reads(world):
     assert exact > 0
     assert abs(sum(UsageRecord.objects.values_list("card_seconds", flat=True)) - exact) < Decimal("0.000005")
     assert Job.objects.get(pk=job.pk).state == "succeeded"
+
+
+def test_each_run_of_a_job_with_alternatives_is_charged_on_the_flavor_it_ran_on(world, history, flavors):
+    """DESIGN §14: a job that accepts two flavors ran on a MIG slice (1/7 of a card), was
+    preempted and requeued, and then ran on a whole card — all before the meter's next run.
+    The first run is charged on the slice, not on the flavor the job holds by then."""
+    whole, mig, _shared = flavors
+    job = history.job(world.pa1, mig)
+    history.admit(job, local(2026, 11, 2, 9, 59), flavor=mig)
+    history.start(job, local(2026, 11, 2, 10))
+    history.end(job, local(2026, 11, 2, 10, 30), state="preempted")
+    history.admit(job, local(2026, 11, 2, 10, 40), flavor=whole)
+    history.start(job, local(2026, 11, 2, 10, 45))
+    history.end(job, local(2026, 11, 2, 11, 15))
+    meter(local(2026, 11, 3))
+    charged = UsageRecord.objects.filter(job=job).order_by("segment_start")
+    assert list(charged.values_list("flavor__name", "card_seconds")) == [
+        (mig.name, Decimal("257.142857")),  # 1,800 s × 1/7 of a card
+        (whole.name, Decimal("900")),  # 10:45–11:00 on a whole card
+        (whole.name, Decimal("900")),  # 11:00–11:15
+    ]
+    meter(local(2026, 11, 4))  # a re-run changes nothing
+    assert UsageRecord.objects.filter(job=job).count() == 3
