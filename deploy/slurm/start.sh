@@ -109,7 +109,8 @@ node_features() {
     echo "zone-z1,spine-s1,leaf-l$((($1 - 1) / per_leaf + 1))"
 }
 
-# Accounting records gres/shard too, so sacct's AllocTRES shows a shard job's share of a card.
+# Accounting records gres/shard too, so sacct's AllocTRES shows a shard job's share of a card
+# (Slurm 22.05 records allocated shards untyped; the typed TRES shows in ReqTRES only).
 accounting_tres() {
     local tres="gres/gpu,gres/gpu:$GPU_TYPE"
     ((SHARDS > 0)) && tres+=",gres/shard,gres/shard:$GPU_TYPE"
@@ -119,7 +120,9 @@ accounting_tres() {
 gres_types() { if ((SHARDS > 0)); then echo "GresTypes=gpu,shard"; else echo "GresTypes=gpu"; fi; }
 
 node_gres() {
-    if ((SHARDS > 0)); then echo "gpu:$GPU_TYPE:$GPUS,shard:$((GPUS * SHARDS))"; else echo "gpu:$GPU_TYPE:$GPUS"; fi
+    local gres="gpu:$GPU_TYPE:$GPUS"
+    ((SHARDS > 0)) && gres+=",shard:$((GPUS * SHARDS))"
+    echo "$gres"
 }
 
 write_slurm_conf() {
