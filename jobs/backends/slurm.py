@@ -14,6 +14,11 @@ How portal concepts map onto Slurm:
   --gres=<gres>:<gpus_per_worker>`` on the placement's nodes (``--nodelist``; workers sharing a node
   become ``--ntasks-per-node``); the batch script runs the command once per worker with ``srun``,
   which kills the whole gang when one worker fails.
+* A shared job (``gpu_milli`` below 1,000, any sharing mode) asks for GPU *shards* of the node's
+  GPU type instead of whole GPUs, ``--gres=shard:<type>:<n>`` with n = ⌈gpu_milli × shards_per_gpu
+  / 1000⌉ (8 shards per GPU: one shard is 125 thousandths). gres.conf binds each GPU's shards to it,
+  and Slurm never gives a device out whole and in shards at once. Slurm 22.05 cannot be told *which*
+  GPU's shards to use: the node is the placement's, the GPU on it Slurm's choice.
 * Slurm does not requeue our jobs (``--no-requeue``): the portal decides what a node failure means
   (checkpointing jobs are requeued by the portal, others fail), so Slurm reports NODE_FAIL.
 * Cancel with a grace period sends the grace signal to the job's processes (``scancel --signal``)
@@ -102,6 +107,9 @@ GONE = ("already completing or completed", "Invalid job id specified")
 UNSET = {"", "N/A", "None", "Unknown", "NONE"}
 DEFAULT_SECRETS_DIR = "/etc/gpupool/secrets"
 DEFAULT_LOGIN_HOST = "login"
+# A GPU's shards in deploy/slurm/start.sh's gres.conf: one shard is 1000 / 8 = 125 thousandths of a card.
+SHARDS_PER_GPU = 8
+WHOLE = 1000  # gpu_milli of a whole card
 # Job names become directory names; user and host names go into a command line the user copies.
 JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 HOST_OR_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
@@ -136,7 +144,8 @@ class SlurmBackend:
     and defaults to ``$GPUPOOL_SLURM_JOBS_DIR`` or ``jobs/`` next to the ``etc/`` of ``slurm_conf``.
     ``secrets_dir`` is where the nodes keep the values of secret references
     (``<secrets_dir>/<project>/<secret>/<key>``); ``login_host`` the host users ssh into (the
-    centre's login node), for a dev job's tunnel.
+    centre's login node), for a dev job's tunnel. ``shards_per_gpu`` is how many ``gres/shard`` the
+    cluster's gres.conf gives each GPU (0: no shards; shared jobs then take whole GPUs).
     """
 
     def __init__(
@@ -153,6 +162,7 @@ class SlurmBackend:
         sacct_lookback_days: int = 60,
         secrets_dir: str = DEFAULT_SECRETS_DIR,
         login_host: str = DEFAULT_LOGIN_HOST,
+        shards_per_gpu: int = SHARDS_PER_GPU,
     ) -> None:
         self.slurm_conf = str(slurm_conf)
         self.partition = partition
@@ -166,6 +176,7 @@ class SlurmBackend:
         self.sacct_lookback = timedelta(days=sacct_lookback_days)
         self.secrets_dir = str(secrets_dir)
         self.login_host = login_host
+        self.shards_per_gpu = int(shards_per_gpu)
         self.env = {
             "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
             "HOME": os.environ.get("HOME", "/"),
@@ -347,20 +358,46 @@ class SlurmBackend:
 
     def _layout(self, spec: JobSpec) -> list[str]:
         """Node count, tasks and GRES: one task per worker, on the placement's nodes."""
-        gres = self._gres(spec)
-        gpus = max(spec.gpus_per_worker, 1)  # a shared (gpu_milli) request still takes a whole GPU here
-        # A worker's GPUs are all on one node; several workers may share a node.
-        per_node = Counter(worker[0].node for worker in spec.placement if worker)
+        gres, count = self._layout_gres(spec)
+        per_node = self._per_node(spec)
         if not per_node:
-            return [f"--nodes={spec.workers}", "--ntasks-per-node=1", f"--gres={gres}:{gpus}"]
+            return [f"--nodes={spec.workers}", "--ntasks-per-node=1", f"--gres={gres}:{count}"]
         most = max(per_node.values())
-        opts = [f"--nodes={len(per_node)}", f"--ntasks-per-node={most}", f"--gres={gres}:{most * gpus}"]
+        opts = [f"--nodes={len(per_node)}", f"--ntasks-per-node={most}", f"--gres={gres}:{count}"]
         if most > 1:
             # Workers of a node share its GPUs (CUDA_VISIBLE_DEVICES lists them all; a worker takes
             # its slice by SLURM_LOCALID). GRES is per node in Slurm, so with an uneven spread
             # (2 + 1) the lighter node is asked for as many GPUs as the heaviest.
             opts.append(f"--ntasks={spec.workers}")
         return [*opts, "--nodelist=" + ",".join(per_node)]
+
+    @staticmethod
+    def _per_node(spec: JobSpec) -> Counter:
+        # A worker's GPUs are all on one node; several workers may share a node.
+        return Counter(worker[0].node for worker in spec.placement if worker)
+
+    def _layout_gres(self, spec: JobSpec) -> tuple[str, int]:
+        """The GRES of each node and its count (per node: the most workers on one node's worth)."""
+        gres, per_worker = self._gres_request(spec)
+        per_node = self._per_node(spec)
+        return gres, per_worker * (max(per_node.values()) if per_node else 1)
+
+    def _gres_request(self, spec: JobSpec) -> tuple[str, int]:
+        """The GRES a worker asks for and how many: whole GPUs, or a shared card's shards."""
+        gres = self._gres(spec)
+        shards = shards_for(spec.gpu_milli, self.shards_per_gpu)
+        if not shards:
+            return gres, max(spec.gpus_per_worker, 1)
+        # The shards of the flavor's GPU type (gres.conf's shard lines take their GPU's type).
+        kind, _, gpu_type = gres.partition(":")
+        return ("shard:" + gpu_type if kind == "gpu" and gpu_type else "shard"), shards
+
+    def _step_gres(self, spec: JobSpec) -> str:
+        """srun's GRES option for a shard job: Slurm 22.05 refuses a step that inherits a *typed*
+        shard request (``shard:a100:4``: "Invalid generic resource specification"), but takes the
+        same shards untyped. Whole-GPU steps inherit the job's GRES as they are."""
+        gres, count = self._layout_gres(spec)
+        return f"--gres=shard:{count} " if gres.startswith("shard") else ""
 
     def _gres(self, spec: JobSpec) -> str:
         for key in (spec.slurm_gres, spec.flavor):
@@ -390,7 +427,7 @@ class SlurmBackend:
             *environment_lines(spec, secrets_dir=self.secrets_dir),
             *exports,
             # srun starts one task per worker; --kill-on-bad-exit ends the gang when one worker fails.
-            f"srun --kill-on-bad-exit=1 /bin/bash -c {shlex.quote(command)}",
+            f"srun --kill-on-bad-exit=1 {self._step_gres(spec)}/bin/bash -c {shlex.quote(command)}",
         ]
         return "\n".join(lines) + "\n"
 
@@ -540,6 +577,14 @@ class SlurmBackend:
 
 
 # ---- parsing helpers (pure) --------------------------------------------------------------------------
+
+
+def shards_for(gpu_milli: int | None, shards_per_gpu: int) -> int:
+    """How many shards a share of ``gpu_milli`` thousandths of a card asks for (rounded up: a job
+    never gets less than it was granted), or 0 for a whole card or where the cluster has no shards."""
+    if not gpu_milli or gpu_milli >= WHOLE or shards_per_gpu <= 0:
+        return 0
+    return max(1, -(-int(gpu_milli) * shards_per_gpu // WHOLE))
 
 
 def node_state(sinfo_state: str) -> str:

@@ -17,7 +17,9 @@ text to these parsers; :func:`to_record` turns a job into an :class:`ExternalRec
   times, so each is one external job; the display id (``123_4``) is kept in the name. The
   unstarted tasks of a pending array (``123_[5-9]``) are one pending line with the array's raw
   id: they show as one queued job until they start, each under its own raw id.
-* A job without ``gres/gpu`` in its TRES holds no accelerator: not a GPU job, skipped.
+* A job without ``gres/gpu`` in its TRES holds no accelerator: not a GPU job, skipped — unless it
+  holds GPU shards (``gres/shard``, Slurm 22.05 GPU sharing): then it holds a share of one card
+  per node, ``gpu_milli`` = shards per node × 1000 / ``shards_per_gpu`` (:func:`shard_tres`).
 * Jobs the portal submitted itself are told apart by the service (:func:`portal_job_id` reads
   the ``gp-<id>`` name; ``jobs.native_slurm`` also checks the submitting Unix user and the
   portal's own backend ids), never by the name alone, which anyone may choose.
@@ -31,7 +33,7 @@ from datetime import UTC, datetime
 
 from .base import PENDING, RUNNING
 from .external import ENDED, ExternalRecord
-from .slurm import PHASES, UNSET, _exit_code, _time, expand_hostlist
+from .slurm import PHASES, SHARDS_PER_GPU, UNSET, WHOLE, _exit_code, _time, expand_hostlist
 
 SQUEUE_FIELDS = (
     "JobID",
@@ -89,6 +91,8 @@ class NativeJob:
     qos: str = ""
     reason: str = ""
     exit_code: int | None = None
+    # A shard job's share of each of its ``devices`` cards, in thousandths; None for whole cards.
+    gpu_milli: int | None = None
 
     @property
     def phase(self) -> str | None:
@@ -134,6 +138,34 @@ def gpu_tres(tres: str) -> tuple[str, int]:
     return kind, total
 
 
+def shard_tres(tres: str, nodes: int, shards_per_gpu: int = SHARDS_PER_GPU) -> tuple[str, int, int | None]:
+    """A shard job's TRES → (``gpu:<type>``, cards, thousandths of each card): Slurm 22.05 takes a
+    job's shards on a node from one GPU, so it holds one card per node, shared. ``gres/shard=4`` on
+    one node with 8 shards per GPU → (``gpu``, 1, 500); typed ``gres/shard:a100=4`` → ``gpu:a100``.
+    ("", 0, None) without shards."""
+    total, kind = 0, "gpu"
+    for item in tres.split(","):
+        key, _, value = item.strip().partition("=")
+        if key == "gres/shard" and value.isdigit():
+            total = int(value)
+        elif key.startswith("gres/shard:") and value.isdigit():
+            kind = "gpu:" + key.removeprefix("gres/shard:")
+            total = total or int(value)
+    if total <= 0 or shards_per_gpu <= 0:
+        return "", 0, None
+    cards = max(nodes, 1)
+    milli = min(WHOLE, -(-total * WHOLE // (cards * shards_per_gpu)))  # rounded up, as it was asked
+    return kind, cards, None if milli >= WHOLE else milli
+
+
+def held_tres(tres: str, nodes: int, shards_per_gpu: int = SHARDS_PER_GPU) -> tuple[str, int, int | None]:
+    """Whole GPUs (:func:`gpu_tres`) or else GPU shards (:func:`shard_tres`): (type, cards, milli)."""
+    kind, devices = gpu_tres(tres)
+    if devices:
+        return kind, devices, None
+    return shard_tres(tres, nodes, shards_per_gpu)
+
+
 def _state(text: str) -> str:
     words = text.split()
     return words[0] if words else "UNKNOWN"
@@ -143,7 +175,7 @@ def _text(text: str) -> str:
     return "" if text.strip() in UNSET else text.strip()
 
 
-def parse_squeue(text: str) -> list[NativeJob]:
+def parse_squeue(text: str, shards_per_gpu: int = SHARDS_PER_GPU) -> list[NativeJob]:
     """The jobs ``SQUEUE_ARGS`` printed. A pending job's StartTime is a forecast: dropped."""
     jobs = []
     for line in text.splitlines():
@@ -154,8 +186,9 @@ def parse_squeue(text: str) -> list[NativeJob]:
             continue
         raw, display, account, user, state, submit, start, qos, tres, nodes, reason, name = parts
         state = _state(state)
-        gres, devices = gpu_tres(tres)
         live = PHASES.get(state) not in (None, PENDING)
+        held_nodes = expand_hostlist(nodes) if live else ()
+        gres, devices, milli = held_tres(tres, len(held_nodes), shards_per_gpu)
         jobs.append(
             NativeJob(
                 job_id=raw.strip(),
@@ -169,15 +202,16 @@ def parse_squeue(text: str) -> list[NativeJob]:
                 ended=None,
                 gres_type=gres,
                 devices=devices,
-                nodes=expand_hostlist(nodes) if live else (),
+                nodes=held_nodes,
                 qos=_text(qos),
                 reason=_text(reason),
+                gpu_milli=milli,
             )
         )
     return jobs
 
 
-def parse_sacct(text: str) -> list[NativeJob]:
+def parse_sacct(text: str, shards_per_gpu: int = SHARDS_PER_GPU) -> list[NativeJob]:
     """The lines ``sacct_args`` printed (``-X``: one per allocation)."""
     jobs = []
     for line in text.splitlines():
@@ -189,12 +223,11 @@ def parse_sacct(text: str) -> list[NativeJob]:
         raw, display, account, user, state, submit, start, end, alloc, req, nodes, qos, code, reason, name = (
             parts
         )
-        gres, devices = gpu_tres(alloc)
+        held_nodes = expand_hostlist(nodes)
         allocated = bool(alloc.strip())
-        if not allocated:
-            # Never allocated (cancelled while pending): it asked for these and ran on nothing.
-            # Slurm sets such a job's Start to its cancel time; it never started.
-            gres, devices = gpu_tres(req)
+        # Never allocated (cancelled while pending): it asked for ReqTRES and ran on nothing.
+        # Slurm sets such a job's Start to its cancel time; it never started.
+        gres, devices, milli = held_tres(alloc if allocated else req, len(held_nodes), shards_per_gpu)
         jobs.append(
             NativeJob(
                 job_id=raw.strip(),
@@ -208,21 +241,23 @@ def parse_sacct(text: str) -> list[NativeJob]:
                 ended=_time(end),
                 gres_type=gres,
                 devices=devices,
-                nodes=expand_hostlist(nodes),
+                nodes=held_nodes,
                 qos=_text(qos),
                 reason=_text(reason),
                 exit_code=_exit_code(code),
+                gpu_milli=milli,
             )
         )
     return jobs
 
 
-_GPU_GRES = re.compile(r"(?:^|,)(gpu[^,(]*)((?:\([^)]*\))*)")
+# A shard job's GRES names the GPU its shards are on too (``shard:4(IDX:0)``).
+_GPU_GRES = re.compile(r"(?:^|,)((?:gpu|shard)[^,(]*)((?:\([^)]*\))*)")
 
 
 def gpu_indices(gres: str) -> list[int]:
-    """``gpu:a100:2(IDX:0-1)`` → [0, 1]; ``gpu:a100(CNT:3)(IDX:0,2-3)`` → [0, 2, 3]; other GRES
-    and ``IDX:N/A`` → []."""
+    """``gpu:a100:2(IDX:0-1)`` → [0, 1]; ``gpu:a100(CNT:3)(IDX:0,2-3)`` → [0, 2, 3]; a shard job's
+    ``shard:4(IDX:0)`` → [0], the GPU it shares; other GRES and ``IDX:N/A`` → []."""
     out: list[int] = []
     for _kind, groups in _GPU_GRES.findall(gres.strip()):
         for group in re.findall(r"\(IDX:([^)]*)\)", groups):

@@ -12,6 +12,7 @@ from jobs.backends.slurm_native import (
     parse_squeue,
     portal_job_id,
     sacct_args,
+    shard_tres,
     to_record,
 )
 
@@ -133,3 +134,47 @@ def test_portal_names_and_sacct_arguments():
     args = sacct_args(since=datetime(2026, 12, 1, 8, tzinfo=UTC), until=datetime(2026, 12, 1, 9, tzinfo=UTC))
     assert args[args.index("-S") + 1] == "2026-12-01T08:00:00" and "-X" in args and "--allusers" in args
     assert sacct_args(job_ids=["7", "9"])[-2:] == ["-j", "7,9"]
+
+
+# What Slurm 22.05 printed for shard jobs on the test cluster (8 shards per GPU): AllocTRES is
+# untyped even when the job asked for shard:a100; ReqTRES keeps the type.
+SHARD_SACCT = """\
+40|40|gpxacct|gpxu1|COMPLETED|1796387273|1796387274|1796387304|billing=1,cpu=1,gres/shard=4,mem=2G,node=1|\
+billing=1,cpu=1,gres/shard:a100=4,gres/shard=4,mem=2G,node=1|gpu-a100-1|normal|0:0|None|half
+41|41|gpxacct|gpxu1|CANCELLED by 0|1796387274|1796387300|1796387300||billing=1,cpu=1,gres/shard:a100=2,\
+gres/shard=2|None assigned|normal|0:0|None|quarter
+42|42|gpxacct|gpxu1|COMPLETED|1796387273|1796387274|1796387304|gres/shard=8,node=1|gres/shard=8|gpu-a100-2|\
+normal|0:0|None|all eight
+43|43|gpxacct|gpxu1|COMPLETED|1796387273|1796387274|1796387304|gres/shard=6,node=2|gres/shard=6|gpu-a100-[1-2]|\
+normal|0:0|None|two nodes
+"""
+
+
+def test_shards_are_a_share_of_one_card_per_node():
+    assert shard_tres("gres/shard=4", 1) == ("gpu", 1, 500)
+    assert shard_tres("gres/shard:a100=2,gres/shard=2", 1) == ("gpu:a100", 1, 250)
+    assert shard_tres("gres/shard=3", 1) == ("gpu", 1, 375)
+    assert shard_tres("gres/shard=1", 1, shards_per_gpu=3) == ("gpu", 1, 334)  # rounded up, never less
+    assert shard_tres("gres/shard=8", 1) == ("gpu", 1, None)  # all of a GPU's shards: the whole card
+    assert shard_tres("gres/shard=6", 2) == ("gpu", 2, 375)  # 3 on each node's GPU
+    assert shard_tres("gres/shard=4", 0) == ("gpu", 1, 500)  # pending: no nodes yet, one card
+    assert shard_tres("cpu=1,gres/gpu=1", 1) == ("", 0, None)
+
+
+def test_sacct_shard_jobs_are_gpu_jobs_holding_part_of_a_card():
+    jobs = {j.job_id: j for j in parse_sacct(SHARD_SACCT)}
+    assert [(j.gres_type, j.devices, j.gpu_milli) for j in jobs.values()] == [
+        ("gpu", 1, 500), ("gpu:a100", 1, 250), ("gpu", 1, None), ("gpu", 2, 375)]
+    assert to_record(jobs["40"]).devices == 1 and to_record(jobs["40"]).problem() is None
+    assert jobs["41"].started is None  # cancelled while pending: its ReqTRES, typed
+    whole_gpu = parse_sacct(SACCT)
+    assert all(j.gpu_milli is None for j in whole_gpu)
+
+
+def test_squeue_and_scontrol_see_a_running_shard_job_on_its_gpu():
+    line = "50|50|gpxacct|gpxu1|RUNNING|1796387300|1796387301|normal|cpu=1,gres/shard=4|gpu-a100-1|None|s|"
+    (job,) = parse_squeue(line)
+    assert (job.gres_type, job.devices, job.gpu_milli, job.nodes) == ("gpu", 1, 500, ("gpu-a100-1",))
+    held = parse_scontrol_gpus("JobId=50 Nodes=gpu-a100-1 CPU_IDs=0 Mem=2048 GRES=shard:4(IDX:0)\n")
+    assert held == {"50": (("gpu-a100-1", 0),)}
+    assert gpu_indices("gpu:a100:1(IDX:1),shard:a100:2(IDX:0)") == [1, 0]
