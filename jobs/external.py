@@ -182,7 +182,7 @@ class _Context:
                     continue
                 index = free[0]
             taken.add(index)
-            slots.append([node, index, 1000])
+            slots.append([node, index, record.gpu_milli or 1000])
         return [slots] if slots else []
 
     def _held(self, node: int) -> set[int]:
@@ -291,6 +291,7 @@ def _insert(ctx: _Context, project_id: int, records: list[ExternalRecord], out: 
             [r.exit_code for r, *_ in rows],
             [r.reason[:500] for r, *_ in rows],
             [r.user[:100] for r, *_ in rows],
+            [r.gpu_milli for r, *_ in rows],
         ])
         inserted = {backend_id: job_id for job_id, backend_id in cursor.fetchall()}
         events = [e for r, _, s, p in rows if r.backend_id in inserted
@@ -332,16 +333,17 @@ _INSERT_JOBS = """
 INSERT INTO jobs_job (name, project_id, submitted_by_id, kind, flavor_id, priority_class_id, workers,
     gpus_per_worker, image, command, checkpointing, approved, state, state_changed_at, submitted_at,
     admitted_at, started_at, finished_at, granted_workers, placement, requeue_count, cluster_id,
-    backend_id, exit_code, message, grown_at, external_user, mounts, env, flavor_choices, framework)
+    backend_id, exit_code, message, grown_at, external_user, mounts, env, flavor_choices, framework,
+    gpu_milli)
 SELECT v.name, v.project, v.usr, 'external', v.flavor, v.pc, 1, v.devices, '', '', false, true, v.state,
        %s, v.submitted, v.started, v.started, v.finished, CASE WHEN v.started IS NULL THEN NULL ELSE 1 END,
        v.placement::jsonb, 0, %s, v.backend_id, v.exit_code, v.message, '[]'::jsonb, v.ext_user,
-       '[]'::jsonb, '[]'::jsonb, '{}'::int[], ''
+       '[]'::jsonb, '[]'::jsonb, '{}'::int[], '', v.milli
 FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::int[], %s::text[],
             %s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::text[], %s::text[], %s::int[],
-            %s::text[], %s::text[])
+            %s::text[], %s::text[], %s::int[])
      AS v(name, project, usr, flavor, pc, devices, state, submitted, started, finished, placement,
-          backend_id, exit_code, message, ext_user)
+          backend_id, exit_code, message, ext_user, milli)
 ON CONFLICT (cluster_id, backend_id) WHERE kind = 'external' DO NOTHING
 RETURNING id, backend_id
 """

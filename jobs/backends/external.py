@@ -42,6 +42,8 @@ class ExternalRecord:
     slots: tuple[tuple[str, int], ...] = ()
     priority: str = ""
     exit_code: int | None = None
+    # A share of each device (Slurm gres/shard, a vGPU): thousandths of a card, 1..999; None whole.
+    gpu_milli: int | None = None
 
     def problem(self) -> str | None:
         """Why the record cannot be recorded as it is, or None. Times must be aware, ordered

@@ -12,7 +12,7 @@ from .base import Backend
 
 DEFAULT_SIMULATOR_URL = "http://127.0.0.1:9400"
 # Cluster.config keys a Slurm cluster passes on to SlurmBackend as they are.
-SLURM_OPTIONS = ("secrets_dir", "login_host")
+SLURM_OPTIONS = ("secrets_dir", "login_host", "shards_per_gpu")
 
 
 def is_simulated(kind: str, config: dict) -> bool:

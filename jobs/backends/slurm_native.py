@@ -322,6 +322,7 @@ def to_record(job: NativeJob, slots: tuple[tuple[str, int], ...] = ()) -> Extern
         slots=tuple(slots) if phase == RUNNING else (),
         priority=job.qos,
         exit_code=job.exit_code,
+        gpu_milli=job.gpu_milli if job.gpu_milli and job.gpu_milli < 1000 else None,
     )
 
 

@@ -95,6 +95,21 @@ def test_a_running_external_job_holds_its_gpus_is_pinned_and_a_portal_job_goes_a
     assert ext.state == JobState.RUNNING and ext.terminating_since is None
 
 
+def test_an_external_shard_job_holds_and_is_billed_for_its_share_of_a_card(world):
+    """A job submitted to Slurm with gres/shard (DESIGN §14) holds half of GPU 0, not all of it,
+    and its card-seconds are half its running time."""
+    cluster, node, _proj, _f = world
+    start = timezone.now().replace(microsecond=0) - timedelta(hours=2)
+    end = start + timedelta(minutes=30)
+    _import(cluster, _rec("55", "running", start=start, gpus=1, slots=((node.name, 0),), gpu_milli=500))
+    job = Job.objects.get(backend_id="55")
+    assert job.gpu_milli == 500 and job.placement == [[[node.pk, 0, 500]]]
+    _import(cluster, _rec("55", "succeeded", start=start, end=end, gpus=1, gpu_milli=500))
+    usage_meter(now=end + timedelta(hours=2))
+    total = UsageRecord.objects.filter(job=job).aggregate(s=Sum("card_seconds"))["s"]
+    assert total == Decimal(30 * 60) / 2
+
+
 def test_a_pending_external_job_is_listed_with_its_reason_but_never_admitted(world):
     cluster, _node, _proj, _f = world
     _import(cluster, _rec("9", "pending", reason="AssocGrpGRES"))
