@@ -93,6 +93,7 @@ class StatementOut(serializers.ModelSerializer):
             "state",
             "currency",
             "total",
+            "priced_normalised",
             "created_at",
             "closed_at",
         ]
@@ -123,6 +124,8 @@ class LineOut(serializers.ModelSerializer):
             "unit_price",
             "card_hours",
             "card_seconds",
+            "normalised_card_hours",
+            "normalised_card_seconds",
             "amount",
             "period_start",
             "period_end",
@@ -187,6 +190,7 @@ class EstimateLineOut(serializers.Serializer):
     original_month = serializers.SerializerMethodField()
     unit_price = serializers.SerializerMethodField()
     card_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
+    normalised_card_hours = serializers.DecimalField(max_digits=20, decimal_places=6, allow_null=True)
     amount = serializers.DecimalField(max_digits=16, decimal_places=2, allow_null=True)
 
     def get_username(self, line) -> str | None:

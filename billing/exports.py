@@ -7,7 +7,8 @@ desktop reads the file as GBK and shows every non-ASCII name as mojibake. ``bom=
 it out for programs that do not expect one. The column ``covers`` says which departments the
 file covers (``*``: the whole centre), so a file limited to a scope is never mistaken for the
 centre's total — a department in it without lines had none; the file name says it too
-(``filename``), and the XLSX's title. ``reason`` and ``attachment`` are filled on manual lines.
+(``filename``), and the XLSX's title. ``reason`` and ``attachment`` are filled on manual lines;
+``normalised_card_hours`` (标准卡时, DESIGN §14) on lines drawn from the ledger.
 The XLSX adds number formats, a frozen header and a total row (the CSV stays one header row and
 data, for importers)."""
 
@@ -44,6 +45,7 @@ COLUMNS = (
     "covers",
     "reason",
     "attachment",
+    "normalised_card_hours",
 )
 ALL_DEPARTMENTS = "*"  # ``covers`` of a file of the whole centre; no department code can be "*"
 BOM = "\ufeff"
@@ -72,7 +74,7 @@ def cost_centres() -> dict[int, str]:
 
 _ROWS = """
 SELECT s.month, d.code, d.id, p.code, u.username, f.name, l.tier, l.card_hours, l.unit_price, l.amount,
-       s.currency, l.kind, l.original_month, m.reason, m.attachment
+       s.currency, l.kind, l.original_month, m.reason, m.attachment, l.normalised_card_hours
 FROM billing_statementline l
 JOIN billing_statement s ON s.id = l.statement_id
 JOIN portal_department d ON d.id = s.department_id
@@ -125,6 +127,7 @@ def chargeback_rows(month: date, departments: frozenset[int] | None = None) -> I
         original,
         reason,
         attachment,
+        normalised_hours,
     ) in found:
         yield (
             month_label(statement_month),
@@ -143,6 +146,7 @@ def chargeback_rows(month: date, departments: frozenset[int] | None = None) -> I
             scope,
             reason or "",
             attachment or "",
+            normalised_hours,
         )
 
 
@@ -160,8 +164,10 @@ def write_csv(rows: Iterable[tuple], out: io.TextIOBase, *, bom: bool = True) ->
 
 
 # Column positions of the numbers (XLSX number formats, the total row).
-CARD_HOURS, RATE, AMOUNT, CURRENCY = (COLUMNS.index(c) for c in ("card_hours", "rate", "amount", "currency"))
-NUMBER_FORMATS = {CARD_HOURS: "0.000000", RATE: "0.0000", AMOUNT: "0.00"}
+CARD_HOURS, RATE, AMOUNT, CURRENCY, NORMALISED = (
+    COLUMNS.index(c) for c in ("card_hours", "rate", "amount", "currency", "normalised_card_hours")
+)
+NUMBER_FORMATS = {CARD_HOURS: "0.000000", RATE: "0.0000", AMOUNT: "0.00", NORMALISED: "0.000000"}
 TOTAL_LABEL = "total"
 
 
@@ -181,14 +187,16 @@ def write_xlsx(rows: Iterable[tuple], out, *, title: str = "") -> None:
     sheet.freeze_panes = "A2"
     bold = Font(bold=True)
     sheet.append([_styled(WriteOnlyCell(sheet, value=name), font=bold) for name in COLUMNS])
-    hours, amount, currency = Decimal(0), Decimal("0.00"), ""
+    hours, normalised, amount, currency = Decimal(0), Decimal(0), Decimal("0.00"), ""
     for row in rows:
         hours += row[CARD_HOURS] or 0
+        normalised += row[NORMALISED] or 0
         amount += row[AMOUNT] or 0
         currency = currency or row[CURRENCY]
         sheet.append([_xlsx_cell(sheet, i, v) for i, v in enumerate(row)])
     total = [TOTAL_LABEL, *[""] * (len(COLUMNS) - 1)]
     total[CARD_HOURS], total[AMOUNT], total[CURRENCY] = hours, amount, currency
+    total[NORMALISED] = normalised
     sheet.append([_styled(_xlsx_cell(sheet, i, v), font=bold) for i, v in enumerate(total)])
     book.save(out)
 

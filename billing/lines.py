@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
+from django.conf import settings
 from django.db import connection
 
 from . import pricing
@@ -52,7 +53,7 @@ def _thresholds(schedules: Schedules) -> list[datetime]:
 
 _SUMS = """
 SELECT u.department_id, u.project_id, u.user_id, u.flavor_id, u.tier, {month},
-       min(u.hour_start), max(u.hour_start), sum(u.card_seconds)
+       min(u.hour_start), max(u.hour_start), sum(u.card_seconds), sum(u.card_seconds * u.relative_throughput)
 FROM billing_usagerecord u
 WHERE {where}
 GROUP BY u.department_id, u.project_id, u.user_id, u.flavor_id, u.tier, {month_group}
@@ -83,7 +84,12 @@ def usage_lines(
     if adjustments_after is not None:
         late = " AND ".join(["u.month < %(month)s", "u.id > %(after)s", *where])
         usages += _sums(late, params, LineKind.ADJUSTMENT, with_month=True)
-    return pricing.price(usages, schedules)
+    return pricing.price(usages, schedules, normalised=prices_normalised())
+
+
+def prices_normalised() -> bool:
+    """The centre prices usage per normalised card-hour (标准卡时, DESIGN §14)."""
+    return bool(settings.GPUPOOL["PRICE_NORMALISED_CARD_HOURS"])
 
 
 def _sums(where: str, params: dict, kind: str, *, with_month: bool) -> list[pricing.Usage]:
@@ -102,8 +108,9 @@ def _sums(where: str, params: dict, kind: str, *, with_month: bool) -> list[pric
             start=first,
             end=last + HOUR,
             card_seconds=seconds,
+            normalised_seconds=normalised,
         )
-        for dept, project, user, flavor, tier, original, first, last, seconds in rows
+        for dept, project, user, flavor, tier, original, first, last, seconds, normalised in rows
     ]
 
 

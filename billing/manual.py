@@ -212,6 +212,8 @@ class ManualLine:
     period: None = None
     card_seconds: Decimal = Decimal(0)
     card_hours: Decimal = Decimal(0)
+    normalised_card_seconds: None = None
+    normalised_card_hours: None = None
 
 
 def unbilled(month: date) -> QuerySet[ManualAdjustment]:

@@ -68,8 +68,10 @@ CARD_SECONDS = """round(s.workers::numeric * j.gpus_per_worker * f.fraction_nume
              / (f.fraction_denominator * 1000.0), 6)"""
 
 _COLUMNS = """job_id, segment_start, segment_end, hour_start, month, flavor_id, project_id, department_id,
-    user_id, priority_class_id, tier, gpu_count, card_seconds"""
-# A live row and a true row are the same fact when they agree on everything the facts decide.
+    user_id, priority_class_id, tier, gpu_count, card_seconds, relative_throughput"""
+# A live row and a true row are the same fact when they agree on everything the facts decide. The
+# relative throughput is not a fact of the job but the flavor's profile when metered (DESIGN §14):
+# a profile edit alone never reverses a row.
 _SAME = """{a}.job_id = {b}.job_id AND {a}.segment_start = {b}.segment_start
     AND {a}.segment_end = {b}.segment_end AND {a}.tier = {b}.tier AND {a}.gpu_count = {b}.gpu_count
     AND {a}.department_id = {b}.department_id AND {a}.card_seconds = {b}.card_seconds"""
@@ -84,7 +86,7 @@ SET LOCAL jit = off;  -- compiling these plans cost more than running them
 CREATE TEMP TABLE IF NOT EXISTS meter_true (
     job_id bigint, segment_start timestamptz, segment_end timestamptz, hour_start timestamptz, month date,
     flavor_id bigint, project_id bigint, department_id bigint, user_id bigint, priority_class_id bigint,
-    tier text, gpu_count integer, card_seconds numeric);
+    tier text, gpu_count integer, card_seconds numeric, relative_throughput numeric);
 CREATE TEMP TABLE IF NOT EXISTS meter_held (id bigint, revision smallint, reversed boolean, LIKE meter_true);
 TRUNCATE meter_true, meter_held;
 """
@@ -95,7 +97,7 @@ SELECT s.job_id, greatest(s.s, h.h), least(s.e, h.h + interval '1 hour'), h.h,
        date_trunc('month', h.h AT TIME ZONE %(tz)s)::date,
        f.id, j.project_id, coalesce(s.department_id, p.department_id), j.submitted_by_id,
        j.priority_class_id, CASE WHEN s.on_loan THEN 'on_loan' ELSE 'standard' END,
-       s.workers * j.gpus_per_worker, {CARD_SECONDS}
+       s.workers * j.gpus_per_worker, {CARD_SECONDS}, f.relative_throughput
 FROM (SELECT job_id, timestamptz 'epoch' + s_us * interval '1 microsecond' AS s,
              timestamptz 'epoch' + e_us * interval '1 microsecond' AS e, on_loan, workers, department_id,
              flavor_id

@@ -78,6 +78,12 @@ class UsageRecord(models.Model):
     # Devices (or slices) held: workers × GPUs per worker.
     gpu_count = models.PositiveIntegerField(_("GPUs"))
     card_seconds = models.DecimalField(_("card-seconds"), **CARD_SECONDS)  # whole-card units (DESIGN §2)
+    # The flavor's relative throughput when the row was metered (DESIGN §14): normalised
+    # card-seconds = card_seconds × this. A snapshot, so a later profile edit never rewrites
+    # history; a reversal carries its charge's factor, a corrected charge the factor of its day.
+    relative_throughput = models.DecimalField(
+        _("relative throughput"), max_digits=6, decimal_places=3, default=Decimal(1), db_default=Decimal(1)
+    )
     revision = models.PositiveSmallIntegerField(default=0)  # 0, then 1, 2, … for corrected charges
     reverses = models.ForeignKey(
         "self",
@@ -204,6 +210,12 @@ class Statement(models.Model):
     )
     currency = models.CharField(_("currency"), max_length=3, default=default_currency)
     total = models.DecimalField(_("total"), **MONEY, default=Decimal("0.00"))
+    # GPUPOOL["PRICE_NORMALISED_CARD_HOURS"] when the statement was built: its usage lines' rates
+    # are then per normalised card-hour (DESIGN §14). Kept, so a closed statement reads the same
+    # after the centre changes the setting.
+    priced_normalised = models.BooleanField(
+        _("priced per normalised card-hour"), default=False, db_default=False
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     closed_at = models.DateTimeField(null=True, blank=True)
 
@@ -247,6 +259,10 @@ class StatementLine(models.Model):
     period_end = models.DateTimeField()
     card_seconds = models.DecimalField(**CARD_SECONDS)  # exact; negative on a credit
     card_hours = models.DecimalField(max_digits=20, decimal_places=6)  # for reading; amount uses seconds
+    # Σ card-seconds × the rows' relative throughput (标准卡时, DESIGN §14); empty on lines not
+    # drawn from the ledger (reserved fees, lender credits, manual lines).
+    normalised_card_seconds = models.DecimalField(max_digits=26, decimal_places=9, null=True, blank=True)
+    normalised_card_hours = models.DecimalField(max_digits=20, decimal_places=6, null=True, blank=True)
     amount = models.DecimalField(**MONEY, null=True, blank=True)  # None only on an unpriced draft line
     # Manual lines: the approved adjustment they bill (its reason and attachment name are read
     # from it); such a line has a fixed amount and no flavor, tier, rate or card-hours.

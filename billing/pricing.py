@@ -8,6 +8,10 @@ the result depends on nothing else, so the rules are table-tested without a data
   line whose usage spans a rate change becomes two lines, split at the change.
 * Each line's amount is rounded half-up to 0.01 (``money``) once; totals are sums of the
   rounded lines, never a rounding of the unrounded sum — so a statement adds up on paper.
+* Normalised card-seconds (标准卡时, DESIGN §14) = card-seconds × the relative throughput each
+  ledger row was metered with, summed exactly. A centre pricing per normalised card-hour
+  (``price(..., normalised=True)``) prices a line on them — same rate lookup, same one rounding;
+  a line without them (reserved fees, lender credits: capacity, not work) stays on plain ones.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class Usage:
     start: datetime
     end: datetime
     card_seconds: Decimal
+    normalised_seconds: Decimal | None = None  # Σ card-seconds × relative throughput; None: n/a
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,17 +71,33 @@ class Line:
     card_seconds: Decimal
     start: datetime
     end: datetime
+    normalised_card_seconds: Decimal | None = None
+    price_normalised: bool = False  # the rate is per normalised card-hour
 
     @property
     def card_hours(self) -> Decimal:
         return display_hours(self.card_seconds)
 
     @property
+    def normalised_card_hours(self) -> Decimal | None:
+        if self.normalised_card_seconds is None:
+            return None
+        return display_hours(self.normalised_card_seconds)
+
+    @property
+    def priced_seconds(self) -> Decimal:
+        """What the rate multiplies: normalised card-seconds when the centre prices them and the
+        line has them, else plain card-seconds."""
+        if self.price_normalised and self.normalised_card_seconds is not None:
+            return self.normalised_card_seconds
+        return self.card_seconds
+
+    @property
     def amount(self) -> Decimal | None:
-        """Rounded from the exact card-seconds, not from the displayed card-hours."""
+        """Rounded from the exact (normalised) card-seconds, not from the displayed card-hours."""
         if self.period is None:
             return None
-        return money(self.card_seconds * self.period.price / SECONDS_PER_HOUR)
+        return money(self.priced_seconds * self.period.price / SECONDS_PER_HOUR)
 
 
 def periods_from(rates: Iterable[tuple[datetime, Decimal, int | None]]) -> list[RatePeriod]:
@@ -100,8 +121,11 @@ def period_at(periods: Sequence[RatePeriod], at: datetime) -> RatePeriod | None:
     return found if found.covers(at) else None
 
 
-def price(usages: Iterable[Usage], schedules: Mapping[Hashable, Sequence[RatePeriod]]) -> list[Line]:
-    """Group usage into lines per (key, rate period) and price each line once.
+def price(
+    usages: Iterable[Usage], schedules: Mapping[Hashable, Sequence[RatePeriod]], *, normalised: bool = False
+) -> list[Line]:
+    """Group usage into lines per (key, rate period) and price each line once — per normalised
+    card-hour when ``normalised`` (the centre's setting) and the usage has normalised seconds.
 
     Raises ValueError if a usage straddles a rate change: it cannot be split without knowing
     how its card-seconds are spread over time, and guessing would misprice it."""
@@ -113,13 +137,21 @@ def price(usages: Iterable[Usage], schedules: Mapping[Hashable, Sequence[RatePer
             raise ValueError(f"usage {usage.key!r} [{usage.start}, {usage.end}) spans a rate change")
         if period is None and periods and usage.end > periods[0].valid_from:
             raise ValueError(f"usage {usage.key!r} [{usage.start}, {usage.end}) spans a rate's start")
-        group = groups.setdefault((usage.key, usage.schedule, period), [Decimal(0), usage.start, usage.end])
+        group = groups.setdefault(
+            (usage.key, usage.schedule, period), [Decimal(0), usage.start, usage.end, Decimal(0)]
+        )
         group[0] += usage.card_seconds
         group[1] = min(group[1], usage.start)
         group[2] = max(group[2], usage.end)
+        # One usage without normalised seconds makes the whole line plain (None).
+        group[3] = (
+            None
+            if group[3] is None or usage.normalised_seconds is None
+            else (group[3] + usage.normalised_seconds)
+        )
     return [
-        Line(key, schedule, period, seconds, start, end)
-        for (key, schedule, period), (seconds, start, end) in groups.items()
+        Line(key, schedule, period, seconds, start, end, normalised_seconds, normalised)
+        for (key, schedule, period), (seconds, start, end, normalised_seconds) in groups.items()
     ]
 
 

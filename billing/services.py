@@ -27,7 +27,7 @@ from quotas.models import Flavor
 from quotas.selectors import site_zone
 
 from . import pricing
-from .lines import LineKey
+from .lines import LineKey, prices_normalised
 from .meter import meter_lock, meter_state, usage_meter, watermark
 from .models import MonthClose, Rate, Statement, StatementLine, StatementState, Tier, UsageRecord
 from .periods import is_hour_boundary, month_bounds, month_label
@@ -143,7 +143,11 @@ def _store(month: date, lines: dict[int, list[pricing.Line]]) -> tuple[int, int,
     grand, columns = Decimal("0.00"), {name: [] for name in _LINE_COLUMNS}
     for dept_id, dept_lines in sorted(lines.items()):
         statement = Statement.objects.create(
-            department_id=dept_id, month=month, total=pricing.total(dept_lines), currency=_currency()
+            department_id=dept_id,
+            month=month,
+            total=pricing.total(dept_lines),
+            currency=_currency(),
+            priced_normalised=prices_normalised(),
         )
         grand += statement.total
         for line in dept_lines:
@@ -170,6 +174,8 @@ _LINE_COLUMNS = {
     "period_end": "timestamptz",
     "card_seconds": "numeric",
     "card_hours": "numeric",
+    "normalised_card_seconds": "numeric",
+    "normalised_card_hours": "numeric",
     "amount": "numeric",
     "manual_id": "bigint",  # manual lines (billing.manual.ManualLine): the adjustment billed
 }
@@ -200,6 +206,8 @@ def _line_values(statement_id: int, line: pricing.Line) -> tuple:
         line.end,
         line.card_seconds,
         line.card_hours,
+        line.normalised_card_seconds,
+        line.normalised_card_hours,
         line.amount,
         getattr(line, "manual_id", None),
     )

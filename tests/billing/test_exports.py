@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 NOV = date(2026, 11, 1)
 HEADER = (
     "month,department_code,cost_centre,project,user,flavor,tier,card_hours,rate,amount,currency,"
-    "line_type,original_month,covers,reason,attachment"
+    "line_type,original_month,covers,reason,attachment,normalised_card_hours"
 )
 
 
@@ -65,6 +65,7 @@ EXPECTED = [
         "*",
         "",
         "",
+        "4.000000",  # flavors at relative throughput 1.0
     ],
     [
         "2026-11",
@@ -83,6 +84,7 @@ EXPECTED = [
         "*",
         "",
         "",
+        "1.000000",  # flavors at relative throughput 1.0
     ],
     [
         "2026-11",
@@ -101,6 +103,7 @@ EXPECTED = [
         "*",
         "",
         "",
+        "0.500000",  # flavors at relative throughput 1.0
     ],
 ]
 
@@ -127,7 +130,7 @@ def test_xlsx_holds_the_same_rows_with_numbers_as_numbers(closed):
     assert tuple(found[0]) == exports.COLUMNS
     assert found[-1][0] == "total"  # issue 19: the total row
     assert [[("" if v is None else v) for v in row] for row in found[1:-1]] == [
-        [float(v) if i in (7, 8, 9) else v for i, v in enumerate(row)] for row in EXPECTED
+        [float(v) if i in (7, 8, 9, 16) else v for i, v in enumerate(row)] for row in EXPECTED
     ]
 
 
