@@ -27,3 +27,10 @@ class JobsConfig(AppConfig):
         from .services import stop_jobs_of_deactivated_user
 
         user_deactivated_hooks.append(stop_jobs_of_deactivated_user)
+
+        from quotas.selectors import measured_throughput_providers
+
+        from .throughput import measured_throughput
+
+        if measured_throughput not in measured_throughput_providers:
+            measured_throughput_providers.append(measured_throughput)

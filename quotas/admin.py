@@ -6,6 +6,7 @@ from django.utils.translation import gettext_lazy as _
 from portal.admin_site import PlatformModelAdmin
 
 from .models import Cluster, Flavor, Loan, Node, QuotaNode, QuotaWindow, SlurmSyncRun
+from .selectors import measured_throughput
 from .services import card_fraction_from_input
 
 
@@ -25,6 +26,9 @@ class FlavorAdminForm(forms.ModelForm):
         fields = [
             "name", "vendor", "model", "memory_mib", "fraction", "mig_profile", "shareable", "premium",
             "k8s_resource_name", "slurm_gres", "pool_overcommit_ratio", "active",
+            # The profile (DESIGN §14): Flavor.clean() checks it (quotas.profiles).
+            "sharing_mode", "relative_throughput", "relative_throughput_source", "relative_throughput_date",
+            "operator_coverage",
         ]
 
     def __init__(self, *args, **kwargs):
@@ -45,11 +49,26 @@ class FlavorAdminForm(forms.ModelForm):
 @admin.register(Flavor)
 class FlavorAdmin(PlatformModelAdmin):
     form = FlavorAdminForm
-    list_display = ["name", "vendor", "model", "fraction_label", "shareable", "k8s_resource_name"]
+    list_display = [
+        "name", "vendor", "model", "fraction_label", "shareable", "k8s_resource_name", "relative_throughput",
+    ]
+    readonly_fields = ["measured_throughput"]
 
     @admin.display(description=_("card fraction"))
     def fraction_label(self, obj):
         return obj.fraction_label
+
+    @admin.display(description=_("measured throughput"))
+    def measured_throughput(self, obj):
+        """Next to the declared value: what job history says (jobs.throughput)."""
+        found = measured_throughput([obj.pk]).get(obj.pk) if obj.pk else None
+        if found is None:
+            return _("no template has run on this flavor and the reference flavor")
+        return _("%(ratio)s (median of %(templates)d templates, %(runs)d runs)") % {
+            "ratio": found.ratio,
+            "templates": found.templates,
+            "runs": found.runs,
+        }
 
 
 @admin.register(Cluster)

@@ -32,6 +32,26 @@ class FlavorOut(serializers.ModelSerializer):
     # Derived from fraction_numerator / fraction_denominator (8 places), kept for clients that
     # read it; compute with the numerator and denominator.
     card_fraction = serializers.DecimalField(max_digits=10, decimal_places=8, read_only=True)
+    # Beside the declared relative_throughput: what job history says (jobs.throughput); null when
+    # no template ran on this flavor and the reference flavor.
+    measured_throughput = serializers.SerializerMethodField()
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "properties": {
+                "ratio": {"type": "string", "example": "0.812"},
+                "templates": {"type": "integer"},
+                "runs": {"type": "integer"},
+            },
+        }
+    )
+    def get_measured_throughput(self, flavor) -> dict | None:
+        found = selectors.measured_throughput([flavor.pk]).get(flavor.pk)
+        if found is None:
+            return None
+        return {"ratio": str(found.ratio), "templates": found.templates, "runs": found.runs}
 
     class Meta:
         model = Flavor
@@ -51,6 +71,12 @@ class FlavorOut(serializers.ModelSerializer):
             "slurm_gres",
             "pool_overcommit_ratio",
             "active",
+            "sharing_mode",
+            "relative_throughput",
+            "relative_throughput_source",
+            "relative_throughput_date",
+            "operator_coverage",
+            "measured_throughput",
         ]
 
 
@@ -77,7 +103,7 @@ class FlavorIn(serializers.ModelSerializer):
 
     class Meta:
         model = Flavor
-        fields = [f for f in FlavorOut.Meta.fields if f != "id"]
+        fields = [f for f in FlavorOut.Meta.fields if f not in ("id", "measured_throughput")]
 
     def validate(self, attrs):
         if "card_fraction" in attrs and ({"fraction_numerator", "fraction_denominator"} & set(attrs)):

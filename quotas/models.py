@@ -9,14 +9,17 @@ fractions only arise for shareable flavors (``gpu_milli`` requests).
 from decimal import Decimal
 from fractions import Fraction
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Cast
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from portal.models import Department, Project, User
 
+from . import profiles
 from .fractions import MAX_DENOMINATOR, label
 
 name_validator = RegexValidator(
@@ -131,6 +134,22 @@ class Flavor(models.Model):
     def __str__(self):
         return self.name
 
+    def clean(self):
+        """The profile's rules (``quotas.profiles``), with translated messages."""
+        super().clean()
+        found = profiles.profile_problems(
+            relative_throughput=self.relative_throughput,
+            source=self.relative_throughput_source,
+            taken=self.relative_throughput_date,
+            operator_coverage=self.operator_coverage,
+            today=timezone.localdate(),
+        )
+        if found:
+            errors: dict[str, list] = {}
+            for problem in found:
+                errors.setdefault(problem.field, []).append(profile_message(problem))
+            raise ValidationError(errors)
+
     @property
     def fraction(self) -> Fraction:
         """The exact share of one card (works on unsaved flavors, unlike ``card_fraction``)."""
@@ -139,6 +158,34 @@ class Flavor(models.Model):
     @property
     def fraction_label(self) -> str:
         return label(self.fraction_numerator, self.fraction_denominator)
+
+
+PROFILE_MESSAGES = {
+    "not_object": _(
+        'Give operator coverage as an object: {"pytorch": {"coverage": "0.93", "source": …, '
+        '"date": "YYYY-MM-DD"}}.'
+    ),
+    "framework": _(
+        "“%(framework)s” is not a framework name (lower-case letters, digits, '.', '_', '-', '+')."
+    ),
+    "keys": _("%(framework)s: give exactly coverage, source and date."),
+    "coverage": _("%(framework)s: coverage is a decimal string from 0 to 1 with at most 3 decimals."),
+    "source": _("Say where the value comes from (at most 300 characters)."),
+    "date": _("Give the date the value was taken (YYYY-MM-DD)."),
+    "future": _("The date is in the future."),
+}
+# The coverage entries' source and date problems name their framework.
+FRAMEWORK_MESSAGES = {
+    "source": _("%(framework)s: say where the coverage comes from (at most 300 characters)."),
+    "date": _("%(framework)s: give the date the coverage was taken (YYYY-MM-DD)."),
+    "future": _("%(framework)s: the date is in the future."),
+}
+
+
+def profile_message(problem: profiles.Problem) -> str:
+    named = "framework" in problem.params and problem.code in FRAMEWORK_MESSAGES
+    table = FRAMEWORK_MESSAGES if named else PROFILE_MESSAGES
+    return str(table[problem.code]) % problem.params if problem.params else str(table[problem.code])
 
 
 class ClusterKind(models.TextChoices):

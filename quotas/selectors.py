@@ -17,6 +17,18 @@ from portal.selectors import department_ancestors, scope_for, visible_department
 from .effective import Limits, LoanSpan, Window, effective_limits
 from .models import Loan, LoanState, Node, NodeState, QuotaNode, QuotaWindow
 
+# DESIGN §14: a flavor's relative throughput measured from job history. Jobs live above quotas
+# (portal ← quotas ← jobs), so ``jobs`` registers the function here in its ``ready()``; each takes
+# flavor ids and returns {id: object with ratio, templates, runs}.
+measured_throughput_providers: list = []
+
+
+def measured_throughput(flavor_ids) -> dict:
+    found: dict = {}
+    for provider in measured_throughput_providers:
+        found.update(provider(flavor_ids))
+    return found
+
 
 def healthy_capacity(flavor_id: int) -> Decimal:
     """GPUs of the flavor on ready nodes of active clusters: the pool root's capacity."""
