@@ -194,3 +194,54 @@ def project_costs(rows, names: dict[int, str], projects: dict[int, str], currenc
     layout = _layout(title, _("Project"), _("Cost (%(currency)s)") % {"currency": currency}, showlegend=True)
     layout["yaxis"].pop("rangemode")
     return go.Figure(traces, layout=layout).to_json()
+
+
+def domestic_readiness(rows, title: str) -> str | None:
+    """Grouped bars per domestic flavor, in percent: throughput against the reference card
+    (declared and measured) and operator coverage per framework, with the bars of the evaluation
+    (80 % throughput, 90 % coverage) as dashed lines."""
+    if not rows:
+        return None
+    names = [r.flavor.name for r in rows]
+    traces = [
+        go.Bar(x=names, y=[float(r.declared * 100) for r in rows], name=_("Throughput, declared")),
+        go.Bar(
+            x=names,
+            y=[float(r.measured.ratio * 100) if r.measured else None for r in rows],
+            name=_("Throughput, measured"),
+        ),
+    ]
+    frameworks = sorted({c.framework for r in rows for c in r.coverages})
+    for framework in frameworks:
+        found = [{c.framework: c.coverage for c in r.coverages}.get(framework) for r in rows]
+        traces.append(
+            go.Bar(
+                x=names,
+                y=[None if v is None else float(v * 100) for v in found],
+                name=_("Operator coverage, %(framework)s") % {"framework": framework},
+            )
+        )
+    bars = [(80, _("80 % of the reference card's throughput")), (90, _("90 % operator coverage"))]
+    layout = _layout(
+        title,
+        _("Flavor"),
+        _("Percent"),
+        barmode="group",
+        shapes=[
+            {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": y, "y1": y, "line": {"dash": "dash"}}
+            for y, _label in bars
+        ],
+        annotations=[
+            {
+                "xref": "paper",
+                "x": 1,
+                "y": y,
+                "text": label,
+                "showarrow": False,
+                "xanchor": "right",
+                "yanchor": "bottom",
+            }
+            for y, label in bars
+        ],
+    )
+    return go.Figure(traces, layout=layout).to_json()

@@ -21,7 +21,7 @@ from portal.selectors import get_visible, scope_for
 from quotas.models import Flavor
 from quotas.selectors import default_flavor_id
 
-from . import charts, exports, manual, reports, selectors
+from . import charts, exports, manual, readiness, reports, selectors
 from .budgets import budget_delete, budget_set, budget_statuses, can_set_budget, visible_budgets
 from .forms import (
     BudgetForm,
@@ -126,11 +126,28 @@ def _report(user: User, scope: reports.ReportScope, report: reports.ReportFilter
             for k in titles
         ],
         "month": report.month,
+        "readiness": _readiness(),
         "total_card_hours": sum((hours for _d, _day, hours in daily), 0),
         "metered_through": meter_state().metered_through,
         "idle": idle,
         "costs": costs,
         "flavor": flavor,
+    }
+
+
+def _readiness() -> dict:
+    """The domestic readiness report (``billing.readiness``): not per month, not per tenant."""
+    rows = readiness.domestic_readiness()
+    reference = readiness.reference_name()
+    title = _("Domestic cards against the evaluation bar (reference: %(reference)s)") % {
+        "reference": reference or "—"
+    }
+    return {
+        "rows": rows,
+        "title": title,
+        "figure": charts.domestic_readiness(rows, title),
+        "reference": reference,
+        "frameworks": sorted({c.framework for r in rows for c in r.coverages}),
     }
 
 
