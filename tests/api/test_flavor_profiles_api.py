@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.utils import translation
 
 from jobs.models import Job, PriorityClass
 from jobs.throughput import measured_throughput
@@ -126,3 +127,41 @@ def test_measured_throughput_is_the_median_template_ratio_with_its_samples(world
     assert body["measured_throughput"] == {"ratio": "0.800", "templates": 3, "runs": 4}
     assert body["relative_throughput"] == "1.000"  # the declared value, beside it
     assert api(world.users["platform"]).get(_url(world.F)).json()["measured_throughput"] is None
+
+
+def test_the_admin_form_checks_the_profile_too(world):
+    from quotas.admin import FlavorAdminForm
+
+    fields = {
+        "name": "Ascend-910B",
+        "vendor": "huawei",
+        "model": "910B",
+        "memory_mib": 65536,
+        "fraction": "1",
+        "k8s_resource_name": "huawei.com/Ascend910",
+        "pool_overcommit_ratio": "1",
+        "active": True,
+        "sharing_mode": "vnpu",
+        "relative_throughput": "0.8",
+        "relative_throughput_source": "MLPerf Training v4.0",
+        "relative_throughput_date": "2026-05-01",
+    }
+    good = FlavorAdminForm(
+        data={
+            **fields,
+            "operator_coverage": '{"pytorch": {"coverage": "0.93", '
+            '"source": "torch_npu list", "date": "2026-06-01"}}',
+        }
+    )
+    assert good.is_valid(), good.errors
+    bad = FlavorAdminForm(
+        data={
+            **fields,
+            "operator_coverage": '{"pytorch": {"coverage": "93%", '
+            '"source": "torch_npu list", "date": "2026-06-01"}}',
+        }
+    )
+    assert not bad.is_valid()
+    assert "0 到 1 之间的小数字符串" in str(bad.errors["operator_coverage"])  # the site language
+    with translation.override("en"):
+        assert "decimal string from 0 to 1" in str(FlavorAdminForm(data=bad.data).errors["operator_coverage"])

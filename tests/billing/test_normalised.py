@@ -144,3 +144,20 @@ def test_pricing_prices_normalised_seconds_only_when_asked_and_only_lines_that_h
     assert [line.amount for line in normalised] == [Decimal("8.00"), Decimal("10.00")]
     assert normalised[0].normalised_card_hours == Decimal("0.8")
     assert normalised[1].normalised_card_hours is None
+
+
+def test_the_statement_page_and_api_show_both_figures(fleet, world, api, settings):
+    from django.test import Client
+
+    settings.GPUPOOL = {**settings.GPUPOOL, "PRICE_NORMALISED_CARD_HOURS": True}
+    statement_close_month(month=NOV, now=local(2026, 12, 2))
+    statement = Statement.objects.get(month=NOV)
+    client = Client(HTTP_ACCEPT_LANGUAGE="en")
+    client.force_login(world.users["a_finance"])
+    page = client.get(f"/billing/statements/{statement.pk}/").content.decode()
+    assert "Normalised card-hours" in page and "0.933333" in page and "1.166667" in page
+    assert "usage priced per normalised card-hour" in page
+    body = api(world.users["a_finance"]).get(f"/api/v1/statements/{statement.pk}/").json()
+    assert body["priced_normalised"] is True
+    ascend = next(line for line in body["lines"] if line["card_hours"] == "1.166667")
+    assert (ascend["normalised_card_hours"], ascend["amount"]) == ("0.933333", "9.32")
