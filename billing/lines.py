@@ -58,9 +58,10 @@ FROM billing_usagerecord u
 WHERE {where}
 GROUP BY u.department_id, u.project_id, u.user_id, u.flavor_id, u.tier, {month_group}
          width_bucket(u.hour_start, %(thresholds)s::timestamptz[])
-HAVING sum(u.card_seconds) <> 0
+HAVING sum(u.card_seconds) <> 0 OR sum(u.card_seconds * u.relative_throughput) <> 0
 """
-# (A charge and its reversal in one group cancel out: no line of nothing.)
+# (A charge and its reversal in one group cancel out: no line of nothing. A correction metered
+# after a profile edit can leave card-seconds net 0 but normalised ones not: that line stays.)
 
 
 def usage_lines(

@@ -18,7 +18,7 @@ from quotas.models import Flavor
 from quotas.selectors import site_zone
 
 from . import pricing
-from .lines import by_department, rate_schedules, usage_lines
+from .lines import by_department, prices_normalised, rate_schedules, usage_lines
 from .manual import manual_lines
 from .meter import meter_state
 from .models import MonthClose, Rate, Statement, StatementLine, Tier, UsageRecord
@@ -122,7 +122,8 @@ def standard_cost(flavor: Flavor, card_hours: Decimal, at: datetime) -> tuple[De
     """Registered in ``jobs.estimates.cost_estimators``: ``card_hours`` whole-card hours of
     ``flavor`` at the standard (in-quota) rate in force at ``at``, rounded by the one rule;
     None when no standard rate covers ``at``. Rates start on hours and are consecutive, so the
-    one in force is the latest that started."""
+    one in force is the latest that started. A centre pricing normalised card-hours prices the
+    estimate on them too, at the flavor's relative throughput now (DESIGN §14)."""
     rate = (
         Rate.objects.filter(flavor=flavor, tier=Tier.STANDARD, valid_from__lte=at)
         .order_by("-valid_from")
@@ -131,6 +132,8 @@ def standard_cost(flavor: Flavor, card_hours: Decimal, at: datetime) -> tuple[De
     )
     if rate is None:
         return None
+    if prices_normalised():
+        card_hours = card_hours * flavor.relative_throughput
     return pricing.cost(card_hours, rate.price), rate.currency
 
 

@@ -161,3 +161,13 @@ def test_the_statement_page_and_api_show_both_figures(fleet, world, api, setting
     assert body["priced_normalised"] is True
     ascend = next(line for line in body["lines"] if line["card_hours"] == "1.166667")
     assert (ascend["normalised_card_hours"], ascend["amount"]) == ("0.933333", "9.32")
+
+
+def test_the_submission_estimate_follows_the_pricing_basis(fleet, settings):
+    from billing.selectors import standard_cost
+
+    _a100, ascend = fleet
+    at = local(2026, 11, 10)
+    assert standard_cost(ascend, Decimal(10), at) == (Decimal("99.90"), "CNY")
+    settings.GPUPOOL = {**settings.GPUPOOL, "PRICE_NORMALISED_CARD_HOURS": True}
+    assert standard_cost(ascend, Decimal(10), at) == (pricing.money(Decimal(8) * ASCEND_PRICE), "CNY")
