@@ -1,3 +1,5 @@
+from decimal import Decimal
+
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
@@ -35,6 +37,12 @@ class FlavorAdminForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         if self.instance.pk:
             self.initial["fraction"] = self.instance.fraction_label
+        # Left empty: the reference card's 1.0 (the model's default), as before profiles existed.
+        self.fields["relative_throughput"].required = False
+
+    def clean_relative_throughput(self):
+        value = self.cleaned_data.get("relative_throughput")
+        return Decimal(1) if value is None else value
 
     def clean_fraction(self):
         try:
