@@ -171,3 +171,19 @@ def test_the_submission_estimate_follows_the_pricing_basis(fleet, settings):
     assert standard_cost(ascend, Decimal(10), at) == (Decimal("99.90"), "CNY")
     settings.GPUPOOL = {**settings.GPUPOOL, "PRICE_NORMALISED_CARD_HOURS": True}
     assert standard_cost(ascend, Decimal(10), at) == (pricing.money(Decimal(8) * ASCEND_PRICE), "CNY")
+
+
+def test_each_run_carries_the_factor_of_the_flavor_it_was_admitted_on(fleet, world, history):
+    """A job with alternatives (A100-80G|Ascend-910B) ran on the Ascend, was requeued and ran on the
+    A100: each run's rows carry its own flavor's relative throughput."""
+    a100, ascend = fleet
+    job = history.job(world.pa1, a100)
+    history.admit(job, local(2026, 11, 7, 9), flavor=ascend)
+    history.start(job, local(2026, 11, 7, 9))
+    history.end(job, local(2026, 11, 7, 10), state="preempted")
+    history.admit(job, local(2026, 11, 7, 11), flavor=a100)
+    history.start(job, local(2026, 11, 7, 11))
+    history.end(job, local(2026, 11, 7, 12))
+    usage_meter(now=local(2026, 11, 8))
+    found = set(UsageRecord.objects.filter(job=job).values_list("flavor__name", "relative_throughput"))
+    assert found == {("Ascend-910B", Decimal("0.800")), ("A100-80G", Decimal("1.000"))}
