@@ -221,7 +221,10 @@ def domestic_readiness(rows, title: str) -> str | None:
                 name=_("Operator coverage, %(framework)s") % {"framework": framework},
             )
         )
-    bars = [(80, _("80 % of the reference card's throughput")), (90, _("90 % operator coverage"))]
+    bars = [
+        (80, _("%(pct)d %% of the reference card's throughput") % {"pct": 80}),
+        (90, _("%(pct)d %% operator coverage") % {"pct": 90}),
+    ]
     layout = _layout(
         title,
         _("Flavor"),
