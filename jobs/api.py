@@ -53,6 +53,11 @@ class JobOut(serializers.ModelSerializer):
     )
 
     mounts = serializers.SerializerMethodField()
+    flavors = serializers.SerializerMethodField()
+
+    def get_flavors(self, job) -> list[str]:
+        """The flavors it accepts, in its order (DESIGN §14); empty: only `flavor`."""
+        return _flavor_names(job.flavor_choices)
     checkpoint_dir = serializers.SerializerMethodField()
 
     def get_mounts(self, job) -> list[dict]:
@@ -87,6 +92,7 @@ class JobOut(serializers.ModelSerializer):
         "approval_request": "approval_request_pk",
         "mounts": ("mounts", lambda mounts: _mounts_out(mounts)),
         "checkpoint_dir": ("checkpoint", environment.checkpoint_dir),
+        "flavors": ("flavor_choices", lambda ids: _flavor_names(ids)),
     }
 
     def columns(self, jobs: QuerySet[Job]) -> _Rows:
@@ -145,7 +151,17 @@ class JobOut(serializers.ModelSerializer):
             "env",
             "checkpoint_dir",
             "expose_port",
+            "flavors",
+            "framework",
+            "min_operator_coverage",
         ]
+
+
+def _flavor_names(ids) -> list[str]:
+    if not ids:
+        return []  # most jobs: no query
+    names = dict(Flavor.objects.filter(pk__in=ids).values_list("pk", "name"))
+    return [names.get(pk, str(pk)) for pk in ids]
 
 
 def _mounts_out(mounts) -> list[dict]:

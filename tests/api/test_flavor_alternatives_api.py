@@ -64,6 +64,9 @@ def test_acceptable_flavors_are_kept_in_order(api, world, npu):
     job = Job.objects.get()
     assert response.json()["flavor"] == "Ascend-910B"
     assert job.flavor_choices == [npu.pk, Flavor.objects.get(name="F").pk]
+    assert response.json()["flavors"] == ["Ascend-910B", "F"]
+    listed = api(world.users["pa1_member"]).get("/api/v1/jobs/").json()["results"]
+    assert [j["flavors"] for j in listed] == [["Ascend-910B", "F"]]  # the list's row plan too
 
 
 def test_a_framework_requirement_picks_the_flavors_that_meet_it(api, world, npu):
