@@ -61,10 +61,16 @@ def _step(rng, f, tenants, prios, now):
         for job in rng.sample(live, k=min(3, len(live))):
             if job.state == "admitted":
                 target = JobState.QUEUED if job.terminating_since else JobState.SUCCEEDED
-                if target == JobState.QUEUED:  # a preempted victim exits and is requeued
-                    job_transition(job, JobState.PREEMPTED, reason="exited", placement=[])
-                    job.refresh_from_db()
-                job_transition(
+                # A preempted victim exits and is requeued; any other job runs and finishes.
+                # Every step is a legal move (a refused one returns False and would leave the
+                # world stuck with jobs that never end).
+                first = JobState.PREEMPTED if target == JobState.QUEUED else JobState.RUNNING
+                assert job_transition(
+                    job, first, reason="exited" if first == JobState.PREEMPTED else "started",
+                    **({"placement": []} if first == JobState.PREEMPTED else {}),
+                )
+                job.refresh_from_db()
+                assert job_transition(
                     job,
                     target,
                     reason="finished",
@@ -87,6 +93,7 @@ def test_warm_engine_decides_like_a_cold_one(seed):
         engine.invalidate()  # the comparison cycle was not applied; let schedule_once decide again
         assert warm == cold
         schedule_once(now)
+    assert Job.objects.filter(state=JobState.SUCCEEDED).exists()  # the world moves: jobs end
 
 
 def test_warm_engine_survives_many_cycles_without_rebuilding():
