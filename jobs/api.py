@@ -53,12 +53,21 @@ class JobOut(serializers.ModelSerializer):
     )
 
     mounts = serializers.SerializerMethodField()
+    checkpoint_dir = serializers.SerializerMethodField()
     flavors = serializers.SerializerMethodField()
 
     def get_flavors(self, job) -> list[str]:
         """The flavors it accepts, in its order (DESIGN §14); empty: only `flavor`."""
-        return _flavor_names(job.flavor_choices)
-    checkpoint_dir = serializers.SerializerMethodField()
+        return self._flavor_names(job.flavor_choices)
+
+    def _flavor_names(self, ids) -> list[str]:
+        return [self._flavor_name_of.get(pk, str(pk)) for pk in ids or ()]
+
+    @cached_property
+    def _flavor_name_of(self) -> dict[int, str]:
+        # Once per response (a list's items share this serializer), and only when a job has
+        # alternatives: flavors are a short table.
+        return dict(Flavor.objects.values_list("pk", "name"))
 
     def get_mounts(self, job) -> list[dict]:
         """The project's storages it mounts: name, mount path, read-only."""
@@ -92,7 +101,6 @@ class JobOut(serializers.ModelSerializer):
         "approval_request": "approval_request_pk",
         "mounts": ("mounts", lambda mounts: _mounts_out(mounts)),
         "checkpoint_dir": ("checkpoint", environment.checkpoint_dir),
-        "flavors": ("flavor_choices", lambda ids: _flavor_names(ids)),
     }
 
     def columns(self, jobs: QuerySet[Job]) -> _Rows:
@@ -113,7 +121,8 @@ class JobOut(serializers.ModelSerializer):
 
     @cached_property
     def _row_plan(self):
-        return [(field.field_name, *_row_column(field, self.ROW_COLUMNS)) for field in self._readable_fields]
+        columns = {**self.ROW_COLUMNS, "flavors": ("flavor_choices", self._flavor_names)}
+        return [(field.field_name, *_row_column(field, columns)) for field in self._readable_fields]
 
     class Meta:
         model = Job
@@ -155,13 +164,6 @@ class JobOut(serializers.ModelSerializer):
             "framework",
             "min_operator_coverage",
         ]
-
-
-def _flavor_names(ids) -> list[str]:
-    if not ids:
-        return []  # most jobs: no query
-    names = dict(Flavor.objects.filter(pk__in=ids).values_list("pk", "name"))
-    return [names.get(pk, str(pk)) for pk in ids]
 
 
 def _mounts_out(mounts) -> list[dict]:

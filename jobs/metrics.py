@@ -16,6 +16,8 @@ from django.db import connection
 from django.db.models import Count, Max
 from django.utils import timezone
 
+from quotas.models import ClusterKind
+
 from .backends.base import backend_name
 from .models import Job, JobEvent, JobGpuSample
 from .reasons import IDLE, event_reason, reason
@@ -60,8 +62,6 @@ def _per_pod_owner(query: str) -> dict[tuple[str, str], float]:
 def _kubernetes_jobs(running: list[tuple[int, str | None, dict | None]]) -> dict[tuple[str, str], int]:
     """(namespace, backend name) -> job id, for running jobs on Kubernetes clusters: a pod in any
     other namespace is not the portal's, whatever its name."""
-    from quotas.models import ClusterKind
-
     return {
         ((config or {}).get("namespace") or "gpupool", backend_name(pk)): pk
         for pk, kind, config in running

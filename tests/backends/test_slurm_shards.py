@@ -9,20 +9,14 @@ Every job sleeps until cancelled, so the states waited for (RUNNING, PENDING for
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from jobs.backends.base import CANCELLED, PENDING, RUNNING, JobSpec, Slot
 from jobs.backends.slurm import SlurmBackend, shards_for
 from jobs.backends.slurm_native import parse_sacct, parse_scontrol_gpus, sacct_args, to_record
-from tests.backends.test_slurm import DEPLOY, Cluster, _free_port_base, _sh, _unavailable, phase_of
+from tests.backends.test_slurm import Cluster, _sh, phase_of, slurm_cluster
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slurm
@@ -33,26 +27,8 @@ FOREVER = "sleep 100000"
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    run_dir = Path(tempfile.mkdtemp(prefix="gp-shard-"))  # short: slurmd puts unix sockets under it
-    env = {**os.environ, "SLURM_PORT_BASE": str(_free_port_base(10 + len(NODES) + 1))}
-    args = [str(DEPLOY / "start.sh"), str(run_dir), "--nodes", str(len(NODES)), "--gpus-per-node", "1"]
-    args += ["--shards-per-gpu", "8"]
-    try:
-        _sh([str(DEPLOY / "install.sh")], env, timeout=900)
-        started = time.monotonic()
-        out = _sh(args, env).stdout
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
-        subprocess.run([str(DEPLOY / "stop.sh"), str(run_dir), "--purge"], env=env, check=False)
-        shutil.rmtree(run_dir, ignore_errors=True)
-        _unavailable(f"no Slurm cluster: {exc}\n{getattr(exc, 'stderr', '')}")
-    conf = out.strip().splitlines()[-1].removeprefix("export SLURM_CONF=")
-    print(f"slurm cluster up in {time.monotonic() - started:.1f}s")
-    env["SLURM_CONF"] = conf
-    try:
-        yield Cluster(run_dir, conf, env, args)
-    finally:
-        subprocess.run([str(DEPLOY / "stop.sh"), str(run_dir), "--purge"], env=env, check=False, timeout=120)
-        shutil.rmtree(run_dir, ignore_errors=True)
+    with slurm_cluster(len(NODES), 1, "--shards-per-gpu", "8", prefix="gp-shard-") as started:
+        yield started
 
 
 @pytest.fixture

@@ -175,43 +175,44 @@ FORM_HOSTILE = [
 ]
 
 
-@pytest.mark.parametrize(("field", "value"), FORM_HOSTILE, ids=lambda v: repr(v)[:30])
-def test_hostile_environment_form_values_are_field_errors(world, page_client, storages, field, value):
-    prio = fx.priority("training", 100)
+def _form(world, **changes) -> dict:
     body = {
         "name": "bert",
         "project": world.pa1.pk,
         "kind": "training",
         "flavor": world.F.pk,
-        "priority_class": prio.pk,
+        "priority_class": fx.priority("training", 100).pk,
         "workers": "1",
         "gpus_per_worker": "1",
         "image": "pytorch:2.3",
         "max_runtime_seconds": "3600",
-        field: value,
     }
+    return {**body, **changes}
+
+
+def _form_refused(page_client, persona, body, field) -> str:
     before = _snapshot()
-    response = page_client("pa1_member").post("/jobs/new/", body)
+    response = page_client(persona).post("/jobs/new/", body)
+    # The form page answers 200 with the form and its errors (the pages' pattern, tests/pages).
     assert response.status_code == 200
-    assert field in response.context["form"].errors, response.context["form"].errors
+    errors = response.context["form"].errors
+    assert field in errors, errors
     assert _snapshot() == before
+    return " ".join(errors[field])
+
+
+@pytest.mark.parametrize(("field", "value"), FORM_HOSTILE, ids=lambda v: repr(v)[:30])
+def test_hostile_environment_form_values_are_field_errors(world, page_client, storages, field, value):
+    _form_refused(page_client, "pa1_member", _form(world, **{field: value}), field)
 
 
 def test_the_form_refuses_another_projects_storage(world, page_client, storages):
-    prio = fx.priority("training", 100)
+    # Not even offered to a member of pa1 only...
     other = ProjectStorage.objects.get(name="secret-data")
-    body = {
-        "name": "bert",
-        "project": world.pa1.pk,
-        "kind": "training",
-        "flavor": world.F.pk,
-        "priority_class": prio.pk,
-        "workers": "1",
-        "gpus_per_worker": "1",
-        "image": "pytorch:2.3",
-        "mounts": [str(other.pk)],
-    }
-    before = _snapshot()
-    response = page_client("pa1_member").post("/jobs/new/", body)
-    assert "mounts" in response.context["form"].errors
-    assert _snapshot() == before
+    _form_refused(page_client, "pa1_member", _form(world, mounts=[str(other.pk)]), "mounts")
+    # ...and offered to a department admin who submits to pa too, but not for a job of pa1.
+    pa_data = ProjectStorage.objects.create(
+        project=world.pa, name="pa-data", kind="hostpath", host_path="/shared/pa", mount_path="/pa"
+    )
+    said = _form_refused(page_client, "a_admin", _form(world, mounts=[str(pa_data.pk)]), "mounts")
+    assert "storages of the job's project only" in said
