@@ -30,7 +30,7 @@ from django.utils.translation import gettext as _
 from portal import permissions as perm
 from portal.models import User
 from portal.selectors import scope_for
-from portal.texts import Message, message, pgettext_noop, when
+from portal.texts import Message, message, pgettext_noop, render, when
 
 from . import autoscale_decision as rule
 from . import reasons
@@ -298,3 +298,29 @@ def _save(job: Job, status: dict, *, scaled_at: datetime | None = None) -> None:
     if scaled_at is not None:
         fields["autoscale_scaled_at"] = scaled_at
     Job.objects.filter(pk=job.pk).update(**fields)
+
+
+# ---- reading -------------------------------------------------------------------------------
+
+
+def autoscale_view(job: Job) -> dict:
+    """The settings and the last decision as the API and the job page show them (the reason in
+    the active language)."""
+    status = job.autoscale_status or None
+    if status:
+        status = {**status, "reason": render(status.get("reason"), fallback=""),
+                  "decided_at": datetime.fromisoformat(status["decided_at"])}
+    return {
+        "job": job.pk,
+        "enabled": bool(job.autoscale_query),
+        "query": job.autoscale_query,
+        "filled_query": filled_query(job) if job.autoscale_query else "",
+        "target": job.autoscale_target,
+        "cooldown_seconds": job.autoscale_cooldown_seconds,
+        "last_scaled_at": job.autoscale_scaled_at,
+        "replicas": len(job.placement),
+        "min_workers": job.min_workers,
+        "workers": job.workers,
+        "target_workers": job.target_workers,
+        "status": status,
+    }

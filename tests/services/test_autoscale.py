@@ -95,7 +95,8 @@ def test_load_scales_a_service_up_to_its_cap_within_quota_and_down_after_the_coo
         assert autoscale_tick(t0) == 1
         status = _status(svc)
         assert (svc.target_workers, len(svc.placement)) == (3, 1)
-        assert (status["value"], status["target"], status["replicas"], status["desired"]) == ("60", "10", 1, 3)
+        shown = (status["value"], status["target"], status["replicas"], status["desired"])
+        assert shown == ("60", "10", 1, 3)
         assert status["reason"] == "60 per replica against the target 10 wants 6 replicas, the quota allows 3"
         assert svc.events.filter(kind="scale_target").last().reason == "target 1→3 by the autoscaler"
         assert autoscale_tick(t0) == 0  # the same pass again changes nothing (cool-down)
@@ -142,13 +143,17 @@ def test_load_scales_a_service_up_to_its_cap_within_quota_and_down_after_the_coo
         assert autoscale_tick(t2 + timedelta(seconds=299)) == 0
         status = _status(svc)
         assert len(svc.placement) == 6 and status["desired"] == 6
-        assert status["reason"].startswith("2 per replica against the target 10 wants 2 replicas: cool-down until")
+        assert status["reason"].startswith(
+            "2 per replica against the target 10 wants 2 replicas: cool-down until"
+        )
         t3 = t2 + timedelta(seconds=300)
         assert autoscale_tick(t3) == 1
         svc.refresh_from_db()
         assert (len(svc.placement), svc.target_workers, svc.autoscale_scaled_at) == (2, 2, t3)
         scaled = svc.events.filter(kind="scaled").last()
-        assert (scaled.reason, scaled.data["workers"], scaled.actor) == ("scaled 6→2 by the autoscaler", 2, None)
+        assert (scaled.reason, scaled.data["workers"], scaled.actor) == (
+            "scaled 6→2 by the autoscaler", 2, None
+        )
         with translation.override("zh-hans"):
             assert reason_text(scaled.reason, scaled.reason_message) == "自动伸缩将规模从 6 调整为 2"
             assert "目标" in render_in("zh-hans", svc.autoscale_status["reason"])
