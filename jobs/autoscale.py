@@ -324,3 +324,11 @@ def autoscale_view(job: Job) -> dict:
         "target_workers": job.target_workers,
         "status": status,
     }
+
+
+def can_change_autoscale(user: User, job: Job) -> bool:
+    """The job page offers the settings form: the job's owner or an admin of its project, on an
+    inference job that has not finished (the service checks again)."""
+    if job.kind != JobKind.INFERENCE or job.state in TERMINAL:
+        return False
+    return job.submitted_by_id == user.pk or perm.can_edit_project(scope_for(user), job.project)
