@@ -55,27 +55,47 @@ TARGET_MAX = Decimal("1e9")
 # in a stored query is a paste accident.
 _QUERY_CHARS = re.compile(r"[\x20-\x7e]+")
 
+# The catalogue needs the context as a literal (xgettext); it is CONTEXT.
 REASONS = {
-    rule.UP: pgettext_noop(CONTEXT, "%(value)s per replica is above the target %(target)s: "
-                                    "%(current)s → %(desired)s replicas"),
-    rule.DOWN: pgettext_noop(CONTEXT, "%(value)s per replica is below the target %(target)s: "
-                                      "%(current)s → %(desired)s replicas"),
-    rule.STEADY: pgettext_noop(CONTEXT, "%(value)s per replica is within 10%% of the target %(target)s"),
-    rule.AT_MAX: pgettext_noop(CONTEXT, "%(value)s per replica is above the target %(target)s, and the "
-                                        "job is at its maximum of %(maximum)s replicas"),
-    rule.AT_MIN: pgettext_noop(CONTEXT, "%(value)s per replica is below the target %(target)s, and the "
-                                        "job is at its minimum of %(minimum)s replicas"),
-    rule.COOLDOWN: pgettext_noop(CONTEXT, "%(value)s per replica against the target %(target)s wants "
-                                          "%(wanted)s replicas: cool-down until %(until)s"),
+    rule.UP: pgettext_noop(
+        "autoscale",
+        "%(value)s per replica is above the target %(target)s: %(current)s → %(desired)s replicas",
+    ),
+    rule.DOWN: pgettext_noop(
+        "autoscale",
+        "%(value)s per replica is below the target %(target)s: %(current)s → %(desired)s replicas",
+    ),
+    rule.STEADY: pgettext_noop("autoscale", "%(value)s per replica is within 10%% of the target %(target)s"),
+    rule.AT_MAX: pgettext_noop(
+        "autoscale",
+        "%(value)s per replica is above the target %(target)s, and the job is at its maximum of "
+        "%(maximum)s replicas",
+    ),
+    rule.AT_MIN: pgettext_noop(
+        "autoscale",
+        "%(value)s per replica is below the target %(target)s, and the job is at its minimum of "
+        "%(minimum)s replicas",
+    ),
+    rule.COOLDOWN: pgettext_noop(
+        "autoscale",
+        "%(value)s per replica against the target %(target)s wants %(wanted)s replicas: "
+        "cool-down until %(until)s",
+    ),
 }
-QUOTA_NONE = pgettext_noop(CONTEXT, "%(value)s per replica against the target %(target)s wants "
-                                    "%(wanted)s replicas, but the quota allows no more: no change")
-QUOTA_SOME = pgettext_noop(CONTEXT, "%(value)s per replica against the target %(target)s wants "
-                                    "%(wanted)s replicas, the quota allows %(desired)s")
-NO_ANSWER = pgettext_noop(CONTEXT, "Prometheus did not answer: no change")
-NO_DATA = pgettext_noop(CONTEXT, "the query returned no value: no change")
-SERIES = pgettext_noop(CONTEXT, "the query returned %(n)s series, not one: no change")
-NOT_A_NUMBER = pgettext_noop(CONTEXT, "the query returned %(value)s, not a number ≥ 0: no change")
+QUOTA_NONE = pgettext_noop(
+    "autoscale",
+    "%(value)s per replica against the target %(target)s wants %(wanted)s replicas, but the quota allows no "
+    "more: no change",
+)
+QUOTA_SOME = pgettext_noop(
+    "autoscale",
+    "%(value)s per replica against the target %(target)s wants %(wanted)s replicas, "
+    "the quota allows %(desired)s",
+)
+NO_ANSWER = pgettext_noop("autoscale", "Prometheus did not answer: no change")
+NO_DATA = pgettext_noop("autoscale", "the query returned no value: no change")
+SERIES = pgettext_noop("autoscale", "the query returned %(n)s series, not one: no change")
+NOT_A_NUMBER = pgettext_noop("autoscale", "the query returned %(value)s, not a number ≥ 0: no change")
 
 
 def _reason(msgid: str, **params) -> Message:
