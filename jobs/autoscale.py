@@ -108,13 +108,13 @@ def _reason(msgid: str, **params) -> Message:
 def clean_settings(*, kind: str, min_workers: int | None, workers: int, query: str, target, cooldown_seconds):
     """The checked ``(query, target, cooldown_seconds)``; an empty query turns autoscaling off
     (target None). ValidationError names the field."""
+    if kind != JobKind.INFERENCE:
+        raise ValidationError({"autoscale_query": [_("Only inference jobs scale from load.")]})
     query = (query or "").strip()
     if cooldown_seconds is None:
         cooldown_seconds = AUTOSCALE_COOLDOWN_DEFAULT
     if not query:
         return "", None, AUTOSCALE_COOLDOWN_DEFAULT
-    if kind != JobKind.INFERENCE:
-        raise ValidationError({"autoscale_query": [_("Only inference jobs scale from load.")]})
     errors: dict[str, list[str]] = {}
     query_error = _query_error(query, min_workers, workers)
     if query_error:
@@ -245,8 +245,8 @@ def autoscale_job(job_id: int, *, value: Decimal | None, why_not: Message | None
         if why_not_scalable(job) is not None:
             return False  # stopping, not running yet, or a Slurm cluster: the settings wait
         current = len(job.placement)
-        status = {"value": None if value is None else rule._figure(value),
-                  "target": rule._figure(job.autoscale_target), "replicas": current,
+        status = {"value": None if value is None else rule.figure(value),
+                  "target": rule.figure(job.autoscale_target), "replicas": current,
                   "desired": job.target_workers or job.workers, "decided_at": now.isoformat()}
         if value is None:
             _save(job, status | {"reason": why_not})

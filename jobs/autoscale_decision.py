@@ -61,7 +61,7 @@ def decide(
     else:
         wanted = max(1, math.ceil(current * ratio))
     desired = min(max(wanted, minimum), maximum)
-    params = {"value": _figure(value), "target": _figure(target), "current": current, "desired": desired}
+    params = {"value": figure(value), "target": figure(target), "current": current, "desired": desired}
     if desired == current:
         if wanted > maximum:
             return Decision(current, AT_MAX, params | {"maximum": maximum})
@@ -75,6 +75,6 @@ def decide(
     return Decision(desired, UP if desired > current else DOWN, params)
 
 
-def _figure(value: Decimal) -> str:
+def figure(value: Decimal) -> str:
     """A metric value for a reason: at most 3 decimals, no exponent, no trailing zeros."""
     return f"{float(value):.3f}".rstrip("0").rstrip(".")
