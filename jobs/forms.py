@@ -15,6 +15,7 @@ from quotas.models import Flavor
 
 from . import environment, flavor_choice, rules, selectors, services
 from .models import (
+    AUTOSCALE_QUERY_MAX_LENGTH,
     COMMAND_MAX_LENGTH,
     IMAGE_MAX_LENGTH,
     SUBMITTABLE_KINDS,
@@ -353,3 +354,19 @@ class PriorityClassForm(forms.ModelForm):
 
     def clean_min_role(self) -> str:
         return self.cleaned_data.get("min_role") or self.instance.min_role
+
+
+class AutoscaleForm(forms.Form):
+    """An inference job's autoscaling (the service ``jobs.autoscale.job_autoscale_set`` checks
+    the values: an empty query turns it off)."""
+
+    query = forms.CharField(
+        label=_("Query (PromQL)"), required=False, max_length=AUTOSCALE_QUERY_MAX_LENGTH,
+        help_text=_("One value per replica; {job} stands for the job's name on the cluster (gp-<id>), "
+                    "{job_id} for its id. Empty: autoscaling off."),
+        widget=forms.TextInput(attrs={"placeholder": 'avg(requests_per_second{job="{job}"})'}),
+    )
+    target = forms.CharField(label=_("Target value per replica"), required=False, max_length=40)
+    cooldown_seconds = forms.IntegerField(
+        label=_("Cool-down (s)"), required=False, help_text=_("No change within this long after the last.")
+    )

@@ -43,6 +43,12 @@ def image_validator(value: str) -> None:
         _image_grammar(value)
 
 
+AUTOSCALE_QUERY_MAX_LENGTH = 500
+AUTOSCALE_COOLDOWN_DEFAULT = 300
+AUTOSCALE_COOLDOWN_MIN = 30
+AUTOSCALE_COOLDOWN_MAX = 86400
+
+
 class JobKind(models.TextChoices):
     TRAINING = "training", _("Training")
     INFERENCE = "inference", _("Inference")
@@ -229,6 +235,24 @@ class Job(models.Model):
     # An external job's user as the backend names it (Slurm user, pod's namespace/service account):
     # ``submitted_by`` is the portal user of that name, or the "external" placeholder user.
     external_user = models.CharField(_("backend user"), max_length=100, blank=True)
+    # Autoscaling from load (docs/scheduling.md "Autoscaling"), inference jobs only: a PromQL query
+    # answering one value per replica (``{job}`` / ``{job_id}`` filled in), the value one replica
+    # should carry, and the pause after a change. The autoscaler moves ``target_workers`` between
+    # ``min_workers`` and ``workers``; ``autoscale_status`` is its last decision (value, desired,
+    # reason as a message, when) and ``autoscale_scaled_at`` the last change it made.
+    autoscale_query = models.CharField(
+        _("autoscale query"), max_length=AUTOSCALE_QUERY_MAX_LENGTH, blank=True
+    )
+    autoscale_target = models.DecimalField(
+        _("target value per replica"), max_digits=14, decimal_places=3, null=True, blank=True,
+        validators=[MinValueValidator(Decimal("0.001"))],
+    )
+    autoscale_cooldown_seconds = models.PositiveIntegerField(
+        _("autoscale cool-down (s)"), default=AUTOSCALE_COOLDOWN_DEFAULT,
+        validators=[MinValueValidator(AUTOSCALE_COOLDOWN_MIN), MaxValueValidator(AUTOSCALE_COOLDOWN_MAX)],
+    )
+    autoscale_scaled_at = models.DateTimeField(null=True, blank=True)
+    autoscale_status = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-submitted_at", "-id"]

@@ -52,6 +52,8 @@ SCALED_BY_OWNER = pgettext_noop("job event", "scaled %(before)s→%(after)s by i
 SCALED_BY_SCHEDULER = pgettext_noop("job event", "scaled %(before)s→%(after)s by the scheduler")
 SCALED_FOR = pgettext_noop("job event", "scaled %(before)s→%(after)s: %(why)s")
 TARGET = pgettext_noop("job event", "target %(before)s→%(after)s")
+SCALED_BY_AUTOSCALER = pgettext_noop("job event", "scaled %(before)s→%(after)s by the autoscaler")
+TARGET_BY_AUTOSCALER = pgettext_noop("job event", "target %(before)s→%(after)s by the autoscaler")
 PREEMPTED_FOR = {
     "reclaim": pgettext_noop("job event", "reclaim for job %(job)s"),
     "priority": pgettext_noop("job event", "priority for job %(job)s"),

@@ -66,9 +66,9 @@ def record_scaled(
     )
 
 
-def scale_down(job: Job, replicas: int, *, actor, at: datetime) -> None:
-    """The owner's scale-down (``job`` locked): the newest workers go now, GPUs and quota with
-    them; the backend follows through the outbox."""
+def scale_down(job: Job, replicas: int, *, actor, at: datetime, by: str = reasons.SCALED_BY_OWNER) -> None:
+    """The owner's (or the autoscaler's, ``by``) scale-down (``job`` locked): the newest workers
+    go now, GPUs and quota with them; the backend follows through the outbox."""
     held = len(job.placement)
     placement, grown = drop_workers(job, set(range(replicas, held)))
     Job.objects.filter(pk=job.pk).update(
@@ -82,7 +82,7 @@ def scale_down(job: Job, replicas: int, *, actor, at: datetime) -> None:
         job,
         before=held,
         after=replicas,
-        reason=reasons.reason(reasons.SCALED_BY_OWNER, before=held, after=replicas),
+        reason=reasons.reason(by, before=held, after=replicas),
         at=at,
         actor=actor,
         target=replicas,
@@ -91,7 +91,7 @@ def scale_down(job: Job, replicas: int, *, actor, at: datetime) -> None:
     request_resize([job.pk])
 
 
-def set_target(job: Job, replicas: int, *, actor, at: datetime) -> None:
+def set_target(job: Job, replicas: int, *, actor, at: datetime, by: str = reasons.TARGET) -> None:
     """A new target at or above the current size: the grow pass works towards it."""
     before = job.target_workers or job.workers
     Job.objects.filter(pk=job.pk).update(target_workers=replicas)
@@ -102,7 +102,7 @@ def set_target(job: Job, replicas: int, *, actor, at: datetime) -> None:
         to_state=job.state,
         actor=actor,
         occurred_at=at,
-        **event_reason(reasons.reason(reasons.TARGET, before=before, after=replicas)),
+        **event_reason(reasons.reason(by, before=before, after=replicas)),
         data={"target": replicas, "workers": len(job.placement)},
     )
 

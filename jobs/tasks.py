@@ -30,6 +30,15 @@ def schedule_cycle() -> None:
         transaction.on_commit(lambda: backend_work.delay())
 
 
+@shared_task(name="jobs.autoscale", ignore_result=True)
+def autoscale() -> int:
+    """Inference jobs follow their load (jobs.autoscale); safe to run twice: a second pass sees
+    the first one's change inside the cool-down."""
+    from .autoscale import autoscale_tick
+
+    return autoscale_tick()
+
+
 @shared_task(
     name="jobs.dispatch_job", ignore_result=True, autoretry_for=(Exception,), retry_backoff=5, max_retries=10
 )

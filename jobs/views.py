@@ -22,6 +22,7 @@ from quotas.models import Flavor
 from quotas.selectors import default_flavor_id, healthy_capacity
 
 from . import (
+    autoscale,
     charts,
     environment,
     estimates,
@@ -34,7 +35,7 @@ from . import (
 )
 from .approvals import approval_reasons, approval_request_of
 from .backends.base import backend_name
-from .forms import ALL_STATES, QUEUE_STATES, JobFilterForm, JobForm, PriorityClassForm
+from .forms import ALL_STATES, QUEUE_STATES, AutoscaleForm, JobFilterForm, JobForm, PriorityClassForm
 from .models import Job, JobKind, PriorityClass
 from .scheduling import explain_job
 from .states import JobState
@@ -152,9 +153,45 @@ def job_detail(request, pk: int):
             "can_cancel": selectors.can_cancel(request.user, job),
             "backend": _backend_info(job),
             "external": job.kind == JobKind.EXTERNAL,
+            **_autoscale_context(request.user, job),
             **views_logs.detail_context(job, request.user),
         },
     )
+
+
+def _autoscale_context(user, job) -> dict:
+    if job.kind != JobKind.INFERENCE:
+        return {"autoscale": None}
+    shown = autoscale.autoscale_view(job)
+    form = None
+    if autoscale.can_change_autoscale(user, job):
+        form = AutoscaleForm(initial={"query": shown["query"], "target": shown["target"],
+                                      "cooldown_seconds": shown["cooldown_seconds"]})
+    return {"autoscale": shown, "autoscale_form": form}
+
+
+@login_required
+@require_POST
+def job_autoscale(request, pk: int):
+    """The job page's autoscaling form (docs/scheduling.md "Autoscaling")."""
+    job = get_visible(selectors.visible_jobs(request.user), pk=pk)
+    form = AutoscaleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, " ".join(m for errors in form.errors.values() for m in errors))
+        return redirect("job-detail", pk=job.pk)
+    try:
+        job = autoscale.job_autoscale_set(
+            actor=request.user, job=job, query=form.cleaned_data["query"], target=form.cleaned_data["target"],
+            cooldown_seconds=form.cleaned_data["cooldown_seconds"],
+        )
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        if job.autoscale_query:
+            messages.success(request, _("Autoscaling of %(name)s is on.") % {"name": job.name})
+        else:
+            messages.success(request, _("Autoscaling of %(name)s is off.") % {"name": job.name})
+    return redirect("job-detail", pk=job.pk)
 
 
 def _readable(explain: dict) -> dict:

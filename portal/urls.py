@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularSwaggerSplitView
 from billing import api as billing_api
 from jobs import api as jobs_api
 from jobs import api_approvals as jobs_approvals_api
+from jobs import api_autoscale as jobs_autoscale_api
 from jobs import api_external as jobs_external_api
 from jobs import api_logs as jobs_logs_api
 from jobs import api_templates as jobs_templates_api
@@ -60,6 +61,7 @@ api_v1 = [
     path("jobs/<int:pk>/", jobs_api.JobDetailApi.as_view(), name="job-detail"),
     path("jobs/<int:pk>/cancel/", jobs_api.JobCancelApi.as_view(), name="job-cancel"),
     path("jobs/<int:pk>/scale/", jobs_api.JobScaleApi.as_view(), name="job-scale"),
+    path("jobs/<int:pk>/autoscale/", jobs_autoscale_api.JobAutoscaleApi.as_view(), name="job-autoscale"),
     path("jobs/<int:pk>/events/", jobs_api.JobEventsApi.as_view(), name="job-events"),
     path("jobs/<int:pk>/explain/", jobs_api.JobExplainApi.as_view(), name="job-explain"),
     path("jobs/<int:pk>/utilisation/", jobs_api.JobUtilisationApi.as_view(), name="job-utilisation"),
@@ -171,6 +173,7 @@ urlpatterns = [
     path("jobs/queue/table/", jobs_views.job_queue_table, name="job-queue-table"),
     path("jobs/<int:pk>/", jobs_views.job_detail, name="job-detail"),
     path("jobs/<int:pk>/cancel/", jobs_views.job_cancel, name="job-cancel"),
+    path("jobs/<int:pk>/autoscale/", jobs_views.job_autoscale, name="job-autoscale-form"),
     # The job's log and a dev job's port (DESIGN §13, issue 22).
     path("jobs/<int:pk>/log/", log_views.job_log, name="job-log"),
     path("jobs/<int:pk>/log/download/", log_views.job_log_download, name="job-log-download"),

@@ -10,6 +10,9 @@ Standard library only: copy this one file anywhere with Python 3.10+.
     python3 gpupool_cli.py jobs --state queued
     python3 gpupool_cli.py status 42 --wait 300          # position and "why pending" while queued
     python3 gpupool_cli.py cancel 42
+    python3 gpupool_cli.py scale 42 3                    # an inference service to 3 replicas
+    python3 gpupool_cli.py autoscale 42 --query 'avg(rps{job="{job}"})' --target 10
+    python3 gpupool_cli.py autoscale 42                  # its autoscaling and last decision
     python3 gpupool_cli.py cost --project nlp-llm        # this month's estimate (finance/admins)
 
 Every command takes --json (before the command) to print the API's answer as it is. Exit
@@ -94,6 +97,9 @@ class Client:
 
     def post(self, path: str, body: dict | None = None):
         return self.request("POST", path, body=body if body is not None else {})
+
+    def put(self, path: str, body: dict):
+        return self.request("PUT", path, body=body)
 
     def all_pages(self, path: str, **query) -> list[dict]:
         rows, page = [], 1
@@ -329,6 +335,59 @@ def cmd_cancel(client: Client, args) -> int:
     return 0
 
 
+def cmd_scale(client: Client, args) -> int:
+    job = client.post(f"/api/v1/jobs/{args.id}/scale/", {"replicas": args.replicas})
+    target = job["target_workers"] or job["workers"]
+    text = table(
+        [[job["id"], job["state"], len(job["placement"]), target, job["min_workers"], job["workers"]]],
+        ["ID", "STATE", "REPLICAS", "TARGET", "MIN", "MAX"],
+    )
+    show(args, job, text)
+    return 0
+
+
+def describe_autoscale(a: dict) -> str:
+    target = a["target_workers"] or a["workers"]
+    rows = [
+        ["autoscaling", "on" if a["enabled"] else "off"],
+        ["replicas", f"{a['replicas']} (target {target}, min {a['min_workers']}, max {a['workers']})"],
+    ]
+    if a["enabled"]:
+        rows += [
+            ["query", a["filled_query"]],
+            ["target per replica", a["target"]],
+            ["cool-down", f"{a['cooldown_seconds']} s"],
+            ["last change", a["last_scaled_at"] or "-"],
+        ]
+    status = a.get("status")
+    if status:
+        rows += [
+            ["value per replica", "-" if status["value"] is None else status["value"]],
+            ["desired", status["desired"]],
+            ["decided", status["decided_at"]],
+            ["why", status["reason"]],
+        ]
+    return table(rows, ["JOB", str(a["job"])])
+
+
+def cmd_autoscale(client: Client, args) -> int:
+    path = f"/api/v1/jobs/{args.id}/autoscale/"
+    if args.off:
+        answer = client.put(path, {"query": ""})
+    elif args.query is not None or args.target is not None or args.cooldown is not None:
+        current = client.get(path)
+        body = {
+            "query": current["query"] if args.query is None else args.query,
+            "target": current["target"] if args.target is None else args.target,
+            "cooldown_seconds": current["cooldown_seconds"] if args.cooldown is None else args.cooldown,
+        }
+        answer = client.put(path, body)
+    else:
+        answer = client.get(path)
+    show(args, answer, describe_autoscale(answer))
+    return 0
+
+
 def cost_answer(client: Client, args) -> tuple[str, list[dict]]:
     """This month (or --month): the estimate while it is open, the statements once closed."""
     query = {"month": args.month}
@@ -455,6 +514,21 @@ def parser() -> argparse.ArgumentParser:
     cancel = sub.add_parser("cancel", help="cancel a job")
     cancel.add_argument("id", type=int)
     cancel.set_defaults(func=cmd_cancel)
+
+    scale = sub.add_parser("scale", help="scale a running inference service (or elastic job) to N replicas")
+    scale.add_argument("id", type=int)
+    scale.add_argument("replicas", type=int)
+    scale.set_defaults(func=cmd_scale)
+
+    autoscale = sub.add_parser(
+        "autoscale", help="an inference job's autoscaling from load: show it, or set it with the options"
+    )
+    autoscale.add_argument("id", type=int)
+    autoscale.add_argument("--query", help="PromQL, one value per replica; {job} / {job_id} name the job")
+    autoscale.add_argument("--target", help="the value one replica should carry, e.g. 10")
+    autoscale.add_argument("--cooldown", type=int, help="seconds with no change after a change (default 300)")
+    autoscale.add_argument("--off", action="store_true", help="turn autoscaling off")
+    autoscale.set_defaults(func=cmd_autoscale)
 
     cost = sub.add_parser("cost", help="a month's cost: the estimate while open, the statements once closed")
     cost.add_argument("--month", help="YYYY-MM (site time zone); default this month")

@@ -19,6 +19,7 @@ PURE_MODULES = [
     "quotas.yunikorn",
     "quotas.slurm_accounts",
     "jobs.placement",
+    "jobs.autoscale_decision",
     "jobs.scheduler",
     "jobs.backends.external",
     "jobs.backends.slurm_native",

@@ -122,6 +122,7 @@ class SimCluster:
             ("checkpoint_dir", ""),
             ("checkpointing", False),
             ("expose_port", None),
+            ("load_rps", None),
             ("start_step", 0),
             ("log_step", 0),
             ("run", None),
@@ -403,6 +404,7 @@ class SimCluster:
             "message": "",
             "node_failure": False,
             **_environment(spec),
+            "load_rps": _load_rps(spec),
             "start_step": 0,
             "log_step": 0,
             "run": None,
@@ -491,6 +493,16 @@ class SimCluster:
         self._advance(now)
         return self._view(job, now)
 
+    def set_load(self, name: str, rps: float) -> dict:
+        return self._run(self._set_load, name, rps)
+
+    def _set_load(self, now, name, rps):
+        """The requests per second the service receives from now on (spread evenly over its
+        replicas on the metrics endpoint): how a test or a demo drives the autoscaler."""
+        job = self._job(name)
+        job["load_rps"] = rps
+        return self._view(job, now)
+
     def slow_start(self, name: str, seconds: float) -> dict:
         return self._run(self._slow_start, name, seconds)
 
@@ -532,6 +544,7 @@ class SimCluster:
             "steps": job["steps_total"],
             "resumed_from": job["start_step"],
             "ends_at": iso(_end_of(job)[0]) if job["phase"] == RUNNING else None,
+            "load_rps": job["load_rps"],
         }
 
     # -- logs and the dev page
@@ -602,7 +615,8 @@ class SimCluster:
             nodes = {node_name: node}
         usage = self._gpu_usage()
         live = [n for n in nodes.values() if n["state"] != "down"]
-        return render_metrics(live, usage, now)
+        loaded = [j for j in self._active() if j["phase"] == RUNNING and j["load_rps"] is not None]
+        return render_metrics(live, usage, now) + render_load(loaded, {n["name"] for n in live})
 
 
 def _slots(job: dict):
@@ -659,6 +673,19 @@ def _environment(spec: dict) -> dict:
         "checkpointing": bool(spec.get("checkpointing")),
         "expose_port": int(port) if isinstance(port, int) and 0 < port < 65536 else None,
     }
+
+
+def _load_rps(spec: dict) -> float | None:
+    """The load a simulated service starts with: its plain env var ``SIM_LOAD_RPS``
+    (requests per second over all replicas), or none (no load series)."""
+    for e in spec.get("env") or ():
+        if isinstance(e, dict) and e.get("name") == LOAD_ENV and not e.get("secret"):
+            try:
+                rps = float(e.get("value"))
+            except (TypeError, ValueError):
+                return None
+            return rps if math.isfinite(rps) and rps >= 0 else None
+    return None
 
 
 def _checkpoint_dir(checkpoint) -> str:
@@ -812,6 +839,27 @@ def _gpu_rows(node: dict, index: int, holders: list[tuple[dict, int]], now: floa
     ]
 
 
+LOAD_ENV = "SIM_LOAD_RPS"
+LOAD_METRIC = "gpupool_sim_requests_per_second"
+
+
+def render_load(jobs: list[dict], nodes: set[str]) -> str:
+    """The load of simulated services, one series per replica (its share of the job's requests
+    per second, the load spread evenly), on the node of the replica's first GPU, labelled like
+    the GPU series (``job``, ``hpc_job``) plus ``replica``: ``avg(...{hpc_job="gp-7"})`` is the
+    per-replica load an autoscaler compares with its target."""
+    out = [f"# HELP {LOAD_METRIC} Requests per second served by a replica (simulated).",
+           f"# TYPE {LOAD_METRIC} gauge"]
+    for job in sorted(jobs, key=lambda j: j["name"]):
+        replicas = [w for w in job["placement"] if w]
+        for k, worker in enumerate(replicas):
+            if worker[0]["node"] in nodes:
+                labels = {"job": job["name"], "hpc_job": job["name"], "replica": str(k),
+                          "Hostname": worker[0]["node"]}
+                out.append(f"{LOAD_METRIC}{{{_labels(labels)}}} {job['load_rps'] / len(replicas):.6g}")
+    return "\n".join(out) + "\n" if len(out) > 2 else ""
+
+
 def gpu_uuid(node: str, index: int) -> str:
     return f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'gpupool-sim:{node}/{index}')}"
 
@@ -859,6 +907,7 @@ ROUTES = [
     ("POST", r"/jobs/([^/]+)/crash", "post_crash"),
     ("POST", r"/jobs/([^/]+)/slow_start", "post_slow_start"),
     ("POST", r"/jobs/([^/]+)/resize", "post_resize"),
+    ("POST", r"/jobs/([^/]+)/load", "post_load"),
     ("GET", r"/jobs/([^/]+)/log", "get_log"),
     ("GET", r"/jobs/([^/]+)/log/raw", "get_log_raw"),
     ("GET", r"/jobs/([^/]+)/port/([^/]+)", "get_dev_page"),
@@ -984,6 +1033,11 @@ class Handler(BaseHTTPRequestHandler):
         body = self._body()
         seconds = self._number(body.get("seconds") if isinstance(body, dict) else None, "seconds")
         self._json(200, self.cluster.slow_start(name, seconds))
+
+    def post_load(self, name):
+        body = self._body()
+        rps = self._number(body.get("rps") if isinstance(body, dict) else None, "rps")
+        self._json(200, self.cluster.set_load(name, rps))
 
     def post_resize(self, name):
         body = self._body()

@@ -128,6 +128,10 @@ class SimulatorBackend:
         """Keep the job pending ``seconds`` (simulated); works before the job is submitted too."""
         self._call("POST", f"/jobs/{quote(name, safe='')}/slow_start", {"seconds": seconds})
 
+    def set_load(self, name: str, rps: float) -> None:
+        """The requests per second a simulated service receives from now on (its load series)."""
+        self._call("POST", f"/jobs/{quote(name, safe='')}/load", {"rps": rps})
+
     def view(self, name: str) -> dict[str, Any]:
         return self._call("GET", f"/jobs/{quote(name, safe='')}")
 

@@ -129,6 +129,9 @@ CELERY_BEAT_SCHEDULE = {
                   "options": {"expires": 250}},
     "expire-jobs": {"task": "jobs.expire_jobs", "schedule": 60.0, "options": {"expires": 50}},
     "gpu-metrics": {"task": "jobs.poll_metrics", "schedule": 60.0, "options": {"expires": 50}},
+    # Inference jobs with an autoscale query follow their load (docs/scheduling.md "Autoscaling").
+    "autoscale": {"task": "jobs.autoscale", "schedule": env_int("AUTOSCALE_INTERVAL_SECONDS", 30),
+                  "options": {"expires": 25}},
     "backend-work": {"task": "jobs.backend_work", "schedule": env_int("SYNC_INTERVAL_SECONDS", 10),
                      "options": {"expires": 20}},
     # DESIGN §6: overdue approval steps escalate or expire; unsent notification mails retry.

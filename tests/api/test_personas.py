@@ -205,6 +205,7 @@ OTHER |= {"statement-estimate", "chargeback"}  # per-persona tests in tests/bill
 OTHER |= {"manualadjustment-decide"}  # tests/billing/test_manual_api.py
 OTHER |= {"project-move"}  # a POST only: tests/services/test_project_move.py::test_item4_api_persona_rule
 OTHER |= {"job-scale"}  # test_job_scale_follows_visibility_then_the_edit_rule below
+OTHER |= {"job-autoscale"}  # test_job_autoscale_follows_visibility_then_the_edit_rule below
 # A job's log and dev port (issue 22): tests/api/test_job_logs_api.py, every persona.
 OTHER |= {"job-log", "job-log-download", "job-access"}
 OTHER |= {"externalsource-map"}  # tests/api/test_external_sources_api.py
@@ -393,6 +394,23 @@ def test_job_scale_follows_visibility_then_the_edit_rule(world, objects, api, pe
             expected = 403
         else:
             expected = 400  # allowed, but a queued fixed-size job cannot be scaled
+        assert response.status_code == expected, (persona, name, response.content)
+
+
+@pytest.mark.parametrize("persona", ALL)
+def test_job_autoscale_follows_visibility_then_the_edit_rule(world, objects, api, persona):
+    client = api(world.users[persona])
+    for name, pk in objects["job-list"].items():
+        url = reverse("api:job-autoscale", args=[pk])
+        visible = name in VISIBLE["job-list"][persona]
+        assert client.get(url).status_code == (200 if visible else 404), (persona, name)
+        response = client.put(url, {"query": ""}, format="json")
+        if not visible:
+            expected = 404
+        elif name not in SCALERS.get(persona, set()):
+            expected = 403
+        else:
+            expected = 400  # allowed, but only an inference job scales from load
         assert response.status_code == expected, (persona, name, response.content)
 
 
