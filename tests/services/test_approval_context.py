@@ -16,83 +16,17 @@ from django.db import connection
 from django.db.models import Prefetch
 from django.test.utils import CaptureQueriesContext
 
-from billing.budgets import budget_set
 from billing.models import Rate
 from jobs.approval_context import MONTH_HOURS
 from jobs.approvals import approval_policy_set
-from jobs.models import Job
-from jobs.services import job_submit
 from portal.approvals import approval_contexts, visible_approval_requests
-from portal.models import ApprovalRequest, ApprovalStep
+from portal.models import ApprovalStep
 from quotas.approvals import loan_request_create, quota_request_create
-from quotas.models import Cluster, Node
-from tests import factories as fx
-from tests.billing.conftest import History, local, rates
+from tests.approval_scene import grow_pool, job_request, make_scene
+from tests.billing.conftest import local
 
 pytestmark = pytest.mark.django_db
 AT = local(2026, 11, 20, 10, 30)  # "now" of the figures that depend on time (history, budgets)
-
-
-def _hold(job: Job, gpus: int, *, on_loan=False, started=None) -> None:
-    """Make ``job`` run now on ``gpus`` whole GPUs of the world's first node."""
-    node = Node.objects.order_by("name").first()
-    Job.objects.filter(pk=job.pk).update(
-        state="running",
-        placement=[[[node.pk, i, 1000] for i in range(gpus)]],
-        on_loan=on_loan,
-        started_at=started or AT - timedelta(hours=1),
-    )
-
-
-@pytest.fixture
-def scene(world):
-    """Running now on F: pa1_member 2 GPUs in quota and pa1_admin 1 borrowed (both in pa1),
-    pb_member 3 in pb: 6 held of 16 healthy. F costs 2.50 an hour at the standard rate. pa1_member
-    ran a job in pa1 for 2 h on 4 GPUs this month (8 card-hours) that was flagged idle; pa1 has
-    a budget of 100 card-hours, A1 one of 1000. pa1_member's requests: one approved 10 days
-    ago, one rejected 5 days ago, one rejected 100 days ago (too old to count)."""
-    history = History(world)
-    history.user = world.users["pa1_member"]
-    _hold(history.job(world.pa1, world.F, gpus=2), 2)
-    _hold(history.job(world.pa1, world.F, user=world.users["pa1_admin"]), 1, on_loan=True)
-    _hold(history.job(world.pb, world.F, user=world.users["pb_member"], gpus=3), 3)
-    done = history.run(world.pa1, world.F, local(2026, 11, 19, 10), local(2026, 11, 19, 12), gpus=4)
-    Job.objects.filter(pk=done.pk).update(
-        started_at=local(2026, 11, 19, 10), idle_since=local(2026, 11, 19, 11)
-    )
-    old = history.job(world.pa1, world.F)
-    Job.objects.filter(pk=old.pk).update(state="succeeded", started_at=AT - timedelta(days=100))
-    rates(world.F, "2.50", "1.00")
-    budget_set(actor=None, card_hours="100", project=world.pa1)
-    budget_set(actor=None, card_hours="1000", department=world.A1)
-    for state, days in (("approved", 10), ("rejected", 5), ("rejected", 100)):
-        ApprovalRequest.objects.create(
-            kind="quota",
-            summary="old",
-            requester=world.users["pa1_member"],
-            department=world.A1,
-            project=world.pa1,
-            state=state,
-            created_at=AT - timedelta(days=days, hours=1),
-            decided_at=AT - timedelta(days=days),
-        )
-    return world
-
-
-def _job_request(world, gpus=4, runtime=3600, name="big") -> ApprovalRequest:
-    job = job_submit(
-        actor=world.users["pa1_member"],
-        project=world.pa1,
-        name=name,
-        kind="training",
-        flavor=world.F,
-        priority_class=fx.priority("training", 100),
-        image="pytorch:2.3",
-        gpus_per_worker=gpus,
-        max_runtime_seconds=runtime,
-    )
-    assert job.state == "pending_approval"
-    return ApprovalRequest.objects.get(kind="job", subject_id=job.pk)
 
 
 def _contexts(user, requests):
@@ -102,13 +36,18 @@ def _contexts(user, requests):
 
 
 @pytest.fixture
+def scene(world):
+    return make_scene(world, AT)
+
+
+@pytest.fixture
 def policy(world):
     return approval_policy_set(actor=world.users["platform"], department=world.A, max_gpus=2)
 
 
 def test_a_jobs_context_has_usage_capacity_cost_history_and_budgets(scene, policy):
     world = scene
-    req = _job_request(world)
+    req = job_request(world)
     ctx = _contexts(world.users["a_admin"], [req])[req.pk]
     currency = Rate.objects.first().currency
     assert ctx["flavor"] == "F"
@@ -160,21 +99,9 @@ def test_a_jobs_context_has_usage_capacity_cost_history_and_budgets(scene, polic
     ]
 
 
-def _grow_pool(world):
-    Node.objects.create(
-        cluster=Cluster.objects.get(name="c1"),
-        name="n9",
-        flavor=world.F,
-        gpu_count=8,
-        zone="z",
-        spine="s",
-        leaf="l9",
-    )
-
-
 def test_a_quota_requests_cost_is_a_month_of_the_added_quota(scene):
     world = scene
-    _grow_pool(world)  # room for A1 and A to grow
+    grow_pool(world)  # room for A1 and A to grow
     req = quota_request_create(
         actor=world.users["pa1_admin"], flavor=world.F, quota=Decimal(6), project=world.pa1
     )
@@ -222,7 +149,7 @@ def test_a_loans_context_shows_borrower_and_lender_and_the_cost_over_its_period(
 def test_no_rate_no_money_and_an_unbounded_job_has_no_total(scene, policy, settings):
     world = scene
     Rate.objects.all().delete()
-    req = _job_request(world)
+    req = job_request(world)
     cost = _contexts(world.users["a_admin"], [req])[req.pk]["cost"]
     assert (cost["card_hours"], cost["amount"], cost["currency"]) == (Decimal("4.000"), None, None)
 
@@ -241,15 +168,15 @@ def test_no_rate_no_money_and_an_unbounded_job_has_no_total(scene, policy, setti
     ],
 )
 def test_who_sees_the_context(scene, policy, persona, sees):
-    req = _job_request(scene)
+    req = job_request(scene)
     assert (req.pk in _contexts(scene.users[persona], [req])) is sees
 
 
 def test_a_page_of_requests_costs_the_same_queries_whatever_its_length(scene, policy):
     world = scene
     user = world.users["a_admin"]
-    first = [_job_request(world, name="j0")]
-    _grow_pool(world)
+    first = [job_request(world, name="j0")]
+    grow_pool(world)
     first.append(
         quota_request_create(
             actor=world.users["pa1_admin"], flavor=world.F, quota=Decimal(5), project=world.pa1
@@ -264,5 +191,5 @@ def test_a_page_of_requests_costs_the_same_queries_whatever_its_length(scene, po
         return len(ctx.captured_queries)
 
     few = count(first)
-    more = first + [_job_request(world, gpus=3 + i % 2, name=f"j{i}") for i in range(1, 9)]
+    more = first + [job_request(world, gpus=3 + i % 2, name=f"j{i}") for i in range(1, 9)]
     assert count(more) == few
