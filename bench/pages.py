@@ -173,11 +173,13 @@ def _open_approvals() -> None:
     """The generated jobs waiting for approval get their approval requests, as ``job_submit``
     opens them: the inbox of the department admins (and, above their policy's platform threshold,
     of the platform admins) holds a working centre's backlog."""
-    from jobs.approvals import job_approval_open
+    from jobs.approvals import job_approval_open, with_approval_request
     from jobs.models import Job
 
-    waiting = Job.objects.filter(state="pending_approval").select_related("project", "flavor", "submitted_by")
-    for job in waiting:
+    waiting = with_approval_request(Job.objects.filter(state="pending_approval")).filter(
+        approval_request_pk__isnull=True  # the demo's own already have theirs
+    )
+    for job in waiting.select_related("project", "flavor", "submitted_by"):
         job_approval_open(job=job, actor=job.submitted_by, reasons=[])
 
 
