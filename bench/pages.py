@@ -8,8 +8,10 @@ past; one scheduling cycle then runs so the queue's explanations exist, as in pr
 Each page is requested ``--repeat`` times per persona through Django's test client (the whole
 request: middleware, session, queries, template rendering), after one warm-up request.
 
-Prints one JSON object: ``jobs``, ``queue_page_ms_p50``, ``dashboard_ms_p50`` (the worst
-persona's median), and per persona and page the p50 / p95 and the number of SQL queries.
+Prints one JSON object: ``jobs``, ``queue_page_ms_p50``, ``dashboard_ms_p50``,
+``job_list_ms_p50``, ``approvals_ms_p50`` (the worst persona's median; the approval inbox, with
+the jobs waiting for approval given their requests, for the two approvers only), and per persona
+and page the p50 / p95 and the number of SQL queries.
 Needs DATABASE_URL and REDIS_URL; works in a scratch database (bench/scratchdb.py).
 """
 
@@ -29,8 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scratchdb import scratch_django
 
-PAGES = {"queue": "/jobs/queue/", "dashboard": "/", "jobs": "/jobs/"}
+PAGES = {"queue": "/jobs/queue/", "dashboard": "/", "jobs": "/jobs/", "approvals": "/approvals/"}
 PERSONAS = ("alice", "ai-admin", "admin")
+# Pages measured only for the personas that use them: the approval inbox for the approvers (a
+# department admin and a platform admin), each request with its context (issue 24 item 3).
+PAGE_PERSONAS = {"approvals": ("ai-admin", "admin")}
 # state, share of the generated jobs
 MIX = (
     ("queued", 0.30),
@@ -164,6 +169,20 @@ def _events(job, event_model) -> list:
     return out
 
 
+def _open_approvals() -> None:
+    """The generated jobs waiting for approval get their approval requests, as ``job_submit``
+    opens them: the inbox of the department admins (and, above their policy's platform threshold,
+    of the platform admins) holds a working centre's backlog."""
+    from jobs.approvals import job_approval_open, with_approval_request
+    from jobs.models import Job
+
+    waiting = with_approval_request(Job.objects.filter(state="pending_approval")).filter(
+        approval_request_pk__isnull=True  # the demo's own already have theirs
+    )
+    for job in waiting.select_related("project", "flavor", "submitted_by"):
+        job_approval_open(job=job, actor=job.submitted_by, reasons=[])
+
+
 def _measure(repeat: int) -> dict:
     from django.db import connection, reset_queries
     from django.test import Client
@@ -176,6 +195,8 @@ def _measure(repeat: int) -> dict:
         client = Client(HTTP_ACCEPT_LANGUAGE="zh-hans", SERVER_NAME="localhost")  # an allowed host
         client.force_login(User.objects.get(username=username))
         for page, url in PAGES.items():
+            if username not in PAGE_PERSONAS.get(page, PERSONAS):
+                continue
             response = client.get(url)  # warm-up (template loading, first-connection costs)
             if response.status_code != 200:
                 raise SystemExit(f"{url} as {username}: HTTP {response.status_code}")
@@ -210,6 +231,7 @@ def run(jobs: int, repeat: int, seed: int) -> dict:
         started = time.perf_counter()
         schedule_once()
         cycle_s = time.perf_counter() - started
+        _open_approvals()
         pages = _measure(repeat)
         total = Job.objects.count()
     worst = {p: max(v["p50_ms"] for k, v in pages.items() if k.endswith(":" + p)) for p in PAGES}
@@ -218,6 +240,7 @@ def run(jobs: int, repeat: int, seed: int) -> dict:
         "queue_page_ms_p50": worst["queue"],
         "dashboard_ms_p50": worst["dashboard"],
         "job_list_ms_p50": worst["jobs"],
+        "approvals_ms_p50": worst["approvals"],
         "repeat": repeat,
         "populate_s": round(populate_s, 1),
         "first_cycle_s": round(cycle_s, 2),

@@ -11,13 +11,14 @@ class BillingConfig(AppConfig):
         # plugs its budget check, the scheduler's budget hold and its prices into the hooks
         # jobs offers.
         from jobs.approvals import budget_checks
-        from jobs.estimates import cost_estimators
+        from jobs.estimates import cost_estimators, price_lists
         from jobs.snapshot import over_budget_providers
+        from portal.approvals import context_providers
         from portal.hooks import project_move_checks
 
-        from .budgets import budget_reason, over_budget_tenants
+        from .budgets import budget_context, budget_reason, over_budget_tenants
         from .project_moves import check_project_move
-        from .selectors import standard_cost
+        from .selectors import standard_cost, standard_pricer
 
         if budget_reason not in budget_checks:
             budget_checks.append(budget_reason)
@@ -25,5 +26,9 @@ class BillingConfig(AppConfig):
             over_budget_providers.append(over_budget_tenants)
         if standard_cost not in cost_estimators:
             cost_estimators.append(standard_cost)
+        if standard_pricer not in price_lists:
+            price_lists.append(standard_pricer)
+        if budget_context not in context_providers:
+            context_providers.append(budget_context)
         if check_project_move not in project_move_checks:
             project_move_checks.append(check_project_move)

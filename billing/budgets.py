@@ -479,3 +479,43 @@ def budget_alerts_run(*, now: datetime | None = None) -> list[BudgetAlert]:
         if crossed:
             created += _alert(status, crossed, now)
     return created
+
+
+# --- next to an approval request (portal.approvals.context_providers) --------------------------
+
+
+def budget_context(requests, now: datetime) -> dict[int, dict]:
+    """Registered in ``portal.approvals.context_providers``: the budget left this month of each
+    request's project and of its department (the request's own; a department's budget covers
+    its subtree), each only when one is set. One budget query and one usage computation for
+    the whole page of requests."""
+    projects = {r.project_id for r in requests if r.project_id is not None}
+    departments = {r.department_id for r in requests if r.department_id is not None}
+    budgets = list(
+        Budget.objects.filter(Q(project_id__in=projects) | Q(department_id__in=departments)).select_related(
+            "department", "project"
+        )
+    )
+    statuses = budget_statuses(budgets, now=now)
+    by_key = {b.key: statuses[b.pk] for b in budgets}
+    out = {}
+    for request in requests:
+        keys = [("project", request.project_id), ("department", request.department_id)]
+        rows = []
+        for kind, pk in keys:
+            status = by_key.get((kind, pk)) if pk is not None else None
+            if status is None:
+                continue
+            rows.append(
+                {
+                    "of": kind,
+                    "owner": status.budget.owner.name,
+                    "month": status.month.strftime("%Y-%m"),
+                    "card_hours": status.budget.card_hours,
+                    "used": status.used.quantize(CENT),
+                    "remaining": status.remaining.quantize(CENT),
+                    "percent": status.percent,
+                }
+            )
+        out[request.pk] = {"budgets": rows}
+    return out

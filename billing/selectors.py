@@ -121,6 +121,14 @@ def estimate_usernames(estimates: list[Estimate]) -> dict[int, str]:
 def standard_cost(flavor: Flavor, card_hours: Decimal, at: datetime) -> tuple[Decimal, str] | None:
     """Registered in ``jobs.estimates.cost_estimators``: ``card_hours`` whole-card hours of
     ``flavor`` at the standard (in-quota) rate in force at ``at``, rounded by the one rule;
+    None when no standard rate covers ``at``."""
+    price = standard_pricer(flavor, at)
+    return price(card_hours) if price is not None else None
+
+
+def standard_pricer(flavor: Flavor, at: datetime):
+    """Registered in ``jobs.estimates.price_lists``: the standard (in-quota) rate of ``flavor``
+    in force at ``at`` as ``price(card_hours) -> (amount, currency)``, rounded by the one rule;
     None when no standard rate covers ``at``. Rates start on hours and are consecutive, so the
     one in force is the latest that started. A centre pricing normalised card-hours prices the
     estimate on them too, at the flavor's relative throughput now (DESIGN §14)."""
@@ -132,9 +140,12 @@ def standard_cost(flavor: Flavor, card_hours: Decimal, at: datetime) -> tuple[De
     )
     if rate is None:
         return None
-    if prices_normalised():
-        card_hours = card_hours * flavor.relative_throughput
-    return pricing.cost(card_hours, rate.price), rate.currency
+    factor = flavor.relative_throughput if prices_normalised() else Decimal(1)
+
+    def price(card_hours: Decimal) -> tuple[Decimal, str]:
+        return pricing.cost(card_hours * factor, rate.price), rate.currency
+
+    return price
 
 
 # Card-hours per project on a statement's usage lines, all jobs and external jobs (DESIGN §11:

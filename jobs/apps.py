@@ -11,6 +11,13 @@ class JobsConfig(AppConfig):
 
         register_approval_kinds()
 
+        from portal.approvals import context_providers
+
+        from .approval_context import approval_context
+
+        if approval_context not in context_providers:
+            context_providers.append(approval_context)
+
         from .queue_sync import connect_signals
 
         connect_signals()

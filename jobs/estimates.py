@@ -3,6 +3,10 @@ not import; billing registers a function here (e.g. in its ``AppConfig.ready()``
 budget checks of ``jobs.approvals``. Until one is registered the form shows card-hours only and
 claims nothing about money.
 
+A price list is ``pricer(flavor, at) -> price | None`` where ``price(card_hours) -> (amount,
+currency)``: the same standard rate, looked up once and applied to many quantities (the approval
+inbox estimates a page of requests with one look-up per flavor, not one per request).
+
 An estimator is ``estimate(flavor, card_hours, at) -> (amount, currency) | None``: the price of
 ``card_hours`` whole-card hours of ``flavor`` at the standard rate in force at ``at``, or None
 when the flavor has no rate."""
@@ -24,4 +28,18 @@ def cost_estimate(flavor: Flavor, card_hours: Decimal, at: datetime) -> tuple[De
         found = estimate(flavor, card_hours, at)
         if found is not None:
             return found
+    return None
+
+
+Price = Callable[[Decimal], tuple[Decimal, str]]
+PriceList = Callable[[Flavor, datetime], Price | None]
+price_lists: list[PriceList] = []
+
+
+def cost_pricer(flavor: Flavor, at: datetime) -> Price | None:
+    """The standard rate of ``flavor`` at ``at`` as a function of card-hours, or None."""
+    for price_list in price_lists:
+        price = price_list(flavor, at)
+        if price is not None:
+            return price
     return None

@@ -6,6 +6,8 @@ earlier answers 409 with the reason."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.db import transaction
 from django.db.models import Prefetch
 from django.utils.translation import gettext as _
@@ -130,12 +132,41 @@ class ApprovalOut(serializers.ModelSerializer):
         return approvals.can_cancel(self.context["request"].user, obj)
 
 
+def _plain(value):
+    """The context's figures for JSON: Decimals as strings (exact, like every amount of the API)."""
+    if isinstance(value, Decimal):
+        return f"{value:f}"
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
 class ApprovalDetailOut(ApprovalOut):
     steps = serializers.SerializerMethodField()
     audit = serializers.SerializerMethodField()
+    context = serializers.SerializerMethodField(
+        help_text="What an approver weighs the request against, now (docs/approvals.md): ``flavor``; "
+        "``usage`` (per quota owner concerned — ``role`` owner, borrower or lender — its ``quota``, "
+        "``effective_quota``, and what its subtree holds ``in_quota`` and ``borrowed``); "
+        "``requester_usage`` (what the requester's own jobs hold there); ``capacity`` (``healthy``, "
+        "``held``, ``free`` GPUs of the flavor); ``cost`` (``basis`` job / quota_month / loan, "
+        "``cards``, ``hours``, ``card_hours``, ``amount`` and ``currency`` at the standard rate, null "
+        "without a rate); ``history`` (the requester's last ``days`` days: requests ``approved`` and "
+        "``rejected``, ``jobs_run``, ``jobs_idle``); ``budgets`` (project's and department's this "
+        "month: ``card_hours``, ``used``, ``remaining``, ``percent``). Numbers are decimal strings. "
+        "Null for whoever may not see it: only approvers of the request's steps, admins and finance "
+        "of its department, platform admins and auditors do."
+    )
 
     class Meta(ApprovalOut.Meta):
-        fields = [*ApprovalOut.Meta.fields, "steps", "audit"]
+        fields = [*ApprovalOut.Meta.fields, "steps", "audit", "context"]
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_context(self, obj):
+        found = approvals.approval_contexts(self.context["request"].user, [obj]).get(obj.pk)
+        return _plain(found) if found is not None else None
 
     @extend_schema_field(ApprovalStepOut(many=True))
     def get_steps(self, obj):

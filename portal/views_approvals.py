@@ -46,8 +46,12 @@ def _requests_of_tab(user, tab: str):
 
 def _rows(user, requests) -> list[dict]:
     """Each request with its open step and whether ``user`` may decide it now — from the
-    prefetched steps, with the engine's own rule (``can_act_on_step``; never the requester)."""
+    prefetched steps, with the engine's own rule (``can_act_on_step``; never the requester) —
+    and the line of key figures an approver decides with (``approval_contexts``: one batch for
+    the page, None where the user may not see them)."""
     scope = scope_for(user)
+    requests = list(requests)
+    contexts = approvals.approval_contexts(user, requests)
     rows = []
     for req in requests:
         step = next((s for s in req.steps.all() if s.state == StepState.PENDING), None)
@@ -57,7 +61,9 @@ def _rows(user, requests) -> list[dict]:
             and req.requester_id != user.pk
             and approvals.can_act_on_step(scope, step)
         )
-        rows.append({"request": req, "step": step, "can_decide": decidable})
+        rows.append(
+            {"request": req, "step": step, "can_decide": decidable, "context": contexts.get(req.pk)}
+        )
     return rows
 
 
@@ -190,6 +196,7 @@ def approval_detail(request, pk: int):
             "req": req,
             "details": _details(req),
             "facts": facts(req, request.user) if facts is not None else None,
+            "context": approvals.approval_contexts(request.user, [req]).get(req.pk),
             "steps": steps,
             "current": current,
             "audit": approvals.request_audit(req),

@@ -14,6 +14,9 @@ Standard library only: copy this one file anywhere with Python 3.10+.
     python3 gpupool_cli.py autoscale 42 --query 'avg(rps{job="{job}"})' --target 10
     python3 gpupool_cli.py autoscale 42                  # its autoscaling and last decision
     python3 gpupool_cli.py cost --project nlp-llm        # this month's estimate (finance/admins)
+    python3 gpupool_cli.py approvals list                # requests waiting for my decision
+    python3 gpupool_cli.py approvals show 12             # one request, with its context
+    python3 gpupool_cli.py approvals approve 12 -m "ok for this month"
 
 Every command takes --json (before the command) to print the API's answer as it is. Exit
 status: 0 ok, 1 the portal refused (its message is printed) or the input is incomplete, 2 bad
@@ -459,6 +462,115 @@ def cmd_cost(client: Client, args) -> int:
     return 0
 
 
+def step_label(step: dict | None) -> str:
+    if not step:
+        return "—"
+    who = (
+        "platform admins"
+        if step["approver_role"] == "platform_admin"
+        else (f"admins of {step.get('department_name') or step.get('department')}")
+    )
+    return f"step {step['order']}: {who}"
+
+
+def cmd_approvals_list(client: Client, args) -> int:
+    """My pending steps: the requests waiting for my decision (``?inbox=1``), newest first."""
+    query = {"inbox": "1", "kind": args.kind}
+    answer = client.get("/api/v1/approvals/", page_size=args.limit, **query)
+    codes = project_codes(client) if answer["results"] else {}
+    rows = [
+        [
+            a["id"],
+            a["kind"],
+            a["requester"],
+            codes.get(a["project"], a["project"] or "—"),
+            (a["current_step"] or {}).get("deadline", "")[:16].replace("T", " ") or "—",
+            a["summary"],
+        ]
+        for a in answer["results"]
+    ]
+    header = ["id", "kind", "requester", "project", "deadline", "summary"]
+    show(args, answer, table(rows, header) + f"\n({len(rows)} of {answer['count']} waiting for you)")
+    return 0
+
+
+def describe_context(ctx: dict | None) -> list[str]:
+    """The figures an approver weighs the request against (docs/approvals.md)."""
+    if not ctx:
+        return ["  context: not shown to you (approvers, the department's admins and finance see it)"]
+    lines = ["  context (now):"]
+    flavor = ctx.get("flavor")
+    for row in ctx.get("usage") or []:
+        role = "" if row["role"] == "owner" else f" ({row['role']})"
+        lines.append(
+            f"    {flavor} of {row['owner']}{role}: quota {row['quota']} (effective {row['effective_quota']})"
+            f" · in quota {row['in_quota']} · borrowed {row['borrowed']}"
+        )
+    mine = ctx.get("requester_usage")
+    if mine:
+        lines.append(
+            f"    requester's own jobs there: in quota {mine['in_quota']} · borrowed {mine['borrowed']}"
+        )
+    cap = ctx.get("capacity")
+    if cap:
+        lines.append(f"    {flavor} free now: {cap['free']} of {cap['healthy']} healthy ({cap['held']} held)")
+    cost = ctx.get("cost")
+    if cost:
+        basis = {
+            "job": "up to its maximum runtime",
+            "quota_month": "a month of the added quota",
+            "loan": "the loan's whole period",
+        }.get(cost["basis"], cost["basis"])
+        if cost["card_hours"] is None:
+            lines.append("    estimated cost: unbounded (no maximum runtime)")
+        else:
+            money = f"{cost['amount']} {cost['currency']}" if cost["amount"] is not None else "no rate"
+            lines.append(f"    estimated cost: {money} ({cost['card_hours']} card-hours, {basis})")
+    for b in ctx.get("budgets") or []:
+        lines.append(
+            f"    budget {b['owner']} ({b['of']}) {b['month']}: {b['remaining']} of {b['card_hours']}"
+            f" card-hours left ({b['percent']} % used)"
+        )
+    h = ctx.get("history")
+    if h:
+        lines.append(
+            f"    requester's last {h['days']} days: {h['approved']} approved, {h['rejected']} rejected,"
+            f" {h.get('jobs_run', 0)} jobs run, {h.get('jobs_idle', 0)} flagged idle"
+        )
+    return lines
+
+
+def cmd_approvals_show(client: Client, args) -> int:
+    a = client.get(f"/api/v1/approvals/{args.id}/")
+    lines = [
+        f"request {a['id']} {a['kind']}: {a['summary']}  state: {a['state']}",
+        f"  requested by {a['requester']} at {a['created_at'][:16].replace('T', ' ')}",
+    ]
+    if a.get("reason"):
+        lines.append(f"  reason: {a['reason']}")
+    if a["state"] == "pending":
+        lines.append(
+            f"  waiting for {step_label(a['current_step'])}"
+            + (" — you may decide it" if a["can_decide"] else "")
+        )
+    lines += describe_context(a.get("context"))
+    show(args, a, "\n".join(lines))
+    return 0
+
+
+def cmd_approvals_decide(client: Client, args) -> int:
+    approve = args.decision == "approve"
+    a = client.post(
+        f"/api/v1/approvals/{args.id}/decide/", {"approve": approve, "comment": args.message or ""}
+    )
+    if a["state"] == "pending":
+        text = f"request {a['id']}: your step is approved; now waiting for {step_label(a['current_step'])}"
+    else:
+        text = f"request {a['id']}: {a['state']}"
+    show(args, a, text)
+    return 0
+
+
 # --- argument parsing -------------------------------------------------------------------------
 
 
@@ -535,6 +647,23 @@ def parser() -> argparse.ArgumentParser:
     cost.add_argument("--department", help="department code or id")
     cost.add_argument("--project", help="only this project's lines (code or id)")
     cost.set_defaults(func=cmd_cost)
+
+    approvals = sub.add_parser(
+        "approvals", help="requests waiting for your decision: list, show, approve, reject"
+    )
+    steps = approvals.add_subparsers(dest="action", required=True)
+    listing = steps.add_parser("list", help="the requests waiting for my decision")
+    listing.add_argument("--kind", choices=["job", "quota", "loan"])
+    listing.add_argument("--limit", type=int, default=50)
+    listing.set_defaults(func=cmd_approvals_list)
+    one = steps.add_parser("show", help="one request with the figures to decide it (usage, cost, budgets…)")
+    one.add_argument("id", type=int)
+    one.set_defaults(func=cmd_approvals_show)
+    for decision in ("approve", "reject"):
+        decide = steps.add_parser(decision, help=f"{decision} the open step of a request")
+        decide.add_argument("id", type=int)
+        decide.add_argument("-m", "--message", help="comment kept with the decision")
+        decide.set_defaults(func=cmd_approvals_decide, decision=decision)
     return top
 
 

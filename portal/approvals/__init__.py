@@ -2,8 +2,9 @@
 escalate or expire, notifications, an append-only audit trail. Kinds register themselves
 (``register_kind``); ``portal`` never imports the apps that own them."""
 
+from .context import HISTORY_DAYS, approval_contexts, may_see_context
 from .deadlines import approval_deadlines_process
-from .registry import KINDS, ApprovalKindHandler, handler_for, register_kind
+from .registry import KINDS, ApprovalKindHandler, context_providers, handler_for, register_kind
 from .selectors import (
     can_cancel,
     can_decide,
@@ -29,6 +30,7 @@ from .services import (
 )
 
 __all__ = [
+    "HISTORY_DAYS",
     "KINDS",
     "AlreadyDecided",
     "ApprovalKindHandler",
@@ -36,6 +38,7 @@ __all__ = [
     "approval_bulk_decide",
     "approval_cancel",
     "approval_comment",
+    "approval_contexts",
     "approval_deadlines_process",
     "approval_decide",
     "approval_request_close",
@@ -44,9 +47,11 @@ __all__ = [
     "can_act_on_step",
     "can_cancel",
     "can_decide",
+    "context_providers",
     "handler_for",
     "inbox_requests",
     "inbox_steps",
+    "may_see_context",
     "open_step",
     "register_kind",
     "request_audit",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -32,6 +33,14 @@ class ApprovalKindHandler:
 
 
 KINDS: dict[str, ApprovalKindHandler] = {}
+
+# What an approver weighs a request against (issue 24 item 3), from the apps that own the
+# figures: ``provide(requests, now) -> {request id: {key: value}}`` for a whole page of requests
+# at once — a constant number of queries however many requests there are (the inbox). ``jobs``
+# gives usage, capacity, the cost estimate and the requester's jobs; ``billing`` the budgets.
+# ``portal.approvals.context`` merges them and decides who may see them.
+ContextProvider = Callable[[list["ApprovalRequest"], datetime], dict[int, dict]]
+context_providers: list[ContextProvider] = []
 
 
 def register_kind(handler: ApprovalKindHandler) -> None:
