@@ -11,13 +11,14 @@ class BillingConfig(AppConfig):
         # plugs its budget check, the scheduler's budget hold and its prices into the hooks
         # jobs offers.
         from jobs.approvals import budget_checks
-        from jobs.estimates import cost_estimators
+        from jobs.estimates import cost_estimators, job_cost_providers
         from jobs.snapshot import over_budget_providers
         from portal.hooks import project_move_checks
 
         from .budgets import budget_reason, over_budget_tenants
         from .project_moves import check_project_move
         from .selectors import standard_cost
+        from .usage import job_cost_so_far
 
         if budget_reason not in budget_checks:
             budget_checks.append(budget_reason)
@@ -25,5 +26,7 @@ class BillingConfig(AppConfig):
             over_budget_providers.append(over_budget_tenants)
         if standard_cost not in cost_estimators:
             cost_estimators.append(standard_cost)
+        if job_cost_so_far not in job_cost_providers:
+            job_cost_providers.append(job_cost_so_far)
         if check_project_move not in project_move_checks:
             project_move_checks.append(check_project_move)

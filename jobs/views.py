@@ -152,6 +152,7 @@ def job_detail(request, pk: int):
             "can_cancel": selectors.can_cancel(request.user, job),
             "backend": _backend_info(job),
             "external": job.kind == JobKind.EXTERNAL,
+            "cost": estimates.job_cost(job, timezone.now()),
             **views_logs.detail_context(job, request.user),
         },
     )
