@@ -46,13 +46,13 @@ from .periods import HOUR, month_of
 from .reports import ReportScope
 from .selectors import statement_departments
 
-# name → (ledger column, job column, label). The ledger's "kind" needs the job joined.
+# name → (ledger column, job column, label): the ledger's daily sums (``UsageDay``) carry the kind.
 DIMENSIONS = {
     "department": ("u.department_id", "p.department_id", _("Department")),
     "project": ("u.project_id", "j.project_id", _("Project")),
     "user": ("u.user_id", "j.submitted_by_id", _("User")),
     "flavor": ("u.flavor_id", "j.flavor_id", _("Flavor")),
-    "kind": ("j.kind", "j.kind", _("Kind")),
+    "kind": ("u.kind", "j.kind", _("Kind")),
     "priority": ("u.priority_class_id", "j.priority_class_id", _("Priority class")),
 }
 MAX_LEVELS = 2
@@ -133,14 +133,25 @@ def _keys(group_by: tuple[str, ...], which: int) -> list[str]:
     return [DIMENSIONS[g][which] for g in group_by]
 
 
-# Per (group, statement line key, month, rate bucket): the statement's own usage-line sums.
-_LEDGER = """
+# Per (group, statement line key, month, rate bucket): the statement's own usage-line sums, from
+# the daily sums (``UsageDay``) — except days with a rate change inside them, read from the ledger
+# (a day's sum cannot be split at the change). Both halves name their columns alike.
+_DAYS = """
+SELECT {keys}, u.department_id, u.project_id, u.user_id, u.flavor_id, u.tier, u.month,
+       min(u.first_hour), max(u.last_hour), sum(u.card_seconds), sum(u.normalised_seconds)
+FROM billing_usageday u
+WHERE u.day >= %(first_day)s AND u.day < %(end_day)s AND u.day <> ALL(%(split_days)s::date[]) AND {where}
+GROUP BY {keys}, u.department_id, u.project_id, u.user_id, u.flavor_id, u.tier, u.month,
+         width_bucket(u.first_hour, %(thresholds)s::timestamptz[])
+HAVING sum(u.card_seconds) <> 0 OR sum(u.normalised_seconds) <> 0
+"""
+_SPLIT_DAYS = """
 SELECT {keys}, u.department_id, u.project_id, u.user_id, u.flavor_id, u.tier, u.month,
        min(u.hour_start), max(u.hour_start), sum(u.card_seconds), sum(u.card_seconds * u.relative_throughput)
-FROM billing_usagerecord u
-{join}
-WHERE u.month >= %(first_month)s AND u.month <= %(last_month)s
-  AND u.hour_start >= %(start)s AND u.hour_start < %(end)s AND {where}
+FROM (SELECT r.*, j.kind FROM billing_usagerecord r JOIN jobs_job j ON j.id = r.job_id
+      WHERE r.month >= %(first_month)s AND r.month <= %(last_month)s
+        AND (r.hour_start AT TIME ZONE %(tz)s)::date = ANY(%(split_days)s::date[])) u
+WHERE u.hour_start >= %(start)s AND u.hour_start < %(end)s AND {where}
 GROUP BY {keys}, u.department_id, u.project_id, u.user_id, u.flavor_id, u.tier, u.month,
          width_bucket(u.hour_start, %(thresholds)s::timestamptz[])
 HAVING sum(u.card_seconds) <> 0 OR sum(u.card_seconds * u.relative_throughput) <> 0
@@ -149,35 +160,38 @@ HAVING sum(u.card_seconds) <> 0 OR sum(u.card_seconds * u.relative_throughput) <
 # Sampled and effective card-hours: each minute's sample holds ``gpus`` devices of the job's
 # flavor (a fraction of a card each, as the meter counts them) at the mean utilisation.
 _SAMPLES = """
-SELECT {keys},
-       sum(s.gpus * f.fraction_numerator * coalesce(j.gpu_milli, 1000)
-           / (f.fraction_denominator * 1000.0 * 60))::numeric,
-       sum(s.gpus * f.fraction_numerator * coalesce(j.gpu_milli, 1000) * s.gpu_util_pct
-           / (f.fraction_denominator * 1000.0 * 60 * 100))::numeric
-FROM jobs_jobgpusample s
-JOIN jobs_job j ON j.id = s.job_id
-JOIN portal_project p ON p.id = j.project_id
-JOIN quotas_flavor f ON f.id = j.flavor_id
-WHERE s.minute >= %(start)s AND s.minute < %(end)s AND {where}
+SELECT {keys}, (sum(c.cards) / 60)::numeric, (sum(c.cards * c.util) / 6000)::numeric
+FROM (SELECT j.project_id, j.submitted_by_id, j.flavor_id, j.kind, j.priority_class_id, p.department_id,
+             s.gpu_util_pct AS util,
+             s.gpus * f.fraction_numerator * coalesce(j.gpu_milli, 1000)::float8
+                 / (f.fraction_denominator * 1000) AS cards
+      FROM jobs_jobgpusample s
+      JOIN jobs_job j ON j.id = s.job_id
+      JOIN portal_project p ON p.id = j.project_id
+      JOIN quotas_flavor f ON f.id = j.flavor_id
+      WHERE s.minute >= %(start)s AND s.minute < %(end)s AND {where}) c
 GROUP BY GROUPING SETS (({keys}), ())
 """
 
-# Admissions in the range and the wait before each (reports.queue_waits' definition).
+# Admissions in the range and the wait before each (reports.queue_waits' definition): the events
+# of the jobs admitted in the range, each admission with the latest entry into the queue before it
+# (a window over the job's queued/admitted transitions: one pass, no lookup per admission).
 _WAITS = """
 SELECT {keys}, count(*), avg(w.minutes), percentile_cont(%(p95)s) WITHIN GROUP (ORDER BY w.minutes)
-FROM jobs_jobevent a
-JOIN jobs_job j ON j.id = a.job_id
-JOIN portal_project p ON p.id = j.project_id
-CROSS JOIN LATERAL (
-    SELECT (extract(epoch FROM a.occurred_at - q.occurred_at) / 60)::float8 AS minutes
-    FROM jobs_jobevent q
-    WHERE q.job_id = a.job_id AND q.kind = 'transition' AND q.to_state = 'queued'
-      AND q.occurred_at <= a.occurred_at
-    ORDER BY q.occurred_at DESC, q.id DESC
-    LIMIT 1
+FROM (
+    SELECT e.job_id, e.to_state, e.occurred_at,
+           (extract(epoch FROM e.occurred_at - max(e.occurred_at) FILTER (WHERE e.to_state = 'queued')
+                OVER (PARTITION BY e.job_id ORDER BY e.occurred_at, e.id)) / 60)::float8 AS minutes
+    FROM jobs_jobevent e
+    WHERE e.kind = 'transition' AND e.to_state IN ('queued', 'admitted')
+      AND e.job_id IN (SELECT a.job_id FROM jobs_jobevent a
+                       WHERE a.kind = 'transition' AND a.to_state = 'admitted'
+                         AND a.occurred_at >= %(start)s AND a.occurred_at < %(end)s)
 ) w
-WHERE a.kind = 'transition' AND a.to_state = 'admitted'
-  AND a.occurred_at >= %(start)s AND a.occurred_at < %(end)s AND {where}
+JOIN jobs_job j ON j.id = w.job_id
+JOIN portal_project p ON p.id = j.project_id
+WHERE w.to_state = 'admitted' AND w.occurred_at >= %(start)s AND w.occurred_at < %(end)s
+  AND w.minutes IS NOT NULL AND {where}
 GROUP BY GROUPING SETS (({keys}), ())
 """
 
@@ -206,6 +220,19 @@ def _row(rows: dict, key: tuple) -> UsageRow:
     return found
 
 
+def _split_days(thresholds: list[datetime], first: date, until: date) -> list[date]:
+    """The local days in [first, until) with a rate change inside them (not at midnight)."""
+    zone = site_zone()
+    found = set()
+    for at in thresholds[1:]:
+        local = at.astimezone(zone)
+        if (local.hour, local.minute, local.second, local.microsecond) != (0, 0, 0, 0) and (
+            first <= local.date() < until
+        ):
+            found.add(local.date())
+    return sorted(found)
+
+
 def _ledger(scope, query: UsageQuery, rows: dict, total: UsageRow, money_departments) -> None:
     zone = site_zone()
     levels = len(query.group_by)
@@ -213,18 +240,21 @@ def _ledger(scope, query: UsageQuery, rows: dict, total: UsageRow, money_departm
     schedules = rate_schedules()
     thresholds = [EARLIEST, *sorted({p.valid_from for ps in schedules.values() for p in ps})]
     keys = ", ".join(_keys(query.group_by, 0))
-    join = "JOIN jobs_job j ON j.id = u.job_id" if "kind" in query.group_by else ""
-    found = _fetch(
-        _LEDGER.format(keys=keys, join=join, where=where),
-        {
-            **params,
-            "start": query.start,
-            "end": query.end,
-            "first_month": month_of(query.start, zone),
-            "last_month": month_of(query.end - HOUR, zone),
-            "thresholds": thresholds,
-        },
+    first_day, end_day = range_label(query.start, query.end)
+    params.update(
+        start=query.start,
+        end=query.end,
+        first_day=first_day,
+        end_day=end_day,
+        first_month=month_of(query.start, zone),
+        last_month=month_of(query.end - HOUR, zone),
+        thresholds=thresholds,
+        split_days=_split_days(thresholds, first_day, end_day),
+        tz=zone.key,
     )
+    found = _fetch(_DAYS.format(keys=keys, where=where), params)
+    if params["split_days"]:
+        found += _fetch(_SPLIT_DAYS.format(keys=keys, where=where), params)
     usages = []
     for record in found:
         key, (dept, project, user, flavor, tier, month, first, last, seconds, normalised) = (
@@ -262,7 +292,7 @@ def _ledger(scope, query: UsageQuery, rows: dict, total: UsageRow, money_departm
 def _samples(scope, query: UsageQuery, rows: dict, total: UsageRow) -> None:
     levels = len(query.group_by)
     where, params = _scope_sql(scope, "p.department_id", "j.project_id")
-    keys = ", ".join(_keys(query.group_by, 1))
+    keys = ", ".join("c." + k.split(".")[1] for k in _keys(query.group_by, 1))
     for record in _fetch(
         _SAMPLES.format(keys=keys, where=where), {**params, "start": query.start, "end": query.end}
     ):

@@ -136,6 +136,36 @@ def test_cost_follows_a_rate_change_inside_the_range(world, ledger):
     assert costs == {"pa1": Decimal("36.00"), "pb": Decimal("20.00"), "pa": Decimal("20.00")}
 
 
+def test_a_rate_change_inside_a_day_splits_that_day_at_the_change(world, ledger):
+    """20.00 from 11:00 on 5 November: pa1's first two card-hours at 12.00, the last at 20.00 — the
+    day is read from the ledger, the others from the daily sums."""
+    Rate.objects.create(
+        flavor=world.F, tier="standard", price=Decimal("20"), valid_from=local(2026, 11, 5, 11))
+    report = _report(world.users["platform"], (2026, 11, 1), (2026, 12, 1), "project")
+    rows = {r.labels[0]: r for r in report.rows}
+    assert (rows["pa1"].card_hours, rows["pa1"].cost) == (Decimal(3), Decimal("44.00"))
+    assert (rows["pb"].cost, rows["pa"].cost) == (Decimal("20.00"), Decimal("20.00"))
+    assert report.total.card_hours == Decimal(5)
+
+
+def test_the_daily_sums_equal_the_ledger_after_corrections(world, ledger):
+    """A late fact (pb's job went on loan at 10:30, reported afterwards) makes the meter reverse
+    and re-charge; the daily sums follow in the same transaction: half the hour at 9.60."""
+    from django.db.models import Sum
+
+    from billing.models import UsageDay, UsageRecord
+
+    History(world).flip(ledger["pb"], local(2026, 11, 6, 10, 30), True)
+    report = usage_meter(now=local(2026, 12, 3, 1))
+    assert report.reversed == 1
+    for tier in ("standard", "on_loan"):
+        assert UsageDay.objects.filter(tier=tier).aggregate(s=Sum("card_seconds"))["s"] == (
+            UsageRecord.objects.filter(tier=tier).aggregate(s=Sum("card_seconds"))["s"])
+    report = _report(world.users["platform"], (2026, 11, 1), (2026, 12, 1), "project")
+    pb = {r.labels[0]: r for r in report.rows}["pb"]
+    assert (pb.card_hours, pb.cost) == (Decimal(1), Decimal("10.80"))
+
+
 def test_normalised_pricing_prices_normalised_card_hours(world, ledger, settings):
     settings.GPUPOOL = {**settings.GPUPOOL, "PRICE_NORMALISED_CARD_HOURS": True}
     report = _report(world.users["platform"], (2026, 11, 1), (2026, 12, 1), "project")
