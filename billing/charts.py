@@ -275,9 +275,11 @@ def usage(rows, dimension: str, second: str | None, title: str) -> str | None:
     if second is None:
         traces = [go.Bar(x=x, y=[round(hours[k], 3) for k in x], name=_("Card-hours"))]
     else:
+        shown = set(x)
         traces = [
-            go.Bar(x=x, y=[points.get(k, 0.0) for k in x], name=name)
+            go.Bar(x=[k for k in x if k in points], y=[points[k] for k in x if k in points], name=name)
             for name, points in sorted(stacks.items())
+            if shown & set(points)
         ]
     traces.append(
         go.Scatter(
