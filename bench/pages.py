@@ -8,10 +8,13 @@ past; one scheduling cycle then runs so the queue's explanations exist, as in pr
 Each page is requested ``--repeat`` times per persona through Django's test client (the whole
 request: middleware, session, queries, template rendering), after one warm-up request.
 
+The meter then runs once, so the usage explorer (``usage``: the last 30 days by project and
+user) reads a real ledger; the running jobs get an hour of GPU samples.
+
 Prints one JSON object: ``jobs``, ``queue_page_ms_p50``, ``dashboard_ms_p50``,
-``job_list_ms_p50``, ``approvals_ms_p50`` (the worst persona's median; the approval inbox, with
-the jobs waiting for approval given their requests, for the two approvers only), and per persona
-and page the p50 / p95 and the number of SQL queries.
+``job_list_ms_p50``, ``approvals_ms_p50``, ``usage_ms_p50`` (the worst persona's median; the
+approval inbox, with the jobs waiting for approval given their requests, for the two approvers
+only), ``meter_s``, and per persona and page the p50 / p95 and the number of SQL queries.
 Needs DATABASE_URL and REDIS_URL; works in a scratch database (bench/scratchdb.py).
 """
 
@@ -24,14 +27,19 @@ import random
 import statistics
 import sys
 import time
-from datetime import timedelta
+from datetime import date, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scratchdb import scratch_django
 
-PAGES = {"queue": "/jobs/queue/", "dashboard": "/", "jobs": "/jobs/", "approvals": "/approvals/"}
+_TODAY = date.today()
+# The usage explorer over the bench's month of history (the jobs are from the last 30 days).
+USAGE_URL = (f"/billing/usage/?start={_TODAY - timedelta(days=30)}&end={_TODAY + timedelta(days=1)}"
+             "&group_by=project&then_by=user")
+PAGES = {"queue": "/jobs/queue/", "dashboard": "/", "jobs": "/jobs/", "usage": USAGE_URL,
+         "approvals": "/approvals/"}
 PERSONAS = ("alice", "ai-admin", "admin")
 # Pages measured only for the personas that use them: the approval inbox for the approvers (a
 # department admin and a platform admin), each request with its context (issue 24 item 3).
@@ -57,7 +65,7 @@ def _populate(total: int, seed: int) -> None:
     from django.core.management import call_command
     from django.utils import timezone
 
-    from jobs.models import Job, JobEvent, PriorityClass
+    from jobs.models import Job, JobEvent, JobGpuSample, PriorityClass
     from portal.models import Membership, Project, User
     from quotas.models import QuotaNode
 
@@ -120,6 +128,13 @@ def _populate(total: int, seed: int) -> None:
     ):
         events.extend(_events(job, JobEvent))
     JobEvent.objects.bulk_create(events, batch_size=5000)
+    # The running jobs' last hour of GPU samples (the usage explorer's utilisation).
+    JobGpuSample.objects.bulk_create(
+        (JobGpuSample(job_id=job_id, minute=(now - timedelta(minutes=m)).replace(second=0, microsecond=0),
+                      gpu_util_pct=rng.uniform(0, 100), fb_used_mib=1024, gpus=gpus)
+         for job_id, gpus in Job.objects.filter(name__startswith="bench-", state="running")
+         .values_list("id", "gpus_per_worker") for m in range(1, 61)),
+        batch_size=5000, ignore_conflicts=True)
     assert Membership.objects.exists()
 
 
@@ -222,6 +237,9 @@ def _measure(repeat: int) -> dict:
 
 def run(jobs: int, repeat: int, seed: int) -> dict:
     with scratch_django():
+        from django.db import connection
+
+        from billing.meter import usage_meter
         from jobs.models import Job
         from jobs.scheduling import schedule_once
 
@@ -232,6 +250,11 @@ def run(jobs: int, repeat: int, seed: int) -> dict:
         schedule_once()
         cycle_s = time.perf_counter() - started
         _open_approvals()
+        started = time.perf_counter()
+        usage_meter()  # the ledger the usage explorer reads
+        meter_s = time.perf_counter() - started
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")  # the statistics autovacuum keeps in a working centre
         pages = _measure(repeat)
         total = Job.objects.count()
     worst = {p: max(v["p50_ms"] for k, v in pages.items() if k.endswith(":" + p)) for p in PAGES}
@@ -241,9 +264,11 @@ def run(jobs: int, repeat: int, seed: int) -> dict:
         "dashboard_ms_p50": worst["dashboard"],
         "job_list_ms_p50": worst["jobs"],
         "approvals_ms_p50": worst["approvals"],
+        "usage_ms_p50": worst["usage"],
         "repeat": repeat,
         "populate_s": round(populate_s, 1),
         "first_cycle_s": round(cycle_s, 2),
+        "meter_s": round(meter_s, 1),
         "pages": pages,
     }
 

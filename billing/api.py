@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import date
 from decimal import Decimal
 
+from django.conf import settings
 from django.http import Http404
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -23,7 +24,9 @@ from portal.api_base import DetailApi, ListCreateApi
 from portal.selectors import get_visible, visible_departments, visible_projects
 from quotas.selectors import site_zone
 
-from . import budgets, exports, manual, selectors
+from . import budgets, exports, manual, selectors, usage
+from .forms import UsageForm
+from .meter import meter_state
 from .models import Budget, ManualAdjustment, ManualKind, Statement, StatementLine
 from .periods import FIRST_MONTH, LAST_MONTH, MonthOutOfRange, month_label, month_of, parse_month
 
@@ -295,6 +298,125 @@ def csv_bom_param(params) -> bool:
         field = "bom" if exports.bom_flag(params.get("bom")) is None else "encoding"
         raise ValidationError({field: [exports.encoding_error()]})
     return bom
+
+
+# --- usage explorer (issue 24) -------------------------------------------------------------------
+
+
+def _dec(value) -> str | None:
+    return None if value is None else str(value)
+
+
+def _minutes(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+class UsageExplorerRowOut(serializers.Serializer):
+    group = serializers.SerializerMethodField(help_text="{dimension: id or kind}, one or two entries")
+    labels = serializers.SerializerMethodField(help_text="{dimension: readable name}")
+    card_hours = serializers.SerializerMethodField()
+    normalised_card_hours = serializers.SerializerMethodField()
+    cost = serializers.SerializerMethodField(help_text="Decimal string; null when money is not shown")
+    unpriced = serializers.BooleanField()
+    sampled_card_hours = serializers.SerializerMethodField()
+    effective_card_hours = serializers.SerializerMethodField()
+    utilisation_pct = serializers.SerializerMethodField()
+    jobs_started = serializers.IntegerField()
+    wait_mean_minutes = serializers.SerializerMethodField()
+    wait_p95_minutes = serializers.SerializerMethodField()
+
+    def _dims(self) -> tuple[str, ...]:
+        return self.context["group_by"]
+
+    def get_group(self, row) -> dict:
+        return dict(zip(self._dims(), row.key, strict=False))
+
+    def get_labels(self, row) -> dict:
+        return dict(zip(self._dims(), row.labels, strict=False))
+
+    def get_card_hours(self, row) -> str:
+        return str(row.card_hours)
+
+    def get_normalised_card_hours(self, row) -> str:
+        return str(row.normalised_card_hours)
+
+    def get_cost(self, row) -> str | None:
+        return _dec(row.cost) if self.context["money"] else None
+
+    def get_sampled_card_hours(self, row) -> str | None:
+        return _dec(row.sampled_card_hours)
+
+    def get_effective_card_hours(self, row) -> str | None:
+        return _dec(row.effective_card_hours)
+
+    def get_utilisation_pct(self, row) -> str | None:
+        return _dec(row.utilisation_pct)
+
+    def get_wait_mean_minutes(self, row) -> float | None:
+        return _minutes(row.wait_mean_minutes)
+
+    def get_wait_p95_minutes(self, row) -> float | None:
+        return _minutes(row.wait_p95_minutes)
+
+
+class UsageExplorerOut(serializers.Serializer):
+    start = serializers.DateField(help_text="first local day")
+    end = serializers.DateField(help_text="local day after the last (exclusive)")
+    group_by = serializers.ListField(child=serializers.CharField())
+    currency = serializers.CharField(allow_null=True)
+    metered_through = serializers.DateTimeField(allow_null=True)
+    rows = UsageExplorerRowOut(many=True)
+    total = UsageExplorerRowOut()
+
+
+class UsageApi(APIView):
+    """The usage explorer's table: card-hours, normalised card-hours, cost (the ledger priced as
+    statement usage lines, for those who see statements), utilisation and queue waits of
+    [start, end) in the site time zone, grouped by one or two of department, project, user,
+    flavor, kind, priority (``group_by=project`` or ``group_by=department,user``). Rows are
+    limited to what the caller sees. docs/billing.md "Usage explorer"."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("start", OpenApiTypes.DATE, description="YYYY-MM-DD, first day (default: "
+                             "the first of this month)"),
+            OpenApiParameter("end", OpenApiTypes.DATE, description="YYYY-MM-DD, exclusive (default: the "
+                             "first of next month)"),
+            OpenApiParameter("group_by", str, description="one or two of " + ", ".join(usage.DIMENSIONS)
+                             + ", comma-separated (default project)"),
+        ],
+        responses=UsageExplorerOut,
+    )
+    def get(self, request):
+        params = request.query_params
+        levels = [g.strip() for g in (params.get("group_by") or "").split(",") if g.strip()]
+        if len(levels) > usage.MAX_LEVELS:
+            raise ValidationError({"group_by": [_("Group by one or two dimensions.")]})
+        form = UsageForm(
+            {
+                "start": params.get("start") or "",
+                "end": params.get("end") or "",
+                "group_by": levels[0] if levels else "",
+                "then_by": levels[1] if len(levels) > 1 else "",
+            }
+        )
+        if not form.is_valid():
+            errors = {("group_by" if k == "then_by" else k): v for k, v in form.errors.items()}
+            raise ValidationError(errors)
+        report = usage.usage_report(request.user, form.usage_query(), settings.GPUPOOL["CURRENCY"])
+        first, until = usage.range_label(report.query.start, report.query.end)
+        context = {"group_by": report.query.group_by, "money": report.money}
+        return Response(
+            {
+                "start": first.isoformat(),
+                "end": until.isoformat(),
+                "group_by": list(report.query.group_by),
+                "currency": report.currency if report.money else None,
+                "metered_through": meter_state().metered_through,
+                "rows": UsageExplorerRowOut(report.rows, many=True, context=context).data,
+                "total": UsageExplorerRowOut(report.total, context=context).data,
+            }
+        )
 
 
 # --- budgets (DESIGN §3.9) ------------------------------------------------------------------------

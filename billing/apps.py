@@ -11,7 +11,7 @@ class BillingConfig(AppConfig):
         # plugs its budget check, the scheduler's budget hold and its prices into the hooks
         # jobs offers.
         from jobs.approvals import budget_checks
-        from jobs.estimates import cost_estimators, price_lists
+        from jobs.estimates import cost_estimators, job_cost_providers, price_lists
         from jobs.snapshot import over_budget_providers
         from portal.approvals import context_providers
         from portal.hooks import project_move_checks
@@ -19,6 +19,7 @@ class BillingConfig(AppConfig):
         from .budgets import budget_context, budget_reason, over_budget_tenants
         from .project_moves import check_project_move
         from .selectors import standard_cost, standard_pricer
+        from .usage import job_cost_so_far
 
         if budget_reason not in budget_checks:
             budget_checks.append(budget_reason)
@@ -30,5 +31,7 @@ class BillingConfig(AppConfig):
             price_lists.append(standard_pricer)
         if budget_context not in context_providers:
             context_providers.append(budget_context)
+        if job_cost_so_far not in job_cost_providers:
+            job_cost_providers.append(job_cost_so_far)
         if check_project_move not in project_move_checks:
             project_move_checks.append(check_project_move)

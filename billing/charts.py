@@ -248,3 +248,47 @@ def domestic_readiness(rows, title: str) -> str | None:
         ],
     )
     return go.Figure(traces, layout=layout).to_json()
+
+
+USAGE_BARS = 30  # the chart shows the largest groups; the table and the files have them all
+
+
+def usage(rows, dimension: str, second: str | None, title: str) -> str | None:
+    """The usage explorer: card-hours per first-level group (largest first), stacked by the
+    second level when there is one, with normalised card-hours as a marker per group."""
+    if not rows:
+        return None
+    order: list[str] = []
+    hours: dict[str, float] = {}
+    stacks: dict[str, dict[str, float]] = {}
+    normalised: dict[str, float] = {}
+    for row in rows:
+        first = row.labels[0]
+        if first not in hours:
+            order.append(first)
+        hours[first] = hours.get(first, 0.0) + float(row.card_hours)
+        normalised[first] = normalised.get(first, 0.0) + float(row.normalised_card_hours)
+        if second is not None:
+            stack = stacks.setdefault(row.labels[1], {})
+            stack[first] = stack.get(first, 0.0) + round(float(row.card_hours), 3)
+    x = sorted(order, key=lambda k: -hours[k])[:USAGE_BARS]
+    if second is None:
+        traces = [go.Bar(x=x, y=[round(hours[k], 3) for k in x], name=_("Card-hours"))]
+    else:
+        shown = set(x)
+        traces = [
+            go.Bar(x=[k for k in x if k in points], y=[points[k] for k in x if k in points], name=name)
+            for name, points in sorted(stacks.items())
+            if shown & set(points)
+        ]
+    traces.append(
+        go.Scatter(
+            x=x,
+            y=[round(normalised[k], 3) for k in x],
+            name=_("Normalised card-hours"),
+            mode="markers",
+            marker={"symbol": "diamond", "size": 10, "color": "#222"},
+        )
+    )
+    layout = _layout(title, dimension, _("Card-hours"), barmode="stack", showlegend=True)
+    return go.Figure(traces, layout=layout).to_json()

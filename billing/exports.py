@@ -27,6 +27,7 @@ from django.utils.translation import gettext as _
 from portal.models import Department
 
 from .periods import month_label
+from .usage import range_label
 
 COLUMNS = (
     "month",
@@ -298,4 +299,117 @@ def chargeback_response(
     body = render(rows, fmt, bom=bom, title=scope_text(month, departments))
     response = HttpResponse(body, content_type=CONTENT_TYPES[fmt])
     response["Content-Disposition"] = f'attachment; filename="{filename(month, fmt, departments)}"'
+    return response
+
+
+# --- the usage explorer's files (billing.usage) -----------------------------------------------------
+
+USAGE_COLUMNS = (
+    "card_hours",
+    "normalised_card_hours",
+    "cost",
+    "currency",
+    "sampled_card_hours",
+    "effective_card_hours",
+    "utilisation_pct",
+    "jobs_started",
+    "wait_mean_minutes",
+    "wait_p95_minutes",
+)
+USAGE_FORMATS = {
+    "card_hours": "0.000000",
+    "normalised_card_hours": "0.000000",
+    "cost": "0.00",
+    "sampled_card_hours": "0.000000",
+    "effective_card_hours": "0.000000",
+    "utilisation_pct": "0.0",
+    "jobs_started": "0",
+    "wait_mean_minutes": "0.0",
+    "wait_p95_minutes": "0.0",
+}
+
+
+def _minutes(value: float | None) -> Decimal | None:
+    return None if value is None else Decimal(str(round(value, 1)))
+
+
+def usage_values(row, report) -> list:
+    """One row's numbers in USAGE_COLUMNS order (Decimals; None where there is no figure)."""
+    return [
+        row.card_hours,
+        row.normalised_card_hours,
+        row.cost if report.money else None,
+        report.currency if report.money and row.cost is not None else None,
+        row.sampled_card_hours,
+        row.effective_card_hours,
+        row.utilisation_pct,
+        row.jobs_started,
+        _minutes(row.wait_mean_minutes),
+        _minutes(row.wait_p95_minutes),
+    ]
+
+
+def usage_file(report, fmt: str, *, bom: bool = True) -> bytes:
+    """The explorer's table as CSV (UTF-8, byte order mark by default, one header row and the
+    rows) or XLSX (number formats, frozen header, a ``total`` row)."""
+    header = [*report.query.group_by, *USAGE_COLUMNS]
+    rows = [[*r.labels, *usage_values(r, report)] for r in report.rows]
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow([BOM + header[0], *header[1:]] if bom else header)
+        for row in rows:
+            writer.writerow([_text(v) for v in row])
+        return buffer.getvalue().encode("utf-8")
+    if fmt != "xlsx":
+        raise ValueError(f"unknown format {fmt!r}: use csv or xlsx")
+    from openpyxl import Workbook
+    from openpyxl.cell import WriteOnlyCell
+    from openpyxl.styles import Font
+
+    book = Workbook(write_only=True)
+    book.properties.title = usage_title(report)
+    sheet = book.create_sheet("usage")
+    sheet.freeze_panes = "A2"
+    bold = Font(bold=True)
+    levels = len(report.query.group_by)
+
+    def cells(values: list, **style) -> list:
+        out = []
+        for i, value in enumerate(values):
+            if value is None or value == "":
+                out.append("")
+                continue
+            cell = WriteOnlyCell(sheet, value=value)
+            if i >= levels and header[i] in USAGE_FORMATS:
+                cell.number_format = USAGE_FORMATS[header[i]]
+            for name, setting in style.items():
+                setattr(cell, name, setting)
+            out.append(cell)
+        return out
+
+    sheet.append(cells(header, font=bold))
+    for row in rows:
+        sheet.append(cells(row))
+    total = ["total", *[""] * (levels - 1), *usage_values(report.total, report)]
+    sheet.append(cells(total, font=bold))
+    binary = io.BytesIO()
+    book.save(binary)
+    return binary.getvalue()
+
+
+def usage_title(report) -> str:
+    first, until = range_label(report.query.start, report.query.end)
+    groups = ", ".join(report.query.group_by)
+    return f"Usage {first.isoformat()} to {until.isoformat()} (exclusive) by {groups}"
+
+
+def usage_filename(report, fmt: str) -> str:
+    first, until = range_label(report.query.start, report.query.end)
+    return f"usage-{first.isoformat()}-{until.isoformat()}-{'-'.join(report.query.group_by)}.{fmt}"
+
+
+def usage_response(report, fmt: str, *, bom: bool = True) -> HttpResponse:
+    response = HttpResponse(usage_file(report, fmt, bom=bom), content_type=CONTENT_TYPES[fmt])
+    response["Content-Disposition"] = f'attachment; filename="{usage_filename(report, fmt)}"'
     return response

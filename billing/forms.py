@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import UTC, date, datetime
 
 from django import forms
 from django.conf import settings
@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import pgettext_lazy
 
+from portal.daterange import OUT_OF_RANGE
 from portal.models import Department, Project, User
 from portal.selectors import department_children_map, subtree_ids, visible_departments
 from quotas.models import Flavor
@@ -21,6 +22,7 @@ from .manual import ATTACHMENT_MAX, REASON_MAX, can_propose, proposable_departme
 from .models import BUDGET_HOURS, ManualKind
 from .periods import FIRST_MONTH, LAST_MONTH, MonthOutOfRange, month_label, month_of, parse_month
 from .reports import ReportFilter
+from .usage import DIMENSIONS, UsageQuery
 
 
 def this_month() -> date:
@@ -75,6 +77,68 @@ class ReportFilterForm(forms.Form):
             subtree = subtree_ids([department.pk], department_children_map())
         flavor = data.get("flavor")
         return ReportFilter(data["month"], subtree, flavor.pk if flavor else None)
+
+
+FIRST_DAY = date(2000, 1, 1)
+END_DAY = date(2101, 1, 1)  # exclusive: the span of portal/daterange.py
+DATE_INPUT = {"type": "date", "min": FIRST_DAY.isoformat(), "max": END_DAY.isoformat()}
+
+
+class UsageForm(forms.Form):
+    """The usage explorer's range and grouping (a GET form; the API reads the same fields).
+    The range is half-open: local midnight of ``start`` to local midnight of ``end``."""
+
+    start = forms.DateField(
+        label=_("From"), required=False, input_formats=["%Y-%m-%d"], widget=forms.DateInput(attrs=DATE_INPUT)
+    )
+    end = forms.DateField(
+        label=_("Until (exclusive)"),
+        required=False,
+        input_formats=["%Y-%m-%d"],
+        widget=forms.DateInput(attrs=DATE_INPUT),
+    )
+    group_by = forms.ChoiceField(label=_("Group by"), required=False)
+    then_by = forms.ChoiceField(label=_("then by"), required=False)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        choices = [(k, label) for k, (_l, _j, label) in DIMENSIONS.items()]
+        self.fields["group_by"].choices = choices
+        self.fields["then_by"].choices = [("", "—"), *choices]
+
+    def _day(self, name: str, default: date) -> date:
+        day = self.cleaned_data.get(name) or default
+        if not FIRST_DAY <= day <= END_DAY:
+            raise ValidationError(OUT_OF_RANGE, code="date_out_of_range")
+        return day
+
+    def clean_start(self) -> date:
+        return self._day("start", this_month())
+
+    def clean_end(self) -> date:
+        month = this_month()
+        return self._day("end", date(month.year + month.month // 12, month.month % 12 + 1, 1))
+
+    def clean_group_by(self) -> str:
+        return self.cleaned_data.get("group_by") or "project"
+
+    def clean(self):
+        data = super().clean()
+        start, end = data.get("start"), data.get("end")
+        if start and end and not start < end:
+            self.add_error("end", _("The end must be after the start (the range is [from, until))."))
+        if data.get("then_by") and data.get("then_by") == data.get("group_by"):
+            self.add_error("then_by", _("Choose a second grouping different from the first."))
+        return data
+
+    def usage_query(self) -> UsageQuery:
+        data, zone = self.cleaned_data, site_zone()
+
+        def midnight(day: date) -> datetime:
+            return datetime(day.year, day.month, day.day, tzinfo=zone).astimezone(UTC)
+
+        group_by = (data["group_by"], data["then_by"]) if data.get("then_by") else (data["group_by"],)
+        return UsageQuery(midnight(data["start"]), midnight(data["end"]), group_by)
 
 
 class BudgetForm(forms.Form):

@@ -45,7 +45,7 @@ from django.utils import timezone
 from jobs.states import JobState
 from quotas.selectors import site_zone
 
-from . import allocation
+from . import allocation, rollup
 from .models import MeterState
 from .periods import floor_hour
 
@@ -235,7 +235,10 @@ def _run(now, until, rescan_from, batch_size, pause) -> MeterReport:
         scopes = {job: None if job in late else scope for job in batch}
         with transaction.atomic():
             found, still = _segments(batch, scopes, upto, moves)
+            high = rollup.ledger_high_water()
             undone, done = _apply(found, scopes, now, zone.key)
+            if undone or done:
+                rollup.roll_up(high, zone.key)  # the usage explorer's daily sums, in step
         holding += still
         segments += len(found)
         rows += done

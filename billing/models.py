@@ -127,6 +127,41 @@ class UsageRecord(models.Model):
         return f"{self.job_id} {self.segment_start:%Y-%m-%d %H:%M} {self.card_seconds}"
 
 
+class UsageDay(models.Model):
+    """The ledger summed per local day and per (department, project, user, flavor, priority
+    class, job kind, tier): what the usage explorer reads (issue 24), so a month of a million
+    ledger rows is a few thousand sums. Written by the meter in the same transaction as the
+    ledger rows it sums (``billing.rollup``), so it always equals the ledger; rebuilt from the
+    ledger by migration 0009. ``first_hour`` / ``last_hour``: the first and last local hour of
+    the rows summed (a day with a rate change inside it is priced from the ledger instead)."""
+
+    day = models.DateField()
+    month = models.DateField()
+    department_id = models.BigIntegerField()
+    project_id = models.BigIntegerField()
+    user_id = models.BigIntegerField()
+    flavor_id = models.BigIntegerField()
+    priority_class_id = models.BigIntegerField()
+    kind = models.CharField(max_length=12)
+    tier = models.CharField(max_length=10)
+    card_seconds = models.DecimalField(**CARD_SECONDS)
+    normalised_seconds = models.DecimalField(max_digits=26, decimal_places=9)
+    first_hour = models.DateTimeField()
+    last_hour = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "department_id", "project_id", "user_id", "flavor_id", "priority_class_id",
+                        "kind", "tier"],
+                name="usageday_key",
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.day} {self.project_id} {self.card_seconds}"
+
+
 class MeterState(models.Model):
     """The meter's cursor (one row): everything before ``metered_through`` is in the ledger.
     ``open_jobs`` held GPUs at that instant and are continued by the next run."""

@@ -6,6 +6,7 @@ from . import views
 
 urlpatterns = [
     path("reports/", views.report_page, name="reports"),
+    path("billing/usage/", views.usage_page, name="billing-usage"),
     path("billing/statements/", views.statement_list, name="billing-statements"),
     path("billing/statements/<int:pk>/", views.statement_detail, name="billing-statement"),
     path(

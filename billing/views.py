@@ -21,12 +21,13 @@ from portal.selectors import get_visible, scope_for
 from quotas.models import Flavor
 from quotas.selectors import default_flavor_id
 
-from . import charts, exports, manual, readiness, reports, selectors
+from . import charts, exports, manual, readiness, reports, selectors, usage
 from .budgets import budget_delete, budget_set, budget_statuses, can_set_budget, visible_budgets
 from .forms import (
     BudgetForm,
     ManualAdjustmentForm,
     ReportFilterForm,
+    UsageForm,
     WhatIfForm,
     clean_month_text,
     this_month,
@@ -149,6 +150,51 @@ def _readiness() -> dict:
         "reference": reference,
         "frameworks": sorted({c.framework for r in rows for c in r.coverages}),
     }
+
+
+# --- usage explorer (issue 24) -------------------------------------------------------------------
+
+
+@login_required
+def usage_page(request):
+    """Any date range grouped by one or two dimensions (``billing.usage``): a chart, the table,
+    and the table as CSV or XLSX (``?format=``). Bad input is a form error (400 for a file)."""
+    form = UsageForm(request.GET or None)
+    if request.GET and not form.is_valid():
+        if request.GET.get("format"):
+            errors = " ".join(e for errs in form.errors.values() for e in errs)
+            return HttpResponseBadRequest(errors, content_type="text/plain")
+        return render(request, "billing/usage.html", {"form": form}, status=400)
+    if not request.GET:
+        form = UsageForm({})
+        form.is_valid()
+    report = usage.usage_report(request.user, form.usage_query(), settings.GPUPOOL["CURRENCY"])
+    report.metered_through = meter_state().metered_through
+    if request.GET.get("format"):
+        fmt, bom = _file_options(request)
+        if isinstance(fmt, HttpResponse):
+            return fmt
+        return exports.usage_response(report, fmt, bom=bom)
+    group_by = report.query.group_by
+    labels = [str(usage.DIMENSIONS[g][2]) for g in group_by]
+    first, until = usage.range_label(report.query.start, report.query.end)
+    title = _("Card-hours by %(group)s, %(start)s to %(end)s (exclusive)") % {
+        "group": " / ".join(labels), "start": first.isoformat(), "end": until.isoformat()}
+    query = request.GET.copy()
+    query.pop("format", None)
+    return render(
+        request,
+        "billing/usage.html",
+        {
+            "form": form,
+            "report": report,
+            "labels": labels,
+            "title": title,
+            "figure": charts.usage(report.rows, labels[0], labels[1] if len(labels) > 1 else None, title),
+            "scope_empty": reports.ReportScope.of(request.user).empty,
+            "query": query.urlencode(),
+        },
+    )
 
 
 # --- statements -----------------------------------------------------------------------------------

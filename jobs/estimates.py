@@ -43,3 +43,18 @@ def cost_pricer(flavor: Flavor, at: datetime) -> Price | None:
         if price is not None:
             return price
     return None
+
+
+# The job page's cost so far (issue 24): billing registers ``job_cost(job, now) -> JobCost | None``
+# (an object with ``amount``, ``metered``, ``tail``, ``currency``, ``metered_through`` and
+# ``unpriced``). Until one is registered the page shows no money.
+JobCostProvider = Callable[[object, datetime], object | None]
+job_cost_providers: list[JobCostProvider] = []
+
+
+def job_cost(job, now: datetime):
+    for provider in job_cost_providers:
+        found = provider(job, now)
+        if found is not None:
+            return found
+    return None

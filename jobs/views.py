@@ -154,6 +154,7 @@ def job_detail(request, pk: int):
             "backend": _backend_info(job),
             "external": job.kind == JobKind.EXTERNAL,
             **_autoscale_context(request.user, job),
+            "cost": estimates.job_cost(job, timezone.now()),
             **views_logs.detail_context(job, request.user),
         },
     )

@@ -101,6 +101,7 @@ api_v1 = [
     path("statements/", billing_api.StatementListApi.as_view(), name="statement-list"),
     path("statements/estimate/", billing_api.StatementEstimateApi.as_view(), name="statement-estimate"),
     path("statements/<int:pk>/", billing_api.StatementDetailApi.as_view(), name="statement-detail"),
+    path("usage/", billing_api.UsageApi.as_view(), name="usage"),
     path("chargeback/", billing_api.ChargebackApi.as_view(), name="chargeback"),
     path("budgets/", billing_api.BudgetListApi.as_view(), name="budget-list"),
     path("manual-adjustments/", billing_api.ManualAdjustmentListApi.as_view(), name="manualadjustment-list"),

@@ -17,6 +17,7 @@ Standard library only: copy this one file anywhere with Python 3.10+.
     python3 gpupool_cli.py approvals list                # requests waiting for my decision
     python3 gpupool_cli.py approvals show 12             # one request, with its context
     python3 gpupool_cli.py approvals approve 12 -m "ok for this month"
+    python3 gpupool_cli.py usage --start 2026-11-01 --end 2026-12-01 --group-by department,user
 
 Every command takes --json (before the command) to print the API's answer as it is. Exit
 status: 0 ok, 1 the portal refused (its message is printed) or the input is incomplete, 2 bad
@@ -571,6 +572,35 @@ def cmd_approvals_decide(client: Client, args) -> int:
     return 0
 
 
+USAGE_HEADER = ["card_hours", "normalised", "cost", "util_%", "jobs", "wait_avg_min", "wait_p95_min"]
+
+
+def cmd_usage(client: Client, args) -> int:
+    """The usage explorer (``sacct``/``sreport`` of the portal): [start, end) in the site time
+    zone grouped by one or two of department, project, user, flavor, kind, priority."""
+    answer = client.get("/api/v1/usage/", start=args.start, end=args.end, group_by=args.group_by)
+    dims = answer["group_by"]
+
+    def line(labels: list[str], row: dict) -> list:
+        return [
+            *labels,
+            row["card_hours"],
+            row["normalised_card_hours"],
+            row["cost"] if row["cost"] is not None else "-",
+            row["utilisation_pct"] if row["utilisation_pct"] is not None else "-",
+            row["jobs_started"],
+            "-" if row["wait_mean_minutes"] is None else f"{row['wait_mean_minutes']:.1f}",
+            "-" if row["wait_p95_minutes"] is None else f"{row['wait_p95_minutes']:.1f}",
+        ]
+
+    rows = [line([r["labels"][d] for d in dims], r) for r in answer["rows"]]
+    rows.append(line(["total", *[""] * (len(dims) - 1)], answer["total"]))
+    currency = f", cost in {answer['currency']}" if answer["currency"] else ", no costs for your roles"
+    note = f"{answer['start']} to {answer['end']} (exclusive){currency}"
+    show(args, answer, table(rows, [*dims, *USAGE_HEADER]) + "\n" + note)
+    return 0
+
+
 # --- argument parsing -------------------------------------------------------------------------
 
 
@@ -664,6 +694,16 @@ def parser() -> argparse.ArgumentParser:
         decide.add_argument("id", type=int)
         decide.add_argument("-m", "--message", help="comment kept with the decision")
         decide.set_defaults(func=cmd_approvals_decide, decision=decision)
+
+    usage = sub.add_parser("usage", help="card-hours, cost, utilisation and queue waits of a range, grouped")
+    usage.add_argument("--start", help="YYYY-MM-DD, the first day (default: the first of this month)")
+    usage.add_argument("--end", help="YYYY-MM-DD, exclusive (default: the first of next month)")
+    usage.add_argument(
+        "--group-by",
+        default="project",
+        help="one or two of department, project, user, flavor, kind, priority, comma-separated",
+    )
+    usage.set_defaults(func=cmd_usage)
     return top
 
 

@@ -219,3 +219,43 @@ def test_cost_of_an_open_month_then_of_the_closed_month(portal, cli, capsys):
     member = token_for(cli, capsys, url, "pa1_member")
     code, _, err = run(cli, capsys, url, "cost", "--month", "2026-10", token=member)
     assert code == 1 and "your roles see no costs" in err
+
+
+def test_usage_table_and_json_against_the_live_portal(portal, cli, capsys):
+    """``usage`` prints the explorer's rows (what GET /api/v1/usage/ answers) as a table; a member
+    sees card-hours of their own project and no money; bad input is the portal's 400."""
+    world, url = portal
+    rates(world.F, "12", "9.6")
+    history = History(world)
+    history.run(world.pa1, world.F, local(2026, 10, 5, 10), local(2026, 10, 5, 11, 30), gpus=2)
+    history.run(world.pb, world.F, local(2026, 10, 5, 10), local(2026, 10, 5, 11))
+    usage_meter(now=local(2026, 10, 6))
+
+    finance = token_for(cli, capsys, url, "a_finance")
+    code, out, _ = run(cli, capsys, url, "usage", "--start", "2026-10-01", "--end", "2026-11-01",
+                       "--group-by", "department,project", token=finance)
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[0].split() == ["department", "project", "card_hours", "normalised", "cost", "util_%", "jobs",
+                                "wait_avg_min", "wait_p95_min"]
+    assert lines[1].split()[:6] == ["Dept", "A1", "(A1)", "pa1", "3.000000", "3.000000"]
+    assert lines[1].split()[6] == "36.00"
+    assert lines[2].split()[:3] == ["total", "3.000000", "3.000000"]  # B's hour is not A's to see
+    assert lines[-1] == "2026-10-01 to 2026-11-01 (exclusive), cost in CNY"
+
+    code, out, _ = run(cli, capsys, url, "--json", "usage", "--start", "2026-10-01", "--end", "2026-11-01",
+                       token=finance)
+    answer = json.loads(out)
+    assert answer["group_by"] == ["project"]
+    assert [(r["labels"]["project"], r["card_hours"], r["cost"]) for r in answer["rows"]] == [
+        ("pa1", "3.000000", "36.00")]
+
+    member = token_for(cli, capsys, url, "pb_member")
+    code, out, _ = run(cli, capsys, url, "--json", "usage", "--start", "2026-10-01", "--end", "2026-11-01",
+                       "--group-by", "user", token=member)
+    answer = json.loads(out)
+    assert [(r["labels"]["user"], r["card_hours"], r["cost"]) for r in answer["rows"]] == [
+        ("pa1_member", "1.000000", None)]  # History submits as pa1_member; pb's hour, no money
+
+    code, _, err = run(cli, capsys, url, "usage", "--start", "2026-13-01", token=finance)
+    assert code == 1 and "400" in err and "start" in err
