@@ -578,6 +578,10 @@ class Webhook(models.Model):
     def wants(self, topic: str) -> bool:
         return not self.topics or topic in self.topics
 
+    @property
+    def topic_labels(self) -> list[str]:
+        return [NotificationTopic(t).label for t in self.topics if t in NotificationTopic.values]
+
 
 class DeliveryStatus(models.TextChoices):
     PENDING = "pending", _("Waiting")

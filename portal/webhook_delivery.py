@@ -174,3 +174,18 @@ def _post(outgoing: formats.Outgoing) -> tuple[int, bytes]:
             return response.status, response.read(ANSWER_BYTES)
         finally:
             response.release_conn()
+
+
+def webhook_test_send(*, actor, webhook) -> WebhookDelivery:
+    """Send a test message to ``webhook`` now, once, and return its log row: whoever asked is
+    looking at the page for the answer (up to the request timeout). The row commits first, so
+    a crash mid-send leaves it for the sweep like any other attempt."""
+    from django.db import transaction
+
+    from .webhooks import webhook_test_queue
+
+    with transaction.atomic():
+        row = webhook_test_queue(actor=actor, webhook=webhook)
+    delivery_attempt(row.pk, now=row.next_attempt_at)
+    row.refresh_from_db()
+    return row

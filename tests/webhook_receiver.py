@@ -85,7 +85,9 @@ class Receiver:
             return 200, json.dumps(out).encode(), ok
         if kind == "feishu":
             ok = self.feishu_ok(json.loads(raw))
-            out = {"code": 0, "msg": "success", "data": {}} if ok else {"code": 19021, "msg": "sign match fail"}
+            out = {"code": 0, "msg": "success", "data": {}}
+            if not ok:
+                out = {"code": 19021, "msg": "sign match fail"}
             return 200, json.dumps(out).encode(), ok
         ok = self.json_ok(headers, raw)
         return (204, b"", ok) if ok else (401, b"bad signature", ok)
@@ -95,7 +97,7 @@ def start_receiver(**kwargs) -> tuple[Receiver, ThreadingHTTPServer]:
     receiver = Receiver(**kwargs)
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):
             parts = urlsplit(self.path)
             kind = parts.path.strip("/").split("/")[0]
             raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))

@@ -77,7 +77,8 @@ def test_each_kind_is_delivered_in_its_vendor_format_with_a_signature_the_receiv
     }
     assert js.headers["x-gpupool-event"] == js.body["id"]
     log = WebhookDelivery.objects.filter(notification=note)
-    assert {(d.status, d.http_status, d.attempt) for d in log} == {("delivered", 200, 1), ("delivered", 204, 1)}
+    assert {(d.status, d.http_status, d.attempt) for d in log} == {
+        ("delivered", 200, 1), ("delivered", 204, 1)}
 
 
 def test_a_hook_speaks_its_own_language(world, receiver):
