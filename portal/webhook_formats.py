@@ -24,7 +24,7 @@ import hashlib
 import hmac
 import json
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, quote_plus, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote_plus, urlsplit, urlunsplit
 
 KINDS = ("wecom", "dingtalk", "feishu", "json")
 SIGNATURE_HEADER = "X-Gpupool-Signature"
@@ -143,7 +143,7 @@ def masked_url(url: str) -> str:
     """The URL to show back: robot keys and tokens (query values, long path segments) cut short."""
     parts = urlsplit(url)
     path = "/".join(_cut(p) for p in parts.path.split("/"))
-    query = urlencode([(k, _cut(v)) for k, v in parse_qsl(parts.query, keep_blank_values=True)], safe="…")
+    query = "&".join(f"{k}={_cut(v)}" for k, v in parse_qsl(parts.query, keep_blank_values=True))
     return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], path, query, ""))
 
 
