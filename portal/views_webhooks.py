@@ -52,6 +52,9 @@ class WebhookForm(forms.Form):
         self.fields["project"].queryset = webhooks.managed_projects(user).order_by("code")
         if hook is not None:  # kind and owner stay what they were
             del self.fields["kind"], self.fields["project"]
+            # The URL holds the robot's key: shown cut short on the page, never in the field.
+            self.fields["url"].required = False
+            self.fields["url"].help_text = _("Leave blank to keep the saved URL.")
             if hook.secret:
                 self.fields["secret"].help_text = _("A secret is saved. Leave blank to keep it.")
 
@@ -80,7 +83,7 @@ def webhook_list(request):
 def webhook_edit(request, pk: int | None = None):
     """Add a hook, or change one (and read its delivery log)."""
     hook = get_visible(webhooks.visible_webhooks(request.user), pk=pk) if pk is not None else None
-    initial = ({"name": hook.name, "url": hook.url, "topics": hook.topics, "language": hook.language,
+    initial = ({"name": hook.name, "topics": hook.topics, "language": hook.language,
                 "active": hook.active} if hook else {"language": request.LANGUAGE_CODE, "active": True})
     form = WebhookForm(request.POST if request.method == "POST" else None, initial=initial,
                        user=request.user, hook=hook)
@@ -105,6 +108,8 @@ def webhook_edit(request, pk: int | None = None):
 def _save(actor, hook: Webhook | None, data: dict) -> Webhook:
     if hook is None:
         return webhooks.webhook_create(actor=actor, **data)
+    if not data.get("url"):
+        data = {k: v for k, v in data.items() if k != "url"}
     return webhooks.webhook_update(actor=actor, webhook=hook, **data)
 
 

@@ -87,7 +87,7 @@ def test_a_hook_speaks_its_own_language(world, receiver):
     _notify(world, [member])
     _send_all()
     content = receiver.of("wecom")[0].body["markdown"]["content"]
-    assert "作业审批" in content and "已批准" in content and "[打开]" in content
+    assert "任务审批" in content and "已批准" in content and "[打开]" in content
 
 
 def test_a_project_hook_gets_one_delivery_per_event_and_each_recipient_their_own(world, receiver):
