@@ -44,7 +44,7 @@ class WebhookUpdateIn(serializers.Serializer):
                                 "may use http and a private address.")
     secret = serializers.CharField(
         max_length=200, required=False, allow_blank=True, write_only=True,
-        help_text="DingTalk 加签 secret, Feishu signature secret, or the JSON HMAC key (required for "
+        help_text="DingTalk signing secret, Feishu signature secret, or the JSON HMAC key (required for "
         "json). Omitted or blank on update: the saved one stays.",
     )
     topics = serializers.ListField(

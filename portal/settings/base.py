@@ -229,6 +229,9 @@ SPECTACULAR_SETTINGS = {
         "StatementLineKindEnum": "billing.models.LineKind",
         "ManualAdjustmentKindEnum": "billing.models.ManualKind",
         "ManualAdjustmentStateEnum": "billing.models.ManualState",
+        "WebhookKindEnum": "portal.models.WebhookKind",
+        "WebhookDeliveryStatusEnum": "portal.models.DeliveryStatus",
+        "NotificationTopicEnum": "portal.models.NotificationTopic",
     },
 }
 
