@@ -464,7 +464,10 @@ def _alert(status: BudgetStatus, crossed: list[int], now: datetime) -> list[Budg
         if new:
             # A message: each recipient reads it in their own language (portal/texts.py).
             text = _notice(status, max(a.threshold for a in new))
-            notify(recipients=budget_recipients(status.budget), text=text, link=reverse("billing-budgets"))
+            notify(
+                recipients=budget_recipients(status.budget), text=text, link=reverse("billing-budgets"),
+                topic="budget", project=status.budget.project,
+            )
     return new
 
 

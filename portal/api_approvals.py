@@ -367,7 +367,7 @@ class NotificationOut(serializers.ModelSerializer):
 
     class Meta:
         model = Notification
-        fields = ["id", "text", "link", "request", "created_at", "read", "read_at"]
+        fields = ["id", "text", "link", "request", "topic", "project", "created_at", "read", "read_at"]
 
 
 class NotificationListApi(ListCreateApi):

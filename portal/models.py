@@ -480,6 +480,11 @@ class Notification(models.Model):
     text = models.CharField(_("text"), max_length=500)
     message = models.JSONField(_("message"), null=True, blank=True, editable=False)
     link = models.CharField(_("link"), max_length=300, blank=True)
+    # What it is about (NotificationTopic) and the project it concerns: the webhooks it goes to.
+    topic = models.CharField(_("topic"), max_length=10, default="other")
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", verbose_name=_("project")
+    )
     created_at = models.DateTimeField(default=timezone.now)
     read_at = models.DateTimeField(null=True, blank=True)
     mail_state = models.CharField(max_length=8, choices=MailState.choices, default=MailState.NONE)
@@ -506,3 +511,121 @@ class Notification(models.Model):
     @property
     def read(self) -> bool:
         return self.read_at is not None
+
+
+# --- webhooks (issue 24 item 7, docs/notifications.md) -------------------------------------
+
+
+class NotificationTopic(models.TextChoices):
+    """What a notification is about; a webhook names the topics it wants (none: all)."""
+
+    JOB = "job", _("Job approvals")
+    QUOTA = "quota", _("Quota requests")
+    LOAN = "loan", _("Loan requests")
+    BUDGET = "budget", _("Budget alerts")
+    OTHER = "other", _("Other")
+
+
+class WebhookKind(models.TextChoices):
+    WECOM = "wecom", _("WeCom group robot")
+    DINGTALK = "dingtalk", _("DingTalk custom robot")
+    FEISHU = "feishu", _("Feishu custom bot")
+    JSON = "json", _("Generic JSON (signed)")
+
+
+class Webhook(models.Model):
+    """A chat robot or endpoint that gets notifications: a user's own (``user``), for the
+    notifications addressed to them, or a project's (``project``, managed by its admins), for
+    every notification about the project — one delivery per event, not one per recipient."""
+
+    user = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.CASCADE, related_name="webhooks", verbose_name=_("user")
+    )
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="webhooks",
+        verbose_name=_("project"),
+    )
+    name = models.CharField(_("name"), max_length=80)
+    kind = models.CharField(_("kind"), max_length=10, choices=WebhookKind.choices)
+    url = models.URLField(_("URL"), max_length=500)
+    # DingTalk "加签", Feishu signature verification, the JSON HMAC. Write-only: never shown back.
+    secret = models.CharField(_("secret"), max_length=200, blank=True)
+    topics = ArrayField(
+        models.CharField(max_length=10, choices=NotificationTopic.choices), default=list, blank=True,
+        verbose_name=_("topics"),
+    )
+    # Users have no language of their own (the switch lives in the browser session): the hook has.
+    language = models.CharField(_("language"), max_length=10, default="zh-hans")
+    active = models.BooleanField(_("active"), default=True)
+    created_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(_("created"), default=timezone.now)
+
+    class Meta:
+        ordering = ["name", "id"]
+        verbose_name = _("webhook")
+        verbose_name_plural = _("webhooks")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(user__isnull=False, project__isnull=True)
+                | Q(user__isnull=True, project__isnull=False),
+                name="webhook_one_owner",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.name} ({self.kind})"
+
+    def wants(self, topic: str) -> bool:
+        return not self.topics or topic in self.topics
+
+    @property
+    def topic_labels(self) -> list[str]:
+        return [NotificationTopic(t).label for t in self.topics if t in NotificationTopic.values]
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "pending", _("Waiting")
+    SENDING = "sending", _("Sending")
+    DELIVERED = "delivered", _("Delivered")
+    FAILED = "failed", _("Failed, will retry")
+    GAVE_UP = "gave_up", _("Failed, gave up")
+
+
+class WebhookDelivery(models.Model):
+    """One attempt to deliver one event to one webhook: the log, and the outbox. An attempt is
+    written ``pending`` (due at ``next_attempt_at``), claimed ``sending`` with a conditional
+    update, and ends ``delivered``, ``failed`` (the next attempt is a new row) or ``gave_up``;
+    an ended row never changes again. ``notification`` null: a test message."""
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    notification = models.ForeignKey(
+        Notification, null=True, blank=True, on_delete=models.SET_NULL, related_name="webhook_deliveries"
+    )
+    attempt = models.PositiveSmallIntegerField(_("attempt"), default=1)
+    status = models.CharField(
+        _("status"), max_length=10, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING
+    )
+    http_status = models.PositiveSmallIntegerField(_("HTTP status"), null=True, blank=True)
+    error = models.CharField(_("error"), max_length=300, blank=True)
+    created_at = models.DateTimeField(_("created"), default=timezone.now)
+    next_attempt_at = models.DateTimeField(_("due"), default=timezone.now)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    at = models.DateTimeField(_("attempted"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = _("webhook delivery")
+        verbose_name_plural = _("webhook deliveries")
+        indexes = [
+            models.Index(fields=["status", "next_attempt_at"]),
+            models.Index(fields=["webhook", "-id"]),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["webhook", "notification", "attempt"], condition=Q(notification__isnull=False),
+                name="webhook_delivery_one_per_attempt",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.webhook_id} #{self.attempt} {self.status}"

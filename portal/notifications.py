@@ -19,8 +19,9 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from .enqueue import enqueue
-from .models import ApprovalRequest, MailState, Notification, User
+from .models import ApprovalRequest, MailState, Notification, NotificationTopic, Project, User
 from .texts import Message, is_message, render_for_site, render_in
+from .webhooks import webhooks_fan_out
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +35,19 @@ def notify(
     text: str | Message,
     link: str = "",
     request: ApprovalRequest | None = None,
+    topic: str = "",
+    project: Project | None = None,
 ) -> list[Notification]:
     """One in-app notification per distinct active recipient; those with an e-mail address
     also get a mail, sent after the transaction commits. ``text`` is a message
-    (``portal.texts.message``) that every reader gets in their own language, or a plain text."""
+    (``portal.texts.message``) that every reader gets in their own language, or a plain text.
+    ``topic`` (``NotificationTopic``; an approval's kind by default) and ``project`` (an
+    approval's project by default) choose the webhooks it also goes to (``portal.webhooks``)."""
     now = timezone.now()
+    if request is not None:
+        topic = topic or request.kind
+        project = project if project is not None else request.project
+    topic = topic if topic in NotificationTopic.values else NotificationTopic.OTHER
     stored = text if is_message(text) else None
     text = render_for_site(text)
     seen, rows = set(), []
@@ -53,6 +62,8 @@ def notify(
                 text=text[:500],
                 message=stored,
                 link=link[:300],
+                topic=topic,
+                project=project,
                 created_at=now,
                 mail_state=MailState.PENDING if user.email else MailState.NONE,
             )
@@ -61,6 +72,7 @@ def notify(
     ids = [n.pk for n in created if n.mail_state == MailState.PENDING]
     if ids:
         enqueue("portal.send_notification_mail", ids)
+    webhooks_fan_out(created)
     return created
 
 

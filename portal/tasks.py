@@ -26,6 +26,24 @@ def send_notification_mail(ids: list[int]) -> int:
     return mail_pending(ids)
 
 
+@shared_task(name="portal.deliver_webhook", ignore_result=True)
+def deliver_webhook(ids: list[int]) -> list[str]:
+    """Make the webhook attempts ``ids`` that are due (docs/notifications.md)."""
+    from .webhook_delivery import delivery_attempt
+
+    return [delivery_attempt(pk) for pk in ids]
+
+
+@shared_task(name="portal.webhooks_tick", ignore_result=True)
+def webhooks_tick() -> int:
+    """Every minute: send the webhook attempts that are due (retries after their backoff)."""
+    from django.utils import timezone
+
+    from .webhooks import deliveries_dispatch
+
+    return deliveries_dispatch(timezone.now())
+
+
 @shared_task(name="portal.sync_ldap", ignore_result=True)
 def sync_ldap() -> dict:
     """Beat (GPUPOOL_LDAP_SYNC_INTERVAL_SECONDS): the LDAP directory's users and groups applied.

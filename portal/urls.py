@@ -19,9 +19,11 @@ from jobs import views_templates as job_template_views
 from jobs.metrics_view import metrics
 from portal import api as portal_api
 from portal import api_approvals as approvals_api
+from portal import api_webhooks as webhooks_api
 from portal import dashboard, oidc, views
 from portal import views_approvals as approval_views
 from portal import views_directory as directory_views
+from portal import views_webhooks as webhook_views
 from portal.api_base import EnglishSchemaView
 from portal.health import healthz
 from quotas import api as quotas_api
@@ -144,6 +146,15 @@ api_v1 = [
     path(
         "notifications/<int:pk>/read/", approvals_api.NotificationReadApi.as_view(), name="notification-read"
     ),
+    # Webhooks (issue 24 item 7): a user's own and their projects' (docs/notifications.md).
+    path("webhooks/", webhooks_api.WebhookListApi.as_view(), name="webhook-list"),
+    path("webhooks/<int:pk>/", webhooks_api.WebhookDetailApi.as_view(), name="webhook-detail"),
+    path("webhooks/<int:pk>/test/", webhooks_api.WebhookTestApi.as_view(), name="webhook-test"),
+    path(
+        "webhooks/<int:pk>/deliveries/",
+        webhooks_api.WebhookDeliveriesApi.as_view(),
+        name="webhook-deliveries",
+    ),
 ]
 
 urlpatterns = [
@@ -205,6 +216,11 @@ urlpatterns = [
     path("notifications/", approval_views.notification_list, name="notification-list"),
     path("notifications/read-all/", approval_views.notification_read_all, name="notification-read-all"),
     path("notifications/<int:pk>/read/", approval_views.notification_read, name="notification-read"),
+    path("notifications/webhooks/", webhook_views.webhook_list, name="webhook-list"),
+    path("notifications/webhooks/new/", webhook_views.webhook_edit, name="webhook-new"),
+    path("notifications/webhooks/<int:pk>/", webhook_views.webhook_edit, name="webhook-edit"),
+    path("notifications/webhooks/<int:pk>/delete/", webhook_views.webhook_delete, name="webhook-delete"),
+    path("notifications/webhooks/<int:pk>/test/", webhook_views.webhook_test, name="webhook-test"),
     # Directory rules and users (issue 21): platform admins and auditors only.
     path("directory-rules/", directory_views.directory_rule_list, name="directory-rule-list"),
     path("directory-rules/new/", directory_views.directory_rule_edit, name="directory-rule-new"),

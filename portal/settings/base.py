@@ -136,6 +136,8 @@ CELERY_BEAT_SCHEDULE = {
                      "options": {"expires": 20}},
     # DESIGN §6: overdue approval steps escalate or expire; unsent notification mails retry.
     "approval-deadlines": {"task": "portal.approvals_tick", "schedule": 60.0, "options": {"expires": 50}},
+    # Webhook deliveries that are due (a retry's backoff has passed, a lost message, a crashed send).
+    "webhooks": {"task": "portal.webhooks_tick", "schedule": 60.0, "options": {"expires": 50}},
     # DESIGN §3.7: loans past their end are marked returned (effective quota already ignores them).
     "return-loans": {"task": "quotas.return_loans", "schedule": 60.0, "options": {"expires": 50}},
     # Kueue / Volcano queues follow the effective quota, which windows and loans change on the clock.
@@ -230,6 +232,9 @@ SPECTACULAR_SETTINGS = {
         "StatementLineKindEnum": "billing.models.LineKind",
         "ManualAdjustmentKindEnum": "billing.models.ManualKind",
         "ManualAdjustmentStateEnum": "billing.models.ManualState",
+        "WebhookKindEnum": "portal.models.WebhookKind",
+        "WebhookDeliveryStatusEnum": "portal.models.DeliveryStatus",
+        "NotificationTopicEnum": "portal.models.NotificationTopic",
     },
 }
 
@@ -317,6 +322,11 @@ GPUPOOL = {
     "PRICE_NORMALISED_CARD_HOURS": env_bool("GPUPOOL_PRICE_NORMALISED_CARD_HOURS", False),
     # The live log tail on the job page, in bytes (the whole log is a download).
     "LOG_TAIL_BYTES": env_int("GPUPOOL_LOG_TAIL_BYTES", 16384, min_value=1024, max_value=1048576),
+    # Webhooks (docs/notifications.md): hosts that may be reached over plain http and at private,
+    # loopback or link-local addresses (an in-house relay; the tests' receiver). Everything else:
+    # https to a public address only, checked when each request is sent.
+    "WEBHOOK_ALLOW_HOSTS": [h.lower() for h in env_list("GPUPOOL_WEBHOOK_ALLOW_HOSTS", [])],
+    "WEBHOOK_TIMEOUT_SECONDS": env_int("GPUPOOL_WEBHOOK_TIMEOUT_SECONDS", 10, min_value=1, max_value=60),
 }
 
 if GPUPOOL["DEPROVISION_JOBS"] not in ("keep", "stop"):

@@ -28,6 +28,9 @@ ALL = (
 
 # Which objects (by fixture name) each persona sees, per tenant-scoped list endpoint.
 VISIBLE = {
+    # Webhooks (issue 24 item 7): one's own, and those of the projects one may edit.
+    "webhook-list": {**{p: set() for p in ALL}, "platform": {"hook_pa1", "hook_pb"}, "a_admin": {"hook_pa1"},
+                     "b_admin": {"hook_pb"}, "pa1_admin": {"hook_pa1"}, "pa1_member": {"hook_own"}},
     "department-list": {
         "platform": {"A", "A1", "B"},
         "auditor": {"A", "A1", "B"},
@@ -211,6 +214,7 @@ OTHER |= {"job-log", "job-log-download", "job-access"}
 OTHER |= {"externalsource-map"}  # tests/api/test_external_sources_api.py
 # Per-persona tests in tests/api/test_job_templates_api.py.
 OTHER |= {"jobtemplate-submit", "project-storages"}
+OTHER |= {"webhook-test", "webhook-deliveries"}  # tests/api/test_webhooks_api.py, every persona
 # Approval actions, request creation and notifications: tests/api/test_approvals_api.py.
 OTHER |= {"approval-decide", "approval-bulk-decide", "approval-cancel", "approval-comment", "quota-request",
           "loan-request", "notification-list", "notification-read", "notification-read-all"}
@@ -275,7 +279,18 @@ def objects(world):
     by_list["budget-list"] = _budgets(world)
     by_list["manualadjustment-list"] = _adjustments(world)
     by_list["jobtemplate-list"] = _templates(world)
+    by_list["webhook-list"] = _webhooks(world)
     return by_list
+
+
+def _webhooks(world):
+    from portal.models import Webhook
+
+    url = "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=k"
+    made = {"hook_pa1": {"project": world.pa1}, "hook_pb": {"project": world.pb},
+            "hook_own": {"user": world.users["pa1_member"]}}
+    return {key: Webhook.objects.create(kind="wecom", name=key, url=url, **owner).pk
+            for key, owner in made.items()}
 
 
 def _templates(world):

@@ -53,6 +53,9 @@ PLATFORM_404 = {p: (NONE if p == "platform" else 404) for p in PERSONAS}
 STATEMENTS = {**STD, "pa1_member": NONE, "pb_member": NONE}
 A_STATEMENT = {**A_OBJECT, "pa1_member": 404}
 READERS = {**{p: 404 for p in PERSONAS}, "platform": AB, "auditor": AB}
+HOOKS = {**dict.fromkeys(PERSONAS, NONE), "platform": AB, "a_admin": A, "b_admin": B}
+A_HOOK = {**{p: 404 for p in PERSONAS}, "platform": A, "a_admin": A}
+HOOK_ACTION = {**{p: (404, False) for p in PERSONAS}, "a_admin": (302, True), "platform": (302, True)}
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,11 @@ RULES: dict[str, Page] = {
     "job-template-list": Page(SUBMITTERS, ("tpl:a", "tpl:b")),
     # Saving a job as a template: the page of a job one sees (the service refuses who cannot submit).
     "job-template-from-job": Page(A_OBJECT, ("job:a", "job:b")),
+    # Webhooks (issue 24 item 7): one's own, and those of the projects one may edit (project and
+    # department admins above them, platform admins); nobody else knows a project's hook is there.
+    "webhook-list": Page(HOOKS, ("hook:a", "hook:b")),
+    "webhook-new": Page(HOOKS, (NAMES["pa1"], NAMES["pb"])),  # the project choices
+    "webhook-edit": Page(A_HOOK, ("hook:a", "hook:b")),
 }
 
 # POST actions on an A-side object: persona -> (status, changed). Anyone outside the object's
@@ -158,6 +166,9 @@ ACTIONS: dict[str, dict] = {
     "billing-adjustment-decide": {**NOT_SEEN, "pa1_member": (404, False), "auditor": (302, False),
                                   "a_admin": (302, False), "a_finance": (302, False),
                                   "platform": (302, True)},
+    # A project's webhook: those who may edit the project delete it or send it a test.
+    "webhook-delete": HOOK_ACTION,
+    "webhook-test": HOOK_ACTION,
     # Notifications are the recipient's own: only pa1_member reads its note.
     "notification-read": {**{p: (404, False) for p in PERSONAS}, "pa1_member": (302, True)},
     "notification-read-all": {**{p: (302, False) for p in PERSONAS}, "pa1_member": (302, True)},
@@ -259,6 +270,15 @@ def _templates(world):
     }
 
 
+def _hooks(world):
+    from portal.models import Webhook
+
+    # 127.0.0.1 is refused at send time (no host is allowed in tests here): a test send needs no network.
+    hooks = (("hook:a", world.pa1, "zz-hook-alpha"), ("hook:b", world.pb, "zz-hook-bravo"))
+    return {key: Webhook.objects.create(project=project, kind="wecom", name=name, url="https://127.0.0.1/x")
+            for key, project, name in hooks}
+
+
 @pytest.fixture
 def objs(world, prio):
     for key, name in NAMES.items():
@@ -295,6 +315,7 @@ def objs(world, prio):
         "member:a": world.users["pa1_member"].memberships.get(),
         **_sources(world),
         **_templates(world),
+        **_hooks(world),
     }
     if _exists("what-if-run"):
         from billing.models import WhatIfRun
@@ -321,6 +342,7 @@ SUBJECT = {
     "directory-rule-edit": "rule:a", "directory-rule-delete": "rule:a",
     "user-detail": "user:a", "membership-remove": "member:a",
     "job-template-from-job": "job:a", "job-template-delete": "tpl:a",
+    "webhook-edit": "hook:a", "webhook-delete": "hook:a", "webhook-test": "hook:a",
 }
 
 
@@ -423,6 +445,10 @@ def _state(name, objs):
         return DirectoryRule.objects.filter(pk=objs["rule:a"].pk).exists()
     if name == "membership-remove":
         return Membership.objects.filter(pk=objs["member:a"].pk).exists()
+    if name == "webhook-delete":
+        return type(objs["hook:a"]).objects.filter(pk=objs["hook:a"].pk).exists()
+    if name == "webhook-test":
+        return objs["hook:a"].deliveries.count()
     if name == "job-template-delete":
         return type(objs["tpl:a"]).objects.filter(pk=objs["tpl:a"].pk).exists()
     raise AssertionError(name)
