@@ -20,6 +20,7 @@ PURE_MODULES = [
     "quotas.slurm_accounts",
     "jobs.placement",
     "jobs.scheduler",
+    "jobs.forecast",
     "jobs.backends.external",
     "jobs.backends.slurm_native",
     "jobs.backends.k8s_native",
