@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from coresnap import NOW, cluster, queued, running, snapshot, tree
+from coresnap import NOW, cluster, limits, queued, running, snapshot, tree
 
 from jobs.forecast import forecast
 from jobs.scheduler import PriorityClass
@@ -85,3 +85,19 @@ def test_the_cycle_bound_leaves_the_rest_unknown():
     found = forecast(snapshot(cluster(1), TL, run, queue), max_cycles=2)
     assert found.starts == {"w0": NOW + timedelta(minutes=1)}
     assert found.unknown == {"w1": "beyond_horizon", "w2": "beyond_horizon"}
+
+
+def test_ends_on_a_flavor_nobody_waits_for_cost_no_cycle_and_change_nothing():
+    nodes = cluster(1) + cluster(1, flavor="H800", prefix="h")
+    tl, lims = TL
+    lims = {**lims, ("D", "H800"): limits(8), ("a", "H800"): limits(8)}
+    run = [running(f"h{k}", "a", "h000", 1, first_gpu=k, age_s=0, runtime=60 * (k + 1), flavor="H800")
+           for k in range(8)]
+    run.append(running("r", "a", "n000", 8, age_s=0, runtime=3600))
+    found = forecast(snapshot(nodes, (tl, lims), run, [queued("w", "b", 8)]))
+    assert found.starts == {"w": NOW + timedelta(hours=1)}
+    assert found.cycles == 2  # now, and when r ends: the eight H800 ends ran no cycle
+    # Only H800 jobs end: nothing the A100 job waits for ever ends.
+    forever = [*run[:8], running("r", "a", "n000", 8)]
+    found = forecast(snapshot(nodes, (tl, lims), forever, [queued("w", "b", 8)]))
+    assert found.unknown == {"w": "unlimited"}
