@@ -69,12 +69,12 @@ def test_the_api_gives_the_estimate_on_the_job_and_in_explain_keeping_its_keys(a
     assert {"position", "reason", "message", "computed_at"} <= set(explain)  # unchanged keys
     assert explain["start_estimate"]["estimated_start"] == (now + timedelta(hours=1)).isoformat()
     listed = client.get("/api/v1/jobs/").json()
-    assert all("start_estimate" not in row for row in listed["results"])  # one cache read per job: not in lists
+    assert all("start_estimate" not in row for row in listed["results"])  # not in lists
     assert api(world.users["pa1_member"]).get(f"/api/v1/jobs/{waiting[0].pk}/explain/").status_code == 404
 
 
 def test_unknown_says_why(api, world, prio, queue):
-    now, waiting = queue
+    _now, waiting = queue
     Job.objects.filter(pk=waiting[0].pk).update(state="pending_approval")
     (late,) = _submit(world, prio, 1)  # submitted after the forecast
     found = cached_start_estimates([Job.objects.get(pk=waiting[0].pk), late])
