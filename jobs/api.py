@@ -7,7 +7,7 @@ from functools import cached_property
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
@@ -352,23 +352,8 @@ class StartEstimateOut(serializers.Serializer):
     computed_at = serializers.CharField(allow_null=True)
 
 
-class JobDetailOut(JobOut):
-    """One job: its fields plus, while it waits, its estimated start (issue 24; the lists leave
-    it out — it is one cache read per job)."""
-
-    start_estimate = serializers.SerializerMethodField()
-
-    @extend_schema_field(StartEstimateOut(allow_null=True))
-    def get_start_estimate(self, job) -> dict | None:
-        found = start_estimates.start_estimate(job)
-        return found.as_dict() if found else None
-
-    class Meta(JobOut.Meta):
-        fields = [*JobOut.Meta.fields, "start_estimate"]
-
-
 class JobDetailApi(DetailApi):
-    output = JobDetailOut
+    output = JobOut
 
     def visible(self):
         return with_approval_request(selectors.visible_jobs(self.request.user))

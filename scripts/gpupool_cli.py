@@ -292,8 +292,8 @@ def describe(job: dict, explain: dict | None, project: str, hours: dict[str, flo
         why = explain.get("text") or explain.get("message")  # the sentence for people, when there is one
         if why:
             lines.append(f"    {why}")
-    if job["state"] in ("queued", "pending_approval"):
-        lines.append(f"  {start_line(job.get('start_estimate') or (explain or {}).get('start_estimate'))}")
+    if explain and job["state"] == "queued":
+        lines.append(f"  {start_line(explain.get('start_estimate'))}")
     return "\n".join(lines)
 
 
@@ -319,7 +319,7 @@ def cmd_status(client: Client, args) -> int:
             print(
                 f"… {job['state']}"
                 + (f" (position {explain.get('position')}, {explain.get('reason')})" if explain else "")
-                + (f", {start_line(job.get('start_estimate'))}" if job["state"] == "queued" else ""),
+                + (f", {start_line(explain.get('start_estimate'))}" if explain else ""),
                 file=sys.stderr,
             )
         time.sleep(args.interval)
