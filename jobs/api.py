@@ -19,7 +19,7 @@ from portal.selectors import get_visible, visible_projects
 from quotas.models import Flavor
 from quotas.selectors import healthy_capacity
 
-from . import environment, explaining, flavor_choice, selectors, services
+from . import environment, explaining, flavor_choice, selectors, services, start_estimates
 from .approvals import approval_request_of, with_approval_request
 from .models import (
     COMMAND_MAX_LENGTH,
@@ -337,6 +337,21 @@ def _renamed(exc: DjangoValidationError, names: dict[str, str]) -> DjangoValidat
     )
 
 
+class StartEstimateOut(serializers.Serializer):
+    estimated_start = serializers.CharField(
+        allow_null=True,
+        help_text="When the job is estimated to start (ISO 8601), assuming running jobs run to their "
+        "maximum runtime and nothing else arrives; null when unknown.",
+    )
+    unknown_reason = serializers.CharField(
+        allow_null=True,
+        help_text="Why there is no estimate: unlimited (it waits for jobs without a maximum runtime), "
+        "beyond_horizon (not within 7 days), budget, approval, not_computed.",
+    )
+    unknown_text = serializers.CharField(help_text="The reason in the language of Accept-Language.")
+    computed_at = serializers.CharField(allow_null=True)
+
+
 class JobDetailApi(DetailApi):
     output = JobOut
 
@@ -417,6 +432,8 @@ class ExplainOut(serializers.Serializer):
     holders = serializers.ListField(child=serializers.DictField(), required=False)
     reservation = serializers.DictField(required=False, allow_null=True)
     computed_at = serializers.CharField(required=False)
+    start_estimate = StartEstimateOut(required=False, allow_null=True,
+                                      help_text="Estimated start (issue 24).")
 
 
 class JobExplainApi(APIView):
@@ -428,7 +445,9 @@ class JobExplainApi(APIView):
     @extend_schema(responses=ExplainOut)
     def get(self, request, pk):
         job = get_visible(selectors.visible_jobs(request.user), pk=pk)
-        return Response(explaining.readable(explain_job(job), request.user))
+        found = start_estimates.start_estimate(job)
+        out = explaining.readable(explain_job(job), request.user)
+        return Response({**out, "start_estimate": found.as_dict() if found else None})
 
 
 class UsageRowOut(serializers.Serializer):

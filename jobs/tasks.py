@@ -15,6 +15,7 @@ from quotas.models import Cluster
 from . import dispatch
 from .models import Job
 from .scheduling import schedule_once
+from .start_estimates import start_estimates_refresh
 from .states import HOLDING, JobState
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,13 @@ def autoscale() -> int:
     from .autoscale import autoscale_tick
 
     return autoscale_tick()
+
+
+@shared_task(name="jobs.estimate_starts", ignore_result=True)
+def estimate_starts() -> None:
+    """Estimated starts of the waiting jobs (issue 24), off the request path: idempotent (a
+    second run overwrites the cache; one running already makes it return at once)."""
+    start_estimates_refresh()
 
 
 @shared_task(

@@ -30,6 +30,7 @@ from . import (
     rules,
     selectors,
     services,
+    start_estimates,
     views_logs,
     views_templates,
 )
@@ -98,11 +99,13 @@ def _queue_context(request) -> dict:
     explanations = selectors.cached_explanations(queued)
     readable = explaining.for_reader(list(explanations.values()), request.user)
     explanations = dict(zip(explanations, readable, strict=True))
+    starts = start_estimates.cached_start_estimates(jobs)  # one cache read, filled by the beat task
     rows = [
         {
             "job": job,
             "position": positions.get(job.pk) if job.state == JobState.QUEUED else None,
             "explain": explanations.get(job.pk),
+            "start": starts.get(job.pk),
         }
         for job in jobs
     ]
@@ -146,6 +149,7 @@ def job_detail(request, pk: int):
             "job": job,
             "approval": approval,
             "explain": explain,
+            "start": start_estimates.start_estimate(job),
             "placement": selectors.job_placement(job),
             "events": selectors.job_events(job),
             "samples": len(samples),
@@ -395,7 +399,27 @@ def job_new_validate(request):
     # The class list depends on the kind and the project: its options are swapped in out of band
     # (the select itself stays, with its focus).
     form.fields["priority_class"].widget.attrs["hx-swap-oob"] = "innerHTML"
-    return render(request, "jobs/_job_form_feedback.html", _form_context(form))
+    context = _form_context(form)
+    if context["summary"] is not None and not form.errors:
+        context["summary"]["start"] = _start_if_submitted(form, context["summary"])
+    return render(request, "jobs/_job_form_feedback.html", context)
+
+
+def _start_if_submitted(form: JobForm, summary: dict) -> start_estimates.StartEstimate | None:
+    """When the job would start if submitted now (issue 24): the queue's forecast with it added.
+    Only in live feedback (not on every page load), and only once the request is complete."""
+    data = form.cleaned_data
+    project, priority_class = data.get("project"), data.get("priority_class")
+    if not (project and priority_class and data.get("kind")):
+        return None
+    flavor = summary["flavor"]
+    return start_estimates.start_estimate_new(
+        project_id=project.pk, flavor=flavor.name, workers=data["workers"],
+        min_workers=data.get("min_workers"), gpus_per_worker=data["gpus_per_worker"],
+        gpu_milli=data.get("gpu_milli") if flavor.shareable else None,
+        priority=priority_class.value, preemptible=priority_class.preemptible,
+        max_runtime_seconds=summary["runtime"], needs_approval=bool(summary["approvals"]),
+    )
 
 
 # --- priority classes ---------------------------------------------------------------------

@@ -302,7 +302,20 @@ def describe(job: dict, explain: dict | None, project: str, hours: dict[str, flo
         why = explain.get("text") or explain.get("message")  # the sentence for people, when there is one
         if why:
             lines.append(f"    {why}")
+    if explain and job["state"] == "queued":
+        lines.append(f"  {start_line(explain.get('start_estimate'))}")
     return "\n".join(lines)
+
+
+def start_line(estimate: dict | None) -> str:
+    """``estimated start 2026-12-05T09:00:00+08:00`` or ``estimated start unknown (reason)``
+    (issue 24: running jobs assumed to run to their maximum runtime, nothing else arriving)."""
+    if not estimate:
+        return "estimated start unknown (not estimated yet)"
+    if estimate.get("estimated_start"):
+        return f"estimated start {estimate['estimated_start']}"
+    why = estimate.get("unknown_text") or estimate.get("unknown_reason") or "?"
+    return f"estimated start unknown ({why})"
 
 
 def cmd_status(client: Client, args) -> int:
@@ -315,7 +328,8 @@ def cmd_status(client: Client, args) -> int:
         if args.wait and not args.json:
             print(
                 f"… {job['state']}"
-                + (f" (position {explain.get('position')}, {explain.get('reason')})" if explain else ""),
+                + (f" (position {explain.get('position')}, {explain.get('reason')})" if explain else "")
+                + (f", {start_line(explain.get('start_estimate'))}" if explain else ""),
                 file=sys.stderr,
             )
         time.sleep(args.interval)

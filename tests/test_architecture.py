@@ -21,6 +21,7 @@ PURE_MODULES = [
     "jobs.placement",
     "jobs.autoscale_decision",
     "jobs.scheduler",
+    "jobs.forecast",
     "jobs.backends.external",
     "jobs.backends.slurm_native",
     "jobs.backends.k8s_native",

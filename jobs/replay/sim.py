@@ -79,6 +79,9 @@ class Options:
     # (DESIGN §14). Off (the default, and for the Alibaba trace, whose ``gpu_spec`` lists models
     # in no order of preference): it is pinned to the listed model with the most capacity.
     alternatives: bool = False
+    # A job's max_runtime_seconds (what EASY backfill and start estimates plan with) is its trace
+    # duration × this, rounded up: 1 = users who know exactly how long their jobs run.
+    limit_factor: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -199,9 +202,23 @@ def alternatives(jobs: Iterable[TraceJob], nodes: Sequence[TraceNode]) -> dict[s
     return out
 
 
+class Observer:
+    """Looks at a replay without changing it (bench/estimates.py): ``sample(t, snapshot)`` every
+    ``every`` virtual seconds (after the cycle at ``t``, the snapshot a cycle at ``t`` would be
+    fed), ``started(job_id, t)`` when a job gets its GPUs."""
+
+    every: float = 0.0
+
+    def sample(self, t: float, snapshot: Snapshot) -> None:
+        pass
+
+    def started(self, job_id: str, t: float) -> None:
+        pass
+
+
 def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quotas | None = None,
              options: Options = Options(), engine_factory: Callable[..., Engine] = Engine,
-             world: World | None = None) -> dict:
+             world: World | None = None, observer: Observer | None = None) -> dict:
     wall0 = time.perf_counter()
     if options.policy not in ("pooled", "static"):
         raise ValueError(f"unknown policy {options.policy!r}")
@@ -246,6 +263,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         heap.append((t, LIMITS, seq, str(k), 0))  # str(k): never a job id token
         seq += 1
     heapq.heapify(heap)
+    track = world is not None or observer is not None  # keep what a snapshot would list
+    next_sample = t_first
     remaining = {j.job_id: j.duration for j in runnable}
     token: dict[str, int] = defaultdict(int)  # invalidates the start/finish events of a victim
     started: dict[str, float] = {}  # running jobs (GPUs held) -> start time
@@ -274,10 +293,23 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         shared = j.num_gpus == 1 and j.gpu_milli < 1000
         return QueuedJob(jid, j.tenant, flavors[jid], _dt(j.submit_time), j.workers, None,
                          j.num_gpus, j.gpu_milli if shared else None, j.priority, True,
-                         None if rem is None else max(1, math.ceil(rem)), False, choices.get(jid, ()))
+                         None if rem is None else max(1, math.ceil(rem * options.limit_factor)), False,
+                         choices.get(jid, ()))
+
+    def world_snapshot(t: float) -> Snapshot:
+        running = tuple(
+            RunningJob(jid, q.project_id, q.flavor, q.priority, q.preemptible, _dt(at),
+                       q.max_runtime_seconds, slots, terminating=jid in signalled,
+                       terminating_since=_dt(signalled[jid]) if jid in signalled else None,
+                       submitted_at=q.submitted_at)
+            for jid, (q, at, slots) in holding.items())
+        return Snapshot(_dt(t), enodes, tree, limits, running, tuple(waiting.values()),
+                        priority_classes=classes)
 
     def begin(jid: str, t: float) -> None:
         started[jid] = t
+        if observer is not None:
+            observer.started(jid, t)
         rec.started(jid, ran_on.get(jid, flavors[jid]), demand_milli(by_id[jid]), t)
         if loan_flag.get(jid):
             rec.tier(jid, True, t)
@@ -326,18 +358,11 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         t_end = max(t_end, batch_t)
         if not changed:
             continue
-        if world is not None:
+        if track:
             waiting.update((q.id, q) for q in fresh)
         if new_limits is not None:
             limits = new_limits
-            running = tuple(
-                RunningJob(jid, q.project_id, q.flavor, q.priority, q.preemptible, _dt(at),
-                           q.max_runtime_seconds, slots, terminating=jid in signalled,
-                           terminating_since=_dt(signalled[jid]) if jid in signalled else None,
-                           submitted_at=q.submitted_at)
-                for jid, (q, at, slots) in holding.items())
-            engine = engine_factory(Snapshot(_dt(batch_t), enodes, tree, limits, running,
-                                             tuple(waiting.values()), priority_classes=classes), **flags)
+            engine = engine_factory(world_snapshot(batch_t), **flags)
         else:
             engine.finish(finished)
             engine.submit(fresh)
@@ -357,13 +382,16 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         for a in result.admissions:
             admitted_at[a.job_id] = batch_t
             ran_on[a.job_id] = a.flavor
-            if world is not None:
+            if track:
                 q = replace(waiting.pop(a.job_id), flavor=a.flavor, flavors=())  # runs on one flavor
                 holding[a.job_id] = (q, batch_t, tuple(s for w in a.placement for s in w))
             if a.preempts and options.grace > 0:
                 push(batch_t + options.grace, START, a.job_id)
             else:
                 begin(a.job_id, batch_t)
+        if observer is not None and observer.every and batch_t >= next_sample:
+            observer.sample(batch_t, world_snapshot(batch_t))
+            next_sample = batch_t + observer.every
         if options.detail:
             for jid, flag in result.on_loan.items():
                 loan_flag[jid] = flag

@@ -15,6 +15,7 @@ from django.utils.translation import gettext_lazy as _
 
 from jobs.models import STATE_LABELS, JobKind
 from jobs.selectors import job_devices
+from jobs.start_estimates import UNKNOWN_LABELS
 
 register = template.Library()
 
@@ -62,6 +63,26 @@ NUMBER_LABELS = {
     "largest_cluster": _("largest cluster"),
     "largest_free_cluster": _("largest free room in one cluster"),
 }
+
+
+@register.filter
+def start_unknown_label(reason: str) -> str:
+    return UNKNOWN_LABELS.get(reason, reason)
+
+
+@register.simple_tag
+def start_estimate(estimate):
+    """An estimated start (jobs.start_estimates.StartEstimate) in the site zone, or "unknown"
+    with the reason; nothing for a job that is not waiting."""
+    if estimate is None:
+        return ""
+    if estimate.estimated_start is None:
+        return format_html('<span class="start-unknown">{}</span> <small class="muted">{}</small>',
+                           gettext("unknown"), start_unknown_label(estimate.unknown_reason))
+    at = localtime(estimate.estimated_start)
+    title = gettext("Estimated from the running jobs' maximum runtimes; earlier if they end sooner")
+    return format_html('<time class="start" datetime="{}" title="{}">{}</time>', at.isoformat(), title,
+                       date_filter(at, "Y-m-d H:i"))
 
 
 @register.simple_tag
@@ -159,11 +180,13 @@ def queue_row(context, row: dict):
         '      <td>{} <small class="muted">{}</small></td>\n'
         "      <td>{}</td>\n"
         '      <td class="why">{}</td>\n'
+        '      <td class="start">{}</td>\n'
         "      <td>{}</td>\n"
         "    </tr>",
         row["position"] or "—", url, job.name, job.pk, mine, external_badge(job), job.project.code,
         job.flavor.name, devices(job), job.priority_class.name, job.priority_class.value,
-        state_badge(job.state), _why(job, row["explain"], url), timesince_filter(since, context.get("now")),
+        state_badge(job.state), _why(job, row["explain"], url), start_estimate(row.get("start")),
+        timesince_filter(since, context.get("now")),
     )
 
 

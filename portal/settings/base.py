@@ -125,6 +125,10 @@ CELERY_BEAT_SCHEDULE = {
     # DESIGN §5: a cycle every few seconds, plus one on every submit/finish.
     "scheduling-cycle": {"task": "jobs.schedule_cycle", "schedule": env_int("SCHEDULE_INTERVAL_SECONDS", 5),
                          "options": {"expires": 10}},
+    # Issue 24: when will each waiting job start — the engine run forward over the running jobs' limits.
+    "start-estimates": {"task": "jobs.estimate_starts",
+                        "schedule": env_int("START_ESTIMATE_INTERVAL_SECONDS", 60),
+                        "options": {"expires": 50}},
     "inventory": {"task": "jobs.sync_inventory", "schedule": env_int("INVENTORY_INTERVAL_SECONDS", 300),
                   "options": {"expires": 250}},
     "expire-jobs": {"task": "jobs.expire_jobs", "schedule": 60.0, "options": {"expires": 50}},

@@ -10,6 +10,7 @@ from django.template import Context, Template
 from django.utils import timezone, translation
 
 from jobs.models import Job
+from jobs.start_estimates import StartEstimate
 from portal.models import Project, User
 from tests import factories as fx
 
@@ -25,6 +26,7 @@ REFERENCE = """{% load i18n jobs_ui %}{% for row in rows %}{% with job=row.job %
       <td>{{ job.priority_class.name }} <small class="muted">{{ job.priority_class.value }}</small></td>
       <td>{% state_badge job.state %}</td>
       <td class="why">{% if job.state == "queued" %}{% if row.explain %}<span title="{{ row.explain.text }}">{{ row.explain.reason|reason_label }}</span>{% if row.explain.numbers %}<small>{% for key, value in row.explain.numbers.items %}{{ key|number_label }} {{ value|floatformat:"-3" }}{% if not forloop.last %} · {% endif %}{% endfor %}</small>{% endif %}{% else %}<a href="{% url 'job-detail' job.pk %}">{% translate "see the job" %}</a>{% endif %}{% elif job.state == "pending_approval" %}{% translate "Waiting for approval" %}{% elif job.state == "admitted" %}{% translate "Starting on the cluster" %}{% endif %}</td>
+      <td class="start">{% start_estimate row.start %}</td>
       <td>{% if job.state == "running" and job.started_at %}{{ job.started_at|timesince:now }}{% else %}{{ job.submitted_at|timesince:now }}{% endif %}</td>
     </tr>
   {% endwith %}{% endfor %}"""  # noqa: E501 - the template as it was
@@ -75,8 +77,10 @@ def _rows():
         None, None, None, None, None,
     ]
     positions = [3, 1200, None, None, None, None, None]
-    rows = [{"job": j, "position": p, "explain": e}
-            for j, p, e in zip(jobs, positions, explains, strict=True)]
+    starts = [StartEstimate(now + timedelta(hours=2), None, now), StartEstimate(None, "unlimited", now),
+              None, StartEstimate(None, "approval", now), None, None, None]
+    rows = [{"job": j, "position": p, "explain": e, "start": s}
+            for j, p, e, s in zip(jobs, positions, explains, starts, strict=True)]
     return rows, viewer, now
 
 

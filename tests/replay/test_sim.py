@@ -194,3 +194,34 @@ def test_reuse_counts_only_others_idle_quota():
     assert r["idle_quota_gpu_s"] == pytest.approx(100)  # b: 1 GPU × 100 s
     assert r["borrowed_gpu_s"] == pytest.approx(100)  # min(beyond quota 2, idle 1) × 100 s (was 200)
     assert r["idle_quota_reuse_ratio"] == pytest.approx(1.0)  # (was 2.0: above 1, not a share)
+
+
+def test_an_observer_sees_snapshots_and_starts_and_the_forecast_of_a_sample_comes_true():
+    """bench/estimates.py's hook (issue 24): samples of the replay's state as the engine's
+    snapshot, the starts as they happen; with exact limits and no later arrival the forecast
+    at t=0 is what then happens."""
+    from jobs.forecast import forecast
+
+    class Watch(sim.Observer):
+        every = 1.0
+
+        def __init__(self):
+            self.snaps, self.starts = [], {}
+
+        def sample(self, t, snapshot):
+            self.snaps.append((t, snapshot))
+
+        def started(self, job_id, t):
+            self.starts[job_id] = t
+
+    jobs = [TraceJob("a", 0, 100, 4, tenant="a/x"), TraceJob("b", 0, 30, 4, tenant="b/y"),
+            TraceJob("c", 0, 50, 4, tenant="a/x")]
+    watch = Watch()
+    simulate(jobs, ONE_NODE, {"a/x": {F: 4000}, "b/y": {F: 4000}}, Options(policy="static", limit_factor=2),
+             observer=watch)
+    t, first = watch.snaps[0]
+    assert t == 0 and [r.id for r in first.running] == ["a"] and {q.id for q in first.queued} == {"b", "c"}
+    assert first.running[0].max_runtime_seconds == 200  # 2 × the true duration
+    found = forecast(first, borrowing=False)
+    assert {j: (at - first.now).total_seconds() for j, at in found.starts.items()} == {"b": 200, "c": 260}
+    assert watch.starts == {"a": 0, "b": 100, "c": 130}  # earlier: jobs end before their limits

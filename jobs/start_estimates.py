@@ -1,0 +1,146 @@
+"""Estimated start times of waiting jobs (issue 24): ``jobs.forecast`` over the cycle's snapshot,
+computed off the request path and cached; pages, the API and the CLI read the cache.
+
+``start_estimates_refresh`` (the beat task ``jobs.estimate_starts``) runs the forecast for the
+whole queue and stores the answers in ONE cache key, packed like the queue ranking (a 30,000-job
+dict would cost milliseconds to unpickle on every queue page). Readers get, per job::
+
+    {"estimated_start": datetime | None, "unknown_reason": str | None, "computed_at": datetime | None}
+
+``unknown_reason`` is one of ``jobs.forecast.UNKNOWN`` or "not_computed" (no forecast has seen
+the job yet: submitted since the last one, or none ran). A job pending approval is "approval"
+whatever the cache says: it is not in the queue yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from array import array
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.core.cache import cache
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from .cache_keys import STARTS_KEY
+from .engine.model import QueuedJob
+from .forecast import DEFAULT_HORIZON_SECONDS, DEFAULT_MAX_CYCLES, UNKNOWN, forecast
+from .models import Job, JobKind
+from .snapshot import build_snapshot
+from .states import JobState
+
+log = logging.getLogger(__name__)
+
+STARTS_TTL = 600  # an estimate older than this is not shown ("not_computed")
+STARTS_LOCK_KEY = "starts:running"
+FORM_MAX_CYCLES = 100  # the submission form's estimate: a smaller bound, it runs per request
+REASONS = (*UNKNOWN, "not_computed")
+UNKNOWN_LABELS = {
+    "unlimited": _("it waits for jobs without a maximum runtime"),
+    "beyond_horizon": _("not within the next 7 days"),
+    "budget": _("held by a spent budget until approved"),
+    "approval": _("it waits for approval"),
+    "not_computed": _("not estimated yet"),
+}
+
+
+@dataclass(frozen=True)
+class StartEstimate:
+    estimated_start: datetime | None
+    unknown_reason: str | None  # None when there is an estimate
+    computed_at: datetime | None
+
+    def as_dict(self) -> dict:
+        """The API's form; ``unknown_text`` in the request's language."""
+        return {
+            "estimated_start": self.estimated_start.isoformat() if self.estimated_start else None,
+            "unknown_reason": self.unknown_reason,
+            "unknown_text": str(UNKNOWN_LABELS.get(self.unknown_reason, "")) if self.unknown_reason else "",
+            "computed_at": self.computed_at.isoformat() if self.computed_at else None,
+        }
+
+
+def start_estimates_refresh(now: datetime | None = None) -> int | None:
+    """Forecast the queue and cache the estimates; the number of jobs estimated, or None when
+    another refresh is running (safe to run twice: the later one simply overwrites)."""
+    if not cache.add(STARTS_LOCK_KEY, 1, timeout=STARTS_TTL):
+        return None
+    try:
+        now = now or timezone.now()
+        t0 = time.perf_counter()
+        found = forecast(build_snapshot(now), horizon_seconds=DEFAULT_HORIZON_SECONDS,
+                         max_cycles=DEFAULT_MAX_CYCLES)
+        ids, starts, codes = array("q"), array("d"), array("b")
+        for jid, at in found.starts.items():
+            ids.append(int(jid))
+            starts.append(at.timestamp())
+            codes.append(-1)
+        for jid, why in found.unknown.items():
+            ids.append(int(jid))
+            starts.append(math.nan)
+            codes.append(UNKNOWN.index(why))
+        cache.set(STARTS_KEY, {"at": now.isoformat(), "ids": ids.tobytes(), "starts": starts.tobytes(),
+                               "codes": codes.tobytes()}, timeout=STARTS_TTL)
+        log.info("start estimates: %d jobs, %d cycles, %.0f ms", len(ids), found.cycles,
+                 (time.perf_counter() - t0) * 1e3)
+        return len(ids)
+    finally:
+        cache.delete(STARTS_LOCK_KEY)
+
+
+def cached_start_estimates(jobs: list[Job]) -> dict[int, StartEstimate]:
+    """The estimates of ``jobs`` (waiting ones; others are left out), one cache read."""
+    waiting = [j for j in jobs if j.state in (JobState.QUEUED, JobState.PENDING_APPROVAL)
+               and j.kind != JobKind.EXTERNAL]
+    if not waiting:
+        return {}
+    cached = cache.get(STARTS_KEY) or {}
+    at = datetime.fromisoformat(cached["at"]) if cached.get("at") else None
+    ids, starts, codes = array("q"), array("d"), array("b")
+    ids.frombytes(cached.get("ids", b""))
+    starts.frombytes(cached.get("starts", b""))
+    codes.frombytes(cached.get("codes", b""))
+    wanted = {j.pk for j in waiting if j.state == JobState.QUEUED}
+    found = {}
+    if wanted:
+        for k, jid in enumerate(ids):
+            if jid in wanted:
+                found[jid] = k
+    out = {}
+    for job in waiting:
+        if job.state == JobState.PENDING_APPROVAL:
+            out[job.pk] = StartEstimate(None, "approval", at)
+            continue
+        k = found.get(job.pk)
+        if k is None:
+            out[job.pk] = StartEstimate(None, "not_computed", at)
+        elif codes[k] < 0:
+            out[job.pk] = StartEstimate(datetime.fromtimestamp(starts[k], UTC), None, at)
+        else:
+            out[job.pk] = StartEstimate(None, UNKNOWN[codes[k]], at)
+    return out
+
+
+def start_estimate(job: Job) -> StartEstimate | None:
+    """One job's estimate (None: the job is not waiting)."""
+    return cached_start_estimates([job]).get(job.pk)
+
+
+def start_estimate_new(*, project_id: int, flavor: str, workers: int, min_workers: int | None,
+                       gpus_per_worker: int, gpu_milli: int | None, priority: int, preemptible: bool,
+                       max_runtime_seconds: int | None, needs_approval: bool,
+                       now: datetime | None = None) -> StartEstimate:
+    """When a job of this shape would start if it were submitted now: the forecast of the queue
+    with it added (submitted ``now``). Bounded: one snapshot and at most FORM_MAX_CYCLES cycles."""
+    now = now or timezone.now()
+    if needs_approval:
+        return StartEstimate(None, "approval", now)
+    job = QueuedJob("0", f"p{project_id}", flavor, now, workers, min_workers, gpus_per_worker, gpu_milli,
+                    priority, preemptible, max_runtime_seconds, False)
+    found = forecast(build_snapshot(now), extra=[job], max_cycles=FORM_MAX_CYCLES)
+    if "0" in found.starts:
+        return StartEstimate(found.starts["0"], None, now)
+    return StartEstimate(None, found.unknown.get("0", "beyond_horizon"), now)

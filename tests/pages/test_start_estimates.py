@@ -1,0 +1,107 @@
+"""Estimated starts (issue 24) through the service: the beat task's forecast of the real queue,
+cached once, shown on the queue page, the job page, the API (job detail and explain) and the
+submission form's live feedback."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone, translation
+
+from jobs import tasks
+from jobs.models import Job
+from jobs.scheduling import schedule_once
+from jobs.services import job_submit
+from jobs.start_estimates import cached_start_estimates, start_estimates_refresh
+
+pytestmark = pytest.mark.django_db
+
+
+def _submit(world, prio, n, *, runtime=3600, gpus=8):
+    return [
+        job_submit(actor=world.users["pb_member"], project=world.pb, name=f"e-{k}", kind="training",
+                   flavor=world.F, priority_class=prio, image="img", gpus_per_worker=gpus,
+                   max_runtime_seconds=runtime)
+        for k in range(n)
+    ]
+
+
+@pytest.fixture
+def queue(world, prio):
+    """16 GPUs: two 8-GPU jobs with a 1 h limit run from ``now``, two wait for them."""
+    jobs = _submit(world, prio, 4)
+    now = timezone.now().replace(microsecond=0)
+    schedule_once(now)
+    assert start_estimates_refresh(now) == 2
+    waiting = list(Job.objects.filter(pk__in=[j.pk for j in jobs], state="queued").order_by("pk"))
+    return now, waiting
+
+
+def test_waiting_jobs_start_when_the_running_jobs_limits_are_up(queue):
+    now, waiting = queue
+    found = cached_start_estimates(waiting)
+    assert [found[j.pk].estimated_start for j in waiting] == [now + timedelta(hours=1)] * 2
+    assert all(found[j.pk].unknown_reason is None and found[j.pk].computed_at == now for j in waiting)
+
+
+def test_the_queue_page_and_the_job_page_show_the_estimate(page_client, queue):
+    now, waiting = queue
+    shown = timezone.localtime(now + timedelta(hours=1)).strftime("%Y-%m-%d %H:%M")
+    page = page_client("pb_member").get("/jobs/queue/")
+    rows = {r["job"].pk: r for r in page.context["rows"]}
+    assert rows[waiting[0].pk]["start"].estimated_start == now + timedelta(hours=1)
+    html = page.content.decode()
+    assert "Estimated start" in html and html.count(shown) == 2
+    detail = page_client("pb_member").get(f"/jobs/{waiting[1].pk}/").content.decode()
+    assert "Estimated start" in detail and shown in detail and "maximum runtime" in detail
+    zh = page_client("pb_member", "zh-hans").get(f"/jobs/{waiting[1].pk}/").content.decode()
+    assert "预计开始时间" in zh and shown in zh
+
+
+def test_the_api_gives_the_estimate_in_explain_keeping_its_keys(api, world, queue):
+    now, waiting = queue
+    client = api(world.users["pb_member"])
+    explain = client.get(f"/api/v1/jobs/{waiting[0].pk}/explain/").json()
+    assert {"position", "reason", "message", "computed_at"} <= set(explain)  # unchanged keys
+    assert explain["start_estimate"] == {
+        "estimated_start": (now + timedelta(hours=1)).isoformat(), "unknown_reason": None,
+        "unknown_text": "", "computed_at": now.isoformat(),
+    }
+    assert api(world.users["pa1_member"]).get(f"/api/v1/jobs/{waiting[0].pk}/explain/").status_code == 404
+
+
+def test_unknown_says_why(api, world, prio, queue):
+    _now, waiting = queue
+    Job.objects.filter(pk=waiting[0].pk).update(state="pending_approval")
+    (late,) = _submit(world, prio, 1)  # submitted after the forecast
+    found = cached_start_estimates([Job.objects.get(pk=waiting[0].pk), late])
+    assert (found[waiting[0].pk].estimated_start, found[waiting[0].pk].unknown_reason) == (None, "approval")
+    assert found[late.pk].unknown_reason == "not_computed"
+    answer = api(world.users["pb_member"]).get(f"/api/v1/jobs/{late.pk}/explain/",
+                                               HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert answer.json()["start_estimate"]["unknown_reason"] == "not_computed"
+    assert answer.json()["start_estimate"]["unknown_text"] == "尚未估算"
+    # A blocker without a limit: the next forecast cannot say.
+    Job.objects.filter(state="admitted").update(max_runtime_seconds=None)
+    tasks.estimate_starts()  # the beat task: no arguments, runs again safely
+    tasks.estimate_starts()
+    found = cached_start_estimates([late])
+    assert (found[late.pk].estimated_start, found[late.pk].unknown_reason) == (None, "unlimited")
+
+
+def test_the_form_estimates_the_job_before_it_is_submitted(page_client, world, prio, queue):
+    now, _waiting = queue
+    body = {"name": "new", "project": world.pa1.pk, "kind": "training", "flavor": world.F.pk,
+            "priority_class": prio.pk, "workers": "1", "gpus_per_worker": "4", "min_workers": "",
+            "gpu_milli": "", "image": "img", "command": "", "max_runtime_seconds": "600"}
+    response = page_client("pa1_member").post("/jobs/new/validate/", body, HTTP_HX_REQUEST="true")
+    start = response.context["summary"]["start"]
+    # All 16 GPUs are taken, but one of pb's running jobs is on loan and pa1's job is within
+    # pa1's quota: the engine reclaims the loan (rule 5), and the job starts once the victim's
+    # grace period is over — not an hour later.
+    assert start.estimated_start == start.computed_at + timedelta(seconds=prio.grace_seconds)
+    assert start.computed_at >= now
+    assert "Estimated start if submitted now" in response.content.decode()
+    assert Job.objects.filter(name="new").count() == 0  # nothing was submitted
+    with translation.override("zh-hans"):
+        zh = page_client("pa1_member", "zh-hans").post("/jobs/new/validate/", body, HTTP_HX_REQUEST="true")
+    assert "如果现在提交" in zh.content.decode()
