@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scratchdb import scratch_django
 
-PAGES = {"queue": "/jobs/queue/", "dashboard": "/", "jobs": "/jobs/"}
+PAGES = {"queue": "/jobs/queue/", "dashboard": "/", "jobs": "/jobs/", "budgets": "/billing/budgets/"}
 PERSONAS = ("alice", "ai-admin", "admin")
 # state, share of the generated jobs
 MIX = (
