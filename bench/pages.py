@@ -218,6 +218,7 @@ def run(jobs: int, repeat: int, seed: int) -> dict:
         "queue_page_ms_p50": worst["queue"],
         "dashboard_ms_p50": worst["dashboard"],
         "job_list_ms_p50": worst["jobs"],
+        "budgets_ms_p50": worst["budgets"],
         "repeat": repeat,
         "populate_s": round(populate_s, 1),
         "first_cycle_s": round(cycle_s, 2),
