@@ -39,7 +39,8 @@ _TODAY = date.today()
 USAGE_URL = (f"/billing/usage/?start={_TODAY - timedelta(days=30)}&end={_TODAY + timedelta(days=1)}"
              "&group_by=project&then_by=user")
 PAGES = {"queue": "/jobs/queue/", "dashboard": "/", "jobs": "/jobs/", "usage": USAGE_URL,
-         "approvals": "/approvals/"}
+         "approvals": "/approvals/",
+         "budgets": "/billing/budgets/"}
 PERSONAS = ("alice", "ai-admin", "admin")
 # Pages measured only for the personas that use them: the approval inbox for the approvers (a
 # department admin and a platform admin), each request with its context (issue 24 item 3).
@@ -265,6 +266,7 @@ def run(jobs: int, repeat: int, seed: int) -> dict:
         "job_list_ms_p50": worst["jobs"],
         "approvals_ms_p50": worst["approvals"],
         "usage_ms_p50": worst["usage"],
+        "budgets_ms_p50": worst["budgets"],
         "repeat": repeat,
         "populate_s": round(populate_s, 1),
         "first_cycle_s": round(cycle_s, 2),

@@ -27,7 +27,7 @@ from quotas.selectors import site_zone
 from . import budgets, exports, manual, selectors, usage
 from .forms import UsageForm
 from .meter import meter_state
-from .models import Budget, ManualAdjustment, ManualKind, Statement, StatementLine
+from .models import BUDGET_AMOUNT_MAX, Budget, ManualAdjustment, ManualKind, Statement, StatementLine
 from .periods import FIRST_MONTH, LAST_MONTH, MonthOutOfRange, month_label, month_of, parse_month
 
 MONTH_PARAM = OpenApiParameter("month", str, description="YYYY-MM (site time zone)")
@@ -422,11 +422,22 @@ class UsageApi(APIView):
 # --- budgets (DESIGN §3.9) ------------------------------------------------------------------------
 
 
+class BudgetForecastOut(serializers.Serializer):
+    unit = serializers.CharField(help_text="The budget's currency if it has an amount, else card-hours.")
+    rate_per_day = serializers.DecimalField(max_digits=20, decimal_places=2)
+    projected = serializers.DecimalField(max_digits=20, decimal_places=2, help_text="At the month's end.")
+    runs_out_on = serializers.DateField(allow_null=True, help_text="Null: not this month.")
+    window_start = serializers.DateTimeField(help_text="The rate is measured from here to now.")
+
+
+
 class BudgetOut(serializers.ModelSerializer):
     month = serializers.SerializerMethodField()
     used_card_hours = serializers.SerializerMethodField()
     percent = serializers.SerializerMethodField()
     over = serializers.SerializerMethodField()
+    used_amount = serializers.SerializerMethodField()
+    forecast = serializers.SerializerMethodField()
     updated_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
@@ -436,10 +447,14 @@ class BudgetOut(serializers.ModelSerializer):
             "department",
             "project",
             "card_hours",
+            "amount",
+            "currency",
             "month",
             "used_card_hours",
+            "used_amount",
             "percent",
             "over",
+            "forecast",
             "updated_at",
             "updated_by",
         ]
@@ -447,8 +462,26 @@ class BudgetOut(serializers.ModelSerializer):
     def _status(self, budget) -> budgets.BudgetStatus:
         statuses = self.context.setdefault("budget_statuses", {})
         if budget.pk not in statuses:
-            statuses.update(budgets.budget_statuses([budget]))
+            statuses.update(budgets.budget_statuses([budget], series=True))
         return statuses[budget.pk]
+
+    @extend_schema_field(serializers.DecimalField(max_digits=16, decimal_places=2, allow_null=True))
+    def get_used_amount(self, budget) -> str | None:
+        """Money used this month (the ledger priced as the statement prices it, plus the unmetered
+        tail at the standard rate); null for a budget without an amount."""
+        return None if budget.amount is None else str(self._status(budget).used_money)
+
+    @extend_schema_field(BudgetForecastOut)
+    def get_forecast(self, budget) -> dict:
+        status = self._status(budget)
+        runs_out = status.runs_out_on
+        return {
+            "unit": budget.currency if status.in_money else "card-hours",
+            "rate_per_day": str(status.forecast.rate_per_day.quantize(budgets.CENT)),
+            "projected": str(status.projected),
+            "runs_out_on": runs_out.isoformat() if runs_out else None,
+            "window_start": status.forecast.window_start,
+        }
 
     def get_month(self, budget) -> str:
         return month_label(self._status(budget).month)
@@ -467,14 +500,31 @@ class BudgetOut(serializers.ModelSerializer):
 class BudgetIn(serializers.Serializer):
     department = VisibleRelatedField(visible_departments, required=False, allow_null=True)
     project = VisibleRelatedField(visible_projects, required=False, allow_null=True)
-    card_hours = serializers.DecimalField(max_digits=14, decimal_places=2, min_value=Decimal("0.01"))
+    card_hours = serializers.DecimalField(
+        max_digits=14, decimal_places=2, min_value=Decimal("0.01"), required=False, allow_null=True
+    )
+    amount = serializers.DecimalField(
+        max_digits=16,
+        decimal_places=2,
+        min_value=Decimal("0.01"),
+        max_value=BUDGET_AMOUNT_MAX,
+        required=False,
+        allow_null=True,
+        help_text="Money per month in the site currency; null removes the money limit.",
+    )
+
+
+def _limits(data) -> dict:
+    """The limits a request gives: absent ones stay as they are (``budgets.budget_set``)."""
+    return {field: data[field] for field in ("card_hours", "amount") if field in data}
 
 
 class BudgetListApi(ListCreateApi):
-    """Monthly card-hour budgets of the visible departments and projects, with this month's usage
-    (ledger + the unmetered tail). POST sets one (creates or changes the budget of that
-    department or project): department admins and finance of the department or above, platform
-    admins."""
+    """Monthly budgets (card-hours, money or both) of the visible departments and projects, with
+    this month's usage (ledger + the unmetered tail), the money spent (priced as the statement
+    prices it) and the burn-down forecast to the month's end. POST sets one (creates or changes
+    the budget of that department or project; a limit left out stays as it is, null removes it):
+    department admins and finance of the department or above, platform admins."""
 
     output, input = BudgetOut, BudgetIn
 
@@ -484,15 +534,16 @@ class BudgetListApi(ListCreateApi):
     def list(self, request, *args, **kwargs):
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
         context = self.get_serializer_context()
-        context["budget_statuses"] = budgets.budget_statuses(page)  # one usage computation per page
+        # One usage computation per page.
+        context["budget_statuses"] = budgets.budget_statuses(page, series=True)
         return self.get_paginated_response(BudgetOut(page, many=True, context=context).data)
 
     def perform(self, data):
         return budgets.budget_set(
             actor=self.request.user,
-            card_hours=data["card_hours"],
             department=data.get("department"),
             project=data.get("project"),
+            **_limits(data),
         )
 
 
@@ -506,13 +557,10 @@ class BudgetDetailApi(DetailApi):
         for field in ("department", "project"):
             if field in data and data[field] != getattr(obj, field):
                 raise ValidationError({field: [_("A budget stays with its department or project.")]})
-        if "card_hours" not in data:
+        if not _limits(data):
             return obj
         return budgets.budget_set(
-            actor=self.request.user,
-            card_hours=data["card_hours"],
-            department=obj.department,
-            project=obj.project,
+            actor=self.request.user, department=obj.department, project=obj.project, **_limits(data)
         )
 
     def delete_object(self, obj):

@@ -5,10 +5,12 @@ not drawn at all (the page says so instead), so each function returns None for n
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 
 import plotly.graph_objects as go
 from django.utils.translation import gettext as _
+
+from quotas.selectors import site_zone
 
 from .reports import IdleJob, QuotaBar, WaitBox
 
@@ -291,4 +293,45 @@ def usage(rows, dimension: str, second: str | None, title: str) -> str | None:
         )
     )
     layout = _layout(title, dimension, _("Card-hours"), barmode="stack", showlegend=True)
+    return go.Figure(traces, layout=layout).to_json()
+
+
+def _local(at: datetime) -> str:
+    return at.astimezone(site_zone()).strftime("%Y-%m-%d %H:%M")
+
+
+def burn_down(status, title: str, currency: str) -> str | None:
+    """A budget's month: the cumulative use at the end of each day so far (today: now), the
+    forecast line from now to the month's end at the last 7 days' rate, and the budget line —
+    in money when the budget has an amount, else in card-hours (``budgets.BudgetStatus``)."""
+    found = status.forecast
+    if found is None:
+        return None
+    days = list(status.days)
+    start = datetime(status.month.year, status.month.month, 1)
+    x = [start.strftime("%Y-%m-%d %H:%M")] + [
+        f"{(day + timedelta(days=1)).isoformat()} 00:00" for day, _v in days[:-1]
+    ]
+    x.append(_local(found.at))
+    y = [0.0] + [round(float(value), 2) for _d, value in days]
+    end = _local(found.month_end)
+    unit = _("Spend (%(currency)s)") % {"currency": currency} if status.in_money else _("Card-hours")
+    traces = [
+        go.Scatter(x=x, y=y, mode="lines+markers", name=_("Used so far")),
+        go.Scatter(
+            x=[x[-1], end],
+            y=[y[-1], round(float(found.projected), 2)],
+            mode="lines",
+            line={"dash": "dash"},
+            name=_("Forecast at the last 7 days' rate"),
+        ),
+        go.Scatter(
+            x=[x[0], end],
+            y=[round(float(status.limit), 2)] * 2,
+            mode="lines",
+            line={"dash": "dot"},
+            name=_("Budget"),
+        ),
+    ]
+    layout = _layout(title, _("Day"), unit, showlegend=True, xaxis={"type": "date", "range": [x[0], end]})
     return go.Figure(traces, layout=layout).to_json()

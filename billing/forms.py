@@ -19,7 +19,7 @@ from quotas.selectors import site_zone
 
 from .budgets import budget_departments, budget_projects
 from .manual import ATTACHMENT_MAX, REASON_MAX, can_propose, proposable_departments
-from .models import BUDGET_HOURS, ManualKind
+from .models import BUDGET_AMOUNT_MAX, BUDGET_HOURS, MONEY, ManualKind
 from .periods import FIRST_MONTH, LAST_MONTH, MonthOutOfRange, month_label, month_of, parse_month
 from .reports import ReportFilter
 from .usage import DIMENSIONS, UsageQuery
@@ -151,10 +151,21 @@ class BudgetForm(forms.Form):
         min_value=0.01,
         max_digits=BUDGET_HOURS["max_digits"],
         decimal_places=BUDGET_HOURS["decimal_places"],
+        required=False,
+    )
+    amount = forms.DecimalField(
+        min_value=0.01,
+        max_value=BUDGET_AMOUNT_MAX,
+        max_digits=MONEY["max_digits"],
+        decimal_places=MONEY["decimal_places"],
+        required=False,
     )
 
     def __init__(self, *args, user: User, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["amount"].label = _("Amount per month (%(currency)s)") % {
+            "currency": settings.GPUPOOL["CURRENCY"]
+        }
         self.departments = {d.pk: d for d in budget_departments(user)}
         self.projects = {p.pk: p for p in budget_projects(user)}
         self.fields["owner"].choices = [
@@ -166,6 +177,12 @@ class BudgetForm(forms.Form):
     @property
     def allowed(self) -> bool:
         return bool(self.departments or self.projects)
+
+    def clean(self):
+        data = super().clean()
+        if not self.errors and data.get("card_hours") is None and data.get("amount") is None:
+            raise ValidationError(_("Give the budget in card-hours, in money, or both."))
+        return data
 
     def owner_kwargs(self) -> dict:
         raw = self.cleaned_data["owner"]

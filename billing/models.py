@@ -411,10 +411,14 @@ class ManualAdjustment(models.Model):
 BUDGET_HOURS = {"max_digits": 14, "decimal_places": 2}
 
 
+BUDGET_AMOUNT_MAX = Decimal("1000000000.00")  # 1e9 in the site currency a month: above any real budget
+
+
 class Budget(models.Model):
-    """预算: a monthly card-hour budget of a department (its whole subtree) or of one project.
-    The same amount applies every calendar month of the site zone; usage is the ledger plus
-    the not yet metered tail of the month (``billing.budgets``)."""
+    """预算: a monthly budget of a department (its whole subtree) or of one project, in
+    card-hours, in money (``amount`` in ``currency``, the site currency), or both — over budget
+    when either is spent. The same amounts apply every calendar month of the site zone; usage
+    is the ledger plus the not yet metered tail of the month (``billing.budgets``)."""
 
     department = models.ForeignKey(
         Department,
@@ -433,8 +437,16 @@ class Budget(models.Model):
         verbose_name=_("project"),
     )
     card_hours = models.DecimalField(
-        _("card-hours per month"), **BUDGET_HOURS, validators=[MinValueValidator(Decimal("0.01"))]
+        _("card-hours per month"),
+        **BUDGET_HOURS,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(Decimal("0.01"))],
     )
+    amount = models.DecimalField(
+        _("amount per month"), **MONEY, null=True, blank=True, validators=[MinValueValidator(Decimal("0.01"))]
+    )
+    currency = models.CharField(_("currency"), max_length=3, default=default_currency)
     updated_at = models.DateTimeField(auto_now=True)
     updated_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
@@ -448,7 +460,16 @@ class Budget(models.Model):
                 | Q(department__isnull=True, project__isnull=False),
                 name="budget_one_owner",
             ),
-            models.CheckConstraint(condition=Q(card_hours__gt=0), name="budget_card_hours_gt_0"),
+            models.CheckConstraint(
+                condition=Q(card_hours__isnull=True) | Q(card_hours__gt=0), name="budget_card_hours_gt_0"
+            ),
+            models.CheckConstraint(
+                condition=Q(amount__isnull=True) | Q(amount__gt=0, amount__lte=BUDGET_AMOUNT_MAX),
+                name="budget_amount_in_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(card_hours__isnull=False) | Q(amount__isnull=False), name="budget_has_a_limit"
+            ),
             models.UniqueConstraint(
                 fields=["department"], condition=Q(department__isnull=False), name="budget_one_per_department"
             ),
@@ -458,7 +479,9 @@ class Budget(models.Model):
         ]
 
     def __str__(self):
-        return f"{self.owner}: {self.card_hours} card-hours/month"
+        limits = [f"{self.card_hours} card-hours"] if self.card_hours is not None else []
+        limits += [f"{self.amount} {self.currency}"] if self.amount is not None else []
+        return f"{self.owner}: {' + '.join(limits)}/month"
 
     @property
     def owner(self):
@@ -469,26 +492,39 @@ class Budget(models.Model):
         return ("project", self.project_id) if self.project_id else ("department", self.department_id)
 
 
+class AlertUnit(models.TextChoices):
+    CARD_HOURS = "card_hours", _("card-hours")
+    MONEY = "money", _("money")
+    FORECAST = "forecast", _("forecast")  # "at this rate the budget runs out on D" (threshold 100)
+
+
 class BudgetAlert(models.Model):
-    """A budget threshold crossed in a month. The natural key (budget, month, threshold) makes
-    the alert task idempotent: the notification is written with the row that wins the insert,
-    so a re-run, or two workers at once, never notify twice."""
+    """A budget threshold crossed in a month, per unit (card-hours, money) — or the forecast
+    alert, once a month. The natural key (budget, month, unit, threshold) makes the alert task
+    idempotent: the notification is written with the row that wins the insert, so a re-run, or
+    two workers at once, never notify twice."""
 
     budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="alerts")
     month = models.DateField()
+    unit = models.CharField(max_length=10, choices=AlertUnit.choices, default=AlertUnit.CARD_HOURS)
     threshold = models.PositiveSmallIntegerField()  # percent: 80 or 100
-    used_card_hours = models.DecimalField(max_digits=16, decimal_places=2)
-    budget_card_hours = models.DecimalField(**BUDGET_HOURS)
+    used_card_hours = models.DecimalField(max_digits=16, decimal_places=2, null=True, blank=True)
+    budget_card_hours = models.DecimalField(**BUDGET_HOURS, null=True, blank=True)
+    used_amount = models.DecimalField(**MONEY, null=True, blank=True)
+    budget_amount = models.DecimalField(**MONEY, null=True, blank=True)
+    runs_out_on = models.DateField(null=True, blank=True)  # forecast alerts: the site-zone date
     created_at = models.DateTimeField()
 
     class Meta:
         ordering = ["id"]
         constraints = [
-            models.UniqueConstraint(fields=["budget", "month", "threshold"], name="budget_alert_natural_key"),
+            models.UniqueConstraint(
+                fields=["budget", "month", "unit", "threshold"], name="budget_alert_natural_key"
+            ),
         ]
 
     def __str__(self):
-        return f"{self.budget_id} {self.month:%Y-%m} ≥ {self.threshold} %"
+        return f"{self.budget_id} {self.month:%Y-%m} {self.unit} ≥ {self.threshold} %"
 
 
 class WhatIfState(models.TextChoices):

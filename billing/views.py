@@ -419,7 +419,10 @@ def budget_list(request):
             try:
                 with transaction.atomic():
                     budget = budget_set(
-                        actor=request.user, card_hours=form.cleaned_data["card_hours"], **form.owner_kwargs()
+                        actor=request.user,
+                        card_hours=form.cleaned_data["card_hours"],
+                        amount=form.cleaned_data["amount"],
+                        **form.owner_kwargs(),
                     )
             except ValidationError as exc:
                 errors = exc.error_dict if hasattr(exc, "error_dict") else {None: exc.error_list}
@@ -436,24 +439,36 @@ def budget_list(request):
         form.initial["owner"] = request.GET["owner"]
     scope = scope_for(request.user)
     budgets = list(visible_budgets(request.user))
-    statuses = budget_statuses(budgets)
+    statuses = budget_statuses(budgets, series=True)
     current = {(f"p{b.project_id}" if b.project_id else f"d{b.department_id}"): b for b in budgets}
     if request.method != "POST" and form.initial.get("owner") in current:
-        form.initial["card_hours"] = current[form.initial["owner"]].card_hours  # "Change": pre-filled
+        chosen = current[form.initial["owner"]]  # "Change": pre-filled
+        form.initial.update(card_hours=chosen.card_hours, amount=chosen.amount)
     rows = [
         {
             "budget": b,
             "status": statuses[b.pk],
             "can_edit": can_set_budget(scope, department=b.department, project=b.project),
             "owner_key": f"p{b.project_id}" if b.project_id else f"d{b.department_id}",
+            "chart": charts.burn_down(statuses[b.pk], _burn_down_title(b), settings.GPUPOOL["CURRENCY"]),
         }
         for b in sorted(budgets, key=lambda b: (b.project_id is not None, str(b.owner)))
     ]
     return render(
         request,
         "billing/budgets.html",
-        {"form": form, "rows": rows, "month": this_month(), "thresholds": (80, 100)},
+        {
+            "form": form,
+            "rows": rows,
+            "month": this_month(),
+            "thresholds": (80, 100),
+            "currency": settings.GPUPOOL["CURRENCY"],
+        },
     )
+
+
+def _burn_down_title(budget) -> str:
+    return _("Burn-down: %(owner)s") % {"owner": budget.owner.name}
 
 
 @login_required

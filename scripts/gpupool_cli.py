@@ -542,9 +542,13 @@ def describe_context(ctx: dict | None) -> list[str]:
             money = f"{cost['amount']} {cost['currency']}" if cost["amount"] is not None else "no rate"
             lines.append(f"    estimated cost: {money} ({cost['card_hours']} card-hours, {basis})")
     for b in ctx.get("budgets") or []:
+        left = []
+        if b.get("remaining") is not None:
+            left.append(f"{b['remaining']} of {b['card_hours']} card-hours")
+        if b.get("amount") is not None:
+            left.append(f"{b['remaining_amount']} of {b['amount']} {b['currency']}")
         lines.append(
-            f"    budget {b['owner']} ({b['of']}) {b['month']}: {b['remaining']} of {b['card_hours']}"
-            f" card-hours left ({b['percent']} % used)"
+            f"    budget {b['owner']} ({b['of']}) {b['month']}: {' and '.join(left)} left ({b['percent']} % used)"
         )
     h = ctx.get("history")
     if h:

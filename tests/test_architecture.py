@@ -29,6 +29,7 @@ PURE_MODULES = [
     "jobs.backends.logfile",
     "quotas.resource_quota",
     "billing.pricing",
+    "billing.forecast",
     "jobs.replay.trace",
     "jobs.replay.csvtrace",
     "jobs.replay.spec",
