@@ -548,7 +548,8 @@ def describe_context(ctx: dict | None) -> list[str]:
         if b.get("amount") is not None:
             left.append(f"{b['remaining_amount']} of {b['amount']} {b['currency']}")
         lines.append(
-            f"    budget {b['owner']} ({b['of']}) {b['month']}: {' and '.join(left)} left ({b['percent']} % used)"
+            f"    budget {b['owner']} ({b['of']}) {b['month']}: {' and '.join(left)} left"
+            f" ({b['percent']} % used)"
         )
     h = ctx.get("history")
     if h:
