@@ -30,7 +30,7 @@ def make_scene(world, now: datetime):
     """Running now on F: pa1_member 2 GPUs in quota and pa1_admin 1 borrowed (both in pa1),
     pb_member 3 in pb: 6 held of 16 healthy. F costs 2.50 an hour at the standard rate. pa1_member
     ran a job in pa1 for 2 h on 4 GPUs this month (8 card-hours) that was flagged idle; pa1 has
-    a budget of 100 card-hours, A1 one of 1000. pa1_member's requests: one approved 10 days
+    a budget of 100 card-hours, A1 one of 1000 card-hours and 500.00 in money. pa1_member's requests: one approved 10 days
     ago, one rejected 5 days ago, one rejected 100 days ago (too old to count)."""
     history = History(world)
     history.user = world.users["pa1_member"]
@@ -44,7 +44,7 @@ def make_scene(world, now: datetime):
     Job.objects.filter(pk=old.pk).update(state="succeeded", started_at=now - timedelta(days=100))
     rates(world.F, "2.50", "1.00")
     budget_set(actor=None, card_hours="100", project=world.pa1)
-    budget_set(actor=None, card_hours="1000", department=world.A1)
+    budget_set(actor=None, card_hours="1000", amount="500", department=world.A1)
     for state, days in (("approved", 10), ("rejected", 5), ("rejected", 100)):
         ApprovalRequest.objects.create(
             kind="quota",

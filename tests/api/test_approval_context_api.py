@@ -59,6 +59,11 @@ def test_the_detail_has_the_context_for_an_approver(world, api, req):
     ]
     for b in ctx["budgets"]:
         assert float(b["remaining"]) == float(b["card_hours"]) - float(b["used"])
+    # The department's money budget: 20.00 of 500.00 spent (8 card-hours at 2.50).
+    assert [(b["amount"], b["used_amount"], b["remaining_amount"]) for b in ctx["budgets"]] == [
+        (None, None, None),
+        ("500.00", "20.00", "480.00"),
+    ]
 
 
 @pytest.mark.parametrize("persona", ["pa1_member", "pa1_admin"])

@@ -50,6 +50,7 @@ def test_list_show_and_approve_with_a_comment(portal, cli, capsys, req):
     assert "F free now: 10 of 16 healthy (6 held)" in out
     assert "estimated cost: 10.00 " in out and "(4.000 card-hours, up to its maximum runtime)" in out
     assert "budget Project a1 (project)" in out and "of 100.00 card-hours left" in out
+    assert "budget Dept A1 (department)" in out and "992.00 of 1000.00 card-hours and 480.00 of 500.00" in out
     assert "requester's last 90 days: 1 approved, 1 rejected, 2 jobs run, 1 flagged idle" in out
 
     code, out, _ = run(cli, capsys, url, "--json", "approvals", "show", str(req.pk), token=key)

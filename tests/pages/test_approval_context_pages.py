@@ -53,6 +53,7 @@ def test_the_request_page_shows_the_full_context(page_client, req):
     assert f"<strong>10.00 {Rate.objects.first().currency}</strong> · 4 card-hours" in section
     assert "4 cards for its maximum runtime of 1 h at the standard rate" in section
     assert "of 100 card-hours left" in section and "of 1000 card-hours left" in section
+    assert f"<strong>480.00</strong> of 500.00 {Rate.objects.first().currency} left" in section
     assert "<dt>Requests approved / rejected</dt><dd>1 / 1</dd>" in section
     assert "<dt>Jobs run</dt><dd>2</dd>" in section and "<dt>Jobs flagged idle</dt><dd>1</dd>" in section
 

@@ -85,6 +85,10 @@ def test_a_jobs_context_has_usage_capacity_cost_history_and_budgets(scene, polic
             "card_hours": Decimal("100.00"),
             "used": Decimal("8.00"),
             "remaining": Decimal("92.00"),
+            "amount": None,
+            "currency": None,
+            "used_amount": None,
+            "remaining_amount": None,
             "percent": 8,
         },
         {
@@ -94,7 +98,13 @@ def test_a_jobs_context_has_usage_capacity_cost_history_and_budgets(scene, polic
             "card_hours": Decimal("1000.00"),
             "used": Decimal("8.00"),
             "remaining": Decimal("992.00"),
-            "percent": 0,
+            # A1's money budget: the 8 card-hours at the standard 2.50 are 20.00 of 500.00 (4 %,
+            # the higher share of its two limits).
+            "amount": Decimal("500.00"),
+            "currency": currency,
+            "used_amount": Decimal("20.00"),
+            "remaining_amount": Decimal("480.00"),
+            "percent": 4,
         },
     ]
 
