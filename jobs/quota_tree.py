@@ -207,20 +207,14 @@ def _visible_parent(key: Key, shown: dict, world: _World) -> Key | None:
     return None
 
 
-def parse_node_key(raw: str) -> Key | None:
-    """``department-12`` / ``project-7`` (the page's row ids), or None."""
-    kind, _, pk = (raw or "").partition("-")
-    return (kind, int(pk)) if kind in ("department", "project") and pk.isdigit() else None
-
-
-def quota_borrowers(user: User, flavor: Flavor, key: Key) -> dict | None:
-    """Who uses the idle quota of one visible node now: per borrowing project the amount and its
-    on-loan jobs of the flavor. Projects the viewer may not see are counted, not named, and their
-    jobs are not listed. None when the viewer does not see the node (the page answers 404)."""
-    owner_field = "project_id" if key[0] == "project" else "department_id"
-    node = visible_quota_nodes(user).filter(flavor=flavor, **{owner_field: key[1]}).first()
+def quota_borrowers(user: User, node_id: int) -> dict | None:
+    """Who uses the idle quota of one visible quota node now: per borrowing project the amount and
+    its on-loan jobs of the flavor. Projects the viewer may not see are counted, not named, and
+    their jobs are not listed. None when the viewer does not see the node (the page answers 404)."""
+    node = visible_quota_nodes(user).filter(pk=node_id).first()
     if node is None:
         return None
+    flavor, key = node.flavor, _key(node)
     world = _World([flavor.pk], timezone.now())
     _usage, lending = world.lending(flavor.pk)
     shares = {p: v for p, v in lending.to.get(key, {}).items() if v > 0}

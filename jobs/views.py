@@ -38,7 +38,7 @@ from .approvals import approval_reasons, approval_request_of
 from .backends.base import backend_name
 from .forms import ALL_STATES, QUEUE_STATES, JobFilterForm, JobForm, PriorityClassForm
 from .models import Job, JobKind, PriorityClass
-from .quota_tree import parse_node_key, quota_borrowers, quota_grid
+from .quota_tree import quota_borrowers, quota_grid
 from .scheduling import explain_job
 from .states import JobState
 
@@ -81,17 +81,15 @@ def quota_tree(request):
 
 
 @login_required
-def quota_borrowers_view(request):
-    """Who borrows a node's idle quota (an htmx fragment of the quota tree, or a page of its own
-    without JavaScript). A node the viewer does not see is a 404."""
-    flavor = get_object_or_404(Flavor, name=request.GET.get("flavor", ""))
-    key = parse_node_key(request.GET.get("node", ""))
-    found = quota_borrowers(request.user, flavor, key) if key else None
+def quota_borrowers_view(request, pk: int):
+    """Who borrows a quota node's idle quota (an htmx fragment of the quota tree, or a page of its
+    own without JavaScript). A node the viewer does not see is a 404."""
+    found = quota_borrowers(request.user, pk)
     if found is None:
         raise Http404
     fragment = request.headers.get("HX-Request")
     template = "quotas/borrowers_fragment.html" if fragment else "quotas/borrowers.html"
-    return render(request, template, {"flavor": flavor, **found})
+    return render(request, template, {"flavor": found["node"].flavor, **found})
 
 
 # --- list and queue -----------------------------------------------------------------------

@@ -60,18 +60,19 @@ def test_all_flavors_is_a_grid_of_the_flavors_with_visible_quota(page_client, wo
 
 
 def test_borrowers_fragment_names_visible_projects_and_counts_the_others(page_client, world, borrowing):
-    url = f"/quotas/borrowers/?flavor=F&node=department-{world.A1.pk}"
+    url = f"/quotas/nodes/{world.quota['A1'].pk}/borrowers/"
     admin = _html(page_client("a_admin").get(url, headers={"HX-Request": "true"}))
     assert "Project a" in admin and f'href="/jobs/{borrowing.pk}/"' in admin
     assert "<html" not in admin  # a fragment
-    member_url = f"/quotas/borrowers/?flavor=F&node=project-{world.pa1.pk}"
+    member_url = f"/quotas/nodes/{world.quota['pa1'].pk}/borrowers/"
     member = _html(page_client("pa1_member").get(member_url))
     assert "Project a<" not in member and f"/jobs/{borrowing.pk}/" not in member
     assert "1 project you cannot see uses 2 (1 on-loan jobs)." in member
     assert page_client("pb_member").get(member_url).status_code == 404
     assert page_client("outsider").get(url).status_code == 404
-    for bad in ("node=nonsense", "node=project-x", "flavor=NOPE&node=project-1", ""):
-        assert page_client("platform").get("/quotas/borrowers/?flavor=F&" + bad).status_code == 404
+    assert page_client("platform").get("/quotas/nodes/999999/borrowers/").status_code == 404
+    page = _html(page_client("a_admin").get(url))  # without JavaScript: a page of its own
+    assert "<html" in page and "Who borrows from Dept A1 (A1) (F)" in page
 
 
 def test_the_page_reads_a_fixed_number_of_queries(page_client, world, borrowing):

@@ -61,22 +61,22 @@ def test_borrowed_and_lent_per_node_with_a_project_borrowing_from_a_sibling(worl
 
 
 def test_who_borrows_names_only_projects_the_viewer_sees(world, borrowing):
-    pa1_node = ("project", world.pa1.pk)
-    everything = quota_borrowers(world.users["platform"], world.F, pa1_node)
+    pa1_node = world.quota["pa1"].pk
+    everything = quota_borrowers(world.users["platform"], pa1_node)
     assert [(r["project"], r["amount"], [j.name for j in r["jobs"]]) for r in everything["rows"]] == [
         (world.pa, D(2), ["pa-loan"]), (world.pb, D(2), ["pb-loan"])]
     assert everything["hidden_projects"] == 0
 
-    a_admin = quota_borrowers(world.users["a_admin"], world.F, pa1_node)
+    a_admin = quota_borrowers(world.users["a_admin"], pa1_node)
     assert [r["project"] for r in a_admin["rows"]] == [world.pa]
     assert (a_admin["hidden_projects"], a_admin["hidden_amount"], a_admin["hidden_jobs"]) == (1, D(2), 1)
 
-    member = quota_borrowers(world.users["pa1_member"], world.F, pa1_node)
+    member = quota_borrowers(world.users["pa1_member"], pa1_node)
     assert member["rows"] == [] and (member["hidden_projects"], member["hidden_jobs"]) == (2, 2)
 
     # A node the viewer does not see: nothing (the page answers 404).
-    assert quota_borrowers(world.users["pb_member"], world.F, pa1_node) is None
-    assert quota_borrowers(world.users["outsider"], world.F, pa1_node) is None
+    assert quota_borrowers(world.users["pb_member"], pa1_node) is None
+    assert quota_borrowers(world.users["outsider"], pa1_node) is None
 
 
 def test_the_member_sees_its_path_only(world, borrowing):
