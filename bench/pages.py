@@ -12,9 +12,10 @@ The meter then runs once, so the usage explorer (``usage``: the last 30 days by 
 user) reads a real ledger; the running jobs get an hour of GPU samples.
 
 Prints one JSON object: ``jobs``, ``queue_page_ms_p50``, ``dashboard_ms_p50``,
-``job_list_ms_p50``, ``approvals_ms_p50``, ``usage_ms_p50`` (the worst persona's median; the
-approval inbox, with the jobs waiting for approval given their requests, for the two approvers
-only), ``meter_s``, and per persona and page the p50 / p95 and the number of SQL queries.
+``job_list_ms_p50``, ``approvals_ms_p50``, ``usage_ms_p50``, ``budgets_ms_p50``,
+``quota_tree_ms_p50``, ``quota_tree_all_ms_p50`` (the worst persona's median; the approval
+inbox, with the jobs waiting for approval given their requests, for the two approvers only),
+``meter_s``, and per persona and page the p50 / p95 and the number of SQL queries.
 Needs DATABASE_URL and REDIS_URL; works in a scratch database (bench/scratchdb.py).
 """
 
@@ -38,9 +39,16 @@ _TODAY = date.today()
 # The usage explorer over the bench's month of history (the jobs are from the last 30 days).
 USAGE_URL = (f"/billing/usage/?start={_TODAY - timedelta(days=30)}&end={_TODAY + timedelta(days=1)}"
              "&group_by=project&then_by=user")
-PAGES = {"queue": "/jobs/queue/", "dashboard": "/", "jobs": "/jobs/", "usage": USAGE_URL,
-         "approvals": "/approvals/",
-         "budgets": "/billing/budgets/"}
+PAGES = {
+    "queue": "/jobs/queue/",
+    "dashboard": "/",
+    "jobs": "/jobs/",
+    "usage": USAGE_URL,
+    "approvals": "/approvals/",
+    "budgets": "/billing/budgets/",
+    "quota_tree": "/quotas/",
+    "quota_tree_all": "/quotas/?flavor=all",
+}
 PERSONAS = ("alice", "ai-admin", "admin")
 # Pages measured only for the personas that use them: the approval inbox for the approvers (a
 # department admin and a platform admin), each request with its context (issue 24 item 3).
@@ -267,6 +275,8 @@ def run(jobs: int, repeat: int, seed: int) -> dict:
         "approvals_ms_p50": worst["approvals"],
         "usage_ms_p50": worst["usage"],
         "budgets_ms_p50": worst["budgets"],
+        "quota_tree_ms_p50": worst["quota_tree"],
+        "quota_tree_all_ms_p50": worst["quota_tree_all"],
         "repeat": repeat,
         "populate_s": round(populate_s, 1),
         "first_cycle_s": round(cycle_s, 2),

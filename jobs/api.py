@@ -31,6 +31,7 @@ from .models import (
     image_validator,
     name_validator,
 )
+from .quota_tree import quota_usage_with_lending
 from .scheduling import explain_job
 
 
@@ -466,6 +467,23 @@ class UsageRowOut(serializers.Serializer):
         decimal_places=3,
         help_text="The part of used held by external jobs (submitted to the cluster directly).",
     )
+    on_loan = serializers.DecimalField(
+        max_digits=12, decimal_places=3, help_text="On-loan usage in the subtree (the same as borrowed)."
+    )
+    borrowed_from_outside = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=3,
+        help_text="The part of on_loan covered by idle quota outside the subtree (siblings, other "
+        "departments, the pool) — docs/quotas.md, who borrows from whom.",
+    )
+    lent_to_outside = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=3,
+        help_text="The node's idle quota that on-loan jobs outside its subtree use now (exact, nearest "
+        "first; lent is the older estimate).",
+    )
+    over_quota = serializers.BooleanField(help_text="used exceeds the effective quota.")
+    borrowers = serializers.IntegerField(help_text="Projects that use the node's idle quota now.")
 
 
 # Declares the response of QuotaUsageApi, which builds the dict itself. Its ``capacity`` is a bare
@@ -486,7 +504,7 @@ class QuotaUsageApi(APIView):
         flavor = Flavor.objects.filter(name=name).first()
         if flavor is None:
             raise ValidationError({"flavor": [f"Unknown flavor {name[:40]!r}."]})
-        rows = selectors.quota_usage(request.user, flavor.pk)
+        rows = quota_usage_with_lending(request.user, flavor.pk)
         return Response(
             {
                 "flavor": flavor.name,

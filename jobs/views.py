@@ -4,6 +4,7 @@ quota tree. Views validate input with forms and call selectors and services only
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from datetime import datetime
 
 from django.contrib import messages
@@ -11,6 +12,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import transaction
+from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -19,7 +21,7 @@ from django.views.decorators.http import require_POST
 from portal.approvals.selectors import visible_approval_requests
 from portal.selectors import get_visible, scope_for
 from quotas.models import Flavor
-from quotas.selectors import default_flavor_id, healthy_capacity
+from quotas.selectors import default_flavor_id
 
 from . import (
     autoscale,
@@ -38,35 +40,58 @@ from .approvals import approval_reasons, approval_request_of
 from .backends.base import backend_name
 from .forms import ALL_STATES, QUEUE_STATES, AutoscaleForm, JobFilterForm, JobForm, PriorityClassForm
 from .models import Job, JobKind, PriorityClass
+from .quota_tree import quota_borrowers, quota_grid
 from .scheduling import explain_job
 from .states import JobState
 
 LIST_PAGE_SIZE = 25
 QUEUE_PAGE_SIZE = 50
 QUEUE_REFRESH_SECONDS = 5
+ALL_FLAVORS = "all"  # the quota tree's choice for every flavor at once
 
 
 @login_required
 def quota_tree(request):
-    """The quota tree of one flavor with usage: quota, effective quota, used (in-quota and
-    borrowed) and lent per visible node."""
+    """The quota tree of one flavor, or of all at once (rows = nodes, columns = flavors), with
+    usage split into in-quota, on-loan and lent per visible node (``jobs.quota_tree``)."""
     flavors = list(Flavor.objects.filter(active=True))
     wanted = request.GET.get("flavor")
+    show_all = wanted == ALL_FLAVORS
     chosen = next((f for f in flavors if f.name == wanted), None)
-    if chosen is None:
+    if chosen is None and not show_all:
         default = default_flavor_id(request.user)
         chosen = next((f for f in flavors if f.pk == default), flavors[0] if flavors else None)
-    rows = selectors.quota_usage(request.user, chosen.pk) if chosen else []
+    columns = flavors if show_all else [chosen] if chosen else []
+    grid = quota_grid(request.user, columns)
+    if show_all:  # only the flavors in which the viewer sees some quota
+        held = [i for i in range(len(columns)) if any(r.cells[i] for r in grid["rows"])]
+        columns = [columns[i] for i in held]
+        grid["rows"] = [replace(r, cells=[r.cells[i] for i in held]) for r in grid["rows"]]
     return render(
         request,
         "quotas/tree.html",
         {
             "flavors": flavors,
             "flavor": chosen,
-            "rows": rows,
-            "capacity": healthy_capacity(chosen.pk) if chosen else 0,
+            "show_all": show_all,
+            "all_value": ALL_FLAVORS,
+            "columns": columns,
+            "rows": grid["rows"],
+            "capacity": grid["capacity"].get(chosen.pk, 0) if chosen else 0,
         },
     )
+
+
+@login_required
+def quota_borrowers_view(request, pk: int):
+    """Who borrows a quota node's idle quota (an htmx fragment of the quota tree, or a page of its
+    own without JavaScript). A node the viewer does not see is a 404."""
+    found = quota_borrowers(request.user, pk)
+    if found is None:
+        raise Http404
+    fragment = request.headers.get("HX-Request")
+    template = "quotas/borrowers_fragment.html" if fragment else "quotas/borrowers.html"
+    return render(request, template, {"flavor": found["node"].flavor, **found})
 
 
 # --- list and queue -----------------------------------------------------------------------

@@ -174,6 +174,7 @@ urlpatterns = [
     path("oidc/callback/", oidc.OIDCCallbackView.as_view(), name="oidc_authentication_callback"),
     path("", dashboard.dashboard, name="dashboard"),
     path("quotas/", jobs_views.quota_tree, name="quota-tree"),
+    path("quotas/nodes/<int:pk>/borrowers/", jobs_views.quota_borrowers_view, name="quota-borrowers"),
     path("inventory/", quotas_views.inventory, name="inventory"),
     # Job pages (issue 5); "jobs/new/" and "jobs/queue/" come before "jobs/<int:pk>/".
     path("jobs/", jobs_views.job_list, name="job-list"),

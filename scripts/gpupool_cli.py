@@ -18,6 +18,8 @@ Standard library only: copy this one file anywhere with Python 3.10+.
     python3 gpupool_cli.py approvals show 12             # one request, with its context
     python3 gpupool_cli.py approvals approve 12 -m "ok for this month"
     python3 gpupool_cli.py usage --start 2026-11-01 --end 2026-12-01 --group-by department,user
+    python3 gpupool_cli.py quota --flavor A100-80G        # the quota tree: quota, used, borrowed, lent
+    python3 gpupool_cli.py logs 42 --tail-bytes 4096 --follow
 
 Every command takes --json (before the command) to print the API's answer as it is. Exit
 status: 0 ok, 1 the portal refused (its message is printed) or the input is incomplete, 2 bad
@@ -95,6 +97,22 @@ class Client:
                 detail = raw.decode(errors="replace")[:500]
             raise ApiError(err.code, detail) from None
         return json.loads(raw) if raw else None
+
+    def raw(self, path: str, out) -> None:
+        """Copy a non-JSON answer (a log download) to the binary file ``out`` as it streams."""
+        headers = {"Authorization": f"Token {self.token}"} if self.token else {}
+        req = urllib.request.Request(self.url + path, headers=headers)  # noqa: S310 - scheme checked
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310
+                while chunk := resp.read(64 * 1024):
+                    out.write(chunk)
+        except urllib.error.HTTPError as err:
+            raw = err.read()
+            try:
+                detail = json.loads(raw)
+            except ValueError:
+                detail = raw.decode(errors="replace")[:500]
+            raise ApiError(err.code, detail) from None
 
     def get(self, path: str, **query):
         return self.request("GET", path, query=query)
@@ -618,6 +636,98 @@ def cmd_usage(client: Client, args) -> int:
     note = f"{answer['start']} to {answer['end']} (exclusive){currency}"
     show(args, answer, table(rows, [*dims, *USAGE_HEADER]) + "\n" + note)
     return 0
+def quota_answer(client: Client, flavor: str | None) -> list[dict]:
+    """The quota-usage answer of each flavor asked for (all active ones by default) in which the
+    user sees some quota node."""
+    names = [flavor] if flavor else [f["name"] for f in client.all_pages("/api/v1/flavors/", active="true")]
+    answers = [client.get("/api/v1/quota-usage/", flavor=name) for name in names]
+    return [a for a in answers if a["nodes"] or flavor]
+
+
+def cmd_quota(client: Client, args) -> int:
+    answers = quota_answer(client, args.flavor)
+    rows = []
+    for answer in answers:
+        for node in answer["nodes"]:
+            rows.append(
+                [
+                    answer["flavor"],
+                    "  " * node["depth"] + node["owner"],
+                    node["kind"],
+                    qty(node["quota"]),
+                    qty(node["used"]),
+                    qty(node["in_quota"]),
+                    qty(node["on_loan"]),
+                    qty(node["borrowed_from_outside"]),
+                    qty(node["lent_to_outside"]),
+                    "over quota" if node["over_quota"] else "",
+                ]
+            )
+    header = ["flavor", "node", "kind", "quota", "used", "in_quota", "on_loan", "borrowed", "lent", ""]
+    note = (
+        "borrowed: on-loan use covered from outside the node's subtree; lent: its idle quota used "
+        "from outside (docs/quotas.md)"
+    )
+    show(args, {"flavors": answers}, (table(rows, header) + "\n" + note) if rows else "no quota visible")
+    return 0
+
+
+def qty(value) -> str:
+    """A quantity as the portal writes it ("8.000") without trailing zeros ("8", "0.5")."""
+    text = str(value)
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def new_output(text: str, size: int | None, seen: int | None, last: str) -> tuple[str, int | None, str]:
+    """What a --follow poll adds to what was printed: by the log's size where the cluster knows it
+    (the bytes past ``seen``), else the text after the last line printed. A gap (more new bytes
+    than the tail holds) prints the whole tail after a marker."""
+    data = text.encode()
+    if size is not None and seen is not None:
+        grown = size - seen
+        if grown <= 0:
+            return "", size, last
+        if grown > len(data):
+            return "[… earlier output skipped …]\n" + text, size, text
+        return data[-grown:].decode(errors="replace"), size, text
+    if last and last.rstrip("\n"):
+        anchor = last.rstrip("\n").rsplit("\n", 1)[-1] + "\n"
+        at = text.rfind(anchor)
+        if at >= 0:
+            return text[at + len(anchor):], size, text
+    return text, size, text
+
+
+def cmd_logs(client: Client, args) -> int:
+    base = f"/api/v1/jobs/{args.id}/log/"
+    if not args.follow and args.tail_bytes is None and not args.json:
+        client.raw(base + "download/", sys.stdout.buffer)  # the whole log, as it streams
+        sys.stdout.flush()
+        return 0
+    tail = client.get(base, tail_bytes=args.tail_bytes)
+    if args.json:
+        show(args, tail, "")
+        return 0
+    if not args.follow:
+        if tail["missing"]:
+            raise SystemExit(f"gpupool: no log: {tail['missing']}")
+        sys.stdout.write(tail["text"])
+        return 0
+    seen, last = None, ""
+    while True:
+        if tail["missing"] and not args.quiet:
+            print(f"… {tail['missing']}", file=sys.stderr)
+        elif not tail["missing"]:
+            text, seen, last = new_output(tail["text"], tail["size"], seen, last)
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        if client.get(f"/api/v1/jobs/{args.id}/")["state"] in TERMINAL:
+            tail = client.get(base, tail_bytes=args.tail_bytes)  # what it wrote last
+            if not tail["missing"]:
+                sys.stdout.write(new_output(tail["text"], tail["size"], seen, last)[0])
+            return 0
+        time.sleep(args.interval)
+        tail = client.get(base, tail_bytes=args.tail_bytes)
 
 
 # --- argument parsing -------------------------------------------------------------------------
@@ -723,6 +833,21 @@ def parser() -> argparse.ArgumentParser:
         help="one or two of department, project, user, flavor, kind, priority, comma-separated",
     )
     usage.set_defaults(func=cmd_usage)
+    quota = sub.add_parser("quota", help="the quota tree: quota, used, on loan, borrowed and lent per flavor")
+    quota.add_argument("--flavor", help="one flavor; default every active flavor you hold quota in")
+    quota.set_defaults(func=cmd_quota)
+
+    logs = sub.add_parser(
+        "logs", help="a job's log: all of it, its end (--tail-bytes), or followed until the job ends"
+    )
+    logs.add_argument("id", type=int)
+    logs.add_argument("--tail-bytes", type=int, help="only the end: 1 to 1048576 bytes, from a whole line")
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing new output until the job ends"
+    )
+    logs.add_argument("--interval", type=float, default=2, help="seconds between --follow reads")
+    logs.add_argument("-q", "--quiet", action="store_true", help="--follow: no 'not started yet' notes")
+    logs.set_defaults(func=cmd_logs)
     return top
 
 

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Modules that must run without Django: fed snapshots and `now`, deciding only.
 PURE_MODULES = [
     "quotas.effective",
+    "quotas.lending",
     "quotas.validation",
     "quotas.admission",
     "quotas.queues",

@@ -70,6 +70,8 @@ class Page:
 RULES: dict[str, Page] = {
     "dashboard": Page(STD, (NAMES["A1"], NAMES["B"])),
     "quota-tree": Page(STD, (NAMES["pa1"], NAMES["pb"])),
+    # Who borrows pa1's idle quota (issue 24): a quota node is an object of its tenant.
+    "quota-borrowers": Page(A_OBJECT, (NAMES["pa1"], NAMES["pb"])),
     "inventory": Page(GLOBAL, (NAMES["A1"], NAMES["B"])),
     "job-list": Page(STD, ("job:a", "job:b")),
     # The project choices are the projects the persona may submit into (finance and auditors: none).
@@ -307,6 +309,7 @@ def objs(world, prio):
         "adj:a": _adjustment(world, "a_finance", world.A1, "zz-adj-alpha"),
         "adj:b": _adjustment(world, "b_finance", world.B, "zz-adj-bravo"),
         "proj:a": world.pa1,
+        "qn:a": world.quota["pa1"],
         "rule:a": DirectoryRule.objects.create(directory="ldap", group="zz-rule-alpha", role="member",
                                                project=world.pa1),
         "rule:b": DirectoryRule.objects.create(directory="oidc", group="zz-rule-bravo", role="member",
@@ -328,7 +331,7 @@ def objs(world, prio):
 # The A-side object each object page and action is about.
 SUBJECT = {
     "job-detail": "job:a", "job-cancel": "job:a", "job-log": "job:a", "job-log-download": "job:a",
-    "job-open": "job:a",
+    "job-open": "job:a", "quota-borrowers": "qn:a",
     "priority-class-edit": "prio",
     "approval-detail": "req:a", "approval-decide": "req:a", "approval-cancel": "req:a",
     "approval-comment": "req:a",
