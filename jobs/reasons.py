@@ -52,6 +52,7 @@ SCALED_BY_OWNER = pgettext_noop("job event", "scaled %(before)s→%(after)s by i
 SCALED_BY_SCHEDULER = pgettext_noop("job event", "scaled %(before)s→%(after)s by the scheduler")
 SCALED_FOR = pgettext_noop("job event", "scaled %(before)s→%(after)s: %(why)s")
 TARGET = pgettext_noop("job event", "target %(before)s→%(after)s")
+NODE_DRAINED = pgettext_noop("job event", "requeued off node %(node)s (drained: %(reason)s)")
 PREEMPTED_FOR = {
     "reclaim": pgettext_noop("job event", "reclaim for job %(job)s"),
     "priority": pgettext_noop("job event", "priority for job %(job)s"),
