@@ -9,9 +9,11 @@ from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.pagination import Pagination
 from portal.selectors import scope_for
 from quotas.models import Cluster, Flavor, Node, NodeState
 
@@ -35,7 +37,7 @@ class GpuOut(serializers.Serializer):
     holders = GpuHolderOut(many=True)
 
 
-class NodeOut(serializers.Serializer):
+class NodeOccupancyOut(serializers.Serializer):
     id = serializers.IntegerField()
     name = serializers.CharField()
     cluster = serializers.CharField()
@@ -89,8 +91,12 @@ def _by_name(model, field: str, raw: str | None):
     return found
 
 
-class NodeListApi(APIView):
+class NodeOccupancyApi(GenericAPIView):
     """Every node of the active clusters (or of one), with the occupancy of each GPU or slice."""
+
+    pagination_class = Pagination
+    serializer_class = NodeOccupancyOut
+    queryset = Node.objects.none()  # for the schema: the nodes are read by jobs.node_map
 
     @extend_schema(
         parameters=[
@@ -99,7 +105,7 @@ class NodeListApi(APIView):
             OpenApiParameter("state", str, enum=NodeState.values, description="Only nodes in this state."),
             OpenApiParameter("has_free", bool, description="Only ready nodes with a free GPU."),
         ],
-        responses=NodeOut(many=True),
+        responses=NodeOccupancyOut(many=True),
     )
     def get(self, request):
         params = request.query_params
@@ -115,7 +121,7 @@ class NodeListApi(APIView):
         for c in clusters:
             built = node_map.node_map(request.user, cluster=c, flavor=flavor, state=state, has_free=has_free)
             out += [node_out(v) for v in built.nodes]
-        return Response(out)
+        return self.get_paginated_response(self.paginate_queryset(out))
 
 
 class NodeActionIn(serializers.Serializer):
@@ -143,7 +149,7 @@ class NodeEventOut(serializers.Serializer):
 
 
 class NodeActionOut(serializers.Serializer):
-    node = NodeOut()
+    node = NodeOccupancyOut()
     changed = serializers.BooleanField(help_text="false: the node already was there (nothing recorded).")
     event = NodeEventOut(allow_null=True)
 

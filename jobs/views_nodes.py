@@ -122,7 +122,7 @@ def node_page(request, pk: int):
                 if outcome.requeued:
                     messages.info(request, _("%(count)d jobs are being requeued.") % {
                         "count": len(outcome.requeued)})
-            return redirect("node-detail", pk=node.pk)
+            return redirect("node-page", pk=node.pk)
     on_node = jobs_on_node(node)
     cells = selectors.occupancy(request.user, [node])[node.pk]
     context = {

@@ -135,7 +135,7 @@ api_v1 = [
         name="approvalpolicy-detail",
     ),
     # The node / GPU map (issue 24).
-    path("nodes/", jobs_nodes_api.NodeListApi.as_view(), name="node-list"),
+    path("nodes/occupancy/", jobs_nodes_api.NodeOccupancyApi.as_view(), name="node-occupancy"),
     path("nodes/<int:pk>/cordon/", jobs_nodes_api.NodeCordonApi.as_view(), name="node-cordon"),
     path("nodes/<int:pk>/drain/", jobs_nodes_api.NodeDrainApi.as_view(), name="node-drain"),
     path("nodes/<int:pk>/uncordon/", jobs_nodes_api.NodeUncordonApi.as_view(), name="node-uncordon"),
@@ -170,7 +170,7 @@ urlpatterns = [
     path("inventory/", quotas_views.inventory, name="inventory"),
     # The node / GPU map and a node's page (cordon, drain, return to service: issue 24).
     path("nodes/", node_views.node_map_page, name="node-map"),
-    path("nodes/<int:pk>/", node_views.node_page, name="node-detail"),
+    path("nodes/<int:pk>/", node_views.node_page, name="node-page"),
     # Job pages (issue 5); "jobs/new/" and "jobs/queue/" come before "jobs/<int:pk>/".
     path("jobs/", jobs_views.job_list, name="job-list"),
     path("jobs/new/", jobs_views.job_new, name="job-new"),

@@ -254,6 +254,30 @@ def test_drained_node_is_cordoned(backend, cluster):
     wait_for(lambda: {n.name: n.state for n in backend.list_nodes()}["gpu-a100-4"] == "ready", "a100-4 ready")
 
 
+def test_the_portal_drains_a_node_with_a_running_job_and_resumes_it(backend, cluster):
+    """``set_node_schedulable`` reaches slurmctld: DRAIN with the reason lets the running job go
+    on (the node is draining) and keeps new work off; RESUME takes it back; resuming a node that
+    is not drained is a no-op."""
+    spec = make_spec("sleep 3600", nodes=("gpu-a100-3",))
+    backend.submit(spec)
+    wait_for(lambda: phase_of(backend, spec.name, RUNNING), "the job to run")
+    try:
+        backend.set_node_schedulable("gpu-a100-3", False, reason="XID 79 on GPU 3 (gpupool)")
+        shown = cluster.scontrol("show", "node", "gpu-a100-3")
+        assert "DRAIN" in shown and "Reason=XID 79 on GPU 3 (gpupool)" in shown
+        sinfo = _sh(["sinfo", "-h", "-n", "gpu-a100-3", "-o", "%T"], cluster.env).stdout.strip()
+        assert sinfo == "draining"  # the job runs on
+        assert phase_of(backend, spec.name, RUNNING) is not None
+        assert {n.name: n.state for n in backend.list_nodes()}["gpu-a100-3"] == "cordoned"
+        backend.set_node_schedulable("gpu-a100-3", False, reason="again")  # idempotent
+    finally:
+        backend.cancel(spec.name)
+        backend.set_node_schedulable("gpu-a100-3", True)
+    assert "DRAIN" not in cluster.scontrol("show", "node", "gpu-a100-3")
+    wait_for(lambda: {n.name: n.state for n in backend.list_nodes()}["gpu-a100-3"] == "ready", "a100-3 ready")
+    backend.set_node_schedulable("gpu-a100-3", True)  # not drained: nothing to resume, no error
+
+
 def _node_down(cluster: Cluster, node: str) -> None:
     cluster.scontrol("update", f"NodeName={node}", "State=DOWN", "Reason=test-node-down")
 

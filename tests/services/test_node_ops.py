@@ -160,7 +160,9 @@ def test_the_map_names_only_visible_jobs_and_flags_idle_ones(sim_pool):
 def test_two_admins_cordoning_at_once_record_one_change(simserver):
     f = fx.flavor()
     cluster = Cluster.objects.create(name="race", kind="simulator", config={"url": simserver.url})
-    node = Node.objects.create(cluster=cluster, name="r-0", flavor=f, gpu_count=8, zone="z", spine="s", leaf="l")
+    node = Node.objects.create(
+        cluster=cluster, name="r-0", flavor=f, gpu_count=8, zone="z", spine="s", leaf="l"
+    )
     from jobs.backends.base import NodeInfo
 
     simserver.backend().set_inventory([NodeInfo("r-0", f.name, 8, "ready", "z", "s", "l")])
@@ -172,7 +174,7 @@ def test_two_admins_cordoning_at_once_record_one_change(simserver):
         try:
             start.wait()
             outcomes.append(node_cordon(actor=admin, node=node, reason=f"by {admin.username}"))
-        except Exception as exc:  # noqa: BLE001 — reported below
+        except Exception as exc:
             errors.append(exc)
         finally:
             connection.close()
