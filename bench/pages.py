@@ -8,8 +8,9 @@ past; one scheduling cycle then runs so the queue's explanations exist, as in pr
 Each page is requested ``--repeat`` times per persona through Django's test client (the whole
 request: middleware, session, queries, template rendering), after one warm-up request.
 
-Prints one JSON object: ``jobs``, ``queue_page_ms_p50``, ``dashboard_ms_p50`` (the worst
-persona's median), and per persona and page the p50 / p95 and the number of SQL queries.
+Prints one JSON object: ``jobs``, ``queue_page_ms_p50``, ``dashboard_ms_p50``, ``job_list_ms_p50``,
+``node_map_ms_p50`` (the worst persona's median; the node map shows the demo's first cluster), and
+per persona and page the p50 / p95 and the number of SQL queries.
 Needs DATABASE_URL and REDIS_URL; works in a scratch database (bench/scratchdb.py).
 """
 
@@ -29,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scratchdb import scratch_django
 
-PAGES = {"queue": "/jobs/queue/", "dashboard": "/", "jobs": "/jobs/"}
+PAGES = {"queue": "/jobs/queue/", "dashboard": "/", "jobs": "/jobs/", "nodes": "/nodes/"}
 PERSONAS = ("alice", "ai-admin", "admin")
 # state, share of the generated jobs
 MIX = (
@@ -218,6 +219,7 @@ def run(jobs: int, repeat: int, seed: int) -> dict:
         "queue_page_ms_p50": worst["queue"],
         "dashboard_ms_p50": worst["dashboard"],
         "job_list_ms_p50": worst["jobs"],
+        "node_map_ms_p50": worst["nodes"],
         "repeat": repeat,
         "populate_s": round(populate_s, 1),
         "first_cycle_s": round(cycle_s, 2),

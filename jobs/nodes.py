@@ -55,8 +55,10 @@ class Outcome:
 def jobs_on_node(node: Node) -> list[Job]:
     """The jobs holding GPUs of the node (admitted or running), oldest first. Placements name
     nodes by id; the flavor's holding jobs are few (at most its GPUs), so they are read whole."""
-    holding = Job.objects.filter(state__in=list(HOLDING), flavor_id=node.flavor_id).order_by(
-        "admitted_at", "id"
+    holding = (
+        Job.objects.filter(state__in=list(HOLDING), flavor_id=node.flavor_id)
+        .select_related("project")
+        .order_by("admitted_at", "id")
     )
     return [job for job in holding if any(slot[0] == node.pk for worker in job.placement for slot in worker)]
 
