@@ -20,9 +20,12 @@ from jobs.scheduling import schedule_once
 from portal.models import Membership, Role, User
 from quotas.models import Cluster, Node, NodeEvent
 from tests import factories as fx
+from tests.backends import k8s_standin
 from tests.waiting import settle
 
 pytestmark = pytest.mark.django_db
+
+k8s_api = k8s_standin.k8s_api  # the fixture, under this module's name
 
 
 def _sim_state(sim, name: str) -> str:
@@ -188,3 +191,45 @@ def test_two_admins_cordoning_at_once_record_one_change(simserver):
     assert sorted(o.event is not None for o in outcomes) == [False, True]
     assert NodeEvent.objects.filter(node=node).count() == 1
     assert Node.objects.get(pk=node.pk).state == "cordoned"
+
+
+def test_kubernetes_cordon_through_the_service_and_the_sync_keeps_it(k8s_api):
+    from jobs.inventory import sync_inventory
+
+    f = fx.flavor()
+    ready = [{"type": "Ready", "status": "True"}]
+    k8s_api.nodes = [
+        {
+            "metadata": {"name": name, "labels": {"gpupool.io/spine": "s1", "gpupool.io/leaf": "l1"}},
+            "spec": {},
+            "status": {"capacity": {"nvidia.com/gpu": "8"}, "conditions": ready},
+        }
+        for name in ("k-0", "k-1")
+    ]
+    config = {"host": k8s_api.url, "token": "t"}
+    cluster = Cluster.objects.create(name="k8s", kind="kubernetes", config=config)
+    assert sync_inventory(cluster)["created"] == 2
+    node = Node.objects.get(cluster=cluster, name="k-0")
+    assert node.flavor == f
+    node_cordon(actor=fx.platform_admin(), node=node, reason="NVLink errors")
+    assert k8s_api.nodes[0]["spec"]["unschedulable"] is True
+    assert k8s_api.nodes[0]["metadata"]["annotations"]["gpupool.io/cordon-reason"] == "NVLink errors"
+    # Someone uncordons it behind the portal's back: the next sync keeps the portal's hold.
+    k8s_api.nodes[0]["spec"] = {}
+    sync_inventory(cluster)
+    assert Node.objects.get(pk=node.pk).state == "cordoned"
+    node_return(actor=fx.platform_admin(), node=Node.objects.get(pk=node.pk), reason="cables reseated")
+    assert "unschedulable" not in k8s_api.nodes[0]["spec"]
+    sync_inventory(cluster)
+    assert Node.objects.get(pk=node.pk).state == "ready"
+
+
+def test_the_node_api_patch_does_not_go_around_a_hold(sim_pool):
+    from quotas.services import node_update
+
+    admin = fx.platform_admin()
+    node_cordon(actor=admin, node=_node("sim-0"), reason="hold it")
+    with pytest.raises(ValidationError, match="uncordon"):
+        node_update(actor=admin, node=_node("sim-0"), state="ready")
+    assert _node("sim-0").state == "cordoned"
+    node_update(actor=admin, node=_node("sim-0"), leaf="l9")  # other fields still change
