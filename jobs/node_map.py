@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from django.db.models import QuerySet
 
@@ -189,13 +188,3 @@ def node_events(user: User, *, cluster: Cluster | None = None, node: Node | None
         for event in shown:
             event.actor_shown = event.actor.get_username()
     return shown
-
-
-def visible_job_names(user: User, jobs: list[Job]) -> dict[int, str]:
-    """id → name of the jobs ``user`` may see (the drain confirmation lists them)."""
-    visible = visible_project_ids(user)
-    return {j.pk: j.name for j in jobs if visible is None or j.project_id in visible}
-
-
-def newest_change(events: list[NodeEvent]) -> datetime | None:
-    return events[0].at if events else None
