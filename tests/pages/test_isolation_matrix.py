@@ -22,7 +22,7 @@ from jobs.services import job_submit
 from portal.models import ApprovalRequest, DirectoryRule, Membership, Notification
 from portal.notifications import notify
 from quotas.approvals import quota_request_create
-from quotas.models import Loan, LoanState
+from quotas.models import Loan, LoanState, Node
 
 pytestmark = [pytest.mark.django_db, pytest.mark.isolation]
 
@@ -131,6 +131,10 @@ RULES: dict[str, Page] = {
     "job-template-list": Page(SUBMITTERS, ("tpl:a", "tpl:b")),
     # Saving a job as a template: the page of a job one sees (the service refuses who cannot submit).
     "job-template-from-job": Page(A_OBJECT, ("job:a", "job:b")),
+    # The node map (issue 24) is pool-wide, a job named only to who sees it (tests/api/test_nodes_api.py);
+    # a node's page (its jobs, history and actions) is for platform admins, 403 for everyone else.
+    "node-map": Page(GLOBAL, (NAMES["A1"], NAMES["B"])),
+    "node-page": Page(PLATFORM_ONLY),
 }
 
 # POST actions on an A-side object: persona -> (status, changed). Anyone outside the object's
@@ -301,6 +305,7 @@ def objs(world, prio):
 
         found["whatif"] = WhatIfRun.objects.create(created_by=world.users["platform"], month=month,
                                                    change=WhatIfRun._meta.get_field("change").choices[0][0])
+    found["node"] = Node.objects.order_by("pk").first()
     return found
 
 
@@ -321,6 +326,7 @@ SUBJECT = {
     "directory-rule-edit": "rule:a", "directory-rule-delete": "rule:a",
     "user-detail": "user:a", "membership-remove": "member:a",
     "job-template-from-job": "job:a", "job-template-delete": "tpl:a",
+    "node-page": "node",
 }
 
 
