@@ -13,7 +13,8 @@ user) reads a real ledger; the running jobs get an hour of GPU samples.
 
 Prints one JSON object: ``jobs``, ``queue_page_ms_p50``, ``dashboard_ms_p50``,
 ``job_list_ms_p50``, ``approvals_ms_p50``, ``usage_ms_p50``, ``budgets_ms_p50``,
-``quota_tree_ms_p50``, ``quota_tree_all_ms_p50`` (the worst persona's median; the approval
+``quota_tree_ms_p50``, ``quota_tree_all_ms_p50``, ``node_map_ms_p50`` (the worst persona's
+median; the node map shows the demo's first cluster; the approval
 inbox, with the jobs waiting for approval given their requests, for the two approvers only),
 ``meter_s``, and per persona and page the p50 / p95 and the number of SQL queries.
 Needs DATABASE_URL and REDIS_URL; works in a scratch database (bench/scratchdb.py).
@@ -48,6 +49,7 @@ PAGES = {
     "budgets": "/billing/budgets/",
     "quota_tree": "/quotas/",
     "quota_tree_all": "/quotas/?flavor=all",
+    "nodes": "/nodes/",
 }
 PERSONAS = ("alice", "ai-admin", "admin")
 # Pages measured only for the personas that use them: the approval inbox for the approvers (a
@@ -277,6 +279,7 @@ def run(jobs: int, repeat: int, seed: int) -> dict:
         "budgets_ms_p50": worst["budgets"],
         "quota_tree_ms_p50": worst["quota_tree"],
         "quota_tree_all_ms_p50": worst["quota_tree_all"],
+        "node_map_ms_p50": worst["nodes"],
         "repeat": repeat,
         "populate_s": round(populate_s, 1),
         "first_cycle_s": round(cycle_s, 2),

@@ -4,7 +4,11 @@ For real backends the backend is the source: ``sync_inventory`` applies ``list_n
 Node rows. The simulator simulates the inventory the portal holds, so ``push_simulated_inventory``
 sends the portal's nodes to it — but node *states* come back from it, as they come from sinfo or
 the Kubernetes API: a node the simulator lost (an injected fault) is down in the portal until the
-simulator has it back, and a push never heals it."""
+simulator has it back, and a push never heals it.
+
+A platform admin's hold (``Node.hold``: cordoned or draining, set through ``jobs.nodes``) is the
+portal's, not the backend's: no sync lifts it. A held node shows the hold whatever the backend
+reports, except down (``quotas.models.held_state``)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from collections import defaultdict
 from django.db import transaction
 from django.utils import timezone
 
-from quotas.models import Cluster, Flavor, Node
+from quotas.models import Cluster, Flavor, Node, NodeState, held_state
 
 from .backends.base import NodeInfo
 from .backends.registry import backend_for, is_simulated, simulator_url
@@ -30,7 +34,8 @@ def push_simulated_inventory() -> dict[str, int]:
         for node in cluster.nodes.select_related("flavor"):
             by_url[url].append(
                 NodeInfo(
-                    node.name, node.flavor.name, node.gpu_count, node.state, node.zone, node.spine, node.leaf
+                    node.name, node.flavor.name, node.gpu_count, _simulated(node.state),
+                    node.zone, node.spine, node.leaf,
                 )
             )
     for url, nodes in by_url.items():
@@ -48,14 +53,25 @@ def refresh_node_states(cluster: Cluster) -> None:
         sync_inventory(cluster)
 
 
+def _simulated(state: str) -> str:
+    """The simulator knows ready, cordoned and down: a draining node is cordoned there."""
+    return NodeState.CORDONED if state == NodeState.DRAINING else state
+
+
 def _apply_states(cluster_ids: list[int], reported: list[NodeInfo]) -> int:
-    by_state: dict[str, list[str]] = defaultdict(list)
-    for info in reported:
-        by_state[info.state].append(info.name)
     nodes = Node.objects.filter(cluster_id__in=cluster_ids)
+    holds = dict(nodes.exclude(hold="").values_list("name", "hold"))
+    # Grouped by the hold it was computed with, and conditional on it: a hold placed meanwhile
+    # (jobs.nodes) is never overwritten by a state read before it.
+    by_state: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for info in reported:
+        hold = holds.get(info.name, "")
+        by_state[held_state(info.state, hold), hold].append(info.name)
     return sum(
-        nodes.filter(name__in=names).exclude(state=state).update(state=state, last_seen_at=timezone.now())
-        for state, names in by_state.items()
+        nodes.filter(name__in=names, hold=hold)
+        .exclude(state=state)
+        .update(state=state, last_seen_at=timezone.now())
+        for (state, hold), names in by_state.items()
     )
 
 
@@ -73,6 +89,7 @@ def sync_inventory(cluster: Cluster) -> dict[str, int]:
     listed = backend_for(cluster.kind, cluster.config or {}).list_nodes()
     now, counts = timezone.now(), {"created": 0, "updated": 0, "missing": 0, "unknown_flavor": 0}
     with transaction.atomic():
+        holds = dict(cluster.nodes.exclude(hold="").select_for_update().values_list("name", "hold"))
         seen = set()
         for info in listed:
             flavor = _flavor_for(info.flavor_hint)
@@ -85,7 +102,7 @@ def sync_inventory(cluster: Cluster) -> dict[str, int]:
                 defaults={
                     "flavor": flavor,
                     "gpu_count": info.gpus,
-                    "state": info.state,
+                    "state": held_state(info.state, holds.get(info.name, "")),
                     "zone": info.zone or "default",
                     "spine": info.spine or "default",
                     "leaf": info.leaf or "default",

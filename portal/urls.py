@@ -10,10 +10,12 @@ from jobs import api_approvals as jobs_approvals_api
 from jobs import api_autoscale as jobs_autoscale_api
 from jobs import api_external as jobs_external_api
 from jobs import api_logs as jobs_logs_api
+from jobs import api_nodes as jobs_nodes_api
 from jobs import api_templates as jobs_templates_api
 from jobs import views as jobs_views
 from jobs import views_external as external_views
 from jobs import views_logs as log_views
+from jobs import views_nodes as node_views
 from jobs import views_policies as policy_views
 from jobs import views_templates as job_template_views
 from jobs.metrics_view import metrics
@@ -137,6 +139,11 @@ api_v1 = [
         jobs_approvals_api.ApprovalPolicyDetailApi.as_view(),
         name="approvalpolicy-detail",
     ),
+    # The node / GPU map (issue 24).
+    path("nodes/occupancy/", jobs_nodes_api.NodeOccupancyApi.as_view(), name="node-occupancy"),
+    path("nodes/<int:pk>/cordon/", jobs_nodes_api.NodeCordonApi.as_view(), name="node-cordon"),
+    path("nodes/<int:pk>/drain/", jobs_nodes_api.NodeDrainApi.as_view(), name="node-drain"),
+    path("nodes/<int:pk>/uncordon/", jobs_nodes_api.NodeUncordonApi.as_view(), name="node-uncordon"),
     path("notifications/", approvals_api.NotificationListApi.as_view(), name="notification-list"),
     path(
         "notifications/read-all/",
@@ -176,6 +183,9 @@ urlpatterns = [
     path("quotas/", jobs_views.quota_tree, name="quota-tree"),
     path("quotas/nodes/<int:pk>/borrowers/", jobs_views.quota_borrowers_view, name="quota-borrowers"),
     path("inventory/", quotas_views.inventory, name="inventory"),
+    # The node / GPU map and a node's page (cordon, drain, return to service: issue 24).
+    path("nodes/", node_views.node_map_page, name="node-map"),
+    path("nodes/<int:pk>/", node_views.node_page, name="node-page"),
     # Job pages (issue 5); "jobs/new/" and "jobs/queue/" come before "jobs/<int:pk>/".
     path("jobs/", jobs_views.job_list, name="job-list"),
     path("jobs/new/", jobs_views.job_new, name="job-new"),

@@ -214,7 +214,25 @@ class Cluster(models.Model):
 class NodeState(models.TextChoices):
     READY = "ready", _("Ready")
     CORDONED = "cordoned", _("Cordoned")
+    DRAINING = "draining", _("Draining")
     DOWN = "down", _("Down")
+
+
+class NodeHold(models.TextChoices):
+    """A platform admin's hold on a node (jobs.nodes): it takes no new jobs until returned to
+    service. The inventory sync never lifts it; only "down" from the backend shows through."""
+
+    NONE = "", _("none")
+    CORDONED = "cordoned", _("Cordoned")
+    DRAINING = "draining", _("Draining")
+
+
+def held_state(reported: str, hold: str) -> str:
+    """The state the portal shows and schedules by: down wins (the node does not answer),
+    then the admin's hold, then what the backend reports."""
+    if reported == NodeState.DOWN or not hold:
+        return reported
+    return hold
 
 
 class Node(models.Model):
@@ -227,6 +245,7 @@ class Node(models.Model):
         _("GPU count"), validators=[MinValueValidator(1), MaxValueValidator(128)]
     )
     state = models.CharField(_("state"), max_length=10, choices=NodeState.choices, default=NodeState.READY)
+    hold = models.CharField(_("hold"), max_length=10, choices=NodeHold.choices, default="", blank=True)
     zone = models.CharField(_("zone"), max_length=40, validators=[name_validator])
     spine = models.CharField(_("spine"), max_length=40, validators=[name_validator])
     leaf = models.CharField(_("leaf"), max_length=40, validators=[name_validator])
@@ -248,6 +267,36 @@ class Node(models.Model):
     @property
     def topology_path(self) -> str:
         return f"{self.zone}/{self.spine}/{self.leaf}/{self.name}"
+
+
+class NodeAction(models.TextChoices):
+    CORDON = "cordon", _("Cordon")
+    DRAIN = "drain", _("Drain")
+    RETURN = "return", _("Return to service")
+
+
+class NodeEvent(models.Model):
+    """Append-only: what a platform admin did to a node (cordon, drain, return to service), why,
+    and the jobs it touched (``data``: ``jobs`` on the node then, ``requeued`` the ones sent back
+    to the queue)."""
+
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="events", verbose_name=_("node"))
+    action = models.CharField(_("action"), max_length=10, choices=NodeAction.choices)
+    from_state = models.CharField(_("from"), max_length=10, choices=NodeState.choices)
+    to_state = models.CharField(_("to"), max_length=10, choices=NodeState.choices)
+    reason = models.CharField(_("reason"), max_length=300)
+    actor = models.ForeignKey(User, on_delete=models.PROTECT, related_name="+", verbose_name=_("by"))
+    at = models.DateTimeField(_("at"), default=timezone.now)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name = _("node event")
+        verbose_name_plural = _("node events")
+        indexes = [models.Index(fields=["node", "-at"], name="nodeevent_node_newest")]
+
+    def __str__(self):
+        return f"{self.node_id}: {self.action} {self.from_state}→{self.to_state} ({self.reason})"
 
 
 class QuotaNode(models.Model):

@@ -196,6 +196,11 @@ class Backend(Protocol):
 
     def list_nodes(self) -> list[NodeInfo]: ...
 
+    def set_node_schedulable(self, name: str, schedulable: bool, *, reason: str = "") -> None:
+        """Stop placing new jobs on node ``name`` (its running jobs go on) with ``reason``, or
+        take it back (``schedulable``): Slurm DRAIN / RESUME, Kubernetes ``spec.unschedulable``,
+        the simulator's cordoned / ready. Idempotent; BackendError when the backend refuses."""
+
     def log_tail(self, name: str, *, max_bytes: int) -> LogTail:
         """The last ``max_bytes`` of the job's log (of its first worker where there are several)."""
 

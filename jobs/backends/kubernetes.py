@@ -85,6 +85,7 @@ SCHEDULER_INTEGRATIONS = (None, "kueue", "volcano", "yunikorn")
 YUNIKORN_SCHEDULER = "yunikorn"  # k8shim pkg/common/constants: SchedulerName
 YUNIKORN_APP_ID = "yunikorn.apache.org/app-id"  # k8shim: CanonicalLabelApplicationID
 MERGE_PATCH = "application/merge-patch+json"
+CORDON_REASON = "gpupool.io/cordon-reason"  # a node annotation: why the portal cordoned it
 TIME_SOURCE = "kubernetes"
 
 T = TypeVar("T")
@@ -464,6 +465,16 @@ class KubernetesBackend:
             if info is not None:
                 nodes.append(info)
         return nodes
+
+    def set_node_schedulable(self, name: str, schedulable: bool, *, reason: str = "") -> None:
+        """``spec.unschedulable`` as ``kubectl cordon`` / ``uncordon`` set it (a merge patch), with
+        the reason in the ``gpupool.io/cordon-reason`` annotation (removed on uncordon). Evicting
+        pods is not done here: the portal requeues the jobs it wants off the node itself."""
+        body = {
+            "metadata": {"annotations": {CORDON_REASON: None if schedulable else (reason or "gpupool")}},
+            "spec": {"unschedulable": None if schedulable else True},
+        }
+        self._call(self.core.patch_node, name, body, _content_type=MERGE_PATCH)
 
     def log_tail(self, name: str, *, max_bytes: int) -> LogTail:
         try:

@@ -118,6 +118,15 @@ class SimulatorBackend:
         path = "/inventory?keep_states=1" if keep_states else "/inventory"
         return [_node_info(n) for n in self._call("PUT", path, {"nodes": body})["nodes"]]
 
+    def set_node_schedulable(self, name: str, schedulable: bool, *, reason: str = "") -> None:
+        """Cordoned or ready in the simulator. A node it has down stays down (it does not answer;
+        the portal's hold applies again when it is back)."""
+        current = {n.name: n.state for n in self.list_nodes()}
+        if name not in current:
+            raise BackendError(f"simulator: no node {name}")
+        if current[name] != "down":
+            self.set_node_state(name, "ready" if schedulable else "cordoned")
+
     def set_node_state(self, name: str, state: str) -> NodeInfo:
         return _node_info(self._call("POST", f"/nodes/{quote(name, safe='')}/state", {"state": state}))
 

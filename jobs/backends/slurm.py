@@ -243,6 +243,21 @@ class SlurmBackend:
                 nodes.setdefault(node.name, node)  # sinfo -N prints a node once per partition
         return sorted(nodes.values(), key=lambda n: _natural_key(n.name))
 
+    def set_node_schedulable(self, name: str, schedulable: bool, *, reason: str = "") -> None:
+        """``scontrol update NodeName=… State=DRAIN Reason=…`` (running jobs go on, no new ones
+        start: sinfo shows draining, then drained) or ``State=RESUME``. Resuming a node that is
+        not drained is a no-op (Slurm refuses it as an invalid state change)."""
+        node = f"NodeName={_safe(name)}"
+        if schedulable:
+            try:
+                self._run(["scontrol", "update", node, "State=RESUME"])
+            except BackendError as exc:
+                if "Invalid node state" not in str(exc):
+                    raise
+            return
+        why = " ".join((reason or "gpupool").split())  # one line: sinfo prints the reason as a field
+        self._run(["scontrol", "update", node, "State=DRAIN", f"Reason={why}"])
+
     def log_tail(self, name: str, *, max_bytes: int) -> LogTail:
         path, missing = self._output_file(name)
         if path is None:

@@ -218,6 +218,8 @@ OTHER |= {"webhook-test", "webhook-deliveries"}  # tests/api/test_webhooks_api.p
 # Approval actions, request creation and notifications: tests/api/test_approvals_api.py.
 OTHER |= {"approval-decide", "approval-bulk-decide", "approval-cancel", "approval-comment", "quota-request",
           "loan-request", "notification-list", "notification-read", "notification-read-all"}
+# The node / GPU map (issue 24): every persona in tests/api/test_nodes_api.py.
+OTHER |= {"node-occupancy", "node-cordon", "node-drain", "node-uncordon"}
 
 
 def _api_route_names():

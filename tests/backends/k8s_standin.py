@@ -5,7 +5,8 @@ namespaced create / read / list / delete / merge-patch / replace of batch/v1 Job
 Deployments, v1 Pods, Volcano ``batch.volcano.sh/v1alpha1`` Jobs (a custom resource, stored as
 ``vcjobs``) and Kueue LocalQueues; the same verbs on the cluster-scoped custom resources of
 ``CLUSTER_RESOURCES`` (Kueue ResourceFlavors, ClusterQueues, Cohorts; Volcano Queues), stored
-under namespace ``""``; and the cluster-wide v1 Node list (seeded by the tests). Objects are stored
+under namespace ``""``; and the cluster-wide v1 Node list (seeded by the tests), each node
+read and merge-patched by name (cordon). Objects are stored
 as posted, with ``uid``, ``resourceVersion`` and ``creationTimestamp`` added; a duplicate create
 answers 409, a missing object 404, a PUT with a stale ``resourceVersion`` 409. PATCH
 takes only ``application/merge-patch+json`` (RFC 7386), as a dict body must be sent: anything else
@@ -105,6 +106,7 @@ CLUSTER_RESOURCES = {
     ("/apis/scheduling.volcano.sh/v1beta1", "queues"): ("scheduling.volcano.sh/v1beta1", "Queue", "queues"),
 }
 MERGE_PATCH = "application/merge-patch+json"
+NODE_PATH = re.compile(r"^/api/v1/nodes/([^/]+)/?$")
 NAMESPACED = re.compile(
     r"^(?P<group>/api/v1|/apis/[^/]+/[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<res>[^/]+)"
     r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status|log))?/?$"
@@ -575,6 +577,9 @@ class StandIn:
                     "metadata": {"resourceVersion": "1"},
                     "items": copy.deepcopy(self.nodes),
                 }
+            node = NODE_PATH.match(path)
+            if node is not None:
+                return self._node(method, node.group(1), body, content_type)
             found = self._route(path)
             if found is None:
                 return 404, _status(
@@ -593,6 +598,26 @@ class StandIn:
             if ns is None and not (name is None and method == "GET"):
                 return 405, _status(405, "MethodNotAllowed", "only list and watch across namespaces")
             return self._namespaced(method, stored, ns, name, api_version, kind, query, body)
+
+    def _node(self, method: str, name: str, body: bytes, content_type: str | None) -> tuple[int, Any]:
+        """GET or merge-PATCH one seeded node (``kubectl cordon`` patches ``spec.unschedulable``)."""
+        found = next((n for n in self.nodes if n["metadata"]["name"] == name), None)
+        if found is None:
+            return 404, _status(404, "NotFound", f'nodes "{name}" not found')
+        if method == "GET":
+            return 200, copy.deepcopy(found)
+        if method != "PATCH":
+            return 405, _status(405, "MethodNotAllowed", "the stand-in only reads and patches nodes")
+        if (content_type or "").split(";")[0].strip() != MERGE_PATCH:
+            return 415, _status(415, "UnsupportedMediaType", f"the stand-in only merges {MERGE_PATCH}")
+        try:
+            patch = json.loads(body or b"{}")
+        except ValueError:
+            return 400, _status(400, "BadRequest", "the body is not JSON")
+        merged = _merge(found, patch)
+        merged["metadata"]["resourceVersion"] = self._bump()
+        self.nodes[self.nodes.index(found)] = merged
+        return 200, copy.deepcopy(merged)
 
     def _route(self, path: str) -> tuple[tuple[str, str, str], str | None, str | None, str | None] | None:
         """(resource entry, namespace — "" when cluster-scoped, None across namespaces —, name,

@@ -512,6 +512,34 @@ def test_resize_patches_the_deployments_replicas(k8s_api, backend):
     assert [m for m, _ in k8s_api.calls()[calls:]] == ["GET"]  # already that size
 
 
+def test_cordon_and_uncordon_patch_spec_unschedulable_with_the_reason(k8s_api, backend):
+    ready = [{"type": "Ready", "status": "True"}]
+    k8s_api.nodes = [
+        {
+            "metadata": {"name": name, "labels": {}},
+            "spec": {},
+            "status": {"capacity": {"nvidia.com/gpu": "8"}, "conditions": ready},
+        }
+        for name in ("gpu-a", "gpu-b")
+    ]
+    backend.set_node_schedulable("gpu-a", False, reason="XID 79 on GPU 3")
+    states = {n.name: n.state for n in backend.list_nodes()}
+    assert states == {"gpu-a": "cordoned", "gpu-b": "ready"}
+    stored = k8s_api.nodes[0]
+    assert stored["spec"]["unschedulable"] is True
+    assert stored["metadata"]["annotations"] == {"gpupool.io/cordon-reason": "XID 79 on GPU 3"}
+    assert stored["status"]["capacity"] == {"nvidia.com/gpu": "8"}  # a merge patch keeps the rest
+    patches = [p for m, p, _q in k8s_api.requests if m == "PATCH"]
+    assert patches == ["/api/v1/nodes/gpu-a"]
+    backend.set_node_schedulable("gpu-a", False, reason="XID 79 on GPU 3")  # idempotent
+    backend.set_node_schedulable("gpu-a", True)
+    assert {n.name: n.state for n in backend.list_nodes()}["gpu-a"] == "ready"
+    assert "unschedulable" not in k8s_api.nodes[0]["spec"]
+    assert k8s_api.nodes[0]["metadata"]["annotations"] == {}
+    with pytest.raises(BackendError, match="404"):
+        backend.set_node_schedulable("gpu-zz", False, reason="no such node")
+
+
 def test_resize_onto_new_nodes_patches_the_affinity_too(k8s_api, backend):
     backend.submit(make_spec("inference", workers=2, gpus=1, nodes=("gpu-a",)))
     backend.resize(make_spec("inference", workers=3, gpus=1, nodes=("gpu-a", "gpu-c")))

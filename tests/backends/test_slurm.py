@@ -254,6 +254,30 @@ def test_drained_node_is_cordoned(backend, cluster):
     wait_for(lambda: {n.name: n.state for n in backend.list_nodes()}["gpu-a100-4"] == "ready", "a100-4 ready")
 
 
+def test_the_portal_drains_a_node_with_a_running_job_and_resumes_it(backend, cluster):
+    """``set_node_schedulable`` reaches slurmctld: DRAIN with the reason lets the running job go
+    on (the node is draining) and keeps new work off; RESUME takes it back; resuming a node that
+    is not drained is a no-op."""
+    spec = make_spec("sleep 3600", nodes=("gpu-a100-3",))
+    backend.submit(spec)
+    wait_for(lambda: phase_of(backend, spec.name, RUNNING), "the job to run")
+    try:
+        backend.set_node_schedulable("gpu-a100-3", False, reason="XID 79 on GPU 3 (gpupool)")
+        shown = cluster.scontrol("show", "node", "gpu-a100-3")
+        assert "DRAIN" in shown and "Reason=XID 79 on GPU 3 (gpupool)" in shown
+        sinfo = _sh(["sinfo", "-h", "-n", "gpu-a100-3", "-o", "%T"], cluster.env).stdout.strip()
+        assert sinfo == "draining"  # the job runs on
+        assert phase_of(backend, spec.name, RUNNING) is not None
+        assert {n.name: n.state for n in backend.list_nodes()}["gpu-a100-3"] == "cordoned"
+        backend.set_node_schedulable("gpu-a100-3", False, reason="again")  # idempotent
+    finally:
+        backend.cancel(spec.name)
+        backend.set_node_schedulable("gpu-a100-3", True)
+    assert "DRAIN" not in cluster.scontrol("show", "node", "gpu-a100-3")
+    wait_for(lambda: {n.name: n.state for n in backend.list_nodes()}["gpu-a100-3"] == "ready", "a100-3 ready")
+    backend.set_node_schedulable("gpu-a100-3", True)  # not drained: nothing to resume, no error
+
+
 def _node_down(cluster: Cluster, node: str) -> None:
     cluster.scontrol("update", f"NodeName={node}", "State=DOWN", "Reason=test-node-down")
 
@@ -643,3 +667,31 @@ def test_a_portal_job_sees_its_mounts_and_checkpoint_dir_and_the_portal_shows_it
     whole = b"".join(job_log_stream(job)).decode()
     assert whole.index("read forty-two") < whole.index("first line") < whole.index("last line")
     assert "to stderr" in whole
+
+
+def test_a_drain_through_the_portal_reaches_slurmctld_and_survives_the_sync(portal_on_slurm, cluster):
+    """The node map's service (jobs.nodes) on a real cluster: the drain and its reason reach
+    slurmctld, the inventory sync keeps the node draining, return to service resumes it."""
+    from jobs.inventory import sync_inventory
+    from jobs.nodes import node_drain, node_return
+    from quotas.models import Node, NodeEvent
+    from tests import factories as fx
+
+    _flavor, portal_cluster, _project = portal_on_slurm
+    node = Node.objects.get(cluster=portal_cluster, name="gpu-a100-2")
+    admin = fx.platform_admin()
+    try:
+        out = node_drain(actor=admin, node=node, reason="XID 79 via the portal", requeue=False)
+        assert out.node.state == "draining"
+        shown = cluster.scontrol("show", "node", "gpu-a100-2")
+        assert "DRAIN" in shown and "Reason=XID 79 via the portal" in shown
+        sync_inventory(portal_cluster)
+        assert Node.objects.get(pk=node.pk).state == "draining"
+    finally:
+        node_return(actor=admin, node=Node.objects.get(pk=node.pk), reason="fixed")
+    assert "DRAIN" not in cluster.scontrol("show", "node", "gpu-a100-2")
+    assert Node.objects.get(pk=node.pk).state == "ready"
+    events = NodeEvent.objects.filter(node=node).order_by("at", "id")
+    assert list(events.values_list("action", flat=True)) == ["drain", "return"]
+    states = lambda: {n.name: n.state for n in SlurmBackend(cluster.conf).list_nodes()}  # noqa: E731
+    wait_for(lambda: states()["gpu-a100-2"] == "ready", "a100-2 ready")

@@ -22,7 +22,7 @@ from jobs.services import job_submit
 from portal.models import ApprovalRequest, DirectoryRule, Membership, Notification
 from portal.notifications import notify
 from quotas.approvals import quota_request_create
-from quotas.models import Loan, LoanState
+from quotas.models import Loan, LoanState, Node
 
 pytestmark = [pytest.mark.django_db, pytest.mark.isolation]
 
@@ -141,6 +141,10 @@ RULES: dict[str, Page] = {
     "webhook-list": Page(HOOKS, ("hook:a", "hook:b")),
     "webhook-new": Page(HOOKS, (NAMES["pa1"], NAMES["pb"])),  # the project choices
     "webhook-edit": Page(A_HOOK, ("hook:a", "hook:b")),
+    # The node map (issue 24) is pool-wide, a job named only to who sees it (tests/api/test_nodes_api.py);
+    # a node's page (its jobs, history and actions) is for platform admins, 403 for everyone else.
+    "node-map": Page(GLOBAL, (NAMES["A1"], NAMES["B"])),
+    "node-page": Page(PLATFORM_ONLY),
 }
 
 # POST actions on an A-side object: persona -> (status, changed). Anyone outside the object's
@@ -325,6 +329,7 @@ def objs(world, prio):
 
         found["whatif"] = WhatIfRun.objects.create(created_by=world.users["platform"], month=month,
                                                    change=WhatIfRun._meta.get_field("change").choices[0][0])
+    found["node"] = Node.objects.order_by("pk").first()
     return found
 
 
@@ -346,6 +351,7 @@ SUBJECT = {
     "user-detail": "user:a", "membership-remove": "member:a",
     "job-template-from-job": "job:a", "job-template-delete": "tpl:a",
     "webhook-edit": "hook:a", "webhook-delete": "hook:a", "webhook-test": "hook:a",
+    "node-page": "node",
 }
 
 
