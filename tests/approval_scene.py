@@ -30,8 +30,9 @@ def make_scene(world, now: datetime):
     """Running now on F: pa1_member 2 GPUs in quota and pa1_admin 1 borrowed (both in pa1),
     pb_member 3 in pb: 6 held of 16 healthy. F costs 2.50 an hour at the standard rate. pa1_member
     ran a job in pa1 for 2 h on 4 GPUs this month (8 card-hours) that was flagged idle; pa1 has
-    a budget of 100 card-hours, A1 one of 1000 card-hours and 500.00 in money. pa1_member's requests: one approved 10 days
-    ago, one rejected 5 days ago, one rejected 100 days ago (too old to count)."""
+    a budget of 100 card-hours, A1 one of 1000 card-hours and 500.00 in money. pa1_member's
+    requests: one approved 10 days ago, one rejected 5 days ago, one rejected 100 days ago (too
+    old to count)."""
     history = History(world)
     history.user = world.users["pa1_member"]
     _hold(history.job(world.pa1, world.F, gpus=2), 2, now)
