@@ -145,6 +145,9 @@ RULES: dict[str, Page] = {
     # a node's page (its jobs, history and actions) is for platform admins, 403 for everyone else.
     "node-map": Page(GLOBAL, (NAMES["A1"], NAMES["B"])),
     "node-page": Page(PLATFORM_ONLY),
+    # The usage explorer (issue 24 item 4) shows each persona its own scope (every persona's rows,
+    # money and files: tests/billing/test_usage.py); here: nobody is refused the page.
+    "billing-usage": Page(dict.fromkeys(PERSONAS, NONE)),
 }
 
 # POST actions on an A-side object: persona -> (status, changed). Anyone outside the object's
@@ -190,6 +193,11 @@ ACTIONS: dict[str, dict] = {
     # who may not submit to pa1 does not see it.
     "job-template-delete": {**{p: (404, False) for p in PERSONAS}, "pa1_member": (403, False),
                             "a_admin": (302, True), "platform": (302, True)},
+    # Autoscaling (issue 24 item 8) on job:a, a training job: readers who may not change it get 403
+    # (as for cancel), its owner and admins are told no (only inference services scale), nobody
+    # else learns it is there.
+    "job-autoscale-form": {**NOT_SEEN, "auditor": (403, False), "a_finance": (403, False),
+                           "pa1_member": (302, False), "a_admin": (302, False), "platform": (302, False)},
 }
 
 # Not pages of the portal: sign-in, and machine endpoints with their own guards and tests.
@@ -351,7 +359,7 @@ SUBJECT = {
     "user-detail": "user:a", "membership-remove": "member:a",
     "job-template-from-job": "job:a", "job-template-delete": "tpl:a",
     "webhook-edit": "hook:a", "webhook-delete": "hook:a", "webhook-test": "hook:a",
-    "node-page": "node",
+    "node-page": "node", "job-autoscale-form": "job:a",
 }
 
 
@@ -460,6 +468,8 @@ def _state(name, objs):
         return objs["hook:a"].deliveries.count()
     if name == "job-template-delete":
         return type(objs["tpl:a"]).objects.filter(pk=objs["tpl:a"].pk).exists()
+    if name == "job-autoscale-form":
+        return Job.objects.get(pk=objs["job:a"].pk).autoscale_query
     raise AssertionError(name)
 
 
@@ -474,6 +484,8 @@ def _body_of(name, objs):
         return {"decision": "approve"}
     if name == "external-source-map":
         return {"project": objs["proj:a"].pk}
+    if name == "job-autoscale-form":
+        return {"query": 'sum(rps{job="{job}"})', "target": "10", "cooldown_seconds": "300"}
     return {}
 
 
