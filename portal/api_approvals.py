@@ -155,7 +155,8 @@ class ApprovalDetailOut(ApprovalOut):
         "``cards``, ``hours``, ``card_hours``, ``amount`` and ``currency`` at the standard rate, null "
         "without a rate); ``history`` (the requester's last ``days`` days: requests ``approved`` and "
         "``rejected``, ``jobs_run``, ``jobs_idle``); ``budgets`` (project's and department's this "
-        "month: ``card_hours``, ``used``, ``remaining``, ``percent``). Numbers are decimal strings. "
+        "month: ``card_hours``, ``used``, ``remaining``; for a money budget ``amount``, ``currency``, "
+        "``used_amount``, ``remaining_amount``; ``percent``, the higher share). Numbers are decimal strings. "
         "Null for whoever may not see it: only approvers of the request's steps, admins and finance "
         "of its department, platform admins and auditors do."
     )
@@ -163,7 +164,7 @@ class ApprovalDetailOut(ApprovalOut):
     class Meta(ApprovalOut.Meta):
         fields = [*ApprovalOut.Meta.fields, "steps", "audit", "context"]
 
-    @extend_schema_field(OpenApiTypes.OBJECT)
+    @extend_schema_field(serializers.DictField(allow_null=True))  # null: see the help text
     def get_context(self, obj):
         found = approvals.approval_contexts(self.context["request"].user, [obj]).get(obj.pk)
         return _plain(found) if found is not None else None

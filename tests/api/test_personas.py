@@ -220,6 +220,9 @@ OTHER |= {"approval-decide", "approval-bulk-decide", "approval-cancel", "approva
           "loan-request", "notification-list", "notification-read", "notification-read-all"}
 # The node / GPU map (issue 24): every persona in tests/api/test_nodes_api.py.
 OTHER |= {"node-occupancy", "node-cordon", "node-drain", "node-uncordon"}
+# The usage explorer's API (issue 24): every persona's rows, page and API, in
+# tests/billing/test_usage.py::test_each_persona_sees_its_own_rows_only.
+OTHER |= {"usage"}
 
 
 def _api_route_names():
