@@ -68,6 +68,16 @@ class ApiError(Exception):
         self.status, self.body = status, body
 
 
+def _api_error(err: urllib.error.HTTPError) -> ApiError:
+    """The portal's refusal: its JSON detail, or the start of whatever else it answered."""
+    raw = err.read()
+    try:
+        detail = json.loads(raw)
+    except ValueError:
+        detail = raw.decode(errors="replace")[:500]
+    return ApiError(err.code, detail)
+
+
 class Client:
     def __init__(self, url: str, token: str | None = None, timeout: float = 30):
         if not url.startswith(("http://", "https://")):  # urllib would also open file: URLs
@@ -90,12 +100,7 @@ class Client:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310 - scheme checked
                 raw = resp.read()
         except urllib.error.HTTPError as err:
-            raw = err.read()
-            try:
-                detail = json.loads(raw)
-            except ValueError:
-                detail = raw.decode(errors="replace")[:500]
-            raise ApiError(err.code, detail) from None
+            raise _api_error(err) from None
         return json.loads(raw) if raw else None
 
     def raw(self, path: str, out) -> None:
@@ -107,12 +112,7 @@ class Client:
                 while chunk := resp.read(64 * 1024):
                     out.write(chunk)
         except urllib.error.HTTPError as err:
-            raw = err.read()
-            try:
-                detail = json.loads(raw)
-            except ValueError:
-                detail = raw.decode(errors="replace")[:500]
-            raise ApiError(err.code, detail) from None
+            raise _api_error(err) from None
 
     def get(self, path: str, **query):
         return self.request("GET", path, query=query)
