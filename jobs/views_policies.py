@@ -18,6 +18,7 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from portal import permissions as perm
+from portal.forms import ServiceErrorsMixin
 from portal.models import Department, User
 from portal.selectors import get_visible, scope_for, visible_departments
 from quotas.models import Flavor
@@ -34,7 +35,7 @@ def editable_departments(user: User) -> list[Department]:
     return [d for d in visible_departments(user).order_by("code") if perm.can_edit_department(scope, d)]
 
 
-class ApprovalPolicyForm(forms.Form):
+class ApprovalPolicyForm(ServiceErrorsMixin, forms.Form):
     """The policy's fields as the model declares them; ``approval_policy_set`` validates."""
 
     department = forms.ModelChoiceField(queryset=Department.objects.none(), label=gettext_lazy("Department"))
@@ -58,13 +59,6 @@ class ApprovalPolicyForm(forms.Form):
 
     def policy_fields(self) -> dict:
         return {name: self.cleaned_data[name] for name in POLICY_FIELDS if name in self.cleaned_data}
-
-    def add_service_error(self, error: ValidationError) -> None:
-        if hasattr(error, "error_dict"):
-            for field, errors in error.error_dict.items():
-                self.add_error(field if field in self.fields else None, errors)
-        else:
-            self.add_error(None, error)
 
 
 @login_required

@@ -13,6 +13,18 @@ from .models import ApprovalKind, ApprovalState
 BULK_MAX = 100  # as the API's bulk-decide
 
 
+class ServiceErrorsMixin:
+    """For a form whose data a service validates: the service's errors land on the field they
+    name, the others above the form."""
+
+    def add_service_error(self, error: ValidationError) -> None:
+        if hasattr(error, "error_dict"):
+            for field, errors in error.error_dict.items():
+                self.add_error(field if field in self.fields else None, errors)
+        else:
+            self.add_error(None, error)
+
+
 class ApprovalFilterForm(forms.Form):
     """Filters of the request list (GET). Invalid values are ignored."""
 

@@ -19,6 +19,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from . import directory
+from .forms import ServiceErrorsMixin
 from .models import Department, Directory, DirectoryRule, Project, Role, User
 from .selectors import get_visible, scope_for, visible_directory_rules, visible_memberships
 from .services import membership_delete
@@ -37,7 +38,7 @@ def _require_writer(user: User) -> None:
         raise PermissionDenied
 
 
-class DirectoryRuleForm(forms.Form):
+class DirectoryRuleForm(ServiceErrorsMixin, forms.Form):
     directory = forms.ChoiceField(
         label=gettext_lazy("Directory"),
         choices=[(Directory.LDAP, "LDAP"), (Directory.OIDC, "OpenID Connect")],
@@ -56,13 +57,6 @@ class DirectoryRuleForm(forms.Form):
         label=gettext_lazy("Project"), queryset=Project.objects.order_by("code"), required=False,
         help_text=gettext_lazy("For member and project admin. Platform roles take neither."),
     )
-
-    def add_service_error(self, error: ValidationError) -> None:
-        if hasattr(error, "error_dict"):
-            for field, errors in error.error_dict.items():
-                self.add_error(field if field in self.fields else None, errors)
-        else:
-            self.add_error(None, error)
 
 
 @login_required

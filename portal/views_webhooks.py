@@ -16,13 +16,14 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from . import webhooks
-from .models import DeliveryStatus, NotificationTopic, Webhook, WebhookKind
+from .forms import ServiceErrorsMixin
+from .models import DeliveryStatus, NotificationTopic, Webhook, WebhookDelivery, WebhookKind
 from .selectors import get_visible
 from .webhook_delivery import webhook_test_send
 from .webhook_formats import masked_url
 
 
-class WebhookForm(forms.Form):
+class WebhookForm(ServiceErrorsMixin, forms.Form):
     name = forms.CharField(label=gettext_lazy("Name"), max_length=80)
     kind = forms.ChoiceField(label=gettext_lazy("Kind"), choices=WebhookKind.choices)
     project = forms.ModelChoiceField(
@@ -58,20 +59,20 @@ class WebhookForm(forms.Form):
             if hook.secret:
                 self.fields["secret"].help_text = _("A secret is saved. Leave blank to keep it.")
 
-    def add_service_error(self, error: ValidationError) -> None:
-        if hasattr(error, "error_dict"):
-            for field, errors in error.error_dict.items():
-                self.add_error(field if field in self.fields else None, errors)
-        else:
-            self.add_error(None, error)
-
 
 @login_required
 def webhook_list(request):
     hooks = list(webhooks.visible_webhooks(request.user).order_by("project__code", "name", "id"))
+    # Each hook's latest attempt in one query (DISTINCT ON), not one per hook.
+    latest = {
+        d.webhook_id: d
+        for d in WebhookDelivery.objects.filter(webhook__in=hooks)
+        .order_by("webhook_id", "-id")
+        .distinct("webhook_id")
+    }
     for hook in hooks:
         hook.shown_url = masked_url(hook.url)
-        hook.last = hook.deliveries.order_by("-id").first()
+        hook.last = latest.get(hook.pk)
     return render(request, "portal/webhooks.html", {
         "own": [h for h in hooks if h.user_id == request.user.pk],
         "project_hooks": [h for h in hooks if h.project_id],
