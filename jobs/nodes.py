@@ -36,7 +36,8 @@ from quotas.models import Node, NodeAction, NodeEvent, NodeHold, NodeState
 from . import reasons
 from .backends.base import BackendError
 from .backends.registry import backend_for
-from .models import Job, JobEvent
+from .models import Job
+from .scheduling import preemption_signal
 from .states import HOLDING
 
 REASON_MAX = 300
@@ -131,22 +132,7 @@ def _change(actor: User, node: Node, action: str, reason: str, *, requeue: bool 
 
 
 def _signal_requeue(jobs: list[Job], node: Node, text: str, now) -> list[int]:
-    """Signal preemption to each job (as the scheduler's preemptions do, jobs/scheduling.py):
-    conditional on the job still holding GPUs and not being signalled already."""
-    signalled = []
-    said = reasons.event_reason(reasons.reason(reasons.NODE_DRAINED, node=node.name, reason=text))
-    for job in jobs:
-        if Job.objects.filter(pk=job.pk, state__in=list(HOLDING), terminating_since__isnull=True).update(
-            terminating_since=now
-        ):
-            JobEvent.objects.create(
-                job=job,
-                kind="preemption_signal",
-                from_state=job.state,
-                to_state=job.state,
-                occurred_at=now,
-                data={"node": node.name},
-                **said,
-            )
-            signalled.append(job.pk)
-    return signalled
+    """Signal preemption to each job, as the scheduler's preemptions do (only jobs still holding
+    GPUs and not signalled already)."""
+    why = reasons.reason(reasons.NODE_DRAINED, node=node.name, reason=text)
+    return preemption_signal([(job.pk, why) for job in jobs], now, data={"node": node.name})

@@ -196,9 +196,21 @@ def _apply_preemptions(result: CycleResult, now: datetime) -> int:
     whole = [p for p in result.preemptions if p.worker is None]
     if not whole:
         return 0
-    ids = [int(p.victim_id) for p in whole]
     # The English reason ("reclaim for job 12") and the same as a message for the reader's language.
-    said = [reasons.stored(reasons.preempted_for(p.reason, int(p.for_job_id))) for p in whole]
+    victims = [(int(p.victim_id), reasons.preempted_for(p.reason, int(p.for_job_id))) for p in whole]
+    return len(preemption_signal(victims, now))
+
+
+def preemption_signal(
+    victims: list[tuple[int, object]], now: datetime, data: dict | None = None
+) -> list[int]:
+    """Tell each victim ``(job id, reason)`` to stop within its grace period: in one statement, the
+    conditional update (still holding GPUs, not signalled yet) and its ``preemption_signal`` event.
+    The scheduler's preemptions and a node drained with "requeue now" (jobs/nodes.py) both come
+    here. Returns the ids signalled."""
+    if not victims:
+        return []
+    said = [reasons.stored(why) for _id, why in victims]
     with connection.cursor() as cursor:
         cursor.execute(
             """
@@ -210,13 +222,14 @@ def _apply_preemptions(result: CycleResult, now: datetime) -> int:
             )
             INSERT INTO jobs_jobevent
                 (job_id, kind, from_state, to_state, reason, reason_message, occurred_at, data)
-            SELECT id, 'preemption_signal', state, state, reason, message::jsonb, %s, '{}'::jsonb
+            SELECT id, 'preemption_signal', state, state, reason, message::jsonb, %s, %s::jsonb
             FROM signalled
+            RETURNING job_id
             """,
-            [ids, [text for text, _m in said], [json.dumps(m) for _t, m in said], now,
-             [s.value for s in HOLDING], now],
+            [[job_id for job_id, _why in victims], [text for text, _m in said],
+             [json.dumps(m) for _t, m in said], now, [s.value for s in HOLDING], now, json.dumps(data or {})],
         )
-        return cursor.rowcount
+        return [row[0] for row in cursor.fetchall()]
 
 
 def _apply_shrinks(result: CycleResult, now: datetime) -> int:
