@@ -23,12 +23,17 @@ Estimator = Callable[[Flavor, Decimal, datetime], tuple[Decimal, str] | None]
 cost_estimators: list[Estimator] = []
 
 
-def cost_estimate(flavor: Flavor, card_hours: Decimal, at: datetime) -> tuple[Decimal, str] | None:
-    for estimate in cost_estimators:
-        found = estimate(flavor, card_hours, at)
+def _first(providers: list[Callable], *args):
+    """The first registered answer that is not None (billing registers one of each kind)."""
+    for provider in providers:
+        found = provider(*args)
         if found is not None:
             return found
     return None
+
+
+def cost_estimate(flavor: Flavor, card_hours: Decimal, at: datetime) -> tuple[Decimal, str] | None:
+    return _first(cost_estimators, flavor, card_hours, at)
 
 
 Price = Callable[[Decimal], tuple[Decimal, str]]
@@ -38,11 +43,7 @@ price_lists: list[PriceList] = []
 
 def cost_pricer(flavor: Flavor, at: datetime) -> Price | None:
     """The standard rate of ``flavor`` at ``at`` as a function of card-hours, or None."""
-    for price_list in price_lists:
-        price = price_list(flavor, at)
-        if price is not None:
-            return price
-    return None
+    return _first(price_lists, flavor, at)
 
 
 # The job page's cost so far (issue 24): billing registers ``job_cost(job, now) -> JobCost | None``
@@ -53,8 +54,4 @@ job_cost_providers: list[JobCostProvider] = []
 
 
 def job_cost(job, now: datetime):
-    for provider in job_cost_providers:
-        found = provider(job, now)
-        if found is not None:
-            return found
-    return None
+    return _first(job_cost_providers, job, now)
