@@ -55,6 +55,7 @@ class Cycle:
         self.growths: list[Growth] = []
         self.tried: dict[str, Pending] = {}  # jobs with alternatives evaluated in this cycle
         self.blockers = fifo.Blockers()  # strict FIFO / aging (jobs/engine/fifo.py)
+        self.own_reservations = 0  # of blockers that are not their level's head (capped)
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> None:
@@ -193,6 +194,8 @@ class Cycle:
                 self.head_done = True
                 if not self.backfill:
                     self.closed_by = p.id
+            elif not self._own_reservation():
+                return outcome
             if self.backfill and not self._outbid(p):
                 backfill.reserve(self, p)
         if p.flavors and outcome != "admitted":
@@ -213,7 +216,7 @@ class Cycle:
         why = fifo.held_to_fifo(s, sq.proj, p)
         if why is None or s.held(p):
             return False
-        outcome = self._process(p, own_head=True)
+        outcome = self._fifo_outcome(p)
         if outcome in ("quota", "capacity") and not fifo.hopeless(self, p):
             self.blockers.add(sq, p, why)
             sq.pos = len(sq.jobs)
@@ -224,6 +227,27 @@ class Cycle:
         self._pass_over(sq)
         if sq.pos < len(sq.jobs):
             self._push(sq)
+        return True
+
+    def _fifo_outcome(self, p: Pending) -> str | None:
+        """The turn of a job held to FIFO. When the cheap necessary test already says it cannot
+        move, the full evaluation (placement, preemption searches) is skipped — as the
+        best-effort pass-over skips it; only its reservation is still due."""
+        if p.flavors or not self.head_done or self.closed_by is not None:
+            return self._process(p, own_head=True)
+        kind = self.quick(p)
+        if kind is None:
+            return self._process(p, own_head=True)
+        if kind == "capacity" and self.backfill and self._own_reservation() and not self._outbid(p):
+            backfill.reserve(self, p)
+        return kind
+
+    def _own_reservation(self) -> bool:
+        """May one more blocker that is not its level's head get a reservation in this cycle?
+        Each costs a timeline search, and every later job's backfill test checks it."""
+        if self.own_reservations >= fifo.MAX_OWN_RESERVATIONS:
+            return False
+        self.own_reservations += 1
         return True
 
     def _fifo_due(self, sq: SubQueue) -> bool:

@@ -36,6 +36,11 @@ from jobs.engine.pool import FULL
 from jobs.engine.state import Pending, State, SubQueue
 
 STRICT, AGING = "strict_fifo", "aging"
+# Reservations of blockers that are not their level's head, per cycle, in the cycle's order
+# (levels, then dominant share): each costs a timeline search and slows every later backfill
+# test, as Slurm bounds its backfill with bf_max_job_test. A blocker past the cap still blocks
+# its project; it gets its reservation in a later cycle, once earlier ones have started.
+MAX_OWN_RESERVATIONS = 16
 
 
 def held_to_fifo(s: State, proj: int, p: Pending) -> str | None:

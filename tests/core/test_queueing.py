@@ -11,6 +11,7 @@ import pytest
 from coresnap import NOW, cluster, queued, running, snapshot, tree
 from test_alternatives import World, _apply, _between, _decisions, _submit, _world
 
+from jobs.engine import fifo
 from jobs.scheduler import Engine, Snapshot, schedule
 
 # One node of 8; project p (quota 4, borrow limit 0: it waits for its own quota) runs 3 GPUs.
@@ -158,3 +159,17 @@ def test_warm_engine_with_strict_fifo_and_aging_decides_like_a_cold_one(seed):
         engine.submit(_submit(world, rng, now))
     if seed == 0:
         assert blocked > 0 and checked > 0  # the worlds do block jobs and admit strict ones
+
+
+def test_own_reservations_are_capped_per_cycle_and_blocking_is_not():
+    """20 strict projects each wait for a whole node: the level's head reserves, then at most
+    MAX_OWN_RESERVATIONS more; every project's later job is blocked all the same."""
+    n = 20
+    tl = tree({"D": (8 * n, {f"p{k:02d}": 8 for k in range(n)})})
+    busy = [running(f"r{k:02d}", f"p{k:02d}", f"n{k:03d}", 8, runtime=3600 + 60 * (k + 1)) for k in range(n)]
+    jobs = [queued(f"big{k:02d}", f"p{k:02d}", 8, age_s=300 - k, runtime=60) for k in range(n)]
+    jobs += [queued(f"small{k:02d}", f"p{k:02d}", 1, age_s=100, runtime=60) for k in range(n)]
+    strict = frozenset(f"p{k:02d}" for k in range(n))
+    result = schedule(snapshot(cluster(n), tl, busy, jobs, strict_fifo=strict))
+    assert len(result.reservations) == 1 + fifo.MAX_OWN_RESERVATIONS
+    assert all(result.explanations[f"small{k:02d}"].reason == "fifo" for k in range(n))
