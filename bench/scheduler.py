@@ -3,6 +3,8 @@
     python bench/scheduler.py            # full size (several minutes on 2 cores)
     python bench/scheduler.py --quick    # reduced size for CI (< 60 s)
     python bench/scheduler.py --profile  # cProfile of part (a), top functions to stderr
+    python bench/scheduler.py --queueing strict_fifo   # every project strict FIFO (issue 25)
+    python bench/scheduler.py --aging-bound 600        # the centre's aging bound, seconds
 
 (a) Kueue's "large-scale" shape: 10 departments × 100 projects, 50,000 pending workloads in
     Kueue's small/medium/large mix (equal thirds; priorities 50/100/200; runtimes 200/500/1000 s
@@ -99,11 +101,15 @@ def workloads(tree, count: int, seed: int = 7) -> list[QueuedJob]:
     return jobs
 
 
-def shape_a(quick: bool) -> tuple[Snapshot, dict]:
+def shape_a(quick: bool, queueing: str = "best_effort", aging_bound: int | None = None
+            ) -> tuple[Snapshot, dict]:
     depts, projs, nodes, pending = (10, 10, 250, 5_000) if quick else (10, 100, 2_500, 50_000)
     tree, limits = tenants(depts, projs, 24)
     jobs = workloads(tree, pending)
-    snap = Snapshot(T0, topology(nodes), tree, limits, (), tuple(jobs))
+    projects = frozenset(t.id for t in tree if t.kind == "project")
+    strict = projects if queueing == "strict_fifo" else frozenset()
+    snap = Snapshot(T0, topology(nodes), tree, limits, (), tuple(jobs), strict_fifo=strict,
+                    default_aging_bound_s=aging_bound)
     sizes = {"gpus": nodes * 8, "nodes": nodes, "tenants": depts * projs, "pending": pending}
     return snap, sizes
 
@@ -239,8 +245,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--queueing", choices=("best_effort", "strict_fifo"), default="best_effort",
+                    help="(a) and (c): the queueing strategy of every project")
+    ap.add_argument("--aging-bound", type=int, default=None, help="(a) and (c): the centre's aging bound, s")
     args = ap.parse_args()
-    snap, sizes = shape_a(args.quick)
+    snap, sizes = shape_a(args.quick, args.queueing, args.aging_bound)
     if args.profile:
         return profile(snap)
     drains = [drain(snap) for _ in range(args.runs)]
@@ -256,6 +265,8 @@ def main() -> None:
         **sizes,
         "runs": args.runs,
         "quick": args.quick,
+        "queueing": args.queueing,
+        "aging_bound_s": args.aging_bound,
         "drain_wall_s": round(statistics.median(d["wall"] for d in drains), 3),
         "drain_admissions": drains[0]["admissions"],
         "drain_cycles": drains[0]["cycles"],

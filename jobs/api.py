@@ -432,6 +432,18 @@ class ExplainOut(serializers.Serializer):
     )
     holders = serializers.ListField(child=serializers.DictField(), required=False)
     reservation = serializers.DictField(required=False, allow_null=True)
+    behind = serializers.IntegerField(
+        required=False, allow_null=True,
+        help_text="Reason fifo: the earlier job of its project it waits behind (docs/scheduling.md).",
+    )
+    behind_why = serializers.CharField(
+        required=False, allow_null=True,
+        help_text="Why that job blocks: strict_fifo (its project's strategy) or aging (over its bound).",
+    )
+    waited_seconds = serializers.IntegerField(
+        required=False, allow_null=True, help_text="Set when the job is over its aging bound: seconds waited."
+    )
+    aging_bound_seconds = serializers.IntegerField(required=False, allow_null=True)
     computed_at = serializers.CharField(required=False)
     start_estimate = StartEstimateOut(required=False, allow_null=True,
                                       help_text="Estimated start (issue 24).")

@@ -52,6 +52,14 @@ _TEXTS = {
         "node has %(largest_node)s."
     ),
     "admissible": gettext_lazy("It is admitted at the next scheduling cycle."),
+    "fifo": gettext_lazy(
+        "It waits behind job #%(behind)s of its project, which cannot start yet: the project queues "
+        "in strict FIFO order."
+    ),
+    "fifo_aging": gettext_lazy(
+        "It waits behind job #%(behind)s of its project, which has waited longer than the aging bound "
+        "and goes first."
+    ),
     "external": gettext_lazy(
         "An external job: it waits in its cluster's own queue, not the portal's. The cluster's "
         "reason: %(message)s."
@@ -72,9 +80,29 @@ def quantity(value) -> str:
     return format(Decimal(str(value)).quantize(Decimal("0.001")).normalize(), "f")
 
 
+AGED = gettext_lazy(
+    "It has waited %(waited)s h, longer than the aging bound of %(bound)s h: it now blocks the later "
+    "jobs of its project and holds a reservation."
+)
+
+
 def explain_text(explain: dict, node_name: str | None) -> str:
-    """The sentence for one explain answer; "" when the job does not wait."""
+    """The sentence(s) for one explain answer; "" when the job does not wait."""
+    text = _reason_text(explain, node_name)
+    if text and explain.get("waited_seconds") and explain.get("aging_bound_seconds"):
+        text += " " + str(AGED) % {"waited": _hours(explain["waited_seconds"]),
+                                   "bound": _hours(explain["aging_bound_seconds"])}
+    return text
+
+
+def _hours(seconds) -> str:
+    return format(Decimal(seconds / 3600).quantize(Decimal("0.1")).normalize(), "f")
+
+
+def _reason_text(explain: dict, node_name: str | None) -> str:
     reason = explain.get("reason") or ""
+    if reason == "fifo" and explain.get("behind_why") == "aging":
+        reason = "fifo_aging"
     if reason not in _TEXTS:
         return ""
     values = {key: quantity(v) for key, v in (explain.get("numbers") or {}).items()}
@@ -82,6 +110,8 @@ def explain_text(explain: dict, node_name: str | None) -> str:
     values["node"] = node_name or str(HIDDEN_LEVEL)
     if reason == "external" and explain.get("message"):
         values["message"] = explain["message"]  # the backend's own word (Slurm's Reason), as it is
+    if explain.get("behind") is not None:
+        values["behind"] = explain["behind"]
     reservation = explain.get("reservation") or {}
     if reservation.get("job"):
         values["job"] = reservation["job"]

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from jobs.scheduler import Engine, QueuedJob, Snapshot
@@ -61,9 +61,7 @@ def forecast(snapshot: Snapshot, *, horizon_seconds: float = DEFAULT_HORIZON_SEC
     added to the queue — the submission form's "if you submitted this now")."""
     extra = tuple(extra)
     if extra:
-        snapshot = Snapshot(snapshot.now, snapshot.nodes, snapshot.tree, snapshot.limits, snapshot.running,
-                            snapshot.queued + extra, snapshot.over_budget_tenants, snapshot.budget_exempt,
-                            snapshot.priority_classes)
+        snapshot = replace(snapshot, queued=snapshot.queued + extra)  # every other field as it is
     now = snapshot.now
     t0 = now.timestamp()
     horizon = t0 + horizon_seconds

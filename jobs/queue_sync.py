@@ -20,7 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from portal.enqueue import send
-from portal.models import Department, Project
+from portal.models import Department, Project, Queueing
 from quotas.effective import Limits, LoanSpan, Window
 from quotas.models import Cluster, ClusterKind, Flavor, Loan, LoanState, QuotaNode, QuotaWindow
 from quotas.queues import FORMATS, FlavorRef, QuotaRef, TreeSnapshot, render
@@ -78,6 +78,9 @@ def snapshot(*, flavor_names: list[str] | None = None, namespace: str = "gpupool
         quotas=_quota_refs(nodes),
         zone=site_zone(),
         namespace=namespace,
+        strict_fifo=frozenset(
+            Project.objects.filter(active=True, queueing=Queueing.STRICT_FIFO).values_list("code", flat=True)
+        ),
     )
 
 

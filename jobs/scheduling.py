@@ -399,6 +399,13 @@ def explain_to_dict(e: Explain, at: datetime) -> dict:
         "computed_at": at.isoformat(),
         # A job with alternative flavors: why each one, in the job's order, is not used now.
         "alternatives": [explain_to_dict(x, at) for x in e.alternatives],
+        # Queueing strategies (docs/scheduling.md): reason "fifo" names the job it waits behind
+        # and why that one blocks ("strict_fifo" | "aging"); a job over its aging bound says
+        # how long it has waited.
+        "behind": int(e.behind) if e.behind is not None else None,
+        "behind_why": e.behind_why or None,
+        "waited_seconds": e.waited_s,
+        "aging_bound_seconds": e.aging_bound_s,
     }
 
 

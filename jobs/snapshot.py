@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
+from django.conf import settings
 from django.db import connection
 
-from portal.models import Department, Project
+from portal.models import Department, Project, Queueing
 from quotas.admission import Limits, TreeNode
 from quotas.models import Flavor, Node, NodeState, QuotaNode
 from quotas.selectors import effective_limits_map
@@ -172,6 +173,19 @@ class Config:
     # A queued job's alternatives are its still-active flavors (_JOBS_SQL): when that set
     # changes, a warm engine's queue is stale.
     active_flavors: frozenset[str] = frozenset()
+    # Queueing strategies (docs/scheduling.md): projects under strict FIFO, their own aging
+    # bounds, the centre's default (None: none).
+    strict_fifo: frozenset[str] = frozenset()
+    aging_bounds: tuple[tuple[str, int], ...] = ()
+    default_aging_bound: int | None = None
+
+
+def queueing() -> tuple[frozenset[str], tuple[tuple[str, int], ...], int | None]:
+    rows = Project.objects.exclude(queueing=Queueing.BEST_EFFORT, aging_bound_seconds=None).values_list(
+        "id", "queueing", "aging_bound_seconds").order_by("id")
+    strict = frozenset(f"p{pk}" for pk, q, _ in rows if q == Queueing.STRICT_FIFO)
+    bounds = tuple((f"p{pk}", b) for pk, _, b in rows if b is not None)
+    return strict, bounds, settings.GPUPOOL["AGING_BOUND_SECONDS"] or None
 
 
 def read_config(now: datetime) -> Config:
@@ -183,7 +197,8 @@ def read_config(now: datetime) -> Config:
     over_budget = frozenset(t for provider in over_budget_providers for t in provider(now))
     exempt = budget_exempt_projects() if over_budget else frozenset()
     active = frozenset(Flavor.objects.filter(active=True).values_list("name", flat=True))
-    return Config(core_nodes(), tree_nodes(), limits_at(now), classes, over_budget, exempt, active)
+    return Config(core_nodes(), tree_nodes(), limits_at(now), classes, over_budget, exempt, active,
+                  *queueing())
 
 
 def budget_exempt_projects() -> frozenset[str]:
@@ -224,7 +239,8 @@ def build_snapshot(now: datetime, config: Config | None = None) -> Snapshot:
         now=now, nodes=config.nodes, tree=config.tree, limits=config.limits,
         running=running, queued=queued_jobs(),
         over_budget_tenants=config.over_budget, budget_exempt=config.budget_exempt,
-        priority_classes=config.classes,
+        priority_classes=config.classes, strict_fifo=config.strict_fifo,
+        aging_bound_s=dict(config.aging_bounds), default_aging_bound_s=config.default_aging_bound,
     )
 
 

@@ -38,8 +38,8 @@ class DepartmentAdmin(PlatformModelAdmin):
 
 @admin.register(Project)
 class ProjectAdmin(PlatformModelAdmin):
-    list_display = ["code", "name", "department", "active"]
-    list_filter = ["active", "department"]
+    list_display = ["code", "name", "department", "active", "queueing", "aging_bound_seconds"]
+    list_filter = ["active", "department", "queueing"]
     search_fields = ["code", "name"]
 
     def get_readonly_fields(self, request, obj=None):

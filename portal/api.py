@@ -20,7 +20,19 @@ from rest_framework.views import APIView
 from . import directory, services, signin
 from . import permissions as perm
 from .api_base import DetailApi, ListCreateApi
-from .models import Department, Directory, DirectoryRule, Membership, Project, ProjectMove, Role, User
+from .models import (
+    AGING_BOUND_MAX_SECONDS,
+    AGING_BOUND_MIN_SECONDS,
+    Department,
+    Directory,
+    DirectoryRule,
+    Membership,
+    Project,
+    ProjectMove,
+    Queueing,
+    Role,
+    User,
+)
 from .security import client_address
 from .selectors import (
     get_visible,
@@ -91,7 +103,8 @@ class DepartmentDetailApi(DetailApi):
 class ProjectOut(serializers.ModelSerializer):
     class Meta:
         model = Project
-        fields = ["id", "code", "name", "department", "description", "active", "created_at"]
+        fields = ["id", "code", "name", "department", "description", "active", "queueing",
+                  "aging_bound_seconds", "created_at"]
 
 
 class ProjectIn(serializers.Serializer):
@@ -100,6 +113,13 @@ class ProjectIn(serializers.Serializer):
     department = VisibleRelatedField(visible_departments)
     description = serializers.CharField(max_length=2000, required=False, allow_blank=True)
     active = serializers.BooleanField(required=False)
+    # docs/scheduling.md, "Queueing strategies": set by whoever sets the project's quota.
+    queueing = serializers.ChoiceField(choices=Queueing.choices, required=False)
+    aging_bound_seconds = serializers.IntegerField(
+        required=False, allow_null=True, min_value=AGING_BOUND_MIN_SECONDS, max_value=AGING_BOUND_MAX_SECONDS,
+        help_text="Seconds a job may wait before it blocks the project's later jobs; null: the centre's "
+                  "default.",
+    )
 
 
 class ProjectListApi(ListCreateApi):
@@ -116,6 +136,8 @@ class ProjectListApi(ListCreateApi):
             name=data["name"],
             department=data["department"],
             description=data.get("description", ""),
+            queueing=data.get("queueing", Queueing.BEST_EFFORT),
+            aging_bound_seconds=data.get("aging_bound_seconds"),
         )
 
 

@@ -2,7 +2,7 @@
 
 from django.contrib.auth.models import AbstractUser
 from django.contrib.postgres.fields import ArrayField
-from django.core.validators import RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -91,6 +91,18 @@ class Department(models.Model):
         return f"{self.name} ({self.code})"
 
 
+class Queueing(models.TextChoices):
+    """How a project's waiting jobs queue among themselves (docs/scheduling.md, "Queueing
+    strategies"; the engine's side is jobs/engine/fifo.py)."""
+
+    BEST_EFFORT = "best_effort", _("best effort")
+    STRICT_FIFO = "strict_fifo", _("strict FIFO")
+
+
+AGING_BOUND_MIN_SECONDS = 60
+AGING_BOUND_MAX_SECONDS = 90 * 86400
+
+
 class Project(models.Model):
     code = models.CharField(_("code"), max_length=40, unique=True, validators=[code_validator])
     name = models.CharField(_("name"), max_length=120)
@@ -111,6 +123,27 @@ class Project(models.Model):
             )
         ],
         help_text=_("The Kubernetes Secret in the project's namespace that pulls its images."),
+    )
+    queueing = models.CharField(
+        _("queueing strategy"),
+        max_length=16,
+        choices=Queueing.choices,
+        default=Queueing.BEST_EFFORT,
+        help_text=_(
+            "Best effort: a later job of the project that fits starts before an earlier one that waits. "
+            "Strict FIFO: a job that cannot start blocks the project's later jobs of its priority."
+        ),
+    )
+    # Null: the centre's default (GPUPOOL["AGING_BOUND_SECONDS"], 0 = none).
+    aging_bound_seconds = models.PositiveIntegerField(
+        _("aging bound (seconds)"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(AGING_BOUND_MIN_SECONDS), MaxValueValidator(AGING_BOUND_MAX_SECONDS)],
+        help_text=_(
+            "A job that has waited longer than this blocks the project's later jobs and gets a "
+            "reservation, as under strict FIFO. Empty: the centre's default."
+        ),
     )
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -19,6 +19,7 @@ from .models import (
     Membership,
     Project,
     ProjectMove,
+    Queueing,
     Role,
     User,
 )
@@ -70,11 +71,16 @@ def department_delete(*, actor: User, department: Department) -> None:
     department.delete()
 
 
+QUEUEING_FIELDS = ("queueing", "aging_bound_seconds")
+
+
 def project_create(
-    *, actor: User, code: str, name: str, department: Department, description: str = ""
+    *, actor: User, code: str, name: str, department: Department, description: str = "",
+    queueing: str = Queueing.BEST_EFFORT, aging_bound_seconds: int | None = None,
 ) -> Project:
     perm.require(perm.can_manage_projects_of(scope_for(actor), department.pk))
-    project = Project(code=code, name=name, department=department, description=description)
+    project = Project(code=code, name=name, department=department, description=description,
+                      queueing=queueing, aging_bound_seconds=aging_bound_seconds)
     _full_clean(project)
     project.save()
     return project
@@ -85,6 +91,10 @@ def project_update(*, actor: User, project: Project, **fields) -> Project:
     without a reason): effective-dated, platform admins only, quota nodes carried along."""
     scope = scope_for(actor)
     perm.require(perm.can_edit_project(scope, project))
+    if any(name in fields and fields[name] != getattr(project, name) for name in QUEUEING_FIELDS):
+        # A strict or aged job holds a reservation that binds other projects' jobs: like the
+        # quota, the queueing strategy is set by the admin of the project's department.
+        perm.require(perm.can_edit_quota_of(scope, department=None, project=project))
     new_department = fields.pop("department", project.department)
     if new_department.pk != project.department_id:
         project_move(project=project, to_department=new_department, actor=actor, reason="")

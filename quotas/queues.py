@@ -66,6 +66,10 @@ class TreeSnapshot:
     quotas: tuple[QuotaRef, ...]
     zone: ZoneInfo = field(default_factory=lambda: ZoneInfo("Asia/Shanghai"))
     namespace: str = "gpupool"  # where the Kubernetes backend creates jobs (LocalQueues live there)
+    # Codes of the projects whose queueing strategy is strict FIFO (docs/scheduling.md): their
+    # ClusterQueue is StrictFIFO (mutable in place since Kueue 0.7, kueue#1873), the rest
+    # BestEffortFIFO. Kueue has no aging bound; the portal's engine applies it to its own jobs.
+    strict_fifo: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,7 +326,7 @@ def _cluster_queue(
         "cohort": department_queue_name(department),
         # Only the namespace the Kubernetes backend submits into may use the queue.
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": snapshot.namespace}},
-        "queueingStrategy": "BestEffortFIFO",
+        "queueingStrategy": "StrictFIFO" if code in snapshot.strict_fifo else "BestEffortFIFO",
         # DESIGN §3.5: an in-quota job reclaims on-loan capacity whatever its priority; §3.6:
         # within a project a higher priority preempts a lower one; borrowing never preempts.
         "preemption": {

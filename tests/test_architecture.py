@@ -22,6 +22,7 @@ PURE_MODULES = [
     "jobs.placement",
     "jobs.autoscale_decision",
     "jobs.scheduler",
+    "jobs.engine.fifo",
     "jobs.forecast",
     "jobs.backends.external",
     "jobs.backends.slurm_native",

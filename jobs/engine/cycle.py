@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
 
-from jobs.engine import backfill, grow, preempt
+from jobs.engine import backfill, fifo, grow, preempt
 from jobs.engine.borrow import Tentative
 from jobs.engine.model import Admission, Growth, Preemption
 from jobs.engine.pool import FULL
@@ -54,6 +54,8 @@ class Cycle:
         self.level_queues: dict[int, list[SubQueue]] = {}
         self.growths: list[Growth] = []
         self.tried: dict[str, Pending] = {}  # jobs with alternatives evaluated in this cycle
+        self.blockers = fifo.Blockers()  # strict FIFO / aging (jobs/engine/fifo.py)
+        self.own_reservations = 0  # of blockers that are not their level's head (capped)
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> None:
@@ -103,6 +105,8 @@ class Cycle:
                 self._push(sq)  # its share grew since it was queued: later turn
                 continue
             p = sq.jobs[sq.pos][2]
+            if self.s.fifo and self._fifo_turn(sq, p):
+                continue
             if not (self.head_done and (self.s.held(p) or self.quick(p) is not None)):
                 self._process(p)
             sq.pos += 1
@@ -120,7 +124,7 @@ class Cycle:
             sq = entry[5]
             if entry[4] != sq.epoch:
                 continue
-            if sq.alt:
+            if sq.alt or (self.s.fifo and self._fifo_due(sq)):
                 kept.append(entry)
                 continue
             fa = facts.get(sq.flavor)
@@ -179,18 +183,81 @@ class Cycle:
             if sq.pos < len(sq.jobs):
                 self._push(sq)
 
-    def _process(self, p: Pending) -> None:
+    def _process(self, p: Pending, own_head: bool = False) -> str | None:
+        """``p``'s turn; its outcome (None: held, or the level is closed). ``own_head``: a job
+        held to FIFO gets a reservation of its own when it is not the level's head."""
         if self.s.held(p) or self.closed_by is not None:
-            return
+            return None
         outcome = self.evaluate(p)
-        if outcome == "capacity" and not self.head_done:
-            self.head_done = True
-            if not self.backfill:
-                self.closed_by = p.id
-            elif not self._outbid(p):
+        if outcome == "capacity" and (own_head or not self.head_done):
+            if not self.head_done:
+                self.head_done = True
+                if not self.backfill:
+                    self.closed_by = p.id
+            elif not self._own_reservation():
+                return outcome
+            if self.backfill and not self._outbid(p):
                 backfill.reserve(self, p)
         if p.flavors and outcome != "admitted":
             p.flavor = p.flavors[0]
+        return outcome
+
+    # -- queueing strategies (jobs/engine/fifo.py) ---------------------------------------
+    def _fifo_turn(self, sq: SubQueue, p: Pending) -> bool:
+        """A turn under strict FIFO or aging; False leaves it to the best-effort path. A job
+        behind a blocker of its project ends its sub-queue's turns (the rest are later still,
+        on the same flavors); a job held to FIFO always gets a full turn and, not admitted,
+        becomes a blocker."""
+        s = self.s
+        if self.blockers.by and self.blockers.behind(sq.priority, sq.proj, sq.flavor, p.submitted, p.id):
+            sq.pos = len(sq.jobs)
+            sq.epoch += 1
+            return True
+        why = fifo.held_to_fifo(s, sq.proj, p)
+        if why is None or s.held(p):
+            return False
+        outcome = self._fifo_outcome(p)
+        if outcome in ("quota", "capacity") and not fifo.hopeless(self, p):
+            self.blockers.add(sq, p, why)
+            sq.pos = len(sq.jobs)
+            sq.epoch += 1  # entries pushed while it was processed are stale now
+            return True
+        sq.pos += 1
+        sq.epoch += 1
+        self._pass_over(sq)
+        if sq.pos < len(sq.jobs):
+            self._push(sq)
+        return True
+
+    def _fifo_outcome(self, p: Pending) -> str | None:
+        """The turn of a job held to FIFO. When the cheap necessary test already says it cannot
+        move, the full evaluation (placement, preemption searches) is skipped — as the
+        best-effort pass-over skips it; only its reservation is still due."""
+        if p.flavors or not self.head_done or self.closed_by is not None:
+            return self._process(p, own_head=True)
+        kind = self.quick(p)
+        if kind is None:
+            return self._process(p, own_head=True)
+        if kind == "capacity" and self.backfill and self._own_reservation() and not self._outbid(p):
+            backfill.reserve(self, p)
+        return kind
+
+    def _own_reservation(self) -> bool:
+        """May one more blocker that is not its level's head get a reservation in this cycle?
+        Each costs a timeline search, and every later job's backfill test checks it."""
+        if self.own_reservations >= fifo.MAX_OWN_RESERVATIONS:
+            return False
+        self.own_reservations += 1
+        return True
+
+    def _fifo_due(self, sq: SubQueue) -> bool:
+        """Is the next job of ``sq`` held to FIFO (it must get its turn, not be passed over)?
+        Held jobs are skipped on the way: they block nobody."""
+        s, jobs = self.s, sq.jobs
+        k = sq.pos
+        while k < len(jobs) and s.held(jobs[k][2]):
+            k += 1
+        return k < len(jobs) and fifo.held_to_fifo(s, sq.proj, jobs[k][2]) is not None
 
     def _outbid(self, p: Pending) -> bool:
         """A borrower that waits because earlier borrowers were promised the room gets no
@@ -202,6 +269,8 @@ class Cycle:
         if self.closed_by is not None:
             sq.pos = len(sq.jobs)
             return
+        if self.s.fifo and self._fifo_due(sq):
+            return  # never passed over: its turn decides whether it blocks its project
         if sq.pos < len(sq.jobs) and self.quick(sq.jobs[sq.pos][2]) is None:
             return  # the usual case after an admission: the next job may move too
         if sq.pos < len(sq.jobs) and self._queue_stuck(sq):

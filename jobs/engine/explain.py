@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from decimal import Decimal
 
+from jobs.engine import fifo
 from jobs.engine.model import Explain, Holder
 from jobs.engine.pool import FULL
 from jobs.engine.preempt import reclaim_order
@@ -73,6 +74,34 @@ class Explanations(Mapping):
 
 
 def explain(cycle, p: Pending, position: int) -> Explain:
+    """Why ``p`` waits; a job over its project's aging bound also says how long it has waited
+    (jobs/engine/fifo.py)."""
+    found = _behind(cycle, p, position) or _explain_flavors(cycle, p, position)
+    over = fifo.waited(cycle.s, p) if cycle.s.fifo else None
+    if over is None:
+        return found
+    return replace(found, waited_s=over[0], aging_bound_s=over[1], message=(
+        f"{found.message}; waiting {_hours(over[0])} h, over the aging bound of {_hours(over[1])} h"))
+
+
+def _behind(cycle, p: Pending, position: int) -> Explain | None:
+    """Reason "fifo": an earlier job of its project that could not be admitted blocks it."""
+    s = cycle.s
+    if not s.fifo or not cycle.blockers.by or s.held(p) or p.id in cycle.reclaimed:
+        return None
+    b = cycle.blockers.behind(p.priority, p.proj, p.home, p.submitted, p.id)
+    if b is None:
+        return None
+    why = "strict FIFO" if b[3] == fifo.STRICT else "over its aging bound"
+    return Explain(position, "fifo", p.flavor, message=f"waits behind job {b[1]} of its project ({why})",
+                   behind=b[1], behind_why=b[3])
+
+
+def _hours(seconds: int) -> str:
+    return format(Decimal(seconds / 3600).quantize(Decimal("0.1")).normalize(), "f")
+
+
+def _explain_flavors(cycle, p: Pending, position: int) -> Explain:
     """With alternative flavors: the first flavor's answer, the message naming every flavor,
     and ``alternatives`` holding each flavor's own answer in the job's order."""
     if not p.flavors or cycle.s.held(p) or p.id in cycle.reclaimed:

@@ -124,6 +124,15 @@ class Snapshot:
     # Projects whose approval policy lets jobs through a spent budget (policy.over_budget off).
     budget_exempt: frozenset[str] = frozenset()
     priority_classes: tuple[PriorityClass, ...] = ()  # grace periods of terminating jobs
+    # Queueing strategy per project (docs/scheduling.md, "Queueing strategies"). Under strict
+    # FIFO a job that cannot be admitted blocks the later jobs of its project in its priority
+    # level (on the flavors it could use); the others are best effort (later jobs that fit go
+    # ahead). Under best effort a job waiting longer than its project's aging bound (seconds
+    # since submission; the default when the project has none; None = never) blocks the same
+    # way. Keys are tree ids of projects.
+    strict_fifo: frozenset[str] = frozenset()
+    aging_bound_s: Mapping[str, int] = field(default_factory=dict)
+    default_aging_bound_s: int | None = None
 
 
 # -- results ---------------------------------------------------------------------------
@@ -200,6 +209,13 @@ class Explain:
     reservation: Reservation | None = None
     # A job with alternative flavors: why each one (in the job's order) cannot be used now.
     alternatives: tuple[Explain, ...] = ()
+    # Reason "fifo": the earlier job of its project it waits behind, and why that one blocks
+    # ("strict_fifo" | "aging").
+    behind: str | None = None
+    behind_why: str = ""
+    # Over its project's aging bound: how long it has waited (whatever the reason above).
+    waited_s: int | None = None
+    aging_bound_s: int | None = None
 
 
 REASONS = (
@@ -212,6 +228,7 @@ REASONS = (
     "reservation",   # would delay the reservation of a higher job (EASY backfill)
     "reclaimed",     # admitted earlier in this cycle, then reclaimed by an in-quota job
     "invalid",       # can never run here (e.g. worker larger than any node of the flavor)
+    "fifo",          # an earlier job of its project blocks it (strict FIFO, or over its aging bound)
 )
 
 

@@ -179,6 +179,12 @@ class State:
         self.over_budget = {self.tree.index[t] for t in snap.over_budget_tenants
                             if t in self.tree.index}
         self.budget_exempt = {self.tree.index[t] for t in snap.budget_exempt if t in self.tree.index}
+        # Queueing strategies (jobs/engine/fifo.py): projects under strict FIFO, aging bounds.
+        self.strict = {self.tree.index[t] for t in snap.strict_fifo if t in self.tree.index}
+        self.bounds = {self.tree.index[t]: float(b) for t, b in snap.aging_bound_s.items()
+                       if t in self.tree.index and b is not None}
+        self.default_bound = None if snap.default_aging_bound_s is None else float(snap.default_aging_bound_s)
+        self.fifo = bool(self.strict or self.bounds or self.default_bound is not None)
         flavors = {n.flavor for n in snap.nodes} | {f for _, f in snap.limits}
         flavors |= {j.flavor for j in snap.running} | {j.flavor for j in snap.queued}
         flavors |= {f for j in snap.queued for f in j.flavors}
@@ -519,6 +525,10 @@ class State:
                     best = s
         self.shares[proj] = best
         return best
+
+    def bound(self, proj: int) -> float | None:
+        """The aging bound of a project, seconds (None: it never ages)."""
+        return self.bounds.get(proj, self.default_bound)
 
     def held(self, p: Pending) -> bool:
         """Budget hold (§3 rule 9): the tenant or an ancestor is over budget, not approved."""

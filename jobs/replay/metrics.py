@@ -25,7 +25,10 @@ def percentile(values: list[float], p: float) -> float:
 
 
 class Recorder:
-    def __init__(self, quotas: Mapping[str, Mapping[str, int]], cap: Mapping[str, int]) -> None:
+    def __init__(self, quotas: Mapping[str, Mapping[str, int]], cap: Mapping[str, int],
+                 wait_bound: float = 3600.0) -> None:
+        self.wait_bound = wait_bound  # seconds: ``waited_over_bound`` counts the jobs queued longer
+        self._end: float | None = None  # the end of the replay (``summary``)
         self.quota = {(t, f): q for t, per in quotas.items() for f, q in per.items()}
         self.capacity = sum(cap.values())  # milli
         self.cap = dict(cap)  # per flavor, milli
@@ -149,6 +152,7 @@ class Recorder:
                 self.held[job] = (tenant, flavor, milli, end)
         span = (end - self.t_first) if end is not None and self.t_first is not None else 0.0
         delays = [self.wait[j] for j in self.submit if j not in self.waiting_since]
+        self._end = end
         jcts = [self.done[j] - self.submit[j] for j in self.done]
         alloc_rate = self.alloc_int / (self.capacity * span) if span > 0 and self.capacity else 0.0
         out = {
@@ -158,6 +162,10 @@ class Recorder:
             "avg_queue_delay_s": _mean(delays),
             "p50_queue_delay_s": percentile(delays, 50),
             "p95_queue_delay_s": percentile(delays, 95),
+            "p99_queue_delay_s": percentile(delays, 99),
+            "max_queue_delay_s": max(delays, default=0.0),
+            "wait_bound_s": self.wait_bound,
+            "waited_over_bound": self._over_bound(self.submit),
             "avg_jct_s": _mean(jcts),
             "gpu_allocation_rate": alloc_rate,
             "idle_quota_reuse_ratio": (self.excess_int / self.idle_int) if self.idle_int > 0 else 0.0,
@@ -183,6 +191,19 @@ class Recorder:
                                          "on_loan_gpu_hours": self.loan_s[(tenant, flavor)] / 1000 / 3600}
             out["usage"] = dict(usage)
         return out
+
+    def _over_bound(self, jobs) -> int:
+        """Jobs queued longer than ``wait_bound`` in all: every wait so far, and for a job still
+        waiting at the end of the replay its wait until then (a job that never started counts)."""
+        end = self._end
+        n = 0
+        for j in jobs:
+            w = self.wait[j]
+            since = self.waiting_since.get(j)
+            if since is not None and end is not None:
+                w += end - since
+            n += w > self.wait_bound
+        return n
 
     def _flavors(self, span: float) -> dict[str, dict]:
         """Per flavor: capacity, GPU-hours used, allocation rate over the run and starts (a job
@@ -215,6 +236,9 @@ class Recorder:
                 "finished": len(jcts),
                 "avg_queue_delay_s": _mean(delays),
                 "p95_queue_delay_s": percentile(delays, 95),
+                "p99_queue_delay_s": percentile(delays, 99),
+                "max_queue_delay_s": max(delays, default=0.0),
+                "waited_over_bound": self._over_bound(ids),
                 "avg_jct_s": _mean(jcts),
                 "gpu_hours": self.gpu_s[t] / 1000 / 3600,
                 "quota_gpus": {f: q / 1000 for (tt, f), q in sorted(self.quota.items()) if tt == t},

@@ -82,6 +82,13 @@ class Options:
     # A job's max_runtime_seconds (what EASY backfill and start estimates plan with) is its trace
     # duration × this, rounded up: 1 = users who know exactly how long their jobs run.
     limit_factor: float = 1.0
+    # Queueing strategy of every project (jobs/engine/fifo.py), the SPEC's exceptions per
+    # tenant (``"queueing"``), the centre's aging bound in seconds (None: none) and the bound
+    # the ``waited_over_bound`` figures count against (metrics.py).
+    queueing: str = "best_effort"
+    queueing_by_tenant: Mapping[str, str] = field(default_factory=dict)
+    aging_bound_s: float | None = None
+    wait_bound_s: float = 3600.0
 
 
 @dataclass(frozen=True)
@@ -247,12 +254,13 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     t_first = min((j.submit_time for j in runnable), default=0.0)
     enodes = world.nodes if world is not None and world.nodes else engine_nodes(nodes)
     classes = tuple(PriorityClass(str(p), p, True, math.ceil(options.grace)) for p in priorities)
-    snap = Snapshot(_dt(t_first), enodes, tree, limits, priority_classes=classes)
+    strategies = _queueing(tree, options)
+    snap = Snapshot(_dt(t_first), enodes, tree, limits, priority_classes=classes, **strategies)
     borrowing = options.policy == "pooled" and options.borrowing
     flags = {"fragmentation_aware": options.fragmentation_aware, "backfill": options.backfill,
              "borrowing": borrowing}
     engine = engine_factory(snap, **flags)
-    rec = Recorder(project_quotas, cap)
+    rec = Recorder(project_quotas, cap, wait_bound=options.wait_bound_s)
 
     heap: list[tuple[float, int, int, str, int]] = []
     seq = 0
@@ -304,7 +312,7 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
                        submitted_at=q.submitted_at)
             for jid, (q, at, slots) in holding.items())
         return Snapshot(_dt(t), enodes, tree, limits, running, tuple(waiting.values()),
-                        priority_classes=classes)
+                        priority_classes=classes, **strategies)
 
     def begin(jid: str, t: float) -> None:
         started[jid] = t
@@ -414,6 +422,9 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         "coalesce_s": options.coalesce,
         "grace_s": options.grace,
         "checkpointing": options.checkpointing,
+        "queueing": options.queueing,
+        "queueing_by_tenant": dict(sorted(options.queueing_by_tenant.items())),
+        "aging_bound_s": options.aging_bound_s,
         "skipped_cpu_only": cpu_only,
         "skipped_no_flavor": len(jobs) - cpu_only - len(runnable),
         "nodes": len(nodes),
@@ -422,6 +433,19 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         "wall_seconds": round(time.perf_counter() - wall0, 3),
     })
     return out
+
+
+def _queueing(tree: Sequence[TreeNode], options: Options) -> dict:
+    """The Snapshot's queueing fields: projects under strict FIFO, the centre's aging bound."""
+    from jobs.replay.spec import check_aging_bound, check_queueing
+
+    check_queueing(options.queueing, "--queueing")
+    for tenant, strategy in options.queueing_by_tenant.items():
+        check_queueing(strategy, f"queueing of {tenant!r}")
+    bound = check_aging_bound(options.aging_bound_s, "--aging-bound")
+    strict = frozenset(n.id for n in tree if n.kind == "project"
+                       and options.queueing_by_tenant.get(n.id, options.queueing) == "strict_fifo")
+    return {"strict_fifo": strict, "default_aging_bound_s": None if bound is None else math.ceil(bound)}
 
 
 def _dt(t: float) -> datetime:

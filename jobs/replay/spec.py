@@ -198,3 +198,33 @@ def split_tenants(jobs: Sequence[TraceJob], value: str = "trace") -> list[TraceJ
             key = f"{j.num_gpus}|{j.gpu_milli}|{','.join(j.gpu_types)}|{j.kind}|{j.tenant}|{j.workers}"
         out.append(replace(j, tenant=project_name(_pick(key, cumulative))))
     return out
+
+
+# -- queueing strategies (issue 25 item 4; jobs/engine/fifo.py) ----------------------------
+QUEUEINGS = ("best_effort", "strict_fifo")
+
+
+def load_queueing(path: str | Path) -> tuple[dict[str, str], float | None]:
+    """The SPEC's ``"queueing": {"dept/project": "strict_fifo"}`` (per project; the others
+    best effort) and ``"aging_bound_s": N`` (the centre's aging bound; absent or null: none)."""
+    data = json.loads(Path(path).read_text())
+    per = data.get("queueing") or {}
+    if not isinstance(per, dict):
+        raise ValueError(f"{path}: \"queueing\" maps tenant paths to {' or '.join(QUEUEINGS)}")
+    for tenant, strategy in per.items():
+        check_queueing(strategy, f"{path}: queueing of {tenant!r}")
+    return dict(per), check_aging_bound(data.get("aging_bound_s"), f"{path}: aging_bound_s")
+
+
+def check_queueing(value, what: str = "queueing") -> str:
+    if value not in QUEUEINGS:
+        raise ValueError(f"{what}: give {' or '.join(QUEUEINGS)}, not {value!r}")
+    return value
+
+
+def check_aging_bound(value, what: str = "aging bound") -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ValueError(f"{what}: give a number of seconds > 0, not {value!r}")
+    return float(value)

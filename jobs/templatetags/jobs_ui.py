@@ -44,6 +44,7 @@ REASON_LABELS = {
     "reservation": _("Would delay a reserved job (backfill)"),
     "reclaimed": _("Reclaimed by an in-quota job; retried next cycle"),
     "invalid": _("Can never run: no node of the flavor is big enough"),
+    "fifo": _("Waits behind an earlier job of its project (FIFO)"),
     "admissible": _("Admitted at the next cycle"),
     "external": _("Waiting in its cluster's own queue"),
 }

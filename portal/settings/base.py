@@ -292,6 +292,9 @@ GPUPOOL = {
     "METRICS_ALLOW_NETWORKS": parse_networks(
         "GPUPOOL_METRICS_ALLOW_NETWORKS", env_list("GPUPOOL_METRICS_ALLOW_NETWORKS", [])
     ),
+    # The centre's aging bound (docs/scheduling.md, "Queueing strategies"): a job waiting longer
+    # blocks its project's later jobs and gets a reservation. 0: none. A project may set its own.
+    "AGING_BOUND_SECONDS": env_int("GPUPOOL_AGING_BOUND_SECONDS", 0, min_value=0, max_value=90 * 86400),
     "DEV_LIFETIME_SECONDS": env_int("GPUPOOL_DEV_LIFETIME_SECONDS", 86400),  # DESIGN §4: 24 h
     "DEV_JOBS_PER_USER": env_int("GPUPOOL_DEV_JOBS_PER_USER", 2),
     # The centre's maximum runtime per kind, in hours (issue 18 item 6): a longer job is refused,

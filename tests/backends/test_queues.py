@@ -358,6 +358,22 @@ def test_shared_quotas_render_in_milli_units_and_a_loan_below_the_lend_limit_hol
     assert volcano[("Queue", "gp-q")]["spec"]["capability"] == {"nvidia.com/gpu": "1250m"}
 
 
+def test_a_strict_fifo_project_renders_a_strict_fifo_cluster_queue():
+    """Issue 25 item 4: the project's queueing strategy is Kueue's own (docs/scheduling.md)."""
+    now = datetime(2026, 6, 1, 12, tzinfo=SHANGHAI)
+    tree = queues.TreeSnapshot(
+        flavors=(queues.FlavorRef("A100", "nvidia.com/gpu", Decimal(16)),),
+        departments=(("d", None),),
+        projects=(("p", "d"), ("q", "d")),
+        quotas=(queues.QuotaRef("A100", "project", "p", Limits(Decimal(8))),
+                queues.QuotaRef("A100", "project", "q", Limits(Decimal(8)))),
+        strict_fifo=frozenset({"p"}),
+    )
+    kueue = render(tree, "kueue", now)  # validated against the vendored CRD schema
+    assert kueue[("ClusterQueue", "gp-p")]["spec"]["queueingStrategy"] == "StrictFIFO"
+    assert kueue[("ClusterQueue", "gp-q")]["spec"]["queueingStrategy"] == "BestEffortFIFO"
+
+
 def test_render_queues_prints_yaml_and_refuses_bad_input(world):
     out = io.StringIO()
     call_command("render_queues", "--format", "kueue", "--at", "2026-06-01T10:00+08:00", stdout=out)

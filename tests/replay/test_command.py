@@ -71,3 +71,27 @@ def test_replay_command_hash_tenants_with_derived_quotas(tmp_path):
     result = json.loads(out.read_text())
     assert set(result["tenants"]) <= {"d0/p00", "d0/p01", "d0/p02", "d0/p03"} and len(result["tenants"]) > 1
     assert sum(sum(t["quota_gpus"].values()) for t in result["tenants"].values()) == 8
+
+
+def test_replay_command_queueing_options(files):
+    """Issue 25 item 4: --queueing, --aging-bound, --wait-bound and the SPEC's keys."""
+    trace, spec, out = files
+    data = json.loads(spec.read_text())
+    spec.write_text(json.dumps({**data, "queueing": {"a/x": "best_effort"}, "aging_bound_s": 600}))
+    call_command("replay", str(trace), "--cluster", str(spec), "--out", str(out), "--quiet",
+                 "--queueing", "strict_fifo", "--wait-bound", "10")
+    result = json.loads(out.read_text())
+    assert (result["queueing"], result["queueing_by_tenant"]) == ("strict_fifo", {"a/x": "best_effort"})
+    assert (result["aging_bound_s"], result["wait_bound_s"]) == (600, 10)
+    assert {"p99_queue_delay_s", "max_queue_delay_s", "waited_over_bound"} <= set(result)
+    assert "waited_over_bound" in result["tenants"]["a/x"]
+    call_command("replay", str(trace), "--cluster", str(spec), "--out", str(out), "--quiet",
+                 "--aging-bound", "60")
+    assert json.loads(out.read_text())["aging_bound_s"] == 60
+    with pytest.raises(CommandError, match="aging-bound"):
+        call_command("replay", str(trace), "--cluster", str(spec), "--quiet", "--aging-bound", "-5")
+    with pytest.raises(CommandError, match="wait-bound"):
+        call_command("replay", str(trace), "--cluster", str(spec), "--quiet", "--wait-bound", "nan")
+    spec.write_text(json.dumps({**data, "queueing": {"a/x": "lifo"}}))
+    with pytest.raises(CommandError, match="queueing of 'a/x'"):
+        call_command("replay", str(trace), "--cluster", str(spec), "--quiet")

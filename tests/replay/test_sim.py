@@ -39,8 +39,12 @@ def test_pooled_metrics_by_hand():
     assert r["idle_quota_reuse_ratio"] == pytest.approx(220 / 320)
     assert r["tenants"]["a/x"]["gpu_hours"] == pytest.approx(440 / 3600)
     assert r["tenants"]["b/y"] == {"jobs": 1, "finished": 1, "avg_queue_delay_s": 0, "p95_queue_delay_s": 0,
+                                   "p99_queue_delay_s": 0, "max_queue_delay_s": 0, "waited_over_bound": 0,
                                    "avg_jct_s": 50, "gpu_hours": pytest.approx(100 / 3600),
                                    "quota_gpus": {F: 2.0}}
+    # p99 and max: j1's 50 s; neither waited over the default bound of 3,600 s
+    assert (r["p99_queue_delay_s"], r["max_queue_delay_s"], r["waited_over_bound"]) == (50, 50, 0)
+    assert r["tenants"]["a/x"]["max_queue_delay_s"] == 50
 
 
 def test_static_metrics_by_hand():

@@ -10,7 +10,7 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs.replay import sim
-from jobs.replay.spec import parse_tenants
+from jobs.replay.spec import QUEUEINGS, check_aging_bound, load_queueing, parse_tenants
 
 
 def _seeds(value: str) -> str:
@@ -60,6 +60,13 @@ class Command(BaseCommand):
         parser.add_argument("--quotas", choices=("demand", "equal"), default="demand",
                             help="derived quotas: proportional to each tenant's demand, or equal per tenant")
         parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+        parser.add_argument("--queueing", choices=QUEUEINGS, default=None,
+                            help="queueing strategy of every project the SPEC's \"queueing\" does not name "
+                            "(default best_effort)")
+        parser.add_argument("--aging-bound", type=float, default=None, metavar="S",
+                            help="aging bound in seconds (overrides the SPEC's aging_bound_s)")
+        parser.add_argument("--wait-bound", type=float, default=3600.0, metavar="S",
+                            help="waited_over_bound counts the jobs queued longer than S seconds (3600)")
 
     def handle(self, *args, **o):
         if o["repeat"] < 1 or o["overlay"] < 1 or o["scale"] <= 0:
@@ -83,7 +90,7 @@ class Command(BaseCommand):
                     policy=o["policy"], borrowing=not o["no_borrowing"], backfill=not o["no_backfill"],
                     fragmentation_aware=not o["plain_best_fit"], coalesce=o["coalesce"], grace=o["grace"],
                     checkpointing=o["checkpointing"], progress_every=0 if o["quiet"] else 5.0,
-                    quota_split=o["quotas"], alternatives=alternatives)
+                    quota_split=o["quotas"], alternatives=alternatives, **self._queueing(o))
                 result = sim.simulate(jobs, nodes, quotas, options)
                 result.update({"repeat": o["repeat"], "scale": o["scale"], "tenant_split": o["tenants"],
                                "quota_split": o["quotas"], "start": o["start"], "overlay": o["overlay"],
@@ -96,6 +103,17 @@ class Command(BaseCommand):
                 fh.write(text + "\n")
         else:
             self.stdout.write(text)
+
+    @staticmethod
+    def _queueing(o) -> dict:
+        """Queueing options: the SPEC's per-project strategies and aging bound, the flags."""
+        per, bound = load_queueing(o["cluster"]) if o["cluster"] else ({}, None)
+        if o["aging_bound"] is not None:
+            bound = check_aging_bound(o["aging_bound"], "--aging-bound")
+        if not 0 <= o["wait_bound"] < float("inf"):
+            raise CommandError("--wait-bound must be a number of seconds ≥ 0")
+        return {"queueing": o["queueing"] or "best_effort", "queueing_by_tenant": per,
+                "aging_bound_s": bound, "wait_bound_s": o["wait_bound"]}
 
     def _packing(self, o):
         from jobs.replay import packing
