@@ -59,7 +59,8 @@ from jobs.replay.trace import TraceJob, TraceNode
 from jobs.scheduler import Engine, Limits, Node, PriorityClass, QueuedJob, RunningJob, Snapshot, TreeNode
 
 EPOCH = 1_672_531_200.0  # 2023-01-01 UTC: trace time 0 on the engine's clock
-EXIT, START, FINISH, SUBMIT, LIMITS = 0, 1, 2, 3, 4  # order of events applied in one batch
+EXIT, START, FINISH, SUBMIT, LIMITS, TICK = 0, 1, 2, 3, 4, 5  # order of events applied in one batch
+TICK_ID = "~tick"  # never a job id token of a trace (ids are not empty and a tick is not a job)
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,14 @@ class Options:
     # A job's max_runtime_seconds (what EASY backfill and start estimates plan with) is its trace
     # duration × this, rounded up: 1 = users who know exactly how long their jobs run.
     limit_factor: float = 1.0
+    # Seconds between periodic cycles while jobs wait (the service's beat cycle,
+    # SCHEDULE_INTERVAL_SECONDS); 0 (the default): cycles only on events. Some decisions depend on
+    # the clock (EASY backfill, preemption timing), so a history is reproduced more closely when the
+    # replay also cycles between events, as the service did (docs/replay.md, "History as a trace").
+    period: float = 0.0
+    # Seconds from admission until the backend starts a job (its GPUs are held meanwhile, and its
+    # queue delay runs until the start, as the portal records it); 0: it starts when admitted.
+    start_latency: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -287,6 +296,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         seq += 1
         heapq.heappush(heap, (t, kind, seq, jid, token[jid]))
 
+    ticking = False  # a periodic cycle is in the heap
+
     def queued(jid: str) -> QueuedJob:
         j = by_id[jid]
         rem = remaining[jid]
@@ -327,8 +338,14 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
             t, kind, _, jid, tok = heapq.heappop(heap)
             if tok != token[jid]:
                 continue
+            if kind == TICK:
+                ticking = False
+                if not heap:
+                    continue  # nothing left to happen: no cycle, and the makespan stays
             batch_t = max(batch_t, t)
-            if kind == LIMITS:
+            if kind == TICK:
+                pass  # a periodic cycle: only the clock moved
+            elif kind == LIMITS:
                 new_limits = world.changes[int(jid)][1]
             elif kind == SUBMIT:
                 rec.submitted(jid, by_id[jid].tenant, t)
@@ -385,8 +402,9 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
             if track:
                 q = replace(waiting.pop(a.job_id), flavor=a.flavor, flavors=())  # runs on one flavor
                 holding[a.job_id] = (q, batch_t, tuple(s for w in a.placement for s in w))
-            if a.preempts and options.grace > 0:
-                push(batch_t + options.grace, START, a.job_id)
+            delay = max(options.grace if a.preempts else 0.0, options.start_latency)
+            if delay > 0:
+                push(batch_t + delay, START, a.job_id)
             else:
                 begin(a.job_id, batch_t)
         if observer is not None and observer.every and batch_t >= next_sample:
@@ -397,6 +415,12 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
                 loan_flag[jid] = flag
                 if jid in started:
                     rec.tier(jid, flag, batch_t)
+        # The next periodic cycle while jobs wait — only while something else can still happen
+        # (a wait that nothing will end must not tick forever).
+        if options.period > 0 and not ticking and engine.state.pending and heap:
+            # on the grid of the period from trace time 0, as beat's schedule is
+            push((math.floor(batch_t / options.period) + 1) * options.period, TICK, TICK_ID)
+            ticking = True
         if options.progress_every and time.perf_counter() - last_print >= options.progress_every:
             last_print = time.perf_counter()
             print(f"replay: {100 * submitted / max(1, total):5.1f}% submitted, t={batch_t:,.0f}s, "

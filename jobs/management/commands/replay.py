@@ -9,7 +9,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs.replay import sim
+from jobs.replay import limits, sim
 from jobs.replay.spec import parse_tenants
 
 
@@ -84,11 +84,14 @@ class Command(BaseCommand):
                     fragmentation_aware=not o["plain_best_fit"], coalesce=o["coalesce"], grace=o["grace"],
                     checkpointing=o["checkpointing"], progress_every=0 if o["quiet"] else 5.0,
                     quota_split=o["quotas"], alternatives=alternatives)
-                result = sim.simulate(jobs, nodes, quotas, options)
+                # Windows, loans and borrow / lend limits of the SPEC (jobs.replay.limits):
+                # the limits then change over the virtual clock by the portal's own rules.
+                world = limits.load_world(o["cluster"], jobs) if o["cluster"] else None
+                result = sim.simulate(jobs, nodes, quotas, options, world=world)
                 result.update({"repeat": o["repeat"], "scale": o["scale"], "tenant_split": o["tenants"],
                                "quota_split": o["quotas"], "start": o["start"], "overlay": o["overlay"],
                                "alternatives": alternatives})
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, KeyError, TypeError) as exc:
             raise CommandError(str(exc)) from exc
         text = json.dumps(result, indent=2)
         if o["out"]:
