@@ -168,3 +168,34 @@ def test_exported_nodes_keep_their_topology(tmp_path):
     assert datetime.fromisoformat(ORIGIN) + timedelta(seconds=7200) == datetime.fromisoformat(
         "2026-11-02T20:00:00+08:00"
     )
+
+
+def test_replay_command_mirrors_a_backend_start_latency(tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("job_id,submit_time,duration,num_gpus,tenant\na1,0,9000,8,a/p\na2,10,100,8,a/p\n")
+    loan = {"lender": "b", "borrower": "a", "flavor": F, "amount": 8, "start_s": 600, "end_s": 3600}
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps(spec(loans=[loan])))
+    out = tmp_path / "result.json"
+    call_command(
+        "replay",
+        str(trace),
+        "--cluster",
+        str(cluster),
+        "--out",
+        str(out),
+        "--quiet",
+        "--start-latency",
+        "5",
+        "--period",
+        "5",
+    )
+    # each job starts 5 s after its admission: a1 at 5, a2 at 605
+    assert json.loads(out.read_text())["avg_queue_delay_s"] == 300
+
+
+def test_replay_command_refuses_a_negative_period(tmp_path):
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="--period"):
+        call_command("replay", str(tmp_path / "t.csv"), "--period", "-1")
