@@ -203,12 +203,16 @@ def _delays(life: _Life, start: datetime, end: datetime) -> tuple[float | None, 
     the job, summed over its waits — the replay's definition (docs/replay.md, Metrics) — and the
     same until its admission (the scheduler's decision, without the backend's start latency)."""
     queue = admit = 0.0
-    for queued, admitted, running in life.waits:
-        if queued >= end:
-            break
-        q = max(queued, start)
+    since = None  # a wait whose admission was taken back before the start goes on in the next one
+    waits = [w for w in life.waits if w[0] < end]
+    for k, (queued, admitted, running) in enumerate(waits):
+        q = max(since or queued, start)
         if running is None:
-            return None, None  # still waiting at the end (or its last wait was cut short): censored
+            if k + 1 == len(waits):
+                return None, None  # still waiting at the end: censored
+            since = since or queued  # preempted before it started, queued again
+            continue
+        since = None
         if running <= start:
             continue
         queue += max(0.0, _seconds(q, running))

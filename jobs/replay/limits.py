@@ -216,5 +216,19 @@ def load_world(path, jobs: Iterable) -> World | None:
     if not needs_world(data):
         return None
     jobs = list(jobs)
-    horizon = max((j.submit_time + (j.duration or 0.0) for j in jobs), default=0.0)
-    return world(data, {j.tenant for j in jobs}, horizon)
+    return world(data, {j.tenant for j in jobs}, horizon(jobs))
+
+
+MAX_TAIL_S = 366 * 86400.0
+
+
+def horizon(jobs: Iterable) -> float:
+    """How far limit changes are computed: a queue can run long past the last submission (a
+    backlog drains for hours), so up to the last submission plus every job's duration (the
+    replay cannot end later while it has work: the engine runs something whenever jobs wait,
+    unless quota keeps them out), and a week more, at most a year past the last submission.
+    Changes after the replay's last event are skipped by the replay (they change nothing)."""
+    jobs = list(jobs)
+    last = max((j.submit_time for j in jobs), default=0.0)
+    work = sum(j.duration or 0.0 for j in jobs)
+    return last + min(work + 7 * 86400.0, MAX_TAIL_S)

@@ -268,6 +268,7 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     for j in runnable:
         heap.append((j.submit_time, SUBMIT, seq, j.job_id, 0))
         seq += 1
+    job_events = len(heap)  # submits, starts, finishes and exits in the heap (stale ones too)
     for k, (t, _) in enumerate(world.changes if world is not None else ()):
         heap.append((t, LIMITS, seq, str(k), 0))  # str(k): never a job id token
         seq += 1
@@ -292,8 +293,9 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     ran_on: dict[str, str] = {}  # admitted job -> the flavor the engine chose for it
 
     def push(t: float, kind: int, jid: str) -> None:
-        nonlocal seq
+        nonlocal seq, job_events
         seq += 1
+        job_events += kind != TICK
         heapq.heappush(heap, (t, kind, seq, jid, token[jid]))
 
     ticking = False  # a periodic cycle is in the heap
@@ -334,14 +336,19 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         limit = heap[0][0] + options.coalesce
         batch_t = heap[0][0]
         finished, fresh, changed, new_limits = [], [], False, None
+        clock_only = True  # only limit changes / periodic cycles in this batch
         while heap and heap[0][0] <= limit:
             t, kind, _, jid, tok = heapq.heappop(heap)
-            if tok != token[jid]:
-                continue
+            job_events -= kind not in (TICK, LIMITS)
             if kind == TICK:
                 ticking = False
-                if not heap:
-                    continue  # nothing left to happen: no cycle, and the makespan stays
+            if kind in (TICK, LIMITS) and not job_events and not engine.state.pending:
+                continue  # nothing left to happen: no cycle, and the makespan stays
+            if tok != token[jid]:
+                continue
+            if kind == TICK and not job_events:
+                continue  # only limit changes ahead: a cycle between them changes nothing
+            clock_only = clock_only and kind in (TICK, LIMITS)
             batch_t = max(batch_t, t)
             if kind == TICK:
                 pass  # a periodic cycle: only the clock moved
@@ -372,7 +379,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
                 finished.append(jid)
                 fresh.append(queued(jid))
             changed = True
-        t_end = max(t_end, batch_t)
+        if not clock_only:  # a limit change that starts nothing does not lengthen the run
+            t_end = max(t_end, batch_t)
         if not changed:
             continue
         if track:
@@ -385,6 +393,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
             engine.submit(fresh)
         result = engine.cycle(_dt(batch_t))
         cycles += 1
+        if clock_only and (result.admissions or result.preemptions):
+            t_end = max(t_end, batch_t)
         for p in result.preemptions:
             if p.worker is not None:
                 raise RuntimeError("replay jobs are not elastic; a grown worker was preempted")

@@ -199,3 +199,15 @@ def test_replay_command_refuses_a_negative_period(tmp_path):
 
     with pytest.raises(CommandError, match="--period"):
         call_command("replay", str(tmp_path / "t.csv"), "--period", "-1")
+
+
+def test_a_window_long_after_the_last_submission_still_applies(tmp_path):
+    """A 16-GPU job of a (quota 8) waits for b's idle 8 until the night window lends them: the
+    limit change at 20:00 lies far beyond the trace's last submit + duration (110 s)."""
+    jobs = [TraceJob("big", 10, 100, 16, tenant="a/p")]
+    night = {"tenant": "b", "flavor": F, "start": "20:00", "end": "08:00", "lend_limit": 8}
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(spec(windows=[night])))
+    result = simulate(jobs, NODE, None, Options(detail=True), world=limits.load_world(path, jobs))
+    assert result["job_queue_delay_s"] == {"big": 7190}
+    assert result["makespan_s"] == 7300 - 10  # later limit changes start nothing and do not count
