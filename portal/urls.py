@@ -9,6 +9,7 @@ from jobs import api as jobs_api
 from jobs import api_approvals as jobs_approvals_api
 from jobs import api_autoscale as jobs_autoscale_api
 from jobs import api_external as jobs_external_api
+from jobs import api_history as jobs_history_api
 from jobs import api_logs as jobs_logs_api
 from jobs import api_nodes as jobs_nodes_api
 from jobs import api_templates as jobs_templates_api
@@ -106,6 +107,8 @@ api_v1 = [
     path("statements/estimate/", billing_api.StatementEstimateApi.as_view(), name="statement-estimate"),
     path("statements/<int:pk>/", billing_api.StatementDetailApi.as_view(), name="statement-detail"),
     path("usage/", billing_api.UsageApi.as_view(), name="usage"),
+    # History as a trace (issue 25): platform admins export a range of jobs and the pool.
+    path("history/export/", jobs_history_api.HistoryExportApi.as_view(), name="history-export"),
     path("chargeback/", billing_api.ChargebackApi.as_view(), name="chargeback"),
     path("budgets/", billing_api.BudgetListApi.as_view(), name="budget-list"),
     path("manual-adjustments/", billing_api.ManualAdjustmentListApi.as_view(), name="manualadjustment-list"),

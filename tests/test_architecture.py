@@ -36,6 +36,8 @@ PURE_MODULES = [
     "jobs.replay.csvtrace",
     "jobs.replay.spec",
     "jobs.replay.sim",
+    "jobs.replay.limits",
+    "jobs.replay.fidelity",
     "jobs.replay.metrics",
     "jobs.replay.alibaba",
     "jobs.replay.packing",

@@ -59,7 +59,8 @@ from jobs.replay.trace import TraceJob, TraceNode
 from jobs.scheduler import Engine, Limits, Node, PriorityClass, QueuedJob, RunningJob, Snapshot, TreeNode
 
 EPOCH = 1_672_531_200.0  # 2023-01-01 UTC: trace time 0 on the engine's clock
-EXIT, START, FINISH, SUBMIT, LIMITS = 0, 1, 2, 3, 4  # order of events applied in one batch
+EXIT, START, FINISH, SUBMIT, LIMITS, TICK = 0, 1, 2, 3, 4, 5  # order of events applied in one batch
+TICK_ID = "~tick"  # never a job id token of a trace (ids are not empty and a tick is not a job)
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,14 @@ class Options:
     queueing_by_tenant: Mapping[str, str] = field(default_factory=dict)
     aging_bound_s: float | None = None
     wait_bound_s: float = 3600.0
+    # Seconds between periodic cycles while jobs wait (the service's beat cycle,
+    # SCHEDULE_INTERVAL_SECONDS); 0 (the default): cycles only on events. Some decisions depend on
+    # the clock (EASY backfill, preemption timing), so a history is reproduced more closely when the
+    # replay also cycles between events, as the service did (docs/replay.md, "History as a trace").
+    period: float = 0.0
+    # Seconds from admission until the backend starts a job (its GPUs are held meanwhile, and its
+    # queue delay runs until the start, as the portal records it); 0: it starts when admitted.
+    start_latency: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -267,6 +276,7 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     for j in runnable:
         heap.append((j.submit_time, SUBMIT, seq, j.job_id, 0))
         seq += 1
+    job_events = len(heap)  # submits, starts, finishes and exits in the heap (stale ones too)
     for k, (t, _) in enumerate(world.changes if world is not None else ()):
         heap.append((t, LIMITS, seq, str(k), 0))  # str(k): never a job id token
         seq += 1
@@ -291,9 +301,12 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     ran_on: dict[str, str] = {}  # admitted job -> the flavor the engine chose for it
 
     def push(t: float, kind: int, jid: str) -> None:
-        nonlocal seq
+        nonlocal seq, job_events
         seq += 1
+        job_events += kind != TICK
         heapq.heappush(heap, (t, kind, seq, jid, token[jid]))
+
+    ticking = False  # a periodic cycle is in the heap
 
     def queued(jid: str) -> QueuedJob:
         j = by_id[jid]
@@ -331,12 +344,23 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         limit = heap[0][0] + options.coalesce
         batch_t = heap[0][0]
         finished, fresh, changed, new_limits = [], [], False, None
+        clock_only = True  # only limit changes / periodic cycles in this batch
         while heap and heap[0][0] <= limit:
             t, kind, _, jid, tok = heapq.heappop(heap)
+            job_events -= kind not in (TICK, LIMITS)
+            if kind == TICK:
+                ticking = False
+            if kind in (TICK, LIMITS) and not job_events and not engine.state.pending:
+                continue  # nothing left to happen: no cycle, and the makespan stays
             if tok != token[jid]:
                 continue
+            if kind == TICK and not job_events:
+                continue  # only limit changes ahead: a cycle between them changes nothing
+            clock_only = clock_only and kind in (TICK, LIMITS)
             batch_t = max(batch_t, t)
-            if kind == LIMITS:
+            if kind == TICK:
+                pass  # a periodic cycle: only the clock moved
+            elif kind == LIMITS:
                 new_limits = world.changes[int(jid)][1]
             elif kind == SUBMIT:
                 rec.submitted(jid, by_id[jid].tenant, t)
@@ -363,7 +387,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
                 finished.append(jid)
                 fresh.append(queued(jid))
             changed = True
-        t_end = max(t_end, batch_t)
+        if not clock_only:  # a limit change that starts nothing does not lengthen the run
+            t_end = max(t_end, batch_t)
         if not changed:
             continue
         if track:
@@ -376,6 +401,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
             engine.submit(fresh)
         result = engine.cycle(_dt(batch_t))
         cycles += 1
+        if clock_only and (result.admissions or result.preemptions):
+            t_end = max(t_end, batch_t)
         for p in result.preemptions:
             if p.worker is not None:
                 raise RuntimeError("replay jobs are not elastic; a grown worker was preempted")
@@ -393,8 +420,9 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
             if track:
                 q = replace(waiting.pop(a.job_id), flavor=a.flavor, flavors=())  # runs on one flavor
                 holding[a.job_id] = (q, batch_t, tuple(s for w in a.placement for s in w))
-            if a.preempts and options.grace > 0:
-                push(batch_t + options.grace, START, a.job_id)
+            delay = max(options.grace if a.preempts else 0.0, options.start_latency)
+            if delay > 0:
+                push(batch_t + delay, START, a.job_id)
             else:
                 begin(a.job_id, batch_t)
         if observer is not None and observer.every and batch_t >= next_sample:
@@ -405,6 +433,12 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
                 loan_flag[jid] = flag
                 if jid in started:
                     rec.tier(jid, flag, batch_t)
+        # The next periodic cycle while jobs wait — only while something else can still happen
+        # (a wait that nothing will end must not tick forever).
+        if options.period > 0 and not ticking and engine.state.pending and heap:
+            # on the grid of the period from trace time 0, as beat's schedule is
+            push((math.floor(batch_t / options.period) + 1) * options.period, TICK, TICK_ID)
+            ticking = True
         if options.progress_every and time.perf_counter() - last_print >= options.progress_every:
             last_print = time.perf_counter()
             print(f"replay: {100 * submitted / max(1, total):5.1f}% submitted, t={batch_t:,.0f}s, "

@@ -33,6 +33,11 @@ def load_spec(path: str | Path) -> tuple[list[TraceNode], Quotas | None]:
     nodes: list[TraceNode] = []
     for group in data.get("nodes", ()):
         flavor = group["flavor"]
+        if group.get("name"):  # one node with its real topology (an exported inventory)
+            nodes.append(TraceNode(str(group["name"]), int(group["gpus_per_node"]), flavor,
+                                   zone=str(group.get("zone", "")), spine=str(group.get("spine", "")),
+                                   leaf=str(group.get("leaf", ""))))
+            continue
         for i in range(int(group.get("count", 1))):
             nodes.append(TraceNode(f"{flavor}-{i:05d}", int(group["gpus_per_node"]), flavor,
                                    int(group.get("nodes_per_leaf", 16)),
@@ -41,16 +46,26 @@ def load_spec(path: str | Path) -> tuple[list[TraceNode], Quotas | None]:
         raise ValueError(f"{path}: no nodes")
     quotas = None
     if data.get("quotas"):
-        quotas = {t: {f: round(float(g) * 1000) for f, g in per.items()}
+        quotas = {t: {f: round(float(quota_gpus(g)) * 1000) for f, g in per.items()}
                   for t, per in data["quotas"].items()}
     return nodes, quotas
 
 
+def quota_gpus(value) -> float:
+    """A SPEC quota: GPUs, or ``{"quota": GPUs, "borrow_limit": …, "lend_limit": …}``
+    (jobs.replay.limits reads the limits)."""
+    return float(value["quota"]) if isinstance(value, Mapping) else float(value)
+
+
 def engine_nodes(nodes: Sequence[TraceNode]) -> tuple[Node, ...]:
-    """Engine nodes, in leaves/spines numbered per flavor in list order."""
+    """Engine nodes, in leaves/spines numbered per flavor in list order (a node that names its
+    own leaf keeps its real topology)."""
     seen: dict[str, int] = defaultdict(int)
     out = []
     for n in nodes:
+        if n.leaf:
+            out.append(Node(n.name, n.model, n.gpus, n.zone or "z0", n.spine or f"{n.model}-s0", n.leaf))
+            continue
         i = seen[n.model]
         seen[n.model] += 1
         leaf = i // max(1, n.nodes_per_leaf)

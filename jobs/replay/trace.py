@@ -30,3 +30,8 @@ class TraceNode:
     model: str
     nodes_per_leaf: int = 16
     leaves_per_spine: int = 8
+    # The node's real topology (an exported inventory, jobs/history.py); blank: numbered from
+    # nodes_per_leaf / leaves_per_spine in list order (spec.engine_nodes).
+    zone: str = ""
+    spine: str = ""
+    leaf: str = ""

@@ -306,6 +306,8 @@ GPUPOOL = {
         "inference": env_int("GPUPOOL_MAX_RUNTIME_HOURS_INFERENCE", 0, min_value=0, max_value=90 * 24),
         "dev": env_int("GPUPOOL_MAX_RUNTIME_HOURS_DEV", 72, min_value=0, max_value=90 * 24),
     },
+    # History as a trace (docs/replay.md): the longest range one export may cover, in days.
+    "HISTORY_MAX_DAYS": env_int("GPUPOOL_HISTORY_MAX_DAYS", 92, min_value=7, max_value=366),
     # Time an approver has to decide a step before it escalates (or expires at the top).
     "APPROVAL_STEP_HOURS": env_int("GPUPOOL_APPROVAL_STEP_HOURS", 48),
     # Absolute links in notification mails.

@@ -223,6 +223,8 @@ OTHER |= {"node-occupancy", "node-cordon", "node-drain", "node-uncordon"}
 # The usage explorer's API (issue 24): every persona's rows, page and API, in
 # tests/billing/test_usage.py::test_each_persona_sees_its_own_rows_only.
 OTHER |= {"usage"}
+# History as a trace (issue 25): every persona in tests/api/test_history_api.py.
+OTHER |= {"history-export"}
 
 
 def _api_route_names():

@@ -9,7 +9,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs.replay import sim
+from jobs.replay import limits, sim
 from jobs.replay.spec import QUEUEINGS, check_aging_bound, load_queueing, parse_tenants
 
 
@@ -57,6 +57,10 @@ class Command(BaseCommand):
         parser.add_argument("--coalesce", type=float, default=1.0, help="seconds of events per cycle")
         parser.add_argument("--grace", type=float, default=0.0, help="seconds a preempted job keeps its GPUs")
         parser.add_argument("--checkpointing", action="store_true", help="preempted jobs resume, not restart")
+        parser.add_argument("--period", type=float, default=0.0,
+                            help="seconds between periodic cycles while jobs wait (0: cycles only on events)")
+        parser.add_argument("--start-latency", type=float, default=0.0,
+                            help="seconds from admission until a job starts (its GPUs held meanwhile)")
         parser.add_argument("--quotas", choices=("demand", "equal"), default="demand",
                             help="derived quotas: proportional to each tenant's demand, or equal per tenant")
         parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -71,6 +75,8 @@ class Command(BaseCommand):
     def handle(self, *args, **o):
         if o["repeat"] < 1 or o["overlay"] < 1 or o["scale"] <= 0:
             raise CommandError("--repeat and --overlay must be ≥ 1 and --scale > 0")
+        if o["period"] < 0 or o["start_latency"] < 0:
+            raise CommandError("--period and --start-latency must be ≥ 0")
         try:
             if o["mode"] == "packing":
                 result = self._packing(o)
@@ -90,12 +96,16 @@ class Command(BaseCommand):
                     policy=o["policy"], borrowing=not o["no_borrowing"], backfill=not o["no_backfill"],
                     fragmentation_aware=not o["plain_best_fit"], coalesce=o["coalesce"], grace=o["grace"],
                     checkpointing=o["checkpointing"], progress_every=0 if o["quiet"] else 5.0,
-                    quota_split=o["quotas"], alternatives=alternatives, **self._queueing(o))
-                result = sim.simulate(jobs, nodes, quotas, options)
+                    quota_split=o["quotas"], alternatives=alternatives, period=o["period"],
+                    start_latency=o["start_latency"], **self._queueing(o))
+                # Windows, loans and borrow / lend limits of the SPEC (jobs.replay.limits):
+                # the limits then change over the virtual clock by the portal's own rules.
+                world = limits.load_world(o["cluster"], jobs) if o["cluster"] else None
+                result = sim.simulate(jobs, nodes, quotas, options, world=world)
                 result.update({"repeat": o["repeat"], "scale": o["scale"], "tenant_split": o["tenants"],
                                "quota_split": o["quotas"], "start": o["start"], "overlay": o["overlay"],
                                "alternatives": alternatives})
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, KeyError, TypeError) as exc:
             raise CommandError(str(exc)) from exc
         text = json.dumps(result, indent=2)
         if o["out"]:
