@@ -20,6 +20,7 @@ from quotas.models import Flavor
 from quotas.selectors import healthy_capacity
 
 from . import environment, explaining, flavor_choice, selectors, services, start_estimates
+from .api_autoscale import AutoscaleSubmitIn, nested_autoscale_errors
 from .approvals import approval_request_of, with_approval_request
 from .models import (
     COMMAND_MAX_LENGTH,
@@ -305,6 +306,15 @@ class JobIn(serializers.Serializer):
     expose_port = serializers.IntegerField(
         min_value=1, max_value=65535, required=False, allow_null=True, help_text="Development jobs only."
     )
+    autoscale = AutoscaleSubmitIn(
+        required=False,
+        allow_null=True,
+        help_text='Inference jobs (min_workers below workers): scale from load between min_workers and '
+        'workers. {"query": PromQL naming the job with {job} or {job_id}, "target": a decimal > 0 per '
+        'replica, "cooldown_seconds": 30–86400, default 300} — the settings of PUT '
+        '/api/v1/jobs/{id}/autoscale/, given with the job; omitted or null: off. A refusal names the '
+        'field under autoscale (e.g. {"autoscale": {"target": [...]}}) and creates no job.',
+    )
 
 
 class JobListApi(ListCreateApi):
@@ -323,19 +333,21 @@ class JobListApi(ListCreateApi):
     def perform(self, data):
         data = dict(data)
         data["priority_class"] = data.pop("priority")
+        if data.get("autoscale") is not None:
+            data["autoscale"] = dict(data["autoscale"])
         try:
             return services.job_submit(actor=self.request.user, **data)
         except DjangoValidationError as exc:
-            raise _renamed(exc, {"priority_class": "priority"}) from exc
+            raise body_errors(exc) from exc
 
 
-def _renamed(exc: DjangoValidationError, names: dict[str, str]) -> DjangoValidationError:
-    """The service's error with its fields named as the API body names them."""
+def body_errors(exc: DjangoValidationError) -> Exception:
+    """The service's error with its fields named as the submission body names them (``priority``,
+    ``autoscale.query``)."""
     if not hasattr(exc, "error_dict"):
         return exc
-    return DjangoValidationError(
-        {names.get(field, field): errors for field, errors in exc.error_dict.items()}
-    )
+    errors = {"priority" if f == "priority_class" else f: m for f, m in exc.message_dict.items()}
+    return ValidationError(nested_autoscale_errors(errors))
 
 
 class StartEstimateOut(serializers.Serializer):
