@@ -18,6 +18,7 @@ import logging
 import math
 import time
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -93,8 +94,14 @@ def start_estimates_refresh(now: datetime | None = None) -> int | None:
 
 def cached_start_estimates(jobs: list[Job]) -> dict[int, StartEstimate]:
     """The estimates of ``jobs`` (waiting ones; others are left out), one cache read."""
-    waiting = [j for j in jobs if j.state in (JobState.QUEUED, JobState.PENDING_APPROVAL)
-               and j.kind != JobKind.EXTERNAL]
+    return cached_start_estimates_of([(j.pk, j.state, j.kind) for j in jobs])
+
+
+def cached_start_estimates_of(jobs: Iterable[tuple[int, str, str]]) -> dict[int, StartEstimate]:
+    """``cached_start_estimates`` for jobs given as ``(id, state, kind)`` — the job lists of the
+    API read rows, not instances: one cache read for the whole page, no query."""
+    waiting = [(pk, state) for pk, state, kind in jobs
+               if state in (JobState.QUEUED, JobState.PENDING_APPROVAL) and kind != JobKind.EXTERNAL]
     if not waiting:
         return {}
     cached = cache.get(STARTS_KEY) or {}
@@ -103,24 +110,24 @@ def cached_start_estimates(jobs: list[Job]) -> dict[int, StartEstimate]:
     ids.frombytes(cached.get("ids", b""))
     starts.frombytes(cached.get("starts", b""))
     codes.frombytes(cached.get("codes", b""))
-    wanted = {j.pk for j in waiting if j.state == JobState.QUEUED}
+    wanted = {pk for pk, state in waiting if state == JobState.QUEUED}
     found = {}
     if wanted:
         for k, jid in enumerate(ids):
             if jid in wanted:
                 found[jid] = k
     out = {}
-    for job in waiting:
-        if job.state == JobState.PENDING_APPROVAL:
-            out[job.pk] = StartEstimate(None, "approval", at)
+    for pk, state in waiting:
+        if state == JobState.PENDING_APPROVAL:
+            out[pk] = StartEstimate(None, "approval", at)
             continue
-        k = found.get(job.pk)
+        k = found.get(pk)
         if k is None:
-            out[job.pk] = StartEstimate(None, "not_computed", at)
+            out[pk] = StartEstimate(None, "not_computed", at)
         elif codes[k] < 0:
-            out[job.pk] = StartEstimate(datetime.fromtimestamp(starts[k], UTC), None, at)
+            out[pk] = StartEstimate(datetime.fromtimestamp(starts[k], UTC), None, at)
         else:
-            out[job.pk] = StartEstimate(None, UNKNOWN[codes[k]], at)
+            out[pk] = StartEstimate(None, UNKNOWN[codes[k]], at)
     return out
 
 
