@@ -30,7 +30,7 @@ from .cache_keys import STARTS_KEY
 from .engine.model import QueuedJob
 from .forecast import DEFAULT_HORIZON_SECONDS, DEFAULT_MAX_CYCLES, UNKNOWN, forecast
 from .models import Job, JobKind
-from .snapshot import build_snapshot
+from .snapshot import build_forecast_input
 from .states import JobState
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,8 @@ def start_estimates_refresh(now: datetime | None = None) -> int | None:
     try:
         now = now or timezone.now()
         t0 = time.perf_counter()
-        found = forecast(build_snapshot(now), horizon_seconds=DEFAULT_HORIZON_SECONDS,
+        snapshot, requeue = build_forecast_input(now)
+        found = forecast(snapshot, requeue=requeue, horizon_seconds=DEFAULT_HORIZON_SECONDS,
                          max_cycles=DEFAULT_MAX_CYCLES)
         ids, starts, codes = array("q"), array("d"), array("b")
         for jid, at in found.starts.items():
@@ -147,7 +148,8 @@ def start_estimate_new(*, project_id: int, flavor: str, workers: int, min_worker
         return StartEstimate(None, "approval", now)
     job = QueuedJob("0", f"p{project_id}", flavor, now, workers, min_workers, gpus_per_worker, gpu_milli,
                     priority, preemptible, max_runtime_seconds, False)
-    found = forecast(build_snapshot(now), extra=[job], max_cycles=FORM_MAX_CYCLES)
+    snapshot, requeue = build_forecast_input(now)
+    found = forecast(snapshot, extra=[job], requeue=requeue, max_cycles=FORM_MAX_CYCLES)
     if "0" in found.starts:
         return StartEstimate(found.starts["0"], None, now)
     return StartEstimate(None, found.unknown.get("0", "beyond_horizon"), now)

@@ -105,3 +105,34 @@ def test_the_form_estimates_the_job_before_it_is_submitted(page_client, world, p
     with translation.override("zh-hans"):
         zh = page_client("pa1_member", "zh-hans").post("/jobs/new/validate/", body, HTTP_HX_REQUEST="true")
     assert "如果现在提交" in zh.content.decode()
+
+
+def test_a_victim_of_the_forecast_is_requeued_and_waits_ahead_of_later_jobs(world, prio, queue):
+    from jobs.forecast import forecast
+    from jobs.snapshot import build_forecast_input
+
+    now, waiting = queue  # pb runs two 8-GPU jobs (one on loan) for 1 h; two more wait for them
+    running = list(Job.objects.filter(state="admitted").order_by("pk"))
+    urgent = job_submit(actor=world.users["pa1_member"], project=world.pa1, name="urgent", kind="training",
+                        flavor=world.F, priority_class=prio, image="img", gpus_per_worker=4,
+                        max_runtime_seconds=600)
+    snapshot, requeue = build_forecast_input(now)
+    assert set(requeue) == {str(j.pk) for j in running}
+    again = requeue[str(running[0].pk)]  # as the service would queue it again: nothing changed
+    assert (again.workers, again.gpus_per_worker, again.max_runtime_seconds, again.submitted_at) == (
+        1, 8, 3600, running[0].submitted_at
+    )
+    found = forecast(snapshot, requeue=requeue)
+    # pa1's job reclaims the GPUs of pb's job on loan; that job exits after its grace period,
+    # is requeued with its submission time and starts again when pa1's job ends — so the
+    # later of pb's waiting jobs starts only after its hour, not in its place.
+    grace, hour = timedelta(seconds=prio.grace_seconds), timedelta(hours=1)
+    assert found.starts[str(urgent.pk)] == now + grace
+    (victim,) = found.restarts
+    assert victim in {str(j.pk) for j in running}
+    assert found.restarts[victim] == now + grace + timedelta(seconds=600)
+    assert found.starts[str(waiting[0].pk)] == now + hour
+    assert found.starts[str(waiting[1].pk)] == now + grace + timedelta(seconds=600) + hour
+    assert start_estimates_refresh(now) == 3  # what pages and the API read
+    cached = cached_start_estimates(waiting)
+    assert cached[waiting[1].pk].estimated_start == found.starts[str(waiting[1].pk)]
