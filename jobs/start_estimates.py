@@ -19,15 +19,16 @@ import math
 import time
 from array import array
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from uuid import uuid4
 
 from django.core.cache import cache
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .cache_keys import STARTS_KEY
-from .engine.model import QueuedJob
+from .engine.model import QueuedJob, Snapshot
 from .forecast import DEFAULT_HORIZON_SECONDS, DEFAULT_MAX_CYCLES, UNKNOWN, forecast
 from .models import Job, JobKind
 from .snapshot import build_forecast_input
@@ -38,6 +39,10 @@ log = logging.getLogger(__name__)
 STARTS_TTL = 600  # an estimate older than this is not shown ("not_computed")
 STARTS_LOCK_KEY = "starts:running"
 FORM_MAX_CYCLES = 100  # the submission form's estimate: a smaller bound, it runs per request
+FORM_SNAPSHOT_SECONDS = 15  # the form's estimates reuse one snapshot this long (per process)
+# Per process: each keeps its own snapshot, so their keys must not overwrite one another's.
+_FORM_SNAPSHOT_KEY = f"starts:form-snapshot:{uuid4().hex}"
+_form_input: tuple[str, Snapshot, dict[str, QueuedJob]] | None = None  # (its key's token, …)
 REASONS = (*UNKNOWN, "not_computed")
 UNKNOWN_LABELS = {
     "unlimited": _("it waits for jobs without a maximum runtime"),
@@ -137,6 +142,27 @@ def start_estimate(job: Job) -> StartEstimate | None:
     return cached_start_estimates([job]).get(job.pk)
 
 
+def _form_forecast_input(now: datetime) -> tuple[Snapshot, dict[str, QueuedJob]]:
+    """The snapshot the form's estimates forecast from: built at most once every
+    FORM_SNAPSHOT_SECONDS per process, as someone filling in the form asks on every change.
+
+    Sharing it is safe: a snapshot is frozen (frozen dataclasses and tuples; the engine builds its
+    own state from it and only reads ``limits``), holds no answer for anybody (only the
+    hypothetical job's estimate is shown), and is shifted to the request's ``now`` — it is the
+    world up to FORM_SNAPSHOT_SECONDS older, which an estimate that already assumes "nothing
+    changes" and the queue's own estimates (a minute old) tolerate. Its age is bounded by a key
+    in the shared cache with that timeout: an expired (or cleared) key means build afresh."""
+    global _form_input
+    held = _form_input
+    if held is not None and cache.get(_FORM_SNAPSHOT_KEY) == held[0]:
+        return replace(held[1], now=now), held[2]
+    snapshot, requeue = build_forecast_input(now)
+    token = uuid4().hex
+    cache.set(_FORM_SNAPSHOT_KEY, token, timeout=FORM_SNAPSHOT_SECONDS)
+    _form_input = (token, snapshot, requeue)
+    return snapshot, requeue
+
+
 def start_estimate_new(*, project_id: int, flavor: str, workers: int, min_workers: int | None,
                        gpus_per_worker: int, gpu_milli: int | None, priority: int, preemptible: bool,
                        max_runtime_seconds: int | None, needs_approval: bool,
@@ -148,7 +174,7 @@ def start_estimate_new(*, project_id: int, flavor: str, workers: int, min_worker
         return StartEstimate(None, "approval", now)
     job = QueuedJob("0", f"p{project_id}", flavor, now, workers, min_workers, gpus_per_worker, gpu_milli,
                     priority, preemptible, max_runtime_seconds, False)
-    snapshot, requeue = build_forecast_input(now)
+    snapshot, requeue = _form_forecast_input(now)
     found = forecast(snapshot, extra=[job], requeue=requeue, max_cycles=FORM_MAX_CYCLES)
     if "0" in found.starts:
         return StartEstimate(found.starts["0"], None, now)

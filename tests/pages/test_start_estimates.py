@@ -136,3 +136,37 @@ def test_a_victim_of_the_forecast_is_requeued_and_waits_ahead_of_later_jobs(worl
     assert start_estimates_refresh(now) == 3  # what pages and the API read
     cached = cached_start_estimates(waiting)
     assert cached[waiting[1].pk].estimated_start == found.starts[str(waiting[1].pk)]
+
+
+def test_the_forms_live_estimates_share_one_snapshot_for_a_while(
+    page_client, world, prio, queue, monkeypatch
+):
+    from django.core.cache import cache
+
+    from jobs import start_estimates
+
+    built = []
+    real = start_estimates.build_forecast_input
+
+    def counted(now):
+        built.append(now)
+        return real(now)
+
+    monkeypatch.setattr(start_estimates, "build_forecast_input", counted)
+    body = {"name": "new", "project": world.pa1.pk, "kind": "training", "flavor": world.F.pk,
+            "priority_class": prio.pk, "workers": "1", "gpus_per_worker": "4", "min_workers": "",
+            "gpu_milli": "", "image": "img", "command": "", "max_runtime_seconds": "600"}
+    client = page_client("pa1_member")
+    grace = timedelta(seconds=prio.grace_seconds)
+    answers = []
+    for runtime in ("600", "900"):  # the user goes on typing: one more live check
+        response = client.post("/jobs/new/validate/", {**body, "max_runtime_seconds": runtime},
+                               HTTP_HX_REQUEST="true")
+        answers.append(response.context["summary"]["start"])
+    assert len(built) == 1  # the second check reused the first one's snapshot
+    assert answers[1].computed_at >= answers[0].computed_at  # shifted to the request's time
+    assert [a.estimated_start - a.computed_at for a in answers] == [grace, grace]
+    # Once its key is gone (it expires after FORM_SNAPSHOT_SECONDS), the next check reads afresh.
+    cache.delete(start_estimates._FORM_SNAPSHOT_KEY)
+    client.post("/jobs/new/validate/", body, HTTP_HX_REQUEST="true")
+    assert len(built) == 2
