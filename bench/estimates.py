@@ -47,12 +47,14 @@ class Sampler(sim.Observer):
         self.forecast_seconds = 0.0
         self.cycles = 0
 
-    def sample(self, t, snapshot):
+    def sample(self, t, snapshot, requeue):
         if self.left <= 0 or not snapshot.queued:
             return
         self.left -= 1
         t0 = time.perf_counter()
-        found = forecast(snapshot, horizon_seconds=self.horizon, max_cycles=self.max_cycles, **self.flags)
+        # Victims are requeued as the replay requeues them (the portal: build_forecast_input).
+        found = forecast(snapshot, requeue=requeue, horizon_seconds=self.horizon, max_cycles=self.max_cycles,
+                         **self.flags)
         self.forecast_seconds += time.perf_counter() - t0
         self.cycles += found.cycles
         base = snapshot.now.timestamp()

@@ -7,7 +7,7 @@ from functools import cached_property
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
@@ -20,6 +20,7 @@ from quotas.models import Flavor
 from quotas.selectors import healthy_capacity
 
 from . import environment, explaining, flavor_choice, selectors, services, start_estimates
+from .api_autoscale import AutoscaleSubmitIn, nested_autoscale_errors
 from .approvals import approval_request_of, with_approval_request
 from .models import (
     COMMAND_MAX_LENGTH,
@@ -33,6 +34,24 @@ from .models import (
 )
 from .quota_tree import quota_usage_with_lending
 from .scheduling import explain_job
+
+# Marks a row column whose output is read once per page (``JobOut.represent_rows``).
+_PER_PAGE = object()
+
+
+class StartEstimateOut(serializers.Serializer):
+    estimated_start = serializers.CharField(
+        allow_null=True,
+        help_text="When the job is estimated to start (ISO 8601), assuming running jobs run to their "
+        "maximum runtime and nothing else arrives; null when unknown.",
+    )
+    unknown_reason = serializers.CharField(
+        allow_null=True,
+        help_text="Why there is no estimate: unlimited (it waits for jobs without a maximum runtime), "
+        "beyond_horizon (not within 7 days), budget, approval, not_computed.",
+    )
+    unknown_text = serializers.CharField(help_text="The reason in the language of Accept-Language.")
+    computed_at = serializers.CharField(allow_null=True)
 
 
 class JobOut(serializers.ModelSerializer):
@@ -56,6 +75,17 @@ class JobOut(serializers.ModelSerializer):
     mounts = serializers.SerializerMethodField()
     checkpoint_dir = serializers.SerializerMethodField()
     flavors = serializers.SerializerMethodField()
+    start_estimate = serializers.SerializerMethodField(
+        help_text="When it is estimated to start, while it waits (queued or pending approval; null "
+        "otherwise): the answer of /explain/'s start_estimate (issue 24)."
+    )
+
+    @extend_schema_field(StartEstimateOut(allow_null=True))
+    def get_start_estimate(self, job) -> dict | None:
+        """When it is estimated to start (issue 24), while it waits (queued or pending approval);
+        null otherwise. The same answer as ``/explain/``'s ``start_estimate``."""
+        found = start_estimates.start_estimate(job)
+        return found.as_dict() if found else None
 
     def get_flavors(self, job) -> list[str]:
         """The flavors it accepts, in its order (DESIGN §14); empty: only `flavor`."""
@@ -99,6 +129,7 @@ class JobOut(serializers.ModelSerializer):
     # over half of a list's CPU at 100,000 jobs (bench/load.py). Method fields name the column
     # their value comes from; ``with_approval_request`` annotates it.
     ROW_COLUMNS = {
+        "start_estimate": ("id", _PER_PAGE),  # by id, from one read of the estimates per page
         "approval_request": "approval_request_pk",
         "mounts": ("mounts", lambda mounts: _mounts_out(mounts)),
         "checkpoint_dir": ("checkpoint", environment.checkpoint_dir),
@@ -106,12 +137,20 @@ class JobOut(serializers.ModelSerializer):
 
     def columns(self, jobs: QuerySet[Job]) -> _Rows:
         """``jobs`` as dicts of the columns the output is made of, for a paginator."""
-        return _Rows(jobs, [column for _name, column, _convert in self._row_plan])
+        # The start estimates need each row's state and kind too (fields of the output).
+        columns = [column for _name, column, _convert in self._row_plan] + ["state", "kind"]
+        return _Rows(jobs, list(dict.fromkeys(columns)))
 
     def represent_rows(self, rows) -> list[dict]:
         """The output of each row of ``columns()``: the same as ``to_representation`` of its job
-        (tests/api/test_job_out.py)."""
-        plan = self._row_plan
+        (tests/api/test_job_out.py). The start estimates of the whole page are read at once."""
+        rows = list(rows)
+        starts = start_estimates.cached_start_estimates_of((r["id"], r["state"], r["kind"]) for r in rows)
+
+        def estimate(pk):
+            return starts[pk].as_dict() if pk in starts else None
+
+        plan = [(name, col, estimate if conv is _PER_PAGE else conv) for name, col, conv in self._row_plan]
         return [
             {
                 name: row[column] if convert is None or row[column] is None else convert(row[column])
@@ -164,6 +203,7 @@ class JobOut(serializers.ModelSerializer):
             "flavors",
             "framework",
             "min_operator_coverage",
+            "start_estimate",
         ]
 
 
@@ -305,6 +345,15 @@ class JobIn(serializers.Serializer):
     expose_port = serializers.IntegerField(
         min_value=1, max_value=65535, required=False, allow_null=True, help_text="Development jobs only."
     )
+    autoscale = AutoscaleSubmitIn(
+        required=False,
+        allow_null=True,
+        help_text='Inference jobs (min_workers below workers): scale from load between min_workers and '
+        'workers. {"query": PromQL naming the job with {job} or {job_id}, "target": a decimal > 0 per '
+        'replica, "cooldown_seconds": 30–86400, default 300} — the settings of PUT '
+        '/api/v1/jobs/{id}/autoscale/, given with the job; omitted or null: off. A refusal names the '
+        'field under autoscale (e.g. {"autoscale": {"target": [...]}}) and creates no job.',
+    )
 
 
 class JobListApi(ListCreateApi):
@@ -323,34 +372,21 @@ class JobListApi(ListCreateApi):
     def perform(self, data):
         data = dict(data)
         data["priority_class"] = data.pop("priority")
+        if data.get("autoscale") is not None:
+            data["autoscale"] = dict(data["autoscale"])
         try:
             return services.job_submit(actor=self.request.user, **data)
         except DjangoValidationError as exc:
-            raise _renamed(exc, {"priority_class": "priority"}) from exc
+            raise body_errors(exc) from exc
 
 
-def _renamed(exc: DjangoValidationError, names: dict[str, str]) -> DjangoValidationError:
-    """The service's error with its fields named as the API body names them."""
+def body_errors(exc: DjangoValidationError) -> Exception:
+    """The service's error with its fields named as the submission body names them (``priority``,
+    ``autoscale.query``)."""
     if not hasattr(exc, "error_dict"):
         return exc
-    return DjangoValidationError(
-        {names.get(field, field): errors for field, errors in exc.error_dict.items()}
-    )
-
-
-class StartEstimateOut(serializers.Serializer):
-    estimated_start = serializers.CharField(
-        allow_null=True,
-        help_text="When the job is estimated to start (ISO 8601), assuming running jobs run to their "
-        "maximum runtime and nothing else arrives; null when unknown.",
-    )
-    unknown_reason = serializers.CharField(
-        allow_null=True,
-        help_text="Why there is no estimate: unlimited (it waits for jobs without a maximum runtime), "
-        "beyond_horizon (not within 7 days), budget, approval, not_computed.",
-    )
-    unknown_text = serializers.CharField(help_text="The reason in the language of Accept-Language.")
-    computed_at = serializers.CharField(allow_null=True)
+    errors = {"priority" if f == "priority_class" else f: m for f, m in exc.message_dict.items()}
+    return ValidationError(nested_autoscale_errors(errors))
 
 
 class JobDetailApi(DetailApi):

@@ -63,6 +63,36 @@ class AutoscaleIn(serializers.Serializer):
     )
 
 
+class AutoscaleSubmitIn(AutoscaleIn):
+    """A submission's ``autoscale`` (``POST /api/v1/jobs/``, templates): the settings of ``PUT
+    …/autoscale/`` given with the job; the same service checks them (``jobs.autoscale``)."""
+
+    query = serializers.CharField(
+        trim_whitespace=True, max_length=AUTOSCALE_QUERY_MAX_LENGTH,
+        help_text="PromQL answering one value per replica, naming the job with {job} or {job_id}.",
+    )
+    target = serializers.CharField(
+        max_length=40, help_text="The value one replica should carry (a decimal > 0, at most 3 decimals).",
+    )
+
+
+def nested_autoscale_errors(errors: dict) -> dict:
+    """Service errors (``autoscale_query``, …) as a submission body names the fields:
+    ``{"autoscale": {"query": […]}}``."""
+    out, nested = {}, {}
+    for field, messages in errors.items():
+        if field.startswith("autoscale_"):
+            nested[field.removeprefix("autoscale_")] = messages
+        else:
+            out[field] = messages
+    if nested:
+        out.setdefault("autoscale", {})
+        if isinstance(out["autoscale"], list):  # the object itself was refused: keep both
+            nested["non_field_errors"] = out["autoscale"]
+        out["autoscale"] = nested
+    return out
+
+
 class JobAutoscaleApi(APIView):
     """An inference job's autoscaling: ``GET`` the settings and the last decision, ``PUT`` new
     settings (the job's owner or an admin of its project; 400 on any other kind of job)."""

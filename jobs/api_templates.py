@@ -17,7 +17,8 @@ from portal.selectors import get_visible, visible_projects
 from quotas.models import Flavor
 
 from . import templates_service as templates
-from .api import JobIn, JobOut
+from .api import JobIn, JobOut, body_errors
+from .api_autoscale import nested_autoscale_errors
 from .models import JobTemplate, ProjectStorage, name_validator
 
 
@@ -40,6 +41,8 @@ def body(values: dict) -> dict:
     for key in ("flavor", "priority"):
         if key in out:
             out[key] = out[key].name
+    if out.get("autoscale") is not None:
+        out["autoscale"] = dict(out["autoscale"])
     return out
 
 
@@ -85,6 +88,7 @@ def _values_errors_nested(call):
         errors = exc.message_dict
         own = {f: e for f, e in errors.items() if f in _OWN_FIELDS}
         values = {f: e for f, e in errors.items() if f not in _OWN_FIELDS}
+        values = nested_autoscale_errors(values)
         raise ValidationError({**own, **({"values": values} if values else {})}) from exc
 
 
@@ -146,10 +150,13 @@ class JobTemplateSubmitApi(APIView):
         template = get_visible(templates.visible_templates(request.user), pk=pk)
         overrides = TemplateValues(data=request.data, partial=True, context={"request": request})
         overrides.is_valid(raise_exception=True)
-        with transaction.atomic():
-            job = templates.template_submit(
-                actor=request.user, template=template, overrides=body(overrides.validated_data)
-            )
+        try:
+            with transaction.atomic():
+                job = templates.template_submit(
+                    actor=request.user, template=template, overrides=body(overrides.validated_data)
+                )
+        except DjangoValidationError as exc:
+            raise body_errors(exc) from exc
         return Response(JobOut(job).data, status=status.HTTP_201_CREATED)
 
 

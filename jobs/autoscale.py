@@ -132,6 +132,33 @@ def clean_settings(*, kind: str, min_workers: int | None, workers: int, query: s
     return query, target, cooldown_seconds
 
 
+SUBMITTED_KEYS = ("query", "target", "cooldown_seconds")
+
+
+def clean_submitted(*, kind: str, min_workers: int | None, workers: int, autoscale) -> dict:
+    """The ``Job.autoscale_*`` fields of a submission's ``autoscale`` (``{"query", "target",
+    "cooldown_seconds"}``, or None: off), checked by ``clean_settings`` — the rules of the job
+    page's form and ``PUT …/autoscale/``. Unlike there, an empty query is refused when a target
+    or cool-down is given: a submission that names settings means them, never silently dropped."""
+    if autoscale is None:
+        return {}
+    if not isinstance(autoscale, dict) or set(autoscale) - set(SUBMITTED_KEYS):
+        raise ValidationError({"autoscale": [_("An object with query, target and cooldown_seconds.")]})
+    query = autoscale.get("query")
+    if not isinstance(query, str):
+        raise ValidationError({"autoscale_query": [_("A PromQL query is needed to scale from load.")]})
+    target, cooldown = autoscale.get("target"), autoscale.get("cooldown_seconds")
+    if not query.strip():
+        if target not in (None, "") or cooldown is not None:
+            raise ValidationError({"autoscale_query": [_("A PromQL query is needed to scale from load.")]})
+        return {}  # nothing asked for: off, whatever the kind
+    query, target, cooldown = clean_settings(
+        kind=kind, min_workers=min_workers, workers=workers, query=query, target=target,
+        cooldown_seconds=cooldown,
+    )
+    return {"autoscale_query": query, "autoscale_target": target, "autoscale_cooldown_seconds": cooldown}
+
+
 def _query_error(query: str, min_workers: int | None, workers: int) -> str | None:
     if min_workers is None or min_workers >= workers:
         return _("Autoscaling needs room to move: the job's minimum replicas must be below its replicas.")

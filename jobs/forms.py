@@ -45,6 +45,23 @@ def _storage_label(storage: ProjectStorage) -> str:
     return f"{storage.project.code} / {storage.name} → {storage.mount_path} ({mode})"
 
 
+def _autoscale_query_field(**kw) -> forms.CharField:
+    return forms.CharField(
+        label=_("Query (PromQL)"), required=False, max_length=AUTOSCALE_QUERY_MAX_LENGTH,
+        widget=forms.TextInput(attrs={"placeholder": 'avg(requests_per_second{job="{job}"})'}), **kw,
+    )
+
+
+def _autoscale_target_field() -> forms.CharField:
+    return forms.CharField(label=_("Target value per replica"), required=False, max_length=40)
+
+
+def _autoscale_cooldown_field() -> forms.IntegerField:
+    return forms.IntegerField(
+        label=_("Cool-down (s)"), required=False, help_text=_("No change within this long after the last.")
+    )
+
+
 class JobForm(forms.Form):
     """The submission body of DESIGN §9 as a browser form."""
 
@@ -150,6 +167,15 @@ class JobForm(forms.Form):
             "Development jobs: the port of Jupyter, a VS Code server or SSH, reachable from the job page."
         ),
     )
+    # Inference jobs (the page shows them for that kind only): the settings of the job page's
+    # autoscaling form, given with the job; ``job_submit`` checks them (jobs.autoscale).
+    autoscale_query = _autoscale_query_field(
+        help_text=_("Optional: scale between the minimum workers and the workers from load. One value "
+                    "per replica; {job} stands for the job's name on the cluster (gp-<id>), {job_id} for "
+                    "its id."),
+    )
+    autoscale_target = _autoscale_target_field()
+    autoscale_cooldown_seconds = _autoscale_cooldown_field()
     sim_duration_seconds = forms.IntegerField(
         label=_("Simulated duration (s)"),
         min_value=1,
@@ -269,7 +295,25 @@ class JobForm(forms.Form):
         data.pop("env_text", None)
         data.pop("secret_env_text", None)
         data.setdefault("env", [])
+        data["autoscale"] = self._autoscale(data)
         return data
+
+    @staticmethod
+    def _autoscale(data: dict) -> dict | None:
+        """The three autoscaling fields as ``job_submit``'s ``autoscale``; None when all are empty."""
+        query = data.pop("autoscale_query", "")
+        target = data.pop("autoscale_target", "")
+        cooldown = data.pop("autoscale_cooldown_seconds", None)
+        if not query and not target and cooldown is None:
+            return None
+        settings_ = {"query": query, "target": target or None}
+        if cooldown is not None:
+            settings_["cooldown_seconds"] = cooldown
+        return settings_
+
+    def shows_autoscale(self) -> bool:
+        """The autoscaling fields are shown (and sent) for inference jobs only."""
+        return str(self._chosen("kind") or "") == JobKind.INFERENCE
 
     def add_service_error(self, error: ValidationError, skip=()) -> None:
         """Errors raised by the service, on the field they name (others above the form);
@@ -360,13 +404,9 @@ class AutoscaleForm(forms.Form):
     """An inference job's autoscaling (the service ``jobs.autoscale.job_autoscale_set`` checks
     the values: an empty query turns it off)."""
 
-    query = forms.CharField(
-        label=_("Query (PromQL)"), required=False, max_length=AUTOSCALE_QUERY_MAX_LENGTH,
+    query = _autoscale_query_field(
         help_text=_("One value per replica; {job} stands for the job's name on the cluster (gp-<id>), "
                     "{job_id} for its id. Empty: autoscaling off."),
-        widget=forms.TextInput(attrs={"placeholder": 'avg(requests_per_second{job="{job}"})'}),
     )
-    target = forms.CharField(label=_("Target value per replica"), required=False, max_length=40)
-    cooldown_seconds = forms.IntegerField(
-        label=_("Cool-down (s)"), required=False, help_text=_("No change within this long after the last.")
-    )
+    target = _autoscale_target_field()
+    cooldown_seconds = _autoscale_cooldown_field()

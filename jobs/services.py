@@ -21,6 +21,7 @@ from portal.models import Project, User
 from portal.selectors import scope_for
 from quotas.models import Flavor
 
+from . import autoscale as autoscaling
 from . import environment, flavor_choice, rules
 from .approvals import approval_reasons, job_approval_open, job_approval_withdraw
 from .models import (
@@ -132,6 +133,34 @@ def _working_environment(project, kind, *, image, mounts, env, expose_port) -> d
     return result
 
 
+def _shape_and_autoscale(
+    *, kind, flavor, workers, gpus_per_worker, gpu_milli, min_workers, autoscale
+) -> dict:
+    """The shape's checks and the autoscaling settings' (``jobs.autoscale.clean_submitted``, the
+    rules of the job page's form), every error at once: both are about the replicas. Returns the
+    ``Job.autoscale_*`` fields ({} when the job does not scale from load)."""
+    errors: dict[str, list[str]] = {}
+    fields: dict = {}
+    for check in (
+        lambda: _validate_shape(
+            kind=kind, flavor=flavor, workers=workers, gpus_per_worker=gpus_per_worker, gpu_milli=gpu_milli,
+            min_workers=min_workers,
+        ),
+        lambda: fields.update(
+            autoscaling.clean_submitted(
+                kind=kind, min_workers=min_workers, workers=workers, autoscale=autoscale
+            )
+        ),
+    ):
+        try:
+            check()
+        except ValidationError as exc:
+            _merge(errors, exc)
+    if errors:
+        raise ValidationError(errors)
+    return fields
+
+
 def _merge(errors: dict[str, list[str]], exc: ValidationError) -> None:
     for field, messages in exc.message_dict.items():
         errors.setdefault(field, []).extend(messages)
@@ -154,24 +183,27 @@ def job_submit_check(
     mounts: list[str] | None = None,
     env: list[dict] | None = None,
     expose_port: int | None = None,
+    autoscale: dict | None = None,
 ) -> tuple[dict, int | None, bool]:
     """Every check of ``job_submit`` that does not depend on the jobs live at that moment (the
-    dev-job limit): what a saved template must pass too. Returns the checked working environment,
-    the job's maximum runtime and whether its priority class needs approval."""
+    dev-job limit): what a saved template must pass too. Returns the checked working environment
+    and autoscaling settings (Job fields), the job's maximum runtime and whether its priority
+    class needs approval."""
     perm.require(actor.is_active and _can_submit(actor, project))  # a deactivated user submits nothing
     _validate_text(image=image, command=command)
-    workenv = _working_environment(
+    job_fields = _working_environment(
         project, kind, image=image, mounts=mounts, env=env, expose_port=expose_port
     )
     if not flavor.active:
         raise ValidationError({"flavor": [_("%(f)s is not available for new jobs.") % {"f": flavor}]})
-    _validate_shape(
+    job_fields |= _shape_and_autoscale(
         kind=kind,
         flavor=flavor,
         workers=workers,
         gpus_per_worker=gpus_per_worker,
         gpu_milli=gpu_milli,
         min_workers=min_workers,
+        autoscale=autoscale,
     )
     if max_runtime_seconds is not None and not 60 <= max_runtime_seconds <= MAX_RUNTIME:
         raise ValidationError({"max_runtime_seconds": [_("Between 60 s and 90 days.")]})
@@ -189,7 +221,7 @@ def job_submit_check(
         },
         max_runtime_seconds=max_runtime_seconds,
     )
-    return workenv, max_runtime_seconds, class_needs_approval
+    return job_fields, max_runtime_seconds, class_needs_approval
 
 
 def job_submit(
@@ -214,9 +246,12 @@ def job_submit(
     expose_port: int | None = None,
     framework: str = "",
     min_operator_coverage: Decimal | None = None,
+    autoscale: dict | None = None,
 ) -> Job:
     """``flavor``: one flavor, or the acceptable flavors in order of preference (DESIGN §14);
-    the job is checked against each, and runs on the first the scheduler can place."""
+    the job is checked against each, and runs on the first the scheduler can place.
+    ``autoscale``: an inference job's autoscaling from load, ``{"query", "target",
+    "cooldown_seconds"}`` (docs/scheduling.md "Autoscaling"), set with the job."""
     choices = flavor_choice.acceptable(flavor, framework=framework, min_coverage=min_operator_coverage)
     checks = [
         job_submit_check(
@@ -235,10 +270,11 @@ def job_submit(
             mounts=mounts,
             env=env,
             expose_port=expose_port,
+            autoscale=autoscale,
         )
         for f in choices
     ]
-    workenv, max_runtime_seconds, class_needs_approval = checks[0]
+    job_fields, max_runtime_seconds, class_needs_approval = checks[0]
     if kind == JobKind.DEV:
         _check_dev_limit(actor)
     # DESIGN §6: a job over its department's policy waits in pending_approval for a decision.
@@ -276,7 +312,7 @@ def job_submit(
         state=state,
         state_changed_at=now,
         submitted_at=now,
-        **workenv,
+        **job_fields,
     )
     job.full_clean(validate_constraints=False)
     job.save()

@@ -69,20 +69,22 @@ def core_nodes() -> tuple[CoreNode, ...]:
     )
 
 
-# Raw SQL rather than the ORM: at 50,000 queued jobs the ORM's per-row converters cost ~1 s a cycle.
-_JOBS_SQL = """
-    SELECT j.id, j.project_id, f.name, pc.value, pc.preemptible, j.workers, j.min_workers,
-           j.gpus_per_worker, j.gpu_milli, j.submitted_at, j.max_runtime_seconds, j.approved,
-           j.admitted_at, j.started_at, j.placement, j.terminating_since,
+# A job's acceptable flavors in its order, the still-active ones (None: only its flavor).
+_CHOICES_SQL = """
            CASE WHEN cardinality(j.flavor_choices) > 1 THEN ARRAY(
                SELECT fc.name FROM unnest(j.flavor_choices) WITH ORDINALITY AS u(fid, k)
                JOIN quotas_flavor fc ON fc.id = u.fid WHERE fc.active ORDER BY u.k
-           ) END
+           ) END"""
+# Raw SQL rather than the ORM: at 50,000 queued jobs the ORM's per-row converters cost ~1 s a cycle.
+_JOBS_SQL = f"""
+    SELECT j.id, j.project_id, f.name, pc.value, pc.preemptible, j.workers, j.min_workers,
+           j.gpus_per_worker, j.gpu_milli, j.submitted_at, j.max_runtime_seconds, j.approved,
+           j.admitted_at, j.started_at, j.placement, j.terminating_since, {_CHOICES_SQL}
     FROM jobs_job j
     JOIN quotas_flavor f ON f.id = j.flavor_id
     JOIN jobs_priorityclass pc ON pc.id = j.priority_class_id
     WHERE j.state = ANY(%s) AND j.kind <> 'external'
-"""
+"""  # noqa: S608 - constants only, no user input
 # External jobs (DESIGN §11) wait in their backend's queue, not the portal's: never in the engine's
 # queue. Running, they hold GPUs and count like any job, but are pinned (never a victim).
 
@@ -103,7 +105,7 @@ _HOLDING_SQL = f"""
     SELECT j.id, j.project_id, f.name, pc.value, pc.preemptible, j.workers, j.min_workers,
            j.gpus_per_worker, j.gpu_milli, j.submitted_at, j.max_runtime_seconds, j.approved,
            j.admitted_at, j.started_at, j.placement, j.terminating_since, j.grown_at, {GROW_TO_SQL},
-           j.kind = 'external'
+           j.kind = 'external', {_CHOICES_SQL}
     FROM jobs_job j
     JOIN quotas_flavor f ON f.id = j.flavor_id
     JOIN jobs_priorityclass pc ON pc.id = j.priority_class_id
@@ -122,7 +124,7 @@ def worker_milli(workers: int, min_workers: int | None, gpus: int, gpu_milli: in
 def _running(row: tuple) -> RunningJob:
     jid, project, flavor, priority, preemptible, workers, min_workers, gpus, gpu_milli = row[:9]
     submitted, max_runtime = row[9], row[10]
-    admitted_at, started_at, placement, terminating_since, grown_at, grow_to, pinned = row[12:]
+    admitted_at, started_at, placement, terminating_since, grown_at, grow_to, pinned = row[12:19]
     # Django's psycopg adapter hands jsonb over as text (JSONField parses it); so do we.
     slots = tuple((f"n{node}", gpu, m) for worker in json.loads(placement) for node, gpu, m in worker)
     wm = worker_milli(workers, min_workers, gpus, gpu_milli)
@@ -138,11 +140,16 @@ def _running(row: tuple) -> RunningJob:
 
 
 def _queued(row: tuple) -> QueuedJob:
+    return _as_queued(row, row[16])
+
+
+def _as_queued(row: tuple, choices) -> QueuedJob:
+    """A job row (``_JOBS_SQL``, or ``_HOLDING_SQL``: the same first 12 columns) as queued."""
     jid, project, flavor, priority, preemptible, workers, min_workers, gpus, milli = row[:9]
     submitted, runtime, ok = row[9:12]
     # Alternatives (DESIGN §14): the job's order of its still-active flavors. A requeued job
     # starts again from its first choice, not from the flavor it last ran on (``Job.flavor``).
-    choices = tuple(row[16] or ())
+    choices = tuple(choices or ())
     if choices:
         flavor = choices[0]
     return QueuedJob(
@@ -231,17 +238,37 @@ def queued_jobs(ids: Iterable[int] | None = None) -> tuple[QueuedJob, ...]:
 
 
 def build_snapshot(now: datetime, config: Config | None = None) -> Snapshot:
-    config = config or read_config(now)
+    return _snapshot(now, config, _holding_rows())
+
+
+def build_forecast_input(now: datetime) -> tuple[Snapshot, dict[str, QueuedJob]]:
+    """The snapshot, and each GPU-holding portal job as the queue would list it again once
+    preempted — the service requeues a victim with its submission time, shape, limit, approval
+    and flavor choices unchanged (``dispatch._requeue``) — for ``jobs.forecast`` (one read of
+    the jobs)."""
+    rows = _holding_rows()
+    return _snapshot(now, None, rows), {str(r[0]): _requeued(r) for r in rows if not r[18]}
+
+
+def _holding_rows() -> list[tuple]:
     with connection.cursor() as cursor:
         cursor.execute(_HOLDING_SQL, [[s.value for s in HOLDING]])
-        running = tuple(_running(r) for r in cursor.fetchall())
+        return cursor.fetchall()
+
+
+def _snapshot(now: datetime, config: Config | None, holding: list[tuple]) -> Snapshot:
+    config = config or read_config(now)
     return Snapshot(
         now=now, nodes=config.nodes, tree=config.tree, limits=config.limits,
-        running=running, queued=queued_jobs(),
+        running=tuple(_running(r) for r in holding), queued=queued_jobs(),
         over_budget_tenants=config.over_budget, budget_exempt=config.budget_exempt,
         priority_classes=config.classes, strict_fifo=config.strict_fifo,
         aging_bound_s=dict(config.aging_bounds), default_aging_bound_s=config.default_aging_bound,
     )
+
+
+def _requeued(row: tuple) -> QueuedJob:
+    return _as_queued(row, row[19])
 
 
 def elastic_job_states() -> list[tuple[int, int, int, int, int | None, datetime]]:

@@ -18,18 +18,20 @@ import logging
 import math
 import time
 from array import array
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from uuid import uuid4
 
 from django.core.cache import cache
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .cache_keys import STARTS_KEY
-from .engine.model import QueuedJob
+from .engine.model import QueuedJob, Snapshot
 from .forecast import DEFAULT_HORIZON_SECONDS, DEFAULT_MAX_CYCLES, UNKNOWN, forecast
 from .models import Job, JobKind
-from .snapshot import build_snapshot
+from .snapshot import build_forecast_input
 from .states import JobState
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,10 @@ log = logging.getLogger(__name__)
 STARTS_TTL = 600  # an estimate older than this is not shown ("not_computed")
 STARTS_LOCK_KEY = "starts:running"
 FORM_MAX_CYCLES = 100  # the submission form's estimate: a smaller bound, it runs per request
+FORM_SNAPSHOT_SECONDS = 15  # the form's estimates reuse one snapshot this long (per process)
+# Per process: each keeps its own snapshot, so their keys must not overwrite one another's.
+_FORM_SNAPSHOT_KEY = f"starts:form-snapshot:{uuid4().hex}"
+_form_input: tuple[str, Snapshot, dict[str, QueuedJob]] | None = None  # (its key's token, …)
 REASONS = (*UNKNOWN, "not_computed")
 UNKNOWN_LABELS = {
     "unlimited": _("it waits for jobs without a maximum runtime"),
@@ -71,7 +77,8 @@ def start_estimates_refresh(now: datetime | None = None) -> int | None:
     try:
         now = now or timezone.now()
         t0 = time.perf_counter()
-        found = forecast(build_snapshot(now), horizon_seconds=DEFAULT_HORIZON_SECONDS,
+        snapshot, requeue = build_forecast_input(now)
+        found = forecast(snapshot, requeue=requeue, horizon_seconds=DEFAULT_HORIZON_SECONDS,
                          max_cycles=DEFAULT_MAX_CYCLES)
         ids, starts, codes = array("q"), array("d"), array("b")
         for jid, at in found.starts.items():
@@ -93,8 +100,14 @@ def start_estimates_refresh(now: datetime | None = None) -> int | None:
 
 def cached_start_estimates(jobs: list[Job]) -> dict[int, StartEstimate]:
     """The estimates of ``jobs`` (waiting ones; others are left out), one cache read."""
-    waiting = [j for j in jobs if j.state in (JobState.QUEUED, JobState.PENDING_APPROVAL)
-               and j.kind != JobKind.EXTERNAL]
+    return cached_start_estimates_of([(j.pk, j.state, j.kind) for j in jobs])
+
+
+def cached_start_estimates_of(jobs: Iterable[tuple[int, str, str]]) -> dict[int, StartEstimate]:
+    """``cached_start_estimates`` for jobs given as ``(id, state, kind)`` — the job lists of the
+    API read rows, not instances: one cache read for the whole page, no query."""
+    waiting = [(pk, state) for pk, state, kind in jobs
+               if state in (JobState.QUEUED, JobState.PENDING_APPROVAL) and kind != JobKind.EXTERNAL]
     if not waiting:
         return {}
     cached = cache.get(STARTS_KEY) or {}
@@ -103,30 +116,51 @@ def cached_start_estimates(jobs: list[Job]) -> dict[int, StartEstimate]:
     ids.frombytes(cached.get("ids", b""))
     starts.frombytes(cached.get("starts", b""))
     codes.frombytes(cached.get("codes", b""))
-    wanted = {j.pk for j in waiting if j.state == JobState.QUEUED}
+    wanted = {pk for pk, state in waiting if state == JobState.QUEUED}
     found = {}
     if wanted:
         for k, jid in enumerate(ids):
             if jid in wanted:
                 found[jid] = k
     out = {}
-    for job in waiting:
-        if job.state == JobState.PENDING_APPROVAL:
-            out[job.pk] = StartEstimate(None, "approval", at)
+    for pk, state in waiting:
+        if state == JobState.PENDING_APPROVAL:
+            out[pk] = StartEstimate(None, "approval", at)
             continue
-        k = found.get(job.pk)
+        k = found.get(pk)
         if k is None:
-            out[job.pk] = StartEstimate(None, "not_computed", at)
+            out[pk] = StartEstimate(None, "not_computed", at)
         elif codes[k] < 0:
-            out[job.pk] = StartEstimate(datetime.fromtimestamp(starts[k], UTC), None, at)
+            out[pk] = StartEstimate(datetime.fromtimestamp(starts[k], UTC), None, at)
         else:
-            out[job.pk] = StartEstimate(None, UNKNOWN[codes[k]], at)
+            out[pk] = StartEstimate(None, UNKNOWN[codes[k]], at)
     return out
 
 
 def start_estimate(job: Job) -> StartEstimate | None:
     """One job's estimate (None: the job is not waiting)."""
     return cached_start_estimates([job]).get(job.pk)
+
+
+def _form_forecast_input(now: datetime) -> tuple[Snapshot, dict[str, QueuedJob]]:
+    """The snapshot the form's estimates forecast from: built at most once every
+    FORM_SNAPSHOT_SECONDS per process, as someone filling in the form asks on every change.
+
+    Sharing it is safe: a snapshot is frozen (frozen dataclasses and tuples; the engine builds its
+    own state from it and only reads ``limits``), holds no answer for anybody (only the
+    hypothetical job's estimate is shown), and is shifted to the request's ``now`` — it is the
+    world up to FORM_SNAPSHOT_SECONDS older, which an estimate that already assumes "nothing
+    changes" and the queue's own estimates (a minute old) tolerate. Its age is bounded by a key
+    in the shared cache with that timeout: an expired (or cleared) key means build afresh."""
+    global _form_input
+    held = _form_input
+    if held is not None and cache.get(_FORM_SNAPSHOT_KEY) == held[0]:
+        return replace(held[1], now=now), held[2]
+    snapshot, requeue = build_forecast_input(now)
+    token = uuid4().hex
+    cache.set(_FORM_SNAPSHOT_KEY, token, timeout=FORM_SNAPSHOT_SECONDS)
+    _form_input = (token, snapshot, requeue)
+    return snapshot, requeue
 
 
 def start_estimate_new(*, project_id: int, flavor: str, workers: int, min_workers: int | None,
@@ -140,7 +174,8 @@ def start_estimate_new(*, project_id: int, flavor: str, workers: int, min_worker
         return StartEstimate(None, "approval", now)
     job = QueuedJob("0", f"p{project_id}", flavor, now, workers, min_workers, gpus_per_worker, gpu_milli,
                     priority, preemptible, max_runtime_seconds, False)
-    found = forecast(build_snapshot(now), extra=[job], max_cycles=FORM_MAX_CYCLES)
+    snapshot, requeue = _form_forecast_input(now)
+    found = forecast(snapshot, extra=[job], requeue=requeue, max_cycles=FORM_MAX_CYCLES)
     if "0" in found.starts:
         return StartEstimate(found.starts["0"], None, now)
     return StartEstimate(None, found.unknown.get("0", "beyond_horizon"), now)

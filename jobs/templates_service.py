@@ -23,7 +23,7 @@ from . import selectors, services
 from .models import Job, JobTemplate, PriorityClass, name_validator
 
 NAME_MAX = 80
-_INT, _OPT_INT, _STR, _BOOL, _LIST = "int", "int?", "str", "bool", "list"
+_INT, _OPT_INT, _STR, _BOOL, _LIST, _OPT_DICT = "int", "int?", "str", "bool", "list", "dict?"
 # The submission body's fields a template holds, with their JSON types.
 VALUE_TYPES = {
     "name": _STR,
@@ -41,6 +41,7 @@ VALUE_TYPES = {
     "mounts": _LIST,
     "env": _LIST,
     "expose_port": _OPT_INT,
+    "autoscale": _OPT_DICT,  # {"query", "target", "cooldown_seconds"}: checked by jobs.autoscale
 }
 REQUIRED = ("kind", "flavor", "priority", "image")
 _STR_MAX = 20_000  # above the command's limit: a longer string is refused before any other check
@@ -81,6 +82,8 @@ def _type_ok(value, kind: str) -> bool:
         return isinstance(value, str) and len(value) <= _STR_MAX
     if kind == _BOOL:
         return isinstance(value, bool)
+    if kind == _OPT_DICT:
+        return value is None or isinstance(value, dict)
     return isinstance(value, list)
 
 
@@ -173,7 +176,20 @@ def job_values(job: Job) -> tuple[dict, list[str]]:
         "env": list(job.env or ()),
         "expose_port": job.expose_port,
     }
+    if job.autoscale_query:
+        values["autoscale"] = autoscale_values(job)
     return values, [n for n in names if n not in active]
+
+
+def autoscale_values(job: Job) -> dict | None:
+    """A job's autoscaling as a submission's ``autoscale`` (None: it does not scale from load)."""
+    if not job.autoscale_query:
+        return None
+    return {
+        "query": job.autoscale_query,
+        "target": format(job.autoscale_target.normalize(), "f"),  # "10", not "10.000" or "1E+1"
+        "cooldown_seconds": job.autoscale_cooldown_seconds,
+    }
 
 
 # ---- writes --------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from . import (
     selectors,
     services,
     start_estimates,
+    templates_service,
     views_logs,
     views_templates,
 )
@@ -296,6 +297,7 @@ def _copy_initial(request) -> dict:
     initial["mounts"] = views_templates.mount_initial(request, source.project, names)
     initial["env_text"] = environment.env_lines(source.env or (), secrets=False)
     initial["secret_env_text"] = environment.env_lines(source.env or (), secrets=True)
+    initial |= views_templates.autoscale_initial({"autoscale": templates_service.autoscale_values(source)})
     return initial
 
 

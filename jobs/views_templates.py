@@ -66,7 +66,19 @@ def template_initial(request) -> dict:
     env = [e for e in values.get("env") or [] if isinstance(e, dict)]
     initial["env_text"] = environment.env_lines(env, secrets=False)
     initial["secret_env_text"] = environment.env_lines(env, secrets=True)
-    return initial
+    return initial | autoscale_initial(values)
+
+
+def autoscale_initial(values: dict) -> dict:
+    """The form's autoscaling fields from template values' ``autoscale`` (none: left empty)."""
+    autoscale = values.get("autoscale")
+    if not isinstance(autoscale, dict):
+        return {}
+    return {
+        "autoscale_query": autoscale.get("query", ""),
+        "autoscale_target": autoscale.get("target", ""),
+        "autoscale_cooldown_seconds": autoscale.get("cooldown_seconds"),
+    }
 
 
 def _chosen_template(request):
@@ -97,6 +109,8 @@ def form_values(form: JobForm) -> dict:
         mounts=data["mounts"],
         env=data["env"],
     )
+    if data["autoscale"] is not None:
+        values["autoscale"] = data["autoscale"]
     return values
 
 

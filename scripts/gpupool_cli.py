@@ -10,6 +10,8 @@ Standard library only: copy this one file anywhere with Python 3.10+.
     python3 gpupool_cli.py jobs --state queued
     python3 gpupool_cli.py status 42 --wait 300          # position and "why pending" while queued
     python3 gpupool_cli.py cancel 42
+    python3 gpupool_cli.py submit --kind inference --workers 4 --min-workers 1 ... \\
+        --autoscale-query 'avg(rps{job="{job}"})' --autoscale-target 10   # scales from load
     python3 gpupool_cli.py scale 42 3                    # an inference service to 3 replicas
     python3 gpupool_cli.py autoscale 42 --query 'avg(rps{job="{job}"})' --target 10
     python3 gpupool_cli.py autoscale 42                  # its autoscaling and last decision
@@ -57,6 +59,7 @@ JOB_FIELDS = (
     "max_runtime_seconds",
     "checkpointing",
     "sim_duration_seconds",
+    "autoscale",
 )
 
 
@@ -219,6 +222,14 @@ def submission(client: Client, args) -> dict:
     body.update({k: v for k, v in flags.items() if v is not None})
     if args.checkpointing:
         body["checkpointing"] = True
+    autoscale = {
+        "query": args.autoscale_query,
+        "target": args.autoscale_target,
+        "cooldown_seconds": args.autoscale_cooldown,
+    }
+    if any(v is not None for v in autoscale.values()):  # laid over the file's autoscale, if any
+        given = {k: v for k, v in autoscale.items() if v is not None}
+        body["autoscale"] = {**(body.get("autoscale") or {}), **given}
     if args.project is not None:
         body["project"] = args.project
     if isinstance(body.get("project"), str):
@@ -767,6 +778,15 @@ def parser() -> argparse.ArgumentParser:
     submit.add_argument("--max-runtime", type=int, help="seconds")
     submit.add_argument("--checkpointing", action="store_true")
     submit.add_argument("--sim-duration", type=int, help="simulated cluster only: how long the job runs (s)")
+    submit.add_argument(
+        "--autoscale-query",
+        help="inference: scale between --min-workers and --workers from load; PromQL, one value per "
+        "replica, {job} / {job_id} name the job",
+    )
+    submit.add_argument("--autoscale-target", help="inference: the value one replica should carry, e.g. 10")
+    submit.add_argument(
+        "--autoscale-cooldown", type=int, help="inference: seconds without a change after one (default 300)"
+    )
     submit.set_defaults(func=cmd_submit)
 
     jobs = sub.add_parser("jobs", help="list the jobs you can see, newest first")

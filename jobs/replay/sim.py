@@ -219,13 +219,14 @@ def alternatives(jobs: Iterable[TraceJob], nodes: Sequence[TraceNode]) -> dict[s
 
 
 class Observer:
-    """Looks at a replay without changing it (bench/estimates.py): ``sample(t, snapshot)`` every
-    ``every`` virtual seconds (after the cycle at ``t``, the snapshot a cycle at ``t`` would be
-    fed), ``started(job_id, t)`` when a job gets its GPUs."""
+    """Looks at a replay without changing it (bench/estimates.py): ``sample(t, snapshot,
+    requeue)`` every ``every`` virtual seconds (after the cycle at ``t``, the snapshot a cycle at
+    ``t`` would be fed, and each GPU-holding job as the replay would queue it again if it were
+    preempted now), ``started(job_id, t)`` when a job gets its GPUs."""
 
     every: float = 0.0
 
-    def sample(self, t: float, snapshot: Snapshot) -> None:
+    def sample(self, t: float, snapshot: Snapshot, requeue: dict[str, QueuedJob]) -> None:
         pass
 
     def started(self, job_id: str, t: float) -> None:
@@ -426,7 +427,7 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
             else:
                 begin(a.job_id, batch_t)
         if observer is not None and observer.every and batch_t >= next_sample:
-            observer.sample(batch_t, world_snapshot(batch_t))
+            observer.sample(batch_t, world_snapshot(batch_t), {jid: queued(jid) for jid in holding})
             next_sample = batch_t + observer.every
         if options.detail:
             for jid, flag in result.on_loan.items():

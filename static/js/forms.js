@@ -14,6 +14,22 @@
       }
     });
   }
-  document.addEventListener("DOMContentLoaded", function () { mark(document); });
+  /* Fields for one kind of job (fieldset[data-kind], e.g. autoscaling for inference): shown and
+     sent only while that kind is chosen (a disabled fieldset's inputs are not submitted). */
+  function showForKind() {
+    var kind = document.getElementById("id_kind");
+    if (!kind) { return; }
+    document.querySelectorAll("fieldset[data-kind]").forEach(function (set) {
+      var off = set.dataset.kind !== kind.value;
+      set.hidden = off;
+      set.disabled = off;
+    });
+  }
+  document.addEventListener("DOMContentLoaded", function () {
+    mark(document);
+    showForKind();
+    var kind = document.getElementById("id_kind");
+    if (kind) { kind.addEventListener("change", showForKind); }
+  });
   document.addEventListener("htmx:afterSettle", function () { mark(document); });
 })();

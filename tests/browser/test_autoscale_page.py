@@ -51,3 +51,49 @@ def test_owner_turns_autoscaling_on_and_reads_the_last_decision(world, browser_f
     assert expected in page.inner_text("dd.autoscale-reason")
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     shot(page, f"job-autoscale-{lang}")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh-hans"])
+def test_autoscaling_is_set_in_the_submit_form_for_inference_jobs(world, browser_for, shot, lang):
+    fx.priority()
+    page = browser_for(world.users["pa1_member"], "pw-pa1_member", lang)
+    page.goto(f"{page.base}/jobs/new/")
+    fields = page.locator("#autoscale-fields")
+    assert not fields.is_visible()  # training is preselected
+    page.fill("#id_name", "llm-svc")
+    page.select_option("#id_project", label="Project a1 (pa1)")
+    page.select_option("#id_flavor", label="F")
+    page.select_option("#id_kind", "inference")
+    page.wait_for_selector("#autoscale-fields", state="visible")
+    legend = "Autoscaling from load" if lang == "en" else "根据负载自动伸缩"
+    assert legend in fields.inner_text()
+    page.fill("#id_workers", "4")
+    page.fill("#id_min_workers", "1")
+    page.fill("#id_gpus_per_worker", "1")
+    page.fill("#id_image", "vllm:0.6")
+    page.fill("#id_autoscale_query", "sum(up)")  # names no job
+    page.fill("#id_autoscale_target", "10")
+    page.locator("#id_image").click()  # leaving the field fires "change": htmx validates
+    page.wait_for_selector("#id_autoscale_query-error")
+    assert "{job}" in page.inner_text("#id_autoscale_query-error")
+    page.fill("#id_autoscale_query", QUERY)
+    page.fill("#id_autoscale_cooldown_seconds", "120")
+    page.locator("#id_image").click()
+    page.wait_for_selector("#id_autoscale_query-error", state="detached")
+    # Another kind hides the fields (and does not send them); back to inference, they are kept.
+    page.select_option("#id_kind", "training")
+    page.wait_for_selector("#autoscale-fields", state="hidden")
+    page.select_option("#id_kind", "inference")
+    page.wait_for_selector("#autoscale-fields", state="visible")
+    assert page.input_value("#id_autoscale_query") == QUERY
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    shot(page, f"job-submit-autoscale-{lang}")
+    assert Job.objects.count() == 0  # live validation wrote nothing
+    with page.expect_navigation():
+        page.click("main form button.submit")
+    job = Job.objects.get(name="llm-svc")
+    assert page.url.endswith(f"/jobs/{job.pk}/")
+    assert (job.autoscale_query, job.autoscale_target, job.autoscale_cooldown_seconds) == (
+        QUERY, Decimal(10), 120
+    )
+    assert f'hpc_job="gp-{job.pk}"' in page.inner_text("code.autoscale-query")

@@ -101,3 +101,39 @@ def test_ends_on_a_flavor_nobody_waits_for_cost_no_cycle_and_change_nothing():
     forever = [*run[:8], running("r", "a", "n000", 8)]
     found = forecast(snapshot(nodes, (tl, lims), forever, [queued("w", "b", 8)]))
     assert found.unknown == {"w": "unlimited"}
+
+
+def test_a_victim_is_requeued_as_the_service_does_and_its_restart_is_estimated():
+    # urgent (hi, 10 min, in a's quota) reclaims the node from the victim (lo, on loan, 1 h
+    # limit, 5 min grace). The service requeues the victim with its submission time: it starts
+    # again when urgent ends, ahead of "later", which was submitted after it.
+    classes = (PriorityClass("lo", 100, True, 300), PriorityClass("hi", 500, False, 0))
+    run = [running("victim", "b", "n000", 8, priority=100, age_s=600, runtime=3600)]
+    again = {"victim": queued("victim", "b", 8, age_s=900, runtime=3600)}
+    queue = [queued("urgent", "a", 8, priority=500, runtime=600),
+             queued("later", "b", 8, age_s=60, runtime=600)]
+    snap = snapshot(cluster(1), tree({"D": (8, {"a": 8, "b": 0})}), run, queue, priority_classes=classes)
+    found = forecast(snap, requeue=again)
+    urgent_ends = NOW + timedelta(seconds=300 + 600)
+    assert found.starts == {"urgent": NOW + timedelta(seconds=300), "later": urgent_ends + timedelta(hours=1)}
+    assert found.restarts == {"victim": urgent_ends}
+    assert found.unknown == {}
+    # Told nothing of how the victim would wait again, the forecast cannot requeue it.
+    dropped = forecast(snap)
+    assert dropped.restarts == {} and dropped.starts["later"] == urgent_ends
+
+
+def test_the_end_of_a_preempted_run_does_not_end_the_restarted_one():
+    # The victim's first run (1 h limit, started 10 min ago) would end at +50 min; it is
+    # preempted now and restarts at +15 min: the first run's end must not finish the second, so
+    # "later" (behind it) starts when the second run reaches its limit, at +75 min.
+    classes = (PriorityClass("lo", 100, True, 0), PriorityClass("hi", 500, False, 0))
+    run = [running("victim", "b", "n000", 8, priority=100, age_s=600, runtime=3600)]
+    again = {"victim": queued("victim", "b", 8, age_s=700, runtime=3600)}
+    queue = [queued("urgent", "a", 8, priority=500, runtime=900),
+             queued("later", "b", 8, age_s=60, runtime=600)]
+    snap = snapshot(cluster(1), tree({"D": (8, {"a": 8, "b": 0})}), run, queue, priority_classes=classes)
+    found = forecast(snap, requeue=again)
+    assert found.starts["urgent"] == NOW
+    assert found.restarts == {"victim": NOW + timedelta(minutes=15)}
+    assert found.starts["later"] == NOW + timedelta(minutes=75)

@@ -97,3 +97,31 @@ def test_scale_and_autoscale_from_the_cli(portal, cli, capsys, sim_cluster):
     code, out, err = run(cli, capsys, url, "autoscale", str(svc.pk), "--off", token=key)
     assert code == 0 and _rows(out)["autoscaling"] == "off"
     assert Job.objects.get(pk=svc.pk).autoscale_query == ""
+
+
+def test_submit_an_inference_service_with_autoscaling(portal, cli, capsys, tmp_path):
+    _world, url = portal
+    key = token_for(cli, capsys, url, "pa1_member")
+    query = 'avg(rps{job="{job}"})'
+    base = ["submit", "--project", "pa1", "--flavor", "F", "--priority", "training", "--image", "vllm:0.6",
+            "--kind", "inference", "--workers", "4", "--min-workers", "1", "--gpus", "1"]
+    code, out, err = run(
+        cli, capsys, url, "--json", *base, "--name", "svc", "--autoscale-query", query,
+        "--autoscale-target", "10", "--autoscale-cooldown", "120", token=key,
+    )
+    assert code == 0, err
+    job = Job.objects.get(pk=json.loads(out)["id"])
+    assert (job.autoscale_query, job.autoscale_target, job.autoscale_cooldown_seconds) == (
+        query, Decimal(10), 120
+    )
+    # From a file, a flag laid over the file's autoscale; the portal's refusal names the field.
+    spec = tmp_path / "svc.json"
+    spec.write_text(json.dumps({"autoscale": {"query": query, "target": "5"}}))
+    code, out, err = run(
+        cli, capsys, url, *base, "--name", "svc-2", "-f", str(spec), "--autoscale-target", "0", token=key
+    )
+    assert code == 1 and "400" in err and "autoscale" in err and "target" in err
+    assert not Job.objects.filter(name="svc-2").exists()
+    code, out, err = run(cli, capsys, url, "--json", *base, "--name", "svc-3", "-f", str(spec), token=key)
+    assert code == 0, err
+    assert Job.objects.get(name="svc-3").autoscale_target == Decimal(5)

@@ -105,3 +105,68 @@ def test_the_form_estimates_the_job_before_it_is_submitted(page_client, world, p
     with translation.override("zh-hans"):
         zh = page_client("pa1_member", "zh-hans").post("/jobs/new/validate/", body, HTTP_HX_REQUEST="true")
     assert "如果现在提交" in zh.content.decode()
+
+
+def test_a_victim_of_the_forecast_is_requeued_and_waits_ahead_of_later_jobs(world, prio, queue):
+    from jobs.forecast import forecast
+    from jobs.snapshot import build_forecast_input
+
+    now, waiting = queue  # pb runs two 8-GPU jobs (one on loan) for 1 h; two more wait for them
+    running = list(Job.objects.filter(state="admitted").order_by("pk"))
+    urgent = job_submit(actor=world.users["pa1_member"], project=world.pa1, name="urgent", kind="training",
+                        flavor=world.F, priority_class=prio, image="img", gpus_per_worker=4,
+                        max_runtime_seconds=600)
+    snapshot, requeue = build_forecast_input(now)
+    assert set(requeue) == {str(j.pk) for j in running}
+    again = requeue[str(running[0].pk)]  # as the service would queue it again: nothing changed
+    assert (again.workers, again.gpus_per_worker, again.max_runtime_seconds, again.submitted_at) == (
+        1, 8, 3600, running[0].submitted_at
+    )
+    found = forecast(snapshot, requeue=requeue)
+    # pa1's job reclaims the GPUs of pb's job on loan; that job exits after its grace period,
+    # is requeued with its submission time and starts again when pa1's job ends — so the
+    # later of pb's waiting jobs starts only after its hour, not in its place.
+    grace, hour = timedelta(seconds=prio.grace_seconds), timedelta(hours=1)
+    assert found.starts[str(urgent.pk)] == now + grace
+    (victim,) = found.restarts
+    assert victim in {str(j.pk) for j in running}
+    assert found.restarts[victim] == now + grace + timedelta(seconds=600)
+    assert found.starts[str(waiting[0].pk)] == now + hour
+    assert found.starts[str(waiting[1].pk)] == now + grace + timedelta(seconds=600) + hour
+    assert start_estimates_refresh(now) == 3  # what pages and the API read
+    cached = cached_start_estimates(waiting)
+    assert cached[waiting[1].pk].estimated_start == found.starts[str(waiting[1].pk)]
+
+
+def test_the_forms_live_estimates_share_one_snapshot_for_a_while(
+    page_client, world, prio, queue, monkeypatch
+):
+    from django.core.cache import cache
+
+    from jobs import start_estimates
+
+    built = []
+    real = start_estimates.build_forecast_input
+
+    def counted(now):
+        built.append(now)
+        return real(now)
+
+    monkeypatch.setattr(start_estimates, "build_forecast_input", counted)
+    body = {"name": "new", "project": world.pa1.pk, "kind": "training", "flavor": world.F.pk,
+            "priority_class": prio.pk, "workers": "1", "gpus_per_worker": "4", "min_workers": "",
+            "gpu_milli": "", "image": "img", "command": "", "max_runtime_seconds": "600"}
+    client = page_client("pa1_member")
+    grace = timedelta(seconds=prio.grace_seconds)
+    answers = []
+    for runtime in ("600", "900"):  # the user goes on typing: one more live check
+        response = client.post("/jobs/new/validate/", {**body, "max_runtime_seconds": runtime},
+                               HTTP_HX_REQUEST="true")
+        answers.append(response.context["summary"]["start"])
+    assert len(built) == 1  # the second check reused the first one's snapshot
+    assert answers[1].computed_at >= answers[0].computed_at  # shifted to the request's time
+    assert [a.estimated_start - a.computed_at for a in answers] == [grace, grace]
+    # Once its key is gone (it expires after FORM_SNAPSHOT_SECONDS), the next check reads afresh.
+    cache.delete(start_estimates._FORM_SNAPSHOT_KEY)
+    client.post("/jobs/new/validate/", body, HTTP_HX_REQUEST="true")
+    assert len(built) == 2

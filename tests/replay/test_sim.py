@@ -212,7 +212,7 @@ def test_an_observer_sees_snapshots_and_starts_and_the_forecast_of_a_sample_come
         def __init__(self):
             self.snaps, self.starts = [], {}
 
-        def sample(self, t, snapshot):
+        def sample(self, t, snapshot, requeue):
             self.snaps.append((t, snapshot))
 
         def started(self, job_id, t):
