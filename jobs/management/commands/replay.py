@@ -19,6 +19,21 @@ def _seeds(value: str) -> str:
     return value
 
 
+def _policy(o) -> dict | None:
+    """The ``policy`` object of ``--policy-file``, else of the ``--cluster`` SPEC (None: none)."""
+    for path in (o["policy_file"], o["cluster"]):
+        if path:
+            with open(path) as fh:
+                data = json.load(fh)
+            if not isinstance(data, dict):
+                raise ValueError(f"{path}: a JSON object")
+            if "policy" in data:
+                return data["policy"]
+            if path == o["policy_file"]:
+                raise ValueError(f"{path}: no 'policy' key")
+    return None
+
+
 class Command(BaseCommand):
     help = "Replay a GPU job trace through the production scheduling engine on a virtual clock."
 
@@ -60,6 +75,9 @@ class Command(BaseCommand):
         parser.add_argument("--quotas", choices=("demand", "equal"), default="demand",
                             help="derived quotas: proportional to each tenant's demand, or equal per tenant")
         parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+        parser.add_argument("--policy-file", metavar="JSON",
+                            help="a JSON file whose 'policy' object changes quota rules and engine settings "
+                            "(docs/advisor.md); a SPEC.json's own 'policy' key is read the same way")
 
     def handle(self, *args, **o):
         if o["repeat"] < 1 or o["overlay"] < 1 or o["scale"] <= 0:
@@ -84,7 +102,15 @@ class Command(BaseCommand):
                     fragmentation_aware=not o["plain_best_fit"], coalesce=o["coalesce"], grace=o["grace"],
                     checkpointing=o["checkpointing"], progress_every=0 if o["quiet"] else 5.0,
                     quota_split=o["quotas"], alternatives=alternatives)
-                result = sim.simulate(jobs, nodes, quotas, options)
+                rules = _policy(o)
+                if rules is not None:
+                    from jobs.replay import policy
+
+                    options, world = policy.world(jobs, nodes, quotas, rules, options)
+                    result = sim.simulate(jobs, nodes, None, options, world=world)
+                    result["policy_rules"] = policy.check(rules)
+                else:
+                    result = sim.simulate(jobs, nodes, quotas, options)
                 result.update({"repeat": o["repeat"], "scale": o["scale"], "tenant_split": o["tenants"],
                                "quota_split": o["quotas"], "start": o["start"], "overlay": o["overlay"],
                                "alternatives": alternatives})
