@@ -98,15 +98,18 @@ def test_a_worker_killed_mid_candidate_loses_nothing_and_the_search_ends_as_with
                    about=_about(reference))
         search = _search(LONGER, budget=3, seed=11)
         # the durable fact: candidate 1 has been claimed (its event row); its replay takes seconds
-        claimed = AdvisorEvent.objects.filter(candidate__search=search, candidate__number=1, to_state="running")
+        claimed = AdvisorEvent.objects.filter(candidate__search=search, candidate__number=1,
+                                              to_state="running")
         wait_until(claimed.exists, "candidate 1 to be claimed", interval=0.01)
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=30)
-        done_at_kill = set(AdvisorCandidate.objects.filter(search=search, state="done").values_list("pk", flat=True))
+        done_at_kill = set(AdvisorCandidate.objects.filter(search=search, state="done")
+                           .values_list("pk", flat=True))
         # nobody stamps a dead worker's candidate: the reaper (beat's tick) re-queues it
         wait_until(advisor_reap, "the reaper to re-queue the dead worker's candidate", interval=0.5)
         worker = start_worker(queue, ADVISOR_STALE_SECONDS="4")
-        wait_until(_finished(search), "the search to finish after the restart", timeout=900, about=_about(search))
+        wait_until(_finished(search), "the search to finish after the restart", timeout=900,
+                   about=_about(search))
     finally:
         _stop(worker)
     search.refresh_from_db()
