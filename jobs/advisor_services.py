@@ -23,6 +23,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from portal.enqueue import enqueue
 
@@ -74,7 +75,8 @@ def advisor_search_create(*, by, scenario: dict, bounds: dict, seed: int, budget
                           p95_bound: float = 1.5, p95_floor_s: float = 60.0, projects: list[str] | None = None
                           ) -> AdvisorSearch:
     """Validate and store a search, then queue its first advance. ``projects``: the scenario's
-    projects (read from the trace when not given). Bad input raises ValueError, storing nothing."""
+    projects (when not given, the first advance reads them from the trace, in the worker). Bad
+    input raises ValueError, storing nothing."""
     s = Scenario.from_json(scenario)
     checked = space.check_bounds(bounds)
     objective.check_rules(p95_bound, p95_floor_s)
@@ -82,14 +84,11 @@ def advisor_search_create(*, by, scenario: dict, bounds: dict, seed: int, budget
                                ("in_flight", in_flight, 1, 64)):
         if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
             raise ValueError(f"{name}: a whole number from {low} to {high}")
-    if projects is None:
-        from .advisor.scenario import load
-
-        projects = sorted({j.tenant for j in load(s)[0]})
     with transaction.atomic():
         search = AdvisorSearch.objects.create(
             created_by=by, scenario=s.to_json(), bounds=checked, seed=seed, budget=budget,
-            in_flight=in_flight, p95_bound=p95_bound, p95_floor_s=p95_floor_s, projects=sorted(projects))
+            in_flight=in_flight, p95_bound=p95_bound, p95_floor_s=p95_floor_s,
+            projects=sorted(projects or []))
         AdvisorEvent.objects.create(search=search, from_state="", to_state=SearchState.QUEUED)
         enqueue("jobs.advisor_advance", search.pk)
     return search
@@ -111,6 +110,11 @@ def advisor_search_advance(search_id: int) -> str:
             search.state = SearchState.RUNNING
         if search.state != SearchState.RUNNING:
             return search.state
+        if not search.projects:
+            from .advisor.scenario import load
+
+            search.projects = sorted({j.tenant for j in load(Scenario.from_json(search.scenario))[0]})
+            AdvisorSearch.objects.filter(pk=search.pk).update(projects=search.projects)
         cands = {c.number: c for c in search.candidates.all()}
         if 0 not in cands:
             cands[0] = _new_candidate(search, 0, space.today(search.projects))
@@ -251,3 +255,67 @@ def advisor_reap() -> int:
             .values_list("pk", flat=True):
         enqueue("jobs.advisor_advance", search_id)
     return requeued
+
+
+# -- proposals: "apply" --------------------------------------------------------------------------
+def visible_searches(user):
+    """Searches replay the whole pool: platform admins see them all, nobody else any."""
+    from portal.selectors import scope_for
+
+    if scope_for(user).platform_admin:
+        return AdvisorSearch.objects.all()
+    return AdvisorSearch.objects.none()
+
+
+def visible_candidates(user):
+    return AdvisorCandidate.objects.filter(search__in=visible_searches(user))
+
+
+def advisor_candidate_apply(*, actor, candidate: AdvisorCandidate) -> dict:
+    """Turn a finished, feasible candidate into the normal approval requests.
+
+    Only quotas have an approval kind (``quotas.approvals.quota_request_create``): a candidate's
+    ``overcommit_ratio`` r becomes one quota request per project quota node of the portal —
+    quota × r, floored to whole units on a flavor that is not shareable — that the usual
+    approvers decide. Departments are not touched (the guarantee the search kept). The other
+    changes (limits, the night window, grace, backfill, packing, queueing) have no approval
+    kind: they are returned as ``manual`` for the platform admin to make on their pages.
+    Returns ``{"requests": [ids], "manual": {name: value}, "skipped": [messages]}``."""
+    from decimal import ROUND_FLOOR, Decimal
+
+    from django.core.exceptions import PermissionDenied, ValidationError
+
+    from quotas.approvals import quota_request_create
+    from quotas.models import QuotaNode
+
+    if not visible_searches(actor).filter(pk=candidate.search_id).exists():
+        raise PermissionDenied
+    if candidate.state != CandidateState.DONE or not candidate.feasible or candidate.number == 0:
+        raise ValidationError(_("Only a finished, feasible candidate other than today's can be applied."))
+    changes = space.changes(candidate.params, candidate.search.projects)
+    ratio = changes.pop("overcommit_ratio", None)
+    out = {"requests": [], "manual": changes, "skipped": []}
+    if ratio is None:
+        return out
+    r = Decimal(str(ratio))
+    reason = _("Policy advisor: search #%(search)s, candidate %(n)s (overcommit ratio %(r)s).") % {
+        "search": candidate.search_id, "n": candidate.number, "r": f"{ratio:.2f}"}
+    nodes = QuotaNode.objects.filter(project__isnull=False, quota__gt=0).select_related("flavor", "project")
+    for node in nodes.order_by("project__name", "flavor__name"):
+        unit = Decimal("0.001") if node.flavor.shareable else Decimal(1)
+        quota = (node.quota * r).quantize(unit, rounding=ROUND_FLOOR)
+        if quota == node.quota:
+            continue
+        try:
+            req = quota_request_create(actor=actor, flavor=node.flavor, quota=quota, project=node.project,
+                                       reason=reason)
+        except ValidationError as exc:
+            out["skipped"].append(f"{node.project.name} / {node.flavor.name}: {'; '.join(exc.messages)}")
+            continue
+        out["requests"].append(req.pk)
+    with transaction.atomic():
+        AdvisorEvent.objects.create(search_id=candidate.search_id, candidate=candidate,
+                                    from_state=candidate.state, to_state=candidate.state,
+                                    reason=f"applied: {len(out['requests'])} request(s)")
+    return out
+

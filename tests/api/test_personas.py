@@ -223,6 +223,9 @@ OTHER |= {"node-occupancy", "node-cordon", "node-drain", "node-uncordon"}
 # The usage explorer's API (issue 24): every persona's rows, page and API, in
 # tests/billing/test_usage.py::test_each_persona_sees_its_own_rows_only.
 OTHER |= {"usage"}
+# The policy advisor (issue 25): platform admins only, every persona in
+# tests/advisor/test_advisor_pages_api.py::test_only_platform_admins_use_the_advisor_api.
+OTHER |= {"advisorsearch-list", "advisorsearch-detail", "advisorcandidate-apply"}
 
 
 def _api_route_names():
