@@ -59,13 +59,15 @@ def main() -> None:
                            ("node_fraction", args.node_fraction)):
             if value is not None:
                 scenario = Scenario.from_json({**scenario.to_json(), key: value})
-        out = {"candidates": args.candidates, "seed": args.seed, "scenario": scenario.to_json()}
+        out = {"candidates": args.candidates, "seed": args.seed, "scenario": scenario.to_json(),
+               "cpus": os.cpu_count(), "loadavg_1m_start": round(os.getloadavg()[0], 2)}
         if args.sizes:
             out["scenario_sizes"] = sizes()
         runs = {}
         for workers in ((2,) if args.skip_one_worker else (1, 2)):
             runs[workers] = search_with(workers, url, queue, scenario, args)
         out.update(report(runs))
+        out["loadavg_1m_end"] = round(os.getloadavg()[0], 2)  # a shared machine: say how busy it was
     print(json.dumps(out))
 
 
