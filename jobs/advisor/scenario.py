@@ -27,10 +27,10 @@ from jobs.replay.trace import TraceJob, TraceNode
 class Scenario:
     start: float | None = 10013436.0
     scale: float = 100.0
-    overlay: int = 2
+    overlay: int = 1
     tenants: str = "shape:8"
     window_s: float | None = 9600.0
-    node_fraction: float = 0.13
+    node_fraction: float = 0.065
     quota_split: str = "demand"
     pods_csv: str = ""  # "" = the default pod list of the traces folder (jobs.replay.paths)
 
