@@ -6,7 +6,7 @@ Advancing (under the search row's lock, so two completions never draw the same n
 finished candidates against today's (number 0), draws new ones from the optimiser
 (:mod:`jobs.advisor.study`) while fewer than ``in_flight`` are queued or running, and queues one
 ``jobs.advisor_candidate`` task per new candidate. Each candidate task advances its search when
-it ends, so the completions drive the search; ``jobs.advisor_tick`` (beat) reaps candidates
+it ends (in the same task), so the completions drive the search; ``jobs.advisor_tick`` (beat) reaps candidates
 whose worker died (no heartbeat for ``ADVISOR_STALE_SECONDS``) and re-sends lost messages.
 
 A finished candidate is never replayed again and never lost: the claim (queued → running) and
@@ -205,7 +205,9 @@ def advisor_candidate_run(candidate_id: int) -> str:
         state = CandidateState.FAILED if _move_candidate(
             c, CandidateState.RUNNING, CandidateState.FAILED, "replay failed", where=mine, error=error,
             finished_at=timezone.now()) else "superseded"
-    enqueue("jobs.advisor_advance", c.search_id)
+    # Advance here, not in a queued task: behind the queued candidates it would leave a worker
+    # idle for a whole replay before the next candidate is drawn. (If it fails, the tick retries.)
+    advisor_search_advance(c.search_id)
     return state
 
 
