@@ -18,6 +18,7 @@ from django.views.decorators.http import require_POST
 
 from portal.selectors import get_visible, scope_for
 
+from .advisor import space
 from .advisor.scenario import Scenario
 from .advisor.space import DEFAULT_BOUNDS
 from .advisor_charts import department_rows, figures
@@ -97,6 +98,9 @@ def _context(search) -> dict:
     feasible = sorted((c for c in cands[1:] if c.feasible and c.objective is not None),
                       key=lambda c: (c.objective, c.number))
     ctx["best"] = feasible[:BEST_SHOWN]
+    for c in ctx["best"]:  # what differs from today, as "name = value"
+        c.changes = [f"{k} = {round(v, 3) if isinstance(v, float) else v}"
+                     for k, v in space.changes(c.params, search.projects).items()]
     ctx["infeasible"] = sum(1 for c in cands if c.feasible is False)
     if base is not None:
         top = feasible[0] if feasible else base
