@@ -118,14 +118,13 @@ def advisor_search_advance(search_id: int) -> str:
         cands = {c.number: c for c in search.candidates.all()}
         if 0 not in cands:
             cands[0] = _new_candidate(search, 0, space.today(search.projects))
+        if cands[0].state == CandidateState.FAILED:  # nothing can be scored without today's replay
+            _move_search(search.pk, SearchState.RUNNING, SearchState.FAILED, "baseline failed",
+                         finished_at=timezone.now(), error=cands[0].error)
+            return SearchState.FAILED
         _score(search, cands)
         _draw(search, cands)
         if len(cands) == search.budget + 1 and all(c.state in FINISHED for c in cands.values()):
-            baseline = cands[0]
-            if baseline.state == CandidateState.FAILED:
-                _move_search(search.pk, SearchState.RUNNING, SearchState.FAILED, "baseline failed",
-                             finished_at=timezone.now(), error=baseline.error)
-                return SearchState.FAILED
             _move_search(search.pk, SearchState.RUNNING, SearchState.DONE, finished_at=timezone.now())
             return SearchState.DONE
     return SearchState.RUNNING
