@@ -57,7 +57,8 @@ def test_the_reaper_requeues_a_candidate_without_heartbeat_and_its_late_finish_i
     old = timezone.now() - timedelta(seconds=settings.ADVISOR_STALE_SECONDS + 5)
     AdvisorCandidate.objects.filter(pk=c.pk).update(state="running", attempt=1, heartbeat_at=old)
     fresh = AdvisorCandidate.objects.get(search=search, number=0)
-    AdvisorCandidate.objects.filter(pk=fresh.pk).update(state="running", attempt=1, heartbeat_at=timezone.now())
+    AdvisorCandidate.objects.filter(pk=fresh.pk).update(state="running", attempt=1,
+                                                        heartbeat_at=timezone.now())
     assert advisor_reap() == 1
     c.refresh_from_db()
     assert (c.state, c.attempt) == ("queued", 1)
