@@ -607,3 +607,6 @@ class JobTemplate(models.Model):
 
     def __str__(self):
         return self.name
+
+
+from .advisor_models import AdvisorCandidate, AdvisorEvent, AdvisorSearch  # noqa: E402,F401  (issue 25)

@@ -213,3 +213,27 @@ def sync_resource_quotas() -> dict:
     from .native_k8s import sync_all_quotas
 
     return sync_all_quotas()
+
+
+# -- the policy advisor (issue 25; jobs.advisor_services) ------------------------------------------
+@shared_task(name="jobs.advisor_candidate", ignore_result=True)
+def advisor_candidate(candidate_id: int) -> str:
+    """One replay of one candidate; a second delivery (or a finished candidate) is skipped."""
+    from .advisor_services import advisor_candidate_run
+
+    return advisor_candidate_run(candidate_id)
+
+
+@shared_task(name="jobs.advisor_advance", ignore_result=True)
+def advisor_advance(search_id: int) -> str:
+    from .advisor_services import advisor_search_advance
+
+    return advisor_search_advance(search_id)
+
+
+@shared_task(name="jobs.advisor_tick", ignore_result=True)
+def advisor_tick() -> int:
+    """Re-queue candidates whose worker died, re-send lost messages, advance running searches."""
+    from .advisor_services import advisor_reap
+
+    return advisor_reap()

@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularSwaggerSplitView
 
 from billing import api as billing_api
 from jobs import api as jobs_api
+from jobs import api_advisor as jobs_advisor_api
 from jobs import api_approvals as jobs_approvals_api
 from jobs import api_autoscale as jobs_autoscale_api
 from jobs import api_external as jobs_external_api
@@ -14,6 +15,7 @@ from jobs import api_logs as jobs_logs_api
 from jobs import api_nodes as jobs_nodes_api
 from jobs import api_templates as jobs_templates_api
 from jobs import views as jobs_views
+from jobs import views_advisor as advisor_views
 from jobs import views_external as external_views
 from jobs import views_logs as log_views
 from jobs import views_nodes as node_views
@@ -156,6 +158,12 @@ api_v1 = [
     path(
         "notifications/<int:pk>/read/", approvals_api.NotificationReadApi.as_view(), name="notification-read"
     ),
+    # The policy advisor (issue 25): platform admins only (everyone else 404).
+    path("advisor/searches/", jobs_advisor_api.AdvisorSearchListApi.as_view(), name="advisorsearch-list"),
+    path("advisor/searches/<int:pk>/", jobs_advisor_api.AdvisorSearchDetailApi.as_view(),
+         name="advisorsearch-detail"),
+    path("advisor/candidates/<int:pk>/apply/", jobs_advisor_api.AdvisorCandidateApplyApi.as_view(),
+         name="advisorcandidate-apply"),
     # Webhooks (issue 24 item 7): a user's own and their projects' (docs/notifications.md).
     path("webhooks/", webhooks_api.WebhookListApi.as_view(), name="webhook-list"),
     path("webhooks/<int:pk>/", webhooks_api.WebhookDetailApi.as_view(), name="webhook-detail"),
@@ -224,6 +232,11 @@ urlpatterns = [
     path("quotas/loans/request/", quotas_views.loan_request_new, name="loan-request-new"),
     path("projects/<int:pk>/move/", quotas_views.project_move_page, name="project-move"),
     path("approval-policies/", policy_views.policy_list, name="approval-policy-list"),
+    # The policy advisor (issue 25, docs/advisor.md): platform admins only.
+    path("advisor/", advisor_views.advisor, name="advisor"),
+    path("advisor/<int:pk>/", advisor_views.advisor_search, name="advisor-search"),
+    path("advisor/<int:pk>/progress/", advisor_views.advisor_progress, name="advisor-progress"),
+    path("advisor/candidates/<int:pk>/apply/", advisor_views.advisor_apply, name="advisor-apply"),
     path("approval-policies/new/", policy_views.policy_edit, name="approval-policy-new"),
     path("approval-policies/<int:pk>/edit/", policy_views.policy_edit, name="approval-policy-edit"),
     path("approval-policies/<int:pk>/delete/", policy_views.policy_delete, name="approval-policy-delete"),

@@ -41,6 +41,11 @@ PURE_MODULES = [
     "jobs.replay.metrics",
     "jobs.replay.alibaba",
     "jobs.replay.packing",
+    "jobs.replay.policy",
+    "jobs.advisor.space",
+    "jobs.advisor.objective",
+    "jobs.advisor.study",
+    "jobs.advisor.scenario",
 ]
 FORBIDDEN_IN_PURE = ("django", "rest_framework", "celery", "portal", "psycopg", "redis")
 

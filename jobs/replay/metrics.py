@@ -56,6 +56,7 @@ class Recorder:
         self.loan_since: dict[str, float] = {}  # held jobs now on loan -> since
         self.ever: set[str] = set()
         self.preemptions = 0
+        self.lost_s = 0.0  # milli-seconds of victims' work lost (restarted from zero)
         self.window: tuple[float, float, float, float] | None = None  # (t, alloc, idle, excess)
 
     def mark_window(self, t: float) -> None:
@@ -121,12 +122,15 @@ class Recorder:
         tenant, flavor, milli, _ = self.held[job]
         self.loan_s[(tenant, flavor)] += milli * (t - self.loan_since.pop(job))
 
-    def released(self, job: str, t: float, *, finished: bool) -> None:
-        """The job's GPUs are free at ``t``: it finished, or (a victim) exited and waits again."""
+    def released(self, job: str, t: float, *, finished: bool, lost: bool = False) -> None:
+        """The job's GPUs are free at ``t``: it finished, or (a victim) exited and waits again;
+        ``lost``: a victim whose work restarts from zero (no checkpoint) — its run was lost."""
         self._advance(t)
         if job in self.loan_since:
             self._loan_until(job, t)
         tenant, flavor, milli, since = self.held.pop(job)
+        if lost and not finished:
+            self.lost_s += milli * (t - since)
         self.gpu_s[tenant] += milli * (t - since)
         self.use_s[(tenant, flavor)] += milli * (t - since)
         self._use((tenant, flavor), -milli)
@@ -172,6 +176,7 @@ class Recorder:
             "idle_quota_gpu_s": self.idle_int / 1000,
             "borrowed_gpu_s": self.excess_int / 1000,
             "preemptions": self.preemptions,
+            "preempted_gpu_hours_lost": self.lost_s / 1000 / 3600,
             "makespan_s": span,
         }
         if self.window is not None and self.t_first is not None:

@@ -378,7 +378,7 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
             else:  # EXIT of a victim: free its GPUs, queue it again
                 if jid in started:
                     ran = t - started.pop(jid)
-                    rec.released(jid, t, finished=False)
+                    rec.released(jid, t, finished=False, lost=not options.checkpointing)
                     if options.checkpointing and remaining[jid] is not None:
                         remaining[jid] = max(0.0, remaining[jid] - ran)
                 ends.pop(jid, None)

@@ -146,6 +146,9 @@ CELERY_BEAT_SCHEDULE = {
     "return-loans": {"task": "quotas.return_loans", "schedule": 60.0, "options": {"expires": 50}},
     # Kueue / Volcano queues follow the effective quota, which windows and loans change on the clock.
     "scheduler-queues": {"task": "jobs.sync_scheduler_queues", "schedule": 60.0, "options": {"expires": 50}},
+    # Issue 25: policy-advisor candidates whose worker died are replayed again (docs/advisor.md).
+    "advisor": {"task": "jobs.advisor_tick", "schedule": env_int("ADVISOR_TICK_SECONDS", 30, min_value=1),
+                "options": {"expires": 25}},
     # DESIGN §11: Slurm accounts, associations and QOS follow the quota tree (also on every write).
     "slurm-accounts": {"task": "jobs.sync_slurm_accounts",
                        "schedule": env_int("SLURM_ACCOUNTS_INTERVAL_SECONDS", 300, min_value=10),
@@ -165,6 +168,9 @@ CELERY_BEAT_SCHEDULE = {
                       "options": {"expires": LDAP_SYNC_INTERVAL}}} if "ldap" in AUTH_BACKENDS_ON else {}),
 }
 CELERY_TIMEZONE = "UTC"
+# A running advisor candidate whose heartbeat is older than this is taken for lost (its worker
+# died) and queued again; its heartbeat is stamped every quarter of it.
+ADVISOR_STALE_SECONDS = env_int("ADVISOR_STALE_SECONDS", 120, min_value=4)
 
 CACHES = {
     "default": {

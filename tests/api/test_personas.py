@@ -225,6 +225,9 @@ OTHER |= {"node-occupancy", "node-cordon", "node-drain", "node-uncordon"}
 OTHER |= {"usage"}
 # History as a trace (issue 25): every persona in tests/api/test_history_api.py.
 OTHER |= {"history-export"}
+# The policy advisor (issue 25): platform admins only, every persona in
+# tests/advisor/test_advisor_pages_api.py::test_only_platform_admins_use_the_advisor_api.
+OTHER |= {"advisorsearch-list", "advisorsearch-detail", "advisorcandidate-apply"}
 
 
 def _api_route_names():

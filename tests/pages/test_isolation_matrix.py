@@ -121,6 +121,10 @@ RULES: dict[str, Page] = {
     "what-if": Page({**PLATFORM_404, "platform": AB}, (NAMES["A1"], NAMES["B"])),  # department choices
     "what-if-run": Page(PLATFORM_404, (NAMES["A1"], NAMES["B"])),
     "what-if-progress": Page(PLATFORM_404, (NAMES["A1"], NAMES["B"])),
+    # The policy advisor (issue 25) searches over a replayed trace: platform admins only.
+    "advisor": Page(PLATFORM_404, (NAMES["A1"], NAMES["B"])),
+    "advisor-search": Page(PLATFORM_404, (NAMES["A1"], NAMES["B"])),
+    "advisor-progress": Page(PLATFORM_404, (NAMES["A1"], NAMES["B"])),
     # External sources (issue 20): mapped ones follow their project; unmapped ones (no tenant's)
     # only platform admins and auditors see — the navigation links the page for them only.
     "external-source-list": Page(STD, ("src:a", "src:b")),
@@ -196,6 +200,8 @@ ACTIONS: dict[str, dict] = {
     # Autoscaling (issue 24 item 8) on job:a, a training job: readers who may not change it get 403
     # (as for cancel), its owner and admins are told no (only inference services scale), nobody
     # else learns it is there.
+    # Applying an advisor candidate (quota requests for every project): platform admins only.
+    "advisor-apply": {**{p: (404, False) for p in PERSONAS}, "platform": (302, True)},
     "job-autoscale-form": {**NOT_SEEN, "auditor": (403, False), "a_finance": (403, False),
                            "pa1_member": (302, False), "a_admin": (302, False), "platform": (302, False)},
 }
@@ -338,6 +344,10 @@ def objs(world, prio):
         found["whatif"] = WhatIfRun.objects.create(created_by=world.users["platform"], month=month,
                                                    change=WhatIfRun._meta.get_field("change").choices[0][0])
     found["node"] = Node.objects.order_by("pk").first()
+    if _exists("advisor-apply"):
+        from tests.advisor.scene import finished_search
+
+        found["advisor"], found["advcand"] = finished_search(world.users["platform"])
     return found
 
 
@@ -360,6 +370,7 @@ SUBJECT = {
     "job-template-from-job": "job:a", "job-template-delete": "tpl:a",
     "webhook-edit": "hook:a", "webhook-delete": "hook:a", "webhook-test": "hook:a",
     "node-page": "node", "job-autoscale-form": "job:a",
+    "advisor-search": "advisor", "advisor-progress": "advisor", "advisor-apply": "advcand",
 }
 
 
@@ -470,6 +481,8 @@ def _state(name, objs):
         return type(objs["tpl:a"]).objects.filter(pk=objs["tpl:a"].pk).exists()
     if name == "job-autoscale-form":
         return Job.objects.get(pk=objs["job:a"].pk).autoscale_query
+    if name == "advisor-apply":
+        return ApprovalRequest.objects.count()
     raise AssertionError(name)
 
 

@@ -19,6 +19,21 @@ def _seeds(value: str) -> str:
     return value
 
 
+def _policy(o) -> dict | None:
+    """The ``policy`` object of ``--policy-file``, else of the ``--cluster`` SPEC (None: none)."""
+    for path in (o["policy_file"], o["cluster"]):
+        if path:
+            with open(path) as fh:
+                data = json.load(fh)
+            if not isinstance(data, dict):
+                raise ValueError(f"{path}: a JSON object")
+            if "policy" in data:
+                return data["policy"]
+            if path == o["policy_file"]:
+                raise ValueError(f"{path}: no 'policy' key")
+    return None
+
+
 class Command(BaseCommand):
     help = "Replay a GPU job trace through the production scheduling engine on a virtual clock."
 
@@ -71,6 +86,9 @@ class Command(BaseCommand):
                             help="aging bound in seconds (overrides the SPEC's aging_bound_s)")
         parser.add_argument("--wait-bound", type=float, default=3600.0, metavar="S",
                             help="waited_over_bound counts the jobs queued longer than S seconds (3600)")
+        parser.add_argument("--policy-file", metavar="JSON",
+                            help="a JSON file whose 'policy' object changes quota rules and engine settings "
+                            "(docs/advisor.md); a SPEC.json's own 'policy' key is read the same way")
 
     def handle(self, *args, **o):
         if o["repeat"] < 1 or o["overlay"] < 1 or o["scale"] <= 0:
@@ -101,7 +119,20 @@ class Command(BaseCommand):
                 # Windows, loans and borrow / lend limits of the SPEC (jobs.replay.limits):
                 # the limits then change over the virtual clock by the portal's own rules.
                 world = limits.load_world(o["cluster"], jobs) if o["cluster"] else None
-                result = sim.simulate(jobs, nodes, quotas, options, world=world)
+                rules = _policy(o)
+                if rules is not None and world is not None:
+                    # A what-if policy is applied to plain quotas (jobs.replay.policy); on top of a
+                    # recorded history's windows and loans it is not built yet (docs/advisor.md).
+                    raise ValueError("a policy cannot yet be combined with a SPEC's windows, loans or "
+                                     "limit objects")
+                if rules is not None:
+                    from jobs.replay import policy
+
+                    options, world = policy.world(jobs, nodes, quotas, rules, options)
+                    result = sim.simulate(jobs, nodes, None, options, world=world)
+                    result["policy_rules"] = policy.check(rules)
+                else:
+                    result = sim.simulate(jobs, nodes, quotas, options, world=world)
                 result.update({"repeat": o["repeat"], "scale": o["scale"], "tenant_split": o["tenants"],
                                "quota_split": o["quotas"], "start": o["start"], "overlay": o["overlay"],
                                "alternatives": alternatives})

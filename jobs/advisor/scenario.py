@@ -1,0 +1,146 @@
+"""What the advisor replays, and one candidate's replay summarised (pure: no Django).
+
+A :class:`Scenario` is the Alibaba GPU 2023 trace prepared as ``manage.py replay`` does
+(``--tenants``, ``--start``, ``--overlay``, ``--scale``; demand-derived quotas), plus two cuts
+that make one replay short enough for a search of hundreds (docs/advisor.md, "Scenario"):
+
+* ``window_s``: only jobs submitted in the first ``window_s`` seconds (after the prepared
+  trace's first submit) are kept — a shorter arrival window;
+* ``node_fraction``: the first ⌈fraction × n⌉ nodes of each GPU model (file order) — a smaller
+  pool, so fewer copies of the trace load it as much.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+
+from jobs.replay import policy as replay_policy
+from jobs.replay import sim
+from jobs.replay.metrics import percentile
+from jobs.replay.trace import TraceJob, TraceNode
+
+
+@dataclass(frozen=True)
+class Scenario:
+    start: float | None = 10013436.0
+    scale: float = 100.0
+    overlay: int = 1
+    tenants: str = "shape:8"
+    window_s: float | None = 9600.0
+    node_fraction: float = 0.065
+    quota_split: str = "demand"
+    pods_csv: str = ""  # "" = the default pod list of the traces folder (jobs.replay.paths)
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> Scenario:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"scenario: unknown key(s) {', '.join(unknown)}")
+        s = cls(**data)
+        if s.overlay < 1 or s.scale <= 0 or not 0 < s.node_fraction <= 1:
+            raise ValueError("scenario: overlay ≥ 1, scale > 0 and 0 < node_fraction ≤ 1")
+        if s.window_s is not None and s.window_s <= 0:
+            raise ValueError("scenario: window_s > 0 (or null for the whole window)")
+        if s.quota_split not in ("demand", "equal"):
+            raise ValueError("scenario: quota_split is demand or equal")
+        from jobs.replay.spec import parse_tenants
+
+        parse_tenants(s.tenants)
+        return s
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+_LOADED: dict[Scenario, tuple[list[TraceJob], list[TraceNode]]] = {}
+
+
+def load(scenario: Scenario) -> tuple[list[TraceJob], list[TraceNode]]:
+    """The scenario's jobs and nodes; kept per process, a worker replays one scenario many times."""
+    if scenario not in _LOADED:
+        from jobs.replay.paths import alibaba_dir
+
+        _LOADED.clear()
+        jobs, nodes, _ = sim.load(scenario.pods_csv or None, alibaba_dir=str(alibaba_dir() / "csv"))
+        _LOADED[scenario] = cut(scenario, jobs, nodes)
+    return _LOADED[scenario]
+
+
+def cut(scenario: Scenario, jobs: list[TraceJob], nodes: list[TraceNode]
+        ) -> tuple[list[TraceJob], list[TraceNode]]:
+    jobs = sim.prepare(jobs, tenants=scenario.tenants, start=scenario.start, overlay=scenario.overlay,
+                       scale=scenario.scale)
+    if scenario.window_s is not None and jobs:
+        t0 = min(j.submit_time for j in jobs)
+        jobs = [j for j in jobs if j.submit_time < t0 + scenario.window_s]
+    if scenario.node_fraction < 1:
+        by_model: dict[str, list[TraceNode]] = defaultdict(list)
+        for n in nodes:
+            by_model[n.model].append(n)
+        keep = {id(n) for ns in by_model.values() for n in ns[:math.ceil(len(ns) * scenario.node_fraction)]}
+        nodes = [n for n in nodes if id(n) in keep]
+    return jobs, nodes
+
+
+def replay(jobs: list[TraceJob], nodes: list[TraceNode], inputs: Mapping) -> dict:
+    """One replay of ``jobs`` under ``inputs`` (``{"policy": …, "queueing": …}``, see
+    :func:`jobs.advisor.space.replay_inputs`), summarised."""
+    options = sim.Options(detail=True)
+    queueing = dict(inputs.get("queueing") or {})
+    if queueing:  # the strict-FIFO projects (best effort is the replay's default)
+        options = replace(options, queueing_by_tenant=queueing)
+    options, world = replay_policy.world(jobs, nodes, None, inputs.get("policy") or {}, options)
+    result = sim.simulate(jobs, nodes, None, options, world=world)
+    summary = summarise(result, {j.job_id: j.tenant for j in jobs}, world)
+    return summary
+
+
+def run(scenario: Scenario, inputs: Mapping) -> dict:
+    jobs, nodes = load(scenario)
+    return replay(jobs, nodes, inputs)
+
+
+KEEP = ("jobs", "finished", "never_started", "avg_queue_delay_s", "p50_queue_delay_s", "p95_queue_delay_s",
+        "gpu_allocation_rate", "idle_quota_reuse_ratio", "window_s", "window_gpu_allocation_rate",
+        "window_idle_quota_reuse_ratio", "preemptions", "preempted_gpu_hours_lost", "makespan_s",
+        "wall_seconds", "cycles", "gpus", "nodes", "p99_queue_delay_s", "max_queue_delay_s",
+        "waited_over_bound")
+
+
+def summarise(result: Mapping, tenant_of: Mapping[str, str], world) -> dict:
+    """The figures the objective and the page need: the run's headline, per department (first
+    path part of the tenant) avg / p95 queue delay over its jobs, GPU-hours and its quota in GPUs
+    per flavor (the lowest it had at any time), and per project the replay's own row."""
+    out = {k: result[k] for k in KEEP if k in result}
+    out["gpu_hours"] = sum(t["gpu_hours"] for t in result["tenants"].values())
+    delays: dict[str, list[float]] = defaultdict(list)
+    for job, delay in result["job_queue_delay_s"].items():
+        delays[tenant_of[job].split("/")[0]].append(delay)
+    jobs: dict[str, int] = defaultdict(int)
+    hours: dict[str, float] = defaultdict(float)
+    for tenant, row in result["tenants"].items():
+        jobs[tenant.split("/")[0]] += row["jobs"]
+        hours[tenant.split("/")[0]] += row["gpu_hours"]
+    quotas = _lowest_department_quotas(world)
+    out["departments"] = {
+        d: {"jobs": jobs[d], "avg_queue_delay_s": sum(delays[d]) / len(delays[d]) if delays[d] else 0.0,
+            "p95_queue_delay_s": percentile(delays[d], 95), "gpu_hours": hours[d],
+            "quota_gpus": quotas.get(d, {})}
+        for d in sorted(jobs)}
+    out["projects"] = {t: {k: row[k] for k in ("jobs", "avg_queue_delay_s", "p95_queue_delay_s", "gpu_hours",
+                                               "quota_gpus")}
+                       for t, row in sorted(result["tenants"].items())}
+    return out
+
+
+def _lowest_department_quotas(world) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for limits in [world.limits, *(lim for _, lim in world.changes)]:
+        for d, per in replay_policy.department_quotas(world.tree, limits).items():
+            for f, q in per.items():
+                out.setdefault(d, {})[f] = min(q, out.get(d, {}).get(f, q))
+    return out

@@ -1,0 +1,322 @@
+"""The policy advisor's writes (issue 25; docs/advisor.md): start a search, run one candidate,
+advance a search, reap candidates whose worker died.
+
+How a search moves: ``advisor_search_create`` stores the search and queues ``jobs.advisor_advance``.
+Advancing (under the search row's lock, so two completions never draw the same number) scores
+finished candidates against today's (number 0), draws new ones from the optimiser
+(:mod:`jobs.advisor.study`) while fewer than ``in_flight`` are queued or running, and queues one
+``jobs.advisor_candidate`` task per new candidate. Each candidate task advances its search when
+it ends (in the same task), so the completions drive the search; ``jobs.advisor_tick`` (beat) reaps candidates
+whose worker died (no heartbeat for ``ADVISOR_STALE_SECONDS``) and re-sends lost messages.
+
+A finished candidate is never replayed again and never lost: the claim (queued → running) and
+the finish (running, same ``attempt`` → done) are conditional updates, and a finished row is final.
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from portal.enqueue import enqueue
+
+from .advisor import objective, space, study
+from .advisor.scenario import Scenario
+from .advisor_models import (
+    CANDIDATE_MOVES,
+    SEARCH_MOVES,
+    AdvisorCandidate,
+    AdvisorEvent,
+    AdvisorSearch,
+    CandidateState,
+    SearchState,
+)
+
+FINISHED = (CandidateState.DONE, CandidateState.FAILED)
+
+
+def _stale() -> timedelta:
+    return timedelta(seconds=settings.ADVISOR_STALE_SECONDS)
+
+
+# -- transitions -------------------------------------------------------------------------------
+def _move_search(search_id: int, frm: str, to: str, reason: str = "", **fields) -> bool:
+    assert to in SEARCH_MOVES.get(frm, ()), (frm, to)
+    with transaction.atomic():
+        moved = AdvisorSearch.objects.filter(pk=search_id, state=frm).update(state=to, **fields)
+        if moved:
+            AdvisorEvent.objects.create(search_id=search_id, from_state=frm, to_state=to, reason=reason)
+    return bool(moved)
+
+
+def _move_candidate(c: AdvisorCandidate, frm: str, to: str, reason: str = "", *, where=None,
+                    **fields) -> bool:
+    assert to in CANDIDATE_MOVES.get(frm, ()), (frm, to)
+    with transaction.atomic():
+        rows = AdvisorCandidate.objects.filter(pk=c.pk, state=frm)
+        if where is not None:
+            rows = rows.filter(where)
+        moved = rows.update(state=to, **fields)
+        if moved:
+            AdvisorEvent.objects.create(search_id=c.search_id, candidate_id=c.pk, from_state=frm, to_state=to,
+                                        reason=reason)
+    return bool(moved)
+
+
+# -- start ---------------------------------------------------------------------------------------
+def advisor_search_create(*, by, scenario: dict, bounds: dict, seed: int, budget: int, in_flight: int = 2,
+                          p95_bound: float = 1.5, p95_floor_s: float = 60.0, projects: list[str] | None = None
+                          ) -> AdvisorSearch:
+    """Validate and store a search, then queue its first advance. ``projects``: the scenario's
+    projects (when not given, the first advance reads them from the trace, in the worker). Bad
+    input raises ValueError, storing nothing."""
+    s = Scenario.from_json(scenario)
+    checked = space.check_bounds(bounds)
+    objective.check_rules(p95_bound, p95_floor_s)
+    for name, v, low, high in (("seed", seed, 0, 2**31 - 1), ("budget", budget, 1, 2000),
+                               ("in_flight", in_flight, 1, 64)):
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+            raise ValueError(f"{name}: a whole number from {low} to {high}")
+    with transaction.atomic():
+        search = AdvisorSearch.objects.create(
+            created_by=by, scenario=s.to_json(), bounds=checked, seed=seed, budget=budget,
+            in_flight=in_flight, p95_bound=p95_bound, p95_floor_s=p95_floor_s,
+            projects=sorted(projects or []))
+        AdvisorEvent.objects.create(search=search, from_state="", to_state=SearchState.QUEUED)
+        enqueue("jobs.advisor_advance", search.pk)
+    return search
+
+
+def advisor_search_cancel(*, search: AdvisorSearch) -> bool:
+    """Stop drawing candidates; the ones running finish and are kept."""
+    return any(_move_search(search.pk, frm, SearchState.CANCELLED, "cancelled", finished_at=timezone.now())
+               for frm in (SearchState.QUEUED, SearchState.RUNNING))
+
+
+# -- advance ---------------------------------------------------------------------------------------
+def advisor_search_advance(search_id: int) -> str:
+    """Score, draw and queue (see the module docstring). Safe to run any number of times."""
+    with transaction.atomic():
+        search = AdvisorSearch.objects.select_for_update().get(pk=search_id)
+        if search.state == SearchState.QUEUED:
+            _move_search(search.pk, SearchState.QUEUED, SearchState.RUNNING)
+            search.state = SearchState.RUNNING
+        if search.state != SearchState.RUNNING:
+            return search.state
+        if not search.projects:
+            from .advisor.scenario import load
+
+            search.projects = sorted({j.tenant for j in load(Scenario.from_json(search.scenario))[0]})
+            AdvisorSearch.objects.filter(pk=search.pk).update(projects=search.projects)
+        cands = {c.number: c for c in search.candidates.all()}
+        if 0 not in cands:
+            cands[0] = _new_candidate(search, 0, space.today(search.projects))
+        if cands[0].state == CandidateState.FAILED:  # nothing can be scored without today's replay
+            _move_search(search.pk, SearchState.RUNNING, SearchState.FAILED, "baseline failed",
+                         finished_at=timezone.now(), error=cands[0].error)
+            return SearchState.FAILED
+        _score(search, cands)
+        _draw(search, cands)
+        if len(cands) == search.budget + 1 and all(c.state in FINISHED for c in cands.values()):
+            _move_search(search.pk, SearchState.RUNNING, SearchState.DONE, finished_at=timezone.now())
+            return SearchState.DONE
+    return SearchState.RUNNING
+
+
+def _rules(search: AdvisorSearch) -> objective.Rules:
+    return objective.Rules(search.p95_bound, search.p95_floor_s)
+
+
+def _score(search: AdvisorSearch, cands: dict[int, AdvisorCandidate]) -> None:
+    base = cands[0]
+    if base.state != CandidateState.DONE:
+        return
+    for c in cands.values():
+        if c.state == CandidateState.DONE and c.objective is None:
+            v = objective.evaluate(base.result, c.result, _rules(search))
+            c.objective, c.feasible = v.objective, v.feasible
+            c.verdict = {"terms": v.terms, "violations": list(v.violations),
+                         "worst_p95_ratio": v.worst_p95_ratio}
+            AdvisorCandidate.objects.filter(pk=c.pk).update(objective=c.objective, feasible=c.feasible,
+                                                            verdict=c.verdict)
+
+
+def _draw(search: AdvisorSearch, cands: dict[int, AdvisorCandidate]) -> None:
+    dims = space.dimensions(search.bounds, search.projects)
+    while len(cands) <= search.budget:
+        n = len(cands)
+        busy = sum(1 for c in cands.values() if c.state not in FINISHED)
+        told_upto = study.history_for(n, search.in_flight)
+        ready = all(cands[k].state in FINISHED and (cands[k].objective is not None
+                                                    or cands[k].state == CandidateState.FAILED)
+                    for k in range(told_upto))
+        if busy >= search.in_flight or not ready:
+            return
+        told = [study.Told(k, cands[k].params, cands[k].objective, len(cands[k].verdict["violations"]))
+                for k in range(told_upto) if cands[k].objective is not None]
+        cands[n] = _new_candidate(search, n, study.next_params(search.seed, n, dims, told))
+
+
+def _new_candidate(search: AdvisorSearch, number: int, params: dict) -> AdvisorCandidate:
+    c = AdvisorCandidate.objects.create(search=search, number=number, params=params,
+                                        inputs=space.replay_inputs(params, search.bounds),
+                                        enqueued_at=timezone.now())
+    AdvisorEvent.objects.create(search=search, candidate=c, from_state="", to_state=CandidateState.QUEUED)
+    enqueue("jobs.advisor_candidate", c.pk)
+    return c
+
+
+# -- one candidate ---------------------------------------------------------------------------------
+def advisor_candidate_run(candidate_id: int) -> str:
+    """The Celery task's body: claim, replay, store, advance. A candidate that is running elsewhere
+    or finished is left alone ("skipped")."""
+    c = AdvisorCandidate.objects.select_related("search").filter(pk=candidate_id).first()
+    if c is None or c.search.state != SearchState.RUNNING:
+        return "skipped"
+    attempt = c.attempt + 1
+    now = timezone.now()
+    if not _move_candidate(c, CandidateState.QUEUED, CandidateState.RUNNING, where=Q(attempt=c.attempt),
+                           attempt=attempt, heartbeat_at=now):
+        return "skipped"
+    beat = _Heartbeat(c.pk, attempt)
+    beat.start()
+    try:
+        from .advisor.scenario import run
+
+        result, error = run(Scenario.from_json(c.search.scenario), c.inputs), ""
+    except Exception:  # a bad candidate fails alone; the search goes on
+        result, error = None, traceback.format_exc(limit=5)[-4000:]
+    finally:
+        beat.stop()
+    mine = Q(attempt=attempt)
+    if result is not None:
+        state = CandidateState.DONE if _move_candidate(
+            c, CandidateState.RUNNING, CandidateState.DONE, where=mine, result=result, runs=F("runs") + 1,
+            finished_at=timezone.now()) else "superseded"
+    else:
+        state = CandidateState.FAILED if _move_candidate(
+            c, CandidateState.RUNNING, CandidateState.FAILED, "replay failed", where=mine, error=error,
+            finished_at=timezone.now()) else "superseded"
+    # Advance here, not in a queued task: behind the queued candidates it would leave a worker
+    # idle for a whole replay before the next candidate is drawn. (If it fails, the tick retries.)
+    advisor_search_advance(c.search_id)
+    return state
+
+
+class _Heartbeat:
+    """Stamps the claimed candidate every quarter of the stale interval while the replay runs
+    (in this process: a dead worker stops stamping, which is how the reaper knows)."""
+
+    def __init__(self, candidate_id: int, attempt: int) -> None:
+        self.candidate_id, self.attempt = candidate_id, attempt
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True, name=f"advisor-beat-{candidate_id}")
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        try:
+            while not self.done.wait(settings.ADVISOR_STALE_SECONDS / 4):
+                AdvisorCandidate.objects.filter(pk=self.candidate_id, state=CandidateState.RUNNING,
+                                                attempt=self.attempt).update(heartbeat_at=timezone.now())
+        finally:
+            connection.close()  # this thread's own connection
+
+
+# -- the reaper (beat) -----------------------------------------------------------------------------
+def advisor_reap() -> int:
+    """Candidates whose worker died go back to queued and are sent again; queued candidates whose
+    message may be lost are sent again (a duplicate is skipped by the claim). Then every running
+    search advances. Returns the number of candidates re-queued."""
+    now = timezone.now()
+    requeued = 0
+    for c in AdvisorCandidate.objects.filter(state=CandidateState.RUNNING, heartbeat_at__lt=now - _stale()):
+        if _move_candidate(c, CandidateState.RUNNING, CandidateState.QUEUED, "no heartbeat: worker lost",
+                           where=Q(attempt=c.attempt), enqueued_at=now):
+            enqueue("jobs.advisor_candidate", c.pk)
+            requeued += 1
+    for c in AdvisorCandidate.objects.filter(state=CandidateState.QUEUED, enqueued_at__lt=now - _stale(),
+                                             search__state=SearchState.RUNNING):
+        if AdvisorCandidate.objects.filter(pk=c.pk, state=CandidateState.QUEUED,
+                                           enqueued_at=c.enqueued_at).update(enqueued_at=now):
+            enqueue("jobs.advisor_candidate", c.pk)
+    for search_id in AdvisorSearch.objects.filter(state__in=[SearchState.QUEUED, SearchState.RUNNING]) \
+            .values_list("pk", flat=True):
+        enqueue("jobs.advisor_advance", search_id)
+    return requeued
+
+
+# -- proposals: "apply" --------------------------------------------------------------------------
+def visible_searches(user):
+    """Searches replay the whole pool: platform admins see them all, nobody else any."""
+    from portal.selectors import scope_for
+
+    if scope_for(user).platform_admin:
+        return AdvisorSearch.objects.all()
+    return AdvisorSearch.objects.none()
+
+
+def visible_candidates(user):
+    return AdvisorCandidate.objects.filter(search__in=visible_searches(user))
+
+
+def advisor_candidate_apply(*, actor, candidate: AdvisorCandidate) -> dict:
+    """Turn a finished, feasible candidate into the normal approval requests.
+
+    Only quotas have an approval kind (``quotas.approvals.quota_request_create``): a candidate's
+    ``overcommit_ratio`` r becomes one quota request per project quota node of the portal —
+    quota × r, floored to whole units on a flavor that is not shareable — that the usual
+    approvers decide. Departments are not touched (the guarantee the search kept). The other
+    changes (limits, the night window, grace, backfill, packing, queueing) have no approval
+    kind: they are returned as ``manual`` for the platform admin to make on their pages.
+    Returns ``{"requests": [ids], "manual": {name: value}, "skipped": [messages]}``."""
+    from decimal import ROUND_FLOOR, Decimal
+
+    from django.core.exceptions import PermissionDenied, ValidationError
+
+    from quotas.approvals import quota_request_create
+    from quotas.models import QuotaNode
+
+    if not visible_searches(actor).filter(pk=candidate.search_id).exists():
+        raise PermissionDenied
+    if candidate.state != CandidateState.DONE or not candidate.feasible or candidate.number == 0:
+        raise ValidationError(_("Only a finished, feasible candidate other than today's can be applied."))
+    changes = space.changes(candidate.params, candidate.search.projects)
+    ratio = changes.pop("overcommit_ratio", None)
+    out = {"requests": [], "manual": changes, "skipped": []}
+    if ratio is None:
+        return out
+    r = Decimal(str(ratio))
+    reason = _("Policy advisor: search #%(search)s, candidate %(n)s (overcommit ratio %(r)s).") % {
+        "search": candidate.search_id, "n": candidate.number, "r": f"{ratio:.2f}"}
+    nodes = QuotaNode.objects.filter(project__isnull=False, quota__gt=0).select_related("flavor", "project")
+    for node in nodes.order_by("project__name", "flavor__name"):
+        unit = Decimal("0.001") if node.flavor.shareable else Decimal(1)
+        quota = (node.quota * r).quantize(unit, rounding=ROUND_FLOOR)
+        if quota == node.quota:
+            continue
+        try:
+            req = quota_request_create(actor=actor, flavor=node.flavor, quota=quota, project=node.project,
+                                       reason=reason)
+        except ValidationError as exc:
+            out["skipped"].append(f"{node.project.name} / {node.flavor.name}: {'; '.join(exc.messages)}")
+            continue
+        out["requests"].append(req.pk)
+    with transaction.atomic():
+        AdvisorEvent.objects.create(search_id=candidate.search_id, candidate=candidate,
+                                    from_state=candidate.state, to_state=candidate.state,
+                                    reason=f"applied: {len(out['requests'])} request(s)")
+    return out
+

@@ -1,0 +1,138 @@
+"""REST API of the policy advisor (issue 25; docs/advisor.md): start and list searches, read
+one with its candidates, apply a candidate. Platform admins only; anyone else gets 404 (the
+searches are not theirs to know of)."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import ValidationError as ApiValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.selectors import get_visible, scope_for
+
+from .advisor.scenario import Scenario
+from .advisor_services import (
+    advisor_candidate_apply,
+    advisor_search_create,
+    visible_candidates,
+    visible_searches,
+)
+
+
+def _platform_admin(request) -> None:
+    if not scope_for(request.user).platform_admin:
+        raise NotFound
+
+
+class SearchIn(serializers.Serializer):
+    scenario = serializers.JSONField(
+        required=False, default=dict,
+        help_text="Scenario keys to change (overlay, window_s, node_fraction, …).")
+    bounds = serializers.JSONField(
+        required=False, default=dict,
+        help_text="Per dimension: [low, high] or a list of choices (docs/advisor.md).")
+    seed = serializers.IntegerField(min_value=0, max_value=2**31 - 1)
+    budget = serializers.IntegerField(min_value=1, max_value=2000, help_text="Candidates besides today's.")
+    in_flight = serializers.IntegerField(min_value=1, max_value=64, default=2)
+    p95_bound = serializers.FloatField(min_value=1, default=1.5)
+    p95_floor_s = serializers.FloatField(min_value=0, default=60.0)
+
+
+class CandidateOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    number = serializers.IntegerField(help_text="0 = today's settings.")
+    state = serializers.CharField()
+    params = serializers.JSONField()
+    inputs = serializers.JSONField(help_text="The replay's spec keys: policy and queueing.")
+    objective = serializers.FloatField(allow_null=True, help_text="Lower is better; today = 1.")
+    feasible = serializers.BooleanField(allow_null=True)
+    verdict = serializers.JSONField(allow_null=True)
+    result = serializers.JSONField(allow_null=True)
+
+
+class SearchOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    state = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    scenario = serializers.JSONField()
+    bounds = serializers.JSONField()
+    seed = serializers.IntegerField()
+    budget = serializers.IntegerField()
+    in_flight = serializers.IntegerField()
+    p95_bound = serializers.FloatField()
+    p95_floor_s = serializers.FloatField()
+    done = serializers.IntegerField(help_text="Candidates finished (today's included).")
+
+
+class SearchDetailOut(SearchOut):
+    candidates = CandidateOut(many=True)
+
+
+class ApplyOut(serializers.Serializer):
+    requests = serializers.ListField(child=serializers.IntegerField(), help_text="Approval request ids.")
+    manual = serializers.JSONField(help_text="Changes without an approval kind, to make by hand.")
+    skipped = serializers.ListField(child=serializers.CharField())
+
+
+def _out(search, detail: bool = False) -> dict:
+    cands = list(search.candidates.order_by("number")) if detail else None
+    fields = ("id", "state", "created_at", "scenario", "bounds", "seed", "budget", "in_flight", "p95_bound",
+              "p95_floor_s")
+    row = {f: getattr(search, f) for f in fields}
+    row["done"] = search.candidates.filter(state__in=["done", "failed"]).count()
+    if detail:
+        row["candidates"] = [{f: getattr(c, f) for f in CandidateOut().fields} for c in cands]
+    return row
+
+
+class AdvisorSearchListApi(APIView):
+    """``GET`` the searches (newest first); ``POST`` starts one (400 on bad bounds or scenario)."""
+
+    @extend_schema(responses=SearchOut(many=True))
+    def get(self, request):
+        _platform_admin(request)
+        return Response([_out(s) for s in visible_searches(request.user)[:100]])
+
+    @extend_schema(request=SearchIn, responses={201: SearchOut})
+    def post(self, request):
+        _platform_admin(request)
+        data = SearchIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        d = data.validated_data
+        if not isinstance(d["scenario"], dict) or not isinstance(d["bounds"], dict):
+            raise ApiValidationError({"scenario": ["Give JSON objects."]})
+        try:
+            search = advisor_search_create(
+                by=request.user, scenario={**Scenario().to_json(), **d["scenario"]}, bounds=d["bounds"],
+                seed=d["seed"], budget=d["budget"], in_flight=d["in_flight"], p95_bound=d["p95_bound"],
+                p95_floor_s=d["p95_floor_s"])
+        except (ValueError, TypeError) as exc:
+            raise ApiValidationError({"detail": [str(exc)]}) from None
+        return Response(_out(search), status=status.HTTP_201_CREATED)
+
+
+class AdvisorSearchDetailApi(APIView):
+    """One search with every candidate, its params, replay summary and score."""
+
+    @extend_schema(responses=SearchDetailOut)
+    def get(self, request, pk):
+        _platform_admin(request)
+        return Response(_out(get_visible(visible_searches(request.user), pk=pk), detail=True))
+
+
+class AdvisorCandidateApplyApi(APIView):
+    """Turn a finished, feasible candidate into quota requests (see docs/advisor.md "Apply")."""
+
+    @extend_schema(request=None, responses=ApplyOut)
+    def post(self, request, pk):
+        _platform_admin(request)
+        candidate = get_visible(visible_candidates(request.user).select_related("search"), pk=pk)
+        try:
+            out = advisor_candidate_apply(actor=request.user, candidate=candidate)
+        except DjangoValidationError as exc:
+            raise ApiValidationError({"detail": exc.messages}) from None
+        return Response(out)

@@ -1,0 +1,146 @@
+"""The policy advisor's pages (策略顾问, issue 25; docs/advisor.md): start a search, watch its
+progress, compare the best candidates with today per department, apply one. Platform admins only
+(everyone else: 404, like the what-if)."""
+
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from django.views.decorators.http import require_POST
+
+from portal.selectors import get_visible, scope_for
+
+from .advisor import space
+from .advisor.scenario import Scenario
+from .advisor.space import DEFAULT_BOUNDS
+from .advisor_charts import department_rows, figures
+from .advisor_models import CandidateState, SearchState
+from .advisor_services import (
+    advisor_candidate_apply,
+    advisor_search_create,
+    visible_candidates,
+    visible_searches,
+)
+
+SEARCHES_SHOWN = 20
+BEST_SHOWN = 5
+
+
+class SearchForm(forms.Form):
+    overlay = forms.IntegerField(label=gettext_lazy("Trace copies (overlay)"), min_value=1, max_value=20,
+                                 initial=Scenario.overlay)
+    window_s = forms.FloatField(label=gettext_lazy("Arrival window (s)"), min_value=60,
+                                initial=Scenario.window_s)
+    node_fraction = forms.FloatField(label=gettext_lazy("Share of the nodes"), min_value=0.01, max_value=1,
+                                     initial=Scenario.node_fraction)
+    budget = forms.IntegerField(label=gettext_lazy("Candidates"), min_value=1, max_value=2000, initial=200)
+    seed = forms.IntegerField(label=gettext_lazy("Seed"), min_value=0, max_value=2**31 - 1, initial=42)
+    in_flight = forms.IntegerField(label=gettext_lazy("Candidates in flight (= workers)"), min_value=1,
+                                   max_value=64, initial=2)
+    p95_bound = forms.FloatField(label=gettext_lazy("Fairness bound (× today's p95)"), min_value=1,
+                                 initial=1.5)
+    p95_floor_s = forms.FloatField(label=gettext_lazy("p95 floor (s)"), min_value=0, initial=60.0)
+    bounds = forms.CharField(label=gettext_lazy("Bounds (JSON)"),
+                             widget=forms.Textarea(attrs={"rows": 10}),
+                             initial=json.dumps(DEFAULT_BOUNDS, indent=1))
+
+    def clean_bounds(self):
+        try:
+            value = json.loads(self.cleaned_data["bounds"])
+        except ValueError:
+            raise ValidationError(_("Give the bounds as a JSON object.")) from None
+        if not isinstance(value, dict):
+            raise ValidationError(_("Give the bounds as a JSON object."))
+        return value
+
+
+def _platform_admin(request) -> None:
+    if not scope_for(request.user).platform_admin:
+        raise Http404
+
+
+@login_required
+def advisor(request):
+    _platform_admin(request)
+    form = SearchForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        d = form.cleaned_data
+        scenario = {**Scenario().to_json(), "overlay": d["overlay"], "window_s": d["window_s"],
+                    "node_fraction": d["node_fraction"]}
+        try:
+            search = advisor_search_create(
+                by=request.user, scenario=scenario, bounds=d["bounds"], seed=d["seed"], budget=d["budget"],
+                in_flight=d["in_flight"], p95_bound=d["p95_bound"], p95_floor_s=d["p95_floor_s"])
+        except ValueError as exc:
+            form.add_error(None, str(exc))
+        else:
+            return redirect("advisor-search", pk=search.pk)
+    searches = visible_searches(request.user).select_related("created_by")[:SEARCHES_SHOWN]
+    return render(request, "jobs/advisor.html", {"form": form, "searches": searches})
+
+
+def _context(search) -> dict:
+    cands = list(search.candidates.order_by("number"))
+    done = sum(1 for c in cands if c.state in (CandidateState.DONE, CandidateState.FAILED))
+    total = search.budget + 1
+    ctx = {"search": search, "done": done, "total": total, "percent": round(100 * done / total),
+           "active": search.state in (SearchState.QUEUED, SearchState.RUNNING),
+           "best": [], "charts": [], "rows": []}
+    base = next((c for c in cands if c.number == 0 and c.state == CandidateState.DONE), None)
+    feasible = sorted((c for c in cands[1:] if c.feasible and c.objective is not None),
+                      key=lambda c: (c.objective, c.number))
+    ctx["best"] = feasible[:BEST_SHOWN]
+    for c in ctx["best"]:  # what differs from today, as "name = value"
+        c.changes = [f"{k} = {round(v, 3) if isinstance(v, float) else v}"
+                     for k, v in space.changes(c.params, search.projects).items()]
+    ctx["infeasible"] = sum(1 for c in cands if c.feasible is False)
+    if base is not None:
+        top = feasible[0] if feasible else base
+        ctx.update(baseline=base, top=top, rows=department_rows(base.result, top.result),
+                   charts=figures(base.result, top.result, cands))
+    return ctx
+
+
+@login_required
+def advisor_search(request, pk: int):
+    _platform_admin(request)
+    search = get_visible(visible_searches(request.user), pk=pk)
+    return render(request, "jobs/advisor_search.html", _context(search))
+
+
+@login_required
+def advisor_progress(request, pk: int):
+    """The fragment the search page polls every 2 s (htmx) while the search runs."""
+    _platform_admin(request)
+    search = get_visible(visible_searches(request.user), pk=pk)
+    return render(request, "jobs/advisor_progress.html", _context(search))
+
+
+@login_required
+@require_POST
+def advisor_apply(request, pk: int):
+    _platform_admin(request)
+    candidate = get_visible(visible_candidates(request.user).select_related("search"), pk=pk)
+    try:
+        out = advisor_candidate_apply(actor=request.user, candidate=candidate)
+    except PermissionDenied:
+        raise Http404 from None
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        sent = len(out["requests"])
+        messages.success(request, _("%(n)s quota request(s) sent for approval.") % {"n": sent})
+        if out["manual"]:
+            messages.info(request, _("Change by hand (no approval kind exists for them): %(c)s") % {
+                "c": ", ".join(f"{k} = {v}" for k, v in out["manual"].items())})
+        for text in out["skipped"]:
+            messages.warning(request, text)
+    return redirect("advisor-search", pk=candidate.search_id)

@@ -1,0 +1,118 @@
+"""The advisor's pages and API: platform admins start a search (bad input is a form error / 400
+that stores nothing), read progress and the best candidates with charts, in English and Chinese,
+and apply a candidate as quota requests; every other persona gets 404."""
+
+import json
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from jobs.advisor_models import AdvisorEvent, AdvisorSearch
+from portal.models import ApprovalRequest
+from tests.advisor.scene import finished_search
+
+pytestmark = pytest.mark.django_db
+
+PERSONAS = ("platform", "auditor", "a_admin", "b_admin", "a_finance", "pa1_member", "pb_member", "outsider")
+
+
+def _client(world, persona, language="en"):
+    client = Client(HTTP_ACCEPT_LANGUAGE=language)
+    client.force_login(world.users[persona])
+    return client
+
+
+def test_a_platform_admin_starts_a_search_and_bad_bounds_store_nothing(world):
+    client = _client(world, "platform")
+    page = client.get(reverse("advisor"))
+    assert page.status_code == 200 and "overcommit_ratio" in page.content.decode()
+    body = {"overlay": 2, "window_s": 9600, "node_fraction": 0.13, "budget": 10, "seed": 5, "in_flight": 2,
+            "p95_bound": 1.5, "p95_floor_s": 60, "bounds": json.dumps({"overcommit_ratio": [2, 1]})}
+    refused = client.post(reverse("advisor"), body)
+    assert refused.status_code == 200 and "bounds.overcommit_ratio" in refused.content.decode()
+    assert not AdvisorSearch.objects.exists()
+    body["bounds"] = json.dumps({"packing": ["best_fit"]})
+    made = client.post(reverse("advisor"), body)
+    search = AdvisorSearch.objects.get()
+    assert made.status_code == 302 and made["Location"] == reverse("advisor-search", args=[search.pk])
+    assert (search.budget, search.seed, search.bounds["packing"]) == (10, 5, ["best_fit"])
+    assert search.scenario["overlay"] == 2
+    assert list(AdvisorEvent.objects.filter(search=search).values_list("to_state", flat=True)) == ["queued"]
+
+
+@pytest.mark.parametrize("language, words", [("en", ("Best candidates", "Apply")),
+                                             ("zh-hans", ("最佳候选", "策略顾问"))])
+def test_the_search_page_shows_the_best_candidates_per_department_with_charts(world, language, words):
+    search, cand = finished_search(world.users["platform"])
+    client = _client(world, "platform", language)
+    body = client.get(reverse("advisor-search", args=[search.pk])).content.decode()
+    for word in words:
+        assert word in body
+    assert body.count('data-plotly="') == 3  # avg and p95 per department, the objective per candidate
+    assert reverse("advisor-apply", args=[cand.pk]) in body
+    fragment = client.get(reverse("advisor-progress", args=[search.pk])).content.decode()
+    assert "hx-trigger" not in fragment  # done: polling stops
+
+
+def test_apply_turns_the_overcommit_ratio_into_quota_requests_and_lists_the_rest(world):
+    _search, cand = finished_search(world.users["platform"], ratio=0.5)
+    client = _client(world, "platform")
+    response = client.post(reverse("advisor-apply", args=[cand.pk]), follow=True)
+    requests = ApprovalRequest.objects.filter(kind="quota")
+    # pa (4 → 2), pa1 (4 → 2), pb (8 → 4): one request per project quota node; departments untouched
+    assert sorted(r.payload["quota"] for r in requests) == ["2", "2", "4"]
+    text = response.content.decode()
+    assert "3 quota request(s) sent for approval." in text and "backfill = False" in text
+    again = client.post(reverse("advisor-apply", args=[cand.pk]), follow=True)  # already pending: skipped
+    assert ApprovalRequest.objects.filter(kind="quota").count() == 3 and again.status_code == 200
+
+
+def test_todays_settings_cannot_be_applied(world, api):
+    search, _cand = finished_search(world.users["platform"])
+    today = search.candidates.get(number=0)
+    r = api(world.users["platform"]).post(reverse("api:advisorcandidate-apply", args=[today.pk]))
+    assert r.status_code == 400 and not ApprovalRequest.objects.exists()
+
+
+@pytest.mark.parametrize("persona", PERSONAS)
+def test_only_platform_admins_see_the_advisor_pages(world, persona):
+    search, cand = finished_search(world.users["platform"])
+    client = _client(world, persona)
+    expected = 200 if persona == "platform" else 404
+    for url in (reverse("advisor"), reverse("advisor-search", args=[search.pk]),
+                reverse("advisor-progress", args=[search.pk])):
+        assert client.get(url).status_code == expected, url
+    status = client.post(reverse("advisor-apply", args=[cand.pk])).status_code
+    assert status == (302 if persona == "platform" else 404)
+    assert ApprovalRequest.objects.exists() == (persona == "platform")
+
+
+@pytest.mark.parametrize("persona", PERSONAS)
+def test_only_platform_admins_use_the_advisor_api(world, api, persona):
+    search, cand = finished_search(world.users["platform"])
+    client = api(world.users[persona])
+    ok = persona == "platform"
+    listed = client.get(reverse("api:advisorsearch-list"))
+    assert listed.status_code == (200 if ok else 404)
+    detail = client.get(reverse("api:advisorsearch-detail", args=[search.pk]))
+    assert detail.status_code == (200 if ok else 404)
+    if ok:
+        assert [c["number"] for c in detail.json()["candidates"]] == [0, 1]
+        assert detail.json()["candidates"][1]["feasible"] is True
+    applied = client.post(reverse("api:advisorcandidate-apply", args=[cand.pk]))
+    assert applied.status_code == (200 if ok else 404)
+    assert ApprovalRequest.objects.exists() == ok
+    made = client.post(reverse("api:advisorsearch-list"), {"seed": 1, "budget": 3}, format="json")
+    assert made.status_code == (201 if ok else 404)
+
+
+def test_the_api_refuses_bad_input_with_400_and_stores_nothing(world, api):
+    client = api(world.users["platform"])
+    bad = ({"budget": 0}, {"bounds": {"grace_s": [0, 1.5]}}, {"scenario": {"overlay": 0}}, {"scenario": [1]},
+           {"scenario": {"speed": 1}})
+    for extra in bad:
+        body = {"seed": 1, "budget": 3, **extra}
+        r = client.post(reverse("api:advisorsearch-list"), body, format="json")
+        assert r.status_code == 400, (body, r.content)
+    assert not AdvisorSearch.objects.exists()

@@ -1,0 +1,69 @@
+"""The search's services in one process (no broker: enqueue after commit never fires inside a
+test transaction): drawing, claims, the reaper, and a search whose baseline cannot be replayed."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from jobs.advisor_models import AdvisorCandidate, AdvisorEvent, AdvisorSearch
+from jobs.advisor_services import (
+    advisor_candidate_run,
+    advisor_reap,
+    advisor_search_advance,
+    advisor_search_create,
+)
+
+pytestmark = pytest.mark.django_db
+PROJECTS = ["d0/p00", "d1/p04"]
+
+
+def _search(**scenario):
+    return advisor_search_create(by=None, scenario=scenario, bounds={}, seed=3, budget=4, in_flight=2,
+                                 projects=PROJECTS)
+
+
+def _moves(c):
+    return list(AdvisorEvent.objects.filter(candidate=c).values_list("from_state", "to_state"))
+
+
+def test_advancing_draws_today_and_keeps_k_candidates_in_flight_once():
+    search = _search()
+    assert advisor_search_advance(search.pk) == "running"
+    assert advisor_search_advance(search.pk) == "running"  # again: nothing more is drawn
+    rows = list(AdvisorCandidate.objects.filter(search=search).order_by("number"))
+    assert [c.number for c in rows] == [0, 1]
+    assert rows[0].params["overcommit_ratio"] == 1.0 and rows[0].inputs["policy"]["backfill"] is True
+    assert 0.6 <= rows[1].params["overcommit_ratio"] <= 1.5
+
+
+def test_a_search_whose_baseline_cannot_be_replayed_fails_and_later_deliveries_are_skipped():
+    search = _search(pods_csv="/nonexistent/openb_pod_list_default.csv")
+    advisor_search_advance(search.pk)
+    base = AdvisorCandidate.objects.get(search=search, number=0)
+    assert advisor_candidate_run(base.pk) == "failed"
+    search.refresh_from_db()
+    assert search.state == "failed" and "nonexistent" in search.error
+    assert advisor_candidate_run(base.pk) == "skipped"  # a second delivery of a finished candidate
+    other = AdvisorCandidate.objects.get(search=search, number=1)
+    assert advisor_candidate_run(other.pk) == "skipped"  # the search is over
+    assert _moves(base) == [("", "queued"), ("queued", "running"), ("running", "failed")]
+
+
+def test_the_reaper_requeues_a_candidate_without_heartbeat_and_its_late_finish_is_discarded(settings):
+    search = _search()
+    advisor_search_advance(search.pk)
+    c = AdvisorCandidate.objects.get(search=search, number=1)
+    old = timezone.now() - timedelta(seconds=settings.ADVISOR_STALE_SECONDS + 5)
+    AdvisorCandidate.objects.filter(pk=c.pk).update(state="running", attempt=1, heartbeat_at=old)
+    fresh = AdvisorCandidate.objects.get(search=search, number=0)
+    AdvisorCandidate.objects.filter(pk=fresh.pk).update(state="running", attempt=1,
+                                                        heartbeat_at=timezone.now())
+    assert advisor_reap() == 1
+    c.refresh_from_db()
+    assert (c.state, c.attempt) == ("queued", 1)
+    assert AdvisorCandidate.objects.get(pk=fresh.pk).state == "running"  # alive: left alone
+    assert ("running", "queued") in _moves(c)
+    # the dead worker's delivery finishing now would carry attempt 1 on a row no longer running:
+    done = AdvisorCandidate.objects.filter(pk=c.pk, state="running", attempt=1).update(state="done")
+    assert done == 0 and AdvisorSearch.objects.get(pk=search.pk).state == "running"
