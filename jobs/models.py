@@ -360,6 +360,34 @@ class JobEvent(models.Model):
         return abs(recorded - self.occurred_at) > RECORDED_GAP
 
 
+class AdmissionWait(models.Model):
+    """One admission (an ``admitted`` transition event) and the wait before it: from the job's
+    latest entry into the queue (``queued``, ordered by occurred_at then id) to the admission, in
+    minutes — the usage explorer's queue waits (issue 24), read without a window over the event
+    log. Kept by a trigger on jobs_jobevent (``jobs.waits``), whoever inserts the events (the
+    scheduler's one statement, transitions, external imports): each statement that adds a queued or
+    admitted event recomputes the admissions of those jobs, so a late queue entry corrects the
+    wait after it, and the job's grouping columns follow the job (its flavor changes only at an
+    admission, in the statement that inserts its event). Admissions with no queue entry before
+    them have no row. The department is the project's now, read at query time."""
+
+    event_id = models.BigIntegerField(primary_key=True)
+    job_id = models.BigIntegerField()
+    admitted_at = models.DateTimeField()
+    wait_minutes = models.FloatField()
+    project_id = models.BigIntegerField()
+    user_id = models.BigIntegerField()
+    flavor_id = models.BigIntegerField()
+    kind = models.CharField(max_length=12)
+    priority_class_id = models.BigIntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["admitted_at"], name="admissionwait_admitted_at")]
+
+    def __str__(self):
+        return f"{self.job_id} @ {self.admitted_at:%Y-%m-%d %H:%M}: {self.wait_minutes:.1f} min"
+
+
 class JobGpuSample(models.Model):
     """Per-minute GPU utilisation of a running job, from Prometheus (DCGM). A minute with no
     data has no row: an outage of the metrics pipeline stays a gap, never reads as zero."""
