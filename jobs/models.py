@@ -267,6 +267,11 @@ class Job(models.Model):
             # "My jobs" (dashboard, the lists' "mine" filter): the newest-first index alone makes
             # PostgreSQL walk every newer job of everyone else to find a user's few or old ones.
             models.Index(fields=["submitted_by", "-submitted_at", "-id"], name="job_mine_newest_first"),
+            # The approval inbox's requester history (jobs started in the last 90 days, how many
+            # flagged idle): counted from the index alone, not from every job of the requesters.
+            models.Index(
+                fields=["submitted_by", "started_at"], include=["idle_since"], name="job_started_by_user"
+            ),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(workers__gte=1), name="job_workers_ge_1"),
