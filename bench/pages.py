@@ -18,6 +18,11 @@ median; the node map shows the demo's first cluster; the approval
 inbox, with the jobs waiting for approval given their requests, for the two approvers only),
 ``meter_s``, and per persona and page the p50 / p95 and the number of SQL queries.
 Needs DATABASE_URL and REDIS_URL; works in a scratch database (bench/scratchdb.py).
+
+To measure a change without repopulating (~4 min populate + ~2 min meter at 100,000 jobs): a run
+with ``--keep`` leaves its database in place; ``--reuse`` measures that database again (migrated to
+the code's migrations first, so a change's backfill runs on it; no populate, no meter), and
+``--pages usage,approvals`` measures only those pages. Drop it with a last run without ``--keep``.
 """
 
 from __future__ import annotations
