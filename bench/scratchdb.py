@@ -24,12 +24,19 @@ def _drop(admin_url: str, name: str) -> None:
 
 
 @contextmanager
-def scratch_django(settings: str = "portal.settings.test") -> Iterator[str]:
-    """Create and migrate the scratch database, set Django up on it, drop it on exit."""
+def scratch_django(
+    settings: str = "portal.settings.test", *, keep: bool = False, reuse: bool = False
+) -> Iterator[str]:
+    """Create and migrate the scratch database, set Django up on it, drop it on exit.
+
+    ``keep``: leave it in place at the end; ``reuse``: start from the one a ``keep`` run left
+    (migrated to the code's migrations, so a change's data migration runs on it), so a slow
+    populate is paid once while a change is measured."""
     url, admin, name = _bench_url(os.environ["DATABASE_URL"])
-    _drop(admin, name)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+    if not reuse:
+        _drop(admin, name)
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
     try:
         os.environ["DATABASE_URL"] = url
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", settings)
@@ -44,4 +51,5 @@ def scratch_django(settings: str = "portal.settings.test") -> Iterator[str]:
 
         connections.close_all()
     finally:
-        _drop(admin, name)
+        if not keep:
+            _drop(admin, name)

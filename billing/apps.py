@@ -18,7 +18,7 @@ class BillingConfig(AppConfig):
 
         from .budgets import budget_context, budget_reason, over_budget_tenants
         from .project_moves import check_project_move
-        from .selectors import standard_cost, standard_pricer
+        from .selectors import standard_cost, standard_pricers
         from .usage import job_cost_so_far
 
         if budget_reason not in budget_checks:
@@ -27,8 +27,8 @@ class BillingConfig(AppConfig):
             over_budget_providers.append(over_budget_tenants)
         if standard_cost not in cost_estimators:
             cost_estimators.append(standard_cost)
-        if standard_pricer not in price_lists:
-            price_lists.append(standard_pricer)
+        if standard_pricers not in price_lists:
+            price_lists.append(standard_pricers)
         if budget_context not in context_providers:
             context_providers.append(budget_context)
         if job_cost_so_far not in job_cost_providers:

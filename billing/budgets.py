@@ -177,15 +177,19 @@ def _growth_bound(month: date, since: datetime, now: datetime, keys: Collection[
     return _by_key(_tail(month, now, _covered_projects(keys), upper=True, since=since)[1], keys)
 
 
-def _by_key(rows: list[tuple[int, int, Decimal]], keys: Collection[Key] | None) -> dict[Key, Decimal]:
+def _by_key(
+    rows: list[tuple[int, int, Decimal]], keys: Collection[Key] | None, parents: dict | None = None
+) -> dict[Key, Decimal]:
     """(department, project, card-seconds) rows summed per project and per department up the tree."""
-    return {key: value / SECONDS_PER_HOUR for key, value in _summed(rows, keys).items()}
+    return {key: value / SECONDS_PER_HOUR for key, value in _summed(rows, keys, parents).items()}
 
 
-def _summed(rows: list[tuple[int, int, Decimal]], keys: Collection[Key] | None) -> dict[Key, Decimal]:
+def _summed(
+    rows: list[tuple[int, int, Decimal]], keys: Collection[Key] | None, parents: dict | None = None
+) -> dict[Key, Decimal]:
     """(department, project, value) rows summed per project and per department up the tree."""
     found: dict[Key, Decimal] = defaultdict(Decimal)
-    owners = _owners()
+    owners = _owners(parents)
     wanted = None if keys is None else set(keys)
     for dept, project, amount in rows:
         for key in owners(dept, project):
@@ -194,10 +198,15 @@ def _summed(rows: list[tuple[int, int, Decimal]], keys: Collection[Key] | None) 
     return dict(found)
 
 
-def _owners():
+def _parents() -> dict[int, int | None]:
+    """Each department's parent (read once per computation and passed on: ``parents`` below)."""
+    return dict(Department.objects.values_list("id", "parent_id"))
+
+
+def _owners(parents: dict | None = None):
     """(department, project) → the keys its usage counts for: the project and every department
     from the given one up to the root."""
-    parents = dict(Department.objects.values_list("id", "parent_id"))
+    parents = _parents() if parents is None else parents
 
     def owners(dept: int, project: int) -> list[Key]:
         found, node, seen = [("project", project)], dept, set()
@@ -210,13 +219,19 @@ def _owners():
     return owners
 
 
-def _covered_projects(keys: Collection[Key]) -> set[int]:
+def _covered_projects(keys: Collection[Key], parents: dict | None = None) -> set[int]:
     """The projects whose usage adds up to ``keys``' figures: a project's own, and every project
     in a department's subtree."""
     roots = [pk for kind, pk in keys if kind == "department"]
     projects = {pk for kind, pk in keys if kind == "project"}
     if roots:
-        departments = subtree_ids(roots, department_children_map())
+        if parents is None:
+            children = department_children_map()
+        else:
+            children = defaultdict(list)
+            for dept, parent in parents.items():
+                children[parent].append(dept)
+        departments = subtree_ids(roots, children)
         projects |= set(Project.objects.filter(department_id__in=departments).values_list("id", flat=True))
     return projects
 
@@ -317,7 +332,9 @@ def _tail_prices(now: datetime) -> tuple[dict[int, Decimal], Decimal]:
     return prices, max(prices.values(), default=Decimal(0))
 
 
-def _tail_money(rows: list[tuple], now: datetime, keys: Collection[Key]) -> dict[Key, Decimal]:
+def _tail_money(
+    rows: list[tuple], now: datetime, keys: Collection[Key], parents: dict | None = None
+) -> dict[Key, Decimal]:
     """The tail's money per key, exact (unrounded): each row at its flavor's price per second, a
     bound's row (no flavor) at the highest."""
     if not rows:
@@ -327,7 +344,7 @@ def _tail_money(rows: list[tuple], now: datetime, keys: Collection[Key]) -> dict
         (dept, project, seconds * (highest if flavor is None else prices.get(flavor, Decimal(0))))
         for dept, project, flavor, seconds, _t in rows
     ]
-    return _summed(priced, keys)
+    return _summed(priced, keys, parents)
 
 
 # --- status of a budget --------------------------------------------------------------------------
@@ -419,13 +436,14 @@ def budget_statuses(
     zone = site_zone()
     month = month_of(now, zone)
     keys = [b.key for b in budgets]
-    cursor, tail = _tail_rows(month, now, _covered_projects(keys), upper=upper)
-    hours = _by_key(_metered(month, cursor) + [(d, p, s) for d, p, _f, s, _t in tail], keys)
+    parents = _parents()  # one read of the tree for the whole computation
+    cursor, tail = _tail_rows(month, now, _covered_projects(keys, parents), upper=upper)
+    hours = _by_key(_metered(month, cursor) + [(d, p, s) for d, p, _f, s, _t in tail], keys, parents)
     if not series and all(b.amount is None for b in budgets):
         return {b.pk: BudgetStatus(b, month, hours.get(b.key, Decimal(0))) for b in budgets}
     ledger = _ledger_days(month, cursor)
-    tail_money = _tail_money(tail, now, keys)
-    owners, wanted = _owners(), set(keys)
+    tail_money = _tail_money(tail, now, keys, parents)
+    owners, wanted = _owners(parents), set(keys)
     per_day: dict[Key, dict[date, list[Decimal]]] = defaultdict(lambda: defaultdict(lambda: [Decimal(0)] * 2))
     for dept, project, day, seconds, amount in ledger:
         for key in owners(dept, project):

@@ -5,6 +5,7 @@ platform admins and auditors; project members and admins see none (404)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
@@ -122,26 +123,34 @@ def standard_cost(flavor: Flavor, card_hours: Decimal, at: datetime) -> tuple[De
     """Registered in ``jobs.estimates.cost_estimators``: ``card_hours`` whole-card hours of
     ``flavor`` at the standard (in-quota) rate in force at ``at``, rounded by the one rule;
     None when no standard rate covers ``at``."""
-    price = standard_pricer(flavor, at)
+    price = standard_pricers([flavor], at).get(flavor.pk)
     return price(card_hours) if price is not None else None
 
 
-def standard_pricer(flavor: Flavor, at: datetime):
-    """Registered in ``jobs.estimates.price_lists``: the standard (in-quota) rate of ``flavor``
-    in force at ``at`` as ``price(card_hours) -> (amount, currency)``, rounded by the one rule;
-    None when no standard rate covers ``at``. Rates start on hours and are consecutive, so the
-    one in force is the latest that started. A centre pricing normalised card-hours prices the
-    estimate on them too, at the flavor's relative throughput now (DESIGN §14)."""
-    rate = (
-        Rate.objects.filter(flavor=flavor, tier=Tier.STANDARD, valid_from__lte=at)
-        .order_by("-valid_from")
-        .only("price", "currency")
-        .first()
+def standard_pricers(flavors: Collection[Flavor], at: datetime) -> dict[int, Callable]:
+    """Registered in ``jobs.estimates.price_lists``: per flavor, the standard (in-quota) rate in
+    force at ``at`` as ``price(card_hours) -> (amount, currency)``, rounded by the one rule; a
+    flavor no standard rate covers at ``at`` is left out. One query for all the flavors. Rates
+    start on hours and are consecutive, so the one in force is the latest that started. A centre
+    pricing normalised card-hours prices the estimate on them too, at the flavor's relative
+    throughput now (DESIGN §14)."""
+    by_pk = {f.pk: f for f in flavors}
+    if not by_pk:
+        return {}
+    rates = (
+        Rate.objects.filter(flavor_id__in=list(by_pk), tier=Tier.STANDARD, valid_from__lte=at)
+        .order_by("flavor_id", "-valid_from")
+        .distinct("flavor_id")
+        .only("flavor_id", "price", "currency")
     )
-    if rate is None:
-        return None
-    factor = flavor.relative_throughput if prices_normalised() else Decimal(1)
+    normalised = prices_normalised()
+    return {
+        rate.flavor_id: _pricer(rate, by_pk[rate.flavor_id].relative_throughput if normalised else Decimal(1))
+        for rate in rates
+    }
 
+
+def _pricer(rate: Rate, factor: Decimal) -> Callable:
     def price(card_hours: Decimal) -> tuple[Decimal, str]:
         return pricing.cost(card_hours * factor, rate.price), rate.currency
 

@@ -19,7 +19,9 @@ Every figure is one GROUP BY in PostgreSQL limited by the viewer's scope (``Repo
 * utilisation: from the GPU samples (one per job and minute) in the range — sampled card-hours
   and effective card-hours (Σ card-hours × utilisation); jobs without samples count nowhere.
 * queue wait: jobs admitted in the range, from their latest entry into the queue to admission
-  (as the reports page's box plot), mean and 95th percentile in minutes.
+  (as the reports page's box plot), mean and 95th percentile in minutes — read from the
+  admissions' own rows (``jobs.AdmissionWait``, one per admission, kept by a trigger on the event
+  log), not from a window over the events at each request.
 
 Job-based figures (utilisation, waits) group by the job's project's department now.
 """
@@ -173,27 +175,25 @@ FROM (SELECT j.project_id, j.submitted_by_id, j.flavor_id, j.kind, j.priority_cl
 GROUP BY GROUPING SETS (({keys}), ())
 """
 
-# Admissions in the range and the wait before each (reports.queue_waits' definition): the events
-# of the jobs admitted in the range, each admission with the latest entry into the queue before it
-# (a window over the job's queued/admitted transitions: one pass, no lookup per admission).
+# Admissions in the range and the wait before each (reports.queue_waits' definition), from the
+# admissions' own rows (``jobs.AdmissionWait``, kept by a trigger on the event log): the window over
+# the range's events and the join to every job cost most of the page (issue 24).
 _WAITS = """
-SELECT {keys}, count(*), avg(w.minutes), percentile_cont(%(p95)s) WITHIN GROUP (ORDER BY w.minutes)
-FROM (
-    SELECT e.job_id, e.to_state, e.occurred_at,
-           (extract(epoch FROM e.occurred_at - max(e.occurred_at) FILTER (WHERE e.to_state = 'queued')
-                OVER (PARTITION BY e.job_id ORDER BY e.occurred_at, e.id)) / 60)::float8 AS minutes
-    FROM jobs_jobevent e
-    WHERE e.kind = 'transition' AND e.to_state IN ('queued', 'admitted')
-      AND e.job_id IN (SELECT a.job_id FROM jobs_jobevent a
-                       WHERE a.kind = 'transition' AND a.to_state = 'admitted'
-                         AND a.occurred_at >= %(start)s AND a.occurred_at < %(end)s)
-) w
-JOIN jobs_job j ON j.id = w.job_id
-JOIN portal_project p ON p.id = j.project_id
-WHERE w.to_state = 'admitted' AND w.occurred_at >= %(start)s AND w.occurred_at < %(end)s
-  AND w.minutes IS NOT NULL AND {where}
+SELECT {keys}, count(*), avg(w.wait_minutes), percentile_cont(%(p95)s) WITHIN GROUP (ORDER BY w.wait_minutes)
+FROM jobs_admissionwait w
+JOIN portal_project p ON p.id = w.project_id
+WHERE w.admitted_at >= %(start)s AND w.admitted_at < %(end)s AND {where}
 GROUP BY GROUPING SETS (({keys}), ())
 """
+# name → the admission row's column (the department is the project's now).
+_WAIT_COLUMNS = {
+    "department": "p.department_id",
+    "project": "w.project_id",
+    "user": "w.user_id",
+    "flavor": "w.flavor_id",
+    "kind": "w.kind",
+    "priority": "w.priority_class_id",
+}
 
 
 def usage_report(user: User, query: UsageQuery, currency: str) -> UsageReport:
@@ -308,8 +308,8 @@ def _samples(scope, query: UsageQuery, rows: dict, total: UsageRow) -> None:
 
 def _waits(scope, query: UsageQuery, rows: dict, total: UsageRow) -> None:
     levels = len(query.group_by)
-    where, params = _scope_sql(scope, "p.department_id", "j.project_id")
-    keys = ", ".join(_keys(query.group_by, 1))
+    where, params = _scope_sql(scope, "p.department_id", "w.project_id")
+    keys = ", ".join(_WAIT_COLUMNS[g] for g in query.group_by)
     for record in _fetch(
         _WAITS.format(keys=keys, where=where),
         {**params, "start": query.start, "end": query.end, "p95": WAIT_P95},

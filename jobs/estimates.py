@@ -3,9 +3,10 @@ not import; billing registers a function here (e.g. in its ``AppConfig.ready()``
 budget checks of ``jobs.approvals``. Until one is registered the form shows card-hours only and
 claims nothing about money.
 
-A price list is ``pricer(flavor, at) -> price | None`` where ``price(card_hours) -> (amount,
-currency)``: the same standard rate, looked up once and applied to many quantities (the approval
-inbox estimates a page of requests with one look-up per flavor, not one per request).
+A price list is ``pricer(flavors, at) -> {flavor id: price}`` where ``price(card_hours) -> (amount,
+currency)``: the standard rates of many flavors, looked up at once and each applied to many
+quantities (the approval inbox estimates a page of requests with one look-up for all its flavors);
+a flavor without a rate is left out.
 
 An estimator is ``estimate(flavor, card_hours, at) -> (amount, currency) | None``: the price of
 ``card_hours`` whole-card hours of ``flavor`` at the standard rate in force at ``at``, or None
@@ -13,7 +14,7 @@ when the flavor has no rate."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 from decimal import Decimal
 
@@ -37,13 +38,14 @@ def cost_estimate(flavor: Flavor, card_hours: Decimal, at: datetime) -> tuple[De
 
 
 Price = Callable[[Decimal], tuple[Decimal, str]]
-PriceList = Callable[[Flavor, datetime], Price | None]
+PriceList = Callable[[Collection[Flavor], datetime], dict[int, Price] | None]
 price_lists: list[PriceList] = []
 
 
-def cost_pricer(flavor: Flavor, at: datetime) -> Price | None:
-    """The standard rate of ``flavor`` at ``at`` as a function of card-hours, or None."""
-    return _first(price_lists, flavor, at)
+def cost_pricers(flavors: Collection[Flavor], at: datetime) -> dict[int, Price]:
+    """The standard rate of each of ``flavors`` at ``at`` as a function of card-hours (flavors
+    without one are left out; nothing registered: an empty dict)."""
+    return _first(price_lists, flavors, at) or {}
 
 
 # The job page's cost so far (issue 24): billing registers ``job_cost(job, now) -> JobCost | None``

@@ -267,6 +267,11 @@ class Job(models.Model):
             # "My jobs" (dashboard, the lists' "mine" filter): the newest-first index alone makes
             # PostgreSQL walk every newer job of everyone else to find a user's few or old ones.
             models.Index(fields=["submitted_by", "-submitted_at", "-id"], name="job_mine_newest_first"),
+            # The approval inbox's requester history (jobs started in the last 90 days, how many
+            # flagged idle): counted from the index alone, not from every job of the requesters.
+            models.Index(
+                fields=["submitted_by", "started_at"], include=["idle_since"], name="job_started_by_user"
+            ),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(workers__gte=1), name="job_workers_ge_1"),
@@ -358,6 +363,34 @@ class JobEvent(models.Model):
         if not isinstance(recorded, datetime) or self.occurred_at is None:
             return False
         return abs(recorded - self.occurred_at) > RECORDED_GAP
+
+
+class AdmissionWait(models.Model):
+    """One admission (an ``admitted`` transition event) and the wait before it: from the job's
+    latest entry into the queue (``queued``, ordered by occurred_at then id) to the admission, in
+    minutes — the usage explorer's queue waits (issue 24), read without a window over the event
+    log. Kept by a trigger on jobs_jobevent (``jobs.waits``), whoever inserts the events (the
+    scheduler's one statement, transitions, external imports): each statement that adds a queued or
+    admitted event recomputes the admissions of those jobs, so a late queue entry corrects the
+    wait after it, and the job's grouping columns follow the job (its flavor changes only at an
+    admission, in the statement that inserts its event). Admissions with no queue entry before
+    them have no row. The department is the project's now, read at query time."""
+
+    event_id = models.BigIntegerField(primary_key=True)
+    job_id = models.BigIntegerField()
+    admitted_at = models.DateTimeField()
+    wait_minutes = models.FloatField()
+    project_id = models.BigIntegerField()
+    user_id = models.BigIntegerField()
+    flavor_id = models.BigIntegerField()
+    kind = models.CharField(max_length=12)
+    priority_class_id = models.BigIntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["admitted_at"], name="admissionwait_admitted_at")]
+
+    def __str__(self):
+        return f"{self.job_id} @ {self.admitted_at:%Y-%m-%d %H:%M}: {self.wait_minutes:.1f} min"
 
 
 class JobGpuSample(models.Model):

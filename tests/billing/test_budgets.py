@@ -24,7 +24,7 @@ from billing.budgets import (
     over_budget_reason,
 )
 from billing.meter import usage_meter
-from billing.models import Budget, BudgetAlert
+from billing.models import Budget, BudgetAlert, Rate
 from billing.periods import month_of
 from billing.tasks import budget_alerts
 from jobs.approvals import approval_reasons, budget_checks
@@ -403,6 +403,27 @@ def test_billing_registers_its_hooks_once(world):
     from billing.selectors import standard_cost
 
     assert cost_estimators.count(standard_cost) == 1
+
+
+def test_one_query_prices_many_flavors_at_their_standard_rate(world, flavors):
+    """The approval inbox's price list (issue 24): every flavor of a page in one query, each at the
+    standard rate in force at ``at`` (the later rate once it started), a flavor without one left out."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from jobs.estimates import cost_pricers
+
+    full, mig, shared = flavors
+    rates(full, "12", "9.6")
+    rates(mig, "2", "1.5")
+    Rate.objects.create(flavor=mig, tier="standard", price=Decimal("3"), valid_from=local(2026, 11, 1))
+    with CaptureQueriesContext(connection) as queries:
+        prices = cost_pricers([full, mig, shared], local(2026, 11, 2))
+    assert len(queries.captured_queries) == 1
+    assert set(prices) == {full.pk, mig.pk}
+    assert prices[full.pk](Decimal(2)) == (Decimal("24.00"), "CNY")
+    assert prices[mig.pk](Decimal(2)) == (Decimal("6.00"), "CNY")
+    assert cost_pricers([mig], local(2026, 10, 31))[mig.pk](Decimal(2)) == (Decimal("4.00"), "CNY")
 
 
 # --- the API -----------------------------------------------------------------------------------------
