@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0017_admission_waits'),
+        ('jobs', '0018_admission_waits'),
         ('portal', '0009_webhooks_models'),
         ('quotas', '0005_nodes_node_hold_events'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),

@@ -15,7 +15,7 @@ def build(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0016_autoscale_autoscale_fields'),
+        ('jobs', '0017_advisor'),
     ]
 
     operations = [
