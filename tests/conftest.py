@@ -74,6 +74,22 @@ def pytest_collection_modifyitems(config, items):
     if seed is not None:
         _shuffle(items, random.Random(seed))
     items.sort(key=lambda item: (item.get_closest_marker("browser") is not None, _django_group(item, seed)))
+    _one_worker_per_module_fixture(items)
+
+
+def _one_worker_per_module_fixture(items: list) -> None:
+    """Under pytest-xdist (``--dist loadgroup``, `make test`), a module whose tests share a module
+    fixture — a Slurm cluster, slapd, the demo, a soak run — runs whole on one worker: the fixture
+    starts once, and no two workers start it at the same time (the demo's and the bench's scratch
+    databases are named after DATABASE_URL, not after the worker). Other tests are spread one by
+    one. Without xdist the marker is inert."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        infos = getattr(item, "_fixtureinfo", None)
+        defs = infos.name2fixturedefs.values() if infos is not None else ()
+        if any(d.scope in ("module", "package") for chain in defs for d in chain):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 def _shuffle(items: list, rng: random.Random) -> None:
@@ -106,6 +122,42 @@ def _django_group(item, seed) -> int:
 
 @pytest.fixture
 def world(db) -> World:
+    return build_world()
+
+
+def shared_rows(django_db_blocker, build):
+    """For a module fixture (``yield from shared_rows(django_db_blocker, build)``): the rows
+    ``build()`` writes, written once for the module's tests instead of once per test. They are
+    written in a transaction that stays open while the module runs and is rolled back after it;
+    each test runs in a savepoint inside it (pytest-django's ``db``), so a test finds the rows as
+    built and what it writes is gone before the next test. Tests get ``copy.deepcopy`` of what
+    ``build`` returned: an instance one test changes in memory is not the next test's. Built in
+    the site language and zone, as the autouse ``_no_leftovers`` leaves every test."""
+    from django.conf import settings
+    from django.db import transaction
+    from django.utils import timezone, translation
+
+    with django_db_blocker.unblock():
+        outer = transaction.atomic()
+        outer._from_testcase = True  # as Django's TestCase marks its class-wide transaction
+        outer.__enter__()
+        try:
+            with translation.override(settings.LANGUAGE_CODE):
+                timezone.deactivate()
+                built = build()
+        except BaseException:
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
+            raise
+    try:
+        yield built
+    finally:
+        with django_db_blocker.unblock():
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
+
+
+def build_world() -> World:
     A = Department.objects.create(code="A", name="Dept A")
     A1 = Department.objects.create(code="A1", name="Dept A1", parent=A)
     B = Department.objects.create(code="B", name="Dept B")
