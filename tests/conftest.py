@@ -74,22 +74,6 @@ def pytest_collection_modifyitems(config, items):
     if seed is not None:
         _shuffle(items, random.Random(seed))
     items.sort(key=lambda item: (item.get_closest_marker("browser") is not None, _django_group(item, seed)))
-    _one_worker_per_module_fixture(items)
-
-
-def _one_worker_per_module_fixture(items: list) -> None:
-    """Under pytest-xdist (``--dist loadgroup``, `make test`), a module whose tests share a module
-    fixture — a Slurm cluster, slapd, the demo, a soak run — runs whole on one worker: the fixture
-    starts once, and no two workers start it at the same time (the demo's and the bench's scratch
-    databases are named after DATABASE_URL, not after the worker). Other tests are spread one by
-    one. Without xdist the marker is inert."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        infos = getattr(item, "_fixtureinfo", None)
-        defs = infos.name2fixturedefs.values() if infos is not None else ()
-        if any(d.scope in ("module", "package") for chain in defs for d in chain):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 def _shuffle(items: list, rng: random.Random) -> None:
