@@ -21,8 +21,16 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) scripts/devenv.py demo
 
+# Two pytest-xdist workers (one per core of the 2-CPU machines CI runs on), each test file whole
+# on one worker (--dist loadfile: a module fixture such as a Slurm cluster starts once; see
+# docs/operations.md), files handed out in collection order (browser tests last, as serially).
+# `make test PYTEST_WORKERS=0` runs serially, in one process; PYTEST_ARGS adds
+# pytest options either way.
+PYTEST_WORKERS ?= 2
+XDIST_ARGS := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder,-p no:xdist)
+
 test: $(STAMP)
-	$(PY) scripts/devenv.py run -- $(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) scripts/devenv.py run -- $(PY) -m pytest $(XDIST_ARGS) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -106,6 +106,42 @@ def _django_group(item, seed) -> int:
 
 @pytest.fixture
 def world(db) -> World:
+    return build_world()
+
+
+def shared_rows(django_db_blocker, build):
+    """For a module fixture (``yield from shared_rows(django_db_blocker, build)``): the rows
+    ``build()`` writes, written once for the module's tests instead of once per test. They are
+    written in a transaction that stays open while the module runs and is rolled back after it;
+    each test runs in a savepoint inside it (pytest-django's ``db``), so a test finds the rows as
+    built and what it writes is gone before the next test. Tests get ``copy.deepcopy`` of what
+    ``build`` returned: an instance one test changes in memory is not the next test's. Built in
+    the site language and zone, as the autouse ``_no_leftovers`` leaves every test."""
+    from django.conf import settings
+    from django.db import transaction
+    from django.utils import timezone, translation
+
+    with django_db_blocker.unblock():
+        outer = transaction.atomic()
+        outer._from_testcase = True  # as Django's TestCase marks its class-wide transaction
+        outer.__enter__()
+        try:
+            with translation.override(settings.LANGUAGE_CODE):
+                timezone.deactivate()
+                built = build()
+        except BaseException:
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
+            raise
+    try:
+        yield built
+    finally:
+        with django_db_blocker.unblock():
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
+
+
+def build_world() -> World:
     A = Department.objects.create(code="A", name="Dept A")
     A1 = Department.objects.create(code="A1", name="Dept A1", parent=A)
     B = Department.objects.create(code="B", name="Dept B")

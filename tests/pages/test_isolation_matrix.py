@@ -4,10 +4,14 @@ here fails ``test_every_page_has_a_rule`` — the pages' counterpart of tests/ap
 
 Objects of department A live in sub-department A1 / project pa1; their twins live in B / pb.
 Departments and projects carry unique names, so "the other tenant's data is not on the page" is
-a substring check on the whole response (HTML, form choices and the charts' JSON alike)."""
+a substring check on the whole response (HTML, form choices and the charts' JSON alike).
+
+The persona world and its objects are written once for the module (``tests.conftest.shared_rows``):
+every test starts from the same rows, and what a test writes (an action) is rolled back after it."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -23,6 +27,8 @@ from portal.models import ApprovalRequest, DirectoryRule, Membership, Notificati
 from portal.notifications import notify
 from quotas.approvals import quota_request_create
 from quotas.models import Loan, LoanState, Node
+from tests import factories as fx
+from tests.conftest import build_world, shared_rows
 
 pytestmark = [pytest.mark.django_db, pytest.mark.isolation]
 
@@ -299,8 +305,37 @@ def _hooks(world):
             for key, project, name in hooks}
 
 
+@pytest.fixture(scope="module")
+def _scene(django_db_setup, django_db_blocker):
+    def build():
+        world = build_world()
+        prio = fx.priority("training", 100)  # as tests/pages/conftest.py's prio
+        return world, prio, _objs(world, prio)
+
+    yield from shared_rows(django_db_blocker, build)
+
+
 @pytest.fixture
-def objs(world, prio):
+def _this_tests_scene(_scene, db):
+    return copy.deepcopy(_scene)
+
+
+@pytest.fixture
+def world(_this_tests_scene):
+    return _this_tests_scene[0]
+
+
+@pytest.fixture
+def prio(_this_tests_scene):
+    return _this_tests_scene[1]
+
+
+@pytest.fixture
+def objs(_this_tests_scene):
+    return _this_tests_scene[2]
+
+
+def _objs(world, prio):
     for key, name in NAMES.items():
         target = getattr(world, key)
         type(target).objects.filter(pk=target.pk).update(name=name)
