@@ -26,6 +26,7 @@ from uuid import uuid4
 from django.core.cache import cache
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+from redis.exceptions import RedisError
 
 from .cache_keys import STARTS_KEY
 from .engine.model import QueuedJob, Snapshot
@@ -110,7 +111,7 @@ def cached_start_estimates_of(jobs: Iterable[tuple[int, str, str]]) -> dict[int,
                if state in (JobState.QUEUED, JobState.PENDING_APPROVAL) and kind != JobKind.EXTERNAL]
     if not waiting:
         return {}
-    cached = cache.get(STARTS_KEY) or {}
+    cached = _cache_get(STARTS_KEY) or {}
     at = datetime.fromisoformat(cached["at"]) if cached.get("at") else None
     ids, starts, codes = array("q"), array("d"), array("b")
     ids.frombytes(cached.get("ids", b""))
@@ -154,13 +155,27 @@ def _form_forecast_input(now: datetime) -> tuple[Snapshot, dict[str, QueuedJob]]
     in the shared cache with that timeout: an expired (or cleared) key means build afresh."""
     global _form_input
     held = _form_input
-    if held is not None and cache.get(_FORM_SNAPSHOT_KEY) == held[0]:
+    if held is not None and _cache_get(_FORM_SNAPSHOT_KEY) == held[0]:
         return replace(held[1], now=now), held[2]
     snapshot, requeue = build_forecast_input(now)
     token = uuid4().hex
-    cache.set(_FORM_SNAPSHOT_KEY, token, timeout=FORM_SNAPSHOT_SECONDS)
+    try:
+        cache.set(_FORM_SNAPSHOT_KEY, token, timeout=FORM_SNAPSHOT_SECONDS)
+    except RedisError:
+        return snapshot, requeue  # no shared clock to bound its age: not kept
     _form_input = (token, snapshot, requeue)
     return snapshot, requeue
+
+
+def _cache_get(key: str):
+    """A cache read that a Redis outage turns into "nothing cached": the estimates are then
+    "not computed yet" and the job pages and API still answer (the portal takes and lists jobs
+    whatever the broker does — tests/faults/test_redis_restart.py)."""
+    try:
+        return cache.get(key)
+    except RedisError:
+        log.warning("start estimates: the cache is unreachable", exc_info=True)
+        return None
 
 
 def start_estimate_new(*, project_id: int, flavor: str, workers: int, min_workers: int | None,

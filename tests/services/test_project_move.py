@@ -219,7 +219,7 @@ def test_item4_admin_no_longer_changes_a_projects_department(world, client, room
     page = client.get(url).content.decode()
     assert 'name="department"' not in page and reverse("project-move", args=[world.pa.pk]) in page
     response = client.post(url, {"code": "pa", "name": "Renamed", "department": roomy.pk, "active": "on",
-                                 "description": ""})
+                                 "description": "", "queueing": "best_effort", "aging_bound_seconds": ""})
     assert response.status_code == 302
     world.pa.refresh_from_db()
     assert (world.pa.name, world.pa.department_id) == ("Renamed", world.A.pk)
