@@ -42,6 +42,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from jobs.models import Job, JobEvent
+from jobs.replay.limits import edge_instants, limit_schedule
 from jobs.replay.metrics import percentile
 from jobs.replay.sim import EPOCH, Options, World, simulate
 from jobs.replay.trace import TraceJob, TraceNode
@@ -141,15 +142,10 @@ class _Config:
                 milli(e.quota), milli(e.borrow_limit), milli(e.lend_limit))
         return out
 
-    def edges(self) -> set[tuple[str, time | datetime]]:
-        found: set = set()
-        for ws in self.windows.values():
-            for w in ws:
-                found |= {("t", w.start), ("t", w.end)}
-        for spans in self.loans_out.values():
-            for s in spans:
-                found |= {("at", s.starts_at), ("at", s.ends_at)}
-        return found
+    def instants(self, start: datetime, horizon: float, zone) -> list[datetime]:
+        return edge_instants(start, horizon, zone,
+                             (c for ws in self.windows.values() for w in ws for c in (w.start, w.end)),
+                             (s for spans in self.loans_out.values() for s in spans))
 
 
 def read_config() -> _Config:
@@ -207,27 +203,8 @@ def _child_of(node: QuotaNode, dept: int) -> bool:
 def schedule(config: _Config, start: datetime, horizon: float, zone
              ) -> tuple[dict, tuple[tuple[float, dict], ...]]:
     """Limits at trace time 0 and every change until ``horizon`` (seconds)."""
-    instants = set()
-    day0 = start.astimezone(zone).date() - timedelta(days=1)
-    days = int(horizon // 86400) + 2
-    edges = config.edges()
-    for kind, value in edges:
-        if kind == "at":
-            instants.add(value)
-        else:
-            for d in range(days + 1):
-                instants.add(datetime.combine(day0 + timedelta(days=d), value, tzinfo=zone))
-    first = config.at(start, zone)
-    changes, last = [], first
-    for at in sorted(instants):
-        t = (at - start).total_seconds()
-        if t <= 0 or t > horizon:
-            continue
-        now = config.at(at, zone)
-        if now != last:
-            changes.append((t, now))
-            last = now
-    return first, tuple(changes)
+    instants = config.instants(start, horizon, zone)
+    return limit_schedule(lambda at: config.at(at, zone), start, instants, horizon)
 
 
 def inputs(month: date, change: str, params: dict, *, now: datetime | None = None

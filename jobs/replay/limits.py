@@ -24,7 +24,7 @@ which the replay rebuilds its engine as the service's warm engine does. Nothing 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
@@ -64,16 +64,42 @@ class SpecLimits:
 
     def instants(self, horizon: float) -> list[datetime]:
         """Window edges on every day the replay covers, and loan starts and ends."""
-        found: set[datetime] = set()
-        clocks = {c for ws in self.windows.values() for w in ws for c in (w.start, w.end)}
-        first = self.origin.astimezone(self.zone).date() - timedelta(days=1)
-        for d in range(int(horizon // 86400) + 3):
-            day = first + timedelta(days=d)
-            found |= {datetime.combine(day, c, tzinfo=self.zone) for c in clocks}
-        for spans in self.loans_out.values():
-            for s in spans:
-                found |= {s.starts_at, s.ends_at}
-        return sorted(found)
+        return edge_instants(self.origin, horizon, self.zone,
+                             (c for ws in self.windows.values() for w in ws for c in (w.start, w.end)),
+                             (s for spans in self.loans_out.values() for s in spans))
+
+
+def edge_instants(start: datetime, horizon: float, zone: ZoneInfo, clocks: Iterable[time],
+                  loans: Iterable[LoanSpan]) -> list[datetime]:
+    """Every instant limits may change from ``start`` over ``horizon`` seconds: the windows'
+    edges (``clocks``, times of day in ``zone``) on every day covered — from the day before, as
+    a window may open the evening before — and the loans' starts and ends."""
+    clocks = set(clocks)
+    first = start.astimezone(zone).date() - timedelta(days=1)
+    found: set[datetime] = set()
+    for d in range(int(horizon // 86400) + 3):
+        day = first + timedelta(days=d)
+        found |= {datetime.combine(day, c, tzinfo=zone) for c in clocks}
+    for span in loans:
+        found |= {span.starts_at, span.ends_at}
+    return sorted(found)
+
+
+def limit_schedule(limits_at: Callable[[datetime], dict], start: datetime, instants: Iterable[datetime],
+                   horizon: float) -> tuple[dict, tuple[tuple[float, dict], ...]]:
+    """The limits at ``start`` and each change after it, ``(seconds after start, limits)``, up
+    to ``horizon``: an instant whose limits equal the previous ones is no change."""
+    first = limits_at(start)
+    changes, last = [], first
+    for at in instants:
+        t = (at - start).total_seconds()
+        if t <= 0 or t > horizon:
+            continue
+        now = limits_at(at)
+        if now != last:
+            changes.append((t, now))
+            last = now
+    return first, tuple(changes)
 
 
 def _milli(value: Decimal | None) -> int | None:
@@ -193,17 +219,9 @@ def world(data: Mapping, tenants: Iterable[str], horizon: float) -> World:
     for key in (*spec.windows, *spec.loans_out, *spec.loans_in):
         base.setdefault(key, Limits(Decimal(0)))
     keys = sorted(base)
-    first = spec.at(spec.origin, keys, base)
-    changes, last = [], first
-    for at in spec.instants(horizon):
-        t = (at - spec.origin).total_seconds()
-        if t <= 0 or t > horizon:
-            continue
-        now = spec.at(at, keys, base)
-        if now != last:
-            changes.append((t, now))
-            last = now
-    return World(tree, first, (), tuple(changes))
+    first, changes = limit_schedule(lambda at: spec.at(at, keys, base), spec.origin, spec.instants(horizon),
+                                    horizon)
+    return World(tree, first, (), changes)
 
 
 def load_world(path, jobs: Iterable) -> World | None:
