@@ -10,14 +10,21 @@ was rolled back. Outside a transaction it goes out at once.
 
 from __future__ import annotations
 
+from celery.result import AsyncResult
 from django.db import transaction
 
 
-def send(name: str, *args, expires: float | None = None) -> None:
-    """Send task ``name`` with ``args`` now, to the portal's queue (``CELERY_QUEUE``)."""
+def send(name: str, *args, expires: float | None = None) -> AsyncResult:
+    """Send task ``name`` with ``args`` now, to the portal's queue (``CELERY_QUEUE``).
+
+    ``ignore_result``: nobody waits for these tasks' results, and ``send_task`` cannot see the
+    task's own ``ignore_result`` (the sender need not import it). Without it Celery subscribes to
+    the result in the result backend (Redis) first, and with Redis down that subscription
+    retries for ~19 s — a submission would hang that long instead of failing fast and leaving
+    the work to beat (the Redis restart fault test caught it)."""
     from portal.celery import app
 
-    app.send_task(name, args=args, expires=expires)
+    return app.send_task(name, args=args, expires=expires, ignore_result=True)
 
 
 def enqueue(name: str, *args, expires: float | None = None) -> None:

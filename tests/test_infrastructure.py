@@ -45,3 +45,17 @@ def test_healthz_fails_when_the_broker_is_unreachable(client):
     assert response.status_code == 503
     assert response.json()["checks"]["broker"].startswith("error")
     assert response.json()["checks"]["database"] == "ok"
+
+
+def test_the_portals_sends_do_not_wait_on_the_result_backend():
+    """``send`` must not subscribe to a result: with Redis down that subscription retries for
+    ~19 s, and every submission during an outage hung that long (the Redis restart fault test)."""
+    from portal.celery import app
+    from portal.enqueue import send
+
+    subscribed = app.backend.result_consumer.subscribed_to
+    sent = send("portal.ping", "nobody reads this", expires=5)  # a worker drops it once expired
+    assert sent.ignored and app.backend.get_key_for_task(sent.id) not in subscribed
+    # The check can fail: a task sent for its result subscribes.
+    awaited = ping.apply_async(args=["x"], queue=private_queue(), expires=5)
+    assert app.backend.get_key_for_task(awaited.id) in subscribed
