@@ -19,6 +19,7 @@ from django.views.decorators.http import require_POST
 from portal.selectors import get_visible, scope_for
 
 from .advisor import space
+from .advisor.objective import reuse_today
 from .advisor.scenario import Scenario
 from .advisor.space import DEFAULT_BOUNDS
 from .advisor_charts import department_rows, figures
@@ -98,6 +99,8 @@ def _context(search) -> dict:
     feasible = sorted((c for c in cands[1:] if c.feasible and c.objective is not None),
                       key=lambda c: (c.objective, c.number))
     ctx["best"] = feasible[:BEST_SHOWN]
+    for c in [base, *ctx["best"]] if base is not None else ctx["best"]:
+        c.reuse_today = reuse_today(c.result)  # what the objective judges (docs/advisor.md)
     for c in ctx["best"]:  # what differs from today, as "name = value"
         c.changes = [f"{k} = {round(v, 3) if isinstance(v, float) else v}"
                      for k, v in space.changes(c.params, search.projects).items()]

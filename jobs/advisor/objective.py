@@ -9,11 +9,13 @@ Every term is a ratio to today's replay (the baseline), so today scores exactly
     avg   = mean over departments d of (avg_d + 1 s) / (avg0_d + 1 s)     queue delay
     p95   = mean over departments d of (p95_d + 1 s) / (p95_0_d + 1 s)
     alloc = alloc0 / alloc                                                window allocation rate
-    reuse = (1 − reuse) / (1 − reuse0)                                    idle quota left unused
+    reuse = (1 − reuse) / (1 − reuse0)      idle quota left unused, both judged against TODAY's quotas
     lost  = (lost + H) / (lost0 + H), H = 1 % of today's GPU-hours used   preempted work lost
 
 (the + 1 s keeps a department that never queues from dividing by zero; a candidate losing 1 % of
-today's GPU-hours to preemptions doubles the ``lost`` term.)
+today's GPU-hours to preemptions doubles the ``lost`` term. Reuse is judged against today's
+project quotas, not the candidate's: with its own, lowering every project's quota
+(``overcommit_ratio`` < 1) would "raise reuse" by relabelling the same schedule as borrowing.)
 
 Infeasible (whatever the objective) when, for any department d present today:
 
@@ -67,8 +69,7 @@ def evaluate(before: Mapping, after: Mapping, rules: Rules = Rules()) -> Verdict
         "p95": _mean([(a.get(d, missing)["p95_queue_delay_s"] + EPS_S) / (b[d]["p95_queue_delay_s"] + EPS_S)
                       for d in depts]),
         "alloc": before["window_gpu_allocation_rate"] / max(after["window_gpu_allocation_rate"], 1e-9),
-        "reuse": (1 - after["window_idle_quota_reuse_ratio"])
-        / max(1 - before["window_idle_quota_reuse_ratio"], 1e-9),
+        "reuse": (1 - reuse_today(after)) / max(1 - reuse_today(before), 1e-9),
         "lost": _lost_ratio(before, after),
     }
     objective = sum(rules.weights[k] * v for k, v in terms.items())
@@ -85,6 +86,12 @@ def evaluate(before: Mapping, after: Mapping, rules: Rules = Rules()) -> Verdict
     if after["never_started"] > before["never_started"]:
         violations.append("never_started")
     return Verdict(objective, not violations, terms, tuple(violations), worst)
+
+
+def reuse_today(summary: Mapping) -> float:
+    """Window idle-quota reuse judged against today's quotas (metrics.Reuse). A summary stored
+    before that figure existed has only reuse of its own quotas, the same for today's settings."""
+    return summary.get("window_idle_quota_reuse_ratio_today_quotas", summary["window_idle_quota_reuse_ratio"])
 
 
 def _lost_ratio(before: Mapping, after: Mapping) -> float:

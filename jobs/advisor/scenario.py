@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from jobs.replay import policy as replay_policy
 from jobs.replay import sim
-from jobs.replay.metrics import percentile
+from jobs.replay.metrics import Recorder, percentile
+from jobs.replay.spec import capacity, demand_milli
 from jobs.replay.trace import TraceJob, TraceNode
 
 
@@ -104,9 +105,41 @@ def run(scenario: Scenario, inputs: Mapping) -> dict:
     return replay(jobs, nodes, inputs)
 
 
+def no_wait_reuse(jobs: list[TraceJob], nodes: list[TraceNode], quotas=None) -> float:
+    """Window idle-quota reuse against today's quotas if every job ran the moment it was
+    submitted — what the demand itself allows, whatever the policy: a policy moves starts, it
+    cannot make a tenant want more than its quota while another's sits idle. A yardstick for
+    ``window_idle_quota_reuse_ratio_today_quotas``, not a bound (moving starts can shift it a
+    little either way). ``quotas``: the SPEC's (None: derived, as the advisor's replays do)."""
+    _options, world = replay_policy.world(jobs, nodes, quotas, {}, sim.Options())
+    rec = Recorder(sim.project_quotas(world.tree, world.limits), capacity(nodes))
+    flavors = sim.assign_flavors(jobs, nodes)
+    events = []
+    for j in jobs:
+        if j.job_id in flavors:
+            events.append((j.submit_time, 0, j))
+            if j.duration is not None:
+                events.append((j.submit_time + j.duration, 1, j))
+    last_submit = max((t for t, kind, _ in events if kind == 0), default=0.0)
+    windowed = False
+    for t, kind, j in sorted(events, key=lambda e: (e[0], e[1], e[2].job_id)):
+        if not windowed and t > last_submit:
+            rec.mark_window(last_submit)
+            windowed = True
+        if kind == 0:
+            rec.submitted(j.job_id, j.tenant, t)
+            rec.started(j.job_id, flavors[j.job_id], demand_milli(j), t)
+        else:
+            rec.released(j.job_id, t, finished=True)
+    if not windowed:
+        rec.mark_window(last_submit)
+    return rec.summary()["window_idle_quota_reuse_ratio"]
+
+
 KEEP = ("jobs", "finished", "never_started", "avg_queue_delay_s", "p50_queue_delay_s", "p95_queue_delay_s",
         "gpu_allocation_rate", "idle_quota_reuse_ratio", "window_s", "window_gpu_allocation_rate",
-        "window_idle_quota_reuse_ratio", "preemptions", "preempted_gpu_hours_lost", "makespan_s",
+        "window_idle_quota_reuse_ratio", "idle_quota_reuse_ratio_today_quotas",
+        "window_idle_quota_reuse_ratio_today_quotas", "preemptions", "preempted_gpu_hours_lost", "makespan_s",
         "wall_seconds", "cycles", "gpus", "nodes", "p99_queue_delay_s", "max_queue_delay_s",
         "waited_over_bound")
 

@@ -7,6 +7,11 @@ B_f = Σ_p max(0, u − q) of usage above quota; ``idle_quota_reuse_ratio`` =
 ∫ Σ_f min(B_f, I_f) dt ÷ ∫ Σ_f I_f dt: the share of idle quota that other tenants used. When the
 quotas of a flavor sum to its capacity, B_f ≤ I_f always and the min changes nothing; it stops
 use of unassigned capacity from counting as reuse of idle quota).
+
+A what-if that changes the quotas (the advisor's ``overcommit_ratio``) changes what counts as
+idle and as borrowed, so reuse is also measured against a ``reference`` quota set — today's —
+on the same schedule: ``*_idle_quota_reuse_ratio_today_quotas``. Only that figure compares
+sharing across candidates; the plain one is reuse of the quotas the run itself had in force.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping
+
+Quotas = Mapping[str, Mapping[str, int]]  # project -> flavor -> milli-GPUs
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -24,25 +31,61 @@ def percentile(values: list[float], p: float) -> float:
     return s[max(0, math.ceil(p / 100 * len(s)) - 1)]
 
 
-class Recorder:
-    def __init__(self, quotas: Mapping[str, Mapping[str, int]], cap: Mapping[str, int],
-                 wait_bound: float = 3600.0) -> None:
-        self.wait_bound = wait_bound  # seconds: ``waited_over_bound`` counts the jobs queued longer
-        self._end: float | None = None  # the end of the replay (``summary``)
+class Reuse:
+    """Idle quota and its reuse against one quota set, as time integrals (milli-seconds)."""
+
+    def __init__(self, quotas: Quotas) -> None:
         self.quota = {(t, f): q for t, per in quotas.items() for f, q in per.items()}
-        self.capacity = sum(cap.values())  # milli
-        self.cap = dict(cap)  # per flavor, milli
-        self.started_on: dict[str, int] = defaultdict(int)  # per flavor: starts (a restart counts again)
         self.usage: dict[tuple[str, str], int] = defaultdict(int)
-        self.alloc = 0  # milli allocated now
         self.idle_f: dict[str, int] = defaultdict(int)  # per flavor: Σ_p max(0, q − u) now
         self.excess_f: dict[str, int] = defaultdict(int)  # per flavor: Σ_p max(0, u − q) now
         for (_, f), q in self.quota.items():
             self.idle_f[f] += q
         self.idle = sum(self.quota.values())  # Σ_f idle_f now
         self.excess = 0  # Σ_f min(excess_f, idle_f) now: usage beyond quota that others' idle quota covers
+        self.idle_int = self.excess_int = 0.0
+        self.window: tuple[float, float] | None = None  # (idle, excess) integrals at the window's end
+
+    def advance(self, dt: float) -> None:
+        self.idle_int += self.idle * dt
+        self.excess_int += self.excess * dt
+
+    def use(self, key: tuple[str, str], delta: int) -> None:
+        q = self.quota.get(key, 0)
+        u = self.usage[key]
+        f = key[1]
+        idle0, excess0 = self.idle_f[f], self.excess_f[f]
+        idle_f = idle0 - max(0, q - u) + max(0, q - u - delta)
+        excess_f = excess0 - max(0, u - q) + max(0, u + delta - q)
+        self.usage[key] = u + delta
+        self.idle_f[f], self.excess_f[f] = idle_f, excess_f
+        self.idle += idle_f - idle0
+        self.excess += min(idle_f, excess_f) - min(idle0, excess0)
+
+    def ratio(self) -> float:
+        return self.excess_int / self.idle_int if self.idle_int > 0 else 0.0
+
+    def window_ratio(self) -> float:
+        wi, we = self.window
+        return we / wi if wi > 0 else 0.0
+
+
+class Recorder:
+    def __init__(self, quotas: Quotas, cap: Mapping[str, int], wait_bound: float = 3600.0,
+                 reference: Quotas | None = None) -> None:
+        """``quotas``: the project quotas in force (milli-GPUs per flavor); ``reference``: the
+        quotas reuse is also judged against (today's; None: the same)."""
+        self.wait_bound = wait_bound  # seconds: ``waited_over_bound`` counts the jobs queued longer
+        self._end: float | None = None  # the end of the replay (``summary``)
+        self.reuse = Reuse(quotas)
+        self.today = Reuse(quotas if reference is None else reference)
+        self.quota = self.reuse.quota
+        self.capacity = sum(cap.values())  # milli
+        self.cap = dict(cap)  # per flavor, milli
+        self.started_on: dict[str, int] = defaultdict(int)  # per flavor: starts (a restart counts again)
+        self.alloc = 0  # milli allocated now
         self.t = None  # time of the last integration
-        self.alloc_int = self.idle_int = self.excess_int = 0.0  # milli-seconds
+        self.alloc_int = 0.0  # milli-seconds
         self.t_first = self.t_last = None
         self.submit: dict[str, float] = {}
         self.tenant: dict[str, str] = {}
@@ -57,12 +100,14 @@ class Recorder:
         self.ever: set[str] = set()
         self.preemptions = 0
         self.lost_s = 0.0  # milli-seconds of victims' work lost (restarted from zero)
-        self.window: tuple[float, float, float, float] | None = None  # (t, alloc, idle, excess)
+        self.window: tuple[float, float] | None = None  # (t, alloc integral) at the window's end
 
     def mark_window(self, t: float) -> None:
         """Close the arrival window at ``t`` (the last submit): the ``window_*`` figures."""
         self._advance(t)
-        self.window = (t, self.alloc_int, self.idle_int, self.excess_int)
+        self.window = (t, self.alloc_int)
+        for r in (self.reuse, self.today):
+            r.window = (r.idle_int, r.excess_int)
 
     # -- integrals ------------------------------------------------------------------------
     def _advance(self, t: float) -> None:
@@ -71,8 +116,8 @@ class Recorder:
         dt = t - self.t
         if dt > 0:
             self.alloc_int += self.alloc * dt
-            self.idle_int += self.idle * dt
-            self.excess_int += self.excess * dt
+            self.reuse.advance(dt)
+            self.today.advance(dt)
             self.t = t
         if self.t_first is None or t < self.t_first:
             self.t_first = t
@@ -80,16 +125,8 @@ class Recorder:
             self.t_last = t
 
     def _use(self, key: tuple[str, str], delta: int) -> None:
-        q = self.quota.get(key, 0)
-        u = self.usage[key]
-        f = key[1]
-        idle0, excess0 = self.idle_f[f], self.excess_f[f]
-        idle_f = idle0 - max(0, q - u) + max(0, q - u - delta)
-        excess_f = excess0 - max(0, u - q) + max(0, u + delta - q)
-        self.usage[key] = u + delta
-        self.idle_f[f], self.excess_f[f] = idle_f, excess_f
-        self.idle += idle_f - idle0
-        self.excess += min(idle_f, excess_f) - min(idle0, excess0)
+        self.reuse.use(key, delta)
+        self.today.use(key, delta)
         self.alloc += delta
 
     # -- job events -----------------------------------------------------------------------
@@ -172,20 +209,22 @@ class Recorder:
             "waited_over_bound": self._over_bound(self.submit),
             "avg_jct_s": _mean(jcts),
             "gpu_allocation_rate": alloc_rate,
-            "idle_quota_reuse_ratio": (self.excess_int / self.idle_int) if self.idle_int > 0 else 0.0,
-            "idle_quota_gpu_s": self.idle_int / 1000,
-            "borrowed_gpu_s": self.excess_int / 1000,
+            "idle_quota_reuse_ratio": self.reuse.ratio(),
+            "idle_quota_reuse_ratio_today_quotas": self.today.ratio(),
+            "idle_quota_gpu_s": self.reuse.idle_int / 1000,
+            "borrowed_gpu_s": self.reuse.excess_int / 1000,
             "preemptions": self.preemptions,
             "preempted_gpu_hours_lost": self.lost_s / 1000 / 3600,
             "makespan_s": span,
         }
         if self.window is not None and self.t_first is not None:
-            wt, wa, wi, we = self.window
+            wt, wa = self.window
             wspan = wt - self.t_first
             out["window_s"] = wspan
             busy = self.capacity * wspan
             out["window_gpu_allocation_rate"] = wa / busy if busy > 0 else 0.0
-            out["window_idle_quota_reuse_ratio"] = we / wi if wi > 0 else 0.0
+            out["window_idle_quota_reuse_ratio"] = self.reuse.window_ratio()
+            out["window_idle_quota_reuse_ratio_today_quotas"] = self.today.window_ratio()
         out["tenants"] = self._tenants()
         out["flavors"] = self._flavors(span)
         if detail:

@@ -176,12 +176,14 @@ def world(jobs, nodes, quotas, policy: Mapping, options):
     if quotas is None:  # the same derivation as simulate's, so the baseline is unchanged
         quotas = derive_quotas(runnable, flavors, capacity(nodes), horizon, options.quota_split)
     tree, base = tenant_tree({j.tenant for j in runnable}, quotas)
+    today = sim.project_quotas(tree, base)  # reuse is also judged against these
     day = limits_for(tree, base, policy)
     night = policy.get("night")
     t0 = min((j.submit_time for j in runnable), default=0.0)
     if not night:
-        return engine_settings(policy, options), sim.World(tree, day)
+        return engine_settings(policy, options), sim.World(tree, day, reference_quotas=today)
     dark = limits_for(tree, base, policy, night=True)
     first = dark if in_night(sim.EPOCH + t0, night) else day
     changes = tuple((t, dark if inside else day) for t, inside in window_edges(t0, horizon, night, sim.EPOCH))
-    return engine_settings(policy, options), sim.World(tree, first, changes=changes)
+    return engine_settings(policy, options), sim.World(tree, first, changes=changes, reference_quotas=today)
+

@@ -116,6 +116,20 @@ class World:
     limits: Mapping[tuple[str, str], Limits]
     nodes: tuple[Node, ...] = ()  # () = built from the TraceNodes (engine_nodes)
     changes: tuple[tuple[float, Mapping[tuple[str, str], Limits]], ...] = field(default=())
+    # Project quotas (milli-GPUs per flavor) that idle-quota reuse is also judged against — today's,
+    # when a what-if changed them (the advisor's overcommit ratio; metrics.Recorder); None: these.
+    reference_quotas: Mapping[str, Mapping[str, int]] | None = None
+
+
+def project_quotas(tree: Sequence[TreeNode], limits: Mapping[tuple[str, str], Limits]
+                   ) -> dict[str, dict[str, int]]:
+    """The projects' quotas of ``limits``, milli-GPUs per flavor (what the Recorder measures)."""
+    kinds = {n.id: n.kind for n in tree}
+    out: dict[str, dict[str, int]] = {}
+    for (node, flavor), lim in limits.items():
+        if kinds.get(node) == "project":
+            out.setdefault(node, {})[flavor] = lim.quota
+    return out
 
 
 def repeat_jobs(jobs: Sequence[TraceJob], repeat: int = 1, scale: float = 1.0) -> list[TraceJob]:
@@ -248,17 +262,11 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     horizon = max((j.submit_time + (j.duration or 0.0) for j in runnable), default=0.0)
     if world is not None:
         tree, limits = world.tree, world.limits
-        kinds = {n.id: n.kind for n in tree}
-        quotas = defaultdict(dict)
-        for (t, f), lim in limits.items():
-            if kinds.get(t) == "project":
-                quotas[t][f] = lim.quota
-        quotas = dict(quotas)
+        quotas = project_quotas(tree, limits)
     elif quotas is None:
         quotas = derive_quotas(runnable, flavors, cap, horizon, options.quota_split)
     if world is None:
         tree, limits = tenant_tree({j.tenant for j in runnable}, quotas)
-    project_quotas = {t: per for t, per in quotas.items()}
     by_id = {j.job_id: j for j in runnable}
     priorities = sorted({j.priority for j in runnable})
     t_first = min((j.submit_time for j in runnable), default=0.0)
@@ -270,7 +278,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     flags = {"fragmentation_aware": options.fragmentation_aware, "backfill": options.backfill,
              "borrowing": borrowing}
     engine = engine_factory(snap, **flags)
-    rec = Recorder(project_quotas, cap, wait_bound=options.wait_bound_s)
+    reference = world.reference_quotas if world is not None else None
+    rec = Recorder(quotas, cap, wait_bound=options.wait_bound_s, reference=reference)
 
     heap: list[tuple[float, int, int, str, int]] = []
     seq = 0

@@ -53,6 +53,12 @@ def test_the_search_page_shows_the_best_candidates_per_department_with_charts(wo
     assert reverse("advisor-apply", args=[cand.pk]) in body
     fragment = client.get(reverse("advisor-progress", args=[search.pk])).content.decode()
     assert "hx-trigger" not in fragment  # done: polling stops
+    # reuse twice: against today's quotas (what the objective judges) and the candidate's own,
+    # which its halved quotas raise (docs/advisor.md, "What reuse measures")
+    today, own = (cand.result[k] for k in ("window_idle_quota_reuse_ratio_today_quotas",
+                                           "window_idle_quota_reuse_ratio"))
+    assert own > today
+    assert f'<td class="num">{today:.3f}</td><td class="num">{own:.3f}</td>' in fragment
 
 
 def test_apply_turns_the_overcommit_ratio_into_quota_requests_and_lists_the_rest(world):

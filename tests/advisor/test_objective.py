@@ -76,3 +76,13 @@ def test_more_jobs_left_unstarted_than_today_is_infeasible():
 def test_bad_rules_are_refused(bound, floor):
     with pytest.raises(ValueError):
         check_rules(bound, floor)
+
+
+def test_reuse_is_judged_against_todays_quotas_not_the_candidates():
+    """A candidate that only relabels the schedule (its own quotas lower, reuse of them higher)
+    gains nothing on the reuse term; one that really shares more of today's quota does."""
+    relabelled = run({"a": (99.0, 299.0, {"G2": 10.0}), "b": (9.0, 59.0, {"G2": 6.0})}, reuse=0.6)
+    relabelled["window_idle_quota_reuse_ratio_today_quotas"] = 0.1  # today's figure
+    assert evaluate(TODAY, relabelled).terms["reuse"] == pytest.approx(1.0)
+    shared = dict(relabelled, window_idle_quota_reuse_ratio_today_quotas=0.55)
+    assert evaluate(TODAY, shared).terms["reuse"] == pytest.approx(0.45 / 0.9)

@@ -122,3 +122,48 @@ def test_preempted_work_is_counted_as_lost_gpu_hours():
     assert r["preemptions"] == 1
     assert r["preempted_gpu_hours_lost"] == pytest.approx(4 * (1800 - 1) / 3600, abs=0.01)
     assert simulate(jobs, nodes, quotas, Options(checkpointing=True))["preempted_gpu_hours_lost"] == 0.0
+
+
+
+def _six_of_eight():
+    # p00 runs 6 GPUs for an hour (2 above its quota of 4) while p01 (quota 4) idles until 7,200 s.
+    nodes = [TraceNode("n0", 8, "G")]
+    jobs = [TraceJob("a0", 0.0, 3600.0, 4, tenant="d0/p00"), TraceJob("a1", 0.0, 3600.0, 2, tenant="d0/p00"),
+            TraceJob("b0", 7200.0, 60.0, 4, tenant="d0/p01")]
+    return jobs, nodes, {"d0/p00": {"G": 4000}, "d0/p01": {"G": 4000}}
+
+
+def test_reuse_is_also_judged_against_todays_quotas_when_a_policy_lowers_them():
+    """Halving every project's quota leaves the schedule as it was (p00 borrows either way), so
+    reuse against today's quotas is unchanged, while reuse against the run's own quotas doubles —
+    the relabelling the objective must not reward (docs/advisor.md, "What reuse measures")."""
+    jobs, nodes, quotas = _six_of_eight()
+    exact = Options(detail=True, coalesce=0.0)
+    opts, world = policy.world(jobs, nodes, quotas, {}, exact)
+    today = simulate(jobs, nodes, None, opts, world=world)
+    opts, world = policy.world(jobs, nodes, quotas, {"overcommit_ratio": 0.5}, exact)
+    halved = simulate(jobs, nodes, None, opts, world=world)
+    assert halved["job_queue_delay_s"] == today["job_queue_delay_s"] == {"a0": 0.0, "a1": 0.0, "b0": 0.0}
+    own, judged = "window_idle_quota_reuse_ratio", "window_idle_quota_reuse_ratio_today_quotas"
+    # today: for 3,600 s of the 7,200 s window 2 of p01's 4 idle GPUs are used, then none of 8
+    assert today[own] == today[judged] == pytest.approx(2 * 3600 / (4 * 3600 + 8 * 3600))
+    assert halved[judged] == pytest.approx(today[own])
+    # halved quotas (2 + 2): p00 is 4 above its quota, p01's 2 idle GPUs are all used
+    assert halved[own] == pytest.approx(2 * 3600 / (2 * 3600 + 4 * 3600))
+    assert halved["idle_quota_reuse_ratio_today_quotas"] == pytest.approx(today["idle_quota_reuse_ratio"])
+
+
+def test_the_no_wait_yardstick_equals_a_replay_in_which_no_job_waited():
+    from jobs.advisor.scenario import no_wait_reuse
+
+    jobs, nodes, quotas = _six_of_eight()
+    opts, world = policy.world(jobs, nodes, quotas, {}, Options(detail=True, coalesce=0.0))
+    replayed = simulate(jobs, nodes, None, opts, world=world)
+    assert max(replayed["job_queue_delay_s"].values()) == 0.0
+    assert no_wait_reuse(jobs, nodes, quotas) == pytest.approx(replayed["window_idle_quota_reuse_ratio"])
+    # when a job waits (no room for c0 until 3,600 s), the yardstick counts it from its submit
+    late = [*jobs, TraceJob("c0", 1.0, 3600.0, 4, tenant="d0/p00")]
+    opts, world = policy.world(late, nodes, quotas, {}, Options(detail=True, coalesce=0.0))
+    waited = simulate(late, nodes, None, opts, world=world)
+    assert waited["job_queue_delay_s"]["c0"] == 3599.0
+    assert no_wait_reuse(late, nodes, quotas) > waited["window_idle_quota_reuse_ratio"]
