@@ -94,9 +94,12 @@ def advisor_search_create(*, by, scenario: dict, bounds: dict, seed: int, budget
     return search
 
 
-def advisor_search_cancel(*, search: AdvisorSearch) -> bool:
-    """Stop drawing candidates; the ones running finish and are kept."""
-    return any(_move_search(search.pk, frm, SearchState.CANCELLED, "cancelled", finished_at=timezone.now())
+def advisor_search_cancel(*, search: AdvisorSearch, by=None) -> bool:
+    """Stop the search: no candidate is drawn or claimed any more, and a running candidate's result
+    that arrives afterwards is discarded (the candidate ends failed, "search cancelled"; see
+    :func:`advisor_candidate_run`). False when the search had already finished (nothing changes)."""
+    reason = f"cancelled by {by.username}"[:200] if by is not None else "cancelled"
+    return any(_move_search(search.pk, frm, SearchState.CANCELLED, reason, finished_at=timezone.now())
                for frm in (SearchState.QUEUED, SearchState.RUNNING))
 
 
@@ -196,14 +199,24 @@ def advisor_candidate_run(candidate_id: int) -> str:
     finally:
         beat.stop()
     mine = Q(attempt=attempt)
-    if result is not None:
-        state = CandidateState.DONE if _move_candidate(
-            c, CandidateState.RUNNING, CandidateState.DONE, where=mine, result=result, runs=F("runs") + 1,
-            finished_at=timezone.now()) else "superseded"
-    else:
-        state = CandidateState.FAILED if _move_candidate(
-            c, CandidateState.RUNNING, CandidateState.FAILED, "replay failed", where=mine, error=error,
-            finished_at=timezone.now()) else "superseded"
+    with transaction.atomic():
+        # Under the search row's lock: a cancel either committed before (the result is discarded)
+        # or waits until the result is stored.
+        search_state = AdvisorSearch.objects.select_for_update().values_list("state", flat=True) \
+            .get(pk=c.search_id)
+        if search_state != SearchState.RUNNING:
+            state = CandidateState.FAILED if _move_candidate(
+                c, CandidateState.RUNNING, CandidateState.FAILED, f"discarded: search {search_state}",
+                where=mine, error=f"The search was {search_state} while this candidate ran: its result "
+                "was discarded.", finished_at=timezone.now()) else "superseded"
+        elif result is not None:
+            state = CandidateState.DONE if _move_candidate(
+                c, CandidateState.RUNNING, CandidateState.DONE, where=mine, result=result,
+                runs=F("runs") + 1, finished_at=timezone.now()) else "superseded"
+        else:
+            state = CandidateState.FAILED if _move_candidate(
+                c, CandidateState.RUNNING, CandidateState.FAILED, "replay failed", where=mine, error=error,
+                finished_at=timezone.now()) else "superseded"
     # Advance here, not in a queued task: behind the queued candidates it would leave a worker
     # idle for a whole replay before the next candidate is drawn. (If it fails, the tick retries.)
     advisor_search_advance(c.search_id)

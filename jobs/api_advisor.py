@@ -1,13 +1,14 @@
 """REST API of the policy advisor (issue 25; docs/advisor.md): start and list searches, read
-one with its candidates, apply a candidate. Platform admins only; anyone else gets 404 (the
-searches are not theirs to know of)."""
+one with its candidates, cancel one, apply a candidate. Platform admins only; anyone else gets 404
+(the searches are not theirs to know of) — except cancel, a write that is 403 for them before the
+body or the id is looked at."""
 
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.exceptions import ValidationError as ApiValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -17,6 +18,7 @@ from portal.selectors import get_visible, scope_for
 from .advisor.scenario import Scenario
 from .advisor_services import (
     advisor_candidate_apply,
+    advisor_search_cancel,
     advisor_search_create,
     visible_candidates,
     visible_searches,
@@ -122,6 +124,26 @@ class AdvisorSearchDetailApi(APIView):
     def get(self, request, pk):
         _platform_admin(request)
         return Response(_out(get_visible(visible_searches(request.user), pk=pk), detail=True))
+
+
+class AdvisorSearchCancelApi(APIView):
+    """Cancel a queued or running search: no more candidates are drawn, and the results of
+    candidates still running are discarded when they arrive. 200 with the search (cancelled); a
+    search already cancelled: 200, unchanged (the request is idempotent); a search that finished
+    (done or failed): 409, unchanged. Platform admins only: 403 for anyone else, before anything is
+    read; an unknown id: 404."""
+
+    @extend_schema(request=None, responses={200: SearchOut, 409: None})
+    def post(self, request, pk):
+        if not scope_for(request.user).platform_admin:
+            raise PermissionDenied
+        search = get_visible(visible_searches(request.user), pk=pk)
+        advisor_search_cancel(search=search, by=request.user)
+        search.refresh_from_db()
+        if search.state != "cancelled":
+            return Response({"detail": f"The search is {search.state}: it can no longer be cancelled.",
+                             "state": search.state}, status=status.HTTP_409_CONFLICT)
+        return Response(_out(search))
 
 
 class AdvisorCandidateApplyApi(APIView):

@@ -25,6 +25,7 @@ from .advisor_charts import department_rows, figures
 from .advisor_models import CandidateState, SearchState
 from .advisor_services import (
     advisor_candidate_apply,
+    advisor_search_cancel,
     advisor_search_create,
     visible_candidates,
     visible_searches,
@@ -122,6 +123,21 @@ def advisor_progress(request, pk: int):
     _platform_admin(request)
     search = get_visible(visible_searches(request.user), pk=pk)
     return render(request, "jobs/advisor_progress.html", _context(search))
+
+
+@login_required
+@require_POST
+def advisor_cancel(request, pk: int):
+    """Cancel a queued or running search (results of candidates still running are discarded)."""
+    _platform_admin(request)
+    search = get_visible(visible_searches(request.user), pk=pk)
+    if advisor_search_cancel(search=search, by=request.user):
+        messages.success(request, _("Search cancelled. Results of candidates still running will be discarded."))
+    else:
+        search.refresh_from_db()
+        messages.info(request, _("The search had already ended (%(state)s): nothing changed.") % {
+            "state": search.get_state_display()})
+    return redirect("advisor-search", pk=search.pk)
 
 
 @login_required
