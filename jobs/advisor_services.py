@@ -28,12 +28,13 @@ from django.utils.translation import gettext as _
 from portal.enqueue import enqueue
 
 from .advisor import objective, space, study
-from .advisor.scenario import Scenario
+from .advisor.scenario import HistoryScenario, Scenario, parse
 from .advisor_models import (
     CANDIDATE_MOVES,
     SEARCH_MOVES,
     AdvisorCandidate,
     AdvisorEvent,
+    AdvisorHistoryData,
     AdvisorSearch,
     CandidateState,
     SearchState,
@@ -76,8 +77,15 @@ def advisor_search_create(*, by, scenario: dict, bounds: dict, seed: int, budget
                           ) -> AdvisorSearch:
     """Validate and store a search, then queue its first advance. ``projects``: the scenario's
     projects (when not given, the first advance reads them from the trace, in the worker). Bad
-    input raises ValueError, storing nothing."""
-    s = Scenario.from_json(scenario)
+    input raises ValueError, storing nothing.
+
+    A ``history`` scenario (``{"kind": "history", "weeks": N}`` or ``since`` / ``until``) is
+    exported here, once (``jobs.history``), and stored with the search (:class:`AdvisorHistoryData`);
+    its projects are the history's tenant paths. An empty history is refused."""
+    s = parse(scenario)
+    files = None
+    if isinstance(s, HistoryScenario):
+        s, files, projects = _export_history(s)
     checked = space.check_bounds(bounds)
     objective.check_rules(p95_bound, p95_floor_s)
     for name, v, low, high in (("seed", seed, 0, 2**31 - 1), ("budget", budget, 1, 2000),
@@ -89,9 +97,45 @@ def advisor_search_create(*, by, scenario: dict, bounds: dict, seed: int, budget
             created_by=by, scenario=s.to_json(), bounds=checked, seed=seed, budget=budget,
             in_flight=in_flight, p95_bound=p95_bound, p95_floor_s=p95_floor_s,
             projects=sorted(projects or []))
+        if files is not None:
+            AdvisorHistoryData.objects.create(search=search, files=files)
         AdvisorEvent.objects.create(search=search, from_state="", to_state=SearchState.QUEUED)
         enqueue("jobs.advisor_advance", search.pk)
     return search
+
+
+def _export_history(s: HistoryScenario) -> tuple[HistoryScenario, dict, list[str]]:
+    """The history's range exported now: (the scenario with its range and job count, the files,
+    the projects). Errors name the scenario field (ValueError)."""
+    from dataclasses import replace
+    from datetime import datetime
+
+    from django.core.exceptions import ValidationError
+
+    from . import history
+
+    bounds = {}
+    for name in ("since", "until"):
+        value = getattr(s, name)
+        if value is not None:
+            try:
+                bounds[name] = datetime.fromisoformat(value)
+            except ValueError:
+                raise ValueError(f"scenario.{name}: not an ISO date-time: {value!r}") from None
+    try:
+        start, end = history.history_range(weeks=s.weeks, **bounds)
+    except ValidationError as exc:
+        field, messages = next(iter(exc.message_dict.items()))
+        raise ValueError(f"scenario.{field}: {' '.join(messages)}") from None
+    export = history.history_export(start=start, end=end)
+    if not export.trace:
+        raise ValueError(_("scenario: the portal's history has no job that ran from %(start)s to %(end)s; "
+                           "choose a longer range.") % {"start": f"{start:%Y-%m-%d %H:%M}",
+                                                        "end": f"{end:%Y-%m-%d %H:%M}"})
+    zone = timezone.get_default_timezone()
+    s = replace(s, start=start.astimezone(zone).isoformat(), end=end.astimezone(zone).isoformat(),
+                jobs=len(export.trace))
+    return s, history.texts(export), sorted({row["tenant"] for row in export.trace})
 
 
 def advisor_search_cancel(*, search: AdvisorSearch, by=None) -> bool:
@@ -113,7 +157,7 @@ def advisor_search_advance(search_id: int) -> str:
             search.state = SearchState.RUNNING
         if search.state != SearchState.RUNNING:
             return search.state
-        if not search.projects:
+        if not search.projects and search.scenario.get("kind", "alibaba") == "alibaba":
             from .advisor.scenario import load
 
             search.projects = sorted({j.tenant for j in load(Scenario.from_json(search.scenario))[0]})
@@ -191,9 +235,7 @@ def advisor_candidate_run(candidate_id: int) -> str:
     beat = _Heartbeat(c.pk, attempt)
     beat.start()
     try:
-        from .advisor.scenario import run
-
-        result, error = run(Scenario.from_json(c.search.scenario), c.inputs), ""
+        result, error = _replay(c), ""
     except Exception:  # a bad candidate fails alone; the search goes on
         result, error = None, traceback.format_exc(limit=5)[-4000:]
     finally:
@@ -221,6 +263,18 @@ def advisor_candidate_run(candidate_id: int) -> str:
     # idle for a whole replay before the next candidate is drawn. (If it fails, the tick retries.)
     advisor_search_advance(c.search_id)
     return state
+
+
+def _replay(c: AdvisorCandidate) -> dict:
+    from .advisor.scenario import run, run_history
+
+    scenario = parse(c.search.scenario)
+    if isinstance(scenario, HistoryScenario):  # the export stored with the search, read once per worker
+        def files():
+            return AdvisorHistoryData.objects.get(search_id=c.search_id).files
+
+        return run_history(("search", c.search_id), files, c.inputs)
+    return run(scenario, c.inputs)
 
 
 class _Heartbeat:

@@ -33,7 +33,9 @@ def _platform_admin(request) -> None:
 class SearchIn(serializers.Serializer):
     scenario = serializers.JSONField(
         required=False, default=dict,
-        help_text="Scenario keys to change (overlay, window_s, node_fraction, …).")
+        help_text="Scenario keys to change (overlay, window_s, node_fraction, …) of the Alibaba trace, or "
+        "{\"kind\": \"history\", \"weeks\": N} (or since / until, ISO with an offset): this portal's own "
+        "history, exported when the search is created.")
     bounds = serializers.JSONField(
         required=False, default=dict,
         help_text="Per dimension: [low, high] or a list of choices (docs/advisor.md).")
@@ -107,9 +109,12 @@ class AdvisorSearchListApi(APIView):
         d = data.validated_data
         if not isinstance(d["scenario"], dict) or not isinstance(d["bounds"], dict):
             raise ApiValidationError({"scenario": ["Give JSON objects."]})
+        scenario = d["scenario"]
+        if scenario.get("kind", "alibaba") == "alibaba":
+            scenario = {**Scenario().to_json(), **scenario}
         try:
             search = advisor_search_create(
-                by=request.user, scenario={**Scenario().to_json(), **d["scenario"]}, bounds=d["bounds"],
+                by=request.user, scenario=scenario, bounds=d["bounds"],
                 seed=d["seed"], budget=d["budget"], in_flight=d["in_flight"], p95_bound=d["p95_bound"],
                 p95_floor_s=d["p95_floor_s"])
         except (ValueError, TypeError) as exc:
