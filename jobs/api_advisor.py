@@ -72,6 +72,11 @@ class SearchOut(serializers.Serializer):
     done = serializers.IntegerField(help_text="Candidates finished (today's included).")
 
 
+class CancelConflictOut(serializers.Serializer):
+    detail = serializers.CharField()
+    state = serializers.CharField(help_text="The search's state, unchanged: done or failed.")
+
+
 class SearchDetailOut(SearchOut):
     candidates = CandidateOut(many=True)
 
@@ -138,7 +143,7 @@ class AdvisorSearchCancelApi(APIView):
     (done or failed): 409, unchanged. Platform admins only: 403 for anyone else, before anything is
     read; an unknown id: 404."""
 
-    @extend_schema(request=None, responses={200: SearchOut, 409: None})
+    @extend_schema(request=None, responses={200: SearchOut, 409: CancelConflictOut})
     def post(self, request, pk):
         if not scope_for(request.user).platform_admin:
             raise PermissionDenied

@@ -37,7 +37,7 @@ BEST_SHOWN = 5
 
 class SearchForm(forms.Form):
     scenario_kind = forms.ChoiceField(
-        label=gettext_lazy("Scenario"), initial="alibaba", widget=forms.RadioSelect,
+        label=gettext_lazy("Scenario"), initial="alibaba", widget=forms.RadioSelect, required=False,
         choices=[("alibaba", gettext_lazy("The Alibaba GPU 2023 trace with synthetic projects")),
                  ("history", gettext_lazy("This portal's own history"))])
     history_weeks = forms.IntegerField(label=gettext_lazy("History: the last N weeks"), min_value=1,
@@ -77,7 +77,7 @@ class SearchForm(forms.Form):
 
     def scenario(self) -> dict:
         d = self.cleaned_data
-        if d["scenario_kind"] == "history":
+        if d.get("scenario_kind") == "history":  # none chosen: the Alibaba trace, as before
             return {"kind": "history", "weeks": d["history_weeks"]}
         return {**Scenario().to_json(), "overlay": d["overlay"], "window_s": d["window_s"],
                 "node_fraction": d["node_fraction"]}
@@ -100,7 +100,7 @@ def advisor(request):
                 budget=d["budget"], in_flight=d["in_flight"], p95_bound=d["p95_bound"],
                 p95_floor_s=d["p95_floor_s"])
         except ValueError as exc:
-            form.add_error("history_weeks" if d["scenario_kind"] == "history" else None, str(exc))
+            form.add_error("history_weeks" if d.get("scenario_kind") == "history" else None, str(exc))
         else:
             return redirect("advisor-search", pk=search.pk)
     searches = visible_searches(request.user).select_related("created_by")[:SEARCHES_SHOWN]

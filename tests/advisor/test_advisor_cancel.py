@@ -28,8 +28,8 @@ PODS = alibaba_dir() / "csv" / "openb_pod_list_default.csv"
 
 
 def _running(by=None, state="running"):
-    return AdvisorSearch.objects.create(created_by=by, scenario=Scenario().to_json(), bounds=space.check_bounds({}),
-                                        seed=1, budget=3, state=state)
+    return AdvisorSearch.objects.create(created_by=by, scenario=Scenario().to_json(),
+                                        bounds=space.check_bounds({}), seed=1, budget=3, state=state)
 
 
 def _events(search):

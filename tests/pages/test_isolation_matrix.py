@@ -389,8 +389,8 @@ def _objs(world, prio):
         from jobs.advisor_models import AdvisorSearch
 
         found["advlive"] = AdvisorSearch.objects.create(
-            created_by=world.users["platform"], scenario=found["advisor"].scenario, bounds=found["advisor"].bounds,
-            seed=1, budget=3, state="running")
+            created_by=world.users["platform"], scenario=found["advisor"].scenario,
+            bounds=found["advisor"].bounds, seed=1, budget=3, state="running")
     return found
 
 
