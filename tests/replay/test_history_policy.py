@@ -95,7 +95,7 @@ def test_the_command_replays_a_history_with_a_policy(tmp_path):
                                                             "night": {"start_hour": 22, "end_hour": 6}}}))
 
     def replay(*extra):
-        call_command("replay", str(trace), "--cluster", str(tmp_path / "cluster.json"), "--quiet",
+        call_command("replay", "--trace", str(trace), "--cluster", str(tmp_path / "cluster.json"), "--quiet",
                      "--out", str(tmp_path / "out.json"), *extra)
         return json.loads((tmp_path / "out.json").read_text())
 

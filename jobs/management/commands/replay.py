@@ -39,6 +39,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("trace", nargs="?", help="trace CSV (generic, or openb_pod_list_*.csv)")
+        parser.add_argument("--trace", dest="trace_file", metavar="CSV",
+                            help="the trace CSV as an option (e.g. an exported history's trace.csv)")
         parser.add_argument("--policy", choices=("pooled", "static"), default="pooled")
         parser.add_argument("--out", help="write the result JSON here (default: stdout)")
         parser.add_argument("--cluster", help="SPEC.json: nodes and tenant quotas")
@@ -95,6 +97,10 @@ class Command(BaseCommand):
             raise CommandError("--repeat and --overlay must be ≥ 1 and --scale > 0")
         if o["period"] < 0 or o["start_latency"] < 0:
             raise CommandError("--period and --start-latency must be ≥ 0")
+        if o["trace_file"]:
+            if o["trace"]:
+                raise CommandError("give the trace once: as an argument or with --trace")
+            o["trace"] = o["trace_file"]
         try:
             if o["mode"] == "packing":
                 result = self._packing(o)
