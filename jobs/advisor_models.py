@@ -92,6 +92,20 @@ class AdvisorCandidate(models.Model):
         return f"candidate {self.number} of search #{self.search_id} ({self.state})"
 
 
+class AdvisorHistoryData(models.Model):
+    """A history scenario's export (``jobs.history.texts``: trace.csv, cluster.json, recorded.csv,
+    manifest.json), taken when the search was created: every worker reads it from here, whatever
+    was recorded since and however often workers restart. Its own row, so that reading a search
+    (the page polls it) does not load megabytes of trace."""
+
+    search = models.OneToOneField(AdvisorSearch, on_delete=models.CASCADE, primary_key=True,
+                                  related_name="history_data")
+    files = models.JSONField()  # file name -> text
+
+    def __str__(self):
+        return f"history of advisor search #{self.search_id}"
+
+
 class AdvisorEvent(models.Model):
     """Append-only: every state change of a search or a candidate."""
 

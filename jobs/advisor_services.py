@@ -28,12 +28,13 @@ from django.utils.translation import gettext as _
 from portal.enqueue import enqueue
 
 from .advisor import objective, space, study
-from .advisor.scenario import Scenario
+from .advisor.scenario import HistoryScenario, Scenario, parse
 from .advisor_models import (
     CANDIDATE_MOVES,
     SEARCH_MOVES,
     AdvisorCandidate,
     AdvisorEvent,
+    AdvisorHistoryData,
     AdvisorSearch,
     CandidateState,
     SearchState,
@@ -76,8 +77,15 @@ def advisor_search_create(*, by, scenario: dict, bounds: dict, seed: int, budget
                           ) -> AdvisorSearch:
     """Validate and store a search, then queue its first advance. ``projects``: the scenario's
     projects (when not given, the first advance reads them from the trace, in the worker). Bad
-    input raises ValueError, storing nothing."""
-    s = Scenario.from_json(scenario)
+    input raises ValueError, storing nothing.
+
+    A ``history`` scenario (``{"kind": "history", "weeks": N}`` or ``since`` / ``until``) is
+    exported here, once (``jobs.history``), and stored with the search (:class:`AdvisorHistoryData`);
+    its projects are the history's tenant paths. An empty history is refused."""
+    s = parse(scenario)
+    files = None
+    if isinstance(s, HistoryScenario):
+        s, files, projects = _export_history(s)
     checked = space.check_bounds(bounds)
     objective.check_rules(p95_bound, p95_floor_s)
     for name, v, low, high in (("seed", seed, 0, 2**31 - 1), ("budget", budget, 1, 2000),
@@ -89,14 +97,53 @@ def advisor_search_create(*, by, scenario: dict, bounds: dict, seed: int, budget
             created_by=by, scenario=s.to_json(), bounds=checked, seed=seed, budget=budget,
             in_flight=in_flight, p95_bound=p95_bound, p95_floor_s=p95_floor_s,
             projects=sorted(projects or []))
+        if files is not None:
+            AdvisorHistoryData.objects.create(search=search, files=files)
         AdvisorEvent.objects.create(search=search, from_state="", to_state=SearchState.QUEUED)
         enqueue("jobs.advisor_advance", search.pk)
     return search
 
 
-def advisor_search_cancel(*, search: AdvisorSearch) -> bool:
-    """Stop drawing candidates; the ones running finish and are kept."""
-    return any(_move_search(search.pk, frm, SearchState.CANCELLED, "cancelled", finished_at=timezone.now())
+def _export_history(s: HistoryScenario) -> tuple[HistoryScenario, dict, list[str]]:
+    """The history's range exported now: (the scenario with its range and job count, the files,
+    the projects). Errors name the scenario field (ValueError)."""
+    from dataclasses import replace
+    from datetime import datetime
+
+    from django.core.exceptions import ValidationError
+
+    from . import history
+
+    bounds = {}
+    for name in ("since", "until"):
+        value = getattr(s, name)
+        if value is not None:
+            try:
+                bounds[name] = datetime.fromisoformat(value)
+            except ValueError:
+                raise ValueError(f"scenario.{name}: not an ISO date-time: {value!r}") from None
+    try:
+        start, end = history.history_range(weeks=s.weeks, **bounds)
+    except ValidationError as exc:
+        field, messages = next(iter(exc.message_dict.items()))
+        raise ValueError(f"scenario.{field}: {' '.join(messages)}") from None
+    export = history.history_export(start=start, end=end)
+    if not export.trace:
+        raise ValueError(_("scenario: the portal's history has no job that ran from %(start)s to %(end)s; "
+                           "choose a longer range.") % {"start": f"{start:%Y-%m-%d %H:%M}",
+                                                        "end": f"{end:%Y-%m-%d %H:%M}"})
+    zone = timezone.get_default_timezone()
+    s = replace(s, start=start.astimezone(zone).isoformat(), end=end.astimezone(zone).isoformat(),
+                jobs=len(export.trace))
+    return s, history.texts(export), sorted({row["tenant"] for row in export.trace})
+
+
+def advisor_search_cancel(*, search: AdvisorSearch, by=None) -> bool:
+    """Stop the search: no candidate is drawn or claimed any more, and a running candidate's result
+    that arrives afterwards is discarded (the candidate ends failed, "search cancelled"; see
+    :func:`advisor_candidate_run`). False when the search had already finished (nothing changes)."""
+    reason = f"cancelled by {by.username}"[:200] if by is not None else "cancelled"
+    return any(_move_search(search.pk, frm, SearchState.CANCELLED, reason, finished_at=timezone.now())
                for frm in (SearchState.QUEUED, SearchState.RUNNING))
 
 
@@ -110,7 +157,7 @@ def advisor_search_advance(search_id: int) -> str:
             search.state = SearchState.RUNNING
         if search.state != SearchState.RUNNING:
             return search.state
-        if not search.projects:
+        if not search.projects and search.scenario.get("kind", "alibaba") == "alibaba":
             from .advisor.scenario import load
 
             search.projects = sorted({j.tenant for j in load(Scenario.from_json(search.scenario))[0]})
@@ -188,26 +235,46 @@ def advisor_candidate_run(candidate_id: int) -> str:
     beat = _Heartbeat(c.pk, attempt)
     beat.start()
     try:
-        from .advisor.scenario import run
-
-        result, error = run(Scenario.from_json(c.search.scenario), c.inputs), ""
+        result, error = _replay(c), ""
     except Exception:  # a bad candidate fails alone; the search goes on
         result, error = None, traceback.format_exc(limit=5)[-4000:]
     finally:
         beat.stop()
     mine = Q(attempt=attempt)
-    if result is not None:
-        state = CandidateState.DONE if _move_candidate(
-            c, CandidateState.RUNNING, CandidateState.DONE, where=mine, result=result, runs=F("runs") + 1,
-            finished_at=timezone.now()) else "superseded"
-    else:
-        state = CandidateState.FAILED if _move_candidate(
-            c, CandidateState.RUNNING, CandidateState.FAILED, "replay failed", where=mine, error=error,
-            finished_at=timezone.now()) else "superseded"
+    with transaction.atomic():
+        # Under the search row's lock: a cancel either committed before (the result is discarded)
+        # or waits until the result is stored.
+        search_state = AdvisorSearch.objects.select_for_update().values_list("state", flat=True) \
+            .get(pk=c.search_id)
+        if search_state != SearchState.RUNNING:
+            state = CandidateState.FAILED if _move_candidate(
+                c, CandidateState.RUNNING, CandidateState.FAILED, f"discarded: search {search_state}",
+                where=mine, error=f"The search was {search_state} while this candidate ran: its result "
+                "was discarded.", finished_at=timezone.now()) else "superseded"
+        elif result is not None:
+            state = CandidateState.DONE if _move_candidate(
+                c, CandidateState.RUNNING, CandidateState.DONE, where=mine, result=result,
+                runs=F("runs") + 1, finished_at=timezone.now()) else "superseded"
+        else:
+            state = CandidateState.FAILED if _move_candidate(
+                c, CandidateState.RUNNING, CandidateState.FAILED, "replay failed", where=mine, error=error,
+                finished_at=timezone.now()) else "superseded"
     # Advance here, not in a queued task: behind the queued candidates it would leave a worker
     # idle for a whole replay before the next candidate is drawn. (If it fails, the tick retries.)
     advisor_search_advance(c.search_id)
     return state
+
+
+def _replay(c: AdvisorCandidate) -> dict:
+    from .advisor.scenario import run, run_history
+
+    scenario = parse(c.search.scenario)
+    if isinstance(scenario, HistoryScenario):  # the export stored with the search, read once per worker
+        def files():
+            return AdvisorHistoryData.objects.get(search_id=c.search_id).files
+
+        return run_history(("search", c.search_id), files, c.inputs)
+    return run(scenario, c.inputs)
 
 
 class _Heartbeat:

@@ -1,13 +1,14 @@
 """REST API of the policy advisor (issue 25; docs/advisor.md): start and list searches, read
-one with its candidates, apply a candidate. Platform admins only; anyone else gets 404 (the
-searches are not theirs to know of)."""
+one with its candidates, cancel one, apply a candidate. Platform admins only; anyone else gets 404
+(the searches are not theirs to know of) — except cancel, a write that is 403 for them before the
+body or the id is looked at."""
 
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.exceptions import ValidationError as ApiValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -17,6 +18,7 @@ from portal.selectors import get_visible, scope_for
 from .advisor.scenario import Scenario
 from .advisor_services import (
     advisor_candidate_apply,
+    advisor_search_cancel,
     advisor_search_create,
     visible_candidates,
     visible_searches,
@@ -31,7 +33,9 @@ def _platform_admin(request) -> None:
 class SearchIn(serializers.Serializer):
     scenario = serializers.JSONField(
         required=False, default=dict,
-        help_text="Scenario keys to change (overlay, window_s, node_fraction, …).")
+        help_text="Scenario keys to change (overlay, window_s, node_fraction, …) of the Alibaba trace, or "
+        "{\"kind\": \"history\", \"weeks\": N} (or since / until, ISO with an offset): this portal's own "
+        "history, exported when the search is created.")
     bounds = serializers.JSONField(
         required=False, default=dict,
         help_text="Per dimension: [low, high] or a list of choices (docs/advisor.md).")
@@ -66,6 +70,11 @@ class SearchOut(serializers.Serializer):
     p95_bound = serializers.FloatField()
     p95_floor_s = serializers.FloatField()
     done = serializers.IntegerField(help_text="Candidates finished (today's included).")
+
+
+class CancelConflictOut(serializers.Serializer):
+    detail = serializers.CharField()
+    state = serializers.CharField(help_text="The search's state, unchanged: done or failed.")
 
 
 class SearchDetailOut(SearchOut):
@@ -105,9 +114,12 @@ class AdvisorSearchListApi(APIView):
         d = data.validated_data
         if not isinstance(d["scenario"], dict) or not isinstance(d["bounds"], dict):
             raise ApiValidationError({"scenario": ["Give JSON objects."]})
+        scenario = d["scenario"]
+        if scenario.get("kind", "alibaba") == "alibaba":
+            scenario = {**Scenario().to_json(), **scenario}
         try:
             search = advisor_search_create(
-                by=request.user, scenario={**Scenario().to_json(), **d["scenario"]}, bounds=d["bounds"],
+                by=request.user, scenario=scenario, bounds=d["bounds"],
                 seed=d["seed"], budget=d["budget"], in_flight=d["in_flight"], p95_bound=d["p95_bound"],
                 p95_floor_s=d["p95_floor_s"])
         except (ValueError, TypeError) as exc:
@@ -122,6 +134,26 @@ class AdvisorSearchDetailApi(APIView):
     def get(self, request, pk):
         _platform_admin(request)
         return Response(_out(get_visible(visible_searches(request.user), pk=pk), detail=True))
+
+
+class AdvisorSearchCancelApi(APIView):
+    """Cancel a queued or running search: no more candidates are drawn, and the results of
+    candidates still running are discarded when they arrive. 200 with the search (cancelled); a
+    search already cancelled: 200, unchanged (the request is idempotent); a search that finished
+    (done or failed): 409, unchanged. Platform admins only: 403 for anyone else, before anything is
+    read; an unknown id: 404."""
+
+    @extend_schema(request=None, responses={200: SearchOut, 409: CancelConflictOut})
+    def post(self, request, pk):
+        if not scope_for(request.user).platform_admin:
+            raise PermissionDenied
+        search = get_visible(visible_searches(request.user), pk=pk)
+        advisor_search_cancel(search=search, by=request.user)
+        search.refresh_from_db()
+        if search.state != "cancelled":
+            return Response({"detail": f"The search is {search.state}: it can no longer be cancelled.",
+                             "state": search.state}, status=status.HTTP_409_CONFLICT)
+        return Response(_out(search))
 
 
 class AdvisorCandidateApplyApi(APIView):

@@ -642,4 +642,4 @@ class JobTemplate(models.Model):
         return self.name
 
 
-from .advisor_models import AdvisorCandidate, AdvisorEvent, AdvisorSearch  # noqa: E402,F401  (issue 25)
+from .advisor_models import AdvisorCandidate, AdvisorEvent, AdvisorHistoryData, AdvisorSearch  # noqa: E402, F401  (issue 25)

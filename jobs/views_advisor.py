@@ -26,6 +26,7 @@ from .advisor_charts import department_rows, figures
 from .advisor_models import CandidateState, SearchState
 from .advisor_services import (
     advisor_candidate_apply,
+    advisor_search_cancel,
     advisor_search_create,
     visible_candidates,
     visible_searches,
@@ -36,6 +37,12 @@ BEST_SHOWN = 5
 
 
 class SearchForm(forms.Form):
+    scenario_kind = forms.ChoiceField(
+        label=gettext_lazy("Scenario"), initial="alibaba", widget=forms.RadioSelect, required=False,
+        choices=[("alibaba", gettext_lazy("The Alibaba GPU 2023 trace with synthetic projects")),
+                 ("history", gettext_lazy("This portal's own history"))])
+    history_weeks = forms.IntegerField(label=gettext_lazy("History: the last N weeks"), min_value=1,
+                                       required=False, initial=4)
     overlay = forms.IntegerField(label=gettext_lazy("Trace copies (overlay)"), min_value=1, max_value=20,
                                  initial=Scenario.overlay)
     window_s = forms.FloatField(label=gettext_lazy("Arrival window (s)"), min_value=60,
@@ -62,6 +69,20 @@ class SearchForm(forms.Form):
             raise ValidationError(_("Give the bounds as a JSON object."))
         return value
 
+    def clean(self):
+        data = super().clean()
+        if data.get("scenario_kind") == "history" and data.get("history_weeks") is None \
+                and "history_weeks" not in self.errors:
+            self.add_error("history_weeks", _("Give the number of weeks of history to replay."))
+        return data
+
+    def scenario(self) -> dict:
+        d = self.cleaned_data
+        if d.get("scenario_kind") == "history":  # none chosen: the Alibaba trace, as before
+            return {"kind": "history", "weeks": d["history_weeks"]}
+        return {**Scenario().to_json(), "overlay": d["overlay"], "window_s": d["window_s"],
+                "node_fraction": d["node_fraction"]}
+
 
 def _platform_admin(request) -> None:
     if not scope_for(request.user).platform_admin:
@@ -74,14 +95,13 @@ def advisor(request):
     form = SearchForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         d = form.cleaned_data
-        scenario = {**Scenario().to_json(), "overlay": d["overlay"], "window_s": d["window_s"],
-                    "node_fraction": d["node_fraction"]}
         try:
             search = advisor_search_create(
-                by=request.user, scenario=scenario, bounds=d["bounds"], seed=d["seed"], budget=d["budget"],
-                in_flight=d["in_flight"], p95_bound=d["p95_bound"], p95_floor_s=d["p95_floor_s"])
+                by=request.user, scenario=form.scenario(), bounds=d["bounds"], seed=d["seed"],
+                budget=d["budget"], in_flight=d["in_flight"], p95_bound=d["p95_bound"],
+                p95_floor_s=d["p95_floor_s"])
         except ValueError as exc:
-            form.add_error(None, str(exc))
+            form.add_error("history_weeks" if d.get("scenario_kind") == "history" else None, str(exc))
         else:
             return redirect("advisor-search", pk=search.pk)
     searches = visible_searches(request.user).select_related("created_by")[:SEARCHES_SHOWN]
@@ -125,6 +145,22 @@ def advisor_progress(request, pk: int):
     _platform_admin(request)
     search = get_visible(visible_searches(request.user), pk=pk)
     return render(request, "jobs/advisor_progress.html", _context(search))
+
+
+@login_required
+@require_POST
+def advisor_cancel(request, pk: int):
+    """Cancel a queued or running search (results of candidates still running are discarded)."""
+    _platform_admin(request)
+    search = get_visible(visible_searches(request.user), pk=pk)
+    if advisor_search_cancel(search=search, by=request.user):
+        messages.success(request, _("Search cancelled. Results of candidates still running will be "
+                                    "discarded."))
+    else:
+        search.refresh_from_db()
+        messages.info(request, _("The search had already ended (%(state)s): nothing changed.") % {
+            "state": search.get_state_display()})
+    return redirect("advisor-search", pk=search.pk)
 
 
 @login_required

@@ -162,6 +162,8 @@ api_v1 = [
     path("advisor/searches/", jobs_advisor_api.AdvisorSearchListApi.as_view(), name="advisorsearch-list"),
     path("advisor/searches/<int:pk>/", jobs_advisor_api.AdvisorSearchDetailApi.as_view(),
          name="advisorsearch-detail"),
+    path("advisor/searches/<int:pk>/cancel/", jobs_advisor_api.AdvisorSearchCancelApi.as_view(),
+         name="advisorsearch-cancel"),
     path("advisor/candidates/<int:pk>/apply/", jobs_advisor_api.AdvisorCandidateApplyApi.as_view(),
          name="advisorcandidate-apply"),
     # Webhooks (issue 24 item 7): a user's own and their projects' (docs/notifications.md).
@@ -236,6 +238,7 @@ urlpatterns = [
     path("advisor/", advisor_views.advisor, name="advisor"),
     path("advisor/<int:pk>/", advisor_views.advisor_search, name="advisor-search"),
     path("advisor/<int:pk>/progress/", advisor_views.advisor_progress, name="advisor-progress"),
+    path("advisor/<int:pk>/cancel/", advisor_views.advisor_cancel, name="advisor-cancel"),
     path("advisor/candidates/<int:pk>/apply/", advisor_views.advisor_apply, name="advisor-apply"),
     path("approval-policies/new/", policy_views.policy_edit, name="approval-policy-new"),
     path("approval-policies/<int:pk>/edit/", policy_views.policy_edit, name="approval-policy-edit"),

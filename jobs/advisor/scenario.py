@@ -8,17 +8,25 @@ that make one replay short enough for a search of hundreds (docs/advisor.md, "Sc
   trace's first submit) are kept — a shorter arrival window;
 * ``node_fraction``: the first ⌈fraction × n⌉ nodes of each GPU model (file order) — a smaller
   pool, so fewer copies of the trace load it as much.
+
+A :class:`HistoryScenario` (``{"kind": "history", "weeks": N}`` or ``"since"`` / ``"until"``) is the
+portal's own recorded history instead: exported once when the search is created (``jobs.history``,
+stored with the search) and replayed here as the fidelity bench does (``jobs.replay.fidelity``:
+the manifest's start latency and periodic cycle), each candidate's ``policy`` on top of the
+recorded windows, loans and limits (``jobs.replay.limits.world``). Candidate 0 (today's settings)
+is the history as recorded.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 
 from jobs.replay import policy as replay_policy
 from jobs.replay import sim
+from jobs.replay.limits import load_world
 from jobs.replay.metrics import Recorder, percentile
 from jobs.replay.spec import capacity, demand_milli
 from jobs.replay.trace import TraceJob, TraceNode
@@ -26,6 +34,7 @@ from jobs.replay.trace import TraceJob, TraceNode
 
 @dataclass(frozen=True)
 class Scenario:
+    kind = "alibaba"  # a class constant, not a field: to_json() is unchanged
     start: float | None = 10013436.0
     scale: float = 100.0
     overlay: int = 1
@@ -38,6 +47,9 @@ class Scenario:
     @classmethod
     def from_json(cls, data: Mapping) -> Scenario:
         known = {f.name for f in fields(cls)}
+        if data.get("kind", "alibaba") != "alibaba":
+            raise ValueError("scenario.kind: alibaba or history")
+        data = {k: v for k, v in data.items() if k != "kind"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"scenario: unknown key(s) {', '.join(unknown)}")
@@ -55,6 +67,49 @@ class Scenario:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class HistoryScenario:
+    """The portal's own history of the last ``weeks`` weeks, or of ``[since, until)`` (ISO with an
+    offset); ``start`` / ``end`` / ``jobs``: the range and job count exported at creation."""
+
+    kind = "history"
+    weeks: int | None = None
+    since: str | None = None
+    until: str | None = None
+    start: str | None = None
+    end: str | None = None
+    jobs: int | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> HistoryScenario:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known - {"kind"})
+        if unknown:
+            raise ValueError(f"scenario: unknown key(s) {', '.join(unknown)} "
+                             "(history: weeks, or since and until)")
+        s = cls(**{k: v for k, v in data.items() if k != "kind"})
+        if s.weeks is not None and (isinstance(s.weeks, bool) or not isinstance(s.weeks, int)):
+            raise ValueError("scenario.weeks: a whole number of weeks")
+        for name in ("since", "until"):
+            if getattr(s, name) is not None and not isinstance(getattr(s, name), str):
+                raise ValueError(f"scenario.{name}: an ISO date-time with an offset")
+        if s.weeks is None and s.since is None:
+            raise ValueError("scenario.weeks: give weeks, or since (and optionally until)")
+        return s
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, **asdict(self)}
+
+
+def parse(data: Mapping) -> Scenario | HistoryScenario:
+    """A stored or submitted scenario: ``kind`` ``alibaba`` (the default) or ``history``."""
+    if not isinstance(data, Mapping):
+        raise ValueError("scenario: give a JSON object")
+    if data.get("kind") == "history":
+        return HistoryScenario.from_json(data)
+    return Scenario.from_json(data)
 
 
 _LOADED: dict[Scenario, tuple[list[TraceJob], list[TraceNode]]] = {}
@@ -134,6 +189,66 @@ def no_wait_reuse(jobs: list[TraceJob], nodes: list[TraceNode], quotas=None) -> 
     if not windowed:
         rec.mark_window(last_submit)
     return rec.summary()["window_idle_quota_reuse_ratio"]
+
+
+_HISTORY: dict = {}  # key -> (folder, jobs, nodes, quotas, recorded): the last history of this process
+
+
+def run_history(key, files: Callable[[], Mapping[str, str]], inputs: Mapping) -> dict:
+    """One replay of a stored history export under ``inputs``. ``files()`` gives the export's
+    texts (``jobs.history.texts``: trace.csv, cluster.json, recorded.csv, manifest.json); they are
+    written to a private folder and read once per process and ``key`` (a worker replays one
+    search's history many times)."""
+    if key not in _HISTORY:
+        import tempfile
+        from pathlib import Path
+
+        from jobs.replay.csvtrace import read_trace
+        from jobs.replay.fidelity import read_recorded
+        from jobs.replay.spec import load_spec
+
+        for folder, *_rest in _HISTORY.values():
+            _remove(folder)
+        _HISTORY.clear()
+        folder = Path(tempfile.mkdtemp(prefix="gpupool-advisor-history-"))
+        for name, text in files().items():
+            (folder / name).write_text(text, encoding="utf-8")
+        nodes, quotas = load_spec(folder / "cluster.json")
+        _HISTORY[key] = (folder, read_trace(folder / "trace.csv"), nodes, quotas, read_recorded(folder))
+    folder, jobs, nodes, quotas, recorded = _HISTORY[key]
+    return replay_history(folder, jobs, nodes, quotas, recorded, inputs)
+
+
+def _remove(folder) -> None:
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def replay_history(folder, jobs: list[TraceJob], nodes: list[TraceNode], quotas, recorded: list[dict],
+                   inputs: Mapping) -> dict:
+    """A history replayed as the fidelity bench does (the manifest's backend start latency and
+    periodic cycle, a job's flavor its own, per-job delays), under ``inputs``; summarised, with
+    ``recorded``: how far the replayed queue delays are from the recorded ones
+    (``jobs.replay.fidelity.compare``; candidate 0 is the history as recorded)."""
+    from jobs.replay import fidelity
+
+    options = fidelity.export_options(folder)
+    queueing = dict(inputs.get("queueing") or {})
+    if queueing:
+        options = replace(options, queueing_by_tenant=queueing)
+    rules = replay_policy.check(inputs.get("policy") or {})
+    world = load_world(folder / "cluster.json", jobs, rules)
+    if world is None:  # a SPEC of plain quotas: the policy builds the World as for a trace
+        options, world = replay_policy.world(jobs, nodes, quotas, rules, options)
+    else:
+        options = replay_policy.engine_settings(rules, options)
+    result = sim.simulate(jobs, nodes, None, options, world=world)
+    summary = summarise(result, {j.job_id: j.tenant for j in jobs}, world)
+    cmp = fidelity.compare(recorded, result)
+    summary["recorded"] = {k: cmp[k] for k in ("compared", "median_abs_error_s", "p90_abs_error_s",
+                                               "max_abs_error_s", "avg_recorded_s", "avg_replayed_s")}
+    return summary
 
 
 KEEP = ("jobs", "finished", "never_started", "avg_queue_delay_s", "p50_queue_delay_s", "p95_queue_delay_s",

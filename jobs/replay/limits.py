@@ -30,7 +30,7 @@ from datetime import datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from jobs.replay.sim import World
+from jobs.replay.sim import World, project_quotas
 from jobs.replay.spec import quota_gpus, tenant_tree
 from jobs.scheduler import Limits as EngineLimits
 from quotas.effective import Limits, LoanSpan, Window, effective_limits
@@ -62,10 +62,11 @@ class SpecLimits:
             out[key] = EngineLimits(_milli(e.quota), _milli(e.borrow_limit), _milli(e.lend_limit))
         return out
 
-    def instants(self, horizon: float) -> list[datetime]:
-        """Window edges on every day the replay covers, and loan starts and ends."""
-        return edge_instants(self.origin, horizon, self.zone,
-                             (c for ws in self.windows.values() for w in ws for c in (w.start, w.end)),
+    def instants(self, horizon: float, clocks: Iterable[time] = ()) -> list[datetime]:
+        """Window edges on every day the replay covers, and loan starts and ends; ``clocks``:
+        more times of day (a policy's night window) whose edges count too."""
+        own = (c for ws in self.windows.values() for w in ws for c in (w.start, w.end))
+        return edge_instants(self.origin, horizon, self.zone, [*clocks, *own],
                              (s for spans in self.loans_out.values() for s in spans))
 
 
@@ -200,10 +201,19 @@ def _parse(data: Mapping) -> SpecLimits:
     return SpecLimits(base, dict(windows), dict(loans_out), dict(loans_in), origin, zone)
 
 
-def world(data: Mapping, tenants: Iterable[str], horizon: float) -> World:
+def world(data: Mapping, tenants: Iterable[str], horizon: float, policy: Mapping | None = None) -> World:
     """The replay's World for a SPEC: the tenant tree of the paths (``spec.tenant_tree``, a
     department without an entry gets the sum of its children's quotas, as without windows), the
-    limits at trace time 0 and every change up to ``horizon`` seconds."""
+    limits at trace time 0 and every change up to ``horizon`` seconds.
+
+    ``policy`` (a replay ``policy`` object, :mod:`jobs.replay.policy`): at every instant the
+    limits the SPEC has in force then (windows and loans included) are transformed by
+    ``policy.limits_for`` — projects' quotas × ``overcommit_ratio``, departments keep theirs, a
+    borrow / lend ratio the policy gives replaces the project's own limit (absent: the SPEC's is
+    kept) — and inside the policy's ``night`` window (hours of the SPEC's ``zone``, the clock the
+    portal's own windows recur on) the night ratios apply. The instants are the SPEC's edges and
+    the night window's, one schedule (:func:`edge_instants`, :func:`limit_schedule`): an edge
+    whose limits equal the previous ones is no change. Without a policy: exactly as before."""
     spec = parse(data)
     quotas = {
         t: {f: round(quota_gpus(v) * 1000) for f, v in per.items()}
@@ -219,14 +229,30 @@ def world(data: Mapping, tenants: Iterable[str], horizon: float) -> World:
     for key in (*spec.windows, *spec.loans_out, *spec.loans_in):
         base.setdefault(key, Limits(Decimal(0)))
     keys = sorted(base)
-    first, changes = limit_schedule(lambda at: spec.at(at, keys, base), spec.origin, spec.instants(horizon),
-                                    horizon)
-    return World(tree, first, (), changes)
+    if policy is None:
+        first, changes = limit_schedule(lambda at: spec.at(at, keys, base), spec.origin,
+                                        spec.instants(horizon), horizon)
+        return World(tree, first, (), changes)
+    from jobs.replay import policy as rules
+
+    checked = rules.check(policy)
+    night = checked.get("night")
+
+    def limits_at(at: datetime) -> dict:
+        local = at.astimezone(spec.zone)
+        inside = bool(night) and rules.in_night(local.hour * 3600 + local.minute * 60 + local.second, night)
+        return rules.limits_for(tree, spec.at(at, keys, base), checked, night=inside)
+
+    clocks = (time(night["start_hour"]), time(night["end_hour"])) if night else ()
+    first, changes = limit_schedule(limits_at, spec.origin, spec.instants(horizon, clocks), horizon)
+    # idle-quota reuse is also judged against the projects' quotas as recorded (docs/advisor.md)
+    today = project_quotas(tree, spec.at(spec.origin, keys, base))
+    return World(tree, first, (), changes, reference_quotas=today)
 
 
-def load_world(path, jobs: Iterable) -> World | None:
+def load_world(path, jobs: Iterable, policy: Mapping | None = None) -> World | None:
     """The World of a SPEC.json file when it has windows, loans or limit objects, else None (the
-    replay then builds its tree from plain quotas as before)."""
+    replay then builds its tree from plain quotas as before); ``policy``: see :func:`world`."""
     import json
     from pathlib import Path
 
@@ -234,7 +260,7 @@ def load_world(path, jobs: Iterable) -> World | None:
     if not needs_world(data):
         return None
     jobs = list(jobs)
-    return world(data, {j.tenant for j in jobs}, horizon(jobs))
+    return world(data, {j.tenant for j in jobs}, horizon(jobs), policy)
 
 
 MAX_TAIL_S = 366 * 86400.0

@@ -234,6 +234,9 @@ OTHER |= {"history-export"}
 # The policy advisor (issue 25): platform admins only, every persona in
 # tests/advisor/test_advisor_pages_api.py::test_only_platform_admins_use_the_advisor_api.
 OTHER |= {"advisorsearch-list", "advisorsearch-detail", "advisorcandidate-apply"}
+# Cancelling a search: platform admins; 403 for every other persona, in
+# tests/advisor/test_advisor_cancel.py::test_only_platform_admins_cancel_and_others_get_403.
+OTHER |= {"advisorsearch-cancel"}
 
 
 def _api_route_names():

@@ -208,6 +208,8 @@ ACTIONS: dict[str, dict] = {
     # else learns it is there.
     # Applying an advisor candidate (quota requests for every project): platform admins only.
     "advisor-apply": {**{p: (404, False) for p in PERSONAS}, "platform": (302, True)},
+    # Cancelling a running advisor search: platform admins only, like every advisor page.
+    "advisor-cancel": {**{p: (404, False) for p in PERSONAS}, "platform": (302, True)},
     "job-autoscale-form": {**NOT_SEEN, "auditor": (403, False), "a_finance": (403, False),
                            "pa1_member": (302, False), "a_admin": (302, False), "platform": (302, False)},
 }
@@ -383,6 +385,12 @@ def _objs(world, prio):
         from tests.advisor.scene import finished_search
 
         found["advisor"], found["advcand"] = finished_search(world.users["platform"])
+    if _exists("advisor-cancel"):
+        from jobs.advisor_models import AdvisorSearch
+
+        found["advlive"] = AdvisorSearch.objects.create(
+            created_by=world.users["platform"], scenario=found["advisor"].scenario,
+            bounds=found["advisor"].bounds, seed=1, budget=3, state="running")
     return found
 
 
@@ -406,6 +414,7 @@ SUBJECT = {
     "webhook-edit": "hook:a", "webhook-delete": "hook:a", "webhook-test": "hook:a",
     "node-page": "node", "job-autoscale-form": "job:a",
     "advisor-search": "advisor", "advisor-progress": "advisor", "advisor-apply": "advcand",
+    "advisor-cancel": "advlive",
 }
 
 
@@ -518,6 +527,8 @@ def _state(name, objs):
         return Job.objects.get(pk=objs["job:a"].pk).autoscale_query
     if name == "advisor-apply":
         return ApprovalRequest.objects.count()
+    if name == "advisor-cancel":
+        return type(objs["advlive"]).objects.get(pk=objs["advlive"].pk).state
     raise AssertionError(name)
 
 

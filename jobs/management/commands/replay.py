@@ -39,6 +39,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("trace", nargs="?", help="trace CSV (generic, or openb_pod_list_*.csv)")
+        parser.add_argument("--trace", dest="trace_file", metavar="CSV",
+                            help="the trace CSV as an option (e.g. an exported history's trace.csv)")
         parser.add_argument("--policy", choices=("pooled", "static"), default="pooled")
         parser.add_argument("--out", help="write the result JSON here (default: stdout)")
         parser.add_argument("--cluster", help="SPEC.json: nodes and tenant quotas")
@@ -95,6 +97,10 @@ class Command(BaseCommand):
             raise CommandError("--repeat and --overlay must be ≥ 1 and --scale > 0")
         if o["period"] < 0 or o["start_latency"] < 0:
             raise CommandError("--period and --start-latency must be ≥ 0")
+        if o["trace_file"]:
+            if o["trace"]:
+                raise CommandError("give the trace once: as an argument or with --trace")
+            o["trace"] = o["trace_file"]
         try:
             if o["mode"] == "packing":
                 result = self._packing(o)
@@ -118,21 +124,22 @@ class Command(BaseCommand):
                     start_latency=o["start_latency"], **self._queueing(o))
                 # Windows, loans and borrow / lend limits of the SPEC (jobs.replay.limits):
                 # the limits then change over the virtual clock by the portal's own rules.
-                world = limits.load_world(o["cluster"], jobs) if o["cluster"] else None
+                # With a policy on top (jobs.replay.policy), at every instant the limits in force
+                # are transformed by it (limits.world; docs/replay.md, "The policy key").
                 rules = _policy(o)
-                if rules is not None and world is not None:
-                    # A what-if policy is applied to plain quotas (jobs.replay.policy); on top of a
-                    # recorded history's windows and loans it is not built yet (docs/advisor.md).
-                    raise ValueError("a policy cannot yet be combined with a SPEC's windows, loans or "
-                                     "limit objects")
                 if rules is not None:
                     from jobs.replay import policy
 
+                    rules = policy.check(rules)
+                world = limits.load_world(o["cluster"], jobs, rules) if o["cluster"] else None
+                if rules is not None and world is None:  # plain quotas: the policy builds the World
                     options, world = policy.world(jobs, nodes, quotas, rules, options)
-                    result = sim.simulate(jobs, nodes, None, options, world=world)
-                    result["policy_rules"] = policy.check(rules)
-                else:
-                    result = sim.simulate(jobs, nodes, quotas, options, world=world)
+                    quotas = None
+                elif rules is not None:
+                    options = policy.engine_settings(rules, options)
+                result = sim.simulate(jobs, nodes, quotas, options, world=world)
+                if rules is not None:
+                    result["policy_rules"] = rules
                 result.update({"repeat": o["repeat"], "scale": o["scale"], "tenant_split": o["tenants"],
                                "quota_split": o["quotas"], "start": o["start"], "overlay": o["overlay"],
                                "alternatives": alternatives})

@@ -1,0 +1,144 @@
+"""Cancelling an advisor search (issue 25): the API (platform admins; 403 for anyone else before the
+id is looked at; 404 for an unknown id; a repeated cancel is 200 and changes nothing; a finished
+search is 409, unchanged), the Cancel button of the search page, and a running candidate's result
+that arrives after the cancel is discarded."""
+
+import os
+import threading
+
+import pytest
+import redis
+from django.conf import settings as django_settings
+from django.db import connection
+from django.test import Client
+from django.urls import reverse
+
+from jobs.advisor import space
+from jobs.advisor.scenario import Scenario
+from jobs.advisor_models import AdvisorCandidate, AdvisorEvent, AdvisorSearch
+from jobs.advisor_services import advisor_candidate_run, advisor_search_advance, advisor_search_create
+from jobs.replay.paths import alibaba_dir
+from portal import enqueue as enqueue_module
+from portal.celery import app
+from tests.advisor.scene import finished_search
+from tests.celery_procs import private_queue
+
+PERSONAS = ("platform", "auditor", "a_admin", "b_admin", "a_finance", "pa1_member", "pb_member", "outsider")
+PODS = alibaba_dir() / "csv" / "openb_pod_list_default.csv"
+
+
+def _running(by=None, state="running"):
+    return AdvisorSearch.objects.create(created_by=by, scenario=Scenario().to_json(),
+                                        bounds=space.check_bounds({}), seed=1, budget=3, state=state)
+
+
+def _events(search):
+    return list(AdvisorEvent.objects.filter(search=search, candidate=None).values_list("to_state", "reason"))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("persona", PERSONAS)
+def test_only_platform_admins_cancel_and_others_get_403(world, api, persona):
+    search = _running(world.users["platform"])
+    client = api(world.users[persona])
+    r = client.post(reverse("api:advisorsearch-cancel", args=[search.pk]))
+    unknown = client.post(reverse("api:advisorsearch-cancel", args=[search.pk + 1000]))
+    search.refresh_from_db()
+    if persona == "platform":
+        assert r.status_code == 200 and r.json()["state"] == "cancelled" == search.state
+        assert unknown.status_code == 404
+    else:  # refused before the id is looked at: an unknown id is 403 too
+        assert (r.status_code, unknown.status_code, search.state) == (403, 403, "running")
+
+
+@pytest.mark.django_db
+def test_a_repeated_cancel_is_200_unchanged_and_a_finished_search_is_409(world, api):
+    client = api(world.users["platform"])
+    search = _running()
+    url = reverse("api:advisorsearch-cancel", args=[search.pk])
+    assert client.post(url).status_code == 200
+    again = client.post(url)
+    assert again.status_code == 200 and again.json()["state"] == "cancelled"
+    assert _events(search) == [("cancelled", "cancelled by platform")]  # one transition, one event
+    done, _cand = finished_search(world.users["platform"])
+    r = client.post(reverse("api:advisorsearch-cancel", args=[done.pk]))
+    assert r.status_code == 409 and r.json()["state"] == "done"
+    assert AdvisorSearch.objects.get(pk=done.pk).state == "done" and not _events(done)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("language, words", [("en", ("Cancel search", "Cancel this search?")),
+                                             ("zh-hans", ("取消搜索", "取消这次搜索？"))])
+def test_the_search_page_has_a_cancel_button_while_the_search_runs(world, language, words):
+    client = Client(HTTP_ACCEPT_LANGUAGE=language)
+    client.force_login(world.users["platform"])
+    search = _running()
+    url = reverse("advisor-cancel", args=[search.pk])
+    page = client.get(reverse("advisor-search", args=[search.pk])).content.decode()
+    assert url in page and 'name="csrfmiddlewaretoken"' in page
+    for word in words:
+        assert word in page
+    after = client.post(url, follow=True)
+    assert after.status_code == 200 and AdvisorSearch.objects.get(pk=search.pk).state == "cancelled"
+    assert url not in after.content.decode()  # over: no button
+    done, _cand = finished_search(world.users["platform"])
+    assert reverse("advisor-cancel", args=[done.pk]) not in client.get(
+        reverse("advisor-search", args=[done.pk])).content.decode()
+    client.post(reverse("advisor-cancel", args=[done.pk]))
+    assert AdvisorSearch.objects.get(pk=done.pk).state == "done"
+
+
+@pytest.fixture
+def queue(monkeypatch):
+    """What this test enqueues goes to a private queue nobody reads (then deleted)."""
+    name = private_queue()
+    monkeypatch.setattr(enqueue_module, "send", lambda task, *args, expires=None: app.send_task(
+        task, args=args, queue=name, expires=expires))
+    yield name
+    redis.Redis.from_url(django_settings.REDIS_CLIENT_URL).delete(name)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(not PODS.exists(), reason="openb trace not present (set GPUPOOL_TRACES_DIR)")
+def test_a_result_arriving_after_the_cancel_is_discarded(tmp_path, queue):
+    # The candidate's replay reads its pod list from a FIFO: it is claimed (running) and then
+    # blocks until this test writes the pods — after cancelling the search.
+    fifo = tmp_path / "openb_pod_list_fifo.csv"
+    os.mkfifo(fifo)
+    search = advisor_search_create(by=None, scenario={"pods_csv": str(fifo), "start": None, "window_s": None,
+                                                      "node_fraction": 0.05},
+                                   bounds={}, seed=1, budget=2, in_flight=1, projects=["d0/p00"])
+    advisor_search_advance(search.pk)
+    base = AdvisorCandidate.objects.get(search=search, number=0)
+    out = {}
+
+    def run():
+        try:
+            out["state"] = advisor_candidate_run(base.pk)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    fd = None
+    while fd is None and worker.is_alive():  # the replay opens the FIFO only after its claim
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            worker.join(0.05)
+    assert fd is not None, out
+    assert AdvisorCandidate.objects.get(pk=base.pk).state == "running"
+    from jobs.advisor_services import advisor_search_cancel
+
+    assert advisor_search_cancel(search=search)
+    os.set_blocking(fd, True)
+    with open(fd, "w") as fh, open(PODS) as pods:
+        fh.write("".join(next(pods) for _ in range(40)))
+    worker.join()
+    base.refresh_from_db()
+    assert out["state"] == "failed" and base.state == "failed" and base.result is None
+    assert "discarded" in base.error
+    assert list(AdvisorEvent.objects.filter(candidate=base).values_list("to_state", "reason"))[-1] == \
+        ("failed", "discarded: search cancelled")
+    assert AdvisorSearch.objects.get(pk=search.pk).state == "cancelled"
+    assert AdvisorCandidate.objects.filter(search=search).count() == 1  # nothing more drawn
