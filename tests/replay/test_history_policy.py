@@ -4,11 +4,12 @@ transformed by the policy; its night window's edges are merged with the SPEC's. 
 (except the command test, which reads files only)."""
 
 import json
+from dataclasses import replace
 
 from django.core.management import call_command
 
 from jobs.replay import limits
-from jobs.replay.sim import Options, simulate
+from jobs.replay.sim import Options, project_quotas, simulate
 from jobs.replay.trace import TraceJob, TraceNode
 from jobs.scheduler import Limits
 
@@ -41,9 +42,19 @@ def test_without_a_policy_the_new_path_is_todays_replay():
     before = limits.world(spec(), TENANTS, 2 * 86400)
     for rules in ({}, TODAY):  # the advisor's candidate 0 is TODAY
         after = limits.world(spec(), TENANTS, 2 * 86400, rules)
-        assert after == before
+        # … judging reuse against the recorded quotas, which are the same as its own here
+        assert after.reference_quotas == project_quotas(before.tree, before.limits)
+        assert replace(after, reference_quotas=None) == before
         assert simulate(JOBS, NODE, None, Options(detail=True), world=after) == \
             simulate(JOBS, NODE, None, Options(detail=True), world=before)
+
+
+def test_reuse_is_judged_against_the_recorded_quotas_under_an_overcommit():
+    before = limits.world(spec(), TENANTS, 2 * 86400)
+    halved = limits.world(spec(), TENANTS, 2 * 86400, {"overcommit_ratio": 0.5})
+    recorded = project_quotas(before.tree, before.limits)
+    assert halved.reference_quotas == recorded
+    assert project_quotas(halved.tree, halved.limits) != recorded
 
 
 def _at(world, t):
