@@ -1,14 +1,13 @@
 """REST API of the policy advisor (issue 25; docs/advisor.md): start and list searches, read
 one with its candidates, cancel one, apply a candidate. Platform admins only; anyone else gets 404
-(the searches are not theirs to know of) — except cancel, a write that is 403 for them before the
-body or the id is looked at."""
+(the searches are not theirs to know of), before the body or the id is looked at."""
 
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
-from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.exceptions import NotFound
 from rest_framework.exceptions import ValidationError as ApiValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -140,13 +139,12 @@ class AdvisorSearchCancelApi(APIView):
     """Cancel a queued or running search: no more candidates are drawn, and the results of
     candidates still running are discarded when they arrive. 200 with the search (cancelled); a
     search already cancelled: 200, unchanged (the request is idempotent); a search that finished
-    (done or failed): 409, unchanged. Platform admins only: 403 for anyone else, before anything is
-    read; an unknown id: 404."""
+    (done or failed): 409, unchanged. Platform admins only: 404 for anyone else, as every advisor
+    endpoint, before anything is read; an unknown id: 404."""
 
     @extend_schema(request=None, responses={200: SearchOut, 409: CancelConflictOut})
     def post(self, request, pk):
-        if not scope_for(request.user).platform_admin:
-            raise PermissionDenied
+        _platform_admin(request)
         search = get_visible(visible_searches(request.user), pk=pk)
         advisor_search_cancel(search=search, by=request.user)
         search.refresh_from_db()

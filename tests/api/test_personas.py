@@ -234,8 +234,8 @@ OTHER |= {"history-export"}
 # The policy advisor (issue 25): platform admins only, every persona in
 # tests/advisor/test_advisor_pages_api.py::test_only_platform_admins_use_the_advisor_api.
 OTHER |= {"advisorsearch-list", "advisorsearch-detail", "advisorcandidate-apply"}
-# Cancelling a search: platform admins; 403 for every other persona, in
-# tests/advisor/test_advisor_cancel.py::test_only_platform_admins_cancel_and_others_get_403.
+# Cancelling a search: platform admins; 404 for every other persona, in
+# tests/advisor/test_advisor_cancel.py::test_only_platform_admins_cancel_and_others_get_404.
 OTHER |= {"advisorsearch-cancel"}
 
 
