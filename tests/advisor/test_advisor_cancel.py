@@ -7,8 +7,6 @@ import os
 import threading
 
 import pytest
-import redis
-from django.conf import settings as django_settings
 from django.db import connection
 from django.test import Client
 from django.urls import reverse
@@ -18,10 +16,7 @@ from jobs.advisor.scenario import Scenario
 from jobs.advisor_models import AdvisorCandidate, AdvisorEvent, AdvisorSearch
 from jobs.advisor_services import advisor_candidate_run, advisor_search_advance, advisor_search_create
 from jobs.replay.paths import alibaba_dir
-from portal import enqueue as enqueue_module
-from portal.celery import app
 from tests.advisor.scene import finished_search
-from tests.celery_procs import private_queue
 
 PERSONAS = ("platform", "auditor", "a_admin", "b_admin", "a_finance", "pa1_member", "pb_member", "outsider")
 PODS = alibaba_dir() / "csv" / "openb_pod_list_default.csv"
@@ -87,15 +82,6 @@ def test_the_search_page_has_a_cancel_button_while_the_search_runs(world, langua
     client.post(reverse("advisor-cancel", args=[done.pk]))
     assert AdvisorSearch.objects.get(pk=done.pk).state == "done"
 
-
-@pytest.fixture
-def queue(monkeypatch):
-    """What this test enqueues goes to a private queue nobody reads (then deleted)."""
-    name = private_queue()
-    monkeypatch.setattr(enqueue_module, "send", lambda task, *args, expires=None: app.send_task(
-        task, args=args, queue=name, expires=expires))
-    yield name
-    redis.Redis.from_url(django_settings.REDIS_CLIENT_URL).delete(name)
 
 
 @pytest.mark.django_db(transaction=True)

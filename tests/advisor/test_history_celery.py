@@ -7,28 +7,15 @@ from __future__ import annotations
 import copy
 
 import pytest
-import redis
-from django.conf import settings as django_settings
 
 from jobs.advisor_models import AdvisorCandidate, AdvisorSearch
 from jobs.advisor_services import advisor_search_create
-from portal import enqueue as enqueue_module
-from portal.celery import app
-from tests.celery_procs import private_queue, start_worker
+from tests.celery_procs import start_worker
 from tests.history_scenario import record
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.celery_worker, pytest.mark.django_db(transaction=True)]
 
-
-@pytest.fixture
-def queue(monkeypatch):
-    """A private queue: what this test's code enqueues goes where its worker listens."""
-    name = private_queue()
-    monkeypatch.setattr(enqueue_module, "send", lambda task, *args, expires=None: app.send_task(
-        task, args=args, queue=name, expires=expires))
-    yield name
-    redis.Redis.from_url(django_settings.REDIS_CLIENT_URL).delete(name)
 
 
 def test_a_worker_replays_the_stored_history_and_today_reproduces_it(queue, settings):

@@ -8,15 +8,11 @@ from __future__ import annotations
 import signal
 
 import pytest
-import redis
-from django.conf import settings as django_settings
 
 from jobs.advisor_models import AdvisorCandidate, AdvisorEvent, AdvisorSearch
 from jobs.advisor_services import advisor_reap, advisor_search_create
 from jobs.replay.paths import alibaba_dir
-from portal import enqueue as enqueue_module
-from portal.celery import app
-from tests.celery_procs import private_queue, start_worker
+from tests.celery_procs import start_worker
 from tests.waiting import wait_until
 
 CSV = alibaba_dir() / "csv" / "openb_pod_list_default.csv"
@@ -31,15 +27,6 @@ LONGER = {"overlay": 1, "window_s": 6000.0, "node_fraction": 0.1}  # a few secon
 BOUNDS = {"queueing": ["best_effort"], "night_hours": [20, 8]}
 PROJECTS = ["d0/p00", "d0/p01", "d0/p02", "d0/p03", "d1/p04", "d1/p06", "d1/p07"]
 
-
-@pytest.fixture
-def queue(monkeypatch):
-    """A private queue: what this test's code enqueues goes where its worker listens."""
-    name = private_queue()
-    monkeypatch.setattr(enqueue_module, "send", lambda task, *args, expires=None: app.send_task(
-        task, args=args, queue=name, expires=expires))
-    yield name
-    redis.Redis.from_url(django_settings.REDIS_CLIENT_URL).delete(name)
 
 
 def _search(scenario, budget, seed=7):
