@@ -27,6 +27,7 @@ scheduler_packing     —                                        packing
 
 from __future__ import annotations
 
+import json
 from datetime import time
 from decimal import Decimal, InvalidOperation
 
@@ -80,6 +81,10 @@ class _Bad(Exception):
 
 
 # --- reading what is there now ------------------------------------------------------------------
+
+
+def _json(value) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
 def _n(value: Decimal | None) -> str | None:
@@ -312,9 +317,9 @@ def check_changes(raw) -> list[dict]:
             now = current(clean)
             if "before" in entry and entry["before"] != now:
                 raise _Bad(_("before is %(given)s but the value now is %(now)s") % {
-                    "given": entry["before"], "now": now})
+                    "given": _json(entry["before"]), "now": _json(now)})
             if now == _new_values(clean):
-                raise _Bad(_("nothing to change: the value is already %(now)s") % {"now": now})
+                raise _Bad(_("nothing to change: the value is already %(now)s") % {"now": _json(now)})
             clean["before"] = now
             out.append(clean)
         except _Bad as exc:
@@ -445,7 +450,7 @@ def rule_change_request_apply(request: ApprovalRequest, actor: User) -> None:
             raise _refuse(i, entry, _(
                 "it was changed since the request (expected %(before)s, now %(now)s); nothing was "
                 "applied — reject this request and ask again if the change is still wanted") % {
-                "before": entry["before"], "now": now})
+                "before": _json(entry["before"]), "now": _json(now)})
         try:
             target = _apply_one(entry, actor)
         except (ValidationError, PermissionDenied) as exc:

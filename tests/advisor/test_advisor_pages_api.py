@@ -76,7 +76,7 @@ def test_apply_maps_every_rule_onto_the_portal_and_lists_what_it_cannot(world, a
     from jobs.models import PriorityClass
 
     PriorityClass.objects.create(name="normal", value=10, grace_seconds=30)
-    search, cand = finished_search(world.users["platform"], ratio=1.0)
+    _search, cand = finished_search(world.users["platform"], ratio=1.0)
     cand.params = {**cand.params, "borrow_limit_ratio": 0.5, "lend_limit_ratio": 0.75,
                    "night_lend_limit_ratio": 1.0, "grace_s": 60, "packing": "best_fit",
                    "queueing:d1/p04": "strict_fifo"}
@@ -86,8 +86,8 @@ def test_apply_maps_every_rule_onto_the_portal_and_lists_what_it_cannot(world, a
     out = r.json()
     assert out["requests"] == [] and out["rule_change_request"] is not None
     assert out["rule_change_request_url"] == reverse("api:approval-detail", args=[out["rule_change_request"]])
-    assert out["unmapped"] == [{"change": "queueing:d1/p04", "reason": "no project d1/p04 in this portal "
-                                                                      "(the replay's projects are the scenario's)"}]
+    reason = "no project d1/p04 in this portal (the replay's projects are the scenario's)"
+    assert out["unmapped"] == [{"change": "queueing:d1/p04", "reason": reason}]
     changes = ApprovalRequest.objects.get(pk=out["rule_change_request"]).payload["changes"]
     by_type = {}
     for c in changes:
@@ -96,7 +96,8 @@ def test_apply_maps_every_rule_onto_the_portal_and_lists_what_it_cannot(world, a
     assert sorted((c["project"], c["borrow_limit"], c["lend_limit"]) for c in by_type["quota_limits"]) == [
         ("pa", "2", "3"), ("pa1", "2", "3"), ("pb", "4", "6")]
     assert sorted((c["project"], c["start_hour"], c["end_hour"], c["lend_limit"])
-                  for c in by_type["quota_window"]) == [("pa", 20, 8, "4"), ("pa1", 20, 8, "4"), ("pb", 20, 8, "8")]
+                  for c in by_type["quota_window"]) == [
+        ("pa", 20, 8, "4"), ("pa1", 20, 8, "4"), ("pb", 20, 8, "8")]
     assert [(c["priority_class"], c["grace_seconds"]) for c in by_type["priority_grace"]] == [("normal", 60)]
     assert [c["packing"] for c in by_type["scheduler_packing"]] == ["best_fit"]
     assert [c["backfill"] for c in by_type["scheduler_backfill"]] == [False]

@@ -39,7 +39,8 @@ def _all_changes(world):
         {"type": "quota_limits", "project": "pb", "flavor": "F", "borrow_limit": 4, "lend_limit": "2"},
         {"type": "quota_window", "project": "pa1", "flavor": "F", "name": "night", "start_hour": 20,
          "end_hour": 8, "lend_limit": 3},
-        {"type": "priority_grace", "priority_class": "normal", "grace_seconds": 90, "before": {"grace_seconds": 30}},
+        {"type": "priority_grace", "priority_class": "normal", "grace_seconds": 90,
+         "before": {"grace_seconds": 30}},
         {"type": "scheduler_backfill", "backfill": False},
         {"type": "scheduler_packing", "packing": "best_fit", "before": {"packing": "fragmentation_aware"}},
     ]
@@ -59,7 +60,8 @@ def test_create_approve_applies_every_change_with_events(world):
     pb.refresh_from_db()
     assert (pb.borrow_limit, pb.lend_limit) == (Decimal(4), Decimal(2))
     w = QuotaWindow.objects.get(quota_node=world.quota["pa1"], name="night")
-    assert (w.start_time, w.end_time, w.lend_limit, w.quota, w.weekdays) == (time(20), time(8), 3, None, "0123456")
+    assert (w.start_time, w.end_time, w.lend_limit, w.quota, w.weekdays) == (
+        time(20), time(8), 3, None, "0123456")
     assert PriorityClass.objects.get(name="normal").grace_seconds == 90
     s = SchedulerSettings.objects.get()
     assert (s.backfill, s.packing) == (False, "best_fit")
@@ -75,7 +77,7 @@ def test_create_approve_applies_every_change_with_events(world):
 def test_a_value_changed_meanwhile_refuses_the_approval_and_changes_nothing(world):
     req = rule_change_request_create(actor=world.users["platform"], changes=_all_changes(world))
     PriorityClass.objects.filter(name="normal").update(grace_seconds=45)  # an admin edited it meanwhile
-    with pytest.raises(ValidationError) as refused:
+    with pytest.raises(ValidationError) as refused, translation.override("en"):
         approval_decide(actor=_second_admin(), step_or_request=req, approve=True)
     assert "Change 3 (priority_grace)" in " ".join(refused.value.messages)
     assert "changed since the request" in " ".join(refused.value.messages)
@@ -91,7 +93,8 @@ def test_a_value_changed_meanwhile_refuses_the_approval_and_changes_nothing(worl
     ({"type": "project_queueing", "project": "nope", "queueing": "strict_fifo"}, "unknown project"),
     ({"type": "project_queueing", "project": "pa", "queueing": "fifo"}, "queueing: one of"),
     ({"type": "project_queueing", "project": "pa", "aging_bound_seconds": 5}, "aging_bound_seconds"),
-    ({"type": "project_queueing", "project": "pa", "queueing": "strict_fifo", "colour": 1}, "unknown key(s): colour"),
+    ({"type": "project_queueing", "project": "pa", "queueing": "strict_fifo", "colour": 1},
+     "unknown key(s): colour"),
     ({"type": "quota_limits", "project": "pa", "flavor": "G", "borrow_limit": 1}, "unknown flavor"),
     ({"type": "quota_limits", "project": "pa", "flavor": "F", "lend_limit": 5}, "cannot exceed the quota"),
     ({"type": "quota_limits", "project": "pa", "flavor": "F", "borrow_limit": 1.5}, "whole units"),
@@ -159,7 +162,8 @@ def test_the_requester_cannot_decide_their_own_rule_change(world):
 @pytest.mark.parametrize("language, words", [
     ("en", ("Rule change", "Project A/pa queueing: best effort → strict FIFO", "Scheduler packing: "
             "fragmentation-aware → best fit", "Quota window “night” of A1/pa1 for F")),
-    ("zh-hans", ("策略变更", "项目 A/pa 排队策略: 尽力而为 → 严格先进先出", "调度器装箱策略: 碎片感知 → 最佳适配")),
+    ("zh-hans", ("策略变更", "项目 A/pa 排队策略: 尽力而为 → 严格先进先出",
+                 "调度器装箱策略: 碎片感知 → 最佳适配")),
 ])
 def test_the_request_page_and_inbox_show_the_changes_readably(world, language, words):
     req = rule_change_request_create(actor=world.users["platform"], changes=_all_changes(world))
@@ -178,8 +182,9 @@ def test_the_request_page_and_inbox_show_the_changes_readably(world, language, w
 
 
 def _job(project, flavor, name, gpus, runtime):
-    return job_submit(actor=fx.platform_admin(), project=project, name=name, kind="training", flavor=flavor,
-                      priority_class=fx.priority(), image="pytorch:2.3", workers=1, gpus_per_worker=gpus,
+    return job_submit(actor=fx.platform_admin(), project=project, name=name, kind="training",
+                      flavor=flavor, priority_class=fx.priority(), image="pytorch:2.3", workers=1,
+                      gpus_per_worker=gpus,
                       max_runtime_seconds=runtime)
 
 
