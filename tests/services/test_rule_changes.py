@@ -3,7 +3,7 @@ entry, nothing created), create → approve → every change applied with its ev
 "before" refuses the whole approval, only platform admins ask and decide, the scheduling cycle
 honours the operator's backfill setting, zh/en lines."""
 
-from datetime import time
+from datetime import time, timedelta
 from decimal import Decimal
 
 import pytest
@@ -150,6 +150,11 @@ def test_only_platform_admins_ask_for_or_decide_rule_changes(world, api, persona
     assert SchedulerSettings.objects.get().backfill is True
     seen = api(user).get(reverse("api:approval-detail", args=[req.pk])).status_code
     assert seen == (200 if persona == "auditor" else 404)
+    page = Client()
+    page.force_login(user)
+    assert page.get(reverse("approval-detail", args=[req.pk])).status_code == seen
+    assert page.post(reverse("approval-decide", args=[req.pk]), {"decision": "approve"}).status_code in (302, 404)
+    assert SchedulerSettings.objects.get().backfill is True
 
 
 def test_the_requester_cannot_decide_their_own_rule_change(world):
@@ -213,3 +218,60 @@ def test_the_cycle_honours_backfill_off_from_the_database(warm):
     SchedulerSettings.objects.filter(pk=1).update(backfill=False)
     schedule_once(warm=warm)
     assert Job.objects.get(pk=c.pk).state == "queued"
+
+
+def _packing_world():
+    """Leaf l0: nodes of 3 and 8 GPUs (11 free); leaf l1: one node of 3 GPUs. A 2-GPU job fits
+    best on either 3-GPU node: plain best fit takes the first in topology order (l0's),
+    fragmentation-aware placement the one in the leaf with the fewest free GPUs (l1's)."""
+    from quotas.models import Cluster, Node
+
+    f = fx.flavor()
+    cluster = Cluster.objects.create(name="sim", kind="simulator")
+    made = {}
+    for name, gpus, leaf in (("n3a", 3, "l0"), ("n8", 8, "l0"), ("n3b", 3, "l1")):
+        made[name] = Node.objects.create(cluster=cluster, name=name, flavor=f, gpu_count=gpus, zone="z1",
+                                         spine="s0", leaf=leaf)
+    dept = fx.department("D")
+    proj = fx.project("p", dept)
+    fx.quota(f, dept, 16)
+    fx.quota(f, proj, 16)
+    job = _job(proj, f, "small", 2, 600)
+    return job, {n.pk: name for name, n in made.items()}
+
+
+@pytest.mark.parametrize("packing, node", [("fragmentation_aware", "n3b"), ("best_fit", "n3a")])
+@pytest.mark.parametrize("warm", [True, False])
+def test_the_cycle_places_with_the_packing_from_the_database(packing, node, warm):
+    job, names = _packing_world()
+    SchedulerSettings.objects.filter(pk=1).update(packing=packing)
+    schedule_once(warm=warm)
+    job.refresh_from_db()
+    assert {names[slot[0]] for worker in job.placement for slot in worker} == {node}
+
+
+def test_start_estimates_and_the_forms_estimate_honour_backfill_off():
+    from django.core.cache import cache
+    from django.utils import timezone
+
+    from jobs import start_estimates
+
+    c = _blocked_head_and_a_small_job()
+    project_id, now = c.project_id, timezone.now()
+
+    def estimates():
+        start_estimates.start_estimates_refresh(now)
+        cache.delete(start_estimates._FORM_SNAPSHOT_KEY)  # the form's snapshot holds its flags
+        new = start_estimates.start_estimate_new(
+            project_id=project_id, flavor="A100", workers=1, min_workers=None, gpus_per_worker=2,
+            gpu_milli=None, priority=100, preemptible=True, max_runtime_seconds=3600, needs_approval=False,
+            now=now)
+        return start_estimates.cached_start_estimates([c])[c.pk].estimated_start, new.estimated_start
+
+    queued_on, new_on = estimates()
+    SchedulerSettings.objects.filter(pk=1).update(backfill=False)
+    queued_off, new_off = estimates()
+    # backfill: c and a job like it start beside d at once; without it they wait behind b,
+    # which starts when a ends (10 min)
+    assert queued_on - now < timedelta(minutes=5) and new_on - now < timedelta(minutes=5)
+    assert queued_off - now >= timedelta(minutes=9) and new_off - now >= timedelta(minutes=9)
