@@ -219,7 +219,7 @@ def _clean_entry(raw) -> dict:
     if not isinstance(raw, dict):
         raise _Bad(_("each change is a JSON object"))
     kind = raw.get("type")
-    if kind not in TYPES:
+    if not isinstance(kind, str) or kind not in TYPES:
         raise _Bad(_("unknown type %(type)r; choose one of: %(types)s") % {
             "type": kind, "types": ", ".join(TYPES)})
     targets, values = TYPES[kind]

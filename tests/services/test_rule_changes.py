@@ -110,6 +110,10 @@ def test_a_value_changed_meanwhile_refuses_the_approval_and_changes_nothing(worl
     ({"type": "scheduler_packing", "packing": "best_fit", "before": {"packing": "best_fit"}}, "before is"),
     ({"type": "scheduler_backfill", "backfill": True}, "nothing to change"),
     ({"type": "teleport"}, "unknown type"),
+    ({"type": ["scheduler_backfill"], "backfill": False}, "unknown type"),
+    ({"type": "quota_limits", "project": "pa", "flavor": "F", "lend_limit": "NaN"}, "between 0"),
+    ({"type": "quota_limits", "project": ["pa"], "flavor": "F", "lend_limit": 1}, "project: a name"),
+    ({"type": "project_queueing", "project": "pa", "queueing": "strict_fifo", "before": "x"}, "before is"),
 ])
 def test_bad_changes_are_a_400_naming_the_entry_and_create_nothing(world, api, entry, words):
     PriorityClass.objects.create(name="normal", value=10, grace_seconds=30)
