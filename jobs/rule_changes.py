@@ -414,6 +414,7 @@ def rule_change_request_create(*, actor: User, changes, reason: str = "") -> App
     perm.require(scope_for(actor).platform_admin)
     with transaction.atomic():
         clean = check_changes(changes)
+        _dry_run(clean, actor)
         all_lines = [line for entry in clean for line in lines(entry)]
         if len(all_lines) == 1:
             summary = _m(gettext_noop("Rule change: %(change)s"), change=all_lines[0])
@@ -428,6 +429,28 @@ def rule_change_request_create(*, actor: User, changes, reason: str = "") -> App
             reason=reason,
             steps=[StepSpec(Role.PLATFORM_ADMIN)],
         )
+
+
+class _DryRun(Exception):
+    pass
+
+
+def _dry_run(clean: list[dict], actor: User) -> None:
+    """Apply the changes in a savepoint that is rolled back: what the quota services would refuse
+    at approval (a lend limit that breaks a department's level rules, a window over a loan…) is a
+    400 now. Nothing of it is kept (the savepoint's rows and its on-commit hooks are dropped)."""
+    i = 0
+    try:
+        with transaction.atomic():
+            while i < len(clean):
+                _apply_one(clean[i], actor)
+                i += 1
+            raise _DryRun
+    except _DryRun:
+        return
+    except (ValidationError, PermissionDenied) as exc:
+        text = " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
+        raise ValidationError({"changes": [f"changes[{i}] ({clean[i]['type']}): {text}"]}) from None
 
 
 # --- apply (in the decision's transaction) --------------------------------------------------------

@@ -126,6 +126,23 @@ def test_bad_changes_are_a_400_naming_the_entry_and_create_nothing(world, api, e
     assert not ApprovalRequest.objects.exists()
 
 
+def test_what_the_quota_services_would_refuse_at_approval_is_a_400_at_once(world, api):
+    """A overcommits ×2 (A1 4 + pa 8 under A's 8): A1 never lending is fine (4 kept ≤ 8), pa never
+    lending too would keep 12 > 8 of A's quota out of the pool — A's level rule (docs/quotas.md)."""
+    from quotas.models import QuotaNode
+
+    QuotaNode.objects.filter(pk=world.quota["A"].pk).update(overcommit_ratio=2)
+    QuotaNode.objects.filter(pk=world.quota["pa"].pk).update(quota=8)
+    changes = [{"type": "quota_limits", "department": "A1", "flavor": "F", "lend_limit": 0},
+               {"type": "quota_limits", "project": "pa", "flavor": "F", "lend_limit": 0}]
+    body = {"kind": "policy", "changes": changes}
+    r = api(world.users["platform"]).post(reverse("api:approval-list"), body, format="json")
+    assert r.status_code == 400, r.content
+    assert "changes[1] (quota_limits): The never-lent parts" in str(r.json())
+    assert not ApprovalRequest.objects.exists()
+    assert QuotaNode.objects.get(pk=world.quota["A1"].pk).lend_limit is None  # the dry run left nothing
+
+
 def test_the_api_creates_a_rule_change_request_and_the_same_target_twice_is_refused(world, api):
     client = api(world.users["platform"])
     body = {"kind": "policy", "reason": "why", "changes": [{"type": "scheduler_backfill", "backfill": False}]}
