@@ -282,6 +282,7 @@ def advisor_candidate_apply(*, actor, candidate: AdvisorCandidate) -> dict:
     (``jobs.rule_changes``, decided by another platform admin), mapped onto the portal's real
     objects by :func:`_rule_changes`. Returns ``{"requests": [quota request ids],
     "rule_change_request": id or None, "unmapped": [{"change", "reason"}], "skipped": [messages]}``."""
+    import re
     from decimal import ROUND_FLOOR, Decimal
 
     from django.core.exceptions import PermissionDenied, ValidationError
@@ -319,13 +320,23 @@ def advisor_candidate_apply(*, actor, candidate: AdvisorCandidate) -> dict:
                 continue
             out["requests"].append(req.pk)
     entries, out["unmapped"] = _rule_changes(changes, candidate.search.bounds)
-    if entries:
+    while entries:
         try:
             req = rule_change_request_create(actor=actor, changes=entries, reason=label)
-        except ValidationError as exc:  # e.g. a value changed between the mapping and the check
-            out["unmapped"].append({"change": "rule_change_request", "reason": "; ".join(exc.messages)})
+        except ValidationError as exc:
+            # An entry the portal refuses (a lend limit its department's level rule does not allow)
+            # is left out with the reason and the rest asked for; an error naming no entry ends it.
+            refused = {int(m.group(1)): text for text in exc.messages
+                       if (m := re.match(r"changes\[(\d+)\]", text))}
+            if not refused:
+                out["unmapped"].append({"change": "rule_change_request", "reason": "; ".join(exc.messages)})
+                break
+            for i, text in sorted(refused.items()):
+                out["unmapped"].append({"change": entries[i]["type"], "reason": text})
+            entries = [e for i, e in enumerate(entries) if i not in refused]
         else:
             out["rule_change_request"] = req.pk
+            break
     with transaction.atomic():
         AdvisorEvent.objects.create(search_id=candidate.search_id, candidate=candidate,
                                     from_state=candidate.state, to_state=candidate.state,

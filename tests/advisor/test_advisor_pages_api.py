@@ -151,3 +151,21 @@ def test_the_api_refuses_bad_input_with_400_and_stores_nothing(world, api):
         r = client.post(reverse("api:advisorsearch-list"), body, format="json")
         assert r.status_code == 400, (body, r.content)
     assert not AdvisorSearch.objects.exists()
+
+
+def test_apply_leaves_out_an_entry_the_portal_refuses_and_asks_for_the_rest(world, api):
+    """A overcommits ×2 and A1 never lends: pa never lending too would keep 12 of A's 8 out of the
+    pool (A's level rule), so pa's lend limit is listed as not applied; pa1's and pb's are asked."""
+    from quotas.models import QuotaNode
+
+    QuotaNode.objects.filter(pk=world.quota["A"].pk).update(overcommit_ratio=2)
+    QuotaNode.objects.filter(pk=world.quota["A1"].pk).update(lend_limit=0)
+    QuotaNode.objects.filter(pk=world.quota["pa"].pk).update(quota=8)
+    _search, cand = finished_search(world.users["platform"], ratio=1.0)
+    cand.params = {**cand.params, "backfill": True, "lend_limit_ratio": 0.0}
+    cand.save()
+    out = api(world.users["platform"]).post(reverse("api:advisorcandidate-apply", args=[cand.pk])).json()
+    assert [u["change"] for u in out["unmapped"]] == ["quota_limits"]
+    assert "The never-lent parts" in out["unmapped"][0]["reason"]
+    changes = ApprovalRequest.objects.get(pk=out["rule_change_request"]).payload["changes"]
+    assert sorted((c["project"], c["lend_limit"]) for c in changes) == [("pa1", "0"), ("pb", "0")]
