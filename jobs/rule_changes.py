@@ -27,6 +27,7 @@ scheduler_packing     —                                        packing
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import time
 from decimal import Decimal, InvalidOperation
@@ -282,6 +283,20 @@ def _clean_entry(raw) -> dict:
     return out
 
 
+def _given_before(clean: dict, before):
+    """A requester's ``before`` in the stored form: quantities of a quota node as decimal strings
+    (``2``, ``2.0`` and ``"2"`` are the same value); anything malformed is left as given (and then
+    differs from what is there)."""
+    if clean["type"] != "quota_limits" or not isinstance(before, dict):
+        return before
+    out = dict(before)
+    for key in ("borrow_limit", "lend_limit"):
+        if key in out:
+            with contextlib.suppress(_Bad):
+                out[key] = _n(_quantity(key, out[key]))
+    return out
+
+
 def _target_key(entry: dict) -> tuple:
     targets = TYPES[entry["type"]][0]
     return (entry["type"], *(entry.get(k) for k in targets))
@@ -315,7 +330,7 @@ def check_changes(raw) -> list[dict]:
                 raise _Bad(_("the same target as changes[%(j)s]") % {"j": seen[key]})
             seen[key] = i
             now = current(clean)
-            if "before" in entry and entry["before"] != now:
+            if "before" in entry and _given_before(clean, entry["before"]) != now:
                 raise _Bad(_("before is %(given)s but the value now is %(now)s") % {
                     "given": _json(entry["before"]), "now": _json(now)})
             if now == _new_values(clean):

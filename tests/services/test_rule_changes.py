@@ -36,7 +36,8 @@ def _all_changes(world):
     PriorityClass.objects.create(name="normal", value=10, grace_seconds=30)
     return [
         {"type": "project_queueing", "project": "pa", "queueing": "strict_fifo", "aging_bound_seconds": 600},
-        {"type": "quota_limits", "project": "pb", "flavor": "F", "borrow_limit": 4, "lend_limit": "2"},
+        {"type": "quota_limits", "project": "pb", "flavor": "F", "borrow_limit": 4, "lend_limit": "2",
+         "before": {"borrow_limit": None, "lend_limit": None}},
         {"type": "quota_window", "project": "pa1", "flavor": "F", "name": "night", "start_hour": 20,
          "end_hour": 8, "lend_limit": 3},
         {"type": "priority_grace", "priority_class": "normal", "grace_seconds": 90,
@@ -109,6 +110,8 @@ def test_a_value_changed_meanwhile_refuses_the_approval_and_changes_nothing(worl
     ({"type": "scheduler_packing", "packing": "worst_fit"}, "packing: one of"),
     ({"type": "scheduler_packing", "packing": "best_fit", "before": {"packing": "best_fit"}}, "before is"),
     ({"type": "scheduler_backfill", "backfill": True}, "nothing to change"),
+    ({"type": "quota_limits", "project": "pa", "flavor": "F", "lend_limit": 1, "before": {"lend_limit": 2.0}},
+     "before is"),
     ({"type": "teleport"}, "unknown type"),
     ({"type": ["scheduler_backfill"], "backfill": False}, "unknown type"),
     ({"type": "quota_limits", "project": "pa", "flavor": "F", "lend_limit": "NaN"}, "between 0"),
@@ -297,3 +300,13 @@ def test_start_estimates_and_the_forms_estimate_honour_backfill_off():
     # which starts when a ends (10 min)
     assert queued_on - now < timedelta(minutes=5) and new_on - now < timedelta(minutes=5)
     assert queued_off - now >= timedelta(minutes=9) and new_off - now >= timedelta(minutes=9)
+
+
+def test_a_quantity_before_may_be_given_as_a_number(world):
+    from quotas.models import QuotaNode
+
+    QuotaNode.objects.filter(pk=world.quota["pa"].pk).update(lend_limit=2)
+    change = {"type": "quota_limits", "project": "pa", "flavor": "F", "lend_limit": 1,
+              "before": {"lend_limit": 2.0}}
+    req = rule_change_request_create(actor=world.users["platform"], changes=[change])
+    assert req.payload["changes"][0]["before"] == {"lend_limit": "2"}
