@@ -3,7 +3,16 @@ from django.utils.translation import gettext_lazy as _
 
 from portal.admin_site import PlatformModelAdmin
 
-from .models import ApprovalPolicy, Job, JobEvent, JobTemplate, PriorityClass, ProjectStorage
+from .models import (
+    ApprovalPolicy,
+    Job,
+    JobEvent,
+    JobTemplate,
+    PriorityClass,
+    ProjectStorage,
+    RuleChangeEvent,
+    SchedulerSettings,
+)
 
 
 @admin.register(PriorityClass)
@@ -80,3 +89,16 @@ class JobTemplateAdmin(PlatformModelAdmin):
     list_display = ["name", "project", "owner", "shared", "updated_at"]
     list_filter = ["shared"]
     search_fields = ["name", "project__code", "owner__username"]
+
+
+@admin.register(SchedulerSettings)
+class SchedulerSettingsAdmin(ReadOnlyAdmin):
+    """Changed only by an approved rule-change request (docs/scheduling.md, "Engine settings")."""
+
+    list_display = ["backfill", "packing", "updated_at"]
+
+
+@admin.register(RuleChangeEvent)
+class RuleChangeEventAdmin(ReadOnlyAdmin):
+    list_display = ["at", "type", "target", "old", "new", "actor", "request"]
+    list_filter = ["type"]

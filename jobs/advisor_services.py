@@ -342,13 +342,14 @@ def visible_candidates(user):
 def advisor_candidate_apply(*, actor, candidate: AdvisorCandidate) -> dict:
     """Turn a finished, feasible candidate into the normal approval requests.
 
-    Only quotas have an approval kind (``quotas.approvals.quota_request_create``): a candidate's
-    ``overcommit_ratio`` r becomes one quota request per project quota node of the portal —
-    quota × r, floored to whole units on a flavor that is not shareable — that the usual
-    approvers decide. Departments are not touched (the guarantee the search kept). The other
-    changes (limits, the night window, grace, backfill, packing, queueing) have no approval
-    kind: they are returned as ``manual`` for the platform admin to make on their pages.
-    Returns ``{"requests": [ids], "manual": {name: value}, "skipped": [messages]}``."""
+    The ``overcommit_ratio`` r becomes one quota request per project quota node of the portal
+    (``quotas.approvals.quota_request_create``) — quota × r, floored to whole units on a flavor
+    that is not shareable — that the usual approvers decide; departments are not touched (the
+    guarantee the search kept). Every other change becomes one entry of ONE rule-change request
+    (``jobs.rule_changes``, decided by another platform admin), mapped onto the portal's real
+    objects by :func:`_rule_changes`. Returns ``{"requests": [quota request ids],
+    "rule_change_request": id or None, "unmapped": [{"change", "reason"}], "skipped": [messages]}``."""
+    import re
     from decimal import ROUND_FLOOR, Decimal
 
     from django.core.exceptions import PermissionDenied, ValidationError
@@ -356,34 +357,158 @@ def advisor_candidate_apply(*, actor, candidate: AdvisorCandidate) -> dict:
     from quotas.approvals import quota_request_create
     from quotas.models import QuotaNode
 
+    from .rule_changes import rule_change_request_create
+
     if not visible_searches(actor).filter(pk=candidate.search_id).exists():
         raise PermissionDenied
     if candidate.state != CandidateState.DONE or not candidate.feasible or candidate.number == 0:
         raise ValidationError(_("Only a finished, feasible candidate other than today's can be applied."))
     changes = space.changes(candidate.params, candidate.search.projects)
     ratio = changes.pop("overcommit_ratio", None)
-    out = {"requests": [], "manual": changes, "skipped": []}
-    if ratio is None:
-        return out
-    r = Decimal(str(ratio))
-    reason = _("Policy advisor: search #%(search)s, candidate %(n)s (overcommit ratio %(r)s).") % {
-        "search": candidate.search_id, "n": candidate.number, "r": f"{ratio:.2f}"}
-    nodes = QuotaNode.objects.filter(project__isnull=False, quota__gt=0).select_related("flavor", "project")
-    for node in nodes.order_by("project__name", "flavor__name"):
-        unit = Decimal("0.001") if node.flavor.shareable else Decimal(1)
-        quota = (node.quota * r).quantize(unit, rounding=ROUND_FLOOR)
-        if quota == node.quota:
-            continue
+    out = {"requests": [], "rule_change_request": None, "unmapped": [], "skipped": []}
+    label = _("Policy advisor: search #%(search)s, candidate %(n)s.") % {
+        "search": candidate.search_id, "n": candidate.number}
+    if ratio is not None:
+        r = Decimal(str(ratio))
+        reason = _("Policy advisor: search #%(search)s, candidate %(n)s (overcommit ratio %(r)s).") % {
+            "search": candidate.search_id, "n": candidate.number, "r": f"{ratio:.2f}"}
+        nodes = QuotaNode.objects.filter(project__isnull=False, quota__gt=0) \
+            .select_related("flavor", "project")
+        for node in nodes.order_by("project__name", "flavor__name"):
+            unit = Decimal("0.001") if node.flavor.shareable else Decimal(1)
+            quota = (node.quota * r).quantize(unit, rounding=ROUND_FLOOR)
+            if quota == node.quota:
+                continue
+            try:
+                req = quota_request_create(actor=actor, flavor=node.flavor, quota=quota, project=node.project,
+                                           reason=reason)
+            except ValidationError as exc:
+                out["skipped"].append(f"{node.project.name} / {node.flavor.name}: {'; '.join(exc.messages)}")
+                continue
+            out["requests"].append(req.pk)
+    entries, out["unmapped"] = _rule_changes(changes, candidate.search.bounds)
+    while entries:
         try:
-            req = quota_request_create(actor=actor, flavor=node.flavor, quota=quota, project=node.project,
-                                       reason=reason)
+            req = rule_change_request_create(actor=actor, changes=entries, reason=label)
         except ValidationError as exc:
-            out["skipped"].append(f"{node.project.name} / {node.flavor.name}: {'; '.join(exc.messages)}")
-            continue
-        out["requests"].append(req.pk)
+            # An entry the portal refuses (a lend limit its department's level rule does not allow)
+            # is left out with the reason and the rest asked for; an error naming no entry ends it.
+            refused = {int(m.group(1)): text for text in exc.messages
+                       if (m := re.match(r"changes\[(\d+)\]", text))}
+            if not refused:
+                out["unmapped"].append({"change": "rule_change_request", "reason": "; ".join(exc.messages)})
+                break
+            for i, text in sorted(refused.items()):
+                out["unmapped"].append({"change": entries[i]["type"], "reason": text})
+            entries = [e for i, e in enumerate(entries) if i not in refused]
+        else:
+            out["rule_change_request"] = req.pk
+            break
     with transaction.atomic():
         AdvisorEvent.objects.create(search_id=candidate.search_id, candidate=candidate,
                                     from_state=candidate.state, to_state=candidate.state,
-                                    reason=f"applied: {len(out['requests'])} request(s)")
+                                    reason=f"applied: {len(out['requests'])} quota request(s), rule change "
+                                           f"request {out['rule_change_request']}")
     return out
 
+
+NIGHT_WINDOW = "advisor-night"  # the name of the quota windows the advisor's night limits become
+
+
+def _rule_changes(changes: dict, bounds: dict) -> tuple[list[dict], list[dict]]:
+    """The candidate's changes (other than the overcommit ratio) as rule-change entries on this
+    portal's objects, and what cannot be mapped with the reason. Ratios apply to each project
+    quota node's quota today, floored to the flavor's units (milli-units when shareable); the
+    night window becomes a daily quota window ``NIGHT_WINDOW`` (hours of ``bounds.night_hours``,
+    site time) on every project quota node; the grace period goes onto every priority class; a
+    replay project ``dept/project`` maps onto the portal project of that code in that department."""
+    from decimal import ROUND_FLOOR, Decimal
+
+    from portal.models import Project
+    from quotas.models import QuotaNode, QuotaWindow
+
+    from .models import PriorityClass
+    from .rule_changes import _window_values
+    from .scheduler_settings import engine_flags
+
+    entries, unmapped = [], []
+    nodes = list(QuotaNode.objects.filter(project__isnull=False, quota__gt=0)
+                 .select_related("flavor", "project").order_by("project__code", "flavor__name"))
+
+    def floor(ratio, node) -> str:
+        unit = Decimal("0.001") if node.flavor.shareable else Decimal(1)
+        return f"{(node.quota * Decimal(str(ratio))).quantize(unit, rounding=ROUND_FLOOR).normalize():f}"
+
+    def current(value):
+        return None if value is None else f"{value.normalize():f}"
+
+    limits: dict[int, dict] = {}
+    for key in ("borrow_limit", "lend_limit"):
+        if f"{key}_ratio" not in changes:
+            continue
+        ratio = changes.pop(f"{key}_ratio")
+        for node in nodes:
+            value = None if ratio is None else floor(ratio, node)
+            if key == "lend_limit" and value is not None and Decimal(value) > node.quota:
+                unmapped.append({"change": f"{key}_ratio", "reason": _(
+                    "%(owner)s / %(flavor)s: %(value)s is above its quota") % {
+                    "owner": node.project.code, "flavor": node.flavor.name, "value": value}})
+                continue
+            if value != current(getattr(node, key)):
+                limits.setdefault(node.pk, {"type": "quota_limits", "project": node.project.code,
+                                            "flavor": node.flavor.name})[key] = value
+    entries.extend(limits.values())
+    if "night_lend_limit_ratio" in changes:
+        ratio = changes.pop("night_lend_limit_ratio")
+        start, end = bounds.get("night_hours", [20, 8])
+        for node in nodes:
+            window = QuotaWindow.objects.filter(quota_node=node, name=NIGHT_WINDOW).order_by("id").first()
+            if ratio is None:
+                if window is not None:
+                    unmapped.append({"change": "night_lend_limit_ratio", "reason": _(
+                        "%(owner)s / %(flavor)s: no night window — deactivate its window “%(name)s” "
+                        "by hand") % {
+                        "owner": node.project.code, "flavor": node.flavor.name, "name": NIGHT_WINDOW}})
+                continue
+            value = floor(ratio, node)
+            if Decimal(value) > node.quota:
+                unmapped.append({"change": "night_lend_limit_ratio", "reason": _(
+                    "%(owner)s / %(flavor)s: %(value)s is above its quota") % {
+                    "owner": node.project.code, "flavor": node.flavor.name, "value": value}})
+                continue
+            entry = {"type": "quota_window", "project": node.project.code, "flavor": node.flavor.name,
+                     "name": NIGHT_WINDOW, "start_hour": start, "end_hour": end, "lend_limit": value}
+            new = {"start_time": f"{start:02d}:00", "end_time": f"{end:02d}:00", "weekdays": "0123456",
+                   "quota": None, "lend_limit": value, "active": True}
+            if _window_values(window) != new:
+                entries.append(entry)
+        if not nodes:
+            unmapped.append({"change": "night_lend_limit_ratio", "reason": _("no project holds a quota")})
+    if "grace_s" in changes:
+        grace = int(changes.pop("grace_s"))
+        others = PriorityClass.objects.exclude(grace_seconds=grace).order_by("name")
+        for name in others.values_list("name", flat=True):
+            entries.append({"type": "priority_grace", "priority_class": name, "grace_seconds": grace})
+    flags = engine_flags()
+    if "backfill" in changes:
+        value = bool(changes.pop("backfill"))
+        if value != flags["backfill"]:
+            entries.append({"type": "scheduler_backfill", "backfill": value})
+    if "packing" in changes:
+        value = changes.pop("packing")
+        if (value == "fragmentation_aware") != flags["fragmentation_aware"]:
+            entries.append({"type": "scheduler_packing", "packing": value})
+    for key in sorted(k for k in changes if k.startswith("queueing:")):
+        value, path = changes.pop(key), key.split(":", 1)[1]
+        dept, _slash, code = path.rpartition("/")
+        project = Project.objects.filter(code=code, department__code=dept).only("queueing").first() \
+            if dept else None
+        if project is None:
+            unmapped.append({"change": key, "reason": _(
+                "no project %(path)s in this portal (the replay's projects are the scenario's)")
+                % {"path": path}})
+        elif project.queueing != value:
+            entries.append({"type": "project_queueing", "project": code, "queueing": value})
+    for key in sorted(changes):
+        unmapped.append({"change": key, "reason": _("no rule of this portal corresponds to it")})
+    return entries, unmapped

@@ -5,6 +5,7 @@ one with its candidates, cancel one, apply a candidate. Platform admins only; an
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.urls import reverse
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound
@@ -80,10 +81,19 @@ class SearchDetailOut(SearchOut):
     candidates = CandidateOut(many=True)
 
 
+class UnmappedOut(serializers.Serializer):
+    change = serializers.CharField(help_text="The candidate's dimension.")
+    reason = serializers.CharField()
+
+
 class ApplyOut(serializers.Serializer):
-    requests = serializers.ListField(child=serializers.IntegerField(), help_text="Approval request ids.")
-    manual = serializers.JSONField(help_text="Changes without an approval kind, to make by hand.")
-    skipped = serializers.ListField(child=serializers.CharField())
+    requests = serializers.ListField(child=serializers.IntegerField(), help_text="Quota request ids.")
+    rule_change_request = serializers.IntegerField(
+        allow_null=True,
+        help_text="The rule-change request (kind policy) with every other change; null: none.")
+    rule_change_request_url = serializers.CharField(allow_null=True, help_text="Its API detail.")
+    unmapped = UnmappedOut(many=True, help_text="Changes that could not be mapped onto this portal, and why.")
+    skipped = serializers.ListField(child=serializers.CharField(), help_text="Quota requests refused.")
 
 
 def _out(search, detail: bool = False) -> dict:
@@ -155,7 +165,8 @@ class AdvisorSearchCancelApi(APIView):
 
 
 class AdvisorCandidateApplyApi(APIView):
-    """Turn a finished, feasible candidate into quota requests (see docs/advisor.md "Apply")."""
+    """Turn a finished, feasible candidate into quota requests and one rule-change request
+    (see docs/advisor.md "Apply")."""
 
     @extend_schema(request=None, responses=ApplyOut)
     def post(self, request, pk):
@@ -165,4 +176,6 @@ class AdvisorCandidateApplyApi(APIView):
             out = advisor_candidate_apply(actor=request.user, candidate=candidate)
         except DjangoValidationError as exc:
             raise ApiValidationError({"detail": exc.messages}) from None
+        rid = out["rule_change_request"]
+        out["rule_change_request_url"] = reverse("api:approval-detail", args=[rid]) if rid else None
         return Response(out)

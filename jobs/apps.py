@@ -11,6 +11,10 @@ class JobsConfig(AppConfig):
 
         register_approval_kinds()
 
+        from .rule_change_kind import register as register_rule_change_kind
+
+        register_rule_change_kind()
+
         from portal.approvals import context_providers
 
         from .approval_context import approval_context

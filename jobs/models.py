@@ -643,3 +643,4 @@ class JobTemplate(models.Model):
 
 
 from .advisor_models import AdvisorCandidate, AdvisorEvent, AdvisorHistoryData, AdvisorSearch  # noqa: E402, F401  (issue 25)
+from .rule_models import Packing, RuleChangeEvent, SchedulerSettings  # noqa: E402,F401  (issue 25)

@@ -31,7 +31,7 @@ from .engine.model import CycleResult, Explain, Preemption
 from .models import Job, JobKind
 from .resize import drop_workers, record_scaled, request_resize
 from .scheduler import schedule
-from .snapshot import build_snapshot
+from .snapshot import build_snapshot, read_config
 from .states import HOLDING, JobState
 from .warm import warm_engine
 
@@ -69,7 +69,7 @@ def schedule_once(now: datetime | None = None, *, wait: bool = True, warm: bool 
         now = now or timezone.now()
         try:
             t0 = time.perf_counter()
-            result = engine.cycle(now) if warm else schedule(build_snapshot(now))
+            result = engine.cycle(now) if warm else _cold_cycle(now)
             t1 = time.perf_counter()
             applied = _apply(result, now)
             t2 = time.perf_counter()
@@ -103,6 +103,13 @@ def schedule_once(now: datetime | None = None, *, wait: bool = True, warm: bool 
         timeout=None,
     )
     return report
+
+
+def _cold_cycle(now: datetime) -> CycleResult:
+    """One cycle from a full snapshot, with the operator's engine settings (read once)."""
+    config = read_config(now)
+    return schedule(build_snapshot(now, config), fragmentation_aware=config.fragmentation_aware,
+                    backfill=config.backfill)
 
 
 def _apply(result: CycleResult, now: datetime) -> tuple[int, int, int, int]:
@@ -484,7 +491,7 @@ def explain_external(job: Job) -> dict:
 
 def _dry_explanations(job: Job) -> dict:
     now = timezone.now()
-    explanations = schedule(build_snapshot(now)).explanations
+    explanations = _cold_cycle(now).explanations
     # A dry run goes stale quickly: DRY_TTL, not the cycle's EXPLAIN_TTL.
     cache.set_many(
         {EXPLAIN_KEY.format(jid): explain_to_dict(e, now) for jid, e in explanations.items()}, DRY_TTL

@@ -23,6 +23,7 @@ from .engine.model import Node as CoreNode
 from .engine.model import PriorityClass as CorePriorityClass
 from .engine.model import QueuedJob, RunningJob, Snapshot
 from .models import ApprovalPolicy, PriorityClass
+from .scheduler_settings import engine_flags
 from .states import HOLDING, JobState
 
 MILLI = 1000
@@ -185,6 +186,9 @@ class Config:
     strict_fifo: frozenset[str] = frozenset()
     aging_bounds: tuple[tuple[str, int], ...] = ()
     default_aging_bound: int | None = None
+    # The operator's engine settings (jobs.scheduler_settings): a change rebuilds a warm engine.
+    fragmentation_aware: bool = True
+    backfill: bool = True
 
 
 def queueing() -> tuple[frozenset[str], tuple[tuple[str, int], ...], int | None]:
@@ -204,8 +208,9 @@ def read_config(now: datetime) -> Config:
     over_budget = frozenset(t for provider in over_budget_providers for t in provider(now))
     exempt = budget_exempt_projects() if over_budget else frozenset()
     active = frozenset(Flavor.objects.filter(active=True).values_list("name", flat=True))
+    flags = engine_flags()
     return Config(core_nodes(), tree_nodes(), limits_at(now), classes, over_budget, exempt, active,
-                  *queueing())
+                  *queueing(), fragmentation_aware=flags["fragmentation_aware"], backfill=flags["backfill"])
 
 
 def budget_exempt_projects() -> frozenset[str]:

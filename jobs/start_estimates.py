@@ -32,6 +32,7 @@ from .cache_keys import STARTS_KEY
 from .engine.model import QueuedJob, Snapshot
 from .forecast import DEFAULT_HORIZON_SECONDS, DEFAULT_MAX_CYCLES, UNKNOWN, forecast
 from .models import Job, JobKind
+from .scheduler_settings import engine_flags
 from .snapshot import build_forecast_input
 from .states import JobState
 
@@ -43,7 +44,7 @@ FORM_MAX_CYCLES = 100  # the submission form's estimate: a smaller bound, it run
 FORM_SNAPSHOT_SECONDS = 15  # the form's estimates reuse one snapshot this long (per process)
 # Per process: each keeps its own snapshot, so their keys must not overwrite one another's.
 _FORM_SNAPSHOT_KEY = f"starts:form-snapshot:{uuid4().hex}"
-_form_input: tuple[str, Snapshot, dict[str, QueuedJob]] | None = None  # (its key's token, …)
+_form_input: tuple[str, Snapshot, dict[str, QueuedJob], dict] | None = None  # (its key's token, …, flags)
 REASONS = (*UNKNOWN, "not_computed")
 UNKNOWN_LABELS = {
     "unlimited": _("it waits for jobs without a maximum runtime"),
@@ -80,7 +81,7 @@ def start_estimates_refresh(now: datetime | None = None) -> int | None:
         t0 = time.perf_counter()
         snapshot, requeue = build_forecast_input(now)
         found = forecast(snapshot, requeue=requeue, horizon_seconds=DEFAULT_HORIZON_SECONDS,
-                         max_cycles=DEFAULT_MAX_CYCLES)
+                         max_cycles=DEFAULT_MAX_CYCLES, **engine_flags())
         ids, starts, codes = array("q"), array("d"), array("b")
         for jid, at in found.starts.items():
             ids.append(int(jid))
@@ -143,9 +144,10 @@ def start_estimate(job: Job) -> StartEstimate | None:
     return cached_start_estimates([job]).get(job.pk)
 
 
-def _form_forecast_input(now: datetime) -> tuple[Snapshot, dict[str, QueuedJob]]:
-    """The snapshot the form's estimates forecast from: built at most once every
-    FORM_SNAPSHOT_SECONDS per process, as someone filling in the form asks on every change.
+def _form_forecast_input(now: datetime) -> tuple[Snapshot, dict[str, QueuedJob], dict]:
+    """The snapshot the form's estimates forecast from, with the engine settings read with it:
+    built at most once every FORM_SNAPSHOT_SECONDS per process, as someone filling in the form
+    asks on every change.
 
     Sharing it is safe: a snapshot is frozen (frozen dataclasses and tuples; the engine builds its
     own state from it and only reads ``limits``), holds no answer for anybody (only the
@@ -156,15 +158,16 @@ def _form_forecast_input(now: datetime) -> tuple[Snapshot, dict[str, QueuedJob]]
     global _form_input
     held = _form_input
     if held is not None and _cache_get(_FORM_SNAPSHOT_KEY) == held[0]:
-        return replace(held[1], now=now), held[2]
+        return replace(held[1], now=now), held[2], held[3]
     snapshot, requeue = build_forecast_input(now)
+    flags = engine_flags()
     token = uuid4().hex
     try:
         cache.set(_FORM_SNAPSHOT_KEY, token, timeout=FORM_SNAPSHOT_SECONDS)
     except RedisError:
-        return snapshot, requeue  # no shared clock to bound its age: not kept
-    _form_input = (token, snapshot, requeue)
-    return snapshot, requeue
+        return snapshot, requeue, flags  # no shared clock to bound its age: not kept
+    _form_input = (token, snapshot, requeue, flags)
+    return snapshot, requeue, flags
 
 
 def _cache_get(key: str):
@@ -189,8 +192,8 @@ def start_estimate_new(*, project_id: int, flavor: str, workers: int, min_worker
         return StartEstimate(None, "approval", now)
     job = QueuedJob("0", f"p{project_id}", flavor, now, workers, min_workers, gpus_per_worker, gpu_milli,
                     priority, preemptible, max_runtime_seconds, False)
-    snapshot, requeue = _form_forecast_input(now)
-    found = forecast(snapshot, extra=[job], requeue=requeue, max_cycles=FORM_MAX_CYCLES)
+    snapshot, requeue, flags = _form_forecast_input(now)
+    found = forecast(snapshot, extra=[job], requeue=requeue, max_cycles=FORM_MAX_CYCLES, **flags)
     if "0" in found.starts:
         return StartEstimate(found.starts["0"], None, now)
     return StartEstimate(None, found.unknown.get("0", "beyond_horizon"), now)

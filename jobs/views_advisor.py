@@ -177,9 +177,12 @@ def advisor_apply(request, pk: int):
     else:
         sent = len(out["requests"])
         messages.success(request, _("%(n)s quota request(s) sent for approval.") % {"n": sent})
-        if out["manual"]:
-            messages.info(request, _("Change by hand (no approval kind exists for them): %(c)s") % {
-                "c": ", ".join(f"{k} = {v}" for k, v in out["manual"].items())})
+        for item in out["unmapped"]:
+            messages.warning(request, _("Not applied: %(change)s — %(reason)s") % item)
         for text in out["skipped"]:
             messages.warning(request, text)
+        if out["rule_change_request"] is not None:
+            messages.success(request, _("Rule change request #%(id)s sent for approval: it is shown below.")
+                             % {"id": out["rule_change_request"]})
+            return redirect("approval-detail", pk=out["rule_change_request"])
     return redirect("advisor-search", pk=candidate.search_id)

@@ -45,7 +45,8 @@ class WarmEngine:
     def cycle(self, now: datetime) -> CycleResult:
         config = read_config(now)
         if self.engine is None or config != self.config or not self._catch_up():
-            self.engine = Engine(build_snapshot(now, config))
+            self.engine = Engine(build_snapshot(now, config), fragmentation_aware=config.fragmentation_aware,
+                                 backfill=config.backfill)
             self.config = config
             self.rebuilds += 1
         result = self.engine.cycle(now)

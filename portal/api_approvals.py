@@ -210,8 +210,9 @@ _FLAGS = [
 
 
 class ApprovalListApi(generics.ListAPIView):
-    """Visible approval requests, newest first. ``POST`` makes a quota or loan request
-    (``{"kind": "quota"|"loan", …}``); jobs ask for approval when they are submitted."""
+    """Visible approval requests, newest first. ``POST`` makes a quota, loan or rule-change
+    request (``{"kind": "quota"|"loan"|"policy", …}``; rule changes: platform admins only, 403 for
+    anyone else before the body is read); jobs ask for approval when they are submitted."""
 
     serializer_class = ApprovalOut
     filterset_fields = ["state", "kind", "project", "department"]

@@ -307,6 +307,7 @@ class ApprovalKind(models.TextChoices):
     JOB = "job", _("Job")
     QUOTA = "quota", _("Quota request")
     LOAN = "loan", _("Loan request")
+    POLICY = "policy", _("Rule change")
 
 
 class ApprovalState(models.TextChoices):

@@ -61,17 +61,52 @@ def test_the_search_page_shows_the_best_candidates_per_department_with_charts(wo
     assert f'<td class="num">{today:.3f}</td><td class="num">{own:.3f}</td>' in fragment
 
 
-def test_apply_turns_the_overcommit_ratio_into_quota_requests_and_lists_the_rest(world):
+def test_apply_turns_the_overcommit_ratio_into_quota_requests_and_the_rest_into_a_rule_change(world):
     _search, cand = finished_search(world.users["platform"], ratio=0.5)
     client = _client(world, "platform")
     response = client.post(reverse("advisor-apply", args=[cand.pk]), follow=True)
     requests = ApprovalRequest.objects.filter(kind="quota")
     # pa (4 → 2), pa1 (4 → 2), pb (8 → 4): one request per project quota node; departments untouched
     assert sorted(r.payload["quota"] for r in requests) == ["2", "2", "4"]
+    rule = ApprovalRequest.objects.get(kind="policy")
+    assert rule.payload["changes"] == [{"type": "scheduler_backfill", "backfill": False,
+                                        "before": {"backfill": True}}]
+    assert response.redirect_chain[-1][0] == reverse("approval-detail", args=[rule.pk])
     text = response.content.decode()
-    assert "3 quota request(s) sent for approval." in text and "backfill = False" in text
+    assert "3 quota request(s) sent for approval." in text and "Scheduler EASY backfill: on → off" in text
     again = client.post(reverse("advisor-apply", args=[cand.pk]), follow=True)  # already pending: skipped
     assert ApprovalRequest.objects.filter(kind="quota").count() == 3 and again.status_code == 200
+
+
+def test_apply_maps_every_rule_onto_the_portal_and_lists_what_it_cannot(world, api):
+    from jobs.models import PriorityClass
+
+    PriorityClass.objects.create(name="normal", value=10, grace_seconds=30)
+    _search, cand = finished_search(world.users["platform"], ratio=1.0)
+    cand.params = {**cand.params, "borrow_limit_ratio": 0.5, "lend_limit_ratio": 0.75,
+                   "night_lend_limit_ratio": 1.0, "grace_s": 60, "packing": "best_fit",
+                   "queueing:d1/p04": "strict_fifo"}
+    cand.save()
+    r = api(world.users["platform"]).post(reverse("api:advisorcandidate-apply", args=[cand.pk]))
+    assert r.status_code == 200, r.content
+    out = r.json()
+    assert out["requests"] == [] and out["rule_change_request"] is not None
+    assert out["rule_change_request_url"] == reverse("api:approval-detail", args=[out["rule_change_request"]])
+    reason = "no project d1/p04 in this portal (the replay's projects are the scenario's)"
+    assert out["unmapped"] == [{"change": "queueing:d1/p04", "reason": reason}]
+    changes = ApprovalRequest.objects.get(pk=out["rule_change_request"]).payload["changes"]
+    by_type = {}
+    for c in changes:
+        by_type.setdefault(c["type"], []).append(c)
+    # pa 4, pa1 4, pb 8: borrow 0.5 × quota, lend 0.75 × quota floored to whole GPUs
+    assert sorted((c["project"], c["borrow_limit"], c["lend_limit"]) for c in by_type["quota_limits"]) == [
+        ("pa", "2", "3"), ("pa1", "2", "3"), ("pb", "4", "6")]
+    assert sorted((c["project"], c["start_hour"], c["end_hour"], c["lend_limit"])
+                  for c in by_type["quota_window"]) == [
+        ("pa", 20, 8, "4"), ("pa1", 20, 8, "4"), ("pb", 20, 8, "8")]
+    assert [(c["priority_class"], c["grace_seconds"]) for c in by_type["priority_grace"]] == [("normal", 60)]
+    assert [c["packing"] for c in by_type["scheduler_packing"]] == ["best_fit"]
+    assert [c["backfill"] for c in by_type["scheduler_backfill"]] == [False]
 
 
 def test_todays_settings_cannot_be_applied(world, api):
@@ -122,3 +157,21 @@ def test_the_api_refuses_bad_input_with_400_and_stores_nothing(world, api):
         r = client.post(reverse("api:advisorsearch-list"), body, format="json")
         assert r.status_code == 400, (body, r.content)
     assert not AdvisorSearch.objects.exists()
+
+
+def test_apply_leaves_out_an_entry_the_portal_refuses_and_asks_for_the_rest(world, api):
+    """A overcommits ×2 and A1 never lends: pa never lending too would keep 12 of A's 8 out of the
+    pool (A's level rule), so pa's lend limit is listed as not applied; pa1's and pb's are asked."""
+    from quotas.models import QuotaNode
+
+    QuotaNode.objects.filter(pk=world.quota["A"].pk).update(overcommit_ratio=2)
+    QuotaNode.objects.filter(pk=world.quota["A1"].pk).update(lend_limit=0)
+    QuotaNode.objects.filter(pk=world.quota["pa"].pk).update(quota=8)
+    _search, cand = finished_search(world.users["platform"], ratio=1.0)
+    cand.params = {**cand.params, "backfill": True, "lend_limit_ratio": 0.0}
+    cand.save()
+    out = api(world.users["platform"]).post(reverse("api:advisorcandidate-apply", args=[cand.pk])).json()
+    assert [u["change"] for u in out["unmapped"]] == ["quota_limits"]
+    assert "The never-lent parts" in out["unmapped"][0]["reason"]
+    changes = ApprovalRequest.objects.get(pk=out["rule_change_request"]).payload["changes"]
+    assert sorted((c["project"], c["lend_limit"]) for c in changes) == [("pa1", "0"), ("pb", "0")]

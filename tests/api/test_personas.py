@@ -105,10 +105,11 @@ VISIBLE = {
         p: ({"window"} if p in ("platform", "auditor", "a_admin", "a_finance") else set()) for p in ALL
     },
     # Approval requests: a quota request of pa1, one of pb, and a loan request pa1 ← B, which the
-    # lender's side (B's admin and finance) sees too; its requester is pa1_admin.
+    # lender's side (B's admin and finance) sees too; its requester is pa1_admin. A rule change
+    # (kind policy, no department: it concerns the whole pool) only platform admins and auditors see.
     "approval-list": {
-        "platform": {"req_pa1", "req_pb", "loan_pa1_b"},
-        "auditor": {"req_pa1", "req_pb", "loan_pa1_b"},
+        "platform": {"req_pa1", "req_pb", "loan_pa1_b", "rule_change"},
+        "auditor": {"req_pa1", "req_pb", "loan_pa1_b", "rule_change"},
         "a_admin": {"req_pa1", "loan_pa1_b"},
         "a_finance": {"req_pa1", "loan_pa1_b"},
         "b_admin": {"req_pb", "loan_pa1_b"},
@@ -404,8 +405,12 @@ def _approval_requests(world):
         starts_at=timezone.now(),
         ends_at=timezone.now() + timedelta(days=1),
     )
+    from jobs.rule_changes import rule_change_request_create
+
+    rule = rule_change_request_create(actor=world.users["platform"],
+                                      changes=[{"type": "scheduler_backfill", "backfill": False}])
     return {"req_pa1": quota("pa1_member", world.pa1).pk, "req_pb": quota("pb_member", world.pb).pk,
-            "loan_pa1_b": loan.pk}
+            "loan_pa1_b": loan.pk, "rule_change": rule.pk}
 
 
 def _job(world, project):

@@ -9,7 +9,7 @@ from django.contrib import admin
 from django.test import Client
 
 from billing.models import MonthClose, Statement, StatementLine, UsageRecord
-from jobs.models import JobEvent
+from jobs.models import JobEvent, RuleChangeEvent
 from portal.models import ApprovalAudit
 from portal.security import RedactSecretsFilter, redact
 from tests import factories as fx
@@ -56,7 +56,7 @@ def test_the_filter_redacts_tokens_passwords_and_url_credentials():
     assert "postgresql://app:[redacted]@db/x" in message and redact("nothing here") == "nothing here"
 
 
-AUDIT = [JobEvent, ApprovalAudit, UsageRecord, MonthClose, Statement, StatementLine]
+AUDIT = [JobEvent, ApprovalAudit, UsageRecord, MonthClose, Statement, StatementLine, RuleChangeEvent]
 
 
 @pytest.mark.parametrize("model", AUDIT, ids=lambda m: m.__name__)

@@ -245,17 +245,18 @@ def test_one_dry_cycle_explains_every_waiting_job_past_the_cached_head(monkeypat
     for job in waiting[1:]:
         cache.delete(f"explain:{job.pk}")
     cycles = []
-    monkeypatch.setattr(scheduling, "schedule", lambda snap: cycles.append(1) or _real_schedule(snap))
+    monkeypatch.setattr(scheduling, "schedule",
+                        lambda snap, **flags: cycles.append(1) or _real_schedule(snap, **flags))
     assert _explain(waiting[3])["position"] == 4
     assert [_explain(job)["position"] for job in waiting[1:3]] == [2, 3]
     assert len(cycles) == 1
     assert cache.get(scheduling.DRY_LOCK_KEY) is None  # released
 
 
-def _real_schedule(snapshot):
+def _real_schedule(snapshot, **flags):
     from jobs.scheduler import schedule
 
-    return schedule(snapshot)
+    return schedule(snapshot, **flags)
 
 
 def test_a_cycle_caches_every_waiting_jobs_explanation_once_a_minute(

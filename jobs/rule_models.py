@@ -1,0 +1,53 @@
+"""The engine settings an operator can change (scheduler backfill and packing) and the record
+of every rule change made through a rule-change request (issue 25; docs/scheduling.md, "Engine
+settings", and docs/approvals.md, "Rule changes")."""
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from portal.models import ApprovalRequest, User
+
+
+class Packing(models.TextChoices):
+    FRAGMENTATION_AWARE = "fragmentation_aware", _("fragmentation-aware")
+    BEST_FIT = "best_fit", _("best fit")
+
+
+class SchedulerSettings(models.Model):
+    """One row (pk 1): what the production engine is run with. Created by the migration with the
+    engine's defaults; changed only through a rule-change request (``jobs.rule_changes``)."""
+
+    backfill = models.BooleanField(_("EASY backfill"), default=True)
+    packing = models.CharField(_("packing"), max_length=24, choices=Packing.choices,
+                               default=Packing.FRAGMENTATION_AWARE)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = _("scheduler settings")
+        verbose_name_plural = _("scheduler settings")
+        constraints = [models.CheckConstraint(condition=models.Q(pk=1), name="scheduler_settings_one_row")]
+
+    def __str__(self):
+        return f"backfill={self.backfill} packing={self.packing}"
+
+
+class RuleChangeEvent(models.Model):
+    """One rule changed (old → new), by whom, when, and the approval request that caused it
+    (null for a change made outside one). Append-only by convention: nothing updates it."""
+
+    at = models.DateTimeField(_("at"))
+    actor = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    request = models.ForeignKey(ApprovalRequest, null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="rule_change_events")
+    type = models.CharField(_("type"), max_length=32)  # a change type of jobs.rule_changes.TYPES
+    target = models.CharField(_("target"), max_length=200, blank=True)  # "p04 / A100", "normal", ""
+    old = models.JSONField(_("old"), null=True)
+    new = models.JSONField(_("new"), null=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        verbose_name = _("rule change")
+        verbose_name_plural = _("rule changes")
+
+    def __str__(self):
+        return f"{self.type} {self.target}: {self.old} → {self.new}"
