@@ -26,6 +26,14 @@ from tests import factories as fx
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def settings_row(db):
+    """The settings row as migration jobs/0021 makes it. A transactional test that ran earlier in
+    this process flushed every table, the migration's row with it, and an ``update()`` of a
+    missing row changes nothing (the cycle then reads the defaults)."""
+    return SchedulerSettings.objects.get_or_create(pk=1)[0]
+
+
 def _second_admin() -> User:
     user = User.objects.create_user(username="root-2")
     Membership.objects.create(user=user, role=Role.PLATFORM_ADMIN)
