@@ -7,14 +7,12 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
 
 from jobs import start_estimates
 from jobs.models import Job
-from jobs.scheduling import schedule_once
-from jobs.services import job_submit
 from jobs.start_estimates import start_estimates_refresh
 from tests import factories as fx
+from tests.start_estimate_scene import submit_training, two_running_two_waiting
 
 pytestmark = pytest.mark.django_db
 
@@ -24,26 +22,10 @@ def prio(db):
     return fx.priority("training", 100)
 
 
-def _submit(world, prio, n, *, first=0, gpus=8):
-    return [
-        job_submit(actor=world.users["pb_member"], project=world.pb, name=f"e-{first + k}", kind="training",
-                   flavor=world.F, priority_class=prio, image="img", gpus_per_worker=gpus,
-                   max_runtime_seconds=3600)
-        for k in range(n)
-    ]
-
-
 @pytest.fixture
 def queue(world, prio):
     """16 GPUs: two 8-GPU jobs with a 1 h limit run from ``now``, two wait for them."""
-    jobs = _submit(world, prio, 4)
-    now = timezone.now().replace(microsecond=0)
-    schedule_once(now)
-    assert start_estimates_refresh(now) == 2
-    by_state = {}
-    for job in Job.objects.filter(pk__in=[j.pk for j in jobs]).order_by("pk"):
-        by_state.setdefault(job.state, []).append(job)
-    return now, by_state["queued"], by_state["admitted"]
+    return two_running_two_waiting(world, prio)
 
 
 def test_the_job_resource_gives_the_estimate_of_a_waiting_job_and_null_otherwise(api, world, queue):
@@ -63,7 +45,7 @@ def test_the_job_resource_gives_the_estimate_of_a_waiting_job_and_null_otherwise
 def test_unknown_estimates_say_why_in_the_readers_language(api, world, prio, queue):
     _now, waiting, _admitted = queue
     Job.objects.filter(pk=waiting[0].pk).update(state="pending_approval")
-    (late,) = _submit(world, prio, 1, first=10)  # submitted after the forecast
+    (late,) = submit_training(world, prio, 1, first=10)  # submitted after the forecast
     client = api(world.users["pb_member"])
     rows = {r["id"]: r["start_estimate"] for r in client.get("/api/v1/jobs/").json()["results"]}
     assert rows[waiting[0].pk]["unknown_reason"] == "approval"
@@ -100,7 +82,7 @@ def test_the_list_reads_every_estimate_at_once_with_no_query_per_row(api, world,
         return rows, len(queries), counting.reads
 
     few, few_queries, few_reads = listing()
-    _submit(world, prio, 12, first=20)
+    submit_training(world, prio, 12, first=20)
     start_estimates_refresh(now)
     many, many_queries, many_reads = listing()
     assert len(many) == len(few) + 12 and sum(r["start_estimate"] is not None for r in many) == 14

@@ -9,30 +9,17 @@ from django.utils import timezone, translation
 
 from jobs import tasks
 from jobs.models import Job
-from jobs.scheduling import schedule_once
 from jobs.services import job_submit
 from jobs.start_estimates import cached_start_estimates, start_estimates_refresh
+from tests.start_estimate_scene import submit_training, two_running_two_waiting
 
 pytestmark = pytest.mark.django_db
-
-
-def _submit(world, prio, n, *, runtime=3600, gpus=8):
-    return [
-        job_submit(actor=world.users["pb_member"], project=world.pb, name=f"e-{k}", kind="training",
-                   flavor=world.F, priority_class=prio, image="img", gpus_per_worker=gpus,
-                   max_runtime_seconds=runtime)
-        for k in range(n)
-    ]
 
 
 @pytest.fixture
 def queue(world, prio):
     """16 GPUs: two 8-GPU jobs with a 1 h limit run from ``now``, two wait for them."""
-    jobs = _submit(world, prio, 4)
-    now = timezone.now().replace(microsecond=0)
-    schedule_once(now)
-    assert start_estimates_refresh(now) == 2
-    waiting = list(Job.objects.filter(pk__in=[j.pk for j in jobs], state="queued").order_by("pk"))
+    now, waiting, _admitted = two_running_two_waiting(world, prio)
     return now, waiting
 
 
@@ -72,7 +59,7 @@ def test_the_api_gives_the_estimate_in_explain_keeping_its_keys(api, world, queu
 def test_unknown_says_why(api, world, prio, queue):
     _now, waiting = queue
     Job.objects.filter(pk=waiting[0].pk).update(state="pending_approval")
-    (late,) = _submit(world, prio, 1)  # submitted after the forecast
+    (late,) = submit_training(world, prio, 1)  # submitted after the forecast
     found = cached_start_estimates([Job.objects.get(pk=waiting[0].pk), late])
     assert (found[waiting[0].pk].estimated_start, found[waiting[0].pk].unknown_reason) == (None, "approval")
     assert found[late.pk].unknown_reason == "not_computed"
