@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import random
 from dataclasses import dataclass
 from decimal import Decimal
@@ -139,6 +140,22 @@ def shared_rows(django_db_blocker, build):
         with django_db_blocker.unblock():
             transaction.set_rollback(True)
             outer.__exit__(None, None, None)
+
+
+def shared_scene(build):
+    """Two fixtures for a module whose tests share one world (:func:`shared_rows`): bind them as
+    ``_scene, scene = shared_scene(build)``. ``_scene`` writes ``build()``'s rows once for the
+    module; ``scene`` gives each test a ``copy.deepcopy`` of what ``build`` returned."""
+
+    @pytest.fixture(scope="module")
+    def _scene(django_db_setup, django_db_blocker):
+        yield from shared_rows(django_db_blocker, build)
+
+    @pytest.fixture
+    def scene(_scene, db):
+        return copy.deepcopy(_scene)
+
+    return _scene, scene
 
 
 def build_world() -> World:

@@ -2,11 +2,10 @@
 closed; another tenant's object is 404). The endpoint list comes from the URL
 configuration, so a new endpoint without a rule here fails ``test_every_endpoint_has_a_rule``.
 
-The persona world and its objects are written once for the module (``tests.conftest.shared_rows``):
+The persona world and its objects are written once for the module (``tests.conftest.shared_scene``):
 every test starts from the same rows, and what a test writes is rolled back after it.
 """
 
-import copy
 from datetime import timedelta
 from decimal import Decimal
 
@@ -17,7 +16,7 @@ from django.utils import timezone
 from jobs.models import ApprovalPolicy
 from portal.models import DirectoryRule
 from quotas.models import Loan, LoanState, QuotaWindow
-from tests.conftest import build_world, shared_rows
+from tests.conftest import build_world, shared_scene
 
 ALL = (
     "platform",
@@ -255,28 +254,22 @@ def test_every_endpoint_has_a_rule():
     assert names - lists - details - OTHER == set(), "new API endpoint without a persona rule"
 
 
-@pytest.fixture(scope="module")
-def _scene(django_db_setup, django_db_blocker):
-    def build():
-        world = build_world()
-        return world, _objects(world)
-
-    yield from shared_rows(django_db_blocker, build)
+def _build():
+    world = build_world()
+    return world, _objects(world)
 
 
-@pytest.fixture
-def _this_tests_scene(_scene, db):
-    return copy.deepcopy(_scene)
+_scene, scene = shared_scene(_build)
 
 
 @pytest.fixture
-def world(_this_tests_scene):
-    return _this_tests_scene[0]
+def world(scene):
+    return scene[0]
 
 
 @pytest.fixture
-def objects(_this_tests_scene):
-    return _this_tests_scene[1]
+def objects(scene):
+    return scene[1]
 
 
 def _objects(world):

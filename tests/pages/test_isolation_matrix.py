@@ -6,12 +6,11 @@ Objects of department A live in sub-department A1 / project pa1; their twins liv
 Departments and projects carry unique names, so "the other tenant's data is not on the page" is
 a substring check on the whole response (HTML, form choices and the charts' JSON alike).
 
-The persona world and its objects are written once for the module (``tests.conftest.shared_rows``):
+The persona world and its objects are written once for the module (``tests.conftest.shared_scene``):
 every test starts from the same rows, and what a test writes (an action) is rolled back after it."""
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -28,7 +27,7 @@ from portal.notifications import notify
 from quotas.approvals import quota_request_create
 from quotas.models import Loan, LoanState, Node
 from tests import factories as fx
-from tests.conftest import build_world, shared_rows
+from tests.conftest import build_world, shared_scene
 
 pytestmark = [pytest.mark.django_db, pytest.mark.isolation]
 
@@ -307,34 +306,28 @@ def _hooks(world):
             for key, project, name in hooks}
 
 
-@pytest.fixture(scope="module")
-def _scene(django_db_setup, django_db_blocker):
-    def build():
-        world = build_world()
-        prio = fx.priority("training", 100)  # as tests/pages/conftest.py's prio
-        return world, prio, _objs(world, prio)
-
-    yield from shared_rows(django_db_blocker, build)
+def _build():
+    world = build_world()
+    prio = fx.priority("training", 100)  # as tests/pages/conftest.py's prio
+    return world, prio, _objs(world, prio)
 
 
-@pytest.fixture
-def _this_tests_scene(_scene, db):
-    return copy.deepcopy(_scene)
+_scene, scene = shared_scene(_build)
 
 
 @pytest.fixture
-def world(_this_tests_scene):
-    return _this_tests_scene[0]
+def world(scene):
+    return scene[0]
 
 
 @pytest.fixture
-def prio(_this_tests_scene):
-    return _this_tests_scene[1]
+def prio(scene):
+    return scene[1]
 
 
 @pytest.fixture
-def objs(_this_tests_scene):
-    return _this_tests_scene[2]
+def objs(scene):
+    return scene[2]
 
 
 def _objs(world, prio):
