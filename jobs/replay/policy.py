@@ -137,18 +137,6 @@ def in_night(t_epoch: float, night: Mapping) -> bool:
     return start <= hour < end if start < end else hour >= start or hour < end
 
 
-def window_edges(t0: float, t1: float, night: Mapping, epoch: float) -> list[tuple[float, bool]]:
-    """(trace time, inside the window from then on) at every edge in the half-open ``(t0, t1]``."""
-    out = []
-    day0 = math.floor((epoch + t0) / DAY) * DAY - epoch
-    for k in range(int((t1 - t0) // DAY) + 2):
-        for hour, inside in ((night["start_hour"], True), (night["end_hour"], False)):
-            t = day0 + k * DAY + hour * 3600
-            if t0 < t <= t1:
-                out.append((t, inside))
-    return sorted(out)
-
-
 def department_quotas(tree: tuple[TreeNode, ...], limits: Mapping[tuple[str, str], Limits]
                       ) -> dict[str, dict[str, float]]:
     """Top-level departments' quotas in GPUs per flavor (what the guarantee constraint keeps)."""
@@ -182,8 +170,19 @@ def world(jobs, nodes, quotas, policy: Mapping, options):
     t0 = min((j.submit_time for j in runnable), default=0.0)
     if not night:
         return engine_settings(policy, options), sim.World(tree, day, reference_quotas=today)
+    from datetime import UTC, datetime, time
+
+    from jobs.replay.limits import edge_instants, limit_schedule
+
     dark = limits_for(tree, base, policy, night=True)
-    first = dark if in_night(sim.EPOCH + t0, night) else day
-    changes = tuple((t, dark if inside else day) for t, inside in window_edges(t0, horizon, night, sim.EPOCH))
+
+    def limits_at(at):
+        return dark if in_night(at.timestamp(), night) else day
+
+    # the one edge schedule of the what-if page and the history replay (jobs.replay.limits)
+    start, span = datetime.fromtimestamp(sim.EPOCH + t0, UTC), horizon - t0
+    clocks = (time(night["start_hour"]), time(night["end_hour"]))
+    first, changes = limit_schedule(limits_at, start, edge_instants(start, span, UTC, clocks, ()), span)
+    changes = tuple((t0 + t, limits) for t, limits in changes)
     return engine_settings(policy, options), sim.World(tree, first, changes=changes, reference_quotas=today)
 

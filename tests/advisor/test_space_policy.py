@@ -90,8 +90,15 @@ def test_window_edges_follow_the_engine_clock_in_utc():
     night = {"start_hour": 20, "end_hour": 8}
     # EPOCH is midnight UTC: trace time 0 is 00:00, inside the window; it ends at 08:00, opens at 20:00.
     assert policy.in_night(EPOCH, night) and not policy.in_night(EPOCH + 9 * 3600, night)
-    assert policy.window_edges(0.0, 30 * 3600, night, EPOCH) == [(8 * 3600, False), (20 * 3600, True)]
-    assert policy.window_edges(8 * 3600, 32 * 3600, night, EPOCH) == [(20 * 3600, True), (32 * 3600, False)]
+    nodes = [TraceNode("n0", 8, "G")]
+    quotas = {"d0/p00": {"G": 8000}}
+    rules = {"night": {**night, "lend_limit_ratio": 0.5}}
+    for t0, edges in ((0.0, [8 * 3600, 20 * 3600]), (8 * 3600, [20 * 3600, 32 * 3600])):
+        jobs = [TraceJob("a", t0, 24 * 3600.0, 1, tenant="d0/p00")]  # the replay's horizon: t0 + 24 h
+        _opts, world = policy.world(jobs, nodes, quotas, rules, Options())
+        assert [t for t, _ in world.changes] == edges
+        lend = [lim[("d0/p00", "G")].lend_limit for lim in (world.limits, *(lim for _, lim in world.changes))]
+        assert lend == ([4000, None, 4000] if t0 == 0 else [None, 4000, None])  # inside, out, in again
 
 
 def _pool():
