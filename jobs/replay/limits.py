@@ -31,7 +31,7 @@ from decimal import Decimal, InvalidOperation
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobs.replay.sim import World, project_quotas
-from jobs.replay.spec import quota_gpus, tenant_tree
+from jobs.replay.spec import spec_quotas, tenant_tree
 from jobs.scheduler import Limits as EngineLimits
 from quotas.effective import Limits, LoanSpan, Window, effective_limits
 
@@ -215,11 +215,7 @@ def world(data: Mapping, tenants: Iterable[str], horizon: float, policy: Mapping
     the night window's, one schedule (:func:`edge_instants`, :func:`limit_schedule`): an edge
     whose limits equal the previous ones is no change. Without a policy: exactly as before."""
     spec = parse(data)
-    quotas = {
-        t: {f: round(quota_gpus(v) * 1000) for f, v in per.items()}
-        for t, per in (data.get("quotas") or {}).items()
-    }
-    tree, derived = tenant_tree(set(tenants), quotas)
+    tree, derived = tenant_tree(set(tenants), spec_quotas(data))
     known = {n.id for n in tree}
     for key in (*spec.windows, *spec.loans_out, *spec.loans_in):
         if key[0] not in known:

@@ -44,11 +44,13 @@ def load_spec(path: str | Path) -> tuple[list[TraceNode], Quotas | None]:
                                    int(group.get("leaves_per_spine", 8))))
     if not nodes:
         raise ValueError(f"{path}: no nodes")
-    quotas = None
-    if data.get("quotas"):
-        quotas = {t: {f: round(float(quota_gpus(g)) * 1000) for f, g in per.items()}
-                  for t, per in data["quotas"].items()}
-    return nodes, quotas
+    return nodes, spec_quotas(data) or None
+
+
+def spec_quotas(data: Mapping) -> dict[str, dict[str, int]]:
+    """A SPEC's ``quotas`` in milli-GPUs per tenant and flavor ({} when it has none)."""
+    return {t: {f: round(quota_gpus(g) * 1000) for f, g in per.items()}
+            for t, per in (data.get("quotas") or {}).items()}
 
 
 def quota_gpus(value) -> float:
