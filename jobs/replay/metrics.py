@@ -76,7 +76,6 @@ class Recorder:
         """``quotas``: the project quotas in force (milli-GPUs per flavor); ``reference``: the
         quotas reuse is also judged against (today's; None: the same)."""
         self.wait_bound = wait_bound  # seconds: ``waited_over_bound`` counts the jobs queued longer
-        self._end: float | None = None  # the end of the replay (``summary``)
         self.reuse = Reuse(quotas)
         self.today = Reuse(quotas if reference is None else reference)
         self.quota = self.reuse.quota
@@ -193,7 +192,6 @@ class Recorder:
                 self.held[job] = (tenant, flavor, milli, end)
         span = (end - self.t_first) if end is not None and self.t_first is not None else 0.0
         delays = [self.wait[j] for j in self.submit if j not in self.waiting_since]
-        self._end = end
         jcts = [self.done[j] - self.submit[j] for j in self.done]
         alloc_rate = self.alloc_int / (self.capacity * span) if span > 0 and self.capacity else 0.0
         out = {
@@ -206,7 +204,7 @@ class Recorder:
             "p99_queue_delay_s": percentile(delays, 99),
             "max_queue_delay_s": max(delays, default=0.0),
             "wait_bound_s": self.wait_bound,
-            "waited_over_bound": self._over_bound(self.submit),
+            "waited_over_bound": self._over_bound(self.submit, end),
             "avg_jct_s": _mean(jcts),
             "gpu_allocation_rate": alloc_rate,
             "idle_quota_reuse_ratio": self.reuse.ratio(),
@@ -225,7 +223,7 @@ class Recorder:
             out["window_gpu_allocation_rate"] = wa / busy if busy > 0 else 0.0
             out["window_idle_quota_reuse_ratio"] = self.reuse.window_ratio()
             out["window_idle_quota_reuse_ratio_today_quotas"] = self.today.window_ratio()
-        out["tenants"] = self._tenants()
+        out["tenants"] = self._tenants(end)
         out["flavors"] = self._flavors(span)
         if detail:
             out["job_queue_delay_s"] = {j: self.wait[j] for j in self.submit if j not in self.waiting_since}
@@ -236,10 +234,9 @@ class Recorder:
             out["usage"] = dict(usage)
         return out
 
-    def _over_bound(self, jobs) -> int:
+    def _over_bound(self, jobs, end: float | None) -> int:
         """Jobs queued longer than ``wait_bound`` in all: every wait so far, and for a job still
         waiting at the end of the replay its wait until then (a job that never started counts)."""
-        end = self._end
         n = 0
         for j in jobs:
             w = self.wait[j]
@@ -266,7 +263,7 @@ class Recorder:
             }
         return rows
 
-    def _tenants(self) -> dict[str, dict]:
+    def _tenants(self, end: float | None) -> dict[str, dict]:
         by: dict[str, list[str]] = defaultdict(list)
         for j, t in self.tenant.items():
             by[t].append(j)
@@ -282,7 +279,7 @@ class Recorder:
                 "p95_queue_delay_s": percentile(delays, 95),
                 "p99_queue_delay_s": percentile(delays, 99),
                 "max_queue_delay_s": max(delays, default=0.0),
-                "waited_over_bound": self._over_bound(ids),
+                "waited_over_bound": self._over_bound(ids, end),
                 "avg_jct_s": _mean(jcts),
                 "gpu_hours": self.gpu_s[t] / 1000 / 3600,
                 "quota_gpus": {f: q / 1000 for (tt, f), q in sorted(self.quota.items()) if tt == t},
