@@ -40,7 +40,7 @@ import json
 import statistics
 import zipfile
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -462,24 +462,19 @@ def history_export(*, start: datetime, end: datetime, now: datetime | None = Non
     return HistoryExport(start, end, trace, cluster, recorded, manifest)
 
 
-def _csv(rows: list[dict], columns: Iterable[str]) -> Iterator[str]:
+def _csv(rows: list[dict], columns: Iterable[str]) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
     writer.writeheader()
-    for k, row in enumerate(rows, start=1):
-        writer.writerow(row)
-        if k % 2000 == 0:
-            yield buf.getvalue()
-            buf.seek(0)
-            buf.truncate()
-    yield buf.getvalue()
+    writer.writerows(rows)
+    return buf.getvalue()
 
 
 def texts(export: HistoryExport) -> dict[str, str]:
     return {
-        "trace.csv": "".join(_csv(export.trace, COLUMNS)),
+        "trace.csv": _csv(export.trace, COLUMNS),
         "cluster.json": json.dumps(export.cluster, indent=1, ensure_ascii=False) + "\n",
-        "recorded.csv": "".join(_csv(export.recorded, RECORDED_COLUMNS)),
+        "recorded.csv": _csv(export.recorded, RECORDED_COLUMNS),
         "manifest.json": json.dumps(export.manifest, indent=1, ensure_ascii=False) + "\n",
     }
 
