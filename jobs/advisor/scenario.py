@@ -26,7 +26,6 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from jobs.replay import policy as replay_policy
 from jobs.replay import sim
-from jobs.replay.limits import load_world
 from jobs.replay.metrics import Recorder, percentile
 from jobs.replay.spec import capacity, demand_milli
 from jobs.replay.trace import TraceJob, TraceNode
@@ -207,9 +206,7 @@ def run_history(key, files: Callable[[], Mapping[str, str]], inputs: Mapping) ->
         from jobs.replay.fidelity import read_recorded
         from jobs.replay.spec import load_spec
 
-        for folder, *_rest in _HISTORY.values():
-            _remove(folder)
-        _HISTORY.clear()
+        forget_histories()
         folder = Path(tempfile.mkdtemp(prefix="gpupool-advisor-history-"))
         for name, text in files().items():
             (folder / name).write_text(text, encoding="utf-8")
@@ -219,10 +216,13 @@ def run_history(key, files: Callable[[], Mapping[str, str]], inputs: Mapping) ->
     return replay_history(folder, jobs, nodes, quotas, recorded, inputs)
 
 
-def _remove(folder) -> None:
+def forget_histories() -> None:
+    """Drop the history this process holds, and its folder."""
     import shutil
 
-    shutil.rmtree(folder, ignore_errors=True)
+    for folder, *_rest in _HISTORY.values():
+        shutil.rmtree(folder, ignore_errors=True)
+    _HISTORY.clear()
 
 
 def replay_history(folder, jobs: list[TraceJob], nodes: list[TraceNode], quotas, recorded: list[dict],
@@ -238,11 +238,7 @@ def replay_history(folder, jobs: list[TraceJob], nodes: list[TraceNode], quotas,
     if queueing:
         options = replace(options, queueing_by_tenant=queueing)
     rules = replay_policy.check(inputs.get("policy") or {})
-    world = load_world(folder / "cluster.json", jobs, rules)
-    if world is None:  # a SPEC of plain quotas: the policy builds the World as for a trace
-        options, world = replay_policy.world(jobs, nodes, quotas, rules, options)
-    else:
-        options = replay_policy.engine_settings(rules, options)
+    options, world, _ = replay_policy.world_for(folder / "cluster.json", jobs, nodes, quotas, rules, options)
     result = sim.simulate(jobs, nodes, None, options, world=world)
     summary = summarise(result, {j.job_id: j.tenant for j in jobs}, world)
     cmp = fidelity.compare(recorded, result)

@@ -6,7 +6,6 @@ store nothing. The services run in this process (no broker): a candidate's task 
 directly, as tests/advisor/test_search_services.py does."""
 
 import copy
-from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -44,6 +43,13 @@ def _run_all(search):
     return search
 
 
+@pytest.fixture(autouse=True)
+def _no_history_held():
+    """What a test replays stays out of the next one (the process keeps its last history)."""
+    yield
+    advisor_scenario.forget_histories()
+
+
 def test_a_search_over_the_portals_history_and_candidate_0_reproduces_it(recorded, tmp_path):
     scenario = {"kind": "history", "since": recorded.start.isoformat(), "until": recorded.end.isoformat()}
     search = advisor_search_create(by=None, scenario=scenario, bounds=BOUNDS, seed=5, budget=2, in_flight=2)
@@ -51,7 +57,7 @@ def test_a_search_over_the_portals_history_and_candidate_0_reproduces_it(recorde
     assert search.projects == ["ai/cv", "ai/nlp", "lab/x", "svc/chat"]  # the history's project paths
     files = AdvisorHistoryData.objects.get(search=search).files
     assert set(files) == {"trace.csv", "cluster.json", "recorded.csv", "manifest.json"}
-    advisor_scenario._HISTORY.clear()  # a fresh worker: it reads the export from the database
+    advisor_scenario.forget_histories()  # a fresh worker: it reads the export from the database
     search = _run_all(search)
     assert search.state == "done", search.error
     cands = list(search.candidates.order_by("number"))
@@ -78,8 +84,9 @@ def test_a_policy_changes_the_replayed_history(recorded):
     search = advisor_search_create(by=None, scenario=scenario, bounds=BOUNDS, seed=5, budget=1, in_flight=1)
     files = AdvisorHistoryData.objects.get(search=search).files
     inputs = {"policy": {"overcommit_ratio": 0.5, "lend_limit_ratio": 0.0, "grace_s": 0}, "queueing": {}}
-    today = advisor_scenario.run_history("t", lambda: files, {"policy": {}, "queueing": {}})
-    changed = advisor_scenario.run_history("t", lambda: files, inputs)
+    key = ("test", search.pk)
+    today = advisor_scenario.run_history(key, lambda: files, {"policy": {}, "queueing": {}})
+    changed = advisor_scenario.run_history(key, lambda: files, inputs)
     project_quota = today["projects"]["ai/nlp"]["quota_gpus"]
     assert changed["projects"]["ai/nlp"]["quota_gpus"] != project_quota
     assert changed["departments"]["ai"]["quota_gpus"] == today["departments"]["ai"]["quota_gpus"]
@@ -125,4 +132,3 @@ def test_the_search_page_names_the_history(recorded, world):
     client.force_login(world.users["platform"])
     page = client.get(reverse("advisor-search", args=[search.pk])).content.decode()
     assert "this portal's history from" in page and "(30 jobs)" in page
-    assert Path(advisor_scenario.__file__).exists()

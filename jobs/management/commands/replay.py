@@ -9,7 +9,8 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs.replay import limits, sim
+from jobs.replay import policy as replay_policy
+from jobs.replay import sim
 from jobs.replay.spec import QUEUEINGS, check_aging_bound, load_queueing, parse_tenants
 
 
@@ -128,15 +129,9 @@ class Command(BaseCommand):
                 # are transformed by it (limits.world; docs/replay.md, "The policy key").
                 rules = _policy(o)
                 if rules is not None:
-                    from jobs.replay import policy
-
-                    rules = policy.check(rules)
-                world = limits.load_world(o["cluster"], jobs, rules) if o["cluster"] else None
-                if rules is not None and world is None:  # plain quotas: the policy builds the World
-                    options, world = policy.world(jobs, nodes, quotas, rules, options)
-                    quotas = None
-                elif rules is not None:
-                    options = policy.engine_settings(rules, options)
+                    rules = replay_policy.check(rules)
+                options, world, quotas = replay_policy.world_for(o["cluster"], jobs, nodes, quotas, rules,
+                                                                 options)
                 result = sim.simulate(jobs, nodes, quotas, options, world=world)
                 if rules is not None:
                     result["policy_rules"] = rules
