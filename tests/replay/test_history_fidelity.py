@@ -10,6 +10,7 @@ import pytest
 
 from jobs import history
 from jobs.replay import fidelity
+from tests.conftest import shared_rows
 from tests.history_scenario import record
 
 pytestmark = pytest.mark.django_db
@@ -17,12 +18,18 @@ PERIOD = 60.0  # the scenario's periodic cycle (beat's 5 s would make the test l
 TOLERANCE_S = 1.0  # the replay's --coalesce: events within 1 s share one cycle
 
 
-@pytest.fixture
-def exported(tmp_path):
-    rec = record(seed=11, jobs=40, span_s=2.5 * 3600, latency=5.0, period=PERIOD)
-    export = history.history_export(start=rec.start, end=rec.end)
-    history.write_dir(export, tmp_path)
-    return rec, export, tmp_path
+@pytest.fixture(scope="module")
+def exported(django_db_setup, django_db_blocker, tmp_path_factory):
+    """One recording for the module (its rows rolled back after it): the tests read the export."""
+    folder = tmp_path_factory.mktemp("history")
+
+    def build():
+        rec = record(seed=11, jobs=40, span_s=2.5 * 3600, latency=5.0, period=PERIOD)
+        export = history.history_export(start=rec.start, end=rec.end)
+        history.write_dir(export, folder)
+        return rec, export, folder
+
+    yield from shared_rows(django_db_blocker, build)
 
 
 def test_replayed_queue_delays_match_the_recorded_ones(exported):
