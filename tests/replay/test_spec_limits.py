@@ -123,15 +123,21 @@ def test_a_bad_spec_is_refused_naming_the_field(bad, message):
         limits.world(spec(**bad), {"a/p"}, 100)
 
 
-def test_replay_command_reads_windows_and_loans(tmp_path):
+def _replay_with_a_loan(tmp_path, *flags: str) -> dict:
+    """``manage.py replay`` of a1 (8 GPUs, 9,000 s) and a2 (8 GPUs at 10 s) with a loan of 8 GPUs
+    to ``a`` from 600 s to 3,600 s."""
     trace = tmp_path / "trace.csv"
     trace.write_text("job_id,submit_time,duration,num_gpus,tenant\na1,0,9000,8,a/p\na2,10,100,8,a/p\n")
     loan = {"lender": "b", "borrower": "a", "flavor": F, "amount": 8, "start_s": 600, "end_s": 3600}
     cluster = tmp_path / "cluster.json"
     cluster.write_text(json.dumps(spec(loans=[loan])))
     out = tmp_path / "result.json"
-    call_command("replay", str(trace), "--cluster", str(cluster), "--out", str(out), "--quiet")
-    result = json.loads(out.read_text())
+    call_command("replay", str(trace), "--cluster", str(cluster), "--out", str(out), "--quiet", *flags)
+    return json.loads(out.read_text())
+
+
+def test_replay_command_reads_windows_and_loans(tmp_path):
+    result = _replay_with_a_loan(tmp_path)
     assert result["avg_queue_delay_s"] == 295  # (0 + 590) / 2, as with the loan above
 
 
@@ -167,27 +173,9 @@ def test_exported_nodes_keep_their_topology(tmp_path):
 
 
 def test_replay_command_mirrors_a_backend_start_latency(tmp_path):
-    trace = tmp_path / "trace.csv"
-    trace.write_text("job_id,submit_time,duration,num_gpus,tenant\na1,0,9000,8,a/p\na2,10,100,8,a/p\n")
-    loan = {"lender": "b", "borrower": "a", "flavor": F, "amount": 8, "start_s": 600, "end_s": 3600}
-    cluster = tmp_path / "cluster.json"
-    cluster.write_text(json.dumps(spec(loans=[loan])))
-    out = tmp_path / "result.json"
-    call_command(
-        "replay",
-        str(trace),
-        "--cluster",
-        str(cluster),
-        "--out",
-        str(out),
-        "--quiet",
-        "--start-latency",
-        "5",
-        "--period",
-        "5",
-    )
+    result = _replay_with_a_loan(tmp_path, "--start-latency", "5", "--period", "5")
     # each job starts 5 s after its admission: a1 at 5, a2 at 605
-    assert json.loads(out.read_text())["avg_queue_delay_s"] == 300
+    assert result["avg_queue_delay_s"] == 300
 
 
 def test_replay_command_refuses_a_negative_period(tmp_path):
