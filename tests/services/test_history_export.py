@@ -120,30 +120,13 @@ def scene(world):
         quota_node=world.quota["B"], name="night", start_time="20:00", end_time="08:00", lend_limit=Decimal(8)
     )
     loans = {
-        "returned": Loan.objects.create(
-            lender=world.quota["A1"],
-            borrower=world.quota["pb"],
-            amount=Decimal(2),
-            starts_at=s + H,
-            ends_at=s + 2 * H,
-            state=LoanState.RETURNED,
-        ),
-        "pending": Loan.objects.create(
-            lender=world.quota["A1"],
-            borrower=world.quota["pb"],
-            amount=Decimal(1),
-            starts_at=s + H,
-            ends_at=s + 2 * H,
-            state=LoanState.PENDING,
-        ),
-        "old": Loan.objects.create(
-            lender=world.quota["A1"],
-            borrower=world.quota["pb"],
-            amount=Decimal(1),
-            starts_at=s - 48 * H,
-            ends_at=s - 24 * H,
-            state=LoanState.RETURNED,
-        ),
+        name: Loan.objects.create(lender=world.quota["A1"], borrower=world.quota["pb"],
+                                  amount=Decimal(amount), starts_at=starts, ends_at=ends, state=state)
+        for name, amount, starts, ends, state in (
+            ("returned", 2, s + H, s + 2 * H, LoanState.RETURNED),
+            ("pending", 1, s + H, s + 2 * H, LoanState.PENDING),
+            ("old", 1, s - 48 * H, s - 24 * H, LoanState.RETURNED),
+        )
     }
     return {"start": start, "end": end, "jobs": jobs, "after": after, "ext": ext, "loans": loans}
 
