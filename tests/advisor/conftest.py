@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 import redis
 from django.conf import settings
@@ -5,6 +7,9 @@ from django.conf import settings
 from portal import enqueue as enqueue_module
 from portal.celery import app
 from tests.celery_procs import private_queue
+from tests.history_scenario import record
+
+RECORDED_PERIOD_S = 60.0  # the recording's periodic cycle; the export's manifest says so (beat's setting)
 
 
 @pytest.fixture
@@ -16,3 +21,13 @@ def queue(monkeypatch):
         task, args=args, queue=name, expires=expires, ignore_result=True))
     yield name
     redis.Redis.from_url(settings.REDIS_CLIENT_URL).delete(name)
+
+
+@pytest.fixture
+def recorded(settings):
+    """A history recorded by the real scheduler (tests/history_scenario.py: 30 jobs over 2 h, a
+    loan and a night window, a 5 s backend start latency), beat's cycle set to its period."""
+    beat = copy.deepcopy(settings.CELERY_BEAT_SCHEDULE)
+    beat["scheduling-cycle"]["schedule"] = RECORDED_PERIOD_S
+    settings.CELERY_BEAT_SCHEDULE = beat
+    return record(seed=11, jobs=30, span_s=2 * 3600, latency=5.0, period=RECORDED_PERIOD_S)

@@ -4,25 +4,18 @@ recorded queue delays (tests/advisor/test_history_scenario.py checks the same in
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 
 from jobs.advisor_models import AdvisorCandidate, AdvisorSearch
 from jobs.advisor_services import advisor_search_create
 from tests.celery_procs import start_worker
-from tests.history_scenario import record
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.celery_worker, pytest.mark.django_db(transaction=True)]
 
 
-
-def test_a_worker_replays_the_stored_history_and_today_reproduces_it(queue, settings):
-    beat = copy.deepcopy(settings.CELERY_BEAT_SCHEDULE)
-    beat["scheduling-cycle"]["schedule"] = 60.0  # the recording's periodic cycle, as the manifest says
-    settings.CELERY_BEAT_SCHEDULE = beat
-    rec = record(seed=11, jobs=30, span_s=2 * 3600, latency=5.0, period=60.0)
+def test_a_worker_replays_the_stored_history_and_today_reproduces_it(queue, recorded):
+    rec = recorded
     search = advisor_search_create(
         by=None, scenario={"kind": "history", "since": rec.start.isoformat(), "until": rec.end.isoformat()},
         bounds={"night_hours": [22, 6]}, seed=5, budget=2, in_flight=2)

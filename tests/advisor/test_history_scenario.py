@@ -5,7 +5,6 @@ queue delays (the fidelity bench's 1 s tolerance). Bad or empty ranges are 400s 
 store nothing. The services run in this process (no broker): a candidate's task body is called
 directly, as tests/advisor/test_search_services.py does."""
 
-import copy
 
 import pytest
 from django.test import Client
@@ -15,20 +14,10 @@ from jobs.advisor import scenario as advisor_scenario
 from jobs.advisor_models import AdvisorCandidate, AdvisorHistoryData, AdvisorSearch
 from jobs.advisor_services import advisor_candidate_run, advisor_search_advance, advisor_search_create
 from jobs.replay import fidelity
-from tests.history_scenario import record
 
 pytestmark = pytest.mark.django_db
-PERIOD = 60.0  # the recording's periodic cycle; the export's manifest must say so (beat's setting)
 TOLERANCE_S = 1.0  # the replay's event coalescing (tests/replay/test_history_fidelity.py)
 BOUNDS = {"night_hours": [22, 6]}
-
-
-@pytest.fixture
-def recorded(settings):
-    beat = copy.deepcopy(settings.CELERY_BEAT_SCHEDULE)
-    beat["scheduling-cycle"]["schedule"] = PERIOD
-    settings.CELERY_BEAT_SCHEDULE = beat
-    return record(seed=11, jobs=30, span_s=2 * 3600, latency=5.0, period=PERIOD)
 
 
 def _run_all(search):
