@@ -42,8 +42,8 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from jobs.models import Job, JobEvent
-from jobs.replay.limits import edge_instants, limit_schedule
 from jobs.replay.metrics import percentile
+from jobs.replay.schedule import edge_instants, limit_schedule
 from jobs.replay.sim import EPOCH, Options, World, simulate
 from jobs.replay.trace import TraceJob, TraceNode
 from jobs.snapshot import core_nodes, milli, tree_nodes

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from jobs.replay import policy as replay_policy
 from jobs.replay import sim
+from jobs.replay.limits import world_for
 from jobs.replay.metrics import Recorder, percentile
 from jobs.replay.spec import capacity, demand_milli
 from jobs.replay.trace import TraceJob, TraceNode
@@ -238,7 +239,7 @@ def replay_history(folder, jobs: list[TraceJob], nodes: list[TraceNode], quotas,
     if queueing:
         options = replace(options, queueing_by_tenant=queueing)
     rules = replay_policy.check(inputs.get("policy") or {})
-    options, world, _ = replay_policy.world_for(folder / "cluster.json", jobs, nodes, quotas, rules, options)
+    options, world, _ = world_for(folder / "cluster.json", jobs, nodes, quotas, rules, options)
     result = sim.simulate(jobs, nodes, None, options, world=world)
     summary = summarise(result, {j.job_id: j.tenant for j in jobs}, world)
     cmp = fidelity.compare(recorded, result)

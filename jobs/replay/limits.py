@@ -24,12 +24,13 @@ which the replay rebuilds its engine as the service's warm engine does. Nothing 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from jobs.replay.schedule import edge_instants, limit_schedule
 from jobs.replay.sim import World, project_quotas
 from jobs.replay.spec import spec_quotas, tenant_tree
 from jobs.scheduler import Limits as EngineLimits
@@ -68,39 +69,6 @@ class SpecLimits:
         own = (c for ws in self.windows.values() for w in ws for c in (w.start, w.end))
         return edge_instants(self.origin, horizon, self.zone, [*clocks, *own],
                              (s for spans in self.loans_out.values() for s in spans))
-
-
-def edge_instants(start: datetime, horizon: float, zone: ZoneInfo, clocks: Iterable[time],
-                  loans: Iterable[LoanSpan]) -> list[datetime]:
-    """Every instant limits may change from ``start`` over ``horizon`` seconds: the windows'
-    edges (``clocks``, times of day in ``zone``) on every day covered — from the day before, as
-    a window may open the evening before — and the loans' starts and ends."""
-    clocks = set(clocks)
-    first = start.astimezone(zone).date() - timedelta(days=1)
-    found: set[datetime] = set()
-    for d in range(int(horizon // 86400) + 3):
-        day = first + timedelta(days=d)
-        found |= {datetime.combine(day, c, tzinfo=zone) for c in clocks}
-    for span in loans:
-        found |= {span.starts_at, span.ends_at}
-    return sorted(found)
-
-
-def limit_schedule(limits_at: Callable[[datetime], dict], start: datetime, instants: Iterable[datetime],
-                   horizon: float) -> tuple[dict, tuple[tuple[float, dict], ...]]:
-    """The limits at ``start`` and each change after it, ``(seconds after start, limits)``, up
-    to ``horizon``: an instant whose limits equal the previous ones is no change."""
-    first = limits_at(start)
-    changes, last = [], first
-    for at in instants:
-        t = (at - start).total_seconds()
-        if t <= 0 or t > horizon:
-            continue
-        now = limits_at(at)
-        if now != last:
-            changes.append((t, now))
-            last = now
-    return first, tuple(changes)
 
 
 def _milli(value: Decimal | None) -> int | None:
@@ -272,3 +240,19 @@ def horizon(jobs: Iterable) -> float:
     last = max((j.submit_time for j in jobs), default=0.0)
     work = sum(j.duration or 0.0 for j in jobs)
     return last + min(work + 7 * 86400.0, MAX_TAIL_S)
+
+
+def world_for(cluster, jobs, nodes, quotas, rules: Mapping | None, options):
+    """(options, World or None, quotas) a replay of ``jobs`` runs with, under checked ``rules``
+    (None: no policy). A SPEC (``cluster``: its path, or None) with windows, loans or limit
+    objects gives its own World, the rules on top (:func:`world`); with plain quotas the rules
+    build the World (``jobs.replay.policy.world``); without rules plain quotas stay quotas."""
+    from jobs.replay import policy
+
+    recorded = load_world(cluster, jobs, rules) if cluster else None
+    if rules is None:
+        return options, recorded, quotas
+    if recorded is None:
+        options, built = policy.world(jobs, nodes, quotas, rules, options)
+        return options, built, None
+    return policy.engine_settings(rules, options), recorded, quotas

@@ -137,22 +137,6 @@ def in_night(t_epoch: float, night: Mapping) -> bool:
     return start <= hour < end if start < end else hour >= start or hour < end
 
 
-def world_for(cluster, jobs, nodes, quotas, rules: Mapping | None, options):
-    """(options, World or None, quotas) a replay of ``jobs`` runs with, under checked ``rules``
-    (None: no policy). A SPEC (``cluster``: its path, or None) with windows, loans or limit
-    objects gives its own World, the rules on top (``jobs.replay.limits.world``); with plain
-    quotas the rules build the World (:func:`world`); without rules plain quotas stay quotas."""
-    from jobs.replay.limits import load_world
-
-    recorded = load_world(cluster, jobs, rules) if cluster else None
-    if rules is None:
-        return options, recorded, quotas
-    if recorded is None:
-        options, built = world(jobs, nodes, quotas, rules, options)
-        return options, built, None
-    return engine_settings(rules, options), recorded, quotas
-
-
 def department_quotas(tree: tuple[TreeNode, ...], limits: Mapping[tuple[str, str], Limits]
                       ) -> dict[str, dict[str, float]]:
     """Top-level departments' quotas in GPUs per flavor (what the guarantee constraint keeps)."""
@@ -188,7 +172,7 @@ def world(jobs, nodes, quotas, policy: Mapping, options):
         return engine_settings(policy, options), sim.World(tree, day, reference_quotas=today)
     from datetime import UTC, datetime, time
 
-    from jobs.replay.limits import edge_instants, limit_schedule
+    from jobs.replay.schedule import edge_instants, limit_schedule
 
     dark = limits_for(tree, base, policy, night=True)
 

@@ -9,8 +9,8 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
+from jobs.replay import limits, sim
 from jobs.replay import policy as replay_policy
-from jobs.replay import sim
 from jobs.replay.spec import QUEUEINGS, check_aging_bound, load_queueing, parse_tenants
 
 
@@ -130,7 +130,7 @@ class Command(BaseCommand):
                 rules = _policy(o)
                 if rules is not None:
                     rules = replay_policy.check(rules)
-                options, world, quotas = replay_policy.world_for(o["cluster"], jobs, nodes, quotas, rules,
+                options, world, quotas = limits.world_for(o["cluster"], jobs, nodes, quotas, rules,
                                                                  options)
                 result = sim.simulate(jobs, nodes, quotas, options, world=world)
                 if rules is not None:
