@@ -168,24 +168,27 @@ def month_usage(
     of every running job (~0.2 s per check at 10,000 running, twice per held submission).
     ``upper``: an upper bound instead, from ``meter.tail_bound`` (no events read)."""
     now = now or timezone.now()
-    cursor, tail = _tail(month, now, None if keys is None else _covered_projects(keys), upper=upper)
-    return _by_key(_metered(month, cursor) + tail, keys)
+    parents = _parents()  # one read of the tree for the whole computation
+    cursor, tail = _tail(month, now, None if keys is None else _covered_projects(keys, parents), upper=upper)
+    return _by_key(_metered(month, cursor) + tail, keys, parents)
 
 
 def _growth_bound(month: date, since: datetime, now: datetime, keys: Collection[Key]) -> dict[Key, Decimal]:
     """At most how many card-hours ``keys`` can have gained in [since, now)."""
-    return _by_key(_tail(month, now, _covered_projects(keys), upper=True, since=since)[1], keys)
+    parents = _parents()
+    _cursor, tail = _tail(month, now, _covered_projects(keys, parents), upper=True, since=since)
+    return _by_key(tail, keys, parents)
 
 
 def _by_key(
-    rows: list[tuple[int, int, Decimal]], keys: Collection[Key] | None, parents: dict | None = None
+    rows: list[tuple[int, int, Decimal]], keys: Collection[Key] | None, parents: dict[int, int | None]
 ) -> dict[Key, Decimal]:
     """(department, project, card-seconds) rows summed per project and per department up the tree."""
     return {key: value / SECONDS_PER_HOUR for key, value in _summed(rows, keys, parents).items()}
 
 
 def _summed(
-    rows: list[tuple[int, int, Decimal]], keys: Collection[Key] | None, parents: dict | None = None
+    rows: list[tuple[int, int, Decimal]], keys: Collection[Key] | None, parents: dict[int, int | None]
 ) -> dict[Key, Decimal]:
     """(department, project, value) rows summed per project and per department up the tree."""
     found: dict[Key, Decimal] = defaultdict(Decimal)
@@ -203,10 +206,9 @@ def _parents() -> dict[int, int | None]:
     return dict(Department.objects.values_list("id", "parent_id"))
 
 
-def _owners(parents: dict | None = None):
+def _owners(parents: dict[int, int | None]):
     """(department, project) → the keys its usage counts for: the project and every department
     from the given one up to the root."""
-    parents = _parents() if parents is None else parents
 
     def owners(dept: int, project: int) -> list[Key]:
         found, node, seen = [("project", project)], dept, set()
@@ -219,19 +221,13 @@ def _owners(parents: dict | None = None):
     return owners
 
 
-def _covered_projects(keys: Collection[Key], parents: dict | None = None) -> set[int]:
+def _covered_projects(keys: Collection[Key], parents: dict[int, int | None]) -> set[int]:
     """The projects whose usage adds up to ``keys``' figures: a project's own, and every project
     in a department's subtree."""
     roots = [pk for kind, pk in keys if kind == "department"]
     projects = {pk for kind, pk in keys if kind == "project"}
     if roots:
-        if parents is None:
-            children = department_children_map()
-        else:
-            children = defaultdict(list)
-            for dept, parent in parents.items():
-                children[parent].append(dept)
-        departments = subtree_ids(roots, children)
+        departments = subtree_ids(roots, department_children_map(parents.items()))
         projects |= set(Project.objects.filter(department_id__in=departments).values_list("id", flat=True))
     return projects
 
@@ -333,7 +329,7 @@ def _tail_prices(now: datetime) -> tuple[dict[int, Decimal], Decimal]:
 
 
 def _tail_money(
-    rows: list[tuple], now: datetime, keys: Collection[Key], parents: dict | None = None
+    rows: list[tuple], now: datetime, keys: Collection[Key], parents: dict[int, int | None]
 ) -> dict[Key, Decimal]:
     """The tail's money per key, exact (unrounded): each row at its flavor's price per second, a
     bound's row (no flavor) at the highest."""
@@ -710,9 +706,10 @@ def _decisive_statuses(budgets: list[Budget], now: datetime) -> dict[int, Budget
         at = datetime.fromisoformat(recent["at"])
         hours = {tuple(key): Decimal(value) for key, value in recent["usage"]}
         spent = {tuple(key): Decimal(value) for key, value in recent.get("money", [])}
-        _cursor, rows = _tail_rows(month, now, _covered_projects(keys), upper=True, since=at)
-        grown = _by_key([(d, p, s) for d, p, _f, s, _t in rows], keys)
-        grown_money = _tail_money(rows, now, keys) if money else {}
+        parents = _parents()  # one read of the tree for the recent figure's check
+        _cursor, rows = _tail_rows(month, now, _covered_projects(keys, parents), upper=True, since=at)
+        grown = _by_key([(d, p, s) for d, p, _f, s, _t in rows], keys, parents)
+        grown_money = _tail_money(rows, now, keys, parents) if money else {}
         if all(_decided(b, hours, spent, grown, grown_money) for b in budgets):
             return {
                 b.pk: BudgetStatus(b, month, hours.get(b.key, Decimal(0)), spent.get(b.key, ZERO_MONEY))

@@ -90,47 +90,37 @@ def _check_rules(
 ) -> tuple[int | None, bool]:
     """The rules of ``jobs.rules``, every refusal at once (the form shows them side by side).
     Returns the job's maximum runtime and whether its priority class needs approval."""
-    errors = rules.never_runs_errors(viewer=actor, project=project, flavor=flavor, **shape)
-    runtime, class_needs_approval = None, False
-    try:
-        runtime = rules.job_runtime(kind, max_runtime_seconds)
-    except ValidationError as exc:
-        _merge(errors, exc)
-    try:
-        class_needs_approval = rules.priority_class_check(
+    runtime, class_needs_approval = _all_errors(
+        lambda: rules.job_runtime(kind, max_runtime_seconds),
+        lambda: rules.priority_class_check(
             actor=actor, project=project, kind=kind, priority_class=priority_class
-        )
-    except ValidationError as exc:
-        _merge(errors, exc)
-    if errors:
-        raise ValidationError(errors)
+        ),
+        errors=rules.never_runs_errors(viewer=actor, project=project, flavor=flavor, **shape),
+    )
     return runtime, class_needs_approval
 
 
 def _working_environment(project, kind, *, image, mounts, env, expose_port) -> dict:
     """DESIGN §13, checked before anything is written: the image's registry, the mounts (the
     project's storages only), the env vars and the exposed port (dev jobs). Every error at once."""
-    errors: dict[str, list[str]] = {}
     result: dict = {"expose_port": expose_port}
-    for check in (
+    _all_errors(
         lambda: environment.check_image(image),
         lambda: result.update(mounts=environment.clean_mounts(project, mounts)),
         lambda: result.update(env=environment.clean_env(env)),
-    ):
-        try:
-            check()
-        except ValidationError as exc:
-            _merge(errors, exc)
-    if expose_port is not None:
-        if kind != JobKind.DEV:
-            errors.setdefault("expose_port", []).append(_("Only development jobs expose a port."))
-        elif (
-            not isinstance(expose_port, int) or isinstance(expose_port, bool) or not 1 <= expose_port <= 65535
-        ):
-            errors.setdefault("expose_port", []).append(_("A port between 1 and 65535."))
-    if errors:
-        raise ValidationError(errors)
+        lambda: _check_expose_port(kind, expose_port),
+    )
     return result
+
+
+def _check_expose_port(kind, expose_port) -> None:
+    """Only a development job exposes a port, and a valid one."""
+    if expose_port is None:
+        return
+    if kind != JobKind.DEV:
+        raise ValidationError({"expose_port": [_("Only development jobs expose a port.")]})
+    if not isinstance(expose_port, int) or isinstance(expose_port, bool) or not 1 <= expose_port <= 65535:
+        raise ValidationError({"expose_port": [_("A port between 1 and 65535.")]})
 
 
 def _shape_and_autoscale(
@@ -139,31 +129,34 @@ def _shape_and_autoscale(
     """The shape's checks and the autoscaling settings' (``jobs.autoscale.clean_submitted``, the
     rules of the job page's form), every error at once: both are about the replicas. Returns the
     ``Job.autoscale_*`` fields ({} when the job does not scale from load)."""
-    errors: dict[str, list[str]] = {}
-    fields: dict = {}
-    for check in (
+    _shape, fields = _all_errors(
         lambda: _validate_shape(
             kind=kind, flavor=flavor, workers=workers, gpus_per_worker=gpus_per_worker, gpu_milli=gpu_milli,
             min_workers=min_workers,
         ),
-        lambda: fields.update(
-            autoscaling.clean_submitted(
-                kind=kind, min_workers=min_workers, workers=workers, autoscale=autoscale
-            )
+        lambda: autoscaling.clean_submitted(
+            kind=kind, min_workers=min_workers, workers=workers, autoscale=autoscale
         ),
-    ):
-        try:
-            check()
-        except ValidationError as exc:
-            _merge(errors, exc)
-    if errors:
-        raise ValidationError(errors)
+    )
     return fields
 
 
-def _merge(errors: dict[str, list[str]], exc: ValidationError) -> None:
-    for field, messages in exc.message_dict.items():
-        errors.setdefault(field, []).extend(messages)
+def _all_errors(*checks, errors: dict[str, list[str]] | None = None) -> list:
+    """Runs every check, merges the ValidationErrors they raise (into ``errors``: those found
+    before) and raises them once, so the form shows every refusal side by side. Returns each
+    check's result."""
+    errors = {} if errors is None else errors
+    results = []
+    for check in checks:
+        try:
+            results.append(check())
+        except ValidationError as exc:
+            for field, messages in exc.message_dict.items():
+                errors.setdefault(field, []).extend(messages)
+            results.append(None)
+    if errors:
+        raise ValidationError(errors)
+    return results
 
 
 def job_submit_check(

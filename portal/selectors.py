@@ -8,6 +8,7 @@ so its existence is not disclosed.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db.models import QuerySet
@@ -56,9 +57,14 @@ class Scope:
         return frozenset(found)
 
 
-def department_children_map() -> dict[int | None, list[int]]:
+def department_children_map(
+    pairs: Iterable[tuple[int, int | None]] | None = None,
+) -> dict[int | None, list[int]]:
+    """Each department's children, from the given (department, parent) pairs or else read."""
     children: dict[int | None, list[int]] = defaultdict(list)
-    for dept_id, parent_id in Department.objects.values_list("id", "parent_id"):
+    if pairs is None:
+        pairs = Department.objects.values_list("id", "parent_id")
+    for dept_id, parent_id in pairs:
         children[parent_id].append(dept_id)
     return children
 

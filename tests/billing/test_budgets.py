@@ -17,6 +17,7 @@ from django.utils import timezone, translation
 
 from billing.budgets import (
     BudgetStatus,
+    _decisive_statuses,
     budget_alerts_run,
     budget_reason,
     budget_set,
@@ -673,3 +674,32 @@ def test_item15_the_form_prices_an_hour_when_no_maximum_runtime_is_set(world):
     bounded = client.post("/jobs/new/validate/", body).content.decode()
     assert "192.00 CNY" in bounded and "96.00 CNY" in bounded and "no billing rate" not in bounded
     assert not Job.objects.exists()
+
+
+def _tree_reads(call) -> int:
+    """How many times ``call`` read the whole department tree."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        call()
+    return sum('"parent_id" FROM "portal_department" ORDER BY' in q["sql"] for q in queries)
+
+
+def test_a_usage_figure_reads_the_department_tree_once(world, running_now):
+    """The tree is read once per computation and passed down, not once per helper."""
+    keys = [("department", world.A.pk), ("project", world.pa1.pk)]
+    assert _tree_reads(lambda: month_usage(NOV, AT, keys=keys)) == 1
+    assert _tree_reads(lambda: month_usage(NOV, AT)) == 1
+
+
+def test_a_recent_figure_s_check_reads_the_department_tree_once(world, running_now):
+    """≈ 4 card-hours used in A: the first check computes them exactly, the next one decides from
+    that figure and the bound since, with one read of the tree."""
+    budget_set(actor=None, card_hours="3", department=world.A)
+    if month_usage(month_of(timezone.now(), site_zone()), upper=True)[("department", world.A.pk)] < 5:
+        pytest.skip("too early in the month for the bound to reach the budget")
+    budgets = list(Budget.objects.all())
+    assert budget_reason(world.pa1, Decimal(1)) is not None  # the exact figure, remembered
+    assert not _reads_events(lambda: _decisive_statuses(budgets, timezone.now()))  # the recent one decides
+    assert _tree_reads(lambda: _decisive_statuses(budgets, timezone.now())) == 1

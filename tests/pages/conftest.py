@@ -7,6 +7,9 @@ from jobs.models import Job
 from jobs.services import job_submit
 from tests import factories as fx
 
+# The shared refusal assertions report their values like a test module's own.
+pytest.register_assert_rewrite("tests.pages.submit_refusals")
+
 
 @pytest.fixture
 def prio(db):

@@ -12,6 +12,7 @@ from jobs.models import Job, JobEvent
 from jobs.services import _can_submit
 from portal.models import Project
 from tests import factories as fx
+from tests.pages.submit_refusals import assert_refused_on
 
 pytestmark = pytest.mark.django_db
 
@@ -80,11 +81,7 @@ def test_submitting_the_form_creates_the_job_and_shows_it(page_client, world, pr
 )
 def test_bad_input_shows_errors_and_writes_nothing(page_client, world, prio, changes, field):
     response = page_client("pa1_member").post("/jobs/new/", _body(world, prio, **changes))
-    assert response.status_code == 200
-    form = response.context["form"]
-    assert field in form.errors, form.errors
-    assert f'id="id_{field}-error"' in response.content.decode()
-    assert Job.objects.count() == 0 and JobEvent.objects.count() == 0
+    assert_refused_on(response, field)
 
 
 def test_a_project_of_another_tenant_is_not_a_valid_choice(page_client, world, prio):

@@ -7,8 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from jobs.models import Job, JobEvent, JobTemplate
+from jobs.models import Job, JobTemplate
 from jobs.services import job_submit
+from tests.pages.submit_refusals import assert_refused_on
 
 pytestmark = pytest.mark.django_db
 
@@ -78,11 +79,7 @@ def test_bad_autoscaling_is_an_error_on_its_field_and_writes_nothing(
     page_client, world, prio, changes, field
 ):
     response = page_client("pa1_member").post("/jobs/new/", _body(world, prio, **changes))
-    assert response.status_code == 200
-    form = response.context["form"]
-    assert field in form.errors, form.errors
-    assert f'id="id_{field}-error"' in response.content.decode()
-    assert Job.objects.count() == 0 and JobEvent.objects.count() == 0
+    assert_refused_on(response, field)
 
 
 def test_live_validation_checks_autoscaling_without_writing(page_client, world, prio):
