@@ -115,9 +115,8 @@ def _metered(month: date, cursor: datetime | None) -> list[tuple[int, int, Decim
 
 def _tail(
     month: date, now: datetime, projects: Collection[int] | None = None, *, upper: bool = False,
-    since: datetime | None = None,
 ) -> tuple[datetime | None, list[tuple[int, int, Decimal]]]:
-    cursor, rows = _tail_rows(month, now, projects, upper=upper, since=since)
+    cursor, rows = _tail_rows(month, now, projects, upper=upper)
     return cursor, [(dept, project, seconds) for dept, project, _f, seconds, _t in rows]
 
 
@@ -171,13 +170,6 @@ def month_usage(
     parents = _parents()  # one read of the tree for the whole computation
     cursor, tail = _tail(month, now, None if keys is None else _covered_projects(keys, parents), upper=upper)
     return _by_key(_metered(month, cursor) + tail, keys, parents)
-
-
-def _growth_bound(month: date, since: datetime, now: datetime, keys: Collection[Key]) -> dict[Key, Decimal]:
-    """At most how many card-hours ``keys`` can have gained in [since, now)."""
-    parents = _parents()
-    _cursor, tail = _tail(month, now, _covered_projects(keys, parents), upper=True, since=since)
-    return _by_key(tail, keys, parents)
 
 
 def _by_key(
