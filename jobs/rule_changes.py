@@ -55,7 +55,7 @@ from portal.selectors import scope_for
 from portal.services import project_update
 from portal.texts import message
 from quotas.models import Flavor, QuotaNode, QuotaWindow
-from quotas.services import _check_units, quota_node_update, window_create, window_update
+from quotas.services import quota_node_update, window_create, window_update
 
 from .models import PriorityClass
 from .rule_models import Packing, RuleChangeEvent, SchedulerSettings
@@ -208,15 +208,10 @@ def _whole(name: str, value, low: int, high: int, *, null: bool = False) -> int 
     return value
 
 
-def _units(flavor: Flavor, **values) -> None:
-    try:
-        _check_units(flavor, **values)
-    except ValidationError as exc:
-        raise _Bad("; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from None
-
-
 def _clean_entry(raw) -> dict:
-    """One entry checked and normalised (quantities as decimal strings), without ``before``."""
+    """One entry checked and normalised (quantities as decimal strings), without ``before``. The
+    quota rules (units, lend limit ≤ quota, what a window may override) are the quota services'
+    own: the dry run of :func:`rule_change_request_create` calls them, naming the entry."""
     if not isinstance(raw, dict):
         raise _Bad(_("each change is a JSON object"))
     kind = raw.get("type")
@@ -248,13 +243,9 @@ def _clean_entry(raw) -> dict:
             out["aging_bound_seconds"] = _whole("aging_bound_seconds", raw["aging_bound_seconds"],
                                                 AGING_BOUND_MIN_SECONDS, AGING_BOUND_MAX_SECONDS, null=True)
     elif kind in ("quota_limits", "quota_window"):
-        node = _node(out)
+        _node(out)
         quantities = {k: _quantity(k, raw[k]) for k in ("borrow_limit", "lend_limit", "quota") if k in raw}
-        _units(node.flavor, **quantities)
         out.update({k: _n(v) for k, v in quantities.items()})
-        ceiling = node.quota if quantities.get("quota") is None else quantities["quota"]
-        if quantities.get("lend_limit") is not None and quantities["lend_limit"] > ceiling:
-            raise _Bad(_("lend_limit: cannot exceed the quota (%(q)s)") % {"q": _n(ceiling)})
         if kind == "quota_window":
             if not isinstance(out.get("name"), str) or len(out["name"]) > 80:
                 raise _Bad(_("name: the window's name, at most 80 characters"))
@@ -262,11 +253,6 @@ def _clean_entry(raw) -> dict:
             out["end_hour"] = _whole("end_hour", raw["end_hour"], 0, 23)
             if out["start_hour"] == out["end_hour"]:
                 raise _Bad(_("start_hour and end_hour must differ"))
-            if quantities.get("quota") is None and quantities.get("lend_limit") is None:
-                raise _Bad(_("a window must override the quota, the lend limit, or both"))
-            if quantities.get("quota") is not None and quantities["quota"] > node.quota:
-                raise _Bad(_("quota: a window can lower the quota (%(q)s), not raise it")
-                           % {"q": _n(node.quota)})
             out.setdefault("quota", None)
             out.setdefault("lend_limit", None)
     elif kind == "priority_grace":
