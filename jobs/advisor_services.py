@@ -461,8 +461,11 @@ def _rule_changes(changes: dict, bounds: dict) -> tuple[list[dict], list[dict]]:
     if "night_lend_limit_ratio" in changes:
         ratio = changes.pop("night_lend_limit_ratio")
         start, end = bounds.get("night_hours", [20, 8])
+        windows: dict[int, QuotaWindow] = {}  # node id → its first night window by id
+        for w in QuotaWindow.objects.filter(quota_node__in=nodes, name=NIGHT_WINDOW).order_by("-id"):
+            windows[w.quota_node_id] = w
         for node in nodes:
-            window = QuotaWindow.objects.filter(quota_node=node, name=NIGHT_WINDOW).order_by("id").first()
+            window = windows.get(node.pk)
             if ratio is None:
                 if window is not None:
                     unmapped.append({"change": "night_lend_limit_ratio", "reason": _(

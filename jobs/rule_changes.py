@@ -357,20 +357,28 @@ def _window_text(values: dict | None) -> dict:
               lend=_qty(values["lend_limit"], gettext_noop("unchanged")))
 
 
-def _owner_label(entry: dict) -> str:
+def _departments(entries: list[dict]) -> dict[str, str]:
+    """Project code → its department's code, for every project the entries name (one query)."""
+    codes = {e["project"] for e in entries if e.get("project")}
+    if not codes:
+        return {}
+    return dict(Project.objects.filter(code__in=codes).values_list("code", "department__code"))
+
+
+def _owner_label(entry: dict, depts: dict[str, str]) -> str:
     if entry.get("project"):
-        dept = Project.objects.filter(code=entry["project"]).values_list("department__code", flat=True) \
-            .first()
+        dept = depts.get(entry["project"])
         return f"{dept}/{entry['project']}" if dept else entry["project"]
     return entry.get("department") or ""
 
 
-def lines(entry: dict) -> list[dict]:
+def lines(entry: dict, depts: dict[str, str] | None = None) -> list[dict]:
     """One message per value the entry changes, e.g. "Project d1/p04 queueing: best effort →
-    strict FIFO"."""
+    strict FIFO". ``depts``: :func:`_departments` of the request's entries (read here if not given)."""
     kind, before = entry["type"], entry["before"]
+    depts = _departments([entry]) if depts is None else depts
     if kind == "project_queueing":
-        who, out = _owner_label(entry), []
+        who, out = _owner_label(entry, depts), []
         if "queueing" in entry:
             out.append(_m(gettext_noop("Project %(project)s queueing: %(old)s → %(new)s"), project=who,
                           old=_m(_QUEUEING[before["queueing"]]), new=_m(_QUEUEING[entry["queueing"]])))
@@ -380,7 +388,7 @@ def lines(entry: dict) -> list[dict]:
                           new=_aging(entry["aging_bound_seconds"])))
         return out
     if kind == "quota_limits":
-        who, out = _owner_label(entry), []
+        who, out = _owner_label(entry, depts), []
         if "borrow_limit" in entry:
             none = gettext_noop("no cap")
             out.append(_m(gettext_noop("Quota of %(owner)s for %(flavor)s, borrow limit: %(old)s → %(new)s"),
@@ -394,7 +402,7 @@ def lines(entry: dict) -> list[dict]:
         return out
     if kind == "quota_window":
         return [_m(gettext_noop("Quota window “%(name)s” of %(owner)s for %(flavor)s: %(old)s → %(new)s"),
-                   name=entry["name"], owner=_owner_label(entry), flavor=entry["flavor"],
+                   name=entry["name"], owner=_owner_label(entry, depts), flavor=entry["flavor"],
                    old=_window_text(before), new=_window_text(_new_values(entry)))]
     if kind == "priority_grace":
         return [_m(gettext_noop("Priority class %(name)s grace period: %(old)s s → %(new)s s"),
@@ -415,8 +423,9 @@ def rule_change_request_create(*, actor: User, changes, reason: str = "") -> App
     perm.require(scope_for(actor).platform_admin)
     with transaction.atomic():
         clean = check_changes(changes)
-        _dry_run(clean, actor)
-        all_lines = [line for entry in clean for line in lines(entry)]
+        depts = _departments(clean)
+        _dry_run(clean, actor, depts)
+        all_lines = [line for entry in clean for line in lines(entry, depts)]
         if len(all_lines) == 1:
             summary = _m(gettext_noop("Rule change: %(change)s"), change=all_lines[0])
         else:
@@ -436,7 +445,7 @@ class _DryRun(Exception):
     pass
 
 
-def _dry_run(clean: list[dict], actor: User) -> None:
+def _dry_run(clean: list[dict], actor: User, depts: dict[str, str]) -> None:
     """Apply the changes in a savepoint that is rolled back: what the quota services would refuse
     at approval (a lend limit that breaks a department's level rules, a window over a loan…) is a
     400 now. Nothing of it is kept (the savepoint's rows and its on-commit hooks are dropped)."""
@@ -444,7 +453,7 @@ def _dry_run(clean: list[dict], actor: User) -> None:
     try:
         with transaction.atomic():
             while i < len(clean):
-                _apply_one(clean[i], actor)
+                _apply_one(clean[i], actor, depts)
                 i += 1
             raise _DryRun
     except _DryRun:
@@ -465,6 +474,7 @@ def _refuse(entry_no: int, entry: dict, text: str) -> ValidationError:
 def rule_change_request_apply(request: ApprovalRequest, actor: User) -> None:
     """Apply every change or none: each target is locked and must still hold ``before``."""
     at = timezone.now()
+    depts = _departments(request.payload["changes"])
     for i, entry in enumerate(request.payload["changes"]):
         try:
             now = current(entry, lock=True)
@@ -476,7 +486,7 @@ def rule_change_request_apply(request: ApprovalRequest, actor: User) -> None:
                 "applied — reject this request and ask again if the change is still wanted") % {
                 "before": _json(entry["before"]), "now": _json(now)})
         try:
-            target = _apply_one(entry, actor)
+            target = _apply_one(entry, actor, depts)
         except (ValidationError, PermissionDenied) as exc:
             text = " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
             raise _refuse(i, entry, text) from None
@@ -487,18 +497,18 @@ def rule_change_request_apply(request: ApprovalRequest, actor: User) -> None:
     transaction.on_commit(request_cycle)
 
 
-def _apply_one(entry: dict, actor: User) -> str:
+def _apply_one(entry: dict, actor: User, depts: dict[str, str]) -> str:
     kind = entry["type"]
     values = {k: entry[k] for k in TYPES[kind][1] if k in entry}
     if kind == "project_queueing":
         project = _project(entry)
         project_update(actor=actor, project=project, **values)
-        return _owner_label(entry)
+        return _owner_label(entry, depts)
     if kind == "quota_limits":
         node = _node(entry)
         quota_node_update(actor=actor, node=node,
                           **{k: None if v is None else Decimal(v) for k, v in values.items()})
-        return f"{_owner_label(entry)} / {entry['flavor']}"
+        return f"{_owner_label(entry, depts)} / {entry['flavor']}"
     if kind == "quota_window":
         node = _node(entry)
         fields = {"start_time": time(entry["start_hour"]), "end_time": time(entry["end_hour"]),
@@ -510,7 +520,7 @@ def _apply_one(entry: dict, actor: User) -> str:
             window_create(actor=actor, quota_node=node, name=entry["name"], **fields)
         else:
             window_update(actor=actor, window=window, **fields)
-        return f"{_owner_label(entry)} / {entry['flavor']} / {entry['name']}"
+        return f"{_owner_label(entry, depts)} / {entry['flavor']} / {entry['name']}"
     perm.require(scope_for(actor).platform_admin)
     if kind == "priority_grace":
         done = PriorityClass.objects.filter(name=entry["priority_class"],
