@@ -88,7 +88,8 @@ def _json(value) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def _n(value: Decimal | None) -> str | None:
+def quantity_text(value: Decimal | None) -> str | None:
+    """A quantity in the stored form: a decimal string without trailing zeros (None stays None)."""
     return None if value is None else f"{value.normalize():f}"
 
 
@@ -96,11 +97,11 @@ def _hhmm(t: time) -> str:
     return t.strftime("%H:%M")
 
 
-def _window_values(w: QuotaWindow | None) -> dict | None:
+def window_values(w: QuotaWindow | None) -> dict | None:
     if w is None:
         return None
     return {"start_time": _hhmm(w.start_time), "end_time": _hhmm(w.end_time), "weekdays": w.weekdays,
-            "quota": _n(w.quota), "lend_limit": _n(w.lend_limit), "active": w.active}
+            "quota": quantity_text(w.quota), "lend_limit": quantity_text(w.lend_limit), "active": w.active}
 
 
 def _settings(lock: bool = False) -> SchedulerSettings:
@@ -173,9 +174,9 @@ def current(entry: dict, *, lock: bool = False) -> dict | None:
         return {k: getattr(p, k) for k in keys}
     if kind == "quota_limits":
         node = _node(entry, lock)
-        return {k: _n(getattr(node, k)) for k in keys}
+        return {k: quantity_text(getattr(node, k)) for k in keys}
     if kind == "quota_window":
-        return _window_values(_window(_node(entry, lock), entry["name"], lock))
+        return window_values(_window(_node(entry, lock), entry["name"], lock))
     if kind == "priority_grace":
         return {"grace_seconds": _class(entry, lock).grace_seconds}
     row = _settings(lock)
@@ -245,7 +246,7 @@ def _clean_entry(raw) -> dict:
     elif kind in ("quota_limits", "quota_window"):
         _node(out)
         quantities = {k: _quantity(k, raw[k]) for k in ("borrow_limit", "lend_limit", "quota") if k in raw}
-        out.update({k: _n(v) for k, v in quantities.items()})
+        out.update({k: quantity_text(v) for k, v in quantities.items()})
         if kind == "quota_window":
             if not isinstance(out.get("name"), str) or len(out["name"]) > 80:
                 raise _Bad(_("name: the window's name, at most 80 characters"))
@@ -279,7 +280,7 @@ def _given_before(clean: dict, before):
     for key in ("borrow_limit", "lend_limit"):
         if key in out:
             with contextlib.suppress(_Bad):
-                out[key] = _n(_quantity(key, out[key]))
+                out[key] = quantity_text(_quantity(key, out[key]))
     return out
 
 
@@ -288,7 +289,7 @@ def _target_key(entry: dict) -> tuple:
     return (entry["type"], *(entry.get(k) for k in targets))
 
 
-def _new_values(entry: dict) -> dict:
+def new_values(entry: dict) -> dict:
     """What the entry sets, in the ``before`` form (a window: all its values)."""
     if entry["type"] == "quota_window":
         return {"start_time": f"{entry['start_hour']:02d}:00", "end_time": f"{entry['end_hour']:02d}:00",
@@ -319,7 +320,7 @@ def check_changes(raw) -> list[dict]:
             if "before" in entry and _given_before(clean, entry["before"]) != now:
                 raise _Bad(_("before is %(given)s but the value now is %(now)s") % {
                     "given": _json(entry["before"]), "now": _json(now)})
-            if now == _new_values(clean):
+            if now == new_values(clean):
                 raise _Bad(_("nothing to change: the value is already %(now)s") % {"now": _json(now)})
             clean["before"] = now
             out.append(clean)
@@ -403,7 +404,7 @@ def lines(entry: dict, depts: dict[str, str] | None = None) -> list[dict]:
     if kind == "quota_window":
         return [_m(gettext_noop("Quota window “%(name)s” of %(owner)s for %(flavor)s: %(old)s → %(new)s"),
                    name=entry["name"], owner=_owner_label(entry, depts), flavor=entry["flavor"],
-                   old=_window_text(before), new=_window_text(_new_values(entry)))]
+                   old=_window_text(before), new=_window_text(new_values(entry)))]
     if kind == "priority_grace":
         return [_m(gettext_noop("Priority class %(name)s grace period: %(old)s s → %(new)s s"),
                    name=entry["priority_class"], old=before["grace_seconds"], new=entry["grace_seconds"])]
@@ -491,7 +492,7 @@ def rule_change_request_apply(request: ApprovalRequest, actor: User) -> None:
             text = " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
             raise _refuse(i, entry, text) from None
         RuleChangeEvent.objects.create(at=at, actor=actor, request=request, type=entry["type"], target=target,
-                                       old=entry["before"], new=_new_values(entry))
+                                       old=entry["before"], new=new_values(entry))
     from .transitions import request_cycle
 
     transaction.on_commit(request_cycle)
