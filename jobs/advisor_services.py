@@ -247,18 +247,16 @@ def advisor_candidate_run(candidate_id: int) -> str:
         search_state = AdvisorSearch.objects.select_for_update().values_list("state", flat=True) \
             .get(pk=c.search_id)
         if search_state != SearchState.RUNNING:
-            state = CandidateState.FAILED if _move_candidate(
-                c, CandidateState.RUNNING, CandidateState.FAILED, f"discarded: search {search_state}",
-                where=mine, error=f"The search was {search_state} while this candidate ran: its result "
-                "was discarded.", finished_at=timezone.now()) else "superseded"
+            to, reason, fields = CandidateState.FAILED, f"discarded: search {search_state}", {
+                "error": f"The search was {search_state} while this candidate ran: its result was "
+                         "discarded."}
         elif result is not None:
-            state = CandidateState.DONE if _move_candidate(
-                c, CandidateState.RUNNING, CandidateState.DONE, where=mine, result=result,
-                runs=F("runs") + 1, finished_at=timezone.now()) else "superseded"
+            to, reason, fields = CandidateState.DONE, "", {"result": result, "runs": F("runs") + 1}
         else:
-            state = CandidateState.FAILED if _move_candidate(
-                c, CandidateState.RUNNING, CandidateState.FAILED, "replay failed", where=mine, error=error,
-                finished_at=timezone.now()) else "superseded"
+            to, reason, fields = CandidateState.FAILED, "replay failed", {"error": error}
+        moved = _move_candidate(c, CandidateState.RUNNING, to, reason, where=mine, finished_at=timezone.now(),
+                                **fields)
+        state = to if moved else "superseded"
     # Advance here, not in a queued task: behind the queued candidates it would leave a worker
     # idle for a whole replay before the next candidate is drawn. (If it fails, the tick retries.)
     advisor_search_advance(c.search_id)
