@@ -247,18 +247,16 @@ def advisor_candidate_run(candidate_id: int) -> str:
         search_state = AdvisorSearch.objects.select_for_update().values_list("state", flat=True) \
             .get(pk=c.search_id)
         if search_state != SearchState.RUNNING:
-            state = CandidateState.FAILED if _move_candidate(
-                c, CandidateState.RUNNING, CandidateState.FAILED, f"discarded: search {search_state}",
-                where=mine, error=f"The search was {search_state} while this candidate ran: its result "
-                "was discarded.", finished_at=timezone.now()) else "superseded"
+            to, reason, fields = CandidateState.FAILED, f"discarded: search {search_state}", {
+                "error": f"The search was {search_state} while this candidate ran: its result was "
+                         "discarded."}
         elif result is not None:
-            state = CandidateState.DONE if _move_candidate(
-                c, CandidateState.RUNNING, CandidateState.DONE, where=mine, result=result,
-                runs=F("runs") + 1, finished_at=timezone.now()) else "superseded"
+            to, reason, fields = CandidateState.DONE, "", {"result": result, "runs": F("runs") + 1}
         else:
-            state = CandidateState.FAILED if _move_candidate(
-                c, CandidateState.RUNNING, CandidateState.FAILED, "replay failed", where=mine, error=error,
-                finished_at=timezone.now()) else "superseded"
+            to, reason, fields = CandidateState.FAILED, "replay failed", {"error": error}
+        moved = _move_candidate(c, CandidateState.RUNNING, to, reason, where=mine, finished_at=timezone.now(),
+                                **fields)
+        state = to if moved else "superseded"
     # Advance here, not in a queued task: behind the queued candidates it would leave a worker
     # idle for a whole replay before the next candidate is drawn. (If it fails, the tick retries.)
     advisor_search_advance(c.search_id)
@@ -339,6 +337,20 @@ def visible_candidates(user):
     return AdvisorCandidate.objects.filter(search__in=visible_searches(user))
 
 
+def _project_quota_nodes():
+    """Every project quota node with a quota: what the advisor's ratios apply to."""
+    from quotas.models import QuotaNode
+
+    return QuotaNode.objects.filter(project__isnull=False, quota__gt=0).select_related("flavor", "project")
+
+
+def _floor_units(value, flavor):
+    """``value`` floored to the flavor's units: milli-units when shareable, else whole units."""
+    from decimal import ROUND_FLOOR, Decimal
+
+    return value.quantize(Decimal("0.001") if flavor.shareable else Decimal(1), rounding=ROUND_FLOOR)
+
+
 def advisor_candidate_apply(*, actor, candidate: AdvisorCandidate) -> dict:
     """Turn a finished, feasible candidate into the normal approval requests.
 
@@ -350,12 +362,11 @@ def advisor_candidate_apply(*, actor, candidate: AdvisorCandidate) -> dict:
     objects by :func:`_rule_changes`. Returns ``{"requests": [quota request ids],
     "rule_change_request": id or None, "unmapped": [{"change", "reason"}], "skipped": [messages]}``."""
     import re
-    from decimal import ROUND_FLOOR, Decimal
+    from decimal import Decimal
 
     from django.core.exceptions import PermissionDenied, ValidationError
 
     from quotas.approvals import quota_request_create
-    from quotas.models import QuotaNode
 
     from .rule_changes import rule_change_request_create
 
@@ -372,11 +383,8 @@ def advisor_candidate_apply(*, actor, candidate: AdvisorCandidate) -> dict:
         r = Decimal(str(ratio))
         reason = _("Policy advisor: search #%(search)s, candidate %(n)s (overcommit ratio %(r)s).") % {
             "search": candidate.search_id, "n": candidate.number, "r": f"{ratio:.2f}"}
-        nodes = QuotaNode.objects.filter(project__isnull=False, quota__gt=0) \
-            .select_related("flavor", "project")
-        for node in nodes.order_by("project__name", "flavor__name"):
-            unit = Decimal("0.001") if node.flavor.shareable else Decimal(1)
-            quota = (node.quota * r).quantize(unit, rounding=ROUND_FLOOR)
+        for node in _project_quota_nodes().order_by("project__name", "flavor__name"):
+            quota = _floor_units(node.quota * r, node.flavor)
             if quota == node.quota:
                 continue
             try:
@@ -422,25 +430,20 @@ def _rule_changes(changes: dict, bounds: dict) -> tuple[list[dict], list[dict]]:
     night window becomes a daily quota window ``NIGHT_WINDOW`` (hours of ``bounds.night_hours``,
     site time) on every project quota node; the grace period goes onto every priority class; a
     replay project ``dept/project`` maps onto the portal project of that code in that department."""
-    from decimal import ROUND_FLOOR, Decimal
+    from decimal import Decimal
 
     from portal.models import Project
-    from quotas.models import QuotaNode, QuotaWindow
+    from quotas.models import QuotaWindow
 
     from .models import PriorityClass
-    from .rule_changes import _window_values
+    from .rule_changes import new_values, quantity_text, window_values
     from .scheduler_settings import engine_flags
 
     entries, unmapped = [], []
-    nodes = list(QuotaNode.objects.filter(project__isnull=False, quota__gt=0)
-                 .select_related("flavor", "project").order_by("project__code", "flavor__name"))
+    nodes = list(_project_quota_nodes().order_by("project__code", "flavor__name"))
 
     def floor(ratio, node) -> str:
-        unit = Decimal("0.001") if node.flavor.shareable else Decimal(1)
-        return f"{(node.quota * Decimal(str(ratio))).quantize(unit, rounding=ROUND_FLOOR).normalize():f}"
-
-    def current(value):
-        return None if value is None else f"{value.normalize():f}"
+        return quantity_text(_floor_units(node.quota * Decimal(str(ratio)), node.flavor))
 
     limits: dict[int, dict] = {}
     for key in ("borrow_limit", "lend_limit"):
@@ -454,15 +457,18 @@ def _rule_changes(changes: dict, bounds: dict) -> tuple[list[dict], list[dict]]:
                     "%(owner)s / %(flavor)s: %(value)s is above its quota") % {
                     "owner": node.project.code, "flavor": node.flavor.name, "value": value}})
                 continue
-            if value != current(getattr(node, key)):
+            if value != quantity_text(getattr(node, key)):
                 limits.setdefault(node.pk, {"type": "quota_limits", "project": node.project.code,
                                             "flavor": node.flavor.name})[key] = value
     entries.extend(limits.values())
     if "night_lend_limit_ratio" in changes:
         ratio = changes.pop("night_lend_limit_ratio")
-        start, end = bounds.get("night_hours", [20, 8])
+        start, end = bounds["night_hours"]  # check_bounds always fills it
+        windows: dict[int, QuotaWindow] = {}  # node id → its first night window by id
+        for w in QuotaWindow.objects.filter(quota_node__in=nodes, name=NIGHT_WINDOW).order_by("-id"):
+            windows[w.quota_node_id] = w
         for node in nodes:
-            window = QuotaWindow.objects.filter(quota_node=node, name=NIGHT_WINDOW).order_by("id").first()
+            window = windows.get(node.pk)
             if ratio is None:
                 if window is not None:
                     unmapped.append({"change": "night_lend_limit_ratio", "reason": _(
@@ -477,10 +483,9 @@ def _rule_changes(changes: dict, bounds: dict) -> tuple[list[dict], list[dict]]:
                     "owner": node.project.code, "flavor": node.flavor.name, "value": value}})
                 continue
             entry = {"type": "quota_window", "project": node.project.code, "flavor": node.flavor.name,
-                     "name": NIGHT_WINDOW, "start_hour": start, "end_hour": end, "lend_limit": value}
-            new = {"start_time": f"{start:02d}:00", "end_time": f"{end:02d}:00", "weekdays": "0123456",
-                   "quota": None, "lend_limit": value, "active": True}
-            if _window_values(window) != new:
+                     "name": NIGHT_WINDOW, "start_hour": start, "end_hour": end, "quota": None,
+                     "lend_limit": value}
+            if window_values(window) != new_values(entry):
                 entries.append(entry)
         if not nodes:
             unmapped.append({"change": "night_lend_limit_ratio", "reason": _("no project holds a quota")})

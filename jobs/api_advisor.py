@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 from portal.selectors import get_visible, scope_for
 
 from .advisor.scenario import Scenario
+from .advisor_models import SearchState
 from .advisor_services import (
     advisor_candidate_apply,
     advisor_search_cancel,
@@ -158,7 +159,7 @@ class AdvisorSearchCancelApi(APIView):
         search = get_visible(visible_searches(request.user), pk=pk)
         advisor_search_cancel(search=search, by=request.user)
         search.refresh_from_db()
-        if search.state != "cancelled":
+        if search.state != SearchState.CANCELLED:
             return Response({"detail": f"The search is {search.state}: it can no longer be cancelled.",
                              "state": search.state}, status=status.HTTP_409_CONFLICT)
         return Response(_out(search))

@@ -55,7 +55,7 @@ from portal.selectors import scope_for
 from portal.services import project_update
 from portal.texts import message
 from quotas.models import Flavor, QuotaNode, QuotaWindow
-from quotas.services import _check_units, quota_node_update, window_create, window_update
+from quotas.services import quota_node_update, window_create, window_update
 
 from .models import PriorityClass
 from .rule_models import Packing, RuleChangeEvent, SchedulerSettings
@@ -88,7 +88,8 @@ def _json(value) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def _n(value: Decimal | None) -> str | None:
+def quantity_text(value: Decimal | None) -> str | None:
+    """A quantity in the stored form: a decimal string without trailing zeros (None stays None)."""
     return None if value is None else f"{value.normalize():f}"
 
 
@@ -96,11 +97,11 @@ def _hhmm(t: time) -> str:
     return t.strftime("%H:%M")
 
 
-def _window_values(w: QuotaWindow | None) -> dict | None:
+def window_values(w: QuotaWindow | None) -> dict | None:
     if w is None:
         return None
     return {"start_time": _hhmm(w.start_time), "end_time": _hhmm(w.end_time), "weekdays": w.weekdays,
-            "quota": _n(w.quota), "lend_limit": _n(w.lend_limit), "active": w.active}
+            "quota": quantity_text(w.quota), "lend_limit": quantity_text(w.lend_limit), "active": w.active}
 
 
 def _settings(lock: bool = False) -> SchedulerSettings:
@@ -173,9 +174,9 @@ def current(entry: dict, *, lock: bool = False) -> dict | None:
         return {k: getattr(p, k) for k in keys}
     if kind == "quota_limits":
         node = _node(entry, lock)
-        return {k: _n(getattr(node, k)) for k in keys}
+        return {k: quantity_text(getattr(node, k)) for k in keys}
     if kind == "quota_window":
-        return _window_values(_window(_node(entry, lock), entry["name"], lock))
+        return window_values(_window(_node(entry, lock), entry["name"], lock))
     if kind == "priority_grace":
         return {"grace_seconds": _class(entry, lock).grace_seconds}
     row = _settings(lock)
@@ -208,15 +209,10 @@ def _whole(name: str, value, low: int, high: int, *, null: bool = False) -> int 
     return value
 
 
-def _units(flavor: Flavor, **values) -> None:
-    try:
-        _check_units(flavor, **values)
-    except ValidationError as exc:
-        raise _Bad("; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from None
-
-
 def _clean_entry(raw) -> dict:
-    """One entry checked and normalised (quantities as decimal strings), without ``before``."""
+    """One entry checked and normalised (quantities as decimal strings), without ``before``. The
+    quota rules (units, lend limit ≤ quota, what a window may override) are the quota services'
+    own: the dry run of :func:`rule_change_request_create` calls them, naming the entry."""
     if not isinstance(raw, dict):
         raise _Bad(_("each change is a JSON object"))
     kind = raw.get("type")
@@ -248,13 +244,9 @@ def _clean_entry(raw) -> dict:
             out["aging_bound_seconds"] = _whole("aging_bound_seconds", raw["aging_bound_seconds"],
                                                 AGING_BOUND_MIN_SECONDS, AGING_BOUND_MAX_SECONDS, null=True)
     elif kind in ("quota_limits", "quota_window"):
-        node = _node(out)
+        _node(out)
         quantities = {k: _quantity(k, raw[k]) for k in ("borrow_limit", "lend_limit", "quota") if k in raw}
-        _units(node.flavor, **quantities)
-        out.update({k: _n(v) for k, v in quantities.items()})
-        ceiling = node.quota if quantities.get("quota") is None else quantities["quota"]
-        if quantities.get("lend_limit") is not None and quantities["lend_limit"] > ceiling:
-            raise _Bad(_("lend_limit: cannot exceed the quota (%(q)s)") % {"q": _n(ceiling)})
+        out.update({k: quantity_text(v) for k, v in quantities.items()})
         if kind == "quota_window":
             if not isinstance(out.get("name"), str) or len(out["name"]) > 80:
                 raise _Bad(_("name: the window's name, at most 80 characters"))
@@ -262,11 +254,6 @@ def _clean_entry(raw) -> dict:
             out["end_hour"] = _whole("end_hour", raw["end_hour"], 0, 23)
             if out["start_hour"] == out["end_hour"]:
                 raise _Bad(_("start_hour and end_hour must differ"))
-            if quantities.get("quota") is None and quantities.get("lend_limit") is None:
-                raise _Bad(_("a window must override the quota, the lend limit, or both"))
-            if quantities.get("quota") is not None and quantities["quota"] > node.quota:
-                raise _Bad(_("quota: a window can lower the quota (%(q)s), not raise it")
-                           % {"q": _n(node.quota)})
             out.setdefault("quota", None)
             out.setdefault("lend_limit", None)
     elif kind == "priority_grace":
@@ -293,7 +280,7 @@ def _given_before(clean: dict, before):
     for key in ("borrow_limit", "lend_limit"):
         if key in out:
             with contextlib.suppress(_Bad):
-                out[key] = _n(_quantity(key, out[key]))
+                out[key] = quantity_text(_quantity(key, out[key]))
     return out
 
 
@@ -302,7 +289,7 @@ def _target_key(entry: dict) -> tuple:
     return (entry["type"], *(entry.get(k) for k in targets))
 
 
-def _new_values(entry: dict) -> dict:
+def new_values(entry: dict) -> dict:
     """What the entry sets, in the ``before`` form (a window: all its values)."""
     if entry["type"] == "quota_window":
         return {"start_time": f"{entry['start_hour']:02d}:00", "end_time": f"{entry['end_hour']:02d}:00",
@@ -333,7 +320,7 @@ def check_changes(raw) -> list[dict]:
             if "before" in entry and _given_before(clean, entry["before"]) != now:
                 raise _Bad(_("before is %(given)s but the value now is %(now)s") % {
                     "given": _json(entry["before"]), "now": _json(now)})
-            if now == _new_values(clean):
+            if now == new_values(clean):
                 raise _Bad(_("nothing to change: the value is already %(now)s") % {"now": _json(now)})
             clean["before"] = now
             out.append(clean)
@@ -371,20 +358,28 @@ def _window_text(values: dict | None) -> dict:
               lend=_qty(values["lend_limit"], gettext_noop("unchanged")))
 
 
-def _owner_label(entry: dict) -> str:
+def _departments(entries: list[dict]) -> dict[str, str]:
+    """Project code → its department's code, for every project the entries name (one query)."""
+    codes = {e["project"] for e in entries if e.get("project")}
+    if not codes:
+        return {}
+    return dict(Project.objects.filter(code__in=codes).values_list("code", "department__code"))
+
+
+def _owner_label(entry: dict, depts: dict[str, str]) -> str:
     if entry.get("project"):
-        dept = Project.objects.filter(code=entry["project"]).values_list("department__code", flat=True) \
-            .first()
+        dept = depts.get(entry["project"])
         return f"{dept}/{entry['project']}" if dept else entry["project"]
     return entry.get("department") or ""
 
 
-def lines(entry: dict) -> list[dict]:
+def lines(entry: dict, depts: dict[str, str] | None = None) -> list[dict]:
     """One message per value the entry changes, e.g. "Project d1/p04 queueing: best effort →
-    strict FIFO"."""
+    strict FIFO". ``depts``: :func:`_departments` of the request's entries (read here if not given)."""
     kind, before = entry["type"], entry["before"]
+    depts = _departments([entry]) if depts is None else depts
     if kind == "project_queueing":
-        who, out = _owner_label(entry), []
+        who, out = _owner_label(entry, depts), []
         if "queueing" in entry:
             out.append(_m(gettext_noop("Project %(project)s queueing: %(old)s → %(new)s"), project=who,
                           old=_m(_QUEUEING[before["queueing"]]), new=_m(_QUEUEING[entry["queueing"]])))
@@ -394,7 +389,7 @@ def lines(entry: dict) -> list[dict]:
                           new=_aging(entry["aging_bound_seconds"])))
         return out
     if kind == "quota_limits":
-        who, out = _owner_label(entry), []
+        who, out = _owner_label(entry, depts), []
         if "borrow_limit" in entry:
             none = gettext_noop("no cap")
             out.append(_m(gettext_noop("Quota of %(owner)s for %(flavor)s, borrow limit: %(old)s → %(new)s"),
@@ -408,8 +403,8 @@ def lines(entry: dict) -> list[dict]:
         return out
     if kind == "quota_window":
         return [_m(gettext_noop("Quota window “%(name)s” of %(owner)s for %(flavor)s: %(old)s → %(new)s"),
-                   name=entry["name"], owner=_owner_label(entry), flavor=entry["flavor"],
-                   old=_window_text(before), new=_window_text(_new_values(entry)))]
+                   name=entry["name"], owner=_owner_label(entry, depts), flavor=entry["flavor"],
+                   old=_window_text(before), new=_window_text(new_values(entry)))]
     if kind == "priority_grace":
         return [_m(gettext_noop("Priority class %(name)s grace period: %(old)s s → %(new)s s"),
                    name=entry["priority_class"], old=before["grace_seconds"], new=entry["grace_seconds"])]
@@ -429,8 +424,9 @@ def rule_change_request_create(*, actor: User, changes, reason: str = "") -> App
     perm.require(scope_for(actor).platform_admin)
     with transaction.atomic():
         clean = check_changes(changes)
-        _dry_run(clean, actor)
-        all_lines = [line for entry in clean for line in lines(entry)]
+        depts = _departments(clean)
+        _dry_run(clean, actor, depts)
+        all_lines = [line for entry in clean for line in lines(entry, depts)]
         if len(all_lines) == 1:
             summary = _m(gettext_noop("Rule change: %(change)s"), change=all_lines[0])
         else:
@@ -450,7 +446,7 @@ class _DryRun(Exception):
     pass
 
 
-def _dry_run(clean: list[dict], actor: User) -> None:
+def _dry_run(clean: list[dict], actor: User, depts: dict[str, str]) -> None:
     """Apply the changes in a savepoint that is rolled back: what the quota services would refuse
     at approval (a lend limit that breaks a department's level rules, a window over a loan…) is a
     400 now. Nothing of it is kept (the savepoint's rows and its on-commit hooks are dropped)."""
@@ -458,7 +454,7 @@ def _dry_run(clean: list[dict], actor: User) -> None:
     try:
         with transaction.atomic():
             while i < len(clean):
-                _apply_one(clean[i], actor)
+                _apply_one(clean[i], actor, depts)
                 i += 1
             raise _DryRun
     except _DryRun:
@@ -479,6 +475,7 @@ def _refuse(entry_no: int, entry: dict, text: str) -> ValidationError:
 def rule_change_request_apply(request: ApprovalRequest, actor: User) -> None:
     """Apply every change or none: each target is locked and must still hold ``before``."""
     at = timezone.now()
+    depts = _departments(request.payload["changes"])
     for i, entry in enumerate(request.payload["changes"]):
         try:
             now = current(entry, lock=True)
@@ -490,29 +487,29 @@ def rule_change_request_apply(request: ApprovalRequest, actor: User) -> None:
                 "applied — reject this request and ask again if the change is still wanted") % {
                 "before": _json(entry["before"]), "now": _json(now)})
         try:
-            target = _apply_one(entry, actor)
+            target = _apply_one(entry, actor, depts)
         except (ValidationError, PermissionDenied) as exc:
             text = " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
             raise _refuse(i, entry, text) from None
         RuleChangeEvent.objects.create(at=at, actor=actor, request=request, type=entry["type"], target=target,
-                                       old=entry["before"], new=_new_values(entry))
+                                       old=entry["before"], new=new_values(entry))
     from .transitions import request_cycle
 
     transaction.on_commit(request_cycle)
 
 
-def _apply_one(entry: dict, actor: User) -> str:
+def _apply_one(entry: dict, actor: User, depts: dict[str, str]) -> str:
     kind = entry["type"]
     values = {k: entry[k] for k in TYPES[kind][1] if k in entry}
     if kind == "project_queueing":
         project = _project(entry)
         project_update(actor=actor, project=project, **values)
-        return _owner_label(entry)
+        return _owner_label(entry, depts)
     if kind == "quota_limits":
         node = _node(entry)
         quota_node_update(actor=actor, node=node,
                           **{k: None if v is None else Decimal(v) for k, v in values.items()})
-        return f"{_owner_label(entry)} / {entry['flavor']}"
+        return f"{_owner_label(entry, depts)} / {entry['flavor']}"
     if kind == "quota_window":
         node = _node(entry)
         fields = {"start_time": time(entry["start_hour"]), "end_time": time(entry["end_hour"]),
@@ -524,20 +521,15 @@ def _apply_one(entry: dict, actor: User) -> str:
             window_create(actor=actor, quota_node=node, name=entry["name"], **fields)
         else:
             window_update(actor=actor, window=window, **fields)
-        return f"{_owner_label(entry)} / {entry['flavor']} / {entry['name']}"
-    perm.require(scope_for(actor).platform_admin)
+        return f"{_owner_label(entry, depts)} / {entry['flavor']} / {entry['name']}"
+    # The actor is a platform admin (checked by rule_change_request_create, and by the approval
+    # step when applied); the row holds ``before`` (just read by the dry run; locked and compared
+    # by rule_change_request_apply).
     if kind == "priority_grace":
-        done = PriorityClass.objects.filter(name=entry["priority_class"],
-                                            grace_seconds=entry["before"]["grace_seconds"]) \
-            .update(grace_seconds=entry["grace_seconds"])
-        target = entry["priority_class"]
-    else:
-        done = SchedulerSettings.objects.filter(pk=1, **entry["before"]).update(
-            **values, updated_at=timezone.now())
-        target = ""
-    if done != 1:
-        raise ValidationError(_("it was changed meanwhile"))
-    return target
+        PriorityClass.objects.filter(name=entry["priority_class"]).update(grace_seconds=entry["grace_seconds"])
+        return entry["priority_class"]
+    SchedulerSettings.objects.filter(pk=1).update(**values, updated_at=timezone.now())
+    return ""
 
 
 def rule_change_request_close(request, outcome, actor, comment) -> None:

@@ -4,10 +4,12 @@ test transaction): drawing, claims, the reaper, and a search whose baseline cann
 from datetime import timedelta
 
 import pytest
+from django.db.models import Q
 from django.utils import timezone
 
 from jobs.advisor_models import AdvisorCandidate, AdvisorEvent, AdvisorSearch
 from jobs.advisor_services import (
+    _move_candidate,
     advisor_candidate_run,
     advisor_reap,
     advisor_search_advance,
@@ -64,6 +66,13 @@ def test_the_reaper_requeues_a_candidate_without_heartbeat_and_its_late_finish_i
     assert (c.state, c.attempt) == ("queued", 1)
     assert AdvisorCandidate.objects.get(pk=fresh.pk).state == "running"  # alive: left alone
     assert ("running", "queued") in _moves(c)
-    # the dead worker's delivery finishing now would carry attempt 1 on a row no longer running:
-    done = AdvisorCandidate.objects.filter(pk=c.pk, state="running", attempt=1).update(state="done")
-    assert done == 0 and AdvisorSearch.objects.get(pk=search.pk).state == "running"
+    # a new delivery claims it again (attempt 2, as advisor_candidate_run does) ...
+    assert _move_candidate(c, "queued", "running", where=Q(attempt=1), attempt=2, heartbeat_at=timezone.now())
+    # ... and the dead worker's replay, finishing now, stores its result the way
+    # advisor_candidate_run does, guarded by its attempt 1: it must change nothing.
+    assert not _move_candidate(c, "running", "done", where=Q(attempt=1), result={"stale": True},
+                               finished_at=timezone.now())
+    c.refresh_from_db()
+    assert (c.state, c.attempt, c.result, c.finished_at) == ("running", 2, None, None)
+    assert ("running", "done") not in _moves(c)
+    assert AdvisorSearch.objects.get(pk=search.pk).state == "running"
