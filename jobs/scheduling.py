@@ -113,8 +113,11 @@ def _cold_cycle(now: datetime) -> CycleResult:
 
 
 def _apply(result: CycleResult, now: datetime) -> tuple[int, int, int, int]:
-    admitted = _apply_admissions(result, now)
+    # Victims first: a victim's own end (a cancel committing while the cycle runs) then reaches
+    # the log before the admission that relies on its GPUs, since the signal's row lock waits for
+    # it — the log's order is the order in which the database made things visible.
     preempted = _apply_preemptions(result, now) + _apply_shrinks(result, now)
+    admitted = _apply_admissions(result, now)
     reserved = _apply_reservations(result, now)
     _apply_on_loan(result, now)
     grown = _apply_growths(result, now)

@@ -21,11 +21,18 @@ milli-units (1000 = one device):
   (``on_loan`` false at admission or as last flipped by an ``on_loan`` event) ≤ ``quota``.
 
 "At no instant": the log is replayed one *writing transaction* at a time (events grouped by
-the inserting transaction, PostgreSQL's ``xmin``), transactions in the order of their first
-event id. That order is causal: a transaction that acted on another's committed change (a
-cycle admitting into GPUs a cancellation freed) inserted its rows after that commit, so after
-the other's rows. Checking between transactions, not between single rows, is what the
-database promises too: nobody sees half a cycle.
+the inserting transaction, PostgreSQL's ``xmin``), transactions in the order of their **last**
+event id — the order of their commits as far as the log can tell, since a transaction commits
+after its last insert. That order is causal: a transaction that acted on another's committed
+change (a cycle admitting into GPUs a cancellation freed) inserted its rows after that commit,
+so after all of the other's rows. The first event id is not: a cycle that chose a victim writes
+some rows, then its signal finds the victim already cancelled by a transaction that committed
+meanwhile — that cancel's row lies between the cycle's rows, and it made the GPUs free before
+the cycle's admission became visible (the 50-client run caught the first-id order reporting
+such a cancel as one GPU over). The cycle applies its signals before its admissions
+(``jobs.scheduling._apply``), so every row the cycle's admissions rely on precedes them.
+Checking between transactions, not between single rows, is what the database promises too:
+nobody sees half a cycle.
 
 **Event chains** — per job, in id order: the first transition comes from ``""`` into
 ``queued`` or ``pending_approval``; each transition starts where the previous one ended and
@@ -101,11 +108,11 @@ class Replay:
 
 
 def transactions(events: Iterable[Event]) -> list[list[Event]]:
-    """Events grouped by writing transaction, groups in the order of their first event id."""
+    """Events grouped by writing transaction, groups in the order of their last event id."""
     groups: dict[int, list[Event]] = defaultdict(list)
     for e in sorted(events, key=lambda e: e.id):
         groups[e.tx].append(e)
-    return sorted(groups.values(), key=lambda g: g[0].id)
+    return sorted(groups.values(), key=lambda g: g[-1].id)
 
 
 def replay(
@@ -122,8 +129,25 @@ def replay(
             _apply(out, jobs[event.job_id], event)
         touched = {jobs[e.job_id].flavor for e in group}
         for flavor in sorted(touched):
+            before = len(out.violations)
             _check(out, jobs, flavor, limits, capacity.get(flavor, 0), group[-1])
+            if len(out.violations) > before and len(out.details) < 20:
+                out.details.append(_scene(out, jobs, flavor, group))
     return out
+
+
+def _scene(out: Replay, jobs, flavor: str, group: list[Event]) -> str:
+    """For the diagnosis of a violation: the transaction's events and who held the flavor after it."""
+    events = "; ".join(
+        f"#{e.id} job {e.job_id} {e.kind} {e.from_state}→{e.to_state} {dict(e.data)}" for e in group
+    )
+    held = sorted(
+        (job_id, jobs[job_id].path[0], h.workers * jobs[job_id].worker_milli // MILLI, h.on_loan,
+         h.terminating, h.started)
+        for job_id, h in out.holding.items()
+        if jobs[job_id].flavor == flavor
+    )
+    return f"tx {group[0].tx}: {events}. Holding (job, project, gpus, on_loan, terminating, started): {held}"
 
 
 def _apply(out: Replay, job: JobInfo, e: Event) -> None:

@@ -130,6 +130,37 @@ def test_checker_finds_a_device_shared_by_started_jobs():
     assert found.max_over == G
 
 
+def _victim_cancelled_during_the_cycle(cancel_id: int):
+    """A cycle (tx 300) admits job 8 (p2, 2 GPUs) in place of two 1-GPU victims of p2: its
+    signal reaches job 6, but job 5 was cancelled by another transaction (tx 301) whose row
+    ``cancel_id`` lies among the cycle's own rows — the 50-client run's case."""
+    jobs = {
+        1: JOBS[1],
+        5: JobInfo(5, "F", ("p2", "d1"), G, "cancelled"),
+        6: JobInfo(6, "F", ("p2", "d1"), G, "admitted"),
+        7: JobInfo(7, "F", ("p2", "d1"), 2 * G, "admitted"),
+        8: JobInfo(8, "F", ("p2", "d1"), 2 * G, "admitted"),
+    }
+    log = [
+        *(_submitted(i, i) for i in jobs),
+        *(_admit(10 + i, 100 + i, i) for i in (1, 5, 6, 7)),  # 4 + 1 + 1 + 2 = C
+        Event(30, 300, 6, "preemption_signal", "admitted", "admitted", {}),
+        _admit(32, 300, 8),
+        Event(cancel_id, 301, 5, "transition", "admitted", "cancelled", {}),
+    ]
+    return replay(jobs, log, LIMITS, CAPACITY)
+
+
+@pytest.mark.concurrency
+def test_checker_orders_transactions_by_their_last_row():
+    """The cancel's row (31) came before the cycle's last row (32): it committed first — the
+    cycle's signal found the victim gone — so the cycle is replayed after it and nothing is over.
+    A cancel after the cycle's last row (33) could have committed later: one GPU over."""
+    assert _victim_cancelled_during_the_cycle(31).violations == []
+    found = _victim_cancelled_during_the_cycle(33)
+    assert found.violations[0] == "F capacity: 9 > 8 after event 32 (tx 300)" and found.max_over == G
+
+
 @pytest.mark.concurrency
 def test_checker_finds_a_job_in_two_states_and_a_stale_row():
     log = [
@@ -170,12 +201,13 @@ def test_fifty_clients_against_tight_quotas_never_over_admit(tmp_path):
     if result.replayed.violations or result.ledger:  # the jobs involved and their logs, for the diagnosis
         context["details"] = result.replayed.details
         context["violations"] = result.replayed.violations[:20]
-        involved = {int(n) for n in re.findall(r"\((\d+), ", " ".join(result.replayed.details[:2]))}
+        scene = " ".join(result.replayed.details[:1])
+        involved = {int(a or b) for a, b in re.findall(r"\((\d+), '|job (\d+) ", scene)}
         involved |= {int(n) for n in re.findall(r"\((\d+), \d+\)", " ".join(result.replayed.violations[:2]))}
         involved |= {int(n) for n in re.findall(r"job (\d+) ", " ".join(result.ledger[:2]))}
         context["events"] = {
             job: list(JobEvent.objects.filter(job_id=job).order_by("id").values_list(
-                "id", "kind", "from_state", "to_state", "reason", "data", "occurred_at"))
+                "id", "kind", "from_state", "to_state", "reason", "data", "occurred_at", "recorded_at"))
             for job in sorted(involved)
         }
         print(json.dumps({k: context[k] for k in ("violations", "details", "events")}, default=str))

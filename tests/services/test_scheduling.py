@@ -50,6 +50,9 @@ def test_reclaim_example_preempts_the_on_loan_job(two_departments):
     assert loaned.terminating_since is not None
     signal = JobEvent.objects.get(job=loaned, kind="preemption_signal")
     assert signal.reason == f"reclaim for job {a1.pk}"
+    # The victim's row comes first: a victim's cancel racing the cycle lands before the admission
+    # that relies on it, as the concurrency run's replay of the log needs (concurrency_checks).
+    assert signal.pk < JobEvent.objects.get(job=a1, to_state="admitted").pk
 
 
 def test_lend_limit_example_holds_back_capacity(two_departments):
