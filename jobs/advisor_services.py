@@ -361,14 +361,13 @@ def advisor_candidate_apply(*, actor, candidate: AdvisorCandidate) -> dict:
     (``jobs.rule_changes``, decided by another platform admin), mapped onto the portal's real
     objects by :func:`_rule_changes`. Returns ``{"requests": [quota request ids],
     "rule_change_request": id or None, "unmapped": [{"change", "reason"}], "skipped": [messages]}``."""
-    import re
     from decimal import Decimal
 
     from django.core.exceptions import PermissionDenied, ValidationError
 
     from quotas.approvals import quota_request_create
 
-    from .rule_changes import rule_change_request_create
+    from .rule_changes import ChangesRefused, rule_change_request_create
 
     if not visible_searches(actor).filter(pk=candidate.search_id).exists():
         raise PermissionDenied
@@ -398,17 +397,15 @@ def advisor_candidate_apply(*, actor, candidate: AdvisorCandidate) -> dict:
     while entries:
         try:
             req = rule_change_request_create(actor=actor, changes=entries, reason=label)
-        except ValidationError as exc:
+        except ChangesRefused as exc:
             # An entry the portal refuses (a lend limit its department's level rule does not allow)
-            # is left out with the reason and the rest asked for; an error naming no entry ends it.
-            refused = {int(m.group(1)): text for text in exc.messages
-                       if (m := re.match(r"changes\[(\d+)\]", text))}
-            if not refused:
-                out["unmapped"].append({"change": "rule_change_request", "reason": "; ".join(exc.messages)})
-                break
-            for i, text in sorted(refused.items()):
+            # is left out with the reason and the rest asked for; the dry run names one at a time.
+            for i, text in sorted(exc.refused.items()):
                 out["unmapped"].append({"change": entries[i]["type"], "reason": text})
-            entries = [e for i, e in enumerate(entries) if i not in refused]
+            entries = [e for i, e in enumerate(entries) if i not in exc.refused]
+        except ValidationError as exc:  # about the request as a whole: nothing to leave out
+            out["unmapped"].append({"change": "rule_change_request", "reason": "; ".join(exc.messages)})
+            break
         else:
             out["rule_change_request"] = req.pk
             break

@@ -81,6 +81,15 @@ class _Bad(Exception):
     """One entry's refusal (turned into the request's 400 naming the entry)."""
 
 
+class ChangesRefused(ValidationError):
+    """The request's 400 on ``changes``, one message per refused entry; ``refused`` maps each
+    entry's position to its message, for a caller that asks again without them (the advisor)."""
+
+    def __init__(self, refused: dict[int, str]):
+        super().__init__({"changes": list(refused.values())})
+        self.refused = refused
+
+
 # --- reading what is there now ------------------------------------------------------------------
 
 
@@ -306,7 +315,7 @@ def check_changes(raw) -> list[dict]:
         raise ValidationError({"changes": [_("Give a non-empty list of changes.")]})
     if len(raw) > MAX_CHANGES:
         raise ValidationError({"changes": [_("At most %(n)s changes per request.") % {"n": MAX_CHANGES}]})
-    errors, out, seen = [], [], {}
+    errors, out, seen = {}, [], {}
     for i, entry in enumerate(raw):
         label = f"changes[{i}]" + (f" ({entry['type']})" if isinstance(entry, dict)
                                     and isinstance(entry.get("type"), str) else "")
@@ -325,9 +334,9 @@ def check_changes(raw) -> list[dict]:
             clean["before"] = now
             out.append(clean)
         except _Bad as exc:
-            errors.append(f"{label}: {exc}")
+            errors[i] = f"{label}: {exc}"
     if errors:
-        raise ValidationError({"changes": errors})
+        raise ChangesRefused(errors)
     return out
 
 
@@ -461,7 +470,7 @@ def _dry_run(clean: list[dict], actor: User, depts: dict[str, str]) -> None:
         return
     except (ValidationError, PermissionDenied) as exc:
         text = " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
-        raise ValidationError({"changes": [f"changes[{i}] ({clean[i]['type']}): {text}"]}) from None
+        raise ChangesRefused({i: f"changes[{i}] ({clean[i]['type']}): {text}"}) from None
 
 
 # --- apply (in the decision's transaction) --------------------------------------------------------
