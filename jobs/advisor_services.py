@@ -108,22 +108,13 @@ def _export_history(s: HistoryScenario) -> tuple[HistoryScenario, dict, list[str
     """The history's range exported now: (the scenario with its range and job count, the files,
     the projects). Errors name the scenario field (ValueError)."""
     from dataclasses import replace
-    from datetime import datetime
 
     from django.core.exceptions import ValidationError
 
     from . import history
 
-    bounds = {}
-    for name in ("since", "until"):
-        value = getattr(s, name)
-        if value is not None:
-            try:
-                bounds[name] = datetime.fromisoformat(value)
-            except ValueError:
-                raise ValueError(f"scenario.{name}: not an ISO date-time: {value!r}") from None
     try:
-        start, end = history.history_range(weeks=s.weeks, **bounds)
+        start, end = history.history_range(weeks=s.weeks, since=s.since, until=s.until)
     except ValidationError as exc:
         field, messages = next(iter(exc.message_dict.items()))
         raise ValueError(f"scenario.{field}: {' '.join(messages)}") from None

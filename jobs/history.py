@@ -72,13 +72,15 @@ def max_days() -> int:
 def history_range(
     *,
     weeks: int | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: datetime | str | None = None,
+    until: datetime | str | None = None,
     now: datetime | None = None,
 ) -> tuple[datetime, datetime]:
     """``[start, end)``: the last ``weeks`` weeks up to ``now``, or ``[since, until)`` (``until``
-    defaults to ``now``). Bounded by GPUPOOL_HISTORY_MAX_DAYS; errors name the field."""
+    defaults to ``now``). ``since``/``until`` may be ISO text as a caller received it (the API,
+    the command, an advisor scenario). Bounded by GPUPOOL_HISTORY_MAX_DAYS; errors name the field."""
     now = now or timezone.now()
+    since, until = _instant("since", since), _instant("until", until)
     if weeks is not None and (since is not None or until is not None):
         raise ValidationError({"weeks": [_("Give either weeks or since/until, not both.")]})
     if weeks is None and since is None:
@@ -99,6 +101,19 @@ def history_range(
     if end - since > timedelta(days=limit):
         raise ValidationError({"since": [_("The range may span at most %(n)d days.") % {"n": limit}]})
     return since, end
+
+
+def _instant(name: str, value: datetime | str | None) -> datetime | None:
+    if not isinstance(value, str):
+        return value
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise ValidationError(
+            {name: [_("Give an ISO date-time with offset, e.g. 2026-11-02T00:00:00+08:00.")]}
+        ) from None
 
 
 @dataclass
