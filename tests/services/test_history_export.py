@@ -24,7 +24,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from jobs import history
 from jobs.models import Job, JobEvent
@@ -323,6 +323,6 @@ def test_bad_ranges_are_refused_naming_the_field(kwargs, field):
 def test_command_refuses_a_bad_range(tmp_path):
     with pytest.raises(CommandError, match="--weeks"):
         call_command("export_history", "--weeks", "0", "--out", str(tmp_path))
-    with pytest.raises(CommandError, match="--since: Give an ISO date-time"):
+    with translation.override("en"), pytest.raises(CommandError, match="--since: Give an ISO date-time"):
         call_command("export_history", "--since", "yesterday", "--out", str(tmp_path))
     assert list(tmp_path.iterdir()) == []
