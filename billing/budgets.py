@@ -412,11 +412,17 @@ class BudgetStatus:
 
 
 def budget_statuses(
-    budgets, *, now: datetime | None = None, upper: bool = False, series: bool = False
+    budgets,
+    *,
+    now: datetime | None = None,
+    upper: bool = False,
+    series: bool = False,
+    parents: dict[int, int | None] | None = None,
 ) -> dict[int, BudgetStatus]:
     """This month's usage of each budget, with one usage computation for all of them (with
     ``upper``, a bound of it: see ``month_usage``). Money is computed when a budget has an
-    amount; with ``series``, the days of the burn-down and the forecast too."""
+    amount; with ``series``, the days of the burn-down and the forecast too. ``parents``: the
+    tree, when the caller has read it (``_parents``)."""
     budgets = list(budgets)
     if not budgets:
         return {}
@@ -424,7 +430,7 @@ def budget_statuses(
     zone = site_zone()
     month = month_of(now, zone)
     keys = [b.key for b in budgets]
-    parents = _parents()  # one read of the tree for the whole computation
+    parents = parents if parents is not None else _parents()  # one read of the tree for it all
     cursor, tail = _tail_rows(month, now, _covered_projects(keys, parents), upper=upper)
     hours = _by_key(_metered(month, cursor) + [(d, p, s) for d, p, _f, s, _t in tail], keys, parents)
     if not series and all(b.amount is None for b in budgets):
@@ -635,7 +641,8 @@ def budget_reason(project: Project, cards: Decimal) -> Message | None:
     spent this month; None when none is. ``cards`` does not matter: at 100 % every new job asks."""
     if project is None or project.pk is None:
         return None
-    path = department_ancestors(project.department_id)
+    parents = _parents()  # one read of the tree for the path and the usage
+    path = department_ancestors(project.department_id, parents)
     budgets = list(
         Budget.objects.filter(Q(project_id=project.pk) | Q(department_id__in=path)).select_related(
             "department", "project"
@@ -644,7 +651,7 @@ def budget_reason(project: Project, cards: Decimal) -> Message | None:
     if not budgets:
         return None
     rank = {("project", project.pk): -1, **{("department", d): i for i, d in enumerate(path)}}
-    statuses = _decisive_statuses(budgets, timezone.now())
+    statuses = _decisive_statuses(budgets, timezone.now(), parents)
     for budget in sorted(budgets, key=lambda b: rank.get(b.key, len(path))):
         if statuses[budget.pk].over:
             return over_budget_reason(statuses[budget.pk])
@@ -672,7 +679,9 @@ def over_budget_tenants(now: datetime) -> list[str]:
 RECENT_SECONDS = 60  # an exact usage this young still decides a submission, with a bound
 
 
-def _decisive_statuses(budgets: list[Budget], now: datetime) -> dict[int, BudgetStatus]:
+def _decisive_statuses(
+    budgets: list[Budget], now: datetime, parents: dict[int, int | None] | None = None
+) -> dict[int, BudgetStatus]:
     """Statuses whose ``over`` is exact, computed cheaply where possible (the exact tail was
     ~115–200 ms of a submission with 100,000 jobs in the database):
 
@@ -698,7 +707,7 @@ def _decisive_statuses(budgets: list[Budget], now: datetime) -> dict[int, Budget
         at = datetime.fromisoformat(recent["at"])
         hours = {tuple(key): Decimal(value) for key, value in recent["usage"]}
         spent = {tuple(key): Decimal(value) for key, value in recent.get("money", [])}
-        parents = _parents()  # one read of the tree for the recent figure's check
+        parents = parents if parents is not None else _parents()  # one read of the tree
         _cursor, rows = _tail_rows(month, now, _covered_projects(keys, parents), upper=True, since=at)
         grown = _by_key([(d, p, s) for d, p, _f, s, _t in rows], keys, parents)
         grown_money = _tail_money(rows, now, keys, parents) if money else {}
@@ -708,10 +717,11 @@ def _decisive_statuses(budgets: list[Budget], now: datetime) -> dict[int, Budget
                 for b in budgets
             }
     else:
-        upper = budget_statuses(budgets, now=now, upper=True)
+        parents = parents if parents is not None else _parents()
+        upper = budget_statuses(budgets, now=now, upper=True, parents=parents)
         if not any(s.over for s in upper.values()):
             return upper
-    exact = budget_statuses(budgets, now=now)
+    exact = budget_statuses(budgets, now=now, parents=parents)
     usage = {s.budget.key: s.used for s in exact.values()}
     spent = {s.budget.key: s.used_money for s in exact.values()}
     cache.set(

@@ -171,9 +171,11 @@ def get_visible(queryset: QuerySet, **lookup):
         raise Http404 from None
 
 
-def department_ancestors(department_id: int) -> list[int]:
-    """The ids from ``department_id`` up to its top-level department, inclusive."""
-    parents = dict(Department.objects.values_list("id", "parent_id"))
+def department_ancestors(department_id: int, parents: dict[int, int | None] | None = None) -> list[int]:
+    """The ids from ``department_id`` up to its top-level department, inclusive. ``parents``
+    (each department's parent), when the caller has read the tree already."""
+    if parents is None:
+        parents = dict(Department.objects.values_list("id", "parent_id"))
     path, node = [], department_id
     while node is not None and node not in path:
         path.append(node)

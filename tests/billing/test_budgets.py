@@ -703,3 +703,13 @@ def test_a_recent_figure_s_check_reads_the_department_tree_once(world, running_n
     assert budget_reason(world.pa1, Decimal(1)) is not None  # the exact figure, remembered
     assert not _reads_events(lambda: _decisive_statuses(budgets, timezone.now()))  # the recent one decides
     assert _tree_reads(lambda: _decisive_statuses(budgets, timezone.now())) == 1
+
+
+def test_a_submissions_budget_check_reads_the_department_tree_once(world, running_now):
+    """``budget_reason`` (every submission): the budgets' path, the bound and the exact figure
+    share one read of the tree — three before — and so does the next check from the recent figure."""
+    budget_set(actor=None, card_hours="3", department=world.A)
+    if month_usage(month_of(timezone.now(), site_zone()), upper=True)[("department", world.A.pk)] < 5:
+        pytest.skip("too early in the month for the bound to reach the budget")
+    assert _tree_reads(lambda: budget_reason(world.pa1, Decimal(1))) == 1  # bound over: the exact figure
+    assert _tree_reads(lambda: budget_reason(world.pa1, Decimal(1))) == 1  # decided by the recent figure
