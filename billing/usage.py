@@ -188,11 +188,15 @@ WHERE h.hour >= %(hours_from)s AND h.hour < %(hours_to)s
 GROUP BY h.job_id
 """
 # A part of an hour at an edge of the range (a site zone whose midnight is not on a UTC hour: at
-# +05:30 it is at half past), from the samples themselves.
+# +05:30 it is at half past), from the samples themselves — of the jobs that have samples in that
+# hour, found by their hourly sums, so the (job, minute) index reads them, not a scan of the table.
 _SAMPLE_MINUTES = """
 SELECT s.job_id, s.gpus::float8, s.gpus * s.gpu_util_pct
-FROM jobs_jobgpusample s
-WHERE s.minute >= %({edge}_from)s AND s.minute < %({edge}_to)s
+FROM jobs_gpusamplehour e
+JOIN jobs_jobgpusample s
+  ON s.job_id = e.job_id AND s.minute >= e.hour AND s.minute < e.hour + interval '1 hour'
+WHERE e.hour >= %({edge}_hour)s AND e.hour < %({edge}_to)s
+  AND s.minute >= %({edge}_from)s AND s.minute < %({edge}_to)s
 """
 
 # Admissions in the range and the wait before each (reports.queue_waits' definition), from the
@@ -309,12 +313,16 @@ def _ledger(scope, query: UsageQuery, rows: dict, total: UsageRow, money_departm
         total.cost += line.amount
 
 
+def _utc_hour(at: datetime) -> datetime:
+    return at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
 def _whole_hours(start: datetime, end: datetime) -> tuple[datetime, datetime]:
     """The whole UTC hours inside [start, end) as [first, last); (end, end) when there is none."""
-    first = start.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    first = _utc_hour(start)
     if first < start:
         first += HOUR
-    last = end.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    last = _utc_hour(end)
     return (first, last) if first < last else (end, end)
 
 
@@ -329,7 +337,7 @@ def _sample_sources(start: datetime, end: datetime) -> tuple[str, dict]:
     for edge, (since, until) in (("head", (start, first)), ("tail", (last, end))):
         if since < until:
             sources.append(_SAMPLE_MINUTES.format(edge=edge))
-            params.update({f"{edge}_from": since, f"{edge}_to": until})
+            params.update({f"{edge}_hour": _utc_hour(since), f"{edge}_from": since, f"{edge}_to": until})
     return " UNION ALL ".join(sources), params
 
 
