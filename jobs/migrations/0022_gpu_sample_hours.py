@@ -33,20 +33,21 @@ BEGIN
     USING unnest(job_ids, hours) AS k(job_id, hour)
     WHERE h.job_id = k.job_id AND h.hour = k.hour
       AND NOT EXISTS (SELECT FROM jobs_jobgpusample s
-                      WHERE s.job_id = k.job_id
-                        AND s.minute >= k.hour AND s.minute < k.hour + interval '1 hour');
+                      WHERE (s.job_id, s.minute) >= (k.job_id, k.hour)
+                        AND (s.job_id, s.minute) < (k.job_id, k.hour + interval '1 hour'));
     INSERT INTO jobs_gpusamplehour (job_id, hour, gpus, gpu_util)
     SELECT k.job_id, k.hour, sum(s.gpus), sum(s.gpus * s.gpu_util_pct)
     FROM unnest(job_ids, hours) AS k(job_id, hour)
     JOIN jobs_jobgpusample s
-      ON s.job_id = k.job_id AND s.minute >= k.hour AND s.minute < k.hour + interval '1 hour'
+      ON (s.job_id, s.minute) >= (k.job_id, k.hour)
+     AND (s.job_id, s.minute) < (k.job_id, k.hour + interval '1 hour')
     GROUP BY k.job_id, k.hour
     ON CONFLICT (job_id, hour) DO UPDATE SET gpus = EXCLUDED.gpus, gpu_util = EXCLUDED.gpu_util
     WHERE (jobs_gpusamplehour.gpus, jobs_gpusamplehour.gpu_util)
           IS DISTINCT FROM (EXCLUDED.gpus, EXCLUDED.gpu_util);
     RETURN NULL;
 END;
-$$ LANGUAGE plpgsql;
+$$ LANGUAGE plpgsql SET jit = off;
 
 CREATE TRIGGER jobs_jobgpusample_hours_insert
     AFTER INSERT ON jobs_jobgpusample REFERENCING NEW TABLE AS added
