@@ -19,7 +19,7 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from billing import pricing, usage
-from jobs.metrics import _UPSERT_SAMPLE
+from jobs.metrics import upsert_samples
 from jobs.models import GpuSampleHour, Job, JobGpuSample
 from jobs.sample_hours import rebuild
 
@@ -88,9 +88,13 @@ def samples(world, flavors):
 
 
 def _poll(rows) -> None:
-    """The poller's statement (jobs.metrics): an upsert per sample, overwriting a minute seen."""
-    with connection.cursor() as cursor:
-        cursor.executemany(_UPSERT_SAMPLE, rows)
+    """The poller's statement (jobs.metrics), one per minute: an upsert of the jobs' samples,
+    overwriting a minute seen."""
+    minutes = defaultdict(dict)
+    for job, minute, util, fb, gpus in rows:
+        minutes[minute][job] = (util, fb, gpus)
+    for minute, samples in minutes.items():
+        upsert_samples(minute, samples)
 
 
 def _reference(start, end, group_by) -> dict[tuple, tuple[Decimal, Decimal]]:
@@ -161,18 +165,20 @@ def test_whole_hours_do_not_read_the_samples(world, samples):
 
 def test_the_trigger_keeps_the_hours_on_insert_overwrite_and_bulk_create(world, flavors, history):
     job = history.job(world.pa1, flavors[0], gpus=4, submitted=local(2026, 11, 5))
-    first = local(2026, 11, 5, 10, 59)
+    other = history.job(world.pb, flavors[0], submitted=local(2026, 11, 5))
+    first, ten = local(2026, 11, 5, 10, 59), local(2026, 11, 5, 10)
     JobGpuSample.objects.create(job=job, minute=first, gpus=4, gpu_util_pct=80.0, fb_used_mib=1)
-    assert _kept() == [(job.pk, local(2026, 11, 5, 10), 4, 320.0)]
-    _poll([(job.pk, first, 10.0, 1, 3), (job.pk, first + timedelta(minutes=1), 50.5, 1, 4)])
-    assert _kept() == [(job.pk, local(2026, 11, 5, 10), 3, 30.0), (job.pk, local(2026, 11, 5, 11), 4, 202.0)]
-    JobGpuSample.objects.bulk_create(_minutes(job, first + timedelta(minutes=2), 150, gpus=4))
+    assert _kept() == [(job.pk, ten, 4, 320.0)]
+    # One poll: the job's minute overwritten (the UPDATE trigger), the other's written (INSERT).
+    upsert_samples(first, {job.pk: (10.0, 1.0, 3), other.pk: (50.5, 1.0, 4)})
+    assert _kept() == sorted([(job.pk, ten, 3, 30.0), (other.pk, ten, 4, 202.0)])
+    JobGpuSample.objects.bulk_create(_minutes(job, first + timedelta(minutes=1), 150, gpus=4))
     JobGpuSample.objects.filter(job=job, minute__gte=local(2026, 11, 5, 12, 30)).update(gpu_util_pct=99.0)
     assert _kept() == _from_the_samples()
-    assert len(_kept()) == 4  # 10:59; 11:00–11:59; 12:00–12:59; 13:00–13:30
+    assert len(_kept()) == 5  # the other's 10:59; the job's 10:59, 11:00–11:59, 12:00–12:59, 13:00–13:29
     JobGpuSample.objects.filter(job=job, minute__gte=local(2026, 11, 5, 13)).delete()
     assert _kept() == _from_the_samples()
-    assert len(_kept()) == 3
+    assert len(_kept()) == 4
 
 
 def test_a_deleted_jobs_hours_go_with_it(world, samples):
