@@ -14,9 +14,11 @@ touched; ``rebuild_s``: the repair, ``jobs.sample_hours.rebuild``). Then, median
 * ``edges_ms``: ``_samples`` over an Asia/Kolkata day (+05:30: the half hours at its edges read
   from the samples), and ``edges_raw_ms`` the reference over it;
 * ``equal``: both ranges' figures equal to the reference's (every row, the total);
-* ``poll_ms`` / ``poll_untriggered_ms``: the poller's statement (``jobs.metrics``' upsert, by
-  ``executemany``) for ``--poll`` jobs' next minute, with and without the triggers;
-  ``overwrite_ms``: the same minute again (each row an overwrite).
+* ``poll_ms`` / ``poll_untriggered_ms``: the poller's statement (``jobs.metrics.upsert_samples``:
+  one upsert of every job's sample) for ``--poll`` jobs' next minute, with and without the
+  triggers; ``overwrite_ms``: the same minutes again (each row an overwrite). Medians too.
+  ``per_row_*``: the same by the poller's statement before (an upsert per job by
+  ``executemany``: each fires the triggers).
 """
 
 from __future__ import annotations
@@ -119,22 +121,36 @@ def _rolled_up(scope, start, end) -> dict:
 
 
 def _poll(jobs: list[int], minute: datetime) -> None:
+    from jobs.metrics import upsert_samples
+
+    upsert_samples(minute, {job: (42.5, 1024.0, 1) for job in jobs})
+
+
+# The poller's statement before the roll-up: one upsert per job, sent by ``executemany``.
+_UPSERT_ONE = """
+INSERT INTO jobs_jobgpusample (job_id, minute, gpu_util_pct, fb_used_mib, gpus) VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (job_id, minute) DO UPDATE
+SET gpu_util_pct = EXCLUDED.gpu_util_pct, fb_used_mib = EXCLUDED.fb_used_mib, gpus = EXCLUDED.gpus
+"""
+
+
+def _poll_per_row(jobs: list[int], minute: datetime) -> None:
     from django.db import connection
 
-    from jobs.metrics import _UPSERT_SAMPLE
-
     with connection.cursor() as cursor:
-        cursor.executemany(_UPSERT_SAMPLE, [(job, minute, 42.5, 1024, 1) for job in jobs])
+        cursor.executemany(_UPSERT_ONE, [(job, minute, 42.5, 1024.0, 1) for job in jobs])
 
 
-def _poll_ms(jobs: list[int], minute: datetime, *, triggers: bool) -> float:
-    """The poller's statement for ``jobs`` at ``minute``, once, in ms (triggers on or off)."""
+def _poll_ms(jobs: list[int], minutes: list[datetime], *, triggers: bool, poll=_poll) -> float:
+    """``poll`` for ``jobs``, once per minute of ``minutes``, in ms (median), with the triggers on
+    or off."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute(f"ALTER TABLE jobs_jobgpusample {'ENABLE' if triggers else 'DISABLE'} TRIGGER USER")
     try:
-        return _ms(lambda: _poll(jobs, minute), 1)
+        left = iter(minutes)
+        return _ms(lambda: poll(jobs, next(left)), len(minutes))
     finally:
         with connection.cursor() as cursor:
             cursor.execute("ALTER TABLE jobs_jobgpusample ENABLE TRIGGER USER")
@@ -169,7 +185,8 @@ def main() -> None:
         day, kolkata = (DAY, DAY + timedelta(days=1)), (KOLKATA_DAY, KOLKATA_DAY + timedelta(days=1))
         equal = all(_rolled_up(scope, *r) == _reference(*r) for r in (day, kolkata))
         jobs = list(Job.objects.filter(name__startswith="samples-").values_list("pk", flat=True)[: args.poll])
-        after = DAY + timedelta(days=1)
+        after = [DAY + timedelta(days=1, minutes=m) for m in range(4 * args.repeat)]
+        triggered, per_row_off, per_row_on = (after[i * args.repeat:(i + 1) * args.repeat] for i in (1, 2, 3))
         figures = {
             "samples": samples,
             "hours": connection.cursor().execute("SELECT count(*) FROM jobs_gpusamplehour").fetchone()[0],
@@ -181,9 +198,12 @@ def main() -> None:
             "edges_ms": _ms(lambda: _rolled_up(scope, *kolkata), args.repeat),
             "equal": equal,
             "poll_rows": len(jobs),
-            "poll_untriggered_ms": _poll_ms(jobs, after, triggers=False),
-            "poll_ms": _poll_ms(jobs, after + timedelta(minutes=1), triggers=True),
-            "overwrite_ms": _poll_ms(jobs, after + timedelta(minutes=1), triggers=True),
+            "poll_untriggered_ms": _poll_ms(jobs, after[: args.repeat], triggers=False),
+            "poll_ms": _poll_ms(jobs, triggered, triggers=True),
+            "overwrite_ms": _poll_ms(jobs, triggered, triggers=True),
+            "per_row_untriggered_ms": _poll_ms(jobs, per_row_off, triggers=False, poll=_poll_per_row),
+            "per_row_ms": _poll_ms(jobs, per_row_on, triggers=True, poll=_poll_per_row),
+            "per_row_overwrite_ms": _poll_ms(jobs, per_row_on, triggers=True, poll=_poll_per_row),
         }
     print(json.dumps(figures))
 
