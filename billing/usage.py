@@ -164,7 +164,8 @@ HAVING sum(u.card_seconds) <> 0 OR sum(u.card_seconds * u.relative_throughput) <
 # Sampled and effective card-hours: each minute's sample holds ``gpus`` devices of the job's
 # flavor (a fraction of a card each, as the meter counts them) at the mean utilisation. The
 # sources give each job's Σ gpus and Σ gpus × utilisation; the job's card fraction is applied
-# here, once per job and source.
+# here, once per job and source — the sums over every sample, added in another order (equal at
+# the six decimals shown; tests/billing/test_usage_sample_hours.py).
 _SAMPLES = """
 SELECT {keys}, (sum(c.cards) / 60)::numeric, (sum(c.cards_util) / 6000)::numeric
 FROM (SELECT j.project_id, j.submitted_by_id, j.flavor_id, j.kind, j.priority_class_id, p.department_id,
