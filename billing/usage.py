@@ -17,7 +17,9 @@ Every figure is one GROUP BY in PostgreSQL limited by the viewer's scope (``Repo
   months are not usage of the range and are left out. Money is shown only to those who see
   statements (``selectors.statement_departments``) and covers only those departments' rows.
 * utilisation: from the GPU samples (one per job and minute) in the range — sampled card-hours
-  and effective card-hours (Σ card-hours × utilisation); jobs without samples count nowhere.
+  and effective card-hours (Σ card-hours × utilisation); jobs without samples count nowhere. The
+  range's whole UTC hours are read from each job's hourly sums (``jobs.GpuSampleHour``, kept by a
+  trigger on the samples), the parts of hours at its edges from the samples.
 * queue wait: jobs admitted in the range, from their latest entry into the queue to admission
   (as the reports page's box plot), mean and 95th percentile in minutes — read from the
   admissions' own rows (``jobs.AdmissionWait``, one per admission, kept by a trigger on the event
@@ -29,7 +31,7 @@ Job-based figures (utilisation, waits) group by the job's project's department n
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 
 from django.conf import settings
@@ -160,19 +162,42 @@ HAVING sum(u.card_seconds) <> 0 OR sum(u.card_seconds * u.relative_throughput) <
 """
 
 # Sampled and effective card-hours: each minute's sample holds ``gpus`` devices of the job's
-# flavor (a fraction of a card each, as the meter counts them) at the mean utilisation.
+# flavor (a fraction of a card each, as the meter counts them) at the mean utilisation. The
+# sources give each job's Σ gpus and Σ gpus × utilisation; the job's card fraction is applied
+# here, once per job and source — the sums over every sample, added in another order (equal at
+# the six decimals shown; tests/billing/test_usage_sample_hours.py).
 _SAMPLES = """
-SELECT {keys}, (sum(c.cards) / 60)::numeric, (sum(c.cards * c.util) / 6000)::numeric
+SELECT {keys}, (sum(c.cards) / 60)::numeric, (sum(c.cards_util) / 6000)::numeric
 FROM (SELECT j.project_id, j.submitted_by_id, j.flavor_id, j.kind, j.priority_class_id, p.department_id,
-             s.gpu_util_pct AS util,
-             s.gpus * f.fraction_numerator * coalesce(j.gpu_milli, 1000)::float8
-                 / (f.fraction_denominator * 1000) AS cards
-      FROM jobs_jobgpusample s
-      JOIN jobs_job j ON j.id = s.job_id
+             x.gpus * f.fraction_numerator * coalesce(j.gpu_milli, 1000)::float8
+                 / (f.fraction_denominator * 1000) AS cards,
+             x.gpu_util * f.fraction_numerator * coalesce(j.gpu_milli, 1000)::float8
+                 / (f.fraction_denominator * 1000) AS cards_util
+      FROM ({sources}) x
+      JOIN jobs_job j ON j.id = x.job_id
       JOIN portal_project p ON p.id = j.project_id
       JOIN quotas_flavor f ON f.id = j.flavor_id
-      WHERE s.minute >= %(start)s AND s.minute < %(end)s AND {where}) c
+      WHERE {where}) c
 GROUP BY GROUPING SETS (({keys}), ())
+"""
+# The range's whole UTC hours, from the jobs' hourly sums (``jobs.GpuSampleHour``, kept by a
+# trigger on the samples): a month is millions of samples and 60 times fewer hours (issue 24).
+_SAMPLE_HOURS = """
+SELECT h.job_id, sum(h.gpus)::float8 AS gpus, sum(h.gpu_util) AS gpu_util
+FROM jobs_gpusamplehour h
+WHERE h.hour >= %(hours_from)s AND h.hour < %(hours_to)s
+GROUP BY h.job_id
+"""
+# A part of an hour at an edge of the range (a site zone whose midnight is not on a UTC hour: at
+# +05:30 it is at half past), from the samples themselves — of the jobs that have samples in that
+# hour, found by their hourly sums, so the (job, minute) index reads them, not a scan of the table.
+_SAMPLE_MINUTES = """
+SELECT s.job_id, s.gpus::float8, s.gpus * s.gpu_util_pct
+FROM jobs_gpusamplehour e
+JOIN jobs_jobgpusample s
+  ON s.job_id = e.job_id AND s.minute >= e.hour AND s.minute < e.hour + interval '1 hour'
+WHERE e.hour >= %({edge}_hour)s AND e.hour < %({edge}_to)s
+  AND s.minute >= %({edge}_from)s AND s.minute < %({edge}_to)s
 """
 
 # Admissions in the range and the wait before each (reports.queue_waits' definition), from the
@@ -289,13 +314,41 @@ def _ledger(scope, query: UsageQuery, rows: dict, total: UsageRow, money_departm
         total.cost += line.amount
 
 
+def _utc_hour(at: datetime) -> datetime:
+    return at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def _whole_hours(start: datetime, end: datetime) -> tuple[datetime, datetime]:
+    """The whole UTC hours inside [start, end) as [first, last); (end, end) when there is none."""
+    first = _utc_hour(start)
+    if first < start:
+        first += HOUR
+    last = _utc_hour(end)
+    return (first, last) if first < last else (end, end)
+
+
+def _sample_sources(start: datetime, end: datetime) -> tuple[str, dict]:
+    """The hourly sums of the range's whole UTC hours and the samples of the parts of hours at
+    its edges; a source with nothing to read is left out."""
+    first, last = _whole_hours(start, end)
+    sources, params = [], {}
+    if first < last:
+        sources.append(_SAMPLE_HOURS)
+        params.update(hours_from=first, hours_to=last)
+    for edge, (since, until) in (("head", (start, first)), ("tail", (last, end))):
+        if since < until:
+            sources.append(_SAMPLE_MINUTES.format(edge=edge))
+            params.update({f"{edge}_hour": _utc_hour(since), f"{edge}_from": since, f"{edge}_to": until})
+    return " UNION ALL ".join(sources), params
+
+
 def _samples(scope, query: UsageQuery, rows: dict, total: UsageRow) -> None:
     levels = len(query.group_by)
     where, params = _scope_sql(scope, "p.department_id", "j.project_id")
     keys = ", ".join("c." + k.split(".")[1] for k in _keys(query.group_by, 1))
-    for record in _fetch(
-        _SAMPLES.format(keys=keys, where=where), {**params, "start": query.start, "end": query.end}
-    ):
+    sources, source_params = _sample_sources(query.start, query.end)
+    params.update(source_params)
+    for record in _fetch(_SAMPLES.format(keys=keys, sources=sources, where=where), params):
         key, (sampled, effective) = tuple(record[:levels]), record[levels:]
         if sampled is None:
             continue  # no sample at all: the grand total of nothing

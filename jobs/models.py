@@ -411,6 +411,29 @@ class JobGpuSample(models.Model):
         return f"{self.job_id} @ {self.minute:%Y-%m-%d %H:%M}: {self.gpu_util_pct:.0f}%"
 
 
+class GpuSampleHour(models.Model):
+    """One job's GPU samples of one UTC hour, summed — the usage explorer's utilisation (issue 24)
+    reads a range's whole hours from these rows, not from every minute's sample. ``gpus``: Σ gpus
+    of the hour's samples; ``gpu_util``: Σ gpus × gpu_util_pct. The card fraction (the flavor's
+    and gpu_milli) and the grouping columns are the job's, applied at query time, so a row holds
+    nothing that its job can change. Kept by triggers on jobs_jobgpusample (``jobs.sample_hours``):
+    each statement recomputes the hours it touched from their samples, so the poller's overwrite of
+    a minute, a bulk insert and the deletion of a job's samples all leave it exact. UTC hours: a
+    site zone's midnight is on a UTC hour or (+05:30) at its half, read from the samples."""
+
+    job_id = models.BigIntegerField()
+    hour = models.DateTimeField()
+    gpus = models.BigIntegerField()
+    gpu_util = models.FloatField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job_id", "hour"], name="gpusamplehour_unique_hour")]
+        indexes = [models.Index(fields=["hour"], name="gpusamplehour_hour")]
+
+    def __str__(self):
+        return f"{self.job_id} @ {self.hour:%Y-%m-%d %H}h: {self.gpus} GPU-minutes"
+
+
 class ExternalSourceKind(models.TextChoices):
     SLURM_ACCOUNT = "slurm_account", _("Slurm account")
     K8S_NAMESPACE = "k8s_namespace", _("Kubernetes namespace")
