@@ -29,6 +29,10 @@ BEGIN
     IF job_ids IS NULL THEN
         RETURN NULL;
     END IF;
+    -- One writer of samples at a time, until it commits: another writer's recount of the same hour
+    -- cannot see this one's uncommitted samples, and its upsert, waiting for this one's row, would
+    -- then win with a sum that misses them. Each statement below reads after the lock is granted.
+    PERFORM pg_advisory_xact_lock(1735421955);  -- 0x6770_7003, "gp" + 3
     DELETE FROM jobs_gpusamplehour h
     USING unnest(job_ids, hours) AS k(job_id, hour)
     WHERE h.job_id = k.job_id AND h.hour = k.hour

@@ -8,13 +8,14 @@ flavors (whole, 1/7 MIG, a 250-milli share) and several groupings, in the site's
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
@@ -22,6 +23,7 @@ from billing import pricing, usage
 from jobs.metrics import upsert_samples
 from jobs.models import GpuSampleHour, Job, JobGpuSample
 from jobs.sample_hours import rebuild
+from tests.waiting import wait_until
 
 from .conftest import History, local
 
@@ -201,3 +203,34 @@ def test_the_backfill_builds_what_the_trigger_kept(samples):
     assert kept == _from_the_samples()
     rebuild()
     assert _kept() == kept
+
+
+def _someone_waits_for_me() -> bool:
+    with connection.cursor() as cursor:  # pg_locks is read live, not from a transaction's snapshot
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted"
+                       " AND pg_backend_pid() = ANY(pg_blocking_pids(pid))")
+        return cursor.fetchone()[0] > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_writers_of_one_hour_both_count(world, flavors, history):
+    """Two polls of one hour in flight at once (a slow poll and the next minute's): the second
+    one's recount cannot see the first's uncommitted sample; without the trigger's lock it waited
+    only for the first's hour row and then overwrote it with a sum missing that sample."""
+    job = history.job(world.pa1, flavors[0], submitted=local(2026, 11, 5))
+    ten = local(2026, 11, 5, 10)
+    second = threading.Thread(target=_in_its_own_connection,
+                              args=(upsert_samples, ten + timedelta(minutes=2), {job.pk: (20.0, 1.0, 1)}))
+    with transaction.atomic():
+        upsert_samples(ten + timedelta(minutes=1), {job.pk: (60.0, 1.0, 1)})
+        second.start()
+        wait_until(_someone_waits_for_me, "the second poll to wait for the first")  # it waits until we commit
+    second.join(timeout=120)
+    assert _kept() == [(job.pk, ten, 2, 80.0)] == _from_the_samples()
+
+
+def _in_its_own_connection(call, *args) -> None:
+    try:
+        call(*args)
+    finally:
+        connection.close()
