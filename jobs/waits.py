@@ -7,13 +7,16 @@ from the latest ``queued`` transition of the job before it (by occurred_at, then
 admission. The trigger recomputes, with the same window, every admission of the jobs that the
 statement gave a queued or admitted event and upserts them: idempotent, exact after a late queue
 entry, and an admission's grouping columns follow its job (a flavor chosen among alternatives is
-set in the statement that inserts the admission)."""
+set in the statement that inserts the admission).
+
+The trigger's SQL is migration jobs/0018's, its one copy; this module keeps the backfill as the
+repair (``rebuild``)."""
 
 from __future__ import annotations
 
 from django.db import connection
 
-# The admissions of the jobs whose events meet {which} with their waits, upserted.
+# Every admission of the event log with its wait, upserted (the migration's backfill, as there).
 _UPSERT = """
 INSERT INTO jobs_admissionwait (event_id, job_id, admitted_at, wait_minutes, project_id, user_id,
                                 flavor_id, kind, priority_class_id)
@@ -24,7 +27,7 @@ FROM (
            (extract(epoch FROM e.occurred_at - max(e.occurred_at) FILTER (WHERE e.to_state = 'queued')
                 OVER (PARTITION BY e.job_id ORDER BY e.occurred_at, e.id)) / 60)::float8 AS minutes
     FROM jobs_jobevent e
-    WHERE e.kind = 'transition' AND e.to_state IN ('queued', 'admitted') AND {which}
+    WHERE e.kind = 'transition' AND e.to_state IN ('queued', 'admitted')
 ) w
 JOIN jobs_job j ON j.id = w.job_id
 WHERE w.to_state = 'admitted' AND w.minutes IS NOT NULL
@@ -37,37 +40,9 @@ WHERE (jobs_admissionwait.wait_minutes, jobs_admissionwait.project_id, jobs_admi
                         EXCLUDED.kind, EXCLUDED.priority_class_id)
 """
 
-# The statement's jobs go into an array first: ``job_id = ANY(job_ids)`` reads their events through
-# the (job, occurred_at) index whatever the planner believes of the transition table (joined to it
-# directly, a bulk insert into a freshly loaded table was planned as a nested loop over both:
-# minutes per 5,000 events).
-TRIGGER = f"""
-CREATE FUNCTION jobs_admission_waits() RETURNS trigger AS $$
-DECLARE
-    job_ids bigint[];
-BEGIN
-    SELECT array_agg(DISTINCT a.job_id) INTO job_ids FROM added a
-    WHERE a.kind = 'transition' AND a.to_state IN ('queued', 'admitted');
-    IF job_ids IS NOT NULL THEN
-        {_UPSERT.format(which="e.job_id = ANY(job_ids)")};
-    END IF;
-    RETURN NULL;
-END;
-$$ LANGUAGE plpgsql;
-
-CREATE TRIGGER jobs_jobevent_admission_waits
-    AFTER INSERT ON jobs_jobevent REFERENCING NEW TABLE AS added
-    FOR EACH STATEMENT EXECUTE FUNCTION jobs_admission_waits();
-"""  # noqa: S608 - constants only
-
-DROP_TRIGGER = """
-DROP TRIGGER IF EXISTS jobs_jobevent_admission_waits ON jobs_jobevent;
-DROP FUNCTION IF EXISTS jobs_admission_waits();
-"""
-
 
 def rebuild() -> None:
     """Every admission's wait from the whole event log (the migration's backfill; a repair)."""
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM jobs_admissionwait")
-        cursor.execute(_UPSERT.format(which="TRUE"))
+        cursor.execute(_UPSERT)
