@@ -30,7 +30,6 @@ import statistics
 import sys
 import time
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -41,21 +40,6 @@ from scratchdb import scratch_django
 DAY = datetime(2026, 11, 5, tzinfo=UTC)
 KOLKATA_DAY = datetime(2026, 11, 5, tzinfo=ZoneInfo("Asia/Kolkata")).astimezone(UTC)
 GROUP_BY = ("project", "user")
-
-# The explorer's utilisation before the roll-up: every sample of the range.
-_PER_SAMPLE = """
-SELECT {keys}, (sum(c.cards) / 60)::numeric, (sum(c.cards * c.util) / 6000)::numeric
-FROM (SELECT j.project_id, j.submitted_by_id, j.flavor_id, j.kind, j.priority_class_id, p.department_id,
-             s.gpu_util_pct AS util,
-             s.gpus * f.fraction_numerator * coalesce(j.gpu_milli, 1000)::float8
-                 / (f.fraction_denominator * 1000) AS cards
-      FROM jobs_jobgpusample s
-      JOIN jobs_job j ON j.id = s.job_id
-      JOIN portal_project p ON p.id = j.project_id
-      JOIN quotas_flavor f ON f.id = j.flavor_id
-      WHERE s.minute >= %(start)s AND s.minute < %(end)s) c
-GROUP BY GROUPING SETS (({keys}), ())
-"""
 
 # A sample per job and minute of the day, uneven utilisations; the jobs' own GPU counts.
 _LOAD = """
@@ -102,12 +86,9 @@ def _ms(fn, repeat: int) -> float:
 
 
 def _reference(start, end) -> dict:
-    from billing import pricing, usage
+    from tests.billing.per_sample import per_sample_figures
 
-    keys = ", ".join("c." + usage.DIMENSIONS[g][1].split(".")[1] for g in GROUP_BY)
-    places = pricing.HOURS_PLACES
-    return {tuple(r[:2]): (Decimal(r[2]).quantize(places), Decimal(r[3]).quantize(places))
-            for r in usage._fetch(_PER_SAMPLE.format(keys=keys), {"start": start, "end": end})}
+    return per_sample_figures(start, end, GROUP_BY)
 
 
 def _rolled_up(scope, start, end) -> dict:

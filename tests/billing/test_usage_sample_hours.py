@@ -1,7 +1,7 @@
 """The usage explorer's utilisation reads each job's GPU samples summed per UTC hour
 (``jobs.GpuSampleHour``, issue 24), kept by triggers on the samples, and the samples themselves
 only for the parts of hours at the range's edges: its figures equal the GROUP BY over every
-sample of the range that the explorer ran before (``_PER_SAMPLE`` below, the reference) — on
+sample of the range that the explorer ran before (``per_sample``, the reference) — on
 samples across hours and local midnights, minutes overwritten by the poller's upsert, three
 flavors (whole, 1/7 MIG, a 250-milli share) and several groupings, in the site's zone and in a
 +05:30 zone whose midnights fall at half past a UTC hour."""
@@ -19,30 +19,17 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from billing import pricing, usage
+from billing import usage
 from jobs.metrics import upsert_samples
 from jobs.models import GpuSampleHour, Job, JobGpuSample
 from jobs.sample_hours import rebuild
 from tests.waiting import wait_until
 
 from .conftest import History, local
+from .per_sample import per_sample_figures
 
 pytestmark = pytest.mark.django_db
 
-# The explorer's query before the roll-up: every sample of the range.
-_PER_SAMPLE = """
-SELECT {keys}, (sum(c.cards) / 60)::numeric, (sum(c.cards * c.util) / 6000)::numeric
-FROM (SELECT j.project_id, j.submitted_by_id, j.flavor_id, j.kind, j.priority_class_id, p.department_id,
-             s.gpu_util_pct AS util,
-             s.gpus * f.fraction_numerator * coalesce(j.gpu_milli, 1000)::float8
-                 / (f.fraction_denominator * 1000) AS cards
-      FROM jobs_jobgpusample s
-      JOIN jobs_job j ON j.id = s.job_id
-      JOIN portal_project p ON p.id = j.project_id
-      JOIN quotas_flavor f ON f.id = j.flavor_id
-      WHERE s.minute >= %(start)s AND s.minute < %(end)s) c
-GROUP BY GROUPING SETS (({keys}), ())
-"""
 GROUPINGS = [("department",), ("project", "user"), ("flavor", "kind"), ("priority", "project")]
 KOLKATA = ZoneInfo("Asia/Kolkata")  # +05:30: its midnight is at half past a UTC hour
 
@@ -99,17 +86,6 @@ def _poll(rows) -> None:
         upsert_samples(minute, samples)
 
 
-def _reference(start, end, group_by) -> dict[tuple, tuple[Decimal, Decimal]]:
-    keys = ", ".join("c." + usage.DIMENSIONS[g][1].split(".")[1] for g in group_by)
-    with connection.cursor() as cursor:
-        cursor.execute(_PER_SAMPLE.format(keys=keys), {"start": start, "end": end})
-        rows = cursor.fetchall()
-    levels = len(group_by)
-    return {tuple(r[:levels]): (Decimal(r[levels]).quantize(pricing.HOURS_PLACES),
-                                Decimal(r[levels + 1]).quantize(pricing.HOURS_PLACES))
-            for r in rows if r[levels] is not None}
-
-
 def _explorer(world, start, end, group_by) -> dict[tuple, tuple[Decimal, Decimal]]:
     report = usage.usage_report(world.users["platform"], usage.UsageQuery(start, end, group_by), "CNY")
     found = {r.key: (r.sampled_card_hours, r.effective_card_hours)
@@ -122,7 +98,7 @@ def _explorer(world, start, end, group_by) -> dict[tuple, tuple[Decimal, Decimal
 def _assert_equal_to_the_reference(world, ranges):
     for start, end in ranges:
         for group_by in GROUPINGS:
-            expected = _reference(start, end, group_by)
+            expected = per_sample_figures(start, end, group_by)
             assert expected, (start, group_by)  # every range has samples
             assert _explorer(world, start, end, group_by) == expected, (start, end, group_by)
 
