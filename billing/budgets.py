@@ -699,6 +699,7 @@ def _decisive_statuses(
     price in force (``_tail_money``), plus a cent for the tail's rounding.
     """
     month = month_of(now, site_zone())
+    parents = parents if parents is not None else _parents()  # every way below reads the tree once
     keys = sorted({b.key for b in budgets})
     money = any(b.amount is not None for b in budgets)
     cache_key = _recent_key(month, keys) + (":money" if money else "")
@@ -707,7 +708,6 @@ def _decisive_statuses(
         at = datetime.fromisoformat(recent["at"])
         hours = {tuple(key): Decimal(value) for key, value in recent["usage"]}
         spent = {tuple(key): Decimal(value) for key, value in recent.get("money", [])}
-        parents = parents if parents is not None else _parents()  # one read of the tree
         _cursor, rows = _tail_rows(month, now, _covered_projects(keys, parents), upper=True, since=at)
         grown = _by_key([(d, p, s) for d, p, _f, s, _t in rows], keys, parents)
         grown_money = _tail_money(rows, now, keys, parents) if money else {}
@@ -717,7 +717,6 @@ def _decisive_statuses(
                 for b in budgets
             }
     else:
-        parents = parents if parents is not None else _parents()
         upper = budget_statuses(budgets, now=now, upper=True, parents=parents)
         if not any(s.over for s in upper.values()):
             return upper
