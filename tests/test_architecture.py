@@ -240,3 +240,33 @@ def test_item21_tasks_are_leaves_nothing_imports():
         if target.endswith(".tasks") and module != "portal.celery"
     )
     assert importers == []
+
+
+# --- issue 31: what other programs rely on does not move with the code ---------------------------
+# Recorded in tests/contracts/*.json (``python -m tests.contracts`` records them anew).
+
+
+def test_celery_task_names_are_the_recorded_ones():
+    from tests import contracts
+
+    assert contracts.task_names() == contracts.recorded("task_names")
+
+
+def test_every_model_keeps_its_recorded_table():
+    """A model that changes app keeps its table by an explicit ``db_table``; without it Django
+    would name a new one (``whatif_advisorsearch``) and this fails."""
+    from tests import contracts
+
+    assert contracts.tables() == contracts.recorded("tables")
+
+
+def test_every_url_name_reverses_to_its_recorded_path():
+    from tests import contracts
+
+    assert contracts.urls() == contracts.recorded("urls")
+
+
+def test_the_api_schema_has_the_recorded_paths():
+    from tests import contracts
+
+    assert contracts.api_paths() == contracts.recorded("api_paths")
