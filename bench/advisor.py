@@ -7,7 +7,7 @@
 The same search (same seed, bounds and scenario, ``in_flight`` 2) runs twice on real Celery
 workers consuming a private queue — first one worker, then two (solo-pool processes, one replay
 at a time each) — over real replays of the Alibaba 2023 trace (read in place via
-jobs/replay/paths.py) with demand-derived quotas, in a scratch database (bench/scratchdb.py).
+jobs/whatif/replay/paths.py) with demand-derived quotas, in a scratch database (bench/scratchdb.py).
 The two runs draw the same candidates (the study is reproducible), so the speed-up compares the
 same work. Reported: ``candidates``, ``wall_s_1_worker``, ``wall_s_2_workers``, ``speedup``,
 today's and the best feasible candidate's figures (``reuse_*`` = window idle-quota reuse judged
@@ -55,7 +55,7 @@ def main() -> None:
     queue = f"bench-advisor-{uuid.uuid4().hex[:8]}"
     os.environ["CELERY_QUEUE"] = queue  # what this process enqueues goes to the bench's workers
     with scratch_django() as url:
-        from jobs.advisor.scenario import Scenario
+        from jobs.whatif.advisor.scenario import Scenario
 
         scenario = Scenario()
         for key, value in (("overlay", args.overlay), ("window_s", args.window_s),
@@ -70,7 +70,7 @@ def main() -> None:
         for workers in ((2,) if args.skip_one_worker else (1, 2)):
             runs[workers] = search_with(workers, url, queue, scenario, args)
         out.update(report(runs))
-        from jobs.advisor.scenario import load, no_wait_reuse
+        from jobs.whatif.advisor.scenario import load, no_wait_reuse
 
         # the demand's own yardstick: reuse against today's quotas had no job waited at all
         out["reuse_if_no_job_waited"] = no_wait_reuse(*load(scenario))
@@ -79,8 +79,8 @@ def main() -> None:
 
 
 def sizes() -> list[dict]:
-    from jobs.advisor import scenario as sc
-    from jobs.advisor import space
+    from jobs.whatif.advisor import scenario as sc
+    from jobs.whatif.advisor import space
 
     rows = []
     for overlay, window, fraction in SIZES:
@@ -100,8 +100,8 @@ def sizes() -> list[dict]:
 
 
 def search_with(workers: int, url: str, queue: str, scenario, args) -> dict:
-    from jobs.advisor_models import AdvisorCandidate, AdvisorSearch
-    from jobs.advisor_services import advisor_search_create
+    from jobs.whatif.models import AdvisorCandidate, AdvisorSearch
+    from jobs.whatif.services import advisor_search_create
 
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "portal.settings.test", "CELERY_QUEUE": queue,
            "DATABASE_URL": url, "LOG_LEVEL": "WARNING"}
@@ -132,8 +132,8 @@ def search_with(workers: int, url: str, queue: str, scenario, args) -> dict:
 
 
 def report(runs: dict) -> dict:
-    from jobs.advisor import space
-    from jobs.advisor.objective import reuse_today
+    from jobs.whatif.advisor import space
+    from jobs.whatif.advisor.objective import reuse_today
 
     last = runs[max(runs)]
     rows = last["rows"]

@@ -3,10 +3,10 @@
     python bench/estimates.py                       # defaults below (a few minutes on 2 cores)
     python bench/estimates.py --limit-factor 2      # users declare twice the true duration
 
-The Alibaba 2023 trace replayed by :mod:`jobs.replay.sim` on the production engine (loaded as
+The Alibaba 2023 trace replayed by :mod:`jobs.whatif.replay.sim` on the production engine (loaded as
 bench/replay.py does: warm start at the busy part ``--start``, ``--overlay`` rotated copies,
 arrivals ÷ ``--scale``, ``--tenants``). Every ``--every`` virtual seconds the replay's state is
-taken as a snapshot and :func:`jobs.forecast.forecast` — the same function the portal's beat task
+taken as a snapshot and :func:`jobs.scheduler.forecast.forecast` — the same function the portal's beat task
 runs — estimates every waiting job's start. When the replay is over, each estimate is compared
 with the virtual time the job actually got its GPUs.
 
@@ -28,9 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jobs.forecast import forecast
-from jobs.replay import sim
-from jobs.replay.paths import alibaba_dir
+from jobs.scheduler.forecast import forecast
+from jobs.whatif.replay import sim
+from jobs.whatif.replay.paths import alibaba_dir
 
 DEFAULT_DIR = str(alibaba_dir() / "csv")
 

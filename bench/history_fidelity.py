@@ -1,6 +1,6 @@
 """Fidelity of history as a trace (issue 25 item 1): record a workload with the production
-scheduler on a virtual clock (tests/history_scenario.py), export it (``jobs.history``), replay the
-export (``jobs.replay.fidelity``) and compare each job's queue delay, recorded vs replayed.
+scheduler on a virtual clock (tests/history_scenario.py), export it (``jobs.whatif.history``), replay the
+export (``jobs.whatif.replay.fidelity``) and compare each job's queue delay, recorded vs replayed.
 
     python bench/history_fidelity.py [--jobs 200] [--hours 8] [--seed 7] [--latency 5] [--period 60]
 
@@ -51,8 +51,8 @@ def main(argv=None) -> dict:
 
     with scratch_django():
         logging.disable(logging.INFO)
-        from jobs import history
-        from jobs.replay import fidelity
+        from jobs.whatif import history
+        from jobs.whatif.replay import fidelity
         from tests.history_scenario import record
 
         t0 = time.perf_counter()

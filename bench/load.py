@@ -72,7 +72,7 @@ def _build(jobs: int, seed: int) -> dict:
 
     from billing.meter import usage_meter
     from jobs.models import Job
-    from jobs.scheduling import schedule_once
+    from jobs.scheduling.cycle import schedule_once
 
     started = time.perf_counter()
     _populate(jobs, seed)

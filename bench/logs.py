@@ -28,9 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jobs.backends.base import JobSpec, Slot
-from jobs.backends.kubernetes import KubernetesBackend
-from jobs.backends.slurm import SlurmBackend
+from jobs.clusters.backends.base import JobSpec, Slot
+from jobs.clusters.backends.kubernetes import KubernetesBackend
+from jobs.clusters.backends.slurm import SlurmBackend
 
 MIB = 1024 * 1024
 LINE = b"step %09d loss 0.%06d lr 3e-4 throughput 1234.5 samples/s\n"
@@ -102,7 +102,7 @@ import sys
 from datetime import UTC, datetime
 sys.path.insert(0, sys.argv[1])
 from bench.logs import LINE, MIB, pod_spec
-from jobs.backends.kubernetes import build_pod
+from jobs.clusters.backends.kubernetes import build_pod
 from tests.backends.k8s_standin import StandIn
 api = StandIn().start()
 api.add("pods", build_pod(pod_spec()))

@@ -2,14 +2,14 @@
 scratch database (bench/scratchdb.py).
 
 A month (November 2026) of 100,000 finished jobs is generated as ``sacct -X -P -n`` prints it
-(the columns of ``jobs.backends.slurm_native.SACCT_FIELDS``, times as epoch seconds): 40
+(the columns of ``jobs.native.backends.slurm_native.SACCT_FIELDS``, times as epoch seconds): 40
 accounts, 36 mapped to projects and 4 to none (their jobs become observations), 120 users (half
 of them portal users), A100 and H100 GRES, 1–16 GPUs, waits of minutes to hours and runs of
 minutes to a day; mostly COMPLETED, some FAILED, TIMEOUT, NODE_FAIL, array tasks and
 heterogeneous components, and cancelled jobs, some before they started.
 
 Timed (``sacct_import_seconds``, target ≤ 60 s): parsing that text and recording it
-(``jobs.native_slurm.import_jobs``: the portal-job filter and ``record_external``), as one
+(``jobs.native.native_slurm.import_jobs``: the portal-job filter and ``record_external``), as one
 ``import_native --since`` back-fill of the month would. Prints one JSON object with
 ``sacct_import_jobs`` and ``sacct_import_seconds`` (plus what was recorded).
 ``--jobs N`` for another size. Needs DATABASE_URL and REDIS_URL.
@@ -82,7 +82,8 @@ def sacct_month(jobs: int, seed: int = 20) -> str:
 
 
 def _populate() -> object:
-    from jobs.models import ExternalSource, PriorityClass
+    from jobs.models import PriorityClass
+    from jobs.native.models import ExternalSource
     from portal.models import Department, Project, User
     from quotas.models import Cluster, Flavor
 
@@ -104,9 +105,10 @@ def _populate() -> object:
 def run(jobs: int = 100_000) -> dict:
     text = sacct_month(jobs)
     with scratch_django():
-        from jobs.backends.slurm_native import parse_sacct
-        from jobs.models import ExternalObservation, Job, JobEvent
-        from jobs.native_slurm import import_jobs
+        from jobs.models import Job, JobEvent
+        from jobs.native.backends.slurm_native import parse_sacct
+        from jobs.native.models import ExternalObservation
+        from jobs.native.native_slurm import import_jobs
 
         cluster = _populate()
         started = time.perf_counter()

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from jobs.replay import packing
-from jobs.replay.paths import alibaba_dir
+from jobs.whatif.replay import packing
+from jobs.whatif.replay.paths import alibaba_dir
 
 TRACE = alibaba_dir()
 

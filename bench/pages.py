@@ -204,14 +204,15 @@ def _open_approvals() -> None:
     """The generated jobs waiting for approval get their approval requests, as ``job_submit``
     opens them: the inbox of the department admins (and, above their policy's platform threshold,
     of the platform admins) holds a working centre's backlog."""
-    from jobs.approvals import job_approval_open, with_approval_request
+    from jobs.approvals import job_approval_decide, job_approval_open, with_approval_request
     from jobs.models import Job
 
     waiting = with_approval_request(Job.objects.filter(state="pending_approval")).filter(
         approval_request_pk__isnull=True  # the demo's own already have theirs
     )
     for job in waiting.select_related("project", "flavor", "submitted_by"):
-        job_approval_open(job=job, actor=job.submitted_by, reasons=[])
+        decision = job_approval_decide(job, job.submitted_by, reasons=[])
+        job_approval_open(job=job, actor=job.submitted_by, decision=decision)
 
 
 def _measure(repeat: int, pages: dict[str, str]) -> dict:
@@ -259,7 +260,7 @@ def run(jobs: int, repeat: int, seed: int, *, pages: dict[str, str] = PAGES, kee
 
         from billing.meter import usage_meter
         from jobs.models import Job
-        from jobs.scheduling import schedule_once
+        from jobs.scheduling.cycle import schedule_once
 
         timings = {}
         if not reuse:

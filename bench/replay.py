@@ -4,7 +4,7 @@
     python bench/replay.py --repeat 2 --policy static --scale 1
     python bench/replay.py --repeat 1 --start 10013436 --overlay 10 --scale 100 --tenants hash:8   # loaded
 
-The dynamic replay of :mod:`jobs.replay.sim` on the production engine, without Django:
+The dynamic replay of :mod:`jobs.whatif.replay.sim` on the production engine, without Django:
 ``jobs`` replayed, ``wall_seconds`` (loading, replay and metrics), and the result metrics
 (per-tenant rows left out). Progress lines go to stderr. The bar: 100,000 jobs in ≤ 300 s.
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jobs.replay import sim
-from jobs.replay.paths import alibaba_dir
+from jobs.whatif.replay import sim
+from jobs.whatif.replay.paths import alibaba_dir
 
 DEFAULT_DIR = str(alibaba_dir() / "csv")  # GPUPOOL_TRACES_DIR, or ../shared/traces
 

@@ -14,7 +14,7 @@ touched; ``rebuild_s``: the repair, ``jobs.sample_hours.rebuild``). Then, median
 * ``edges_ms``: ``_samples`` over an Asia/Kolkata day (+05:30: the half hours at its edges read
   from the samples), and ``edges_raw_ms`` the reference over it;
 * ``equal``: both ranges' figures equal to the reference's (every row, the total);
-* ``poll_ms`` / ``poll_untriggered_ms``: the poller's statement (``jobs.metrics.upsert_samples``:
+* ``poll_ms`` / ``poll_untriggered_ms``: the poller's statement (``jobs.clusters.metrics.upsert_samples``:
   one upsert of every job's sample) for ``--poll`` jobs' next minute, with and without the
   triggers; ``overwrite_ms``: the same minutes again (each row an overwrite). Medians too.
   ``per_row_*``: the same by the poller's statement before (an upsert per job by
@@ -102,7 +102,7 @@ def _rolled_up(scope, start, end) -> dict:
 
 
 def _poll(jobs: list[int], minute: datetime) -> None:
-    from jobs.metrics import upsert_samples
+    from jobs.clusters.metrics import upsert_samples
 
     upsert_samples(minute, {job: (42.5, 1024.0, 1) for job in jobs})
 

@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from jobs.scheduler import (
+from jobs.scheduler.scheduler import (
     Engine,
     Limits,
     Node,

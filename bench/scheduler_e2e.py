@@ -89,7 +89,7 @@ def _reset() -> None:
     """Every run starts like a fresh portal process: all jobs queued, no warm engine."""
     from django.db import connection
 
-    from jobs.warm import warm_engine
+    from jobs.scheduling.warm import warm_engine
 
     warm_engine().invalidate()
 
@@ -125,7 +125,7 @@ def _backend_step(now: datetime) -> datetime | None:
 
 
 def _drain() -> tuple[int, float, int, float]:
-    from jobs.scheduling import schedule_once
+    from jobs.scheduling.cycle import schedule_once
 
     admitted, cycles, spent, now, fill_rate = 0, 0, 0.0, T0, 0.0
     while True:

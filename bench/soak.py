@@ -1,6 +1,6 @@
 """Soak: days of simulated load through the real stack, then check that nothing leaked.
 
-Real parts: the simulated cluster (``jobs.backends.simserver``) at ``--speed``, a Celery worker
+Real parts: the simulated cluster (``jobs.clusters.backends.simserver``) at ``--speed``, a Celery worker
 (prefork, 3 children) and beat with short intervals, PostgreSQL (a scratch database) and Redis.
 This process is the driver: it builds a small centre (2 flavors, 6 nodes, 3 departments,
 4 projects, 3 priority classes), then submits a realistic mix through ``job_submit`` (gangs,
@@ -66,7 +66,7 @@ def _free_port() -> int:
 
 def _start_simserver(tmp: Path, speed: float) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    cmd = [sys.executable, "-m", "jobs.backends.simserver", "--port", str(port),
+    cmd = [sys.executable, "-m", "jobs.clusters.backends.simserver", "--port", str(port),
            "--state", str(tmp / "sim.json"), "--speed", str(speed)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -145,8 +145,8 @@ DEPARTMENTS = {  # code: {flavor: quota}, projects {code: {flavor: quota}}
 
 
 def _build_centre(sim_url: str) -> Centre:
-    from jobs.backends.simulator import SimulatorBackend
-    from jobs.inventory import push_simulated_inventory
+    from jobs.clusters.backends.simulator import SimulatorBackend
+    from jobs.clusters.inventory import push_simulated_inventory
     from jobs.models import PriorityClass
     from portal.models import Department, Membership, Project, Role, User
     from quotas.models import Cluster, Flavor, Node, QuotaNode
@@ -426,7 +426,7 @@ def final_checks(centre: Centre, speed: float) -> dict:
 
     from billing.meter import lag, usage_meter
     from jobs.models import Job
-    from jobs.scheduling import schedule_once
+    from jobs.scheduling.cycle import schedule_once
     from jobs.selectors import gpus_in_use_by_flavor, queue_ranking
     from jobs.states import HOLDING
     from quotas.models import Node
@@ -452,8 +452,7 @@ def final_checks(centre: Centre, speed: float) -> dict:
 
 def unfinished(sim_jobs: dict, speed: float) -> list[dict]:
     """Jobs the drain left behind, with what the backend says and their last events (diagnosis)."""
-    from jobs.backends.base import backend_name
-    from jobs.models import Job
+    from jobs.models import Job, backend_name
     from jobs.states import TERMINAL
 
     out = []
@@ -553,7 +552,7 @@ def run(days: float, speed: float, jobs_per_day: float, seed: int, sync_interval
         try:
             centre = _build_centre(sim_url)
             # Status sync every 4 s: before the fan-out kept one waiting message per job
-            # (jobs.tasks._enqueue_once), a shorter interval let duplicate dispatches outrun a
+            # (jobs.clusters.tasks._enqueue_once), a shorter interval let duplicate dispatches outrun a
             # worker on 2 busy cores; kept so the figures compare with the earlier runs.
             intervals = {"SCHEDULE_INTERVAL_SECONDS": "2", "SYNC_INTERVAL_SECONDS": str(sync_interval),
                          "METER_INTERVAL_SECONDS": "20", "INVENTORY_INTERVAL_SECONDS": "30"}

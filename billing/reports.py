@@ -166,7 +166,7 @@ def quota_bars(user: User, report: ReportFilter, flavor_id: int) -> list[QuotaBa
 
 # --- (c) utilisation by node and day ----------------------------------------------------------
 
-# Samples are stored per job (jobs/metrics.py: the mean over the job's GPUs each minute), not per
+# Samples are stored per job (jobs/clusters/metrics.py: the mean over the job's GPUs each minute), not per
 # node. A job's minutes are attributed to the nodes of its placement, weighted by the GPUs it
 # holds on each; the figure is the mean utilisation of the allocated GPUs on a node that day.
 # The placement is the job's current (or last) one: a job requeued onto other nodes has its

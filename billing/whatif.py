@@ -1,10 +1,10 @@
 """策略推演 — the what-if page's service (docs/replay.md, "What-if page").
 
-One month of the portal's own job history is replayed twice through ``jobs.replay.sim`` (the
+One month of the portal's own job history is replayed twice through ``jobs.whatif.replay.sim`` (the
 production engine on a virtual clock): once with the current configuration (baseline), once
 with one policy change; the result compares queue delay, card-hours, quota utilisation and
 cost per department. Nothing here decides a scheduling question: the inputs are built with
-the snapshot builders (``jobs.snapshot``) and the effective-limit rules (``quotas.effective``),
+the snapshot builders (``jobs.scheduling.snapshot``) and the effective-limit rules (``quotas.effective``),
 the decisions are the engine's.
 
 Inputs:
@@ -42,12 +42,12 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from jobs.models import Job, JobEvent
-from jobs.replay.metrics import percentile
-from jobs.replay.schedule import edge_instants, limit_schedule
-from jobs.replay.sim import EPOCH, Options, World, simulate
-from jobs.replay.trace import TraceJob, TraceNode
-from jobs.snapshot import core_nodes, milli, tree_nodes
+from jobs.scheduling.snapshot import core_nodes, milli, tree_nodes
 from jobs.states import JobState
+from jobs.whatif.replay.metrics import percentile
+from jobs.whatif.replay.schedule import edge_instants, limit_schedule
+from jobs.whatif.replay.sim import EPOCH, Options, World, simulate
+from jobs.whatif.replay.trace import TraceJob, TraceNode
 from portal.models import Department, Project
 from quotas.admission import Limits as EngineLimits
 from quotas.effective import Limits, LoanSpan, Window, effective_limits

@@ -1,9 +1,7 @@
 from django.contrib import admin
 from django.utils.translation import gettext_lazy as _
 
-from portal.admin_site import PlatformModelAdmin
-
-from .models import (
+from jobs.models import (
     ApprovalPolicy,
     Job,
     JobEvent,
@@ -13,6 +11,7 @@ from .models import (
     RuleChangeEvent,
     SchedulerSettings,
 )
+from portal.admin_site import PlatformModelAdmin
 
 
 @admin.register(PriorityClass)

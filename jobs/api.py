@@ -13,16 +13,10 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api import VisibleRelatedField
-from portal.api_base import DetailApi, ListCreateApi
-from portal.selectors import get_visible, visible_projects
-from quotas.models import Flavor
-from quotas.selectors import healthy_capacity
-
-from . import environment, explaining, flavor_choice, selectors, services, start_estimates
-from .api_autoscale import AutoscaleSubmitIn, nested_autoscale_errors
-from .approvals import approval_request_of, with_approval_request
-from .models import (
+from jobs import environment, flavor_choice, selectors, services
+from jobs.api_autoscale import AutoscaleSubmitIn, nested_autoscale_errors
+from jobs.approvals import approval_request_of, with_approval_request
+from jobs.models import (
     COMMAND_MAX_LENGTH,
     IMAGE_MAX_LENGTH,
     SUBMITTABLE_KINDS,
@@ -32,8 +26,14 @@ from .models import (
     image_validator,
     name_validator,
 )
-from .quota_tree import quota_usage_with_lending
-from .scheduling import explain_job
+from jobs.quota_tree import quota_usage_with_lending
+from jobs.scheduling import explaining, start_estimates
+from jobs.scheduling.cycle import explain_job
+from portal.api import VisibleRelatedField
+from portal.api_base import DetailApi, ListCreateApi
+from portal.selectors import get_visible, visible_projects
+from quotas.models import Flavor
+from quotas.selectors import healthy_capacity
 
 # Marks a row column whose output is read once per page (``JobOut.represent_rows``).
 _PER_PAGE = object()

@@ -6,14 +6,13 @@ from django.utils.translation import gettext as _
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 
+from jobs import approvals
+from jobs.models import ApprovalPolicy
 from portal import permissions as perm
 from portal.api import VisibleRelatedField
 from portal.api_base import DetailApi, ListCreateApi
 from portal.selectors import visible_departments
 from quotas.models import Flavor
-
-from . import approvals
-from .models import ApprovalPolicy
 
 
 class ApprovalPolicyOut(serializers.ModelSerializer):

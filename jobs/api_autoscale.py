@@ -8,11 +8,10 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from jobs import selectors
+from jobs.models import AUTOSCALE_QUERY_MAX_LENGTH
+from jobs.scheduling.autoscale import autoscale_view, job_autoscale_set
 from portal.selectors import get_visible
-
-from . import selectors
-from .autoscale import autoscale_view, job_autoscale_set
-from .models import AUTOSCALE_QUERY_MAX_LENGTH
 
 
 class AutoscaleStatusOut(serializers.Serializer):
@@ -65,7 +64,7 @@ class AutoscaleIn(serializers.Serializer):
 
 class AutoscaleSubmitIn(AutoscaleIn):
     """A submission's ``autoscale`` (``POST /api/v1/jobs/``, templates): the settings of ``PUT
-    …/autoscale/`` given with the job; the same service checks them (``jobs.autoscale``)."""
+    …/autoscale/`` given with the job; the same service checks them (``jobs.scheduling.autoscale``)."""
 
     query = serializers.CharField(
         trim_whitespace=True, max_length=AUTOSCALE_QUERY_MAX_LENGTH,

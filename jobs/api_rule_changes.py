@@ -9,10 +9,9 @@ from django.utils.translation import gettext_lazy as _h
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 
+from jobs.rule_changes import rule_change_request_create
 from portal.models import ApprovalKind, ApprovalRequest, User
 from portal.selectors import scope_for
-
-from .rule_changes import rule_change_request_create
 
 
 class RuleChangeRequestIn(serializers.Serializer):

@@ -11,15 +11,14 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from jobs import templates_service as templates
+from jobs.api import JobIn, JobOut, body_errors
+from jobs.api_autoscale import nested_autoscale_errors
+from jobs.models import JobTemplate, ProjectStorage, name_validator
 from portal.api import VisibleRelatedField
 from portal.api_base import DetailApi, ListCreateApi
 from portal.selectors import get_visible, visible_projects
 from quotas.models import Flavor
-
-from . import templates_service as templates
-from .api import JobIn, JobOut, body_errors
-from .api_autoscale import nested_autoscale_errors
-from .models import JobTemplate, ProjectStorage, name_validator
 
 
 class TemplateValues(JobIn):

@@ -25,17 +25,16 @@ from decimal import Decimal
 from django.db import connection
 from django.db.models import Count, Q
 
+from jobs.approvals import job_cards
+from jobs.estimates import cost_pricers
+from jobs.models import Job
+from jobs.rules import default_runtime
+from jobs.selectors import _usage_by_node
+from jobs.states import HOLDING
 from portal.approvals import HISTORY_DAYS
 from portal.models import ApprovalKind, ApprovalRequest, Department
 from quotas.models import Flavor, QuotaNode
 from quotas.selectors import capacity_by_flavor, effective_limits_map
-
-from .approvals import job_cards
-from .estimates import cost_pricers
-from .models import Job
-from .rules import default_runtime
-from .selectors import _usage_by_node
-from .states import HOLDING
 
 MONTH_HOURS = Decimal(720)  # a month of 30 days, the basis of a quota request's monthly cost
 MILLI = Decimal(1000)

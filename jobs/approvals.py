@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 
@@ -17,6 +18,17 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from jobs.models import ApprovalPolicy, Job
+from jobs.rules import (
+    class_needs_platform,
+    default_runtime,
+    never_runs_errors,
+    priority_class_reasons,
+    usage_rank,
+)
+from jobs.selectors import job_request_facts
+from jobs.states import JobState
+from jobs.transitions import job_transition
 from portal import permissions as perm
 from portal.approvals import (
     ApprovalKindHandler,
@@ -29,12 +41,6 @@ from portal.models import ApprovalKind, ApprovalRequest, Department, Project, Ro
 from portal.selectors import department_ancestors, scope_for, visible_departments
 from portal.texts import Message, message
 from quotas.models import Flavor
-
-from .models import ApprovalPolicy, Job
-from .rules import default_runtime, never_runs_errors, priority_class_reasons, priority_needs_platform
-from .selectors import job_request_facts
-from .states import JobState
-from .transitions import job_transition
 
 # Budgets come with billing (DESIGN §3.9). Billing registers callables here, each
 # ``check(project, cards) -> Message | None`` returning a reason (``portal.texts.message``) when
@@ -160,9 +166,25 @@ def approval_reasons(
 ) -> list[Message]:
     """Why a job of this shape in ``project`` needs approval (empty: it does not), one
     message per reason (``portal.texts``: stored with the request, rendered in each reader's
-    language). Tolerates unvalidated form input."""
-    policy = policy_for_project(project)
+    language). Tolerates unvalidated input. A submission decides through
+    ``jobs.submission.approval``, from what it gathered once."""
+    runtime = max_runtime_seconds
+    if runtime is None:
+        runtime = default_runtime(kind)  # what job_submit gives such a job
     cards = job_cards(flavor, workers, gpus_per_worker, gpu_milli)
+    return policy_reasons(policy_for_project(project), project, kind, flavor, cards, runtime)
+
+
+def policy_reasons(
+    policy: ApprovalPolicy | None,
+    project: Project,
+    kind: str,
+    flavor: Flavor,
+    cards: Decimal,
+    runtime_seconds: int | None,
+) -> list[Message]:
+    """The department policy's reasons and the budget's, for a job of ``cards`` whole-card
+    equivalents on ``flavor`` that may run ``runtime_seconds`` (None: unbounded)."""
     # A spent budget holds new jobs for approval everywhere (issue 6); only a policy that
     # explicitly turns ``over_budget`` off lets them through.
     budget = [] if policy is not None and not policy.over_budget else _budget_reasons(project, cards)
@@ -181,9 +203,7 @@ def approval_reasons(
                 where=where,
             )
         )
-    runtime = max_runtime_seconds
-    if runtime is None:
-        runtime = default_runtime(kind)  # what job_submit gives such a job
+    runtime = runtime_seconds
     if policy.max_runtime_hours is not None:
         if runtime is None:
             reasons.append(
@@ -244,7 +264,9 @@ def job_budget_hold(*, job_id: int) -> bool:
         )
         if not held:
             return False
-        job_approval_open(job=job, actor=job.submitted_by, reasons=reasons)
+        job_approval_open(
+            job=job, actor=job.submitted_by, decision=job_approval_decide(job, job.submitted_by, reasons)
+        )
     return True
 
 
@@ -255,19 +277,36 @@ def _needs_platform(policy: ApprovalPolicy | None, cards: Decimal) -> bool:
 # --- the ``job`` approval kind ------------------------------------------------------------
 
 
-def job_approval_open(
-    *, job: Job, actor: User, reasons: list[Message] | None = None
-) -> ApprovalRequest:
-    """Open the approval request of a job just submitted in ``pending_approval``: the
-    department admin of its project's department decides, then a platform admin when the job
-    is above the policy's platform threshold or its priority class is one only platform admins
-    may use without approval. ``reasons``: ``approval_reasons``, when the caller has them
-    already (the budget check costs a usage computation)."""
+@dataclass(frozen=True)
+class Approval:
+    """The decision on one job (DESIGN §6): why it waits for approval (empty: it does not),
+    whether a platform admin decides after the department admin, and what the request shows and
+    how long each step may take (from the policy that applies)."""
+
+    reasons: list[Message]
+    platform_step: bool
+    cards: Decimal  # whole-card equivalents on the job's flavor
+    step_timeout_hours: int
+
+    @property
+    def needed(self) -> bool:
+        return bool(self.reasons)
+
+
+def step_timeout_hours(policy: ApprovalPolicy | None) -> int:
+    return policy.step_timeout_hours if policy else 48
+
+
+def job_approval_decide(job: Job, actor: User, reasons: list[Message] | None = None) -> Approval:
+    """The decision for a job that exists (a submission decides through
+    ``jobs.submission.approval`` instead, from what it gathered). ``reasons``: given by a caller
+    that knows why (the budget hold)."""
     project = job.project
     policy = policy_for_project(project)
     cards = job_cards(job.flavor, job.workers, job.gpus_per_worker, job.gpu_milli)
+    rank = usage_rank(actor, project)
     if reasons is None:
-        reasons = priority_class_reasons(actor, project, job.kind, job.priority_class) + approval_reasons(
+        reasons = priority_class_reasons(rank, job.kind, job.priority_class) + approval_reasons(
             project,
             job.kind,
             job.flavor,
@@ -276,6 +315,20 @@ def job_approval_open(
             job.gpu_milli,
             job.max_runtime_seconds,
         )
+    platform_step = _needs_platform(policy, cards) or class_needs_platform(job.priority_class, rank)
+    return Approval(reasons, platform_step, cards, step_timeout_hours(policy))
+
+
+def job_approval_open(*, job: Job, actor: User, decision: Approval | None = None) -> ApprovalRequest:
+    """Open the approval request of a job just submitted in ``pending_approval``: the
+    department admin of its project's department decides, then a platform admin when the job
+    is above the policy's platform threshold or its priority class is one only platform admins
+    may use without approval. ``decision``: when the caller has made it already (a submission
+    decides once, from what it gathered); otherwise it is made here."""
+    project = job.project
+    if decision is None:
+        decision = job_approval_decide(job, actor)
+    cards, reasons = decision.cards, decision.reasons
     # Stored as messages, read by other people later, each in their own language.
     summary = message(
         gettext_noop("Job %(name)s in %(project)s: %(cards)s × %(flavor)s"),
@@ -284,9 +337,9 @@ def job_approval_open(
         cards=_fmt(cards),
         flavor=job.flavor.name,
     )
-    timeout = timedelta(hours=policy.step_timeout_hours if policy else 48)
+    timeout = timedelta(hours=decision.step_timeout_hours)
     steps = [StepSpec(Role.DEPARTMENT_ADMIN, project.department_id, timeout=timeout)]
-    if _needs_platform(policy, cards) or priority_needs_platform(actor, project, job.priority_class):
+    if decision.platform_step:
         steps.append(StepSpec(Role.PLATFORM_ADMIN, None, timeout=timeout))
     return approval_request_create(
         requester=actor,

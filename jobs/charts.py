@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from .models import JobGpuSample
+from jobs.models import JobGpuSample
 
 _LAYOUT = {
     "template": "none",  # plotly's default template would add ~10 kB of JSON to every chart

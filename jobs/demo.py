@@ -3,7 +3,7 @@
 import tempfile
 from pathlib import Path
 
-from .models import PriorityClass
+from jobs.models import PriorityClass
 
 CLASSES = [
     # name, value, preemptible, grace seconds, description
@@ -74,11 +74,10 @@ DEMO_JOBS = [
 
 
 def seed_jobs(stdout) -> None:
+    from jobs.models import Job
+    from jobs.services import job_submit
     from portal.models import Project, User
     from quotas.models import Flavor
-
-    from .models import Job
-    from .services import job_submit
 
     if Job.objects.exists():
         return
@@ -106,11 +105,10 @@ def seed_approvals(stdout) -> None:
     """AI Research asks for approval above 8 cards or on a premium flavor (H800), and a platform
     admin too above 32 cards; alice's H800 fine-tune waits for ai-admin. Added after the demo
     jobs, so those run as before."""
+    from jobs.models import ApprovalPolicy, Job
+    from jobs.services import job_submit
     from portal.models import Department, Project, User
     from quotas.models import Flavor
-
-    from .models import ApprovalPolicy, Job
-    from .services import job_submit
 
     ApprovalPolicy.objects.get_or_create(
         department=Department.objects.get(code="ai"),
@@ -148,10 +146,9 @@ DEMO_STORAGES = [
 def seed_storages(stdout) -> None:
     """A ``data`` and a ``work`` storage for each demo project, each only when the project has
     no storage of that name (one users changed or removed by deactivating stays as it is)."""
+    from jobs.models import ProjectStorage
     from portal.demo import PROJECTS, create_missing
     from portal.models import Project
-
-    from .models import ProjectStorage
 
     made = 0
     for project in Project.objects.filter(code__in=[code for code, _name, _dept in PROJECTS]):
@@ -204,11 +201,10 @@ DEMO_TEMPLATE = {
 
 def seed_templates(stdout) -> None:
     """One template shared with nlp-llm by its project admin, when it is missing."""
+    from jobs.models import JobTemplate
+    from jobs.templates_service import template_save
     from portal.demo import create_missing
     from portal.models import Project, User
-
-    from .models import JobTemplate
-    from .templates_service import template_save
 
     owner = User.objects.filter(username=DEMO_TEMPLATE["owner"]).first()
     project = Project.objects.filter(code=DEMO_TEMPLATE["project"]).first()

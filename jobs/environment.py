@@ -2,9 +2,9 @@
 variables, its checkpoint directory and the registry of its image.
 
 Everything is checked here, once, at submission (``job_submit`` calls it for the form, the API and
-templates alike) and stored on the job as plain snapshots; ``spec_fields`` turns them into the
-backend contract's ``Mount`` / ``EnvVar`` / ``Checkpoint`` at dispatch. A secret is only ever a
-reference (a Kubernetes Secret name and key; on Slurm a file of that name on the nodes): the
+templates alike) and stored on the job as plain snapshots; dispatch turns them into the backend
+contract's ``Mount`` / ``EnvVar`` / ``Checkpoint`` (``jobs.clusters.dispatch.spec_fields``). A secret
+is only ever a reference (a Kubernetes Secret name and key; on Slurm a file of that name on the nodes): the
 portal never holds a secret value, so it cannot leak one.
 """
 
@@ -18,8 +18,6 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext as _
-
-from .backends.base import Checkpoint, EnvVar, Mount
 
 MAX_MOUNTS = 16
 MAX_ENV = 64
@@ -272,24 +270,3 @@ def check_image(image: str) -> None:
                 ]
             }
         )
-
-
-# ---- the backend contract ------------------------------------------------------------------
-
-
-def _mount(data: dict[str, Any]) -> Mount:
-    return Mount(**{field: data[field] for field in MOUNT_FIELDS})
-
-
-def spec_fields(job) -> dict[str, Any]:
-    """The JobSpec fields of the job's working environment."""
-    checkpoint = None
-    if job.checkpoint:
-        checkpoint = Checkpoint(mount=_mount(job.checkpoint["mount"]), subdir=job.checkpoint["subdir"])
-    return {
-        "mounts": tuple(_mount(m) for m in job.mounts or ()),
-        "env": tuple(EnvVar(**e) for e in job.env or ()),
-        "checkpoint": checkpoint,
-        "pull_secret": job.project.image_pull_secret,
-        "expose_port": job.expose_port,
-    }

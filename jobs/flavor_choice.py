@@ -1,7 +1,7 @@
 """The flavors a submission accepts (DESIGN §14): one flavor, or several in the owner's order
 of preference (``A100-80G|Ascend-910B``), less those below a framework requirement.
 
-The scheduler takes the first of them it can place (jobs/engine/cycle.py); here only what can
+The scheduler takes the first of them it can place (jobs/scheduler/engine/cycle.py); here only what can
 be decided at submission: the list is well formed and the framework requirement leaves one.
 """
 

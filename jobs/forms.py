@@ -8,13 +8,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
-from portal.models import Project, User
-from portal.selectors import visible_projects
-from portal.widgets import FastSelect, ModelChoiceField
-from quotas.models import Flavor
-
-from . import environment, flavor_choice, rules, selectors, services
-from .models import (
+from jobs import environment, flavor_choice, rules, selectors, services
+from jobs.models import (
     AUTOSCALE_QUERY_MAX_LENGTH,
     COMMAND_MAX_LENGTH,
     IMAGE_MAX_LENGTH,
@@ -25,8 +20,12 @@ from .models import (
     image_validator,
     name_validator,
 )
-from .states import JobState
-from .templatetags.jobs_ui import STATE_LABELS
+from jobs.states import JobState
+from jobs.templatetags.jobs_ui import STATE_LABELS
+from portal.models import Project, User
+from portal.selectors import visible_projects
+from portal.widgets import FastSelect, ModelChoiceField
+from quotas.models import Flavor
 
 DEFAULT_PRIORITY_CLASS = "training"  # preselected when it exists (DESIGN §4's example classes)
 
@@ -168,7 +167,7 @@ class JobForm(forms.Form):
         ),
     )
     # Inference jobs (the page shows them for that kind only): the settings of the job page's
-    # autoscaling form, given with the job; ``job_submit`` checks them (jobs.autoscale).
+    # autoscaling form, given with the job; ``job_submit`` checks them (jobs.scheduling.autoscale).
     autoscale_query = _autoscale_query_field(
         help_text=_("Optional: scale between the minimum workers and the workers from load. One value "
                     "per replica; {job} stands for the job's name on the cluster (gp-<id>), {job_id} for "
@@ -401,7 +400,7 @@ class PriorityClassForm(forms.ModelForm):
 
 
 class AutoscaleForm(forms.Form):
-    """An inference job's autoscaling (the service ``jobs.autoscale.job_autoscale_set`` checks
+    """An inference job's autoscaling (the service ``jobs.scheduling.autoscale.job_autoscale_set`` checks
     the values: an empty query turns it off)."""
 
     query = _autoscale_query_field(

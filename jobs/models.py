@@ -12,10 +12,9 @@ from django.db.models import Func, Q
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
+from jobs.states import JobState
 from portal.models import Department, Project, User
 from quotas.models import Cluster, Flavor
-
-from .states import JobState
 
 name_validator = RegexValidator(
     r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
@@ -154,6 +153,12 @@ STATE_LABELS = {
     JobState.LOST: _("Lost"),
 }
 STATE_CHOICES = [(s.value, STATE_LABELS[s]) for s in JobState]
+
+
+def backend_name(job_id: int) -> str:
+    """The job's name in every backend (``gp-<id>``): derived from the id, so a dispatch retried
+    after a crash finds the job it already created instead of starting a second one."""
+    return f"gp-{job_id}"
 
 
 class Job(models.Model):
@@ -351,7 +356,7 @@ class JobEvent(models.Model):
     @property
     def reason_text(self) -> str:
         """The reason in the active language."""
-        from .reasons import reason_text
+        from jobs.reasons import reason_text
 
         return reason_text(self.reason, self.reason_message)
 
@@ -432,78 +437,6 @@ class GpuSampleHour(models.Model):
 
     def __str__(self):
         return f"{self.job_id} @ {self.hour:%Y-%m-%d %H}h: {self.gpus} GPU-minutes"
-
-
-class ExternalSourceKind(models.TextChoices):
-    SLURM_ACCOUNT = "slurm_account", _("Slurm account")
-    K8S_NAMESPACE = "k8s_namespace", _("Kubernetes namespace")
-
-
-class ExternalSource(models.Model):
-    """Where external jobs come from: a Slurm account or a Kubernetes namespace of one cluster,
-    and the project its jobs belong to (DESIGN §11). ``project`` empty: unmapped — its jobs are
-    kept as observations until an admin maps it, which turns them into jobs (history included)."""
-
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="external_sources")
-    kind = models.CharField(_("kind"), max_length=20, choices=ExternalSourceKind.choices)
-    name = models.CharField(_("name"), max_length=100)
-    project = models.ForeignKey(
-        Project,
-        null=True,
-        blank=True,
-        on_delete=models.PROTECT,
-        related_name="external_sources",
-        verbose_name=_("project"),
-    )
-    first_seen_at = models.DateTimeField(_("first seen"), auto_now_add=True)
-    last_seen_at = models.DateTimeField(_("last seen"), null=True, blank=True)
-    mapped_at = models.DateTimeField(_("mapped"), null=True, blank=True)
-    mapped_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
-
-    class Meta:
-        ordering = ["cluster", "kind", "name"]
-        verbose_name = _("external source")
-        verbose_name_plural = _("external sources")
-        constraints = [
-            models.UniqueConstraint(fields=["cluster", "kind", "name"], name="external_source_unique"),
-        ]
-
-    def __str__(self):
-        return f"{self.cluster}: {self.name}"
-
-
-class ExternalObservation(models.Model):
-    """A backend job of an unmapped source, as last seen (``record``: the importer's fields,
-    JSON). Mapping the source turns each into an external job; until then it is only shown."""
-
-    source = models.ForeignKey(ExternalSource, on_delete=models.CASCADE, related_name="observations")
-    backend_id = models.CharField(max_length=100)
-    record = models.JSONField()
-    observed_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["source", "backend_id"], name="external_observation_unique"),
-        ]
-
-    def __str__(self):
-        return f"{self.source}: {self.backend_id}"
-
-
-class ExternalCursor(models.Model):
-    """How far an importer of external jobs has read a cluster (``kind``: e.g. "sacct" — the
-    end of the last window read; "pods" — the pod list's resourceVersion to watch from)."""
-
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
-    kind = models.CharField(max_length=20)
-    value = models.CharField(max_length=200)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["cluster", "kind"], name="external_cursor_unique")]
-
-    def __str__(self):
-        return f"{self.cluster}: {self.kind} {self.value}"
 
 
 class ApprovalPolicy(models.Model):
@@ -630,7 +563,7 @@ class ProjectStorage(models.Model):
         return f"{self.name} ({self.mount_path})"
 
     def clean(self):
-        from .environment import storage_errors  # the one place paths are checked
+        from jobs.environment import storage_errors  # the one place paths are checked
 
         errors = storage_errors(self)
         if errors:
@@ -665,5 +598,4 @@ class JobTemplate(models.Model):
         return self.name
 
 
-from .advisor_models import AdvisorCandidate, AdvisorEvent, AdvisorHistoryData, AdvisorSearch  # noqa: E402, F401  (issue 25)
-from .rule_models import Packing, RuleChangeEvent, SchedulerSettings  # noqa: E402,F401  (issue 25)
+from jobs.rule_models import Packing, RuleChangeEvent, SchedulerSettings  # noqa: E402,F401  (issue 25)

@@ -16,14 +16,8 @@ from decimal import Decimal
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.models import Department, Project, User
-from portal.selectors import visible_projects
-from quotas.lending import Lending, Level, attribute
-from quotas.models import Flavor, QuotaNode
-from quotas.selectors import capacity_by_flavor, effective_limits_map, visible_quota_nodes
-
-from .models import Job
-from .selectors import (
+from jobs.models import Job
+from jobs.selectors import (
     _external_by_node,
     _holding_usage,
     _usage_by_node,
@@ -31,7 +25,12 @@ from .selectors import (
     quota_usage,
     visible_jobs,
 )
-from .states import HOLDING
+from jobs.states import HOLDING
+from portal.models import Department, Project, User
+from portal.selectors import visible_projects
+from quotas.lending import Lending, Level, attribute
+from quotas.models import Flavor, QuotaNode
+from quotas.selectors import capacity_by_flavor, effective_limits_map, visible_quota_nodes
 
 ZERO = Decimal(0)
 BORROWER_JOBS_SHOWN = 50

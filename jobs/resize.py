@@ -15,21 +15,20 @@ from datetime import datetime
 
 from django.utils.translation import gettext as _
 
+from jobs import reasons
+from jobs.models import Job, JobEvent, JobKind
+from jobs.reasons import event_reason
+from jobs.states import JobState
 from portal.enqueue import enqueue
 from portal.texts import Message
 
-from . import reasons
-from .models import Job, JobEvent, JobKind
-from .reasons import event_reason
-from .states import JobState
-
-# Backends that resize a running job (jobs/backends/*.resize). Slurm allocations keep their size.
+# Backends that resize a running job (jobs/clusters/backends/*.resize). Slurm allocations keep their size.
 RESIZABLE_CLUSTERS = frozenset({"kubernetes", "simulator"})
 
 
 def why_not_scalable(job: Job) -> str | None:
     """Why ``job`` cannot change size now, or None. Mirrors the grow pass's eligibility
-    (``jobs.snapshot.GROW_TO_SQL``)."""
+    (``jobs.scheduling.snapshot.GROW_TO_SQL``)."""
     if job.min_workers is None or job.min_workers >= job.workers or job.gpu_milli is not None:
         return _("This job has a fixed size: it was not submitted with fewer minimum workers.")
     if job.kind == JobKind.DEV or (job.kind == JobKind.TRAINING and not job.checkpointing):

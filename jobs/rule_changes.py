@@ -38,6 +38,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from jobs.models import PriorityClass
+from jobs.rule_models import Packing, RuleChangeEvent, SchedulerSettings
 from portal import permissions as perm
 from portal.approvals import StepSpec, approval_request_create
 from portal.models import (
@@ -56,9 +58,6 @@ from portal.services import project_update
 from portal.texts import message
 from quotas.models import Flavor, QuotaNode, QuotaWindow
 from quotas.services import quota_node_update, window_create, window_update
-
-from .models import PriorityClass
-from .rule_models import Packing, RuleChangeEvent, SchedulerSettings
 
 MAX_CHANGES = 500
 MAX_GRACE_SECONDS = 86400
@@ -502,7 +501,7 @@ def rule_change_request_apply(request: ApprovalRequest, actor: User) -> None:
             raise _refuse(i, entry, text) from None
         RuleChangeEvent.objects.create(at=at, actor=actor, request=request, type=entry["type"], target=target,
                                        old=entry["before"], new=new_values(entry))
-    from .transitions import request_cycle
+    from jobs.transitions import request_cycle
 
     transaction.on_commit(request_cycle)
 

@@ -22,13 +22,12 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from jobs.models import USAGE_ROLE_RANK, JobKind, PriorityClass, UsageRole
 from portal.models import Project, User
 from portal.selectors import scope_for, visible_departments
 from portal.texts import Message, message
 from quotas.models import Flavor
 from quotas.selectors import Ceiling, node_sizes_by_cluster, path_ceilings
-
-from .models import USAGE_ROLE_RANK, JobKind, PriorityClass, UsageRole
 
 MILLI = Decimal(1000)
 
@@ -230,9 +229,10 @@ def usable(priority_class: PriorityClass, kind: str, rank: int) -> bool:
     )
 
 
-def priority_class_check(*, actor: User, project: Project, kind: str, priority_class: PriorityClass) -> bool:
-    """Refuses a class that is not for this kind, or above the actor's role when the class does
-    not let lower roles ask for it; True when the job needs approval for its class."""
+def priority_class_check(*, rank: int, project: Project, kind: str, priority_class: PriorityClass) -> bool:
+    """Refuses a class that is not for this kind, or above the submitter's role (``rank`` in the
+    project, ``usage_rank``) when the class does not let lower roles ask for it; True when the job
+    needs approval for its class."""
     if not kind_allowed(priority_class, kind):
         raise ValidationError(
             {
@@ -242,7 +242,7 @@ def priority_class_check(*, actor: User, project: Project, kind: str, priority_c
                 ]
             }
         )
-    if not below_role(priority_class, usage_rank(actor, project)):
+    if not below_role(priority_class, rank):
         return False
     if not priority_class.approval_below_role:
         raise ValidationError(
@@ -272,24 +272,18 @@ def priority_class_reason(priority_class: PriorityClass) -> Message:
     )
 
 
-def priority_class_reasons(
-    actor: User, project: Project, kind: str, priority_class: PriorityClass
-) -> list[Message]:
-    """The approval reason of the class, if it asks for one, without refusing (for summaries)."""
-    if (
-        kind_allowed(priority_class, kind)
-        and priority_class.approval_below_role
-        and below_role(priority_class, usage_rank(actor, project))
-    ):
+def priority_class_reasons(rank: int, kind: str, priority_class: PriorityClass) -> list[Message]:
+    """The approval reason of the class at the submitter's ``rank``, if it asks for one, without
+    refusing (for summaries)."""
+    asks = priority_class.approval_below_role and below_role(priority_class, rank)
+    if kind_allowed(priority_class, kind) and asks:
         return [priority_class_reason(priority_class)]
     return []
 
 
-def priority_needs_platform(actor: User, project: Project, priority_class: PriorityClass) -> bool:
+def class_needs_platform(priority_class: PriorityClass, rank: int) -> bool:
     """A class reserved to platform admins is granted to others by a platform admin."""
-    return priority_class.min_role == UsageRole.PLATFORM_ADMIN and below_role(
-        priority_class, usage_rank(actor, project)
-    )
+    return priority_class.min_role == UsageRole.PLATFORM_ADMIN and below_role(priority_class, rank)
 
 
 # --- item 6: the centre's maximum runtime per kind ------------------------------------------

@@ -16,6 +16,10 @@ from django.db.models import BooleanField, Case, Count, IntegerField, Q, QuerySe
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
+from jobs import rules
+from jobs.models import Job, JobEvent, JobGpuSample, JobKind
+from jobs.scheduling.cache_keys import EXPLAIN_KEY, QUEUE_KEY
+from jobs.states import HOLDING, TERMINAL, JobState
 from portal import permissions as perm
 from portal.models import Department, Project, User
 from portal.selectors import scope_for, visible_departments, visible_project_ids, visible_projects
@@ -28,11 +32,6 @@ from quotas.selectors import (
     quota_tree,
     visible_quota_nodes,
 )
-
-from . import rules
-from .cache_keys import EXPLAIN_KEY, QUEUE_KEY
-from .models import Job, JobEvent, JobGpuSample, JobKind
-from .states import HOLDING, TERMINAL, JobState
 
 MILLI = Decimal(1000)
 

@@ -15,148 +15,26 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from jobs import environment, flavor_choice, submission
+from jobs.approvals import job_approval_open, job_approval_withdraw
+from jobs.models import (
+    Job,
+    JobEvent,
+    JobKind,
+    PriorityClass,
+)
+from jobs.states import HOLDING, TERMINAL, JobState
+from jobs.transitions import job_transition, request_cycle
 from portal import permissions as perm
 from portal.enqueue import enqueue
 from portal.models import Project, User
 from portal.selectors import scope_for
 from quotas.models import Flavor
 
-from . import autoscale as autoscaling
-from . import environment, flavor_choice, rules
-from .approvals import approval_reasons, job_approval_open, job_approval_withdraw
-from .models import (
-    COMMAND_MAX_LENGTH,
-    SUBMITTABLE_KINDS,
-    Job,
-    JobEvent,
-    JobKind,
-    PriorityClass,
-    image_validator,
-)
-from .states import HOLDING, TERMINAL, JobState
-from .transitions import job_transition, request_cycle
-
 __all__ = ["job_transition"]  # re-exported: the transition primitive lives in jobs.transitions
 
-MAX_WORKERS = 4096
-MAX_RUNTIME = 90 * 86400
-
-
-def _can_submit(actor: User, project: Project) -> bool:
-    scope = scope_for(actor)
-    return project.pk in scope.member_projects or perm.can_manage_projects_of(scope, project.department_id)
-
-
-def _validate_shape(*, kind, flavor: Flavor, workers, gpus_per_worker, gpu_milli, min_workers) -> None:
-    errors: dict[str, list[str]] = {}
-    if kind not in dict(SUBMITTABLE_KINDS):
-        errors["kind"] = [_("Not a kind of job the portal submits.")]
-    if not 1 <= workers <= MAX_WORKERS:
-        errors["workers"] = [_("Between 1 and %(n)d workers.") % {"n": MAX_WORKERS}]
-    if min_workers is not None and not 1 <= min_workers <= workers:
-        errors["min_workers"] = [_("Between 1 and the number of workers.")]
-    if gpu_milli is not None:
-        if not flavor.shareable:
-            errors["gpu_milli"] = [_("%(f)s is not shareable: ask for whole devices.") % {"f": flavor}]
-        elif not 1 <= gpu_milli < 1000:
-            errors["gpu_milli"] = [_("A shared request is 1–999 thousandths of one device.")]
-        elif workers != 1 or gpus_per_worker != 1:
-            errors["gpu_milli"] = [_("A shared request is one worker with one device.")]
-    if gpus_per_worker < 1:
-        errors["gpus_per_worker"] = [_("At least one device per worker.")]
-    if kind == JobKind.DEV and (workers != 1 or gpus_per_worker != 1):
-        errors["kind"] = [_("A development job uses one device or slice.")]
-    if errors:
-        raise ValidationError(errors)
-
-
-def _validate_text(*, image: str, command: str) -> None:
-    """What full_clean does not check: the image grammar and the command's length (a TextField's
-    max_length binds only forms). Refused, never truncated. The command is free text: `;`, quotes
-    and `$(…)` are valid and stored verbatim; backends pass it to a shell only as one quoted word."""
-    errors: dict[str, list[str]] = {}
-    try:
-        image_validator(image)
-    except ValidationError as exc:
-        errors["image"] = exc.messages
-    if len(command) > COMMAND_MAX_LENGTH:
-        errors["command"] = [_("At most %(n)d characters.") % {"n": COMMAND_MAX_LENGTH}]
-    if errors:
-        raise ValidationError(errors)
-
-
-def _check_rules(
-    *, actor, project, kind, flavor, priority_class, shape: dict, max_runtime_seconds
-) -> tuple[int | None, bool]:
-    """The rules of ``jobs.rules``, every refusal at once (the form shows them side by side).
-    Returns the job's maximum runtime and whether its priority class needs approval."""
-    runtime, class_needs_approval = _all_errors(
-        lambda: rules.job_runtime(kind, max_runtime_seconds),
-        lambda: rules.priority_class_check(
-            actor=actor, project=project, kind=kind, priority_class=priority_class
-        ),
-        errors=rules.never_runs_errors(viewer=actor, project=project, flavor=flavor, **shape),
-    )
-    return runtime, class_needs_approval
-
-
-def _working_environment(project, kind, *, image, mounts, env, expose_port) -> dict:
-    """DESIGN §13, checked before anything is written: the image's registry, the mounts (the
-    project's storages only), the env vars and the exposed port (dev jobs). Every error at once."""
-    result: dict = {"expose_port": expose_port}
-    _all_errors(
-        lambda: environment.check_image(image),
-        lambda: result.update(mounts=environment.clean_mounts(project, mounts)),
-        lambda: result.update(env=environment.clean_env(env)),
-        lambda: _check_expose_port(kind, expose_port),
-    )
-    return result
-
-
-def _check_expose_port(kind, expose_port) -> None:
-    """Only a development job exposes a port, and a valid one."""
-    if expose_port is None:
-        return
-    if kind != JobKind.DEV:
-        raise ValidationError({"expose_port": [_("Only development jobs expose a port.")]})
-    if not isinstance(expose_port, int) or isinstance(expose_port, bool) or not 1 <= expose_port <= 65535:
-        raise ValidationError({"expose_port": [_("A port between 1 and 65535.")]})
-
-
-def _shape_and_autoscale(
-    *, kind, flavor, workers, gpus_per_worker, gpu_milli, min_workers, autoscale
-) -> dict:
-    """The shape's checks and the autoscaling settings' (``jobs.autoscale.clean_submitted``, the
-    rules of the job page's form), every error at once: both are about the replicas. Returns the
-    ``Job.autoscale_*`` fields ({} when the job does not scale from load)."""
-    _shape, fields = _all_errors(
-        lambda: _validate_shape(
-            kind=kind, flavor=flavor, workers=workers, gpus_per_worker=gpus_per_worker, gpu_milli=gpu_milli,
-            min_workers=min_workers,
-        ),
-        lambda: autoscaling.clean_submitted(
-            kind=kind, min_workers=min_workers, workers=workers, autoscale=autoscale
-        ),
-    )
-    return fields
-
-
-def _all_errors(*checks, errors: dict[str, list[str]] | None = None) -> list:
-    """Runs every check, merges the ValidationErrors they raise (into ``errors``: those found
-    before) and raises them once, so the form shows every refusal side by side. Returns each
-    check's result."""
-    errors = {} if errors is None else errors
-    results = []
-    for check in checks:
-        try:
-            results.append(check())
-        except ValidationError as exc:
-            for field, messages in exc.message_dict.items():
-                errors.setdefault(field, []).extend(messages)
-            results.append(None)
-    if errors:
-        raise ValidationError(errors)
-    return results
+MAX_WORKERS = submission.MAX_WORKERS
+MAX_RUNTIME = submission.MAX_RUNTIME
 
 
 def job_submit_check(
@@ -182,39 +60,20 @@ def job_submit_check(
     dev-job limit): what a saved template must pass too. Returns the checked working environment
     and autoscaling settings (Job fields), the job's maximum runtime and whether its priority
     class needs approval."""
-    perm.require(actor.is_active and _can_submit(actor, project))  # a deactivated user submits nothing
-    _validate_text(image=image, command=command)
-    job_fields = _working_environment(
-        project, kind, image=image, mounts=mounts, env=env, expose_port=expose_port
-    )
-    if not flavor.active:
-        raise ValidationError({"flavor": [_("%(f)s is not available for new jobs.") % {"f": flavor}]})
-    job_fields |= _shape_and_autoscale(
-        kind=kind,
-        flavor=flavor,
-        workers=workers,
-        gpus_per_worker=gpus_per_worker,
-        gpu_milli=gpu_milli,
-        min_workers=min_workers,
-        autoscale=autoscale,
-    )
-    if max_runtime_seconds is not None and not 60 <= max_runtime_seconds <= MAX_RUNTIME:
-        raise ValidationError({"max_runtime_seconds": [_("Between 60 s and 90 days.")]})
-    max_runtime_seconds, class_needs_approval = _check_rules(
+    sub = submission.gather(
         actor=actor,
         project=project,
         kind=kind,
-        flavor=flavor,
+        flavors=(flavor,),
         priority_class=priority_class,
-        shape={
-            "workers": workers,
-            "gpus_per_worker": gpus_per_worker,
-            "gpu_milli": gpu_milli,
-            "min_workers": min_workers,
-        },
+        shape=submission.Shape(workers, gpus_per_worker, gpu_milli, min_workers),
         max_runtime_seconds=max_runtime_seconds,
     )
-    return job_fields, max_runtime_seconds, class_needs_approval
+    checked = submission.check(
+        sub, image=image, command=command, mounts=mounts, env=env, expose_port=expose_port,
+        autoscale=autoscale,
+    )
+    return checked.job_fields, checked.runtime_seconds, checked.class_needs_approval
 
 
 def job_submit(
@@ -244,44 +103,30 @@ def job_submit(
     """``flavor``: one flavor, or the acceptable flavors in order of preference (DESIGN §14);
     the job is checked against each, and runs on the first the scheduler can place.
     ``autoscale``: an inference job's autoscaling from load, ``{"query", "target",
-    "cooldown_seconds"}`` (docs/scheduling.md "Autoscaling"), set with the job."""
+    "cooldown_seconds"}`` (docs/scheduling.md "Autoscaling"), set with the job.
+
+    One way down (``jobs.submission``): gather what the submission needs to know once, check it,
+    decide the approval from it, create."""
     choices = flavor_choice.acceptable(flavor, framework=framework, min_coverage=min_operator_coverage)
-    checks = [
-        job_submit_check(
-            actor=actor,
-            project=project,
-            kind=kind,
-            flavor=f,
-            priority_class=priority_class,
-            image=image,
-            command=command,
-            workers=workers,
-            gpus_per_worker=gpus_per_worker,
-            gpu_milli=gpu_milli,
-            min_workers=min_workers,
-            max_runtime_seconds=max_runtime_seconds,
-            mounts=mounts,
-            env=env,
-            expose_port=expose_port,
-            autoscale=autoscale,
-        )
-        for f in choices
-    ]
-    job_fields, max_runtime_seconds, class_needs_approval = checks[0]
+    sub = submission.gather(
+        actor=actor,
+        project=project,
+        kind=kind,
+        flavors=choices,
+        priority_class=priority_class,
+        shape=submission.Shape(workers, gpus_per_worker, gpu_milli, min_workers),
+        max_runtime_seconds=max_runtime_seconds,
+    )
+    checked = submission.check(
+        sub, image=image, command=command, mounts=mounts, env=env, expose_port=expose_port,
+        autoscale=autoscale,
+    )
     if kind == JobKind.DEV:
         _check_dev_limit(actor)
     # DESIGN §6: a job over its department's policy waits in pending_approval for a decision.
     # The reasons (messages, rendered for each reader) are stored with the approval request.
-    # A job that may run on several flavors needs what any of them would need.
-    reasons = [rules.priority_class_reason(priority_class)] if class_needs_approval else []
-    for f in choices:
-        for reason in approval_reasons(
-            project, kind, f, workers, gpus_per_worker, gpu_milli, max_runtime_seconds
-        ):
-            if reason not in reasons:
-                reasons.append(reason)
-    needs_approval = bool(reasons)
-    state = JobState.PENDING_APPROVAL if needs_approval else JobState.QUEUED
+    decision = submission.approval(sub, class_needs_approval=checked.class_needs_approval)
+    state = JobState.PENDING_APPROVAL if decision.needed else JobState.QUEUED
     now = timezone.now()
     job = Job(
         name=name,
@@ -295,17 +140,14 @@ def job_submit(
         priority_class=priority_class,
         image=image,
         command=command,
-        workers=workers,
-        gpus_per_worker=gpus_per_worker,
-        gpu_milli=gpu_milli,
-        min_workers=min_workers,
-        max_runtime_seconds=max_runtime_seconds,
+        **sub.shape.fields(),
+        max_runtime_seconds=checked.runtime_seconds,
         checkpointing=checkpointing,
         sim_duration_seconds=sim_duration_seconds,
         state=state,
         state_changed_at=now,
         submitted_at=now,
-        **job_fields,
+        **checked.job_fields,
     )
     job.full_clean(validate_constraints=False)
     job.save()
@@ -317,8 +159,8 @@ def job_submit(
     JobEvent.objects.create(
         job=job, from_state="", to_state=state, reason="submitted", actor=actor, occurred_at=now
     )
-    if needs_approval:
-        job_approval_open(job=job, actor=actor, reasons=reasons)  # the scheduler ignores it until approved
+    if decision.needed:  # the scheduler ignores it until approved
+        job_approval_open(job=job, actor=actor, decision=decision)
     else:
         request_cycle()
     return job
@@ -482,7 +324,7 @@ def job_scale(*, actor: User, job: Job, replicas: int) -> Job:
     """Set a running elastic job's target between ``min_workers`` and ``workers``. Down: the
     surplus workers go at once (the most recently added first), their GPUs and quota are free
     for the next cycle and the backend is told; up: the grow pass adds workers as room allows."""
-    from .resize import scale_down, set_target, why_not_scalable
+    from jobs.resize import scale_down, set_target, why_not_scalable
 
     scope = scope_for(actor)
     perm.require(job.submitted_by_id == actor.pk or perm.can_edit_project(scope, job.project))
@@ -502,25 +344,3 @@ def job_scale(*, actor: User, job: Job, replicas: int) -> Job:
         request_cycle()  # freed GPUs, or a new target for the grow pass
     job.refresh_from_db()
     return job
-
-
-def external_source_map(*, actor: User, source, project: Project):
-    """Map an unmapped Slurm account / Kubernetes namespace to a project (platform admins): its
-    observed jobs become external jobs of the project; the meter's next run bills their history
-    (``jobs.external.map_source``). Answers the import's ``Outcome``."""
-    from .external import map_source
-
-    perm.require(scope_for(actor).platform_admin)
-    if source.project_id is not None:
-        raise ValidationError(
-            _("%(name)s is already mapped to project %(project)s.")
-            % {"name": source.name, "project": source.project.code}
-        )
-    if not project.active:
-        raise ValidationError({"project": [_("Project %(code)s is not active.") % {"code": project.code}]})
-    if not PriorityClass.objects.exists():
-        raise ValidationError(_("External jobs are ranked by a priority class: create one first."))
-    try:
-        return map_source(source=source, project=project, actor=actor)
-    except ValueError as exc:  # mapped by someone else since it was read (map_source locks the row)
-        raise ValidationError(_("%(name)s is already mapped.") % {"name": source.name}) from exc

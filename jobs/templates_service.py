@@ -14,13 +14,12 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 from django.utils.translation import gettext as _
 
+from jobs import selectors, services
+from jobs.models import Job, JobTemplate, PriorityClass, name_validator
 from portal import permissions as perm
 from portal.models import Project, User
 from portal.selectors import scope_for
 from quotas.models import Flavor
-
-from . import selectors, services
-from .models import Job, JobTemplate, PriorityClass, name_validator
 
 NAME_MAX = 80
 _INT, _OPT_INT, _STR, _BOOL, _LIST, _OPT_DICT = "int", "int?", "str", "bool", "list", "dict?"
@@ -41,7 +40,7 @@ VALUE_TYPES = {
     "mounts": _LIST,
     "env": _LIST,
     "expose_port": _OPT_INT,
-    "autoscale": _OPT_DICT,  # {"query", "target", "cooldown_seconds"}: checked by jobs.autoscale
+    "autoscale": _OPT_DICT,  # {"query", "target", "cooldown_seconds"}: checked by jobs.scheduling.autoscale
 }
 REQUIRED = ("kind", "flavor", "priority", "image")
 _STR_MAX = 20_000  # above the command's limit: a longer string is refused before any other check

@@ -23,9 +23,8 @@ from decimal import ROUND_HALF_UP, Decimal
 from django.conf import settings
 from django.db import connection
 
+from jobs.states import JobState
 from quotas.models import Flavor
-
-from .states import JobState
 
 PLACES = Decimal("0.001")  # like Flavor.relative_throughput
 

@@ -20,13 +20,12 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from jobs.models import Job, JobEvent, TimeSource
+from jobs.reasons import event_reason
+from jobs.states import TERMINAL, JobState, can_transition
 from portal.enqueue import enqueue
 from portal.models import User
 from portal.texts import Message
-
-from .models import Job, JobEvent, TimeSource
-from .reasons import event_reason
-from .states import TERMINAL, JobState, can_transition
 
 # Another host's clock may run a little ahead of the portal's: a backend instant up to this far
 # in the future is believed; further ahead it is nonsense (a wrong zone, a broken clock).

@@ -18,32 +18,29 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from jobs import (
+    charts,
+    environment,
+    estimates,
+    rules,
+    selectors,
+    services,
+    submission,
+    templates_service,
+    views_templates,
+)
+from jobs.approvals import approval_request_of
+from jobs.forms import ALL_STATES, QUEUE_STATES, AutoscaleForm, JobFilterForm, JobForm, PriorityClassForm
+from jobs.hooks import job_page_context
+from jobs.models import Job, JobKind, PriorityClass, backend_name
+from jobs.quota_tree import quota_borrowers, quota_grid
+from jobs.scheduling import autoscale, explaining, start_estimates
+from jobs.scheduling.cycle import explain_job
+from jobs.states import JobState
 from portal.approvals.selectors import visible_approval_requests
 from portal.selectors import get_visible, scope_for
 from quotas.models import Flavor
 from quotas.selectors import default_flavor_id
-
-from . import (
-    autoscale,
-    charts,
-    environment,
-    estimates,
-    explaining,
-    rules,
-    selectors,
-    services,
-    start_estimates,
-    templates_service,
-    views_logs,
-    views_templates,
-)
-from .approvals import approval_reasons, approval_request_of
-from .backends.base import backend_name
-from .forms import ALL_STATES, QUEUE_STATES, AutoscaleForm, JobFilterForm, JobForm, PriorityClassForm
-from .models import Job, JobKind, PriorityClass
-from .quota_tree import quota_borrowers, quota_grid
-from .scheduling import explain_job
-from .states import JobState
 
 LIST_PAGE_SIZE = 25
 QUEUE_PAGE_SIZE = 50
@@ -185,7 +182,7 @@ def job_detail(request, pk: int):
             "external": job.kind == JobKind.EXTERNAL,
             **_autoscale_context(request.user, job),
             "cost": estimates.job_cost(job, timezone.now()),
-            **views_logs.detail_context(job, request.user),
+            **job_page_context(job, request.user),
         },
     )
 
@@ -329,11 +326,16 @@ def _summary(form: JobForm) -> dict | None:
     hourly = estimates.cost_estimate(flavor, cards, now)
     approvals = None  # not known yet (no project chosen); [] : no approval needed.
     if project and kind:
-        approvals = approval_reasons(
-            project, kind, flavor, workers, per_worker, milli, data.get("max_runtime_seconds")
+        sub = submission.gather(
+            actor=form.user,
+            project=project,
+            kind=kind,
+            flavors=(flavor,),
+            priority_class=priority_class,
+            shape=submission.Shape(workers, per_worker, milli, data.get("min_workers")),
+            max_runtime_seconds=data.get("max_runtime_seconds"),
         )
-        if priority_class:
-            approvals = rules.priority_class_reasons(form.user, project, kind, priority_class) + approvals
+        approvals = submission.summary_reasons(sub)
     return {
         "flavor": flavor,
         "devices": devices,

@@ -17,14 +17,18 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
+from jobs.approvals import (
+    POLICY_FIELDS,
+    approval_policy_delete,
+    approval_policy_set,
+    visible_approval_policies,
+)
+from jobs.models import ApprovalPolicy
 from portal import permissions as perm
 from portal.forms import ServiceErrorsMixin
 from portal.models import Department, User
 from portal.selectors import get_visible, scope_for, visible_departments
 from quotas.models import Flavor
-
-from .approvals import POLICY_FIELDS, approval_policy_delete, approval_policy_set, visible_approval_policies
-from .models import ApprovalPolicy
 
 FORM_FIELDS = ["max_gpus", "max_runtime_hours", "premium_flavors", "flavors", *POLICY_FIELDS[3:]]
 

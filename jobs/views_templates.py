@@ -11,13 +11,12 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from jobs import environment, selectors
+from jobs import templates_service as templates
+from jobs.forms import JobForm
+from jobs.models import JobKind, PriorityClass
 from portal.selectors import get_visible
 from quotas.models import Flavor
-
-from . import environment, selectors
-from . import templates_service as templates
-from .forms import JobForm
-from .models import JobKind, PriorityClass
 
 # Fields of the values that the form takes as they are.
 _PLAIN = (

@@ -93,7 +93,7 @@ class Department(models.Model):
 
 class Queueing(models.TextChoices):
     """How a project's waiting jobs queue among themselves (docs/scheduling.md, "Queueing
-    strategies"; the engine's side is jobs/engine/fifo.py)."""
+    strategies"; the engine's side is jobs/scheduler/engine/fifo.py)."""
 
     BEST_EFFORT = "best_effort", _("best effort")
     STRICT_FIFO = "strict_fifo", _("strict FIFO")

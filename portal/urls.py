@@ -6,22 +6,22 @@ from drf_spectacular.views import SpectacularSwaggerSplitView
 
 from billing import api as billing_api
 from jobs import api as jobs_api
-from jobs import api_advisor as jobs_advisor_api
 from jobs import api_approvals as jobs_approvals_api
 from jobs import api_autoscale as jobs_autoscale_api
-from jobs import api_external as jobs_external_api
-from jobs import api_history as jobs_history_api
-from jobs import api_logs as jobs_logs_api
-from jobs import api_nodes as jobs_nodes_api
 from jobs import api_templates as jobs_templates_api
 from jobs import views as jobs_views
-from jobs import views_advisor as advisor_views
-from jobs import views_external as external_views
-from jobs import views_logs as log_views
-from jobs import views_nodes as node_views
 from jobs import views_policies as policy_views
 from jobs import views_templates as job_template_views
-from jobs.metrics_view import metrics
+from jobs.clusters import api_logs as jobs_logs_api
+from jobs.clusters import api_nodes as jobs_nodes_api
+from jobs.clusters import views_logs as log_views
+from jobs.clusters import views_nodes as node_views
+from jobs.clusters.metrics_view import metrics
+from jobs.native import api as jobs_external_api
+from jobs.native import views as external_views
+from jobs.whatif import api as jobs_advisor_api
+from jobs.whatif import api_history as jobs_history_api
+from jobs.whatif import views as advisor_views
 from portal import api as portal_api
 from portal import api_approvals as approvals_api
 from portal import api_webhooks as webhooks_api
@@ -214,7 +214,7 @@ urlpatterns = [
     path("jobs/<int:pk>/log/", log_views.job_log, name="job-log"),
     path("jobs/<int:pk>/log/download/", log_views.job_log_download, name="job-log-download"),
     path("jobs/<int:pk>/open/", log_views.job_open, name="job-open"),
-    # ingress-nginx's auth-url for a dev job's ingress (jobs/views_logs.py says why 401/403).
+    # ingress-nginx's auth-url for a dev job's ingress (jobs/clusters/views_logs.py says why 401/403).
     path("jobs/<int:pk>/access/auth/", log_views.job_access_auth, name="job-access-auth"),
     path("jobs/<int:pk>/save-template/", job_template_views.template_from_job, name="job-template-from-job"),
     path("quotas/loans/", quotas_views.loan_list, name="loan-list"),

@@ -88,7 +88,7 @@ class ClusterAdmin(PlatformModelAdmin):
 class NodeAdmin(PlatformModelAdmin):
     list_display = ["name", "cluster", "flavor", "gpu_count", "state", "hold", "zone", "spine", "leaf"]
     list_filter = ["cluster", "flavor", "state", "zone"]
-    # Cordon, drain and return to service are the node map's (jobs.nodes): they reach the backend
+    # Cordon, drain and return to service are the node map's (jobs.clusters.nodes): they reach the backend
     # and leave a NodeEvent; a hold edited here would do neither.
     readonly_fields = ["hold"]
 

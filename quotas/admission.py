@@ -21,7 +21,7 @@ What this module decides (per flavor, on a :class:`Ledger`):
    the sibling subtrees along the job's path (rule 4).
 5. ``minimal_victim_set`` — a minimal victim set taken in preference order (rule 5; the order
    itself — nearest subtree first, then lowest priority, then most recently started — is
-   generated from per-subtree indexes in ``jobs.engine.preempt.reclaim_order``);
+   generated from per-subtree indexes in ``jobs.scheduler.engine.preempt.reclaim_order``);
    ``priority_victims`` — within-project priority preemption (rule 6).
 
 "Rooms" are the largest request a rule still admits, so elastic jobs can size themselves without

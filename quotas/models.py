@@ -219,7 +219,7 @@ class NodeState(models.TextChoices):
 
 
 class NodeHold(models.TextChoices):
-    """A platform admin's hold on a node (jobs.nodes): it takes no new jobs until returned to
+    """A platform admin's hold on a node (jobs.clusters.nodes): it takes no new jobs until returned to
     service. The inventory sync never lifts it; only "down" from the backend shows through."""
 
     NONE = "", _("none")

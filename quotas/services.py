@@ -120,7 +120,7 @@ def node_create(*, actor: User, **fields) -> Node:
 def node_update(*, actor: User, node: Node, **fields) -> Node:
     _platform_write(actor)
     if node.hold and fields.get("state", node.state) != node.state:
-        # The hold is the node map's (jobs.nodes): it reaches the cluster and leaves an event.
+        # The hold is the node map's (jobs.clusters.nodes): it reaches the cluster and leaves an event.
         raise ValidationError({"state": [_(
             "A platform admin holds this node (%(hold)s): return it to service on the node map "
             "or with POST /api/v1/nodes/{id}/uncordon/."

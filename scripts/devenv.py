@@ -127,7 +127,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         env["GPUPOOL_DEMO"] = "1"
         env.setdefault("GPUPOOL_SIMULATOR_URL", f"http://127.0.0.1:{args.sim_port}")
         simulator = [
-            python, "-m", "jobs.backends.simserver", "--port", str(args.sim_port),
+            python, "-m", "jobs.clusters.backends.simserver", "--port", str(args.sim_port),
             "--state", str(_simulator_state(run, env["DATABASE_URL"])),
             "--speed", os.environ.get("SIM_SPEED", "60"),
         ]  # fmt: skip

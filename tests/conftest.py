@@ -249,7 +249,7 @@ def _clear_cache() -> None:
 @pytest.fixture(autouse=True)
 def _cold_scheduler():
     """Each test starts with no warm scheduling engine left over from another test's data."""
-    from jobs.warm import warm_engine
+    from jobs.scheduling.warm import warm_engine
 
     warm_engine().invalidate()
     yield

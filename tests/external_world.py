@@ -10,9 +10,10 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from jobs.backends.external import ExternalRecord
-from jobs.external import record_external
-from jobs.models import ExternalSource, Job
+from jobs.models import Job
+from jobs.native.backends.external import ExternalRecord
+from jobs.native.external import record_external
+from jobs.native.models import ExternalSource
 from quotas.models import Cluster, Node
 
 

@@ -2,10 +2,10 @@
 
 ``record(...)`` builds a small pool in the database — departments, projects, quota nodes with a
 lend limit, a night quota window and a loan — and drives a generated workload with contention
-through ``jobs.scheduling.schedule_once`` (the real service: snapshot from the database with the
+through ``jobs.scheduling.cycle.schedule_once`` (the real service: snapshot from the database with the
 effective limits of that instant, the pure engine, every decision written as conditional updates
 and event rows) on a virtual clock in the past. A stand-in for the backend's status sync moves
-the jobs with ``job_transition`` and the backend's instants, as ``jobs.dispatch`` does: an
+the jobs with ``job_transition`` and the backend's instants, as ``jobs.clusters.dispatch`` does: an
 admitted job starts ``latency`` seconds later, ends after its run time, and a preemption victim
 exits at the end of its grace period and is requeued (its work restarts). Cycles run on every
 submit / finish / exit, like ``request_cycle``, and every ``period`` seconds while jobs wait, like
@@ -26,7 +26,7 @@ from decimal import Decimal
 from django.utils import timezone
 
 from jobs.models import Job, JobEvent, PriorityClass
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
 from jobs.states import JobState
 from jobs.transitions import job_transition
 from portal.models import Department, Project, User
@@ -175,7 +175,7 @@ class _Driver:
         )
 
     def exit(self, t: float, jid: int) -> None:
-        """A victim's exit (as jobs.dispatch._finish then _requeue), at the backend's instant."""
+        """A victim's exit (as jobs.clusters.dispatch._finish then _requeue), at the backend's instant."""
         job = Job.objects.get(pk=jid)
         if job.terminating_since is None or job.state not in (JobState.ADMITTED, JobState.RUNNING):
             return  # listed twice by two cycles at one instant: already out

@@ -7,10 +7,10 @@ import re
 
 from django.db import transaction
 
-from jobs import dispatch
-from jobs.backends.base import NodeInfo
+from jobs.clusters import dispatch
+from jobs.clusters.backends.base import NodeInfo
 from jobs.models import Job
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
 from jobs.services import job_submit
 from quotas.models import Cluster, Node
 from tests import factories as fx

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.backends.simulator import SimulatorBackend
+from jobs.clusters.backends.simulator import SimulatorBackend
 from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +41,7 @@ class SimServer:
         return SimulatorBackend(self.url, timeout=5)
 
     def start(self) -> None:
-        cmd = [sys.executable, "-m", "jobs.backends.simserver", "--port", str(self.port),
+        cmd = [sys.executable, "-m", "jobs.clusters.backends.simserver", "--port", str(self.port),
                "--state", str(self.state), "--speed", str(self.speed)]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      env={**os.environ, "PYTHONPATH": str(ROOT)})

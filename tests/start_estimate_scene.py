@@ -5,9 +5,9 @@ the persona world's ``pb`` on flavor F (16 GPUs), two 8-GPU jobs with a 1 h limi
 from django.utils import timezone
 
 from jobs.models import Job
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
+from jobs.scheduling.start_estimates import start_estimates_refresh
 from jobs.services import job_submit
-from jobs.start_estimates import start_estimates_refresh
 
 
 def submit_training(world, prio, n: int, *, first: int = 0, gpus: int = 8, runtime: int = 3600) -> list[Job]:

@@ -1,5 +1,6 @@
-"""Structure rules of STYLE.md that a test can hold: pure cores import no Django, imports
-point one way (portal ← quotas ← jobs ← billing), and the tree is ruff clean."""
+"""The house (docs/architecture.md), held by tests: the parts and their one-way order, their sizes,
+pure cores that import no Django, no circles, tasks as leaves, and the contracts other programs
+rely on (task names, tables, URL paths, the API's paths) recorded in tests/contracts/."""
 
 import ast
 import subprocess
@@ -10,8 +11,59 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Modules that must run without Django: fed snapshots and `now`, deciding only.
-PURE_MODULES = [
+# --- the parts and their order -------------------------------------------------------------------
+# Each part may import only the parts listed for it (docs/architecture.md "The house"). The domains
+# carved out of `jobs` live inside its folder; every other module of `jobs/` is the `jobs` app.
+MAY_IMPORT = {
+    "portal": set(),
+    "quotas": {"portal"},
+    "scheduler": {"quotas"},  # the pure engine: quotas.admission and quotas.effective only
+    "jobs": {"portal", "quotas", "scheduler"},
+    "clusters": {"portal", "quotas", "scheduler", "jobs"},
+    "native": {"portal", "quotas", "scheduler", "jobs", "clusters"},
+    "whatif": {"portal", "quotas", "scheduler", "jobs"},
+    "billing": {"portal", "quotas", "scheduler", "jobs", "whatif"},
+}
+LAYERS = list(MAY_IMPORT)  # one linear order that holds every arrow above
+SUBPARTS = {"jobs/scheduler": "scheduler", "jobs/clusters": "clusters", "jobs/native": "native",
+            "jobs/whatif": "whatif"}
+# Sub-packages of the `jobs` app itself; any other folder under jobs/ must be placed here or above.
+JOBS_APP_PACKAGES = {"jobs/scheduling", "jobs/templatetags", "jobs/management", "jobs/migrations"}
+# Only the URL configuration and the dashboard compose every app.
+COMPOSERS = {"portal/urls.py", "portal/dashboard.py"}
+# Top-level folders with Python that are not parts of the app: tooling, tests, benchmarks.
+NOT_APPS = {"tests", "bench", "scripts", "deploy", "docs"}
+MAX_SHARE = 0.25  # of the app code, for any Django app (STYLE.md "Our layout")
+
+
+def part_of_path(rel: str) -> str | None:
+    for folder, part in SUBPARTS.items():
+        if rel == folder or rel.startswith(folder + "/"):
+            return part
+    top = rel.split("/")[0]
+    return top if top in MAY_IMPORT else None
+
+
+def part_of_module(name: str) -> str | None:
+    return part_of_path(name.replace(".", "/"))
+
+
+def _app_files(part: str):
+    """Every .py file of a part, migrations aside."""
+    top = "jobs" if part in SUBPARTS.values() else part
+    for path in sorted((ROOT / top).rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if "/migrations/" not in rel and part_of_path(rel) == part:
+            yield path, rel
+
+
+# --- pure cores ----------------------------------------------------------------------------------
+# Folders whose every module must run without Django (fed snapshots and `now`, deciding only): a
+# new file in one is covered without editing this test.
+PURE_FOLDERS = ["jobs/scheduler", "jobs/whatif/replay", "jobs/whatif/advisor", "jobs/clusters/backends",
+                "jobs/native/backends"]
+# Pure modules that sit beside Django code in their app.
+PURE_MODULES_ELSEWHERE = [
     "quotas.effective",
     "quotas.lending",
     "quotas.validation",
@@ -19,34 +71,22 @@ PURE_MODULES = [
     "quotas.queues",
     "quotas.yunikorn",
     "quotas.slurm_accounts",
-    "jobs.placement",
-    "jobs.autoscale_decision",
-    "jobs.scheduler",
-    "jobs.engine.fifo",
-    "jobs.forecast",
-    "jobs.backends.external",
-    "jobs.backends.slurm_native",
-    "jobs.backends.k8s_native",
-    "jobs.backends.slurm_env",
-    "jobs.backends.logfile",
     "quotas.resource_quota",
     "billing.pricing",
     "billing.forecast",
-    "jobs.replay.trace",
-    "jobs.replay.csvtrace",
-    "jobs.replay.spec",
-    "jobs.replay.sim",
-    "jobs.replay.limits",
-    "jobs.replay.fidelity",
-    "jobs.replay.metrics",
-    "jobs.replay.alibaba",
-    "jobs.replay.packing",
-    "jobs.replay.policy",
-    "jobs.advisor.space",
-    "jobs.advisor.objective",
-    "jobs.advisor.study",
-    "jobs.advisor.scenario",
 ]
+
+
+def _pure_modules() -> list[str]:
+    found = []
+    for folder in PURE_FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return found + PURE_MODULES_ELSEWHERE
+
+
+PURE_MODULES = _pure_modules()
 FORBIDDEN_IN_PURE = ("django", "rest_framework", "celery", "portal", "psycopg", "redis")
 
 
@@ -55,10 +95,17 @@ def _module_path(name: str) -> Path:
     return base.with_suffix(".py") if base.with_suffix(".py").exists() else base / "__init__.py"
 
 
+def test_the_pure_folders_hold_the_engine_and_the_backends():
+    """The folder rule must see the modules it exists for (a moved folder would empty it)."""
+    for module in ("jobs.scheduler.scheduler", "jobs.scheduler.placement", "jobs.scheduler.engine.cycle",
+                   "jobs.whatif.replay.sim", "jobs.whatif.advisor.study", "jobs.clusters.backends.slurm",
+                   "jobs.native.backends.slurm_native"):
+        assert module in PURE_MODULES
+
+
 @pytest.mark.parametrize("module", PURE_MODULES)
 def test_pure_core_module_imports_no_django(module):
-    if not _module_path(module).exists():
-        pytest.skip(f"{module} is not written yet")
+    assert _module_path(module).exists(), f"{module} is listed as pure but does not exist"
     probe = (
         "import sys, importlib; importlib.import_module(sys.argv[1]); "
         f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN_IN_PURE!r}); "
@@ -94,33 +141,80 @@ def test_pure_file_imports_no_django(path):
     assert result.returncode == 0, f"{path} pulls in {result.stdout.strip()} {result.stderr[-500:]}"
 
 
-LAYERS = ["portal", "quotas", "jobs", "billing"]
-# Only the URL configuration and the dashboard compose every app.
-COMPOSERS = {"portal/urls.py", "portal/dashboard.py"}
+# --- imports point one way ---------------------------------------------------------------------
 
 
-def _imported_top_levels(path: Path):
+def _imported_modules(path: Path):
+    """Absolute module names a file imports, at the top or inside a function alike."""
     tree = ast.parse(path.read_text(), filename=str(path))
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield alias.name.split(".")[0], node.lineno
+                yield alias.name, node.lineno
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            yield node.module.split(".")[0], node.lineno
+            yield node.module, node.lineno
+            for alias in node.names:
+                yield f"{node.module}.{alias.name}", node.lineno
+
+
+def _arrows_against_the_order():
+    wrong = set()
+    for part in MAY_IMPORT:
+        for path, rel in _app_files(part):
+            if rel in COMPOSERS:
+                continue
+            for module, line in _imported_modules(path):
+                target = part_of_module(module)
+                if target is not None and target != part and target not in MAY_IMPORT[part]:
+                    wrong.add(f"{rel}:{line} ({part}) imports {module} ({target})")
+    return sorted(wrong)
 
 
 def test_imports_point_one_way():
-    wrong = []
-    for rank, app in enumerate(LAYERS):
-        above = set(LAYERS[rank + 1 :])
-        for path in (ROOT / app).rglob("*.py"):
-            rel = path.relative_to(ROOT).as_posix()
-            if rel in COMPOSERS or "/migrations/" in rel:
-                continue
-            wrong += [
-                f"{rel}:{line} imports {mod}" for mod, line in _imported_top_levels(path) if mod in above
-            ]
-    assert wrong == []
+    assert _arrows_against_the_order() == []
+
+
+def test_the_allowed_arrows_fit_one_linear_order():
+    for rank, part in enumerate(LAYERS):
+        assert MAY_IMPORT[part] <= set(LAYERS[:rank]), part
+
+
+def test_the_order_check_sees_a_wrong_arrow(tmp_path, monkeypatch):
+    """A module of `jobs` importing `jobs.clusters` is caught, however it is written."""
+    assert part_of_module("jobs.clusters.dispatch") == "clusters"
+    assert part_of_module("jobs.scheduling.cycle") == "jobs"
+    assert part_of_module("jobs.scheduler") == "scheduler"
+    assert part_of_module("jobs") == "jobs"
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from jobs import clusters\n    from jobs.whatif.replay import sim\n")
+    targets = {part_of_module(module) for module, _ in _imported_modules(bad)}
+    assert {"clusters", "whatif"} <= targets
+
+
+def test_every_package_is_placed():
+    """A new top-level package, or a new folder under jobs/, must be given its place in the order
+    (or be named as tooling): nothing escapes the rules above by being new."""
+    unplaced = []
+    for init in sorted(ROOT.glob("*/__init__.py")):
+        top = init.parent.name
+        if top not in MAY_IMPORT and top not in NOT_APPS and not top.startswith("."):
+            unplaced.append(top)
+    for init in sorted((ROOT / "jobs").glob("*/__init__.py")):
+        folder = init.parent.relative_to(ROOT).as_posix()
+        if folder not in SUBPARTS and folder not in JOBS_APP_PACKAGES:
+            unplaced.append(folder)
+    assert unplaced == []
+
+
+def _lines(part: str) -> int:
+    return sum(len(path.read_text().splitlines()) for path, _ in _app_files(part))
+
+
+def test_no_django_app_holds_more_than_a_quarter_of_the_app_code():
+    sizes = {part: _lines(part) for part in MAY_IMPORT}
+    total = sum(sizes.values())
+    too_big = {part: f"{size / total:.1%}" for part, size in sizes.items() if size > MAX_SHARE * total}
+    assert too_big == {}, sizes
 
 
 def test_ruff_is_clean():
@@ -131,7 +225,7 @@ def test_ruff_is_clean():
 
 # --- item 21 of issue 18: the way down is one-way inside each app too -------------------------
 
-APP_PACKAGES = ("portal", "quotas", "jobs", "billing")
+APP_PACKAGES = ("portal", "quotas", "jobs", "billing")  # jobs/ holds scheduler, clusters, native, whatif
 
 
 def _module_name(path: Path) -> str:
@@ -270,3 +364,13 @@ def test_the_api_schema_has_the_recorded_paths():
     from tests import contracts
 
     assert contracts.api_paths() == contracts.recorded("api_paths")
+
+
+def test_models_and_migrations_agree():
+    """``makemigrations --check``: a model change without its migration (or a move whose state
+    migrations do not match the models) fails here, not on a production database."""
+    result = subprocess.run(
+        [sys.executable, "manage.py", "makemigrations", "--check", "--dry-run"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -52,7 +52,7 @@ def settle(cluster, job, states: set[str], *, timeout: float = TIMEOUT):
     """Sync ``cluster`` (a Cluster or its id) with its backend until ``job`` is in one of
     ``states``; the job, refreshed. Wait only for states the job stays in: a final state, or
     ``running`` for a job that lasts far longer than any wait (10⁶ simulated seconds)."""
-    from jobs import dispatch
+    from jobs.clusters import dispatch
 
     cluster_id = getattr(cluster, "pk", cluster)
 

@@ -14,8 +14,8 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from jobs.models import STATE_LABELS, JobKind
+from jobs.scheduling.start_estimates import UNKNOWN_LABELS
 from jobs.selectors import job_devices
-from jobs.start_estimates import UNKNOWN_LABELS
 
 register = template.Library()
 
@@ -33,7 +33,7 @@ EVENT_KIND_LABELS = {
     "cancel_requested": _("Cancel requested"),
 }
 
-# The explain reasons of jobs.engine.model.REASONS, plus what explain_job answers itself.
+# The explain reasons of jobs.scheduler.engine.model.REASONS, plus what explain_job answers itself.
 REASON_LABELS = {
     "budget": _("Over budget: held for approval"),
     "quota": _("Not in quota, and borrowing is off"),
@@ -73,7 +73,7 @@ def start_unknown_label(reason: str) -> str:
 
 @register.simple_tag
 def start_estimate(estimate):
-    """An estimated start (jobs.start_estimates.StartEstimate) in the site zone, or "unknown"
+    """An estimated start (jobs.scheduling.start_estimates.StartEstimate) in the site zone, or "unknown"
     with the reason; nothing for a job that is not waiting."""
     if estimate is None:
         return ""

@@ -29,10 +29,14 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI's files, served by WhiteNoise like ours
     "django_htmx",
-    # Order is the dependency order: portal ← quotas ← jobs ← billing.
+    # Order is the dependency order (docs/architecture.md): portal ← quotas ← jobs ← clusters ←
+    # native ← whatif ← billing; the pure engine (jobs.scheduler) is not an app.
     "portal",
     "quotas",
     "jobs",
+    "jobs.clusters",
+    "jobs.native",
+    "jobs.whatif",
     "billing",
 ]
 
@@ -153,8 +157,9 @@ CELERY_BEAT_SCHEDULE = {
     "slurm-accounts": {"task": "jobs.sync_slurm_accounts",
                        "schedule": env_int("SLURM_ACCOUNTS_INTERVAL_SECONDS", 300, min_value=10),
                        "options": {"expires": env_int("SLURM_ACCOUNTS_INTERVAL_SECONDS", 300, min_value=10)}},
-    # DESIGN §11: jobs submitted to the clusters directly (sbatch: jobs.native_slurm; Kubernetes pods:
-    # jobs.native_k8s), and the ResourceQuotas that cap pods, which windows and loans change on the clock.
+    # DESIGN §11: jobs submitted to the clusters directly (sbatch: jobs.native.native_slurm; Kubernetes
+    # pods: jobs.native.native_k8s), and the ResourceQuotas that cap pods, which windows and loans
+    # change on the clock.
     "native-import": {"task": "jobs.native_import", "schedule": env_int("NATIVE_IMPORT_INTERVAL_SECONDS", 60),
                       "options": {"expires": 50}},
     # DESIGN §7: the meter brings the usage ledger up to the last full hour (idempotent).

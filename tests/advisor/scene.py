@@ -1,14 +1,14 @@
 """A finished advisor search for page and API tests: today's settings and one candidate, each a
-real replay (the production engine, jobs.advisor.scenario.replay) of a small synthetic trace."""
+real replay (the production engine, jobs.whatif.advisor.scenario.replay) of a small synthetic trace."""
 
 from __future__ import annotations
 
 from django.utils import timezone
 
-from jobs.advisor import objective, space
-from jobs.advisor.scenario import Scenario, replay
-from jobs.advisor_models import AdvisorCandidate, AdvisorSearch
-from jobs.replay.trace import TraceJob, TraceNode
+from jobs.whatif.advisor import objective, space
+from jobs.whatif.advisor.scenario import Scenario, replay
+from jobs.whatif.models import AdvisorCandidate, AdvisorSearch
+from jobs.whatif.replay.trace import TraceJob, TraceNode
 
 PROJECTS = ["d0/p00", "d0/p01", "d1/p04"]
 

@@ -11,11 +11,11 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from jobs.advisor import space
-from jobs.advisor.scenario import Scenario
-from jobs.advisor_models import AdvisorCandidate, AdvisorEvent, AdvisorSearch
-from jobs.advisor_services import advisor_candidate_run, advisor_search_advance, advisor_search_create
-from jobs.replay.paths import alibaba_dir
+from jobs.whatif.advisor import space
+from jobs.whatif.advisor.scenario import Scenario
+from jobs.whatif.models import AdvisorCandidate, AdvisorEvent, AdvisorSearch
+from jobs.whatif.replay.paths import alibaba_dir
+from jobs.whatif.services import advisor_candidate_run, advisor_search_advance, advisor_search_create
 from tests.advisor.scene import finished_search
 
 PERSONAS = ("platform", "auditor", "a_admin", "b_admin", "a_finance", "pa1_member", "pb_member", "outsider")
@@ -114,7 +114,7 @@ def test_a_result_arriving_after_the_cancel_is_discarded(tmp_path, queue):
             worker.join(0.05)
     assert fd is not None, out
     assert AdvisorCandidate.objects.get(pk=base.pk).state == "running"
-    from jobs.advisor_services import advisor_search_cancel
+    from jobs.whatif.services import advisor_search_cancel
 
     assert advisor_search_cancel(search=search)
     os.set_blocking(fd, True)

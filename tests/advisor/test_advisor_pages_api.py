@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from jobs.advisor_models import AdvisorEvent, AdvisorSearch
+from jobs.whatif.models import AdvisorEvent, AdvisorSearch
 from portal.models import ApprovalRequest
 from tests.advisor.scene import finished_search
 

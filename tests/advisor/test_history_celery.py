@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.advisor_models import AdvisorCandidate, AdvisorSearch
-from jobs.advisor_services import advisor_search_create
+from jobs.whatif.models import AdvisorCandidate, AdvisorSearch
+from jobs.whatif.services import advisor_search_create
 from tests.celery_procs import start_worker
 from tests.waiting import wait_until
 

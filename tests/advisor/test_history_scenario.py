@@ -10,10 +10,10 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from jobs.advisor import scenario as advisor_scenario
-from jobs.advisor_models import AdvisorCandidate, AdvisorHistoryData, AdvisorSearch
-from jobs.advisor_services import advisor_candidate_run, advisor_search_advance, advisor_search_create
-from jobs.replay import fidelity
+from jobs.whatif.advisor import scenario as advisor_scenario
+from jobs.whatif.models import AdvisorCandidate, AdvisorHistoryData, AdvisorSearch
+from jobs.whatif.replay import fidelity
+from jobs.whatif.services import advisor_candidate_run, advisor_search_advance, advisor_search_create
 
 pytestmark = pytest.mark.django_db
 TOLERANCE_S = 1.0  # the replay's event coalescing (tests/replay/test_history_fidelity.py)

@@ -1,13 +1,13 @@
-"""The advisor's objective (jobs.advisor.objective): weights, ratios to today, and the three
+"""The advisor's objective (jobs.whatif.advisor.objective): weights, ratios to today, and the three
 feasibility rules — each computed by hand."""
 
 import pytest
 
-from jobs.advisor.objective import WEIGHTS, Rules, check_rules, evaluate
+from jobs.whatif.advisor.objective import WEIGHTS, Rules, check_rules, evaluate
 
 
 def run(depts, *, alloc=0.5, reuse=0.1, lost=0.0, gpu_hours=1000.0, never=0):
-    """A run summary as jobs.advisor.scenario.summarise makes it (only what the objective reads)."""
+    """A run summary as jobs.whatif.advisor.scenario.summarise makes it (only what the objective reads)."""
     return {
         "window_gpu_allocation_rate": alloc, "window_idle_quota_reuse_ratio": reuse,
         "preempted_gpu_hours_lost": lost, "gpu_hours": gpu_hours, "never_started": never,

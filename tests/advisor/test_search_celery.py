@@ -9,9 +9,9 @@ import signal
 
 import pytest
 
-from jobs.advisor_models import AdvisorCandidate, AdvisorEvent, AdvisorSearch
-from jobs.advisor_services import advisor_reap, advisor_search_create
-from jobs.replay.paths import alibaba_dir
+from jobs.whatif.models import AdvisorCandidate, AdvisorEvent, AdvisorSearch
+from jobs.whatif.replay.paths import alibaba_dir
+from jobs.whatif.services import advisor_reap, advisor_search_create
 from tests.celery_procs import start_worker
 from tests.waiting import wait_until
 

@@ -7,8 +7,8 @@ import pytest
 from django.db.models import Q
 from django.utils import timezone
 
-from jobs.advisor_models import AdvisorCandidate, AdvisorEvent, AdvisorSearch
-from jobs.advisor_services import (
+from jobs.whatif.models import AdvisorCandidate, AdvisorEvent, AdvisorSearch
+from jobs.whatif.services import (
     _move_candidate,
     advisor_candidate_run,
     advisor_reap,

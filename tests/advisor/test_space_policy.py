@@ -1,14 +1,14 @@
 """The advisor's search space, its mapping onto the replay's ``policy`` key, the replay's policy
-application (jobs.replay.policy) and the optimiser's reproducibility (jobs.advisor.study)."""
+application (jobs.whatif.replay.policy) and the optimiser's reproducibility (jobs.whatif.advisor.study)."""
 
 import pytest
 
-from jobs.advisor import space, study
-from jobs.replay import policy
-from jobs.replay.sim import EPOCH, Options, simulate
-from jobs.replay.spec import tenant_tree
-from jobs.replay.trace import TraceJob, TraceNode
-from jobs.scheduler import Limits
+from jobs.scheduler.scheduler import Limits
+from jobs.whatif.advisor import space, study
+from jobs.whatif.replay import policy
+from jobs.whatif.replay.sim import EPOCH, Options, simulate
+from jobs.whatif.replay.spec import tenant_tree
+from jobs.whatif.replay.trace import TraceJob, TraceNode
 
 PROJECTS = ["d0/p00", "d0/p01"]
 
@@ -161,7 +161,7 @@ def test_reuse_is_also_judged_against_todays_quotas_when_a_policy_lowers_them():
 
 
 def test_the_no_wait_yardstick_equals_a_replay_in_which_no_job_waited():
-    from jobs.advisor.scenario import no_wait_reuse
+    from jobs.whatif.advisor.scenario import no_wait_reuse
 
     jobs, nodes, quotas = _six_of_eight()
     opts, world = policy.world(jobs, nodes, quotas, {}, Options(detail=True, coalesce=0.0))

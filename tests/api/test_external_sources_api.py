@@ -10,8 +10,9 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
-from jobs.models import ExternalSource, Job, JobKind
-from jobs.scheduling import explain_job
+from jobs.models import Job, JobKind
+from jobs.native.models import ExternalSource
+from jobs.scheduling.cycle import explain_job
 from tests.api.test_personas import ALL
 from tests.external_world import external_world
 from tests.factories import priority

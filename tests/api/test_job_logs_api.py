@@ -7,8 +7,8 @@ import pytest
 from django.conf import settings
 from django.urls import reverse
 
-from jobs import logs
-from jobs.backends.base import LOG_CHUNK_BYTES
+from jobs.clusters import logs
+from jobs.clusters.backends.base import LOG_CHUNK_BYTES
 from tests import job_runs
 from tests.waiting import wait_until
 

@@ -10,7 +10,7 @@ from rest_framework import serializers
 from jobs.api import JobOut
 from jobs.approvals import with_approval_request
 from jobs.models import ApprovalPolicy, Job
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
 from tests import factories as fx
 
 pytestmark = pytest.mark.django_db

@@ -8,9 +8,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from jobs import start_estimates
 from jobs.models import Job
-from jobs.start_estimates import start_estimates_refresh
+from jobs.scheduling import start_estimates
+from jobs.scheduling.start_estimates import start_estimates_refresh
 from tests import factories as fx
 from tests.start_estimate_scene import submit_training, two_running_two_waiting
 

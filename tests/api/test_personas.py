@@ -347,7 +347,7 @@ def _templates(world):
 
 
 def _external_sources(world):
-    from jobs.models import ExternalSource
+    from jobs.native.models import ExternalSource
     from quotas.models import Cluster
 
     hpc = Cluster.objects.create(name="hpc", kind="slurm")

@@ -1,6 +1,7 @@
 """A tiny Kubernetes API stand-in (stdlib HTTP server in a thread) for the Kubernetes backend tests.
 
-It serves what :mod:`jobs.backends.kubernetes` and :mod:`jobs.backends.queues` use: ``/version``,
+It serves what :mod:`jobs.clusters.backends.kubernetes` and :mod:`jobs.native.backends.queues` use:
+``/version``,
 namespaced create / read / list / delete / merge-patch / replace of batch/v1 Jobs, apps/v1
 Deployments, v1 Pods, Volcano ``batch.volcano.sh/v1alpha1`` Jobs (a custom resource, stored as
 ``vcjobs``) and Kueue LocalQueues; the same verbs on the cluster-scoped custom resources of

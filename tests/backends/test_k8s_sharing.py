@@ -11,16 +11,21 @@ from dataclasses import replace
 import pytest
 from kubernetes.utils.quantity import parse_quantity
 
-from jobs.backends.base import JobSpec
-from jobs.backends.k8s_sharing import (
+from jobs.clusters.backends.base import JobSpec
+from jobs.clusters.backends.k8s_sharing import (
     HAMI_CORES,
     HAMI_MEMORY,
     HAMI_MEMORY_PERCENT,
     HAMI_USE_UUID,
     sharing_from_config,
 )
-from jobs.backends.kubernetes import GPU_MILLI_ANNOTATION, KubernetesBackend, build_manifest, resources_for
-from jobs.backends.simserver import gpu_uuid
+from jobs.clusters.backends.kubernetes import (
+    GPU_MILLI_ANNOTATION,
+    KubernetesBackend,
+    build_manifest,
+    resources_for,
+)
+from jobs.clusters.backends.simserver import gpu_uuid
 from tests.backends import k8s_standin
 from tests.backends import test_volcano as volcano_schema
 from tests.backends.test_kubernetes import container, make_spec
@@ -194,7 +199,7 @@ def test_vgpu_pins_the_placements_cards_by_uuid_when_the_cluster_maps_them():
 
 
 def _slot(node: str, gpu: int, milli: int = 500):
-    from jobs.backends.base import Slot
+    from jobs.clusters.backends.base import Slot
 
     return Slot(node, gpu, milli)
 

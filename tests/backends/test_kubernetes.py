@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 from kubernetes.client.rest import ApiException
 
-from jobs.backends.base import (
+from jobs.clusters.backends.base import (
     FAILED,
     LOG_CHUNK_BYTES,
     LOST,
@@ -28,8 +28,8 @@ from jobs.backends.base import (
     Mount,
     Slot,
 )
-from jobs.backends.k8s_logs import Tail
-from jobs.backends.kubernetes import (
+from jobs.clusters.backends.k8s_logs import Tail
+from jobs.clusters.backends.kubernetes import (
     GPU_MILLI_ANNOTATION,
     KubernetesBackend,
     build_deployment,

@@ -23,18 +23,19 @@ from kubernetes.utils.quantity import parse_quantity
 
 from billing.meter import usage_meter
 from billing.models import UsageRecord
-from jobs.backends.kubernetes import KubernetesBackend
-from jobs.models import ExternalCursor, ExternalObservation, ExternalSource, Job, JobKind
-from jobs.native_k8s import (
+from jobs.clusters.backends.kubernetes import KubernetesBackend
+from jobs.models import Job, JobKind
+from jobs.native.models import ExternalCursor, ExternalObservation, ExternalSource
+from jobs.native.native_k8s import (
     CURSOR,
     GONE_REASON,
     import_pods,
     sync_namespaces,
     sync_resource_quotas,
 )
-from jobs.scheduling import schedule_once
+from jobs.native.tasks import import_native_k8s
+from jobs.scheduling.cycle import schedule_once
 from jobs.states import JobState
-from jobs.tasks import import_native_k8s
 from quotas.effective import Limits
 from quotas.models import Cluster, QuotaNode
 from quotas.queues import FlavorRef, QuotaRef, TreeSnapshot

@@ -1,7 +1,7 @@
 """Scheduler integration: the demo centre's quota tree rendered as Kueue and Volcano objects
 (quotas.queues), validated against the CRD schemas vendored from upstream (made strict, plus the
 CEL rules by hand) and compared with values worked out by hand from quotas/demo.py; then kept
-in sync on the stand-in API server through the official client (jobs.queue_sync), and carried
+in sync on the stand-in API server through the official client (jobs.native.queue_sync), and carried
 by the jobs the Kubernetes backend submits.
 
 Worked values (A100-80G, site zone Asia/Shanghai, the demo loan ad → ai of 8 active):
@@ -31,10 +31,10 @@ from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 from django.utils import timezone
 
-from jobs import queue_sync
-from jobs.backends.kubernetes import KubernetesBackend
-from jobs.backends.queues import HASH_ANNOTATION, RULES
-from jobs.tasks import sync_scheduler_queues
+from jobs.clusters.backends.kubernetes import KubernetesBackend
+from jobs.native import queue_sync
+from jobs.native.backends.queues import HASH_ANNOTATION, RULES
+from jobs.native.tasks import sync_scheduler_queues
 from portal import demo as portal_demo
 from portal.models import Project, User
 from portal.services import project_update

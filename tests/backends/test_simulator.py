@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobs.backends.base import (
+from jobs.clusters.backends.base import (
     CANCELLED,
     FAILED,
     LOST,
@@ -22,7 +22,7 @@ from jobs.backends.base import (
     NodeInfo,
     Slot,
 )
-from jobs.backends.simulator import SimulatorBackend
+from jobs.clusters.backends.simulator import SimulatorBackend
 from tests.simserver import SPEED, _free_port
 from tests.waiting import wait_until
 

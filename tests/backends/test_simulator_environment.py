@@ -13,7 +13,7 @@ from datetime import datetime
 
 import pytest
 
-from jobs.backends.base import (
+from jobs.clusters.backends.base import (
     CANCELLED,
     FAILED,
     LOG_CHUNK_BYTES,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.backends.base import (
+from jobs.clusters.backends.base import (
     CANCELLED,
     FAILED,
     PENDING,
@@ -34,7 +34,7 @@ from jobs.backends.base import (
     JobSpec,
     Slot,
 )
-from jobs.backends.slurm import SlurmBackend, _time, expand_hostlist, node_state
+from jobs.clusters.backends.slurm import SlurmBackend, _time, expand_hostlist, node_state
 from tests.waiting import settle, wait_until
 
 pytestmark = pytest.mark.slurm
@@ -444,7 +444,7 @@ def test_parsers():
 def portal_on_slurm(cluster, db):
     """The portal's view of the Slurm cluster: inventory synced from sinfo, one project with
     quota for all 32 GPUs."""
-    from jobs.inventory import sync_inventory
+    from jobs.clusters.inventory import sync_inventory
     from quotas.models import Cluster as PortalCluster
     from tests import factories as fx
 
@@ -464,8 +464,8 @@ def portal_on_slurm(cluster, db):
 
 
 def test_a_gang_submitted_through_the_portal_runs_on_slurm_and_flows_back(portal_on_slurm):
-    from jobs import dispatch
-    from jobs.scheduling import schedule_once
+    from jobs.clusters import dispatch
+    from jobs.scheduling.cycle import schedule_once
     from tests import factories as fx
 
     flavor, portal_cluster, project = portal_on_slurm
@@ -482,8 +482,8 @@ def test_a_gang_submitted_through_the_portal_runs_on_slurm_and_flows_back(portal
 
 
 def test_preemption_and_cancel_through_the_portal_reach_slurm(portal_on_slurm):
-    from jobs import dispatch
-    from jobs.scheduling import schedule_once
+    from jobs.clusters import dispatch
+    from jobs.scheduling.cycle import schedule_once
     from jobs.services import job_cancel
     from tests import factories as fx
 
@@ -516,9 +516,9 @@ def test_preemption_and_cancel_through_the_portal_reach_slurm(portal_on_slurm):
 
 
 def test_a_slurm_node_failure_requeues_checkpointing_jobs_and_fails_the_others(portal_on_slurm, cluster):
-    from jobs import dispatch
+    from jobs.clusters import dispatch
     from jobs.models import Job
-    from jobs.scheduling import schedule_once
+    from jobs.scheduling.cycle import schedule_once
     from tests import factories as fx
 
     flavor, portal_cluster, project = portal_on_slurm
@@ -567,8 +567,8 @@ def test_the_portal_records_and_bills_sacct_start_and_end_however_late_it_polls(
 
     from billing.meter import usage_meter
     from billing.models import UsageRecord
-    from jobs import dispatch
-    from jobs.scheduling import schedule_once
+    from jobs.clusters import dispatch
+    from jobs.scheduling.cycle import schedule_once
     from tests import factories as fx
 
     flavor, portal_cluster, project = portal_on_slurm
@@ -609,10 +609,10 @@ def test_a_portal_job_sees_its_mounts_and_checkpoint_dir_and_the_portal_shows_it
     tail of its output while it runs and the whole log after."""
     from rest_framework.test import APIClient
 
-    from jobs import dispatch
-    from jobs.logs import job_log_stream, job_log_tail
+    from jobs.clusters import dispatch
+    from jobs.clusters.logs import job_log_stream, job_log_tail
     from jobs.models import ProjectStorage
-    from jobs.scheduling import schedule_once
+    from jobs.scheduling.cycle import schedule_once
     from tests import factories as fx
 
     flavor, portal_cluster, project = portal_on_slurm
@@ -670,10 +670,10 @@ def test_a_portal_job_sees_its_mounts_and_checkpoint_dir_and_the_portal_shows_it
 
 
 def test_a_drain_through_the_portal_reaches_slurmctld_and_survives_the_sync(portal_on_slurm, cluster):
-    """The node map's service (jobs.nodes) on a real cluster: the drain and its reason reach
+    """The node map's service (jobs.clusters.nodes) on a real cluster: the drain and its reason reach
     slurmctld, the inventory sync keeps the node draining, return to service resumes it."""
-    from jobs.inventory import sync_inventory
-    from jobs.nodes import node_drain, node_return
+    from jobs.clusters.inventory import sync_inventory
+    from jobs.clusters.nodes import node_drain, node_return
     from quotas.models import Node, NodeEvent
     from tests import factories as fx
 

@@ -78,7 +78,7 @@ def _forget_owned(slurm) -> None:
 def world(site, settings):
     """The portal: department D (8 A100) → project P (quota 2, borrow 0), MEMBER a member of
     P, two priority classes, the Slurm cluster registered with the portal."""
-    from jobs.slurm_accounts import naming
+    from jobs.native.slurm_accounts import naming
     from portal.models import Membership, Role, User
     from quotas.models import Cluster as PortalCluster
     from tests import factories as fx
@@ -114,7 +114,7 @@ def _user_jobs(site) -> list[str]:
 
 
 def _sync(world, **kw):
-    from jobs.slurm_accounts import sync_cluster_accounts
+    from jobs.native.slurm_accounts import sync_cluster_accounts
 
     run = sync_cluster_accounts(world["cluster"], **kw)
     assert not run.error, run.error
@@ -240,7 +240,7 @@ def test_dry_run_prints_the_commands_and_changes_nothing(site, world):
 
 def test_the_dump_loads_into_a_fresh_cluster_as_the_desired_state(site, world, tmp_path):
     """Checked by Slurm itself: ``sacctmgr load`` into a new cluster name, read back, diffed."""
-    from jobs.slurm_accounts import portal_state
+    from jobs.native.slurm_accounts import portal_state
 
     _sync(world)  # the QOS the file names exist (the flat file has no QOS)
     target = tmp_path / "accounts.cfg"

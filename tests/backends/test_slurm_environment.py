@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.backends.base import (
+from jobs.clusters.backends.base import (
     FAILED,
     LOG_CHUNK_BYTES,
     PENDING,
@@ -20,8 +20,8 @@ from jobs.backends.base import (
     EnvVar,
     Mount,
 )
-from jobs.backends.slurm import SlurmBackend
-from jobs.backends.slurm_env import MISSING_SECRET_EXIT
+from jobs.clusters.backends.slurm import SlurmBackend
+from jobs.clusters.backends.slurm_env import MISSING_SECRET_EXIT
 from tests.backends.test_slurm import cluster, make_spec, phase_of, wait_for  # noqa: F401 - the cluster fixture
 
 pytestmark = pytest.mark.slurm

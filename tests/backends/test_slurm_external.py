@@ -29,13 +29,14 @@ from django.utils import timezone
 
 from billing.meter import usage_meter
 from billing.models import UsageRecord
-from jobs import tasks
-from jobs.backends.slurm import FINISHED, _time
-from jobs.external import map_source
-from jobs.inventory import sync_inventory
-from jobs.models import ExternalCursor, ExternalSource, Job, JobEvent, JobKind
-from jobs.native_slurm import import_slurm
-from jobs.scheduling import schedule_once
+from jobs.clusters.backends.slurm import FINISHED, _time
+from jobs.clusters.inventory import sync_inventory
+from jobs.models import Job, JobEvent, JobKind
+from jobs.native import tasks
+from jobs.native.external import map_source
+from jobs.native.models import ExternalCursor, ExternalSource
+from jobs.native.native_slurm import import_slurm
+from jobs.scheduling.cycle import schedule_once
 from jobs.states import JobState
 from quotas.models import Cluster as ClusterRow
 from quotas.models import Node

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobs.backends.base import CANCELLED, PENDING, RUNNING, JobSpec, Slot
-from jobs.backends.slurm import SlurmBackend, shards_for
-from jobs.backends.slurm_native import parse_sacct, parse_scontrol_gpus, sacct_args, to_record
+from jobs.clusters.backends.base import CANCELLED, PENDING, RUNNING, JobSpec, Slot
+from jobs.clusters.backends.slurm import SlurmBackend, shards_for
+from jobs.native.backends.slurm_native import parse_sacct, parse_scontrol_gpus, sacct_args, to_record
 from tests.backends.test_slurm import Cluster, _sh, phase_of, slurm_cluster
 from tests.waiting import wait_until
 

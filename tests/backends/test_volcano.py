@@ -14,10 +14,15 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from jobs.backends.base import FAILED, PENDING, RUNNING, SUCCEEDED, JobSpec
-from jobs.backends.kubernetes import KubernetesBackend, build_manifest, build_training_job, build_volcano_job
-from jobs.backends.registry import backend_for
-from jobs.backends.volcano import queue_name
+from jobs.clusters.backends.base import FAILED, PENDING, RUNNING, SUCCEEDED, JobSpec
+from jobs.clusters.backends.kubernetes import (
+    KubernetesBackend,
+    build_manifest,
+    build_training_job,
+    build_volcano_job,
+)
+from jobs.clusters.backends.registry import backend_for
+from jobs.clusters.backends.volcano import queue_name
 from tests.backends import k8s_standin
 from tests.backends.test_kubernetes import K8S_VERSION, container, hostnames, make_spec, workenv_spec
 

@@ -2,7 +2,7 @@
 checked by a validator re-implemented from YuniKorn's own configuration source
 (tests/backends/yunikorn_schema.py, sources cited there) and against values worked out by hand;
 then written into the ConfigMap ``yunikorn-configs`` on the stand-in API server through the
-official client (jobs.queue_sync, jobs.backends.yunikorn).
+official client (jobs.native.queue_sync, jobs.native.backends.yunikorn).
 
 The hand-built centre (worked values, 2026-06-01 is a Monday; site zone Asia/Shanghai):
 
@@ -36,11 +36,11 @@ from django.core.management import call_command
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from jobs import queue_sync
-from jobs.backends.kubernetes import KubernetesBackend
-from jobs.backends.yunikorn import RULES, YuniKornSync
-from jobs.models import ExternalSource, ExternalSourceKind
-from jobs.tasks import sync_scheduler_queues
+from jobs.clusters.backends.kubernetes import KubernetesBackend
+from jobs.native import queue_sync
+from jobs.native.backends.yunikorn import RULES, YuniKornSync
+from jobs.native.models import ExternalSource, ExternalSourceKind
+from jobs.native.tasks import sync_scheduler_queues
 from portal.models import Project
 from portal.services import project_update
 from quotas.effective import Limits, LoanSpan, Window

@@ -22,8 +22,8 @@ def local(*args) -> datetime:
 
 
 class History:
-    """Writes jobs and their events with the shapes of ``jobs.services`` / ``jobs.scheduling`` /
-    ``jobs.dispatch``: transitions, an admission carrying ``workers`` and ``on_loan``, "on_loan"
+    """Writes jobs and their events with the shapes of ``jobs.services`` / ``jobs.scheduling.cycle`` /
+    ``jobs.clusters.dispatch``: transitions, an admission carrying ``workers`` and ``on_loan``, "on_loan"
     flips, "scaled" events."""
 
     def __init__(self, world):

@@ -583,13 +583,13 @@ def _queued_in(world, project, name):
 
 def test_item2_billing_registers_the_schedulers_budget_hold():
     from billing.budgets import over_budget_tenants
-    from jobs.snapshot import over_budget_providers
+    from jobs.scheduling.snapshot import over_budget_providers
 
     assert over_budget_tenants in over_budget_providers
 
 
 def test_item2_a_spent_budget_holds_queued_and_requeued_jobs_for_approval(world, holding):
-    from jobs.scheduling import schedule_once
+    from jobs.scheduling.cycle import schedule_once
 
     waiting = _queued_in(world, world.pa, "waiting")  # queued while the budget still had room
     approved = _queued_in(world, world.pa, "approved")
@@ -616,7 +616,7 @@ def test_item2_a_spent_budget_holds_queued_and_requeued_jobs_for_approval(world,
 
 def test_item2_explain_says_budget_while_a_held_job_waits(world, holding, monkeypatch):
     """A long queue is sent to approval over several cycles; until then explain says why."""
-    from jobs import scheduling
+    from jobs.scheduling import cycle as scheduling
 
     monkeypatch.setattr(scheduling, "HOLDS_PER_CYCLE", 1)
     first = _queued_in(world, world.pa, "first")
@@ -639,7 +639,7 @@ def test_item2_explain_says_budget_while_a_held_job_waits(world, holding, monkey
 
 
 def test_item2_a_policy_without_over_budget_lets_queued_jobs_run(world, holding):
-    from jobs.scheduling import schedule_once
+    from jobs.scheduling.cycle import schedule_once
 
     ApprovalPolicy.objects.filter(department=world.A).update(over_budget=False)
     job = _queued_in(world, world.pa, "free")
@@ -650,7 +650,7 @@ def test_item2_a_policy_without_over_budget_lets_queued_jobs_run(world, holding)
 
 
 def test_item2_under_budget_nothing_is_held(world, holding):
-    from jobs.scheduling import schedule_once
+    from jobs.scheduling.cycle import schedule_once
 
     job = _queued_in(world, world.pa, "fine")
     budget_set(actor=None, card_hours="1000", department=world.A)

@@ -9,10 +9,10 @@ from django.db import DatabaseError, connection, transaction
 
 from billing.meter import meter_state, usage_meter
 from billing.models import MeterState, UsageRecord
-from jobs.backends import base
-from jobs.dispatch import apply_status
-from jobs.models import Job, JobEvent
-from jobs.scheduling import schedule_once
+from jobs.clusters.backends import base
+from jobs.clusters.dispatch import apply_status
+from jobs.models import Job, JobEvent, backend_name
+from jobs.scheduling.cycle import schedule_once
 from portal.models import Department, ProjectMove
 
 from .conftest import expected_card_seconds, local
@@ -248,7 +248,7 @@ def test_the_real_services_write_the_events_the_meter_reads(world):
     assert schedule_once().admitted == 1
     job.refresh_from_db()
     assert job.on_loan is False
-    assert apply_status(job, base.JobStatus(base.backend_name(job.pk), base.RUNNING)) == "running"
+    assert apply_status(job, base.JobStatus(backend_name(job.pk), base.RUNNING)) == "running"
     node = world.quota["pa"]
     node.quota = Decimal(2)  # the project's quota shrinks: the running job is now on loan
     node.save()
@@ -259,7 +259,7 @@ def test_the_real_services_write_the_events_the_meter_reads(world):
     assert JobEvent.objects.filter(job=job, kind="on_loan").count() == 1
     job.refresh_from_db()
     assert (
-        apply_status(job, base.JobStatus(base.backend_name(job.pk), base.SUCCEEDED, exit_code=0))
+        apply_status(job, base.JobStatus(backend_name(job.pk), base.SUCCEEDED, exit_code=0))
         == "succeeded"
     )
     end = JobEvent.objects.get(job=job, to_state="succeeded").occurred_at

@@ -20,7 +20,7 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from billing import usage
-from jobs.metrics import upsert_samples
+from jobs.clusters.metrics import upsert_samples
 from jobs.models import GpuSampleHour, Job, JobGpuSample
 from jobs.sample_hours import rebuild
 from tests.waiting import wait_until
@@ -77,7 +77,7 @@ def samples(world, flavors):
 
 
 def _poll(rows) -> None:
-    """The poller's statement (jobs.metrics), one per minute: an upsert of the jobs' samples,
+    """The poller's statement (jobs.clusters.metrics), one per minute: an upsert of the jobs' samples,
     overwriting a minute seen."""
     minutes = defaultdict(dict)
     for job, minute, util, fb, gpus in rows:

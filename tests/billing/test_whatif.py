@@ -20,7 +20,7 @@ from django.test import Client
 
 from billing import whatif
 from billing.models import WhatIfRun, WhatIfState
-from jobs.replay.sim import simulate
+from jobs.whatif.replay.sim import simulate
 
 from .conftest import local, rates
 

@@ -16,11 +16,11 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from jobs import dispatch
 from jobs.approvals import approval_policy_set
-from jobs.backends.base import NodeInfo
+from jobs.clusters import dispatch
+from jobs.clusters.backends.base import NodeInfo
 from jobs.models import Job
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
 from jobs.services import job_submit
 from portal.models import ApprovalRequest
 from quotas.models import Cluster, Loan, Node, QuotaNode

@@ -6,8 +6,8 @@ from decimal import Decimal
 
 import pytest
 
-from jobs.autoscale import QUOTA_SOME, _reason
 from jobs.models import Job
+from jobs.scheduling.autoscale import QUOTA_SOME, _reason
 from jobs.services import job_submit
 from tests import factories as fx
 

@@ -4,7 +4,7 @@ the project's job list marked as external; the project's member then sees them t
 
 import pytest
 
-from jobs.models import ExternalSource
+from jobs.native.models import ExternalSource
 from tests import factories as fx
 from tests.external_world import external_world
 

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
 from quotas.models import Flavor, QuotaNode
 from tests import factories as fx
 

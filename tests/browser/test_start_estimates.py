@@ -6,9 +6,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
+from jobs.scheduling.start_estimates import start_estimates_refresh
 from jobs.services import job_submit
-from jobs.start_estimates import start_estimates_refresh
 from tests import factories as fx
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from jobs.scheduler import Limits, Node, QueuedJob, RunningJob, Snapshot, TreeNode
+from jobs.scheduler.scheduler import Limits, Node, QueuedJob, RunningJob, Snapshot, TreeNode
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 F = "A100"

@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 from coresnap import NOW, cluster, limits, queued, running, snapshot
 
-from jobs.scheduler import Engine, QueuedJob, RunningJob, Snapshot, TreeNode, schedule
+from jobs.scheduler.scheduler import Engine, QueuedJob, RunningJob, Snapshot, TreeNode, schedule
 
 A, B = "A100-80G", "Ascend-910B"
 

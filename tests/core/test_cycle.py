@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from coresnap import NOW, cluster, limits, queued, running, snapshot, tree
 
-from jobs.scheduler import Engine, Snapshot, schedule
+from jobs.scheduler.scheduler import Engine, Snapshot, schedule
 
 
 def admitted(result) -> list[str]:

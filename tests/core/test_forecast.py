@@ -1,4 +1,4 @@
-"""Start estimates (issue 24, jobs/forecast.py): the production engine run forward over the
+"""Start estimates (issue 24, jobs/scheduler/forecast.py): the production engine run forward over the
 running jobs' limits, in exact small worlds."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from datetime import timedelta
 
 from coresnap import NOW, cluster, limits, queued, running, snapshot, tree
 
-from jobs.forecast import forecast
-from jobs.scheduler import PriorityClass
+from jobs.scheduler.forecast import forecast
+from jobs.scheduler.scheduler import PriorityClass
 
 TL = tree({"D": (16, {"a": 8, "b": 8})})
 

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from coresnap import NOW, F, cluster, queued, running, snapshot, tree
 
-from jobs.scheduler import Engine, Node, RunningJob, schedule
+from jobs.scheduler.scheduler import Engine, Node, RunningJob, schedule
 
 
 def elastic(jid: str, project: str, node: str, workers: int, *, grow_to: int, gpus: int = 1,

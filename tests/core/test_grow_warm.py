@@ -1,7 +1,7 @@
 """A warm engine fed only deltas decides exactly as ``schedule()`` on a full snapshot, with
 elastic jobs growing, shrinking by reclaim, being preempted with their grown workers, finishing
 and being retargeted between cycles. Decisions are applied between cycles the way the service
-applies them (jobs/scheduling.py), including its rule to rebuild the engine after a shrink."""
+applies them (jobs/scheduling/cycle.py), including its rule to rebuild the engine after a shrink."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 from coresnap import NOW, cluster, queued, tree
 
-from jobs.scheduler import Engine, QueuedJob, RunningJob, Snapshot, schedule
+from jobs.scheduler.scheduler import Engine, QueuedJob, RunningJob, Snapshot, schedule
 
 
 @dataclass

@@ -16,9 +16,9 @@ from dataclasses import replace
 import pytest
 from coresnap import F, queued, running, snapshot, tree
 
-from jobs.engine.model import Node
-from jobs.placement import FULL, Pool, plan, plan_fits
-from jobs.scheduler import Engine, schedule
+from jobs.scheduler.engine.model import Node
+from jobs.scheduler.placement import FULL, Pool, plan, plan_fits
+from jobs.scheduler.scheduler import Engine, schedule
 
 EIGHT = 8 * FULL
 TYPICAL = ((1.0, 8, FULL, None),)  # FGD's target workload: whole 8-GPU pods

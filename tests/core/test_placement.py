@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from coresnap import cluster
 
-from jobs.engine.model import Node
-from jobs.placement import FULL, Pool, commit, plan
+from jobs.scheduler.engine.model import Node
+from jobs.scheduler.placement import FULL, Pool, commit, plan
 
 
 def pool_of(nodes, used=()):

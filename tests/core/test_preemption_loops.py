@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from coresnap import NOW, cluster, queued, running, snapshot, tree
 
-from jobs.scheduler import Engine, schedule
+from jobs.scheduler.scheduler import Engine, schedule
 
 HOUR = 3600
 

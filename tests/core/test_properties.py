@@ -11,7 +11,7 @@ from coresnap import NOW, F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.scheduler import (
+from jobs.scheduler.scheduler import (
     Limits,
     Node,
     QueuedJob,

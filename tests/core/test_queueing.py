@@ -1,4 +1,4 @@
-"""Queueing strategies (issue 25 item 4, jobs/engine/fifo.py): strict FIFO and the aging bound
+"""Queueing strategies (issue 25 item 4, jobs/scheduler/engine/fifo.py): strict FIFO and the aging bound
 on hand-checked snapshots, and warm == cold with the FIFO rule holding over random worlds."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from coresnap import NOW, cluster, queued, running, snapshot, tree
 from test_alternatives import World, _apply, _between, _decisions, _submit, _world
 
-from jobs.engine import fifo
-from jobs.scheduler import Engine, Snapshot, schedule
+from jobs.scheduler.engine import fifo
+from jobs.scheduler.scheduler import Engine, Snapshot, schedule
 
 # One node of 8; project p (quota 4, borrow limit 0: it waits for its own quota) runs 3 GPUs.
 TL = tree({"D": (8, {"p": (4, 0), "q": 4})})

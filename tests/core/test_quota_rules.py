@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from coresnap import F, cluster, limits, queued, running, snapshot, tree
 
-from jobs.scheduler import schedule
+from jobs.scheduler.scheduler import schedule
 from quotas.admission import Ledger, QuotaTree, TreeNode
 
 

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
 from tests import factories as fx
 from tests.deploy.helpers import ROOT
 

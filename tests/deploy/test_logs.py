@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from jobs.tasks import stop_job
+from jobs.clusters.tasks import stop_job
 from portal.logs import JsonFormatter, job_context, request_id
 from tests.celery_procs import ROOT, _env, private_queue
 from tests.waiting import TIMEOUT
@@ -76,7 +76,7 @@ def test_lines_logged_while_serving_carry_the_request_id(client, db):
 
 
 def test_a_job_task_logs_its_job_id_and_task_id(db):
-    with json_lines("jobs.tasks") as lines:
+    with json_lines("jobs.clusters.tasks") as lines:
         result = stop_job.apply(args=[987654])
     assert result.get() == "not claimable"
     [line] = lines
@@ -141,7 +141,7 @@ def test_a_real_worker_writes_json_lines_with_the_job_and_task_ids(db):
     try:
         sent = stop_job.apply_async(args=[424242], queue=queue)
         line = _first_json_line(worker, lambda entry: entry.get("job_id") == 424242)
-        assert line["task_id"] == sent.id and line["logger"] == "jobs.tasks"
+        assert line["task_id"] == sent.id and line["logger"] == "jobs.clusters.tasks"
     finally:
         worker.terminate()
         worker.wait(timeout=30)

@@ -347,7 +347,7 @@ def test_every_command_in_the_manifests_exists():
 
 def test_a_wrong_command_is_caught():
     assert static_problem(["python", "manage.py", "migrat"]) == "no management command 'migrat'"
-    assert static_problem(["python", "-m", "jobs.backends.simserverx"]) is not None
+    assert static_problem(["python", "-m", "jobs.clusters.backends.simserverx"]) is not None
     assert static_problem(["celery", "-A", "portal", "wroker"]) == "no celery command 'wroker'"
     assert static_problem(["celery", "-A", "jobs", "worker"]) == "jobs has no Celery app"
     result = smoke(["gunicorn", "portal.wsgix:application"], production_env(_web_environment("demo")))
@@ -358,7 +358,7 @@ def test_a_wrong_command_is_caught():
 def test_the_in_cluster_kubeconfig_drives_the_backend_with_the_pods_token(tmp_path, k8s_api):
     """The worker's kubeconfig (ConfigMap gpupool-kubeconfig) loads with the official client and
     sends the mounted service-account token — here pointed at the API stand-in."""
-    from jobs.backends.kubernetes import KubernetesBackend
+    from jobs.clusters.backends.kubernetes import KubernetesBackend
 
     kubeconfig = find(objects("base"), "ConfigMap", "gpupool-kubeconfig")["data"]["kubeconfig"]
     worker = find(objects("base"), "Deployment", "gpupool-worker")

@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from jobs.backends.kubernetes import KubernetesBackend
-from jobs.backends.queues import KINDS, QueueSync
-from jobs.native_k8s import ResourceQuotaSync, import_pods
+from jobs.clusters.backends.kubernetes import KubernetesBackend
+from jobs.native.backends.queues import KINDS, QueueSync
+from jobs.native.native_k8s import ResourceQuotaSync, import_pods
 from quotas.models import Cluster
 from tests import factories as fx
 from tests.backends import k8s_standin

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from jobs import dispatch
-from jobs.backends.base import NodeInfo
+from jobs.clusters import dispatch
+from jobs.clusters.backends.base import NodeInfo
 from jobs.models import Job
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
 from jobs.states import JobState
 from quotas.models import Cluster, Node
 from tests import factories as fx

@@ -10,9 +10,9 @@ from decimal import Decimal
 
 import pytest
 
-from jobs import dispatch
+from jobs.clusters import dispatch
 from jobs.models import Job
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
 from jobs.services import job_submit
 from tests import factories as fx
 from tests.docs.test_cli import run, token_for

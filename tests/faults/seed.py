@@ -8,8 +8,8 @@ import json
 
 from rest_framework.authtoken.models import Token
 
-from jobs.backends.base import NodeInfo
-from jobs.backends.simulator import SimulatorBackend
+from jobs.clusters.backends.base import NodeInfo
+from jobs.clusters.backends.simulator import SimulatorBackend
 from quotas.models import Cluster, Node
 from tests import factories as fx
 

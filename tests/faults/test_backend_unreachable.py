@@ -4,10 +4,10 @@ with a real Slurm controller down for a minute: test_slurm_controller_down.py.""
 
 import pytest
 
-from jobs import dispatch
-from jobs.backends.base import BackendError
+from jobs.clusters import dispatch
+from jobs.clusters.backends.base import BackendError
 from jobs.models import Job
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
 from portal.models import Project
 from quotas.models import Cluster
 from tests import factories as fx

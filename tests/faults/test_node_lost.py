@@ -7,9 +7,9 @@ import pytest
 from django.utils import timezone
 
 from billing.models import UsageRecord
-from jobs import dispatch, tasks
+from jobs.clusters import dispatch, tasks
 from jobs.models import Job
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
 from jobs.services import job_cancel
 from jobs.states import HOLDING
 from portal.models import Project

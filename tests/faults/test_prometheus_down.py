@@ -15,10 +15,10 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from billing import tasks as billing_tasks
-from jobs import dispatch
-from jobs.metrics import poll_gpu_metrics
+from jobs.clusters import dispatch
+from jobs.clusters.metrics import poll_gpu_metrics
 from jobs.models import Job, JobGpuSample
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
 from jobs.services import job_cancel
 from portal.models import Project
 from tests import factories as fx

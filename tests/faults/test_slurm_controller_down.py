@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from rest_framework.test import APIClient
 
-from jobs.dispatch import CLAIM_TIMEOUT
+from jobs.clusters.dispatch import CLAIM_TIMEOUT
 from jobs.models import Job
 from tests import factories as fx
 from tests.backends.test_slurm import _sh, cluster, portal_on_slurm, squeue_ids  # noqa: F401 - fixtures

@@ -12,7 +12,7 @@ import requests
 from django.conf import settings
 
 from jobs.models import Job, JobEvent
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
 from tests.celery_procs import database_url_of_tests, private_queue
 from tests.faults.checks import assert_event_log_consistent
 from tests.faults.procs import Client, Web, django_env, wait_until

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import connection
 
 from jobs.models import Job
-from jobs.scheduling import CYCLE_LOCK
+from jobs.scheduling.cycle import CYCLE_LOCK
 from portal.models import Project
 from tests import factories as fx
 from tests.celery_procs import private_queue

@@ -7,8 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from jobs.autoscale import QUOTA_SOME, _reason
 from jobs.models import Job
+from jobs.scheduling.autoscale import QUOTA_SOME, _reason
 from jobs.services import job_submit
 from portal.texts import when
 
@@ -106,8 +106,8 @@ def test_autoscale_api_reads_and_writes_with_clear_400s(api, world, svc, pa1_job
 
 
 def test_dates_in_reasons_are_shown_in_the_site_zone(page_client, svc):
-    from jobs.autoscale import REASONS
-    from jobs.autoscale_decision import COOLDOWN
+    from jobs.scheduler.autoscale_decision import COOLDOWN
+    from jobs.scheduling.autoscale import REASONS
 
     until = datetime(2026, 12, 4, 8, 5, tzinfo=UTC)
     reason = _reason(REASONS[COOLDOWN], value="2", target="10", wanted=2, until=when(until))

@@ -14,7 +14,8 @@ from django.utils import timezone
 
 from billing.meter import usage_meter
 from billing.models import Statement, UsageRecord
-from jobs.models import ExternalSource, Job, JobKind
+from jobs.models import Job, JobKind
+from jobs.native.models import ExternalSource
 from jobs.states import JobState
 from tests.external_world import external_world
 

@@ -276,7 +276,7 @@ def _adjustment(world, persona, department, reason):
 
 
 def _sources(world):
-    from jobs.models import ExternalSource
+    from jobs.native.models import ExternalSource
     from quotas.models import Cluster
 
     cluster = Cluster.objects.get(name="c1")
@@ -379,7 +379,7 @@ def _objs(world, prio):
 
         found["advisor"], found["advcand"] = finished_search(world.users["platform"])
     if _exists("advisor-cancel"):
-        from jobs.advisor_models import AdvisorSearch
+        from jobs.whatif.models import AdvisorSearch
 
         found["advlive"] = AdvisorSearch.objects.create(
             created_by=world.users["platform"], scenario=found["advisor"].scenario,

@@ -8,8 +8,8 @@ import pytest
 from django.conf import settings
 from django.urls import reverse
 
-from jobs import dispatch, logs
-from jobs.backends.base import LOG_CHUNK_BYTES
+from jobs.clusters import dispatch, logs
+from jobs.clusters.backends.base import LOG_CHUNK_BYTES
 from jobs.models import Job, ProjectStorage
 from portal.models import Project, User
 from quotas.models import Cluster, Node

@@ -1,4 +1,4 @@
-"""The portal's fetch of a simulated dev job's page is bounded (jobs/views_logs.py): GET only, a
+"""The portal's fetch of a simulated dev job's page is bounded (jobs/clusters/views_logs.py): GET only, a
 page type, a size cap, no redirects followed, sandboxed — against a real HTTP server."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from jobs import views_logs
+from jobs.clusters import views_logs
 
 BIG = b"<p>" + b"x" * views_logs.PROXY_MAX_BYTES + b"</p>"
 

@@ -160,7 +160,7 @@ def test_item15_a_lone_utilisation_sample_is_drawn_as_a_marker():
 @pytest.fixture
 def waits_for_quota(world):
     """pa1 may not borrow: its second 4-GPU job meets pa1's borrow limit (4 + 4 > 4 + 0)."""
-    from jobs.scheduling import schedule_once
+    from jobs.scheduling.cycle import schedule_once
     from tests import factories as fx
 
     QuotaNode.objects.filter(pk=world.quota["pa1"].pk).update(borrow_limit=0)
@@ -199,9 +199,9 @@ def test_item15_explain_speaks_in_cards_and_names_on_the_page_and_in_the_api(
 
 
 def test_item15_explain_figures_keep_decimals_and_hide_levels_the_reader_cannot_see(world):
-    from jobs.engine.model import Explain
-    from jobs.explaining import for_reader
-    from jobs.scheduling import explain_to_dict
+    from jobs.scheduler.engine.model import Explain
+    from jobs.scheduling.cycle import explain_to_dict
+    from jobs.scheduling.explaining import for_reader
 
     shared = {"reason": "quota", "flavor": "T4", "blocking_node": f"d{world.A.pk}",
               "numbers": {"in_quota_usage": 7.5, "request": 0.5, "quota": 8.0}}

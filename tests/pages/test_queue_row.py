@@ -10,7 +10,7 @@ from django.template import Context, Template
 from django.utils import timezone, translation
 
 from jobs.models import Job
-from jobs.start_estimates import StartEstimate
+from jobs.scheduling.start_estimates import StartEstimate
 from portal.models import Project, User
 from tests import factories as fx
 

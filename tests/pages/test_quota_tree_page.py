@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
 from quotas.models import Flavor, QuotaNode
 from tests import factories as fx
 

@@ -9,8 +9,8 @@ from django.utils import timezone, translation
 
 from jobs import tasks
 from jobs.models import Job
+from jobs.scheduling.start_estimates import cached_start_estimates, start_estimates_refresh
 from jobs.services import job_submit
-from jobs.start_estimates import cached_start_estimates, start_estimates_refresh
 from tests.start_estimate_scene import submit_training, two_running_two_waiting
 
 pytestmark = pytest.mark.django_db
@@ -95,8 +95,8 @@ def test_the_form_estimates_the_job_before_it_is_submitted(page_client, world, p
 
 
 def test_a_victim_of_the_forecast_is_requeued_and_waits_ahead_of_later_jobs(world, prio, queue):
-    from jobs.forecast import forecast
-    from jobs.snapshot import build_forecast_input
+    from jobs.scheduler.forecast import forecast
+    from jobs.scheduling.snapshot import build_forecast_input
 
     now, waiting = queue  # pb runs two 8-GPU jobs (one on loan) for 1 h; two more wait for them
     running = list(Job.objects.filter(state="admitted").order_by("pk"))
@@ -130,7 +130,7 @@ def test_the_forms_live_estimates_share_one_snapshot_for_a_while(
 ):
     from django.core.cache import cache
 
-    from jobs import start_estimates
+    from jobs.scheduling import start_estimates
 
     built = []
     real = start_estimates.build_forecast_input

@@ -12,7 +12,7 @@ from django.utils import translation
 
 from jobs.approvals import approval_reasons
 from jobs.models import ApprovalPolicy, JobEvent
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
 from portal.approvals import approval_decide
 from portal.models import ApprovalRequest, Notification, User
 from portal.notifications import mail_pending

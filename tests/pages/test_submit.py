@@ -9,7 +9,7 @@ from django.test import override_settings
 
 from jobs import selectors
 from jobs.models import Job, JobEvent
-from jobs.services import _can_submit
+from jobs.submission import may_submit
 from portal.models import Project
 from tests import factories as fx
 from tests.pages.submit_refusals import assert_refused_on
@@ -48,7 +48,7 @@ def test_form_offers_only_projects_the_user_may_submit_to(page_client, prio):
 def test_submittable_projects_follow_the_service_rule(world, persona):
     user = world.users[persona]
     offered = set(selectors.submittable_projects(user))
-    assert offered == {p for p in Project.objects.all() if _can_submit(user, p)}
+    assert offered == {p for p in Project.objects.all() if may_submit(user, p)}
 
 
 def test_submitting_the_form_creates_the_job_and_shows_it(page_client, world, prio):

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs.autoscale_decision import AT_MAX, AT_MIN, COOLDOWN, DOWN, STEADY, UP, decide
+from jobs.scheduler.autoscale_decision import AT_MAX, AT_MIN, COOLDOWN, DOWN, STEADY, UP, decide
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 

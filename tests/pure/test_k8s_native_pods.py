@@ -1,4 +1,4 @@
-"""A pod as an external job (jobs.backends.k8s_native): what it holds is Kubernetes' effective
+"""A pod as an external job (jobs.native.backends.k8s_native): what it holds is Kubernetes' effective
 request (init containers one at a time, sidecars alongside, app containers together), its times
 are its containers', and a deleted pod ends at its containers' end when they reported one."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from jobs.backends.external import UNKNOWN_DEVICE
-from jobs.backends.k8s_native import accelerator, effective_request, gone_without_end, pod_record
+from jobs.native.backends.external import UNKNOWN_DEVICE
+from jobs.native.backends.k8s_native import accelerator, effective_request, gone_without_end, pod_record
 
 GPU = "nvidia.com/gpu"
 

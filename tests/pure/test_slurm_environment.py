@@ -1,5 +1,6 @@
 """A Slurm job's working environment as its batch script says it, its log files and its tunnel
-(jobs.backends.slurm_env, jobs.backends.logfile, SlurmBackend.access): no Slurm. The script's
+(jobs.clusters.backends.slurm_env, jobs.clusters.backends.logfile, SlurmBackend.access): no Slurm. The
+script's
 lines run in a real bash, so "exported literally" is what a shell does with them, not a reading
 of the text."""
 
@@ -10,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from jobs.backends.base import LOG_CHUNK_BYTES, BackendError, Checkpoint, EnvVar, JobSpec, Mount
-from jobs.backends.logfile import chunks, tail
-from jobs.backends.registry import backend_for
-from jobs.backends.slurm import SlurmBackend
-from jobs.backends.slurm_env import MISSING_SECRET_EXIT, environment_lines
+from jobs.clusters.backends.base import LOG_CHUNK_BYTES, BackendError, Checkpoint, EnvVar, JobSpec, Mount
+from jobs.clusters.backends.logfile import chunks, tail
+from jobs.clusters.backends.registry import backend_for
+from jobs.clusters.backends.slurm import SlurmBackend
+from jobs.clusters.backends.slurm_env import MISSING_SECRET_EXIT, environment_lines
 
 HOSTILE = [
     "it's \"quoted\" and 'single'",

@@ -3,7 +3,7 @@ what Slurm 22.05 printed on the test cluster (SLURM_TIME_FORMAT=%s), plus the od
 
 from datetime import UTC, datetime
 
-from jobs.backends.slurm_native import (
+from jobs.native.backends.slurm_native import (
     SQUEUE_FIELDS,
     gpu_indices,
     gpu_tres,

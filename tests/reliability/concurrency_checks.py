@@ -8,7 +8,7 @@ milli-units (1000 = one device):
   ``gpus_per_worker`` × ``gpu_milli`` or 1000) until it leaves ``admitted``/``running``; a
   ``scaled`` event changes its worker count; after its ``preemption_signal`` it no longer
   counts for quota or for the capacity others are admitted into (its preemptor already does:
-  ``jobs/engine/model.py``), it only still occupies its GPUs physically;
+  ``jobs/scheduler/engine/model.py``), it only still occupies its GPUs physically;
 * **cap** — for every tree node with a ``borrow_limit``: the counting usage of its subtree
   ≤ effective ``quota + borrow_limit``;
 * **capacity** — the counting usage of the whole flavor ≤ ``C`` (healthy capacity);
@@ -30,7 +30,7 @@ some rows, then its signal finds the victim already cancelled by a transaction t
 meanwhile — that cancel's row lies between the cycle's rows, and it made the GPUs free before
 the cycle's admission became visible (the 50-client run caught the first-id order reporting
 such a cancel as one GPU over). The cycle applies its signals before its admissions
-(``jobs.scheduling._apply``), so every row the cycle's admissions rely on precedes them.
+(``jobs.scheduling.cycle._apply``), so every row the cycle's admissions rely on precedes them.
 Checking between transactions, not between single rows, is what the database promises too:
 nobody sees half a cycle.
 

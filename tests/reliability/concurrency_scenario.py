@@ -87,8 +87,8 @@ def build_tenancy(config: Config, sim_url: str) -> Tenancy:
     from django.db import transaction
     from rest_framework.authtoken.models import Token
 
-    from jobs.backends.base import NodeInfo
-    from jobs.backends.simulator import SimulatorBackend
+    from jobs.clusters.backends.base import NodeInfo
+    from jobs.clusters.backends.simulator import SimulatorBackend
     from jobs.models import ApprovalPolicy, PriorityClass
     from portal.models import Department, Membership, Project, Role, User
     from quotas.models import Cluster, Flavor, Node
@@ -246,7 +246,7 @@ class Services:
             [
                 sys.executable,
                 "-m",
-                "jobs.backends.simserver",
+                "jobs.clusters.backends.simserver",
                 "--port",
                 str(port),
                 "--state",

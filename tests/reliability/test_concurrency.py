@@ -265,9 +265,9 @@ def test_a_cycle_notes_no_reservation_for_a_job_cancelled_since_its_snapshot(wor
     from django.db import transaction
     from django.utils import timezone
 
-    from jobs.engine.model import CycleResult, Reservation
     from jobs.models import JobEvent
-    from jobs.scheduling import _apply_reservations
+    from jobs.scheduler.engine.model import CycleResult, Reservation
+    from jobs.scheduling.cycle import _apply_reservations
     from jobs.services import job_cancel
     from tests import factories as fx
 

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from jobs.replay.alibaba import read_node_rows, read_nodes, read_pod_rows, read_pods
-from jobs.replay.paths import alibaba_dir
+from jobs.whatif.replay.alibaba import read_node_rows, read_nodes, read_pod_rows, read_pods
+from jobs.whatif.replay.paths import alibaba_dir
 
 CSV = alibaba_dir() / "csv"
 pytestmark = pytest.mark.skipif(not CSV.exists(), reason="openb trace not present (set GPUPOOL_TRACES_DIR)")

@@ -7,9 +7,9 @@ import json
 import pytest
 from django.core.management import call_command
 
-from jobs.replay import sim
-from jobs.replay.csvtrace import read_trace
-from jobs.replay.spec import load_spec
+from jobs.whatif.replay import sim
+from jobs.whatif.replay.csvtrace import read_trace
+from jobs.whatif.replay.spec import load_spec
 
 TRACE = (
     "job_id,submit_time,duration,num_gpus,gpu_milli,gpu_type,tenant,kind,priority,workers\n"

@@ -1,4 +1,4 @@
-"""Regression: the model → flavor mapping of unconstrained jobs (jobs.replay.sim.assign_flavors).
+"""Regression: the model → flavor mapping of unconstrained jobs (jobs.whatif.replay.sim.assign_flavors).
 
 It used to balance GPU-*seconds* per flavor over the whole trace. On the Alibaba 2023 default
 trace (no pod names a GPU model) a few months-long pods then "filled" the 4,392-GPU G2 share, and
@@ -7,8 +7,8 @@ arrivals compressed 100×, A10 alone held 93 % (static) / 100 % (pooled) of all 
 average queue at 1.6 % pool allocation. The mapping now balances requested GPUs ∝ capacity.
 Pure: no database."""
 
-from jobs.replay.sim import Options, assign_flavors, simulate
-from jobs.replay.trace import TraceJob, TraceNode
+from jobs.whatif.replay.sim import Options, assign_flavors, simulate
+from jobs.whatif.replay.trace import TraceJob, TraceNode
 
 BIG = [TraceNode(f"b{i}", 8, "BIG") for i in range(8)]  # 64 GPUs
 SMALL = [TraceNode("s0", 2, "SMALL")]  # 2 GPUs

@@ -1,15 +1,15 @@
 """Fidelity of history as a trace (issue 25 item 1): a workload recorded by the production
 scheduler (tests/history_scenario.py: the real ``schedule_once`` on the database, a loan and a
 night window in force, reclaims and priority preemptions, a 5 s backend start latency, beat's
-periodic cycle), exported by ``jobs.history`` and replayed by ``jobs.replay`` reproduces every
+periodic cycle), exported by ``jobs.whatif.history`` and replayed by ``jobs.whatif.replay`` reproduces every
 recorded queue delay within 1 s — the replay's 1 s event coalescing — once the replay mirrors
 the service's backend start latency and periodic cycle (docs/replay.md, "History as a trace").
 """
 
 import pytest
 
-from jobs import history
-from jobs.replay import fidelity
+from jobs.whatif import history
+from jobs.whatif.replay import fidelity
 from tests.conftest import shared_rows
 from tests.history_scenario import record
 

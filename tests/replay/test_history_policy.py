@@ -8,10 +8,10 @@ from dataclasses import replace
 
 from django.core.management import call_command
 
-from jobs.replay import limits
-from jobs.replay.sim import Options, project_quotas, simulate
-from jobs.replay.trace import TraceJob, TraceNode
-from jobs.scheduler import Limits
+from jobs.scheduler.scheduler import Limits
+from jobs.whatif.replay import limits
+from jobs.whatif.replay.sim import Options, project_quotas, simulate
+from jobs.whatif.replay.trace import TraceJob, TraceNode
 
 F = "F"
 NODE = [TraceNode("n0", 16, F)]

@@ -1,5 +1,5 @@
 """Packing mode: FGD scoring by hand, FGD vs best fit, and that packing runs the production
-placement code (jobs.placement) on engine pools."""
+placement code (jobs.scheduler.placement) on engine pools."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import random
 
 import pytest
 
-import jobs.placement as placement
-from jobs.engine.model import Node
-from jobs.engine.pool import Pool
-from jobs.placement import fgd_score, frag_amount, plan, plan_fgd
-from jobs.replay import packing
-from jobs.replay.alibaba import NodeRow, PodRow
-from jobs.replay.paths import alibaba_dir
+import jobs.scheduler.placement as placement
+from jobs.scheduler.engine.model import Node
+from jobs.scheduler.engine.pool import Pool
+from jobs.scheduler.placement import fgd_score, frag_amount, plan, plan_fgd
+from jobs.whatif.replay import packing
+from jobs.whatif.replay.alibaba import NodeRow, PodRow
+from jobs.whatif.replay.paths import alibaba_dir
 
 TRACE = alibaba_dir()
 

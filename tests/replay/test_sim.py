@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from jobs.replay import sim
-from jobs.replay.csvtrace import TraceError, read_trace
-from jobs.replay.metrics import percentile
-from jobs.replay.sim import Options, assign_flavors, repeat_jobs, simulate
-from jobs.replay.spec import derive_quotas, load_spec, tenant_tree
-from jobs.replay.trace import TraceJob, TraceNode
+from jobs.whatif.replay import sim
+from jobs.whatif.replay.csvtrace import TraceError, read_trace
+from jobs.whatif.replay.metrics import percentile
+from jobs.whatif.replay.sim import Options, assign_flavors, repeat_jobs, simulate
+from jobs.whatif.replay.spec import derive_quotas, load_spec, tenant_tree
+from jobs.whatif.replay.trace import TraceJob, TraceNode
 
 F = "F"
 ONE_NODE = [TraceNode("n0", 4, F)]
@@ -204,7 +204,7 @@ def test_an_observer_sees_snapshots_and_starts_and_the_forecast_of_a_sample_come
     """bench/estimates.py's hook (issue 24): samples of the replay's state as the engine's
     snapshot, the starts as they happen; with exact limits and no later arrival the forecast
     at t=0 is what then happens."""
-    from jobs.forecast import forecast
+    from jobs.scheduler.forecast import forecast
 
     class Watch(sim.Observer):
         every = 1.0

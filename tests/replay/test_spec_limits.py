@@ -11,10 +11,10 @@ import json
 import pytest
 from django.core.management import call_command
 
-from jobs.replay import limits
-from jobs.replay.sim import Options, simulate
-from jobs.replay.spec import load_spec
-from jobs.replay.trace import TraceJob, TraceNode
+from jobs.whatif.replay import limits
+from jobs.whatif.replay.sim import Options, simulate
+from jobs.whatif.replay.spec import load_spec
+from jobs.whatif.replay.trace import TraceJob, TraceNode
 
 F = "F"
 NODE = [TraceNode("n0", 16, F)]

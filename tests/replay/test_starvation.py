@@ -19,9 +19,9 @@ import json
 
 import pytest
 
-from jobs.replay.sim import Options, simulate
-from jobs.replay.spec import load_queueing
-from jobs.replay.trace import TraceJob, TraceNode
+from jobs.whatif.replay.sim import Options, simulate
+from jobs.whatif.replay.spec import load_queueing
+from jobs.whatif.replay.trace import TraceJob, TraceNode
 
 F = "A100"
 NODES = [TraceNode(f"n{i:02d}", 8, F) for i in range(16)]

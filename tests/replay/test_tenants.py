@@ -5,9 +5,9 @@ from collections import Counter
 
 import pytest
 
-from jobs.replay.sim import overlay_jobs, prepare, start_at
-from jobs.replay.spec import parse_tenants, project_name, split_tenants, zipf_weights
-from jobs.replay.trace import TraceJob
+from jobs.whatif.replay.sim import overlay_jobs, prepare, start_at
+from jobs.whatif.replay.spec import parse_tenants, project_name, split_tenants, zipf_weights
+from jobs.whatif.replay.trace import TraceJob
 
 
 def trace(n=2000):

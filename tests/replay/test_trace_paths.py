@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from jobs.replay.paths import ENV, ROOT, traces_dir
+from jobs.whatif.replay.paths import ENV, ROOT, traces_dir
 
 PRODUCT = ("portal", "quotas", "jobs", "billing", "bench", "scripts")
 
@@ -40,7 +40,7 @@ def test_item20_no_product_code_names_a_machines_absolute_path():
 def test_item20_a_clone_elsewhere_reads_the_same_traces(tmp_path, monkeypatch):
     """What an operator's clone does: point the environment at the traces, read the default
     folder through it."""
-    from jobs.replay import paths
+    from jobs.whatif.replay import paths
 
     monkeypatch.setenv(ENV, str(tmp_path))
     assert paths.alibaba_dir() == tmp_path / "alibaba-gpu-v2023"

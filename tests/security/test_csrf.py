@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]
 # Machine endpoints without a session form: GET-only or guarded by their own bearer token. The
 # ingress check (job-access-auth) is asked with a dev job's own requests, POSTs included, and
-# changes nothing: it is exempt from CSRF (jobs/views_logs.py).
+# changes nothing: it is exempt from CSRF (jobs/clusters/views_logs.py).
 EXEMPT = {"healthz", "metrics", "schema", "api-docs", "job-access-auth"}
 
 

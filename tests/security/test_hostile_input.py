@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from jobs.backends.base import JobSpec
-from jobs.backends.slurm import SlurmBackend
+from jobs.clusters.backends.base import JobSpec
+from jobs.clusters.backends.slurm import SlurmBackend
 from jobs.models import Job, JobEvent
 from portal.models import ApprovalRequest
 from tests import factories as fx

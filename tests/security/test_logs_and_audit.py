@@ -36,7 +36,7 @@ def test_login_token_api_and_task_paths_log_no_secret(world, api, caplog, settin
     fx.priority("training", 100)
     job = fx.submit(world.pa1, world.F, gpus=1, name="logjob")
     member.get(f"/api/v1/jobs/{job.pk}/utilisation/")  # Prometheus unreachable, with a password
-    from jobs import tasks
+    from jobs.clusters import tasks
 
     tasks.poll_metrics.apply()  # the Celery task path, in process
     text = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from jobs.backends.base import NodeInfo
+from jobs.clusters.backends.base import NodeInfo
 from quotas.models import Cluster, Node
 from tests import factories as fx
 

@@ -198,7 +198,7 @@ def test_job_over_policy_waits_and_approval_queues_it(world):
 
 
 def test_the_scheduler_ignores_a_job_until_it_is_approved(world):
-    from jobs.scheduling import schedule_once
+    from jobs.scheduling.cycle import schedule_once
 
     ApprovalPolicy.objects.create(department=world.B, max_gpus=2)
     job = _submit(world, world.users["pb_member"], world.pb, gpus=4)

@@ -11,12 +11,11 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.test import override_settings
 from django.utils import timezone, translation
 
-from jobs import dispatch
-from jobs.autoscale import autoscale_tick, filled_query, job_autoscale_set
-from jobs.backends.base import backend_name
-from jobs.models import Job, JobEvent
+from jobs.clusters import dispatch
+from jobs.models import Job, JobEvent, backend_name
 from jobs.reasons import reason_text
-from jobs.scheduling import schedule_once
+from jobs.scheduling.autoscale import autoscale_tick, filled_query, job_autoscale_set
+from jobs.scheduling.cycle import schedule_once
 from jobs.services import job_scale, job_submit
 from jobs.tasks import autoscale as autoscale_task
 from portal.models import Membership, Role, User

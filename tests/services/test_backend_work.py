@@ -11,9 +11,9 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
+from jobs.clusters.tasks import _guard_key, backend_work, dispatch_job
 from jobs.models import Job
-from jobs.scheduling import schedule_once
-from jobs.tasks import _guard_key, backend_work, dispatch_job
+from jobs.scheduling.cycle import schedule_once
 from quotas.models import Cluster
 from tests import factories as fx
 

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.backends.base import backend_name
-from jobs.models import Job, ProjectStorage
+from jobs.models import Job, ProjectStorage, backend_name
 from jobs.services import job_submit
 from jobs.states import JobState
 from tests import factories as fx

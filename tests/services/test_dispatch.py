@@ -7,10 +7,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from jobs import dispatch
-from jobs.backends.base import backend_name
-from jobs.models import Job, JobEvent
-from jobs.scheduling import schedule_once
+from jobs.clusters import dispatch
+from jobs.models import Job, JobEvent, backend_name
+from jobs.scheduling.cycle import schedule_once
 from jobs.services import job_cancel
 from quotas.models import Node
 from tests import factories as fx

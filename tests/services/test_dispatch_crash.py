@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs.backends.base import NodeInfo
+from jobs.clusters.backends.base import NodeInfo
 from jobs.models import Job
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
 from quotas.models import Cluster, Node
 from tests import factories as fx
 from tests.celery_procs import start_worker
@@ -78,7 +78,7 @@ def _worker(queue: str) -> subprocess.Popen:
 @pytest.mark.celery_worker
 @pytest.mark.django_db(transaction=True)
 def test_a_dispatch_killed_mid_call_never_creates_a_second_backend_job(simserver):
-    from jobs.tasks import dispatch_job
+    from jobs.clusters.tasks import dispatch_job
 
     proxy = SlowProxy(simserver.url)
     threading.Thread(target=proxy.serve_forever, daemon=True).start()

@@ -8,8 +8,8 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from jobs import environment
-from jobs.backends.base import Checkpoint, EnvVar, Mount
-from jobs.dispatch import job_spec
+from jobs.clusters.backends.base import Checkpoint, EnvVar, Mount
+from jobs.clusters.dispatch import job_spec
 from jobs.environment import image_allowed, image_repository, parse_env_lines, path_error
 from jobs.models import Job, ProjectStorage
 from tests import factories as fx

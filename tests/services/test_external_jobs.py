@@ -12,12 +12,13 @@ from django.utils import timezone
 
 from billing.meter import usage_meter
 from billing.models import UsageRecord
-from jobs.backends.external import ExternalRecord
-from jobs.external import PLACEHOLDER_USER, map_source, record_external
-from jobs.models import ExternalSource, Job, JobKind
-from jobs.scheduling import schedule_once
+from jobs.models import Job, JobKind
+from jobs.native.backends.external import ExternalRecord
+from jobs.native.external import PLACEHOLDER_USER, map_source, record_external
+from jobs.native.models import ExternalSource
+from jobs.scheduling.cycle import schedule_once
+from jobs.scheduling.snapshot import build_snapshot
 from jobs.services import job_cancel
-from jobs.snapshot import build_snapshot
 from jobs.states import JobState
 from quotas.models import Cluster
 from tests import factories as fx

@@ -14,12 +14,12 @@ from django.utils import translation
 from rest_framework.test import APIClient
 
 from jobs.models import Job, JobEvent
-from jobs.scheduler import schedule
-from jobs.scheduling import explain_job, schedule_once
+from jobs.scheduler.scheduler import schedule
+from jobs.scheduling.cycle import explain_job, schedule_once
+from jobs.scheduling.snapshot import build_snapshot
+from jobs.scheduling.warm import warm_engine
 from jobs.services import job_cancel, job_transition
-from jobs.snapshot import build_snapshot
 from jobs.states import JobState
-from jobs.warm import warm_engine
 from quotas.models import Node
 from tests import factories as fx
 

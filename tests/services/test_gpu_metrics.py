@@ -8,10 +8,10 @@ import requests
 from django.test import override_settings
 from django.utils import timezone
 
-from jobs import dispatch
-from jobs.metrics import flag_idle_jobs, poll_gpu_metrics, portal_metrics
+from jobs.clusters import dispatch
+from jobs.clusters.metrics import flag_idle_jobs, poll_gpu_metrics, portal_metrics
 from jobs.models import JobGpuSample
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
 from tests import factories as fx
 from tests.waiting import settle
 

@@ -26,11 +26,11 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone, translation
 
-from jobs import history
 from jobs.models import Job, JobEvent
-from jobs.replay.csvtrace import read_trace
-from jobs.replay.limits import world as spec_world
-from jobs.replay.spec import load_spec
+from jobs.whatif import history
+from jobs.whatif.replay.csvtrace import read_trace
+from jobs.whatif.replay.limits import world as spec_world
+from jobs.whatif.replay.spec import load_spec
 from quotas.models import Loan, LoanState, QuotaWindow
 from tests import factories as fx
 from tests.external_world import external_world

@@ -17,13 +17,12 @@ from django.conf import settings
 from django.test import override_settings
 from django.utils import timezone
 
-from jobs import dispatch
-from jobs.backends import base
-from jobs.backends.base import backend_name
-from jobs.dispatch import apply_status
-from jobs.metrics import poll_gpu_metrics
-from jobs.models import JobGpuSample
-from jobs.scheduling import schedule_once
+from jobs.clusters import dispatch
+from jobs.clusters.backends import base
+from jobs.clusters.dispatch import apply_status
+from jobs.clusters.metrics import poll_gpu_metrics
+from jobs.models import JobGpuSample, backend_name
+from jobs.scheduling.cycle import schedule_once
 from quotas.models import Cluster, Node
 from tests import factories as fx
 from tests.backends import k8s_standin

@@ -13,10 +13,10 @@ from django.utils import timezone
 
 from billing.meter import usage_meter
 from billing.models import UsageRecord
-from jobs import dispatch
-from jobs.backends.base import backend_name
-from jobs.backends.k8s_sharing import HAMI_CORES, HAMI_MEMORY
-from jobs.scheduling import schedule_once
+from jobs.clusters import dispatch
+from jobs.clusters.backends.k8s_sharing import HAMI_CORES, HAMI_MEMORY
+from jobs.models import backend_name
+from jobs.scheduling.cycle import schedule_once
 from quotas.models import Cluster, Node
 from tests import factories as fx
 from tests.backends import k8s_standin

@@ -1,4 +1,4 @@
-"""Cordon, drain and return to service (jobs.nodes, issue 24) against a real simulated cluster:
+"""Cordon, drain and return to service (jobs.clusters.nodes, issue 24) against a real simulated cluster:
 state changes, events, what reaches the backend, the engine placing around a held node, the
 inventory sync keeping the hold, requeue through the preemption path, refusals, and two admins
 at once."""
@@ -11,12 +11,12 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection
 
-from jobs import dispatch
-from jobs.inventory import push_simulated_inventory, refresh_node_states
+from jobs.clusters import dispatch
+from jobs.clusters.inventory import push_simulated_inventory, refresh_node_states
+from jobs.clusters.node_map import node_map
+from jobs.clusters.nodes import jobs_on_node, node_cordon, node_drain, node_return
 from jobs.models import Job
-from jobs.node_map import node_map
-from jobs.nodes import jobs_on_node, node_cordon, node_drain, node_return
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
 from portal.models import Membership, Role, User
 from quotas.models import Cluster, Node, NodeEvent
 from tests import factories as fx
@@ -166,7 +166,7 @@ def test_two_admins_cordoning_at_once_record_one_change(simserver):
     node = Node.objects.create(
         cluster=cluster, name="r-0", flavor=f, gpu_count=8, zone="z", spine="s", leaf="l"
     )
-    from jobs.backends.base import NodeInfo
+    from jobs.clusters.backends.base import NodeInfo
 
     simserver.backend().set_inventory([NodeInfo("r-0", f.name, 8, "ready", "z", "s", "l")])
     admins = [fx.platform_admin("ops-1"), fx.platform_admin("ops-2")]
@@ -194,7 +194,7 @@ def test_two_admins_cordoning_at_once_record_one_change(simserver):
 
 
 def test_kubernetes_cordon_through_the_service_and_the_sync_keeps_it(k8s_api):
-    from jobs.inventory import sync_inventory
+    from jobs.clusters.inventory import sync_inventory
 
     f = fx.flavor()
     ready = [{"type": "Ready", "status": "True"}]

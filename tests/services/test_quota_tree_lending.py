@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 
 from jobs.models import Job
 from jobs.quota_tree import quota_borrowers, quota_grid
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
 from tests import factories as fx
 
 D = Decimal

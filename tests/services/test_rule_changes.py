@@ -14,8 +14,8 @@ from django.utils import translation
 
 from jobs.models import Job, PriorityClass, RuleChangeEvent, SchedulerSettings
 from jobs.rule_changes import rule_change_request_create
-from jobs.scheduler_settings import engine_flags
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
+from jobs.scheduling.settings import engine_flags
 from jobs.services import job_submit
 from portal.approvals import approval_decide
 from portal.models import ApprovalRequest, Membership, Role, User
@@ -287,7 +287,7 @@ def test_start_estimates_and_the_forms_estimate_honour_backfill_off():
     from django.core.cache import cache
     from django.utils import timezone
 
-    from jobs import start_estimates
+    from jobs.scheduling import start_estimates
 
     c = _blocked_head_and_a_small_job()
     project_id, now = c.project_id, timezone.now()

@@ -11,13 +11,12 @@ from django.urls import reverse
 from django.utils import translation
 from rest_framework.test import APIClient
 
-from jobs import dispatch
-from jobs.backends.base import backend_name
-from jobs.models import Job, JobEvent
-from jobs.scheduling import schedule_once
+from jobs.clusters import dispatch
+from jobs.models import Job, JobEvent, backend_name
+from jobs.scheduling.cycle import schedule_once
+from jobs.scheduling.warm import warm_engine
 from jobs.selectors import quota_usage
 from jobs.services import job_scale, job_submit
-from jobs.warm import warm_engine
 from portal.models import Membership, Role, User
 from quotas.models import Cluster, Node
 from tests import factories as fx

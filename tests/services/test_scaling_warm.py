@@ -8,12 +8,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from jobs.models import Job
-from jobs.scheduler import schedule
-from jobs.scheduling import schedule_once
+from jobs.scheduler.scheduler import schedule
+from jobs.scheduling.cycle import schedule_once
+from jobs.scheduling.snapshot import build_snapshot
+from jobs.scheduling.warm import warm_engine
 from jobs.services import job_cancel, job_scale, job_submit, job_transition
-from jobs.snapshot import build_snapshot
 from jobs.states import JobState
-from jobs.warm import warm_engine
 from quotas.models import Cluster
 from tests import factories as fx
 

@@ -9,7 +9,7 @@ from django.db import close_old_connections, connection
 from django.urls import reverse
 
 from jobs.models import Job, JobEvent
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
 from jobs.services import job_cancel
 from jobs.states import HOLDING
 from tests import factories as fx
@@ -198,7 +198,7 @@ def test_concurrent_cycles_and_cancels_never_over_admit():
 
 
 def test_budget_hold_keeps_unapproved_jobs_waiting(two_departments):
-    from jobs import snapshot
+    from jobs.scheduling import snapshot
 
     f, pa, _, _, _ = two_departments
     held = fx.submit(pa, f, gpus=1, name="held")
@@ -237,7 +237,7 @@ def test_one_dry_cycle_explains_every_waiting_job_past_the_cached_head(monkeypat
     answers are cached for every waiting job, so the next status page does not run another."""
     from django.core.cache import cache
 
-    from jobs import scheduling
+    from jobs.scheduling import cycle as scheduling
 
     f, p = fx.single_project_pool()
     jobs = [fx.submit(p, f, gpus=8, name=f"j{i}") for i in range(5)]
@@ -257,7 +257,7 @@ def test_one_dry_cycle_explains_every_waiting_job_past_the_cached_head(monkeypat
 
 
 def _real_schedule(snapshot, **flags):
-    from jobs.scheduler import schedule
+    from jobs.scheduler.scheduler import schedule
 
     return schedule(snapshot, **flags)
 
@@ -267,7 +267,7 @@ def test_a_cycle_caches_every_waiting_jobs_explanation_once_a_minute(
 ):
     from django.core.cache import cache
 
-    from jobs import scheduling
+    from jobs.scheduling import cycle as scheduling
 
     f, p = fx.single_project_pool()
     jobs = [fx.submit(p, f, gpus=8, name=f"j{i}") for i in range(4)]
@@ -322,8 +322,8 @@ def _clusters_of(job) -> set[str]:
 
 
 def test_item3_a_gang_waits_rather_than_span_two_clusters_then_runs_whole_in_one(simserver):
-    from jobs import dispatch
-    from jobs.backends.base import NodeInfo
+    from jobs.clusters import dispatch
+    from jobs.clusters.backends.base import NodeInfo
 
     f, c2 = _two_clusters(simserver.url)
     d = fx.department("D")

@@ -1,4 +1,4 @@
-"""The Slurm accounts sync's portal side (jobs.slurm_accounts) on the real database, without Slurm:
+"""The Slurm accounts sync's portal side (jobs.native.slurm_accounts) on the real database, without Slurm:
 which writes ask for a sync, what the portal state holds at an instant (windows and loans), and a
 cluster whose sacctmgr fails. The sync against a real cluster: tests/backends/test_slurm_accounts.py."""
 
@@ -11,8 +11,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.db import connection
 
-from jobs import slurm_accounts
-from jobs.slurm_accounts import portal_state, sync_all
+from jobs.native import slurm_accounts
+from jobs.native.slurm_accounts import portal_state, sync_all
 from portal.models import Membership, Role, User
 from quotas.models import Cluster, Loan, LoanState, QuotaWindow, SlurmSyncRun
 from quotas.services import quota_node_update

@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from jobs.models import Job
-from jobs.scheduler import schedule
-from jobs.scheduling import schedule_once
+from jobs.scheduler.scheduler import schedule
+from jobs.scheduling.cycle import schedule_once
+from jobs.scheduling.snapshot import build_snapshot
+from jobs.scheduling.warm import warm_engine
 from jobs.services import job_cancel, job_transition
-from jobs.snapshot import build_snapshot
 from jobs.states import JobState
-from jobs.warm import warm_engine
 from tests import factories as fx
 
 pytestmark = pytest.mark.django_db
@@ -116,9 +116,9 @@ def test_a_victim_admitted_again_by_another_process_is_not_taken_for_its_ghost(m
     victim whose GPUs H took — a ghost that no longer counts — though it holds all 8 GPUs again:
     worker 1 must notice the new run (and rebuild), not admit X into L's room. The 50-client
     concurrency run caught a project 1 GPU over its cap this way."""
-    import jobs.scheduling as scheduling
-    from jobs.dispatch import _requeue_unstarted
-    from jobs.warm import WarmEngine
+    import jobs.scheduling.cycle as scheduling
+    from jobs.clusters.dispatch import _requeue_unstarted
+    from jobs.scheduling.warm import WarmEngine
 
     f, p = fx.single_project_pool(node_count=1, gpus=8)
     first, second = WarmEngine(), WarmEngine()

@@ -3,7 +3,7 @@ from dataclasses import asdict
 
 from django.core.management.base import BaseCommand
 
-from jobs.scheduling import schedule_once
+from jobs.scheduling.cycle import schedule_once
 
 
 class Command(BaseCommand):

@@ -1,0 +1,255 @@
+"""Kubernetes objects (the official client's model objects) mapped to backend-neutral statuses and
+node records. Pure: no API calls, no Django.
+
+Times: a job runs from its first container's start to its last container's finish (the pods'
+``containerStatuses``); the owning object's times (Job ``startTime``/``completionTime``, condition
+transitions, deletion) stand in only where no container reports one. All are the cluster's clock
+(``time_source`` "kubernetes", set by the backend)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
+
+from jobs.clusters.backends.base import (
+    CANCELLED,
+    FAILED,
+    LOST,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    JobStatus,
+    NodeInfo,
+)
+
+# Extended resources counted as accelerators, in the order a node's capacity is searched.
+# nvidia.com/gpu.shared: time-sliced replicas under the NVIDIA device plugin's renameByDefault.
+GPU_RESOURCES = (
+    "nvidia.com/gpu",
+    "nvidia.com/gpu.shared",
+    "huawei.com/Ascend910",
+    "cambricon.com/mlu",
+    "hygon.com/dcu",
+)
+# GPU Feature Discovery's count of physical cards: with time-slicing the node advertises
+# cards × replicas of its resource, and the pool counts cards.
+GFD_GPU_COUNT = "nvidia.com/gpu.count"
+GPU_RESOURCE_PREFIXES = ("nvidia.com/mig-",)
+
+# Pod / Job reasons meaning the node went away (lost, shut down, drained) rather than the program failing.
+NODE_FAILURE_REASONS = frozenset(
+    {
+        "NodeLost",
+        "NodeShutdown",
+        "Shutdown",
+        "Terminated",
+        "Evicted",
+        "NodeAffinity",
+        "UnexpectedAdmissionError",
+        "DeletionByTaintManager",
+        "DeletionByPodGC",
+        "TerminationByKubelet",
+    }
+)
+
+
+def _conditions(obj: Any) -> dict[str, Any]:
+    return {c.type: c for c in (getattr(obj.status, "conditions", None) or []) if c.status == "True"}
+
+
+def pod_node_failure(pod: Any) -> bool:
+    status = pod.status
+    if status is None:
+        return False
+    if status.reason in NODE_FAILURE_REASONS:
+        return True
+    return any(cond.type == "DisruptionTarget" and cond.status == "True" for cond in status.conditions or [])
+
+
+def exit_code_of(pods: Iterable[Any]) -> int | None:
+    codes = []
+    for pod in pods:
+        for cs in (pod.status.container_statuses if pod.status else None) or []:
+            terminated = cs.state.terminated if cs.state else None
+            if terminated is not None and terminated.exit_code is not None:
+                codes.append(terminated.exit_code)
+    nonzero = [c for c in codes if c != 0]
+    return nonzero[0] if nonzero else (codes[0] if codes else None)
+
+
+def _container_states(pods: Iterable[Any]) -> list[Any]:
+    return [
+        cs.state
+        for pod in pods
+        for cs in (pod.status.container_statuses if pod.status else None) or []
+        if cs.state is not None
+    ]
+
+
+def containers_started(pods: Iterable[Any]) -> datetime | None:
+    """When the first container of the job's pods started (``state.running.startedAt``, or
+    ``state.terminated.startedAt`` once it ended): the GPUs are in use from then — not from the
+    object's creation or the pod's scheduling, which come before the image pull."""
+    starts = []
+    for state in _container_states(pods):
+        for part in (state.running, state.terminated):
+            if part is not None and part.started_at is not None:
+                starts.append(part.started_at)
+    return min(starts, default=None)
+
+
+def containers_finished(pods: Iterable[Any]) -> datetime | None:
+    """When the last container of the job's pods finished (``state.terminated.finishedAt``), if
+    every container it reports has ended; None while one still runs or none reports."""
+    states = _container_states(pods)
+    if not states or any(s.terminated is None or s.terminated.finished_at is None for s in states):
+        return None
+    return max(s.terminated.finished_at for s in states)
+
+
+def nodes_of(pods: Iterable[Any]) -> tuple[str, ...]:
+    return tuple(sorted({p.spec.node_name for p in pods if p.spec is not None and p.spec.node_name}))
+
+
+def job_status(job: Any, pods: list[Any]) -> JobStatus:
+    name, status = job.metadata.name, job.status
+    # Containers' own times first; the Job's (set by its controller) where no pod reports any.
+    started: datetime | None = containers_started(pods) or (status.start_time if status else None)
+    ended = containers_finished(pods)
+    common = {"started_at": started, "nodes": nodes_of(pods)}
+    conditions = _conditions(job)
+    if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
+        return JobStatus(name, SUCCEEDED, finished_at=ended or status.completion_time, exit_code=0, **common)
+    failed = conditions.get("Failed") or conditions.get("FailureTarget")
+    if failed is not None:
+        node_failure = failed.reason in NODE_FAILURE_REASONS or any(pod_node_failure(p) for p in pods)
+        return JobStatus(
+            name,
+            FAILED,
+            finished_at=ended or failed.last_transition_time,
+            exit_code=exit_code_of(pods),
+            message=f"{failed.reason or ''}: {failed.message or ''}".strip(": "),
+            node_failure=node_failure,
+            **common,
+        )
+    if job.metadata.deletion_timestamp is not None:
+        return JobStatus(name, CANCELLED, finished_at=ended or job.metadata.deletion_timestamp, **common)
+    running = bool(status and status.ready) or any(p.status and p.status.phase == "Running" for p in pods)
+    return JobStatus(name, RUNNING if running else PENDING, **common)
+
+
+def deployment_status(deployment: Any, pods: list[Any]) -> JobStatus:
+    name, status = deployment.metadata.name, deployment.status
+    nodes = nodes_of(pods)
+    if deployment.metadata.deletion_timestamp is not None:
+        ended = containers_finished(pods) or deployment.metadata.deletion_timestamp
+        return JobStatus(name, CANCELLED, finished_at=ended, nodes=nodes)
+    for cond in (status.conditions if status else None) or []:
+        if (
+            cond.type == "Progressing"
+            and cond.status == "False"
+            and cond.reason == "ProgressDeadlineExceeded"
+        ):
+            return JobStatus(
+                name,
+                FAILED,
+                message=cond.message or cond.reason,
+                nodes=nodes,
+                finished_at=cond.last_transition_time,
+            )
+    wanted = deployment.spec.replicas if deployment.spec and deployment.spec.replicas is not None else 1
+    available = (status.available_replicas if status else None) or 0
+    if wanted > 0 and available >= wanted:
+        started = containers_started(pods) or min(
+            (
+                c.last_transition_time
+                for c in (status.conditions or [])
+                if c.type == "Available" and c.status == "True" and c.last_transition_time
+            ),
+            default=None,
+        )
+        return JobStatus(name, RUNNING, started_at=started, nodes=nodes)
+    return JobStatus(name, PENDING, nodes=nodes)
+
+
+def pod_status(pod: Any) -> JobStatus:
+    name, status = pod.metadata.name, pod.status
+    phase = (status.phase if status else None) or "Pending"
+    started = containers_started([pod]) or (status.start_time if status else None)
+    nodes = nodes_of([pod])
+    finished = containers_finished([pod])
+    if phase == "Succeeded":
+        return JobStatus(name, SUCCEEDED, started_at=started, finished_at=finished, exit_code=0, nodes=nodes)
+    if phase == "Failed":
+        message = f"{status.reason or ''}: {status.message or ''}".strip(": ")
+        return JobStatus(
+            name,
+            FAILED,
+            started_at=started,
+            finished_at=finished,
+            exit_code=exit_code_of([pod]),
+            message=message,
+            nodes=nodes,
+            node_failure=pod_node_failure(pod),
+        )
+    if pod.metadata.deletion_timestamp is not None:
+        ended = finished or pod.metadata.deletion_timestamp
+        return JobStatus(name, CANCELLED, started_at=started, finished_at=ended, nodes=nodes)
+    if phase == "Running":
+        return JobStatus(name, RUNNING, started_at=started, nodes=nodes)
+    if phase == "Pending":
+        return JobStatus(name, PENDING, nodes=nodes)
+    # "Unknown": the kubelet stopped reporting, so the pod's fate is unknown.
+    return JobStatus(
+        name, LOST, started_at=started, nodes=nodes, node_failure=True, message=f"pod phase {phase}"
+    )
+
+
+# -- nodes
+
+
+def gpu_resource(capacity: dict[str, Any] | None) -> tuple[str, int] | None:
+    """The first known accelerator resource with a non-zero count in ``capacity``."""
+    capacity = capacity or {}
+    names = [r for r in GPU_RESOURCES if r in capacity]
+    names += sorted(r for r in capacity if r.startswith(GPU_RESOURCE_PREFIXES))
+    for resource in names:
+        count = int(parse_quantity(str(capacity[resource])))
+        if count > 0:
+            return resource, count
+    return None
+
+
+def node_info(node: Any) -> NodeInfo | None:
+    """The node as the portal sees it, or None for a node without accelerators."""
+    found = gpu_resource(node.status.capacity if node.status else None)
+    if found is None:
+        return None
+    resource, count = found
+    labels = node.metadata.labels or {}
+    cards = labels.get(GFD_GPU_COUNT, "")
+    if (
+        resource in ("nvidia.com/gpu", "nvidia.com/gpu.shared")
+        and cards.isdigit()
+        and 0 < int(cards) <= count
+    ):
+        count = int(cards)
+    ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+    if not ready:
+        state = "down"
+    elif node.spec is not None and node.spec.unschedulable:
+        state = "cordoned"
+    else:
+        state = "ready"
+    return NodeInfo(
+        name=node.metadata.name,
+        flavor_hint=resource,
+        gpus=count,
+        state=state,
+        zone=labels.get("topology.kubernetes.io/zone", ""),
+        spine=labels.get("gpupool.io/spine", ""),
+        leaf=labels.get("gpupool.io/leaf", ""),
+    )

@@ -1,0 +1,304 @@
+"""GPU metrics: poll Prometheus (DCGM exporter series) for running jobs, store per-minute
+samples, flag idle jobs; and the portal's own metrics in Prometheus text format.
+
+Metering is allocation-based (billing reads job events), so nothing here affects cost: a
+Prometheus outage only leaves gaps in utilisation, and gaps are never stored as zeros.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import connection
+from django.db.models import Count, Max
+from django.utils import timezone
+
+from jobs.models import Job, JobEvent, JobGpuSample, backend_name
+from jobs.reasons import IDLE, event_reason, reason
+from jobs.states import HOLDING, JobState
+from quotas.models import ClusterKind
+
+log = logging.getLogger(__name__)
+
+
+def _prometheus():
+    from prometheus_api_client import PrometheusConnect
+
+    return PrometheusConnect(url=settings.GPUPOOL["PROMETHEUS_URL"], disable_ssl=True)
+
+
+# On Kubernetes the exporters label a series with the pod using the card (DCGM-exporter's pod
+# mapping: ``namespace``, ``pod``; Ascend npu-exporter's ``pod_name`` becomes ``pod`` through
+# deploy/prometheus/kubernetes-dcgm.yml). A job's pods are ``gp-<id>`` (a dev Pod) or
+# ``gp-<id>-<suffix>`` (Job, Deployment and Volcano pods): the job is the pod name's prefix.
+_POD_SELECTOR = '{{__name__=~"{names}",pod=~"gp-[0-9]+(-.+)?"}}'
+_UTIL_NAMES = "DCGM_FI_DEV_GPU_UTIL|npu_chip_info_utilization"
+_MEMORY_NAMES = "DCGM_FI_DEV_FB_USED|npu_chip_info_hbm_used_memory"  # MiB (npu-exporter: MB)
+_OWNER = 'label_replace({inner}, "gp_job", "$1", "pod", "(gp-[0-9]+)(-.+)?")'
+_POD_QUERIES = (
+    "avg by (namespace, gp_job) ("
+    + _OWNER.format(inner="avg_over_time(" + _POD_SELECTOR.format(names=_UTIL_NAMES) + "[1m])")
+    + ")",
+    "sum by (namespace, gp_job) ("
+    + _OWNER.format(inner="avg_over_time(" + _POD_SELECTOR.format(names=_MEMORY_NAMES) + "[1m])")
+    + ")",
+    "count by (namespace, gp_job) (" + _OWNER.format(inner=_POD_SELECTOR.format(names=_UTIL_NAMES)) + ")",
+)
+
+
+def _per_pod_owner(query: str) -> dict[tuple[str, str], float]:
+    result = _prometheus().custom_query(query)
+    return {
+        (r["metric"].get("namespace", ""), r["metric"].get("gp_job", "")): float(r["value"][1])
+        for r in result
+    }
+
+
+def _kubernetes_jobs(running: list[tuple[int, str | None, dict | None]]) -> dict[tuple[str, str], int]:
+    """(namespace, backend name) -> job id, for running jobs on Kubernetes clusters: a pod in any
+    other namespace is not the portal's, whatever its name."""
+    return {
+        ((config or {}).get("namespace") or "gpupool", backend_name(pk)): pk
+        for pk, kind, config in running
+        if kind == ClusterKind.KUBERNETES
+    }
+
+
+def _per_job(query: str) -> dict[str, float]:
+    label = settings.GPUPOOL["METRICS_JOB_LABEL"]
+    result = _prometheus().custom_query(query.format(label=label, selector=f'{{{label}=~"gp-[0-9]+"}}'))
+    return {r["metric"].get(label, ""): float(r["value"][1]) for r in result}
+
+
+# Per job (the label named by METRICS_JOB_LABEL): mean utilisation, framebuffer used, GPU series.
+_QUERIES = (
+    "avg by ({label}) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{selector}[1m]))",
+    "sum by ({label}) (avg_over_time(DCGM_FI_DEV_FB_USED{selector}[1m]))",
+    "count by ({label}) (DCGM_FI_DEV_GPU_UTIL{selector})",
+)
+# The minute's samples of every job in one statement: the triggers that keep the hourly sums
+# (jobs.sample_hours) run once per statement — a statement per job paid them per job (0.35 ms a
+# row, twice that for an overwrite). One row per job, so no key is upserted twice.
+_UPSERT_SAMPLES = """
+    INSERT INTO jobs_jobgpusample (job_id, minute, gpu_util_pct, fb_used_mib, gpus)
+    SELECT s.job_id, %(minute)s, s.util, s.fb, s.gpus
+    FROM unnest(%(jobs)s::bigint[], %(util)s::float8[], %(fb)s::float8[], %(gpus)s::int[])
+         AS s(job_id, util, fb, gpus)
+    ON CONFLICT (job_id, minute) DO UPDATE
+    SET gpu_util_pct = EXCLUDED.gpu_util_pct, fb_used_mib = EXCLUDED.fb_used_mib, gpus = EXCLUDED.gpus
+"""
+
+
+def poll_gpu_metrics(now: datetime | None = None) -> int:
+    """One sample per running job for the current minute (re-running the same minute
+    overwrites it, so a retried task never double counts)."""
+    jobs = list(
+        Job.objects.filter(state=JobState.RUNNING).values_list("pk", "cluster__kind", "cluster__config")
+    )
+    running = {backend_name(pk): pk for pk, _kind, _config in jobs}
+    if not running:
+        return 0
+    samples: dict[int, tuple[float, float, int]] = {}
+    util, memory, count = (_per_job(query) for query in _QUERIES)
+    for name, value in util.items():
+        if name in running:
+            samples[running[name]] = (value, memory.get(name, 0.0), int(count.get(name, 0)))
+    pods = _kubernetes_jobs(jobs)
+    if pods:
+        util_of, memory_of, count_of = (_per_pod_owner(query) for query in _POD_QUERIES)
+        for key, value in util_of.items():
+            # The job-id label wins where both exist: one sample per job, never a sum of two.
+            if key in pods and pods[key] not in samples:
+                samples[pods[key]] = (value, memory_of.get(key, 0.0), int(count_of.get(key, 0)))
+    if samples:
+        minute = (now or timezone.now()).replace(second=0, microsecond=0)
+        upsert_samples(minute, samples)
+    return len(samples)
+
+
+def upsert_samples(minute: datetime, samples: dict[int, tuple[float, float, int]]) -> None:
+    """Each job's sample of ``minute`` (utilisation %, framebuffer MiB, GPU series), written or
+    overwritten, in one statement."""
+    with connection.cursor() as cursor:
+        cursor.execute(_UPSERT_SAMPLES, {
+            "minute": minute,
+            "jobs": list(samples),
+            "util": [s[0] for s in samples.values()],
+            "fb": [s[1] for s in samples.values()],
+            "gpus": [s[2] for s in samples.values()],
+        })
+
+
+def flag_idle_jobs(now: datetime | None = None) -> list[int]:
+    """A running job is idle when, over the last window, it has samples for most minutes and
+    every one is below the threshold. Flag it once, with an event and a mail to its owner."""
+    now = now or timezone.now()
+    window = timedelta(minutes=settings.GPUPOOL["IDLE_WINDOW_MINUTES"])
+    threshold = settings.GPUPOOL["IDLE_THRESHOLD_PCT"]
+    since = now - window
+    stats = (
+        JobGpuSample.objects.filter(
+            job__state=JobState.RUNNING,
+            job__idle_since__isnull=True,
+            job__started_at__lte=since,
+            minute__gte=since,
+        )
+        .values("job_id")
+        .annotate(n=Count("id"), peak=Max("gpu_util_pct"))
+    )
+    needed = int(window.total_seconds() // 60 * 0.8)  # tolerate a few missing minutes
+    flagged = [s["job_id"] for s in stats if s["n"] >= needed and s["peak"] < threshold]
+    for job in Job.objects.filter(pk__in=flagged).select_related("submitted_by"):
+        if Job.objects.filter(pk=job.pk, idle_since__isnull=True).update(idle_since=now):
+            JobEvent.objects.create(
+                job=job,
+                kind="idle_flagged",
+                from_state=job.state,
+                to_state=job.state,
+                **event_reason(reason(IDLE, threshold=threshold, window=str(window))),
+                occurred_at=now,
+            )
+            _notify_idle(job, threshold, window)
+    return flagged
+
+
+def _notify_idle(job: Job, threshold: float, window: timedelta) -> None:
+    if not job.submitted_by.email:
+        return
+    send_mail(
+        subject=f"[gpupool] job {job.name} (#{job.pk}) looks idle",
+        message=(
+            f"Your job {job.name} has used less than {threshold}% of its GPUs for {window}. "
+            "Please stop it if it is not needed: idle cards are still billed."
+        ),
+        from_email=None,
+        recipient_list=[job.submitted_by.email],
+        fail_silently=True,
+    )
+
+
+# --- the portal's own /metrics ------------------------------------------------------------
+
+
+def _line(name: str, value: float, **labels) -> str:
+    if not labels:
+        return f"{name} {value}"
+    text = ",".join(
+        f'{k}="{str(v).replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
+        for k, v in sorted(labels.items())
+    )
+    return f"{name}{{{text}}} {value}"
+
+
+def portal_metrics() -> str:
+    lines = ["# HELP gpupool_jobs Jobs by state.", "# TYPE gpupool_jobs gauge"]
+    for row in Job.objects.values("state").annotate(n=Count("id")).order_by("state"):
+        lines.append(_line("gpupool_jobs", row["n"], state=row["state"]))
+    lines += [
+        "# HELP gpupool_queue_length Queued jobs by priority class.",
+        "# TYPE gpupool_queue_length gauge",
+    ]
+    for row in (
+        Job.objects.filter(state=JobState.QUEUED)
+        .values("priority_class__name")
+        .annotate(n=Count("id"))
+        .order_by("priority_class__name")
+    ):
+        lines.append(_line("gpupool_queue_length", row["n"], priority=row["priority_class__name"]))
+    lines += [
+        "# HELP gpupool_admissions_total Admissions recorded.",
+        "# TYPE gpupool_admissions_total counter",
+        _line("gpupool_admissions_total", JobEvent.objects.filter(to_state=JobState.ADMITTED).count()),
+    ]
+    lines += [
+        "# HELP gpupool_gpus_in_use Devices held by admitted or running jobs.",
+        "# TYPE gpupool_gpus_in_use gauge",
+    ]
+    usage: dict[tuple[str, str], float] = {}
+    for dept, flavor, placement in Job.objects.filter(state__in=list(HOLDING)).values_list(
+        "project__department__code", "flavor__name", "placement"
+    ):
+        milli = sum(m for worker in placement for _n, _g, m in worker)
+        usage[(dept, flavor)] = usage.get((dept, flavor), 0) + milli / 1000
+    for (dept, flavor), value in sorted(usage.items()):
+        lines.append(_line("gpupool_gpus_in_use", value, department=dept, flavor=flavor))
+    lines += _quota_lines() + _cycle_lines()
+    lines += [
+        "# HELP gpupool_idle_jobs Running jobs flagged idle.",
+        "# TYPE gpupool_idle_jobs gauge",
+        _line(
+            "gpupool_idle_jobs", Job.objects.filter(state=JobState.RUNNING, idle_since__isnull=False).count()
+        ),
+    ]
+    in_use: dict[str, float] = {}  # per flavor name, from the per-department sums above
+    for (_dept, flavor), value in usage.items():
+        in_use[flavor] = in_use.get(flavor, 0.0) + value
+    return "\n".join(lines + _idle_gpu_lines(in_use)) + "\n"
+
+
+def _idle_gpu_lines(in_use: dict[str, float]) -> list[str]:
+    """The two kinds of idle cards a pool loses: unallocated ones on ready nodes (while jobs
+    may queue for quota) and allocated ones whose jobs the utilisation poll flagged idle.
+    ``in_use``: devices held per flavor name."""
+    from quotas.models import Flavor
+    from quotas.selectors import capacity_by_flavor
+
+    names = dict(Flavor.objects.values_list("id", "name"))
+    capacity = capacity_by_flavor()
+    lines = [
+        "# HELP gpupool_gpus_capacity Devices on ready nodes of active clusters.",
+        "# TYPE gpupool_gpus_capacity gauge",
+        *(_line("gpupool_gpus_capacity", float(c), flavor=names[f]) for f, c in sorted(capacity.items())),
+        "# HELP gpupool_gpus_unallocated Devices on ready nodes that no job holds.",
+        "# TYPE gpupool_gpus_unallocated gauge",
+    ]
+    for f, c in sorted(capacity.items()):
+        # A node that went down under running jobs can leave more held than ready: not below 0.
+        free = max(float(c) - in_use.get(names[f], 0.0), 0.0)
+        lines.append(_line("gpupool_gpus_unallocated", free, flavor=names[f]))
+    lines += [
+        "# HELP gpupool_gpus_idle_allocated Devices held by running jobs flagged idle.",
+        "# TYPE gpupool_gpus_idle_allocated gauge",
+    ]
+    idle: dict[str, float] = {}
+    for flavor, placement in Job.objects.filter(state=JobState.RUNNING, idle_since__isnull=False).values_list(
+        "flavor__name", "placement"
+    ):
+        idle[flavor] = idle.get(flavor, 0.0) + sum(m for worker in placement for _n, _g, m in worker) / 1000
+    for flavor in sorted(set(idle) | {names[f] for f in capacity}):  # 0 too: the series always exists
+        lines.append(_line("gpupool_gpus_idle_allocated", idle.get(flavor, 0.0), flavor=flavor))
+    return lines
+
+
+def _quota_lines() -> list[str]:
+    from quotas.models import QuotaNode
+
+    lines = [
+        "# HELP gpupool_quota Nominal quota of each department (devices of the flavor).",
+        "# TYPE gpupool_quota gauge",
+    ]
+    rows = QuotaNode.objects.filter(department__isnull=False).values_list(
+        "department__code", "flavor__name", "quota"
+    )
+    for dept, flavor, quota in rows.order_by("department__code", "flavor__name"):
+        lines.append(_line("gpupool_quota", float(quota), department=dept, flavor=flavor))
+    return lines
+
+
+def _cycle_lines() -> list[str]:
+    from django.core.cache import cache
+
+    from jobs.scheduling.cache_keys import LAST_CYCLE_KEY
+
+    last = cache.get(LAST_CYCLE_KEY)
+    if not last:
+        return []
+    seconds = (last["decide_ms"] + last["apply_ms"]) / 1000
+    return [
+        "# HELP gpupool_cycle_seconds Duration of the last scheduling cycle.",
+        "# TYPE gpupool_cycle_seconds gauge",
+        _line("gpupool_cycle_seconds", round(seconds, 4)),
+    ]

@@ -1,0 +1,1 @@
+"""Pure parsers and renderers of native workloads (sacct, pods, sacctmgr, Kueue/YuniKorn queues)."""

@@ -1,0 +1,245 @@
+"""Keep Slurm's accounts, user associations and QOS in step with the portal (DESIGN §11, docs/backends.md
+"Native Slurm users: accounts and limits"). The decisions are in :mod:`quotas.slurm_accounts`
+(pure); this module reads the database, runs ``sacctmgr`` through :mod:`jobs.native.backends.sacctmgr`
+and records each run as a :class:`quotas.models.SlurmSyncRun`.
+
+Which clusters: every active Slurm cluster that is not simulated, unless its config says
+``"accounts_sync": false``. When: after every committed write of a quota node, loan, quota window,
+membership, priority class, department or project (model signals, so the admin, the approvals
+and the services alike trigger it, once per transaction), and from beat every
+``SLURM_ACCOUNTS_INTERVAL_SECONDS``, because windows open and loans end on the clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from jobs.clusters.backends.base import BackendError
+from jobs.clusters.backends.registry import is_simulated
+from jobs.models import USAGE_ROLE_RANK, PriorityClass
+from jobs.native.backends.sacctmgr import Sacctmgr
+from portal.enqueue import send
+from portal.models import PROJECT_ROLES, Department, Membership, Project, User
+from quotas.models import Cluster, ClusterKind, Flavor, Loan, QuotaNode, QuotaWindow, SlurmSyncRun
+from quotas.selectors import effective_limits_map
+from quotas.slurm_accounts import (
+    ClassRef,
+    Member,
+    Naming,
+    PortalState,
+    QuotaLimit,
+    SlurmState,
+    desired_state,
+    flat_file,
+    parse_current,
+    parse_tracked,
+    plan,
+)
+
+log = logging.getLogger(__name__)
+CONFIG_KEY = "accounts_sync"
+TASK = "jobs.sync_slurm_accounts"
+LOCK_KEY = 0x5AC7  # advisory lock namespace: one sync per cluster at a time
+KEEP_QUIET_RUNS = timedelta(days=7)  # runs that found nothing to do are pruned after this
+
+
+def naming() -> Naming:
+    return Naming(settings.GPUPOOL["SLURM_ACCOUNT_PREFIX"], settings.GPUPOOL["SLURM_PARENT_ACCOUNT"])
+
+
+def slurm_user_name(user: User) -> str:
+    """The Slurm (Unix) user name of a portal user (DESIGN §12): the directory's Unix name (LDAP
+    uid, an OIDC claim) when it gave one, else the username."""
+    return user.unix_name
+
+
+def accounts_clusters() -> list[Cluster]:
+    candidates = Cluster.objects.filter(active=True, kind=ClusterKind.SLURM).order_by("name")
+    return [
+        c for c in candidates
+        if not is_simulated(c.kind, c.config or {}) and (c.config or {}).get(CONFIG_KEY, True) is not False
+    ]
+
+
+def client_for(cluster: Cluster) -> Sacctmgr:
+    return Sacctmgr((cluster.config or {}).get("slurm_conf") or os.environ["SLURM_CONF"])
+
+
+# -- the portal's side
+
+
+def tres_of(flavor: Flavor, gres_map: dict) -> str | None:
+    """``gres/<type>`` that Slurm accounts the flavor's GPUs as on this cluster: the cluster's
+    ``gres_map`` (by the flavor's GRES or its name), else the flavor's own GRES."""
+    gres = gres_map.get(flavor.slurm_gres) or gres_map.get(flavor.name) or flavor.slurm_gres
+    return f"gres/{gres}" if gres else None
+
+
+def portal_state(cluster: Cluster, now: datetime) -> PortalState:
+    gres_map = (cluster.config or {}).get("gres_map") or {}
+    flavors = {f.pk: f for f in Flavor.objects.filter(active=True)}
+    tres = {pk: tres_of(f, gres_map) for pk, f in flavors.items()}
+    nodes = list(
+        QuotaNode.objects.filter(flavor_id__in=flavors)
+        .filter(Q(project__isnull=True) | Q(project__active=True))
+        .select_related("department", "project")
+    )
+    notes = [
+        f"flavor {flavors[pk].name} has no Slurm GRES: its quota is not limited in Slurm"
+        for pk in sorted({n.flavor_id for n in nodes}, key=lambda pk: flavors[pk].name)
+        if tres[pk] is None
+    ]
+    effective = effective_limits_map([n for n in nodes if tres[n.flavor_id]], now)
+    limits = tuple(
+        QuotaLimit(
+            "project" if n.project_id else "department",
+            n.project.code if n.project_id else n.department.code,
+            tres[n.flavor_id],
+            effective[n.pk].quota,
+            effective[n.pk].borrow_limit,
+        )
+        for n in nodes
+        if tres[n.flavor_id]
+    )
+    return PortalState(
+        departments=tuple(Department.objects.values_list("code", "parent__code")),
+        projects=tuple(Project.objects.filter(active=True).values_list("code", "department__code")),
+        limits=limits,
+        members=_members(),
+        classes=tuple(
+            ClassRef(c.name, c.value, c.preemptible, USAGE_ROLE_RANK.get(c.min_role, 0))
+            for c in PriorityClass.objects.all()
+        ),
+        tres=frozenset(t for t in tres.values() if t),
+        notes=tuple(notes),
+    )
+
+
+def _members() -> tuple[Member, ...]:
+    rows = Membership.objects.filter(
+        role__in=PROJECT_ROLES, project__active=True, user__is_active=True
+    ).select_related("user", "project")
+    return tuple(
+        Member(m.project.code, slurm_user_name(m.user), USAGE_ROLE_RANK.get(m.role, 0)) for m in rows
+    )
+
+
+# -- syncing
+
+
+def _read(cluster: Cluster, client: Sacctmgr, now: datetime) -> tuple[str, SlurmState, SlurmState]:
+    """The cluster's name in Slurm, the desired state, and the owned part of Slurm's current one."""
+    name = client.cluster_name()
+    snap = client.snapshot(name)
+    desired = desired_state(portal_state(cluster, now), naming(), parse_tracked(snap.tres))
+    return name, desired, parse_current(snap.associations, snap.qos, snap.users, naming(), desired.tres)
+
+
+def sync_cluster_accounts(
+    cluster: Cluster, *, now: datetime | None = None, dry_run: bool = False
+) -> SlurmSyncRun:
+    """One sync of one cluster, recorded. ``dry_run``: compute the commands, run none of them."""
+    now = now or timezone.now()
+    run = SlurmSyncRun(cluster=cluster, started_at=timezone.now(), dry_run=dry_run)
+    try:
+        with _cluster_lock(cluster, skip=dry_run):
+            _sync(cluster, run, now)
+    except BackendError as exc:
+        log.warning("Slurm accounts of %s not synced: %s", cluster.name, exc)
+        run.error = str(exc)
+    run.finished_at = timezone.now()
+    run.save()
+    _prune(cluster)
+    return run
+
+
+def _sync(cluster: Cluster, run: SlurmSyncRun, now: datetime) -> None:
+    client = client_for(cluster)
+    name, desired, current = _read(cluster, client, now)
+    run.notes = desired.notes
+    todo = plan(desired, current, name, naming())
+    run.commands = todo.commands
+    run.drift = [c.to_json() for c in todo.changes]
+    if run.dry_run or not todo:
+        return
+    results = client.apply(todo.commands)
+    # What sacctmgr printed says little per command: the state read back says what took.
+    _name, _desired, after = _read(cluster, client, now)
+    left = plan(desired, after, name, naming())
+    if left:
+        failed = [r.output for r in results if r.returncode != 0]
+        run.error = (
+            f"{len(left.commands)} change(s) did not take: {'; '.join(left.commands[:20])}\n"
+            + "\n".join(failed)[-8000:]
+        )
+
+
+class _cluster_lock:
+    """A session advisory lock per cluster: the beat run and a triggered run never interleave
+    their commands (a dry run needs none)."""
+
+    def __init__(self, cluster: Cluster, *, skip: bool):
+        self.args = None if skip else [LOCK_KEY, cluster.pk]
+
+    def __enter__(self):
+        if self.args:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_lock(%s, %s)", self.args)
+
+    def __exit__(self, *exc):
+        if self.args:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", self.args)
+
+
+def _prune(cluster: Cluster) -> None:
+    SlurmSyncRun.objects.filter(
+        cluster=cluster, started_at__lt=timezone.now() - KEEP_QUIET_RUNS, drift=[], error=""
+    ).delete()
+
+
+def sync_all(*, now: datetime | None = None, dry_run: bool = False, names: list[str] | None = None):
+    clusters = accounts_clusters()
+    if names is not None:
+        clusters = [c for c in clusters if c.name in names]
+    return [sync_cluster_accounts(c, now=now, dry_run=dry_run) for c in clusters]
+
+
+def dump(cluster: Cluster, *, now: datetime | None = None) -> str:
+    """The desired state of one cluster as a ``sacctmgr load`` flat file."""
+    name, desired, _current = _read(cluster, client_for(cluster), now or timezone.now())
+    return flat_file(desired, name, naming())
+
+
+# -- triggers
+
+
+def _enqueue_slurm_accounts() -> None:
+    send(TASK, expires=settings.GPUPOOL["SLURM_ACCOUNTS_INTERVAL_SECONDS"])
+
+
+def request_sync(**_signal_kwargs) -> None:
+    """After the current transaction commits, once however many rows it wrote — and only where
+    a synced Slurm cluster exists (asked here, not at commit: a portal without one registers
+    nothing on its commits)."""
+    if any(entry[1] is _enqueue_slurm_accounts for entry in connection.run_on_commit):
+        return
+    if not accounts_clusters():
+        return
+    transaction.on_commit(_enqueue_slurm_accounts, robust=True)
+
+
+def connect_signals() -> None:
+    from django.db.models.signals import post_delete, post_save
+
+    for model in (QuotaNode, Loan, QuotaWindow, Membership, PriorityClass, Department, Project, Flavor):
+        uid = f"slurm-accounts-{model.__name__}"
+        post_save.connect(request_sync, sender=model, dispatch_uid=f"{uid}-save")
+        post_delete.connect(request_sync, sender=model, dispatch_uid=f"{uid}-delete")

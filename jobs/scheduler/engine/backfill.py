@@ -1,0 +1,172 @@
+"""EASY backfill (DESIGN §5.2): one reservation per priority level, honoured by later jobs.
+
+The head job of a level (the first one there that waits for capacity or placement) gets the
+earliest time ``T`` at which it fits, from the per-GPU busy-until index
+(:mod:`jobs.scheduler.engine.timeline`): running jobs end at ``started + max_runtime`` (no max runtime =
+never), terminating victims at ``now + grace``, earlier reservations hold their GPUs until they
+end. Its GPUs at ``T`` that are free now are *blocked* now: exactly what a job outlasting ``T``
+must leave alone (GPUs still busy now are freed by ``T`` by definition).
+A later job that ends by ``T`` (``now + max_runtime <= T``) may use the blocked GPUs — it is
+gone before the reservation starts; a job without ``max_runtime`` never may. Reservations are
+physical only (quota is re-checked when the head's turn comes) and last one cycle.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from jobs.scheduler.engine.model import Reservation
+from jobs.scheduler.engine.pool import FULL, Pool
+from jobs.scheduler.engine.state import Pending
+from jobs.scheduler.placement import plan, plan_at
+
+
+class Res:
+    __slots__ = ("job_id", "flavor", "start", "end", "slots", "need", "applied", "nodes")
+
+    def __init__(self, job_id, flavor, start, end, slots, need, applied, nodes):
+        self.job_id = job_id
+        self.flavor = flavor
+        self.start = start
+        self.end = end
+        self.slots = slots
+        self.need = need  # (node, gpu) -> milli that must stay free from now until start
+        self.applied = applied  # (node, gpu) -> milli blocked on the pool right now
+        self.nodes = nodes
+
+    def lift(self, pool: Pool) -> None:
+        for (i, g), amount in self.applied.items():
+            if amount:
+                pool.release(i, g, amount)
+
+    def reapply(self, pool: Pool, taken: dict[tuple[int, int], int]) -> None:
+        """Block again; GPUs a short job took are given back by ``start``, so need less now."""
+        used = pool.used
+        for key, need in self.need.items():
+            need = max(0, need - taken.get(key, 0))
+            self.need[key] = need
+            i, g = key
+            amount = min(need, FULL - used[i][g])
+            self.applied[key] = amount
+            if amount:
+                pool.occupy(i, g, amount)
+
+    def public(self, state) -> Reservation:
+        at = state.now_dt + timedelta(seconds=self.start - state.now)
+        return Reservation(self.job_id, self.flavor, self.nodes, at)
+
+
+def short_within(cycle, flavor: str, runtime: float) -> bool:
+    """Would a job of ``runtime`` seconds end before some reservation of ``flavor`` starts?"""
+    limit = cycle.s.now + runtime
+    return any(limit <= r.start for r in cycle.res_by_flavor.get(flavor, ()))
+
+
+def lifted_fits(cycle, flavor: str, runtime: float, workers: int, milli: float) -> bool:
+    """Cheap necessary test: could ``workers`` × ``milli`` be placed once the reservations that
+    a job of ``runtime`` outlives no longer are blocked?"""
+    limit = cycle.s.now + runtime
+    which = tuple(k for k, r in enumerate(cycle.res_by_flavor.get(flavor, ())) if limit <= r.start)
+    if not which:
+        return False
+    pool = cycle.s.pools[flavor]
+    key = (flavor, which, workers, milli)
+    hit = cycle.lift_cache.get(key)
+    if hit is not None and hit[0] == pool.version:
+        return hit[1]
+    ok = _lifted_fits(cycle.res_by_flavor[flavor], which, pool, workers, milli)
+    cycle.lift_cache[key] = (pool.version, ok)
+    return ok
+
+
+def _lifted_fits(reservations, which, pool: Pool, workers: int, milli: float) -> bool:
+    lifted: dict[tuple[int, int], int] = {}
+    for k in which:
+        for key, amount in reservations[k].applied.items():
+            if amount:
+                lifted[key] = lifted.get(key, 0) + amount
+    used = pool.used
+    if milli < FULL:
+        return pool.max_shared_free() >= milli or any(
+            FULL - used[i][g] + a >= milli for (i, g), a in lifted.items())
+    g = int(milli) // FULL
+    gain: dict[int, int] = {}
+    for (i, x), a in lifted.items():
+        if used[i][x] == a:  # only the blocks sit on this GPU: it is whole once lifted
+            gain[i] = gain.get(i, 0) + 1
+    free = pool.free
+    if pool.chist is None:
+        extra = sum((free[i] + k) // g - free[i] // g for i, k in gain.items())
+        return pool.whole_capacity(g) + extra >= workers
+    caps = list(pool.cluster_capacities(g))  # a gang runs inside one cluster
+    for i, k in gain.items():
+        caps[pool.cluster_of[i]] += (free[i] + k) // g - free[i] // g
+    return max(caps) >= workers
+
+
+def short_for(cycle, p: Pending) -> bool:
+    """Might ``p`` backfill onto blocked GPUs of reservations it ends before?"""
+    return lifted_fits(cycle, p.flavor, p.runtime, p.min_workers, p.milli)
+
+
+def admit_short(cycle, p: Pending) -> bool:
+    """Backfill a job that ends before some reservations start onto their blocked GPUs (in
+    the in-quota pass a borrower is promised its room, as in ``Cycle.admit_now``)."""
+    if not short_for(cycle, p):
+        return False
+    limit = cycle.s.now + p.runtime
+    lifted = [r for r in cycle.res_by_flavor.get(p.flavor, ()) if limit <= r.start]
+    pool = cycle.s.pools[p.flavor]
+    for r in lifted:
+        r.lift(pool)
+    w_in, w_all = cycle.grant(p)
+    promised = cycle.lending and w_all > w_in and w_all >= p.min_workers
+    w = w_in if cycle.lending else max(w_in, w_all)
+    placement = None
+    if promised:
+        cycle.tent.promise(p, w_all * p.milli)
+    elif w >= p.min_workers:
+        placement = plan(pool, w, p.milli, frag=cycle.frag)
+    taken: dict[tuple[int, int], int] = {}
+    if placement is not None:
+        cycle.admit(p, w, placement, ())
+        for worker in placement:
+            for i, g, m in worker:
+                taken[(i, g)] = taken.get((i, g), 0) + m
+    for r in lifted:
+        r.reapply(pool, taken)
+    return promised or placement is not None
+
+
+def reserve(cycle, p: Pending) -> None:
+    """Give the level head ``p`` its reservation (if it can ever fit) and block its GPUs.
+
+    A shared-GPU head is planned as if it needed its GPU whole (conservative: it may start
+    earlier on a partly used GPU, never later)."""
+    s = cycle.s
+    pool, timeline = s.pools[p.flavor], s.timelines[p.flavor]
+    g = max(1, p.milli // FULL)
+    start = timeline.earliest(p.min_workers, g, s.now)
+    if start is None:
+        return
+    placement = plan_at(pool, timeline.caps_at(start, g), lambda i: timeline.gpus_at(i, start),
+                        p.min_workers, g, frag=cycle.frag)
+    if placement is None:
+        return
+    milli = min(p.milli, FULL)
+    need: dict[tuple[int, int], int] = {}
+    applied: dict[tuple[int, int], int] = {}
+    for worker in placement:
+        for i, x, _ in worker:
+            # Free at ``start``: what is used now is released by then, the rest must stay free.
+            used = pool.used[i][x]
+            need[(i, x)] = n = max(0, milli - used)
+            applied[(i, x)] = a = min(n, FULL - used)
+            if a:
+                pool.occupy(i, x, a)
+    slots = tuple((i, x, milli) for worker in placement for i, x, _ in worker)
+    nodes = tuple(sorted({pool.ids[i] for i, _, _ in slots}))
+    res = Res(p.id, p.flavor, start, start + p.runtime, slots, need, applied, nodes)
+    timeline.track(("res", res.job_id), slots, res.end)
+    cycle.reservations.append(res)
+    cycle.res_by_flavor.setdefault(p.flavor, []).append(res)

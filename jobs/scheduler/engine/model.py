@@ -1,0 +1,243 @@
+"""Snapshot (input) and CycleResult (output) of the pure scheduling core.
+
+Everything is a frozen, slotted dataclass; amounts are integer milli-units (1000 = one device of
+the flavor). Times are tz-aware datetimes; the core never reads the wall clock, only
+``Snapshot.now``.
+
+Conventions the caller (the Django service) must follow:
+
+* ``Node.external_milli`` — per-GPU milli occupied by allocations NOT listed in
+  ``Snapshot.running`` (e.g. pods the portal does not manage, a GPU fenced off as faulty = 1000).
+  Usage of running jobs is derived from their placements; do not add it here as well.
+* A job admitted by a previous cycle belongs in ``running`` with its placement and
+  ``started_at`` = admission time (also once the backend has started it): its GPUs are taken
+  from then, and rule 1 / reclaim order by it.
+* A preemption victim in its grace period stays in ``running`` with ``terminating=True``. It no
+  longer counts for any quota (its preemptor already does), its GPUs stay occupied except where
+  the preemptor's placement overlaps them (per GPU the core counts
+  ``min(1000, live + terminating)``) and it is never chosen as a victim again. Drop it once it
+  has exited.
+* A ``pinned`` running job (submitted to the backend directly, DESIGN §11) is never a victim:
+  it counts in rule 1 like any job, but reclaim and rule 6 pass it by.
+* Elastic growth (DESIGN §4, §5.4): a running job with ``worker_milli`` set may grow one worker
+  at a time up to ``grow_to`` workers (see :mod:`jobs.scheduler.engine.grow`). Workers added by growth are
+  listed, in order, at the END of ``placement`` with their grow times in ``grown``; inside the
+  core each is a *unit* of its job, ``"<job id>/<k>"`` (``k`` = the worker's index in the
+  job's placement), with its own rule-1 place (priority, grow time): an on-loan unit is
+  reclaimed alone (the job shrinks by that worker, at once — see :class:`Preemption`), and a
+  unit is on loan whenever its job's first workers are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from quotas.admission import Limits, TreeNode
+
+__all__ = [
+    "Admission", "CycleResult", "Explain", "Growth", "Holder", "Limits", "Node", "Preemption",
+    "PriorityClass", "QueuedJob", "Reservation", "RunningJob", "Snapshot", "TreeNode",
+]
+
+Slot = tuple[str, int, int]  # (node id, GPU index on the node, milli)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A GPU server. ``flavor`` is per node: MIG slice flavors exist only on nodes of that
+    flavor, and ``gpus`` then counts slices. ``schedulable`` is False when cordoned or down."""
+
+    id: str
+    flavor: str
+    gpus: int
+    zone: str = ""
+    spine: str = ""
+    leaf: str = ""
+    schedulable: bool = True
+    external_milli: tuple[int, ...] = ()
+    cluster: str = ""  # a job grows only onto nodes of the cluster it runs on
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    name: str
+    value: int
+    preemptible: bool = True
+    grace_seconds: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    id: str
+    project_id: str
+    flavor: str
+    priority: int
+    preemptible: bool
+    started_at: datetime
+    max_runtime_seconds: int | None
+    placement: tuple[Slot, ...]
+    terminating: bool = False
+    terminating_since: datetime | None = None  # when the preemption was signalled
+    worker_milli: int = 0  # the demand of one worker, a multiple of 1000 (0: never grows)
+    grow_to: int = 0  # the grow pass may add workers up to this many (its target)
+    grown: tuple[datetime, ...] = ()  # grow times of the last len(grown) workers of placement
+    submitted_at: datetime | None = None  # the grow pass's queue order (None: started_at)
+    # Not the portal's to stop: a job submitted to the backend directly (``sbatch``, ``kubectl``,
+    # DESIGN §11). It counts for quotas and holds its GPUs like any job, but no cycle ever
+    # chooses it as a victim (rule 5 or 6) — the portal did not start it and cannot requeue it.
+    pinned: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """A pending job. Demand per worker = ``gpus_per_worker`` × 1000, or ``gpu_milli`` (< 1000)
+    of one shared GPU (then ``workers`` must be 1). Elastic when ``min_workers < workers``."""
+
+    id: str
+    project_id: str
+    flavor: str
+    submitted_at: datetime
+    workers: int = 1
+    min_workers: int | None = None  # None: same as workers (plain gang)
+    gpus_per_worker: int = 1
+    gpu_milli: int | None = None
+    priority: int = 0
+    preemptible: bool = True
+    max_runtime_seconds: int | None = None
+    approved: bool = False
+    # Acceptable flavors in the owner's order of preference (DESIGN §14); ``flavor`` must be the
+    # first. Empty (or one flavor): only ``flavor``. The cycle takes the first it can place.
+    flavors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    now: datetime
+    nodes: tuple[Node, ...]
+    tree: tuple[TreeNode, ...]
+    limits: Mapping[tuple[str, str], Limits]  # (tree node id, flavor) -> effective limits
+    running: tuple[RunningJob, ...] = ()
+    queued: tuple[QueuedJob, ...] = ()
+    over_budget_tenants: frozenset[str] = frozenset()  # tree node ids (departments/projects)
+    # Projects whose approval policy lets jobs through a spent budget (policy.over_budget off).
+    budget_exempt: frozenset[str] = frozenset()
+    priority_classes: tuple[PriorityClass, ...] = ()  # grace periods of terminating jobs
+    # Queueing strategy per project (docs/scheduling.md, "Queueing strategies"). Under strict
+    # FIFO a job that cannot be admitted blocks the later jobs of its project in its priority
+    # level (on the flavors it could use); the others are best effort (later jobs that fit go
+    # ahead). Under best effort a job waiting longer than its project's aging bound (seconds
+    # since submission; the default when the project has none; None = never) blocks the same
+    # way. Keys are tree ids of projects.
+    strict_fifo: frozenset[str] = frozenset()
+    aging_bound_s: Mapping[str, int] = field(default_factory=dict)
+    default_aging_bound_s: int | None = None
+
+
+# -- results ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """``placement`` has one tuple of slots per granted worker. ``preempts`` lists the victims
+    whose GPUs this job takes: start it only after they have exited (grace period)."""
+
+    job_id: str
+    workers: int
+    placement: tuple[tuple[Slot, ...], ...]
+    in_quota: bool
+    preempts: tuple[str, ...] = ()
+    flavor: str = ""  # the flavor it runs on: one of the job's alternatives (QueuedJob.flavors)
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """``worker`` None: the whole job ``victim_id`` is preempted (signal, grace period). A
+    worker index: only that grown worker of the job goes (a unit, see the module docstring);
+    its GPUs count as free from the next cycle on, so the job shrinks at once and the
+    preemptor's ``preempts`` does not name it."""
+
+    victim_id: str
+    reason: str  # "reclaim" (rule 5) | "priority" (rule 6)
+    for_job_id: str
+    worker: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Growth:
+    """The grow pass added ``added`` (one tuple of slots per worker, appended to the job's
+    placement in this order) to running job ``job_id``, which now has ``workers`` workers."""
+
+    job_id: str
+    workers: int
+    added: tuple[tuple[Slot, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """EASY backfill: the blocked head job of a priority level starts on ``nodes`` at
+    ``earliest_start`` at the latest; jobs that would delay it are not backfilled."""
+
+    job_id: str
+    flavor: str
+    nodes: tuple[str, ...]
+    earliest_start: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Who holds what a waiting job is owed: a running job and the milli it uses."""
+
+    job_id: str
+    project_id: str
+    milli: int
+
+
+@dataclass(frozen=True, slots=True)
+class Explain:
+    """Why a job waits. ``reason`` is one of REASONS; ``node_id`` / ``flavor`` name the
+    blocking quota level (``None`` node = the pool root); ``numbers`` are the milli figures of
+    the failed comparison (``workers`` alone is a count); ``holders`` the running jobs using
+    capacity it is owed."""
+
+    position: int
+    reason: str
+    flavor: str
+    node_id: str | None = None
+    numbers: tuple[tuple[str, int], ...] = ()
+    holders: tuple[Holder, ...] = ()
+    message: str = ""
+    reservation: Reservation | None = None
+    # A job with alternative flavors: why each one (in the job's order) cannot be used now.
+    alternatives: tuple[Explain, ...] = ()
+    # Reason "fifo": the earlier job of its project it waits behind, and why that one blocks
+    # ("strict_fifo" | "aging").
+    behind: str | None = None
+    behind_why: str = ""
+    # Over its project's aging bound: how long it has waited (whatever the reason above).
+    waited_s: int | None = None
+    aging_bound_s: int | None = None
+
+
+REASONS = (
+    "budget",        # tenant over budget and the job not approved (§3 rule 9)
+    "quota",         # not in-quota and borrowing disabled
+    "borrow_limit",  # rule 2 cap at a tree node
+    "lend_limit",    # rule 4: capacity held back by siblings' lend limits
+    "capacity",      # rule 2 at the root, or no one cluster big enough: not enough healthy capacity
+    "placement",     # enough capacity in total but no node set of one cluster fits now
+    "reservation",   # would delay the reservation of a higher job (EASY backfill)
+    "reclaimed",     # admitted earlier in this cycle, then reclaimed by an in-quota job
+    "invalid",       # can never run here (e.g. worker larger than any node of the flavor)
+    "fifo",          # an earlier job of its project blocks it (strict FIFO, or over its aging bound)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    admissions: tuple[Admission, ...]
+    preemptions: tuple[Preemption, ...]
+    reservations: tuple[Reservation, ...]
+    on_loan: Mapping[str, bool]  # every running + newly admitted job -> True when on loan
+    explanations: Mapping[str, Explain] = field(default_factory=dict)
+    growths: tuple[Growth, ...] = ()  # in the order they were made, one per job
+    held: tuple[str, ...] = ()  # waiting jobs held by a spent budget (§3 rule 9), none approved

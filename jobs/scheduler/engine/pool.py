@@ -1,0 +1,279 @@
+"""Per-flavor GPU occupancy with the indexes that make placement O(leaves), not O(GPUs).
+
+A :class:`Pool` holds the schedulable nodes of one flavor across every cluster, ordered by
+(cluster, zone, spine, leaf, node id), and per GPU the milli in use. Topology names are per
+cluster (two clusters may both have a leaf "l0"), so a leaf or spine is keyed by its cluster too
+and never spans two; a gang runs inside one cluster (a backend runs a job on one cluster only).
+Whole-GPU workers only use GPUs with nothing on them, so the indexes count *whole free GPUs* per
+node:
+
+* ``hist[k]``        — nodes with exactly k whole free GPUs (capacity checks in O(max GPUs)),
+* ``leaf_hist[l][k]`` — the same per leaf, and ``bucket[k]`` = leaves having such a node,
+* ``leaf_rank``     — whole free GPUs per leaf × 65536 + leaf index (fullest leaf first),
+* ``part[f]``        — partly used GPUs with f milli free (shared ``gpu_milli`` packing),
+  ``pkeys`` the sorted free amounts present,
+* ``chist[c][k]``    — ``hist`` per cluster, only when the pool has more than one cluster
+  (``None`` otherwise: one cluster is the common case and costs nothing extra).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+
+FULL = 1000
+
+
+class Pool:
+    __slots__ = (
+        "flavor", "ids", "index", "size", "used", "free", "leaf_of", "leaf_nodes", "leaf_spine",
+        "leaf_hist", "leaf_rank", "spine_leaves", "bucket", "hist",
+        "maxg", "part", "pkeys", "capacity", "version", "_caps", "full_leaves", "cluster",
+        "clusters", "cluster_of", "leaf_cluster", "chist", "_gcaps", "_size_caps",
+    )
+
+    def __init__(self, flavor: str, nodes) -> None:
+        """``nodes``: the schedulable :class:`~jobs.scheduler.engine.model.Node` objects of ``flavor``."""
+        self.flavor = flavor
+        ordered = sorted(nodes, key=lambda n: (n.cluster, n.zone, n.spine, n.leaf, n.id))
+        self.ids = [n.id for n in ordered]
+        self.cluster = [n.cluster for n in ordered]
+        self.clusters = sorted(set(self.cluster))  # names; cluster_of[i] indexes this list
+        number = {c: k for k, c in enumerate(self.clusters)}
+        self.cluster_of = [number[c] for c in self.cluster]
+        self.index = {nid: i for i, nid in enumerate(self.ids)}
+        self.size = [n.gpus for n in ordered]
+        self.used = [[0] * n.gpus for n in ordered]
+        self.free = list(self.size)
+        self.maxg = max(self.size, default=0)
+        self.capacity = sum(self.size) * FULL
+        self.version = 0  # bumped on every change: keys caches of derived figures
+        self._caps: dict[int, tuple[int, int]] = {}
+        self._gcaps: dict[int, tuple[int, list[int]]] = {}
+        self._size_caps: dict[int, int] = {}
+        self._index_topology(ordered)
+        self.part: dict[int, set[tuple[int, int]]] = {}
+        self.pkeys: list[int] = []
+        for i, node in enumerate(ordered):
+            for g, milli in enumerate(node.external_milli[: node.gpus]):
+                if milli > 0:
+                    self.occupy(i, g, min(milli, FULL))
+
+    def _index_topology(self, ordered) -> None:
+        leaf_ix: dict[tuple, int] = {}
+        spine_ix: dict[tuple, int] = {}
+        self.leaf_of, self.leaf_nodes, self.leaf_spine, self.spine_leaves = [], [], [], []
+        self.leaf_cluster: list[int] = []
+        for i, n in enumerate(ordered):
+            lkey = (n.cluster, n.zone, n.spine, n.leaf)
+            li = leaf_ix.get(lkey)
+            if li is None:
+                skey = (n.cluster, n.zone, n.spine)
+                si = spine_ix.setdefault(skey, len(spine_ix))
+                if si == len(self.spine_leaves):
+                    self.spine_leaves.append([])
+                li = leaf_ix[lkey] = len(self.leaf_nodes)
+                self.leaf_nodes.append([])
+                self.leaf_spine.append(si)
+                self.leaf_cluster.append(self.cluster_of[i])
+                self.spine_leaves[si].append(li)
+            self.leaf_of.append(li)
+            self.leaf_nodes[li].append(i)
+        nleaves = len(self.leaf_nodes)
+        self.leaf_hist = [[0] * (self.maxg + 1) for _ in range(nleaves)]
+        self.bucket: list[set[int]] = [set() for _ in range(self.maxg + 1)]
+        self.hist = [0] * (self.maxg + 1)
+        self.chist = None
+        if len(self.clusters) > 1:
+            self.chist = [[0] * (self.maxg + 1) for _ in self.clusters]
+            for i, g in enumerate(self.size):
+                self.chist[self.cluster_of[i]][g] += 1
+        # A unique, cheap-to-compare rank (fewest free GPUs first, then topology order) lets
+        # min(..., key=leaf_rank.__getitem__) pick a leaf at C speed and deterministically.
+        self.leaf_rank = list(range(nleaves))
+        for i, g in enumerate(self.size):
+            li = self.leaf_of[i]
+            self.leaf_hist[li][g] += 1
+            self.bucket[g].add(li)
+            self.hist[g] += 1
+            self.leaf_rank[li] += g * 65536
+        # full_leaves[c]: leaves with exactly c nodes whose every GPU is free (c >= 1), the
+        # index whole-node gang workers best-fit a leaf with.
+        self.full_leaves: list[set[int]] = [set() for _ in range(max(
+            [len(n) for n in self.leaf_nodes], default=0) + 1)]
+        top = self.maxg
+        for li in range(nleaves):
+            c = self.leaf_hist[li][top] if top else 0
+            if c:
+                self.full_leaves[c].add(li)
+
+    # -- mutation ------------------------------------------------------------------------
+    def occupy(self, i: int, g: int, milli: int) -> None:
+        self.version += 1
+        row = self.used[i]
+        old = row[g]
+        new = old + milli
+        row[g] = new
+        if old == 0 and new > 0:
+            self._set_free(i, self.free[i] - 1)
+        self._repart(i, g, old, new)
+
+    def release(self, i: int, g: int, milli: int) -> None:
+        self.version += 1
+        row = self.used[i]
+        old = row[g]
+        new = old - milli
+        row[g] = new
+        if new == 0 and old > 0:
+            self._set_free(i, self.free[i] + 1)
+        self._repart(i, g, old, new)
+
+    def occupy_slots(self, slots) -> None:
+        """``occupy`` for many slots, updating the indexes once per node (gang workers)."""
+        self._apply_slots(slots, 1)
+
+    def release_slots(self, slots) -> None:
+        self._apply_slots(slots, -1)
+
+    def _apply_slots(self, slots, sign: int) -> None:
+        used, free = self.used, self.free
+        self.version += 1
+        node, delta = -1, 0
+        for i, g, m in slots:
+            if i != node:
+                if delta:
+                    self._set_free(node, free[node] + delta)
+                node, delta = i, 0
+            row = used[i]
+            old = row[g]
+            new = old + sign * m
+            row[g] = new
+            if old == 0 and new > 0:
+                delta -= 1
+            elif new == 0 and old > 0:
+                delta += 1
+            if (0 < old < FULL) or (0 < new < FULL):
+                self._repart(i, g, old, new)
+        if delta:
+            self._set_free(node, free[node] + delta)
+
+    def _set_free(self, i: int, new: int) -> None:
+        free = self.free
+        old = free[i]
+        free[i] = new
+        li = self.leaf_of[i]
+        h = self.leaf_hist[li]
+        top = self.maxg
+        if old == top or new == top:
+            c = h[top]
+            if c:
+                self.full_leaves[c].discard(li)
+            c += (new == top) - (old == top)
+            if c:
+                self.full_leaves[c].add(li)
+        h[old] -= 1
+        if not h[old]:
+            self.bucket[old].discard(li)
+        if not h[new]:
+            self.bucket[new].add(li)
+        h[new] += 1
+        hist = self.hist
+        hist[old] -= 1
+        hist[new] += 1
+        if self.chist is not None:
+            hist = self.chist[self.cluster_of[i]]
+            hist[old] -= 1
+            hist[new] += 1
+        self.leaf_rank[li] += (new - old) * 65536
+
+    def _repart(self, i: int, g: int, old: int, new: int) -> None:
+        if 0 < old < FULL:
+            key = FULL - old
+            members = self.part[key]
+            members.discard((i, g))
+            if not members:
+                del self.part[key]
+                del self.pkeys[bisect_left(self.pkeys, key)]
+        if 0 < new < FULL:
+            key = FULL - new
+            members = self.part.get(key)
+            if members is None:
+                members = self.part[key] = set()
+                insort(self.pkeys, key)
+            members.add((i, g))
+
+    # -- queries -------------------------------------------------------------------------
+    def whole_capacity(self, g: int) -> int:
+        """How many workers of ``g`` whole GPUs fit, ignoring topology."""
+        if g <= 0 or g > self.maxg:
+            return 0
+        hit = self._caps.get(g)
+        if hit is not None and hit[0] == self.version:
+            return hit[1]
+        hist = self.hist
+        cap = sum(hist[k] * (k // g) for k in range(g, self.maxg + 1))
+        self._caps[g] = (self.version, cap)
+        return cap
+
+    def gang_capacity(self, g: int) -> int:
+        """How many workers of ``g`` whole GPUs fit inside ONE cluster (the most any cluster
+        takes): what a gang may use. With one cluster it is :meth:`whole_capacity`."""
+        if self.chist is None:
+            return self.whole_capacity(g)
+        return max(self.cluster_capacities(g))
+
+    def cluster_capacities(self, g: int) -> list[int]:
+        """Workers of ``g`` whole GPUs each cluster takes now (by ``cluster_of`` number).
+        The list is cached: callers must not change it."""
+        if self.chist is None:
+            return [self.whole_capacity(g)]
+        if g <= 0 or g > self.maxg:
+            return [0] * len(self.clusters)
+        hit = self._gcaps.get(g)
+        if hit is not None and hit[0] == self.version:
+            return hit[1]
+        top = self.maxg
+        caps = [sum(h[k] * (k // g) for k in range(g, top + 1)) for h in self.chist]
+        self._gcaps[g] = (self.version, caps)
+        return caps
+
+    def largest_cluster(self, g: int) -> int:
+        """Workers of ``g`` whole GPUs the largest cluster could host were it empty."""
+        hit = self._size_caps.get(g)
+        if hit is None:
+            per = [0] * max(1, len(self.clusters))
+            if g > 0:
+                for i, size in enumerate(self.size):
+                    per[self.cluster_of[i]] += size // g
+            hit = self._size_caps[g] = max(per)
+        return hit
+
+    def max_shared_free(self) -> int:
+        """Largest milli one GPU can still give (a whole free GPU gives 1000)."""
+        if any(self.hist[1:]):
+            return FULL
+        return self.pkeys[-1] if self.pkeys else 0
+
+    def free_gpus(self, i: int, count: int) -> list[int]:
+        """The first ``count`` whole free GPU indices of node ``i``."""
+        return [g for g, u in enumerate(self.used[i]) if u == 0][:count]
+
+    def clone(self) -> Pool:
+        twin = Pool.__new__(Pool)
+        for name in ("flavor", "ids", "index", "size", "leaf_of", "leaf_nodes", "leaf_spine",
+                     "spine_leaves", "maxg", "capacity", "cluster", "clusters", "cluster_of",
+                     "leaf_cluster", "_size_caps"):
+            setattr(twin, name, getattr(self, name))
+        twin.used = [row[:] for row in self.used]
+        twin.free = self.free[:]
+        twin.leaf_hist = [h[:] for h in self.leaf_hist]
+        twin.leaf_rank = self.leaf_rank[:]
+        twin.bucket = [set(b) for b in self.bucket]
+        twin.full_leaves = [set(b) for b in self.full_leaves]
+        twin.hist = self.hist[:]
+        twin.chist = None if self.chist is None else [h[:] for h in self.chist]
+        twin.part = {k: set(v) for k, v in self.part.items()}
+        twin.pkeys = self.pkeys[:]
+        twin.version = 0
+        twin._caps = {}
+        twin._gcaps = {}
+        return twin

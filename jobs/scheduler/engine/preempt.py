@@ -1,0 +1,375 @@
+"""Preemption inside a cycle: reclaim (DESIGN §3 rule 5) and within-project priority (rule 6).
+
+Victims are taken in the rule's order until the job fits, then unneeded ones are given back
+(:func:`quotas.admission.minimal_victim_set`); reclaim does this on paper, rule 6 (a handful
+of candidates) on the live state by *lifting* jobs reversibly. The job is admitted into the
+room at once; its
+victims' GPUs that it does not take stay occupied until the next cycle (they are still running
+through their grace period), so nobody else is admitted onto a GPU that is not yet free.
+
+A victim that was itself admitted earlier in this same cycle never started: it is un-admitted
+(explanation "reclaimed") instead of preempted.
+
+Two limits keep preemption from going round in circles (docs/scheduling.md, *Preemption
+without loops*): a reclaim never takes a higher-priority job of the reclaimer's own project
+(:func:`reclaim_order`), and a job behind a reservation never takes victims on the GPUs that
+reservation counts on unless it ends before it starts (:func:`_reserved`).
+
+Grown workers (units, see :mod:`jobs.scheduler.engine.grow`) are victims of their own: a unit taken alone
+shrinks its job at once (its GPUs are free from the next cycle, no grace period: the job goes
+on with its other workers). A job taken as a whole takes its units with it, whether the search
+chose them or not, and they share its grace period.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from jobs.scheduler.engine.model import Preemption
+from jobs.scheduler.engine.pool import FULL
+from jobs.scheduler.engine.state import Pending, Run
+from jobs.scheduler.placement import plan_fits
+from quotas.admission import minimal_victim_set, priority_victims
+
+
+def rule6_possible(cycle, proj: int, flavor: str, priority: int) -> bool:
+    """Has the project a preemptible job of lower priority in ``flavor``? The lowest such
+    priority is taken once per cycle: admissions in a cycle are never candidates for the
+    level being processed or the ones after it (same or higher priority), and victims
+    leaving only make the answer conservative."""
+    lowest = cycle.r6_cache
+    if lowest is None:
+        lowest = cycle.r6_cache = {}
+        for (pj, f), runs in cycle.s.by_proj.items():
+            low = min((v.priority for v in runs.values() if v.preemptible), default=None)
+            if low is not None:
+                lowest[(pj, f)] = low
+    low = lowest.get((proj, flavor))
+    return low is not None and low < priority
+
+
+def possible(cycle, p: Pending, mode: str) -> bool:
+    """Could a preemption let ``p`` in? (cheap, may say yes wrongly, never no wrongly)."""
+    s = cycle.s
+    if mode == "in" and s.ledgers[p.flavor].loan > 0 and _shape(p) not in cycle.no_reclaim:
+        return True
+    if cycle.no_priority.get(_rule6_key(p)) == cycle.loosen:
+        return False
+    return rule6_possible(cycle, p.proj, p.flavor, p.priority)
+
+
+def reclaim(cycle, p: Pending) -> bool:
+    """Rule 5: an in-quota job preempts on-loan jobs anywhere, nearest first.
+
+    The search runs on paper (:class:`_Paper`: quota rooms and GPU counts; the pool is not
+    touched), then the chosen victims are lifted for real and the fit is confirmed."""
+    s = cycle.s
+    if s.ledgers[p.flavor].loan <= 0 or _shape(p) in cycle.no_reclaim:
+        return False
+    paper = _Paper(cycle, p)
+    chosen = []
+    helps = _helper(cycle, p, paper)
+    shielded: list[Run] = []
+    reserved = _reserved(cycle, p)
+    for v in reclaim_order(cycle, p, shielded):
+        if helps is not None and not helps(v):
+            continue
+        if reserved and _on(v, reserved):
+            shielded.append(v)
+            continue
+        paper.take(v)
+        chosen.append(v)
+        if paper.fits():
+            break
+    else:
+        if not shielded and not paper.room.fits(p.min_workers):
+            # Even with every on-loan job gone it would not fit, and within a cycle GPUs only
+            # get scarcer (admissions, reservations, victims' grace): skip this shape now on.
+            # Not when some were shielded from ``p`` alone: another project could take them.
+            cycle.no_reclaim.add(_shape(p))
+        return False
+    chosen = paper.useful(chosen)
+    paper = _Paper(cycle, p)
+    victims = _with_units(minimal_victim_set(chosen, paper.take, paper.give, paper.fits))
+    for v in victims:
+        s.lift(v)
+    if not _fits(cycle, p, in_quota=True):
+        for v in victims:
+            s.unlift(v)
+        return False
+    return _admit_over(cycle, p, victims, "reclaim")
+
+
+def _helper(cycle, p: Pending, paper: _Paper):
+    """When only GPUs are short (not quota), a victim can help only if one of its nodes could
+    host a worker with every on-loan job there gone; others are skipped, not taken."""
+    if p.milli < FULL or paper.root < paper.need or max(paper.short.values()) > 0:
+        return None
+    pool = cycle.s.pools[p.flavor]
+    free, loans, g = pool.free, cycle.s.loan_gpus[p.flavor], p.milli // FULL
+
+    def helps(v: Run) -> bool:
+        return any(free[i] + loans.get(i, 0) >= g for i, _, _ in v.slots)
+    return helps
+
+
+class _Paper:
+    """Quota rooms and GPU counts for ``p`` with some on-loan jobs taken away on paper."""
+
+    __slots__ = ("need", "workers", "root", "short", "room")
+
+    def __init__(self, cycle, p: Pending):
+        ledger = cycle.s.ledgers[p.flavor]
+        self.need = p.min_workers * p.milli
+        self.workers = p.min_workers
+        self.root = ledger.root_room()
+        self.short = {n: self.need - (ledger.cap[n] - ledger.used(n)) for n in p.path}
+        self.room = _Room(cycle.s.pools[p.flavor], p.milli)
+
+    def take(self, v: Run) -> None:
+        self._count(v, -1)
+        self.room.free_slots(v.slots)
+
+    def give(self, v: Run) -> None:
+        self._count(v, 1)
+        self.room.refill(v.slots)
+
+    def _count(self, v: Run, sign: int) -> None:
+        self.root -= sign * v.root_r
+        short = self.short
+        for n in v.path:
+            if n in short:
+                short[n] += sign * v.r
+
+    def fits(self) -> bool:
+        return self.root >= self.need and self.room.fits(self.workers) \
+            and max(self.short.values()) <= 0
+
+    def useful(self, chosen: list[Run]) -> list[Run]:
+        """``chosen`` (all taken, fitting) without the victims that free nothing a worker can
+        use, when quota does not need them either: the rule-5 order is blind to GPUs, so the
+        greedy often takes many scattered small jobs before one node has room."""
+        room = self.room
+        kept = [v for v in chosen if room.helps(v.slots)]
+        if len(kept) == len(chosen):
+            return chosen
+        dropped = [v for v in chosen if not room.helps(v.slots)]
+        if self.root - sum(v.root_r for v in dropped) < self.need:
+            return chosen
+        for n, left in self.short.items():  # left <= 0: what the dropped ones may take back
+            if left + sum(v.r for v in dropped if n in v.path) > 0:
+                return chosen
+        return kept
+
+
+class _Room:
+    """Workers of one size that fit, with some slots freed on paper. Counted per cluster
+    (``cap[c]``): a gang runs inside one, so victims must free room in ONE cluster."""
+
+    __slots__ = ("pool", "milli", "g", "used", "free", "cap")
+
+    def __init__(self, pool, milli: int):
+        self.pool, self.milli = pool, milli
+        self.g = max(1, milli // FULL)
+        self.used: dict[tuple[int, int], int] = {}
+        self.free: dict[int, int] = {}
+        # A shared request fits by milli (``fits``); its counts are kept but never read.
+        self.cap = list(pool.cluster_capacities(self.g)) if milli >= FULL \
+            else [0] * max(1, len(pool.clusters))
+
+    def free_slots(self, slots) -> None:
+        used, g, of = self.pool.used, self.g, self.pool.cluster_of
+        for i, x, m in slots:
+            u = self.used.get((i, x), used[i][x]) - m
+            self.used[(i, x)] = u
+            if u == 0:
+                f = self.free.get(i, self.pool.free[i])
+                self.free[i] = f + 1
+                self.cap[of[i]] += (f + 1) // g - f // g
+
+    def refill(self, slots) -> None:
+        used, g, of = self.pool.used, self.g, self.pool.cluster_of
+        for i, x, m in slots:
+            old = self.used.get((i, x), used[i][x])
+            self.used[(i, x)] = old + m
+            if old == 0 and m:
+                f = self.free[i]
+                self.free[i] = f - 1
+                self.cap[of[i]] += (f - 1) // g - f // g
+
+    def fits(self, workers: int) -> bool:
+        if self.milli < FULL:
+            return self.pool.max_shared_free() >= self.milli or any(
+                FULL - u >= self.milli for u in self.used.values())
+        return max(self.cap) >= workers
+
+    def helps(self, slots) -> bool:
+        """Does any slot sit where the paper state gained room a worker can use?"""
+        free, g = self.pool.free, self.g
+        for i, x, _ in slots:
+            if self.milli < FULL:
+                if FULL - self.used.get((i, x), FULL) >= self.milli:
+                    return True
+            elif self.free.get(i, 0) // g > free[i] // g:
+                return True
+        return False
+
+
+def by_priority(cycle, p: Pending) -> bool:
+    """Rule 6: preempt lower-priority preemptible jobs of the same project (any split)."""
+    s = cycle.s
+    runs = s.by_proj.get((p.proj, p.flavor))
+    if not runs:
+        return False
+    key = _rule6_key(p)
+    if cycle.no_priority.get(key) == cycle.loosen:
+        return False
+    candidates = priority_victims(runs.values(), p.priority)
+    reserved = _reserved(cycle, p)
+    kept = [v for v in candidates if not _on(v, reserved)] if reserved else candidates
+    if not kept:
+        return False
+    victims = minimal_victim_set(kept, s.lift, s.unlift,
+                                 lambda: _fits(cycle, p, in_quota=False))
+    if victims is None:
+        if len(kept) == len(candidates):  # else a shorter job of the same shape might pass
+            cycle.no_priority[key] = cycle.loosen
+        return False
+    whole = _with_units(victims)
+    for v in whole[len(victims):]:
+        s.lift(v)
+    return _admit_over(cycle, p, whole, "priority")
+
+
+def _reserved(cycle, p: Pending) -> set[tuple[int, int]]:
+    """GPUs the reservations made earlier in this cycle count on and ``p`` would outlast.
+
+    A reservation blocks the GPUs that are free now; the busy ones it needs are freed by its
+    start because the jobs on them end by then. A preemption hands such a GPU to a new job,
+    which may run past that start: the head's start slips, cycle after cycle (soak: gangs
+    that waited for days). So a job behind a reservation (same level after the head, or a
+    lower level) may preempt only jobs off the reserved GPUs — unless it ends before the
+    reservation starts, as EASY lets any job behind the head do."""
+    limit = cycle.s.now + p.runtime
+    out: set[tuple[int, int]] = set()
+    for res in cycle.res_by_flavor.get(p.flavor, ()):
+        if limit > res.start:
+            out.update((i, x) for i, x, _ in res.slots)
+    return out
+
+
+def _on(v: Run, gpus: set[tuple[int, int]]) -> bool:
+    return any((i, x) in gpus for i, x, _ in v.slots)
+
+
+def _with_units(victims: list[Run]) -> list[Run]:
+    """``victims`` plus the units of every job taken as a whole (appended at the end)."""
+    have = {v.id for v in victims}
+    extra = [u for v in victims for u in v.units if u.id not in have]
+    return victims + extra if extra else victims
+
+
+# Failure cache of rule 6: within a cycle admissions and reservations only take room away, so
+# a failed search stays failed until a preemption gives quota back (``cycle.loosen``).
+def _shape(p: Pending) -> tuple:
+    return (p.flavor, p.milli, p.min_workers)
+
+
+def _rule6_key(p: Pending) -> tuple:
+    return (p.proj, p.flavor, p.milli, p.min_workers, p.priority)
+
+
+def _fits(cycle, p: Pending, *, in_quota: bool) -> bool:
+    ledger = cycle.s.ledgers[p.flavor]
+    r = p.min_workers * p.milli
+    if r > ledger.root_room():
+        return False
+    if in_quota:
+        if r > ledger.in_quota_room(p.path) or r > ledger.tree_cap_room(p.path):
+            return False
+    elif cycle.gate(p.flavor, p.path, r)[0] is None:
+        return False
+    return plan_fits(cycle.s.pools[p.flavor], p.min_workers, p.milli)
+
+
+def reclaim_order(cycle, p: Pending, shielded: list[Run] | None = None) -> Iterator[Run]:
+    """Rule 5 order: same project, then each enclosing department outwards, then the rest;
+    inside a level lowest priority first, then most recently started.
+
+    A job of ``p``'s own project with a higher priority is never a victim (it goes to
+    ``shielded``): inside a project rule 6 ranks jobs by priority, and that job may well have
+    preempted ``p`` by rule 6 — it is on loan whenever it is larger than the project's quota,
+    e.g. a gang. Reclaiming it would let it preempt ``p`` back, and so on for ever (soak:
+    pairs of jobs preempting each other 17 times). The project's equal and lower priorities
+    stay its nearest victims: they cannot preempt ``p`` back (rule 6 needs a higher priority,
+    and ``p`` comes first in rule 1 once it runs)."""
+    s = cycle.s
+    inner = None
+    for anc in p.path:
+        for e in s.loan_sub.get((p.flavor, anc), ()):
+            v = e[3]
+            if inner is None:  # p's own project
+                if v.priority > p.priority:
+                    if shielded is not None:
+                        shielded.append(v)
+                    continue
+                yield v
+            elif inner not in v.path:
+                yield v
+        inner = anc
+    for e in s.loan_sorted[p.flavor]:
+        if inner not in e[3].path:
+            yield e[3]
+
+
+def _admit_over(cycle, p: Pending, victims: list[Run], reason: str) -> bool:
+    s = cycle.s
+    for v in victims:
+        s.forget(v)
+    # A unit taken alone is released at once: the preemptor has nothing to wait for.
+    preempts = tuple(v.id for v in victims if not v.fresh and v.base is None)
+    if not cycle.admit_now(p, preempts):
+        for v in victims:  # cannot happen when plan_fits is exact; stay consistent anyway
+            s.unlift(v)
+            s.reindex(v)
+        return False
+    whole = {v.id for v in victims if v.base is None}
+    for v in victims:
+        if v.base is None:
+            _retire(cycle, v, p, reason)
+        elif v.job not in whole:
+            _shrink(cycle, v, p, reason)
+    return True
+
+
+def _shrink(cycle, unit: Run, p: Pending, reason: str) -> None:
+    """One grown worker of a running job goes; the job runs on with the others."""
+    s = cycle.s
+    s.retire(unit, s.now)  # what the preemptor did not take stays busy until the cycle ends
+    cycle.fresh_ghosts.append(unit)
+    s.detach_unit(unit)
+    worker = int(unit.id.rsplit("/", 1)[1])
+    cycle.preemptions.append(Preemption(unit.job, reason, p.id, worker))
+    cycle.loosen += 1
+    cycle.requeue_project(unit.proj)
+
+
+def _retire(cycle, v: Run, p: Pending, reason: str) -> None:
+    s = cycle.s
+    s.elastic.pop(v.id, None)
+    for unit in list(v.units):  # the job stops as a whole: its grown workers share its grace
+        v.slots += unit.slots
+        v.placement += unit.placement
+        s.detach_unit(unit)
+    if v.fresh:  # never started: its GPUs are free for the next cycle
+        s.retire(v, s.now)
+        del cycle.admitted[v.id]
+        cycle.reclaimed[v.id] = p.id
+        cycle.fresh_ghosts.append(v)
+    else:
+        s.retire(v, s.now + s.grace.get(v.priority, 0))
+        v.terminating = True
+        s.terminating[v.id] = v
+        cycle.preemptions.append(Preemption(v.id, reason, p.id))
+    cycle.loosen += 1
+    cycle.requeue_project(v.proj)

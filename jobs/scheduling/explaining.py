@@ -1,0 +1,148 @@
+"""Explain answers for people (DESIGN §4 Explain): one sentence in the reader's language, with
+quantities in the flavor's units (72 + 8 > 72 cards, 0.5 of a shared card, slices of a MIG
+flavor) and quota levels by name — never the engine's milli-units or tree ids (``d3``, ``p1``).
+
+The engine's answer (``jobs.scheduling.cycle.explain_to_dict``: reason, numbers in units, blocking
+node id, holders, reservation) stays as it is for programs; this adds ``text`` and
+``blocking_node_name`` to it. A blocking level the reader may not see is named only as "a
+department above your project"."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.utils.translation import gettext_lazy
+
+from jobs.selectors import tree_node_names
+from portal.models import User
+
+HIDDEN_LEVEL = gettext_lazy("a department above your project")
+
+# reason → the sentence; "%(name)s" placeholders are filled from the numbers (in units), the
+# blocking level's name ("node") and the flavor. Two reasons read differently with other numbers.
+_TEXTS = {
+    "budget": gettext_lazy("%(node)s is over its budget: the job waits for an approval."),
+    "quota": gettext_lazy(
+        "Not in quota at %(node)s: in-quota usage %(in_quota_usage)s + %(request)s requested > "
+        "quota %(quota)s, and it may not borrow."
+    ),
+    "borrow_limit": gettext_lazy(
+        "The borrow limit of %(node)s is reached: usage %(usage)s + %(request)s requested > "
+        "quota %(quota)s + borrow limit %(borrow_limit)s."
+    ),
+    "lend_limit": gettext_lazy(
+        "On loan it needs usage %(usage)s + %(request)s requested + %(held_back)s held back by "
+        "lend limits ≤ capacity %(capacity)s: the idle quota of others is not lent to it."
+    ),
+    "capacity": gettext_lazy(
+        "The pool of %(flavor)s is full: %(usage)s in use + %(request)s requested > capacity "
+        "%(capacity)s."
+    ),
+    "placement": gettext_lazy(
+        "No set of nodes fits %(workers)s × %(per_worker)s of %(flavor)s: the largest free node "
+        "has %(largest_free_node)s (resource fragmentation)."
+    ),
+    "reservation": gettext_lazy("Starting it now would delay job #%(job)s, which holds a reservation."),
+    "reclaimed": gettext_lazy(
+        "It was admitted, then reclaimed by an in-quota job; it is tried again at the next cycle."
+    ),
+    "invalid": gettext_lazy(
+        "No node of %(flavor)s is big enough: it asks for %(per_worker)s per worker, the largest "
+        "node has %(largest_node)s."
+    ),
+    "admissible": gettext_lazy("It is admitted at the next scheduling cycle."),
+    "fifo": gettext_lazy(
+        "It waits behind job #%(behind)s of its project, which cannot start yet: the project queues "
+        "in strict FIFO order."
+    ),
+    "fifo_aging": gettext_lazy(
+        "It waits behind job #%(behind)s of its project, which has waited longer than the aging bound "
+        "and goes first."
+    ),
+    "external": gettext_lazy(
+        "An external job: it waits in its cluster's own queue, not the portal's. The cluster's "
+        "reason: %(message)s."
+    ),
+}
+_OTHERWISE = {
+    "external": gettext_lazy(
+        "An external job: it waits in its cluster's own queue, not the portal's; the cluster gave no reason."
+    ),
+    "capacity": gettext_lazy("Capacity was freed during this cycle: the job is considered at the next one."),
+    "reservation": gettext_lazy("It waits behind a job that holds a reservation (backfill is off)."),
+}
+
+
+def quantity(value) -> str:
+    """A figure in the flavor's units: whole cards without decimals, up to three otherwise
+    (72, 0.5, 0.143)."""
+    return format(Decimal(str(value)).quantize(Decimal("0.001")).normalize(), "f")
+
+
+AGED = gettext_lazy(
+    "It has waited %(waited)s h, longer than the aging bound of %(bound)s h: it now blocks the later "
+    "jobs of its project and holds a reservation."
+)
+
+
+def explain_text(explain: dict, node_name: str | None) -> str:
+    """The sentence(s) for one explain answer; "" when the job does not wait."""
+    text = _reason_text(explain, node_name)
+    if text and explain.get("waited_seconds") and explain.get("aging_bound_seconds"):
+        text += " " + str(AGED) % {"waited": _hours(explain["waited_seconds"]),
+                                   "bound": _hours(explain["aging_bound_seconds"])}
+    return text
+
+
+def _hours(seconds) -> str:
+    return format(Decimal(seconds / 3600).quantize(Decimal("0.1")).normalize(), "f")
+
+
+def _reason_text(explain: dict, node_name: str | None) -> str:
+    reason = explain.get("reason") or ""
+    if reason == "fifo" and explain.get("behind_why") == "aging":
+        reason = "fifo_aging"
+    if reason not in _TEXTS:
+        return ""
+    values = {key: quantity(v) for key, v in (explain.get("numbers") or {}).items()}
+    values["flavor"] = explain.get("flavor") or ""
+    values["node"] = node_name or str(HIDDEN_LEVEL)
+    if reason == "external" and explain.get("message"):
+        values["message"] = explain["message"]  # the backend's own word (Slurm's Reason), as it is
+    if explain.get("behind") is not None:
+        values["behind"] = explain["behind"]
+    reservation = explain.get("reservation") or {}
+    if reservation.get("job"):
+        values["job"] = reservation["job"]
+    try:
+        return str(_TEXTS[reason]) % values
+    except KeyError:  # an answer without the figures this sentence needs (an older cache entry)
+        return str(_OTHERWISE.get(reason, ""))
+
+
+def for_reader(explains: list[dict], user: User) -> list[dict]:
+    """The answers with ``text`` and ``blocking_node_name`` added, for ``user`` (one query for
+    the names of every blocking level among them)."""
+    # A job with acceptable flavors carries one answer per flavor (``alternatives``): readable too.
+    every = [x for e in explains if e for x in (e, *(e.get("alternatives") or ()))]
+    ids = sorted({e["blocking_node"] for e in every if e.get("blocking_node")})
+    names = tree_node_names(user, ids) if ids else {}
+
+    def one(e: dict) -> dict:
+        name = names.get(e.get("blocking_node") or "")
+        return {**e, "blocking_node_name": name, "text": explain_text(e, name)}
+
+    out = []
+    for e in explains:
+        if not e:
+            out.append(e)
+        elif e.get("alternatives"):
+            out.append({**one(e), "alternatives": [one(x) for x in e["alternatives"]]})
+        else:
+            out.append(one(e))
+    return out
+
+
+def readable(explain: dict, user: User) -> dict:
+    return for_reader([explain], user)[0]
+

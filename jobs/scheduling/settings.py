@@ -1,0 +1,22 @@
+"""The engine settings an operator changes (``SchedulerSettings``: EASY backfill, packing), as
+the keyword flags of the pure engine (``jobs.scheduler.scheduler.schedule`` / ``Engine`` /
+``jobs.scheduler.forecast``).
+
+Read once per scheduling cycle (``jobs.scheduling.snapshot.read_config``: a change rebuilds the warm
+engine), once per start-estimates refresh, and once per snapshot of the submission form's
+estimate — never per job. A missing row (a database before the migration) means the defaults."""
+
+from __future__ import annotations
+
+from jobs.rule_models import Packing, SchedulerSettings
+
+DEFAULT_FLAGS = {"fragmentation_aware": True, "backfill": True}
+
+
+def engine_flags() -> dict[str, bool]:
+    """``{"fragmentation_aware": bool, "backfill": bool}`` from the settings row."""
+    row = SchedulerSettings.objects.filter(pk=1).values_list("backfill", "packing").first()
+    if row is None:
+        return dict(DEFAULT_FLAGS)
+    backfill, packing = row
+    return {"fragmentation_aware": packing == Packing.FRAGMENTATION_AWARE, "backfill": backfill}

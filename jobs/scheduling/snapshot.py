@@ -1,0 +1,305 @@
+"""Build the engine's frozen snapshot from the database (reads only).
+
+Tree node ids are "d<id>" for departments and "p<id>" for projects; node ids "n<id>"; job ids
+the decimal primary key. Quantities become integer milli-units (1000 = one device)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import connection
+
+from jobs.models import ApprovalPolicy, PriorityClass
+from jobs.scheduler.engine.model import Node as CoreNode
+from jobs.scheduler.engine.model import PriorityClass as CorePriorityClass
+from jobs.scheduler.engine.model import QueuedJob, RunningJob, Snapshot
+from jobs.scheduling.settings import engine_flags
+from jobs.states import HOLDING, JobState
+from portal.models import Department, Project, Queueing
+from quotas.admission import Limits, TreeNode
+from quotas.models import Flavor, Node, NodeState, QuotaNode
+from quotas.selectors import effective_limits_map
+
+MILLI = 1000
+# Hooks through which apps above `jobs` add to the snapshot without `jobs` importing them:
+# callables ``provider(now) -> Iterable[tree node id]`` of tenants over budget (billing).
+over_budget_providers: list = []
+
+
+def milli(value: Decimal | None) -> int | None:
+    return None if value is None else int((value * MILLI).to_integral_value())
+
+
+def tree_nodes() -> tuple[TreeNode, ...]:
+    departments = [
+        TreeNode(f"d{pk}", f"d{parent}" if parent else None, "department")
+        for pk, parent in Department.objects.values_list("id", "parent_id")
+    ]
+    projects = [
+        TreeNode(f"p{pk}", f"d{dept}", "project")
+        for pk, dept in Project.objects.values_list("id", "department_id")
+    ]
+    return tuple(departments + projects)
+
+
+def limits_at(now: datetime) -> dict[tuple[str, str], Limits]:
+    nodes = list(QuotaNode.objects.select_related("flavor"))
+    effective = effective_limits_map(nodes, now)
+    out = {}
+    for node in nodes:
+        key = f"p{node.project_id}" if node.project_id else f"d{node.department_id}"
+        e = effective[node.pk]
+        out[(key, node.flavor.name)] = Limits(milli(e.quota), milli(e.borrow_limit), milli(e.lend_limit))
+    return out
+
+
+def core_nodes() -> tuple[CoreNode, ...]:
+    rows = Node.objects.filter(cluster__active=True).values_list(
+        "id", "flavor__name", "gpu_count", "zone", "spine", "leaf", "state", "cluster_id"
+    )
+    return tuple(
+        CoreNode(f"n{pk}", flavor, gpus, zone, spine, leaf, schedulable=(state == NodeState.READY),
+                 cluster=f"c{cluster}")
+        for pk, flavor, gpus, zone, spine, leaf, state, cluster in rows
+    )
+
+
+# A job's acceptable flavors in its order, the still-active ones (None: only its flavor).
+_CHOICES_SQL = """
+           CASE WHEN cardinality(j.flavor_choices) > 1 THEN ARRAY(
+               SELECT fc.name FROM unnest(j.flavor_choices) WITH ORDINALITY AS u(fid, k)
+               JOIN quotas_flavor fc ON fc.id = u.fid WHERE fc.active ORDER BY u.k
+           ) END"""
+# Raw SQL rather than the ORM: at 50,000 queued jobs the ORM's per-row converters cost ~1 s a cycle.
+_JOBS_SQL = f"""
+    SELECT j.id, j.project_id, f.name, pc.value, pc.preemptible, j.workers, j.min_workers,
+           j.gpus_per_worker, j.gpu_milli, j.submitted_at, j.max_runtime_seconds, j.approved,
+           j.admitted_at, j.started_at, j.placement, j.terminating_since, {_CHOICES_SQL}
+    FROM jobs_job j
+    JOIN quotas_flavor f ON f.id = j.flavor_id
+    JOIN jobs_priorityclass pc ON pc.id = j.priority_class_id
+    WHERE j.state = ANY(%s) AND j.kind <> 'external'
+"""  # noqa: S608 - constants only, no user input
+# External jobs (DESIGN §11) wait in their backend's queue, not the portal's: never in the engine's
+# queue. Running, they hold GPUs and count like any job, but are pinned (never a victim).
+
+
+# What the grow pass may bring a GPU-holding job to (its target), 0 when it may not grow: elastic
+# (min_workers < workers, whole GPUs), running on the cluster (dispatched), not being stopped, an
+# inference service or a checkpointing training job (training restarts from its checkpoint when
+# resized), on a cluster whose backend resizes jobs (Kubernetes, the simulator; never Slurm).
+GROW_TO_SQL = """
+    CASE WHEN j.state = 'running' AND j.dispatched_at IS NOT NULL AND j.terminating_since IS NULL
+              AND j.cancel_requested_at IS NULL AND j.expire_requested_at IS NULL
+              AND j.gpu_milli IS NULL AND j.min_workers < j.workers
+              AND (j.kind = 'inference' OR (j.kind = 'training' AND j.checkpointing))
+              AND c.kind IN ('kubernetes', 'simulator')
+         THEN COALESCE(j.target_workers, j.workers) ELSE 0 END
+"""
+_HOLDING_SQL = f"""
+    SELECT j.id, j.project_id, f.name, pc.value, pc.preemptible, j.workers, j.min_workers,
+           j.gpus_per_worker, j.gpu_milli, j.submitted_at, j.max_runtime_seconds, j.approved,
+           j.admitted_at, j.started_at, j.placement, j.terminating_since, j.grown_at, {GROW_TO_SQL},
+           j.kind = 'external', {_CHOICES_SQL}
+    FROM jobs_job j
+    JOIN quotas_flavor f ON f.id = j.flavor_id
+    JOIN jobs_priorityclass pc ON pc.id = j.priority_class_id
+    LEFT JOIN quotas_cluster c ON c.id = j.cluster_id
+    WHERE j.state = ANY(%s)
+"""  # noqa: S608 - a constant, no user input
+
+
+def worker_milli(workers: int, min_workers: int | None, gpus: int, gpu_milli: int | None) -> int:
+    """One worker's milli for an elastic whole-GPU job, else 0 (the engine never grows it)."""
+    if gpu_milli is not None or min_workers is None or min_workers >= workers:
+        return 0
+    return gpus * MILLI
+
+
+def _running(row: tuple) -> RunningJob:
+    jid, project, flavor, priority, preemptible, workers, min_workers, gpus, gpu_milli = row[:9]
+    submitted, max_runtime = row[9], row[10]
+    admitted_at, started_at, placement, terminating_since, grown_at, grow_to, pinned = row[12:19]
+    # Django's psycopg adapter hands jsonb over as text (JSONField parses it); so do we.
+    slots = tuple((f"n{node}", gpu, m) for worker in json.loads(placement) for node, gpu, m in worker)
+    wm = worker_milli(workers, min_workers, gpus, gpu_milli)
+    grown = tuple(datetime.fromisoformat(at) for at in json.loads(grown_at)) if wm else ()
+    return RunningJob(
+        id=str(jid), project_id=f"p{project}", flavor=flavor, priority=priority, preemptible=preemptible,
+        # The engine's start is when the GPUs were taken (its own admission): a warm engine knows
+        # only that, and a cold one must order rule 1 and reclaim exactly as the warm one does.
+        started_at=admitted_at or started_at, max_runtime_seconds=max_runtime, placement=slots,
+        terminating=terminating_since is not None, terminating_since=terminating_since,
+        worker_milli=wm, grow_to=grow_to, grown=grown, submitted_at=submitted, pinned=pinned,
+    )
+
+
+def _queued(row: tuple) -> QueuedJob:
+    return _as_queued(row, row[16])
+
+
+def _as_queued(row: tuple, choices) -> QueuedJob:
+    """A job row (``_JOBS_SQL``, or ``_HOLDING_SQL``: the same first 12 columns) as queued."""
+    jid, project, flavor, priority, preemptible, workers, min_workers, gpus, milli = row[:9]
+    submitted, runtime, ok = row[9:12]
+    # Alternatives (DESIGN §14): the job's order of its still-active flavors. A requeued job
+    # starts again from its first choice, not from the flavor it last ran on (``Job.flavor``).
+    choices = tuple(choices or ())
+    if choices:
+        flavor = choices[0]
+    return QueuedJob(
+        id=str(jid), project_id=f"p{project}", flavor=flavor, submitted_at=submitted, workers=workers,
+        min_workers=min_workers, gpus_per_worker=gpus, gpu_milli=milli, priority=priority,
+        preemptible=preemptible, max_runtime_seconds=runtime, approved=ok,
+        flavors=choices if len(choices) > 1 else (),
+    )
+
+
+def jobs_in(states: Iterable[str]) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(_JOBS_SQL, [list(states)])
+        return cursor.fetchall()
+
+
+@dataclass(frozen=True)
+class Config:
+    """What the engine is built on besides jobs. A warm engine is rebuilt when it changes
+    (a quota edit, a loan or window starting or ending, a node going down, …)."""
+
+    nodes: tuple[CoreNode, ...]
+    tree: tuple[TreeNode, ...]
+    limits: dict
+    classes: tuple[CorePriorityClass, ...]
+    over_budget: frozenset[str]
+    budget_exempt: frozenset[str] = frozenset()
+    # A queued job's alternatives are its still-active flavors (_JOBS_SQL): when that set
+    # changes, a warm engine's queue is stale.
+    active_flavors: frozenset[str] = frozenset()
+    # Queueing strategies (docs/scheduling.md): projects under strict FIFO, their own aging
+    # bounds, the centre's default (None: none).
+    strict_fifo: frozenset[str] = frozenset()
+    aging_bounds: tuple[tuple[str, int], ...] = ()
+    default_aging_bound: int | None = None
+    # The operator's engine settings (jobs.scheduling.settings): a change rebuilds a warm engine.
+    fragmentation_aware: bool = True
+    backfill: bool = True
+
+
+def queueing() -> tuple[frozenset[str], tuple[tuple[str, int], ...], int | None]:
+    rows = Project.objects.exclude(queueing=Queueing.BEST_EFFORT, aging_bound_seconds=None).values_list(
+        "id", "queueing", "aging_bound_seconds").order_by("id")
+    strict = frozenset(f"p{pk}" for pk, q, _ in rows if q == Queueing.STRICT_FIFO)
+    bounds = tuple((f"p{pk}", b) for pk, _, b in rows if b is not None)
+    return strict, bounds, settings.GPUPOOL["AGING_BOUND_SECONDS"] or None
+
+
+def read_config(now: datetime) -> Config:
+    classes = tuple(
+        CorePriorityClass(name, value, preemptible, grace)
+        for name, value, preemptible, grace in PriorityClass.objects.order_by("id").values_list(
+            "name", "value", "preemptible", "grace_seconds")
+    )
+    over_budget = frozenset(t for provider in over_budget_providers for t in provider(now))
+    exempt = budget_exempt_projects() if over_budget else frozenset()
+    active = frozenset(Flavor.objects.filter(active=True).values_list("name", flat=True))
+    flags = engine_flags()
+    return Config(core_nodes(), tree_nodes(), limits_at(now), classes, over_budget, exempt, active,
+                  *queueing(), fragmentation_aware=flags["fragmentation_aware"], backfill=flags["backfill"])
+
+
+def budget_exempt_projects() -> frozenset[str]:
+    """Tree ids of the projects whose approval policy — the nearest department's up the tree, as
+    at submission (``jobs.approvals.policy_for_project``) — turns the over-budget hold off."""
+    policies = dict(ApprovalPolicy.objects.values_list("department_id", "over_budget"))
+    if not policies:
+        return frozenset()
+    parents = dict(Department.objects.values_list("id", "parent_id"))
+
+    def holds(dept: int | None) -> bool:
+        seen = set()
+        while dept is not None and dept not in seen:
+            if dept in policies:
+                return policies[dept]
+            seen.add(dept)
+            dept = parents.get(dept)
+        return True  # no policy: a spent budget holds (DESIGN §3.9)
+
+    return frozenset(f"p{pk}" for pk, dept in Project.objects.values_list("id", "department_id")
+                     if not holds(dept))
+
+
+def queued_jobs(ids: Iterable[int] | None = None) -> tuple[QueuedJob, ...]:
+    if ids is None:
+        return tuple(_queued(r) for r in jobs_in([JobState.QUEUED]))
+    with connection.cursor() as cursor:
+        cursor.execute(_JOBS_SQL + " AND j.id = ANY(%s)", [[JobState.QUEUED.value], list(ids)])
+        return tuple(_queued(r) for r in cursor.fetchall())
+
+
+def build_snapshot(now: datetime, config: Config | None = None) -> Snapshot:
+    return _snapshot(now, config, _holding_rows())
+
+
+def build_forecast_input(now: datetime) -> tuple[Snapshot, dict[str, QueuedJob]]:
+    """The snapshot, and each GPU-holding portal job as the queue would list it again once
+    preempted — the service requeues a victim with its submission time, shape, limit, approval
+    and flavor choices unchanged (``dispatch._requeue``) — for ``jobs.scheduler.forecast`` (one read of
+    the jobs)."""
+    rows = _holding_rows()
+    return _snapshot(now, None, rows), {str(r[0]): _requeued(r) for r in rows if not r[18]}
+
+
+def _holding_rows() -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(_HOLDING_SQL, [[s.value for s in HOLDING]])
+        return cursor.fetchall()
+
+
+def _snapshot(now: datetime, config: Config | None, holding: list[tuple]) -> Snapshot:
+    config = config or read_config(now)
+    return Snapshot(
+        now=now, nodes=config.nodes, tree=config.tree, limits=config.limits,
+        running=tuple(_running(r) for r in holding), queued=queued_jobs(),
+        over_budget_tenants=config.over_budget, budget_exempt=config.budget_exempt,
+        priority_classes=config.classes, strict_fifo=config.strict_fifo,
+        aging_bound_s=dict(config.aging_bounds), default_aging_bound_s=config.default_aging_bound,
+    )
+
+
+def _requeued(row: tuple) -> QueuedJob:
+    return _as_queued(row, row[19])
+
+
+def elastic_job_states() -> list[tuple[int, int, int, int, int | None, datetime]]:
+    """(id, workers held, grow_to, gpus_per_worker, gpu_milli, submitted_at) of the elastic jobs
+    holding GPUs: the warm engine retargets them, or rebuilds when one shrank outside it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT j.id, jsonb_array_length(j.placement), {GROW_TO_SQL}, j.gpus_per_worker,
+                   j.gpu_milli, j.submitted_at
+            FROM jobs_job j LEFT JOIN quotas_cluster c ON c.id = j.cluster_id
+            WHERE j.state = ANY(%s) AND j.min_workers < j.workers
+            """,  # noqa: S608 - constants only
+            [[s.value for s in HOLDING]],
+        )
+        return cursor.fetchall()
+
+
+def live_job_states() -> list[tuple[int, str, bool, datetime | None, bool]]:
+    """(id, state, terminating, admitted_at, approved) of every queued or GPU-holding job: the
+    cheap per-cycle read from which a warm engine derives what changed since its last cycle (the
+    admission time tells one run of a job from the next; ``approved`` a queued job that went to
+    approval and came back between two cycles)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, state, terminating_since IS NOT NULL, admitted_at, approved FROM jobs_job"
+            " WHERE state = ANY(%s) AND NOT (state = 'queued' AND kind = 'external')",
+            [[JobState.QUEUED.value, *(s.value for s in HOLDING)]],
+        )
+        return cursor.fetchall()
