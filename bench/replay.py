@@ -1,6 +1,7 @@
 """Replay benchmark (issue 7): prints ONE JSON object. Not a timed test.
 
     python bench/replay.py                    # Alibaba 2023 default trace × 15 (105,960 jobs), pooled
+    python bench/replay.py --quick            # the trace once (7,064 jobs): a before/after in a minute
     python bench/replay.py --repeat 2 --policy static --scale 1
     python bench/replay.py --repeat 1 --start 10013436 --overlay 10 --scale 100 --tenants hash:8   # loaded
 
@@ -29,7 +30,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--alibaba", default=DEFAULT_DIR)
     ap.add_argument("--trace", help="openb_pod_list_*.csv (default: the default pod list)")
-    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--repeat", type=int, default=None, help="copies of the trace one after another (15)")
+    ap.add_argument("--quick", action="store_true", help="the trace once (--repeat 1) unless --repeat says")
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--tenants", default="trace", help="trace (QoS class) | hash:N | shape:N")
     ap.add_argument("--start", type=float, default=None, help="warm start at this trace time (s)")
@@ -39,6 +41,8 @@ def main() -> None:
                     help="derived quotas: proportional to demand, or equal per tenant")
     ap.add_argument("--profile", action="store_true", help="cProfile, top functions to stderr")
     args = ap.parse_args()
+    if args.repeat is None:
+        args.repeat = 1 if args.quick else 15
     t0 = time.perf_counter()
     jobs, nodes, quotas = sim.load(args.trace, alibaba_dir=args.alibaba)
     jobs = sim.prepare(jobs, tenants=args.tenants, start=args.start, overlay=args.overlay,
@@ -54,7 +58,8 @@ def main() -> None:
     else:
         result = sim.simulate(jobs, nodes, quotas, options)
     result.pop("tenants")
-    result.update({"repeat": args.repeat, "scale": args.scale, "tenant_split": args.tenants,
+    result.update({"quick": args.quick, "repeat": args.repeat, "scale": args.scale,
+                   "tenant_split": args.tenants,
                    "quota_split": args.quotas, "start": args.start, "overlay": args.overlay,
                    "replay_wall_seconds": result["wall_seconds"],
                    "wall_seconds": round(time.perf_counter() - t0, 3)})
