@@ -15,8 +15,8 @@ from rest_framework.views import APIView
 
 from jobs.whatif.advisor.scenario import Scenario
 from jobs.whatif.models import SearchState
+from jobs.whatif.proposals import ProposalChanged, advisor_candidate_apply, advisor_candidate_preview
 from jobs.whatif.services import (
-    advisor_candidate_apply,
     advisor_search_cancel,
     advisor_search_create,
     visible_candidates,
@@ -70,6 +70,8 @@ class SearchOut(serializers.Serializer):
     p95_bound = serializers.FloatField()
     p95_floor_s = serializers.FloatField()
     done = serializers.IntegerField(help_text="Candidates finished (today's included).")
+    error = serializers.CharField(
+        help_text="Why the search failed (state failed), e.g. its scenario's trace is missing; else empty.")
 
 
 class CancelConflictOut(serializers.Serializer):
@@ -86,6 +88,33 @@ class UnmappedOut(serializers.Serializer):
     reason = serializers.CharField()
 
 
+class QuotaRequestPreviewOut(serializers.Serializer):
+    project = serializers.CharField()
+    flavor = serializers.CharField()
+    before = serializers.CharField(help_text="The quota today.")
+    after = serializers.CharField(help_text="The quota asked for: whole units, unless the quota today has a "
+                                  "fraction (a shareable flavor).")
+    line = serializers.CharField(help_text="The request as one line, in the reader's language.")
+
+
+class PreviewOut(serializers.Serializer):
+    quota_requests = QuotaRequestPreviewOut(many=True, help_text="The quota requests a confirm would file.")
+    rule_lines = serializers.ListField(child=serializers.CharField(),
+                                       help_text="The rule-change request's changes, one line each.")
+    rule_changes = serializers.JSONField(help_text="Its entries, with the values they replace (before).")
+    unmapped = serializers.JSONField(help_text="Changes that could not be mapped onto this portal, and why.")
+    skipped = serializers.ListField(child=serializers.CharField(),
+                                    help_text="Quota requests the portal refuses.")
+    digest = serializers.CharField(
+        help_text="Give it to POST: nothing is filed if the requests differ by then.")
+
+
+class ApplyIn(serializers.Serializer):
+    digest = serializers.CharField(
+        required=False, help_text="The preview's (GET): when given, the requests are filed only if they are "
+        "still the ones previewed (else 409, nothing filed).")
+
+
 class ApplyOut(serializers.Serializer):
     requests = serializers.ListField(child=serializers.IntegerField(), help_text="Quota request ids.")
     rule_change_request = serializers.IntegerField(
@@ -99,7 +128,7 @@ class ApplyOut(serializers.Serializer):
 def _out(search, detail: bool = False) -> dict:
     cands = list(search.candidates.order_by("number")) if detail else None
     fields = ("id", "state", "created_at", "scenario", "bounds", "seed", "budget", "in_flight", "p95_bound",
-              "p95_floor_s")
+              "p95_floor_s", "error")
     row = {f: getattr(search, f) for f in fields}
     row["done"] = search.candidates.filter(state__in=["done", "failed"]).count()
     if detail:
@@ -164,18 +193,52 @@ class AdvisorSearchCancelApi(APIView):
         return Response(_out(search))
 
 
-class AdvisorCandidateApplyApi(APIView):
-    """Turn a finished, feasible candidate into quota requests and one rule-change request
-    (see docs/advisor.md "Apply")."""
+def _texts(preview: dict) -> dict:
+    """The preview's messages rendered in the reader's language."""
+    from portal.texts import render
 
-    @extend_schema(request=None, responses=ApplyOut)
-    def post(self, request, pk):
+    quota = [{**r, "line": render(r["line"])} for r in preview["quota_requests"]]
+    rules = [render(line) for line in preview["rule_lines"]]
+    return {**preview, "quota_requests": quota, "rule_lines": rules}
+
+
+class AdvisorCandidateApplyApi(APIView):
+    """``GET``: the preview — every request applying the candidate would file now, nothing filed,
+    with its ``digest``. ``POST``: file them (see docs/advisor.md "Apply"); with the preview's
+    ``digest``, only if they are still those (else 409 with the new preview, nothing filed). A
+    candidate that does not beat today's settings, today's own, or an unfinished one: 400."""
+
+    def _candidate(self, request, pk):
         _platform_admin(request)
-        candidate = get_visible(visible_candidates(request.user).select_related("search"), pk=pk)
+        return get_visible(visible_candidates(request.user).select_related("search"), pk=pk)
+
+    @extend_schema(responses=PreviewOut, description=(
+        "The preview: every request applying the candidate would file now — quota requests and one "
+        "rule-change request — nothing filed, and its `digest` for the POST. 400: a candidate that does not "
+        "beat today's settings (objective below 0.9995), today's own, or an unfinished or infeasible one."))
+    def get(self, request, pk):
+        candidate = self._candidate(request, pk)
         try:
-            out = advisor_candidate_apply(actor=request.user, candidate=candidate)
+            return Response(_texts(advisor_candidate_preview(actor=request.user, candidate=candidate)))
+        except DjangoValidationError as exc:
+            raise ApiValidationError({"detail": exc.messages}) from None
+
+    @extend_schema(request=ApplyIn, responses={200: ApplyOut, 409: PreviewOut}, description=(
+        "File the candidate's requests (docs/advisor.md, Apply). With the preview's `digest`, only if they "
+        "are still the ones previewed: else 409 with the new preview (and `detail`), nothing filed. 400 "
+        "as for the preview."))
+    def post(self, request, pk):
+        candidate = self._candidate(request, pk)
+        data = ApplyIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            out = advisor_candidate_apply(actor=request.user, candidate=candidate,
+                                          digest=data.validated_data.get("digest"))
+        except ProposalChanged as exc:
+            preview = _texts(advisor_candidate_preview(actor=request.user, candidate=candidate))
+            return Response({"detail": exc.messages, **preview}, status=status.HTTP_409_CONFLICT)
         except DjangoValidationError as exc:
             raise ApiValidationError({"detail": exc.messages}) from None
         rid = out["rule_change_request"]
         out["rule_change_request_url"] = reverse("api:approval-detail", args=[rid]) if rid else None
-        return Response(out)
+        return Response({k: out[k] for k in ApplyOut().fields})

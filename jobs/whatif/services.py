@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import traceback
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -26,7 +26,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from jobs.whatif.advisor import objective, space, study
-from jobs.whatif.advisor.scenario import HistoryScenario, Scenario, parse
+from jobs.whatif.advisor.scenario import HistoryScenario, Scenario, ScenarioUnavailable, missing_files, parse
 from jobs.whatif.models import (
     CANDIDATE_MOVES,
     SEARCH_MOVES,
@@ -40,6 +40,7 @@ from jobs.whatif.models import (
 from portal.enqueue import enqueue
 
 FINISHED = (CandidateState.DONE, CandidateState.FAILED)
+SCENARIO_FAILED = "scenario cannot load"  # the event's reason: the page names the cause with it
 
 
 def _stale() -> timedelta:
@@ -85,6 +86,8 @@ def advisor_search_create(*, by, scenario: dict, bounds: dict, seed: int, budget
     files = None
     if isinstance(s, HistoryScenario):
         s, files, projects = _export_history(s)
+    elif missing_files(s):
+        raise ValueError(trace_missing_text(s))
     checked = space.check_bounds(bounds)
     objective.check_rules(p95_bound, p95_floor_s)
     for name, v, low, high in (("seed", seed, 0, 2**31 - 1), ("budget", budget, 1, 2000),
@@ -103,6 +106,18 @@ def advisor_search_create(*, by, scenario: dict, bounds: dict, seed: int, budget
     return search
 
 
+def trace_missing_text(s: Scenario | None = None) -> str | None:
+    """Why the Alibaba scenario ``s`` (the default one when None) cannot run on this server, in the
+    reader's language; None when its trace is there. The start form disables the scenario with it."""
+    missing = missing_files(s or Scenario())
+    if not missing:
+        return None
+    from jobs.whatif.replay.paths import ENV
+
+    return _("scenario: the Alibaba GPU 2023 trace is not on this server (%(file)s is missing); set "
+             "%(env)s to the traces folder that holds it (README).") % {"file": missing[0], "env": ENV}
+
+
 def _export_history(s: HistoryScenario) -> tuple[HistoryScenario, dict, list[str]]:
     """The history's range exported now: (the scenario with its range and job count, the files,
     the projects). Errors name the scenario field (ValueError)."""
@@ -117,12 +132,18 @@ def _export_history(s: HistoryScenario) -> tuple[HistoryScenario, dict, list[str
     except ValidationError as exc:
         field, messages = next(iter(exc.message_dict.items()))
         raise ValueError(f"scenario.{field}: {' '.join(messages)}") from None
+    zone = timezone.get_default_timezone()
+    for field, moment in (("since", start), ("until", end)):
+        try:  # what the export does with it: a time near year 1 or 9999 has no UTC / site-zone form
+            moment.astimezone(UTC), moment.astimezone(zone)
+        except OverflowError:
+            raise ValueError(_("scenario.%(field)s: %(value)s is out of range; give a date-time between the "
+                               "years 2 and 9998.") % {"field": field, "value": moment.isoformat()}) from None
     export = history.history_export(start=start, end=end)
     if not export.trace:
         raise ValueError(_("scenario: the portal's history has no job that ran from %(start)s to %(end)s; "
                            "choose a longer range.") % {"start": f"{start:%Y-%m-%d %H:%M}",
                                                         "end": f"{end:%Y-%m-%d %H:%M}"})
-    zone = timezone.get_default_timezone()
     s = replace(s, start=start.astimezone(zone).isoformat(), end=end.astimezone(zone).isoformat(),
                 jobs=len(export.trace))
     return s, history.texts(export), sorted({row["tenant"] for row in export.trace})
@@ -150,7 +171,12 @@ def advisor_search_advance(search_id: int) -> str:
         if not search.projects and search.scenario.get("kind", "alibaba") == "alibaba":
             from jobs.whatif.advisor.scenario import load
 
-            search.projects = sorted({j.tenant for j in load(Scenario.from_json(search.scenario))[0]})
+            try:
+                search.projects = sorted({j.tenant for j in load(Scenario.from_json(search.scenario))[0]})
+            except ValueError as exc:  # its trace is missing (ScenarioUnavailable) or refused: say so
+                _move_search(search.pk, SearchState.RUNNING, SearchState.FAILED, SCENARIO_FAILED,
+                             finished_at=timezone.now(), error=str(exc))
+                return SearchState.FAILED
             AdvisorSearch.objects.filter(pk=search.pk).update(projects=search.projects)
         cands = {c.number: c for c in search.candidates.all()}
         if 0 not in cands:
@@ -226,6 +252,8 @@ def advisor_candidate_run(candidate_id: int) -> str:
     beat.start()
     try:
         result, error = _replay(c), ""
+    except ScenarioUnavailable as exc:  # the reason, not a traceback: the page shows it
+        result, error = None, str(exc)
     except Exception:  # a bad candidate fails alone; the search goes on
         result, error = None, traceback.format_exc(limit=5)[-4000:]
     finally:
@@ -313,7 +341,7 @@ def advisor_reap() -> int:
     return requeued
 
 
-# -- proposals: "apply" --------------------------------------------------------------------------
+# -- who sees them (apply, its preview: jobs.whatif.proposals) ------------------------------------
 def visible_searches(user):
     """Searches replay the whole pool: platform admins see them all, nobody else any."""
     from portal.selectors import scope_for
@@ -325,180 +353,3 @@ def visible_searches(user):
 
 def visible_candidates(user):
     return AdvisorCandidate.objects.filter(search__in=visible_searches(user))
-
-
-def _project_quota_nodes():
-    """Every project quota node with a quota: what the advisor's ratios apply to."""
-    from quotas.models import QuotaNode
-
-    return QuotaNode.objects.filter(project__isnull=False, quota__gt=0).select_related("flavor", "project")
-
-
-def _floor_units(value, flavor):
-    """``value`` floored to the flavor's units: milli-units when shareable, else whole units."""
-    from decimal import ROUND_FLOOR, Decimal
-
-    return value.quantize(Decimal("0.001") if flavor.shareable else Decimal(1), rounding=ROUND_FLOOR)
-
-
-def advisor_candidate_apply(*, actor, candidate: AdvisorCandidate) -> dict:
-    """Turn a finished, feasible candidate into the normal approval requests.
-
-    The ``overcommit_ratio`` r becomes one quota request per project quota node of the portal
-    (``quotas.approvals.quota_request_create``) — quota × r, floored to whole units on a flavor
-    that is not shareable — that the usual approvers decide; departments are not touched (the
-    guarantee the search kept). Every other change becomes one entry of ONE rule-change request
-    (``jobs.rule_changes``, decided by another platform admin), mapped onto the portal's real
-    objects by :func:`_rule_changes`. Returns ``{"requests": [quota request ids],
-    "rule_change_request": id or None, "unmapped": [{"change", "reason"}], "skipped": [messages]}``."""
-    from decimal import Decimal
-
-    from django.core.exceptions import PermissionDenied, ValidationError
-
-    from jobs.rule_changes import ChangesRefused, rule_change_request_create
-    from quotas.approvals import quota_request_create
-
-    if not visible_searches(actor).filter(pk=candidate.search_id).exists():
-        raise PermissionDenied
-    if candidate.state != CandidateState.DONE or not candidate.feasible or candidate.number == 0:
-        raise ValidationError(_("Only a finished, feasible candidate other than today's can be applied."))
-    changes = space.changes(candidate.params, candidate.search.projects)
-    ratio = changes.pop("overcommit_ratio", None)
-    out = {"requests": [], "rule_change_request": None, "unmapped": [], "skipped": []}
-    label = _("Policy advisor: search #%(search)s, candidate %(n)s.") % {
-        "search": candidate.search_id, "n": candidate.number}
-    if ratio is not None:
-        r = Decimal(str(ratio))
-        reason = _("Policy advisor: search #%(search)s, candidate %(n)s (overcommit ratio %(r)s).") % {
-            "search": candidate.search_id, "n": candidate.number, "r": f"{ratio:.2f}"}
-        for node in _project_quota_nodes().order_by("project__name", "flavor__name"):
-            quota = _floor_units(node.quota * r, node.flavor)
-            if quota == node.quota:
-                continue
-            try:
-                req = quota_request_create(actor=actor, flavor=node.flavor, quota=quota, project=node.project,
-                                           reason=reason)
-            except ValidationError as exc:
-                out["skipped"].append(f"{node.project.name} / {node.flavor.name}: {'; '.join(exc.messages)}")
-                continue
-            out["requests"].append(req.pk)
-    entries, out["unmapped"] = _rule_changes(changes, candidate.search.bounds)
-    while entries:
-        try:
-            req = rule_change_request_create(actor=actor, changes=entries, reason=label)
-        except ChangesRefused as exc:
-            # An entry the portal refuses (a lend limit its department's level rule does not allow)
-            # is left out with the reason and the rest asked for; the dry run names one at a time.
-            for i, text in sorted(exc.refused.items()):
-                out["unmapped"].append({"change": entries[i]["type"], "reason": text})
-            entries = [e for i, e in enumerate(entries) if i not in exc.refused]
-        except ValidationError as exc:  # about the request as a whole: nothing to leave out
-            out["unmapped"].append({"change": "rule_change_request", "reason": "; ".join(exc.messages)})
-            break
-        else:
-            out["rule_change_request"] = req.pk
-            break
-    with transaction.atomic():
-        AdvisorEvent.objects.create(search_id=candidate.search_id, candidate=candidate,
-                                    from_state=candidate.state, to_state=candidate.state,
-                                    reason=f"applied: {len(out['requests'])} quota request(s), rule change "
-                                           f"request {out['rule_change_request']}")
-    return out
-
-
-NIGHT_WINDOW = "advisor-night"  # the name of the quota windows the advisor's night limits become
-
-
-def _rule_changes(changes: dict, bounds: dict) -> tuple[list[dict], list[dict]]:
-    """The candidate's changes (other than the overcommit ratio) as rule-change entries on this
-    portal's objects, and what cannot be mapped with the reason. Ratios apply to each project
-    quota node's quota today, floored to the flavor's units (milli-units when shareable); the
-    night window becomes a daily quota window ``NIGHT_WINDOW`` (hours of ``bounds.night_hours``,
-    site time) on every project quota node; the grace period goes onto every priority class; a
-    replay project ``dept/project`` maps onto the portal project of that code in that department."""
-    from decimal import Decimal
-
-    from jobs.models import PriorityClass
-    from jobs.rule_changes import new_values, quantity_text, window_values
-    from jobs.scheduling.settings import engine_flags
-    from portal.models import Project
-    from quotas.models import QuotaWindow
-
-    entries, unmapped = [], []
-    nodes = list(_project_quota_nodes().order_by("project__code", "flavor__name"))
-
-    def floor(ratio, node) -> str:
-        return quantity_text(_floor_units(node.quota * Decimal(str(ratio)), node.flavor))
-
-    limits: dict[int, dict] = {}
-    for key in ("borrow_limit", "lend_limit"):
-        if f"{key}_ratio" not in changes:
-            continue
-        ratio = changes.pop(f"{key}_ratio")
-        for node in nodes:
-            value = None if ratio is None else floor(ratio, node)
-            if key == "lend_limit" and value is not None and Decimal(value) > node.quota:
-                unmapped.append({"change": f"{key}_ratio", "reason": _(
-                    "%(owner)s / %(flavor)s: %(value)s is above its quota") % {
-                    "owner": node.project.code, "flavor": node.flavor.name, "value": value}})
-                continue
-            if value != quantity_text(getattr(node, key)):
-                limits.setdefault(node.pk, {"type": "quota_limits", "project": node.project.code,
-                                            "flavor": node.flavor.name})[key] = value
-    entries.extend(limits.values())
-    if "night_lend_limit_ratio" in changes:
-        ratio = changes.pop("night_lend_limit_ratio")
-        start, end = bounds["night_hours"]  # check_bounds always fills it
-        windows: dict[int, QuotaWindow] = {}  # node id → its first night window by id
-        for w in QuotaWindow.objects.filter(quota_node__in=nodes, name=NIGHT_WINDOW).order_by("-id"):
-            windows[w.quota_node_id] = w
-        for node in nodes:
-            window = windows.get(node.pk)
-            if ratio is None:
-                if window is not None:
-                    unmapped.append({"change": "night_lend_limit_ratio", "reason": _(
-                        "%(owner)s / %(flavor)s: no night window — deactivate its window “%(name)s” "
-                        "by hand") % {
-                        "owner": node.project.code, "flavor": node.flavor.name, "name": NIGHT_WINDOW}})
-                continue
-            value = floor(ratio, node)
-            if Decimal(value) > node.quota:
-                unmapped.append({"change": "night_lend_limit_ratio", "reason": _(
-                    "%(owner)s / %(flavor)s: %(value)s is above its quota") % {
-                    "owner": node.project.code, "flavor": node.flavor.name, "value": value}})
-                continue
-            entry = {"type": "quota_window", "project": node.project.code, "flavor": node.flavor.name,
-                     "name": NIGHT_WINDOW, "start_hour": start, "end_hour": end, "quota": None,
-                     "lend_limit": value}
-            if window_values(window) != new_values(entry):
-                entries.append(entry)
-        if not nodes:
-            unmapped.append({"change": "night_lend_limit_ratio", "reason": _("no project holds a quota")})
-    if "grace_s" in changes:
-        grace = int(changes.pop("grace_s"))
-        others = PriorityClass.objects.exclude(grace_seconds=grace).order_by("name")
-        for name in others.values_list("name", flat=True):
-            entries.append({"type": "priority_grace", "priority_class": name, "grace_seconds": grace})
-    flags = engine_flags()
-    if "backfill" in changes:
-        value = bool(changes.pop("backfill"))
-        if value != flags["backfill"]:
-            entries.append({"type": "scheduler_backfill", "backfill": value})
-    if "packing" in changes:
-        value = changes.pop("packing")
-        if (value == "fragmentation_aware") != flags["fragmentation_aware"]:
-            entries.append({"type": "scheduler_packing", "packing": value})
-    for key in sorted(k for k in changes if k.startswith("queueing:")):
-        value, path = changes.pop(key), key.split(":", 1)[1]
-        dept, _slash, code = path.rpartition("/")
-        project = Project.objects.filter(code=code, department__code=dept).only("queueing").first() \
-            if dept else None
-        if project is None:
-            unmapped.append({"change": key, "reason": _(
-                "no project %(path)s in this portal (the replay's projects are the scenario's)")
-                % {"path": path}})
-        elif project.queueing != value:
-            entries.append({"type": "project_queueing", "project": code, "queueing": value})
-    for key in sorted(changes):
-        unmapped.append({"change": key, "reason": _("no rule of this portal corresponds to it")})
-    return entries, unmapped

@@ -4,6 +4,8 @@ import pytest
 import redis
 from django.conf import settings
 
+from jobs.whatif.replay import sim
+from jobs.whatif.replay.paths import ALIBABA_2023, ENV
 from portal import enqueue as enqueue_module
 from portal.celery import app
 from tests.celery_procs import private_queue
@@ -31,3 +33,16 @@ def recorded(settings):
     beat["scheduling-cycle"]["schedule"] = RECORDED_PERIOD_S
     settings.CELERY_BEAT_SCHEDULE = beat
     return record(seed=11, jobs=30, span_s=2 * 3600, latency=5.0, period=RECORDED_PERIOD_S)
+
+
+@pytest.fixture
+def traces(tmp_path, monkeypatch):
+    """A traces folder (``GPUPOOL_TRACES_DIR``) holding the default scenario's two files, empty:
+    enough to start a search on any machine, for tests that never replay it."""
+    folder = tmp_path / "traces"
+    csv = folder / ALIBABA_2023 / "csv"
+    csv.mkdir(parents=True)
+    for name in (sim.ALIBABA_PODS, sim.ALIBABA_NODES):
+        (csv / name).write_text("")
+    monkeypatch.setenv(ENV, str(folder))
+    return folder

@@ -14,7 +14,8 @@ from django.urls import reverse
 from jobs.whatif.advisor import space
 from jobs.whatif.advisor.scenario import Scenario
 from jobs.whatif.models import AdvisorCandidate, AdvisorEvent, AdvisorSearch
-from jobs.whatif.replay.paths import alibaba_dir
+from jobs.whatif.replay.paths import ALIBABA_2023, ENV, alibaba_dir
+from jobs.whatif.replay.sim import ALIBABA_NODES
 from jobs.whatif.services import advisor_candidate_run, advisor_search_advance, advisor_search_create
 from tests.advisor.scene import finished_search
 
@@ -86,12 +87,17 @@ def test_the_search_page_has_a_cancel_button_while_the_search_runs(world, langua
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(not PODS.exists(), reason="openb trace not present (set GPUPOOL_TRACES_DIR)")
-def test_a_result_arriving_after_the_cancel_is_discarded(tmp_path, queue):
+def test_a_result_arriving_after_the_cancel_is_discarded(tmp_path, queue, monkeypatch):
     # The candidate's replay reads its pod list from a FIFO: it is claimed (running) and then
-    # blocks until this test writes the pods — after cancelling the search.
+    # blocks until this test writes the pods — after cancelling the search. Scenario files sit in
+    # the traces folder: this test's, with the trace's node list linked into it.
+    csv = tmp_path / ALIBABA_2023 / "csv"
+    csv.mkdir(parents=True)
+    (csv / ALIBABA_NODES).symlink_to(PODS.parent / ALIBABA_NODES)
+    monkeypatch.setenv(ENV, str(tmp_path))
     fifo = tmp_path / "openb_pod_list_fifo.csv"
     os.mkfifo(fifo)
-    search = advisor_search_create(by=None, scenario={"pods_csv": str(fifo), "start": None, "window_s": None,
+    search = advisor_search_create(by=None, scenario={"pods_csv": fifo.name, "start": None, "window_s": None,
                                                       "node_fraction": 0.05},
                                    bounds={}, seed=1, budget=2, in_flight=1, projects=["d0/p00"])
     advisor_search_advance(search.pk)

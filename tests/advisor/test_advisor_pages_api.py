@@ -23,7 +23,7 @@ def _client(world, persona, language="en"):
     return client
 
 
-def test_a_platform_admin_starts_a_search_and_bad_bounds_store_nothing(world):
+def test_a_platform_admin_starts_a_search_and_bad_bounds_store_nothing(world, traces):
     client = _client(world, "platform")
     page = client.get(reverse("advisor"))
     assert page.status_code == 200 and "overcommit_ratio" in page.content.decode()
@@ -54,27 +54,41 @@ def test_the_search_page_shows_the_best_candidates_per_department_with_charts(wo
     fragment = client.get(reverse("advisor-progress", args=[search.pk])).content.decode()
     assert "hx-trigger" not in fragment  # done: polling stops
     # reuse twice: against today's quotas (what the objective judges) and the candidate's own,
-    # which its halved quotas raise (docs/advisor.md, "What reuse measures")
+    # which its raised quotas lower (docs/advisor.md, "What reuse measures")
     today, own = (cand.result[k] for k in ("window_idle_quota_reuse_ratio_today_quotas",
                                            "window_idle_quota_reuse_ratio"))
-    assert own > today
+    assert own < today
     assert f'<td class="num">{today:.3f}</td><td class="num">{own:.3f}</td>' in fragment
 
 
+def _confirm(client, cand):
+    """Apply as the page does: open the preview, then confirm it (its digest)."""
+    preview = client.get(reverse("advisor-apply", args=[cand.pk]))
+    assert preview.status_code == 200
+    digest = preview.context["preview"]["digest"]
+    return client.post(reverse("advisor-apply", args=[cand.pk]), {"digest": digest}, follow=True)
+
+
 def test_apply_turns_the_overcommit_ratio_into_quota_requests_and_the_rest_into_a_rule_change(world):
-    _search, cand = finished_search(world.users["platform"], ratio=0.5)
+    from quotas.models import Flavor
+
+    Flavor.objects.filter(name="F").update(pool_overcommit_ratio=2)  # room for quotas × 1.5
+    _search, cand = finished_search(world.users["platform"])  # quotas × 1.5, borrowing capped at ½ quota
     client = _client(world, "platform")
-    response = client.post(reverse("advisor-apply", args=[cand.pk]), follow=True)
+    response = _confirm(client, cand)
     requests = ApprovalRequest.objects.filter(kind="quota")
-    # pa (4 → 2), pa1 (4 → 2), pb (8 → 4): one request per project quota node; departments untouched
-    assert sorted(r.payload["quota"] for r in requests) == ["2", "2", "4"]
+    # pa (4 → 6), pa1 (4 → 6), pb (8 → 12): one request per project quota node; departments untouched
+    assert sorted(r.payload["quota"] for r in requests) == ["12", "6", "6"]
     rule = ApprovalRequest.objects.get(kind="policy")
-    assert rule.payload["changes"] == [{"type": "scheduler_backfill", "backfill": False,
-                                        "before": {"backfill": True}}]
+    # the borrow limits: ½ of each quota today (the raise may be refused)
+    limits = sorted((c["project"], c["borrow_limit"], c["before"]["borrow_limit"])
+                    for c in rule.payload["changes"])
+    assert limits == [("pa", "2", None), ("pa1", "2", None), ("pb", "4", None)]
     assert response.redirect_chain[-1][0] == reverse("approval-detail", args=[rule.pk])
     text = response.content.decode()
-    assert "3 quota request(s) sent for approval." in text and "Scheduler EASY backfill: on → off" in text
-    again = client.post(reverse("advisor-apply", args=[cand.pk]), follow=True)  # already pending: skipped
+    assert "3 quota request(s) sent for approval." in text
+    assert "Quota of B/pb for F, borrow limit: no cap → 4" in text
+    again = _confirm(client, cand)  # already pending: skipped
     assert ApprovalRequest.objects.filter(kind="quota").count() == 3 and again.status_code == 200
 
 
@@ -82,10 +96,10 @@ def test_apply_maps_every_rule_onto_the_portal_and_lists_what_it_cannot(world, a
     from jobs.models import PriorityClass
 
     PriorityClass.objects.create(name="normal", value=10, grace_seconds=30)
-    _search, cand = finished_search(world.users["platform"], ratio=1.0)
-    cand.params = {**cand.params, "borrow_limit_ratio": 0.5, "lend_limit_ratio": 0.75,
-                   "night_lend_limit_ratio": 1.0, "grace_s": 60, "packing": "best_fit",
-                   "queueing:d1/p04": "strict_fifo"}
+    search, cand = finished_search(world.users["platform"])
+    cand.params = {**search.candidates.get(number=0).params, "borrow_limit_ratio": 0.5,
+                   "lend_limit_ratio": 0.75, "night_lend_limit_ratio": 1.0, "grace_s": 60,
+                   "packing": "best_fit", "queueing:d1/p04": "strict_fifo"}
     cand.save()
     r = api(world.users["platform"]).post(reverse("api:advisorcandidate-apply", args=[cand.pk]))
     assert r.status_code == 200, r.content
@@ -106,7 +120,6 @@ def test_apply_maps_every_rule_onto_the_portal_and_lists_what_it_cannot(world, a
         ("pa", 20, 8, "4"), ("pa1", 20, 8, "4"), ("pb", 20, 8, "8")]
     assert [(c["priority_class"], c["grace_seconds"]) for c in by_type["priority_grace"]] == [("normal", 60)]
     assert [c["packing"] for c in by_type["scheduler_packing"]] == ["best_fit"]
-    assert [c["backfill"] for c in by_type["scheduler_backfill"]] == [False]
 
 
 def test_todays_settings_cannot_be_applied(world, api):
@@ -118,19 +131,22 @@ def test_todays_settings_cannot_be_applied(world, api):
 
 @pytest.mark.parametrize("persona", PERSONAS)
 def test_only_platform_admins_see_the_advisor_pages(world, persona):
+    from jobs.whatif.proposals import advisor_candidate_preview
+
     search, cand = finished_search(world.users["platform"])
     client = _client(world, persona)
     expected = 200 if persona == "platform" else 404
     for url in (reverse("advisor"), reverse("advisor-search", args=[search.pk]),
-                reverse("advisor-progress", args=[search.pk])):
+                reverse("advisor-progress", args=[search.pk]), reverse("advisor-apply", args=[cand.pk])):
         assert client.get(url).status_code == expected, url
-    status = client.post(reverse("advisor-apply", args=[cand.pk])).status_code
+    digest = advisor_candidate_preview(actor=world.users["platform"], candidate=cand)["digest"]
+    status = client.post(reverse("advisor-apply", args=[cand.pk]), {"digest": digest}).status_code
     assert status == (302 if persona == "platform" else 404)
     assert ApprovalRequest.objects.exists() == (persona == "platform")
 
 
 @pytest.mark.parametrize("persona", PERSONAS)
-def test_only_platform_admins_use_the_advisor_api(world, api, persona):
+def test_only_platform_admins_use_the_advisor_api(world, api, persona, traces):
     search, cand = finished_search(world.users["platform"])
     client = api(world.users[persona])
     ok = persona == "platform"
@@ -141,6 +157,8 @@ def test_only_platform_admins_use_the_advisor_api(world, api, persona):
     if ok:
         assert [c["number"] for c in detail.json()["candidates"]] == [0, 1]
         assert detail.json()["candidates"][1]["feasible"] is True
+    preview = client.get(reverse("api:advisorcandidate-apply", args=[cand.pk]))
+    assert preview.status_code == (200 if ok else 404) and not ApprovalRequest.objects.exists()
     applied = client.post(reverse("api:advisorcandidate-apply", args=[cand.pk]))
     assert applied.status_code == (200 if ok else 404)
     assert ApprovalRequest.objects.exists() == ok
@@ -167,8 +185,8 @@ def test_apply_leaves_out_an_entry_the_portal_refuses_and_asks_for_the_rest(worl
     QuotaNode.objects.filter(pk=world.quota["A"].pk).update(overcommit_ratio=2)
     QuotaNode.objects.filter(pk=world.quota["A1"].pk).update(lend_limit=0)
     QuotaNode.objects.filter(pk=world.quota["pa"].pk).update(quota=8)
-    _search, cand = finished_search(world.users["platform"], ratio=1.0)
-    cand.params = {**cand.params, "backfill": True, "lend_limit_ratio": 0.0}
+    search, cand = finished_search(world.users["platform"])
+    cand.params = {**search.candidates.get(number=0).params, "lend_limit_ratio": 0.0}
     cand.save()
     out = api(world.users["platform"]).post(reverse("api:advisorcandidate-apply", args=[cand.pk])).json()
     assert [u["change"] for u in out["unmapped"]] == ["quota_limits"]

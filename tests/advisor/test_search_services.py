@@ -16,7 +16,7 @@ from jobs.whatif.services import (
     advisor_search_create,
 )
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("traces")]  # an (empty) trace to start from
 PROJECTS = ["d0/p00", "d1/p04"]
 
 
@@ -39,13 +39,17 @@ def test_advancing_draws_today_and_keeps_k_candidates_in_flight_once():
     assert 0.6 <= rows[1].params["overcommit_ratio"] <= 1.5
 
 
-def test_a_search_whose_baseline_cannot_be_replayed_fails_and_later_deliveries_are_skipped():
-    search = _search(pods_csv="/nonexistent/openb_pod_list_default.csv")
+def test_a_search_whose_baseline_cannot_be_replayed_fails_and_later_deliveries_are_skipped(traces):
+    (traces / "mine").mkdir()
+    (traces / "mine" / "openb_pod_list_gone.csv").write_text("")
+    search = _search(pods_csv="mine/openb_pod_list_gone.csv")
+    (traces / "mine" / "openb_pod_list_gone.csv").unlink()  # gone before the worker reads it
     advisor_search_advance(search.pk)
     base = AdvisorCandidate.objects.get(search=search, number=0)
     assert advisor_candidate_run(base.pk) == "failed"
     search.refresh_from_db()
-    assert search.state == "failed" and "nonexistent" in search.error
+    assert search.state == "failed" and "not found: " in search.error
+    assert "openb_pod_list_gone.csv" in search.error
     assert advisor_candidate_run(base.pk) == "skipped"  # a second delivery of a finished candidate
     other = AdvisorCandidate.objects.get(search=search, number=1)
     assert advisor_candidate_run(other.pk) == "skipped"  # the search is over

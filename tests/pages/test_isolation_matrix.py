@@ -538,6 +538,11 @@ def _body_of(name, objs):
         return {"project": objs["proj:a"].pk}
     if name == "job-autoscale-form":
         return {"query": 'sum(rps{job="{job}"})', "target": "10", "cooldown_seconds": "300"}
+    if name == "advisor-apply":  # the confirm of the preview (without it nothing is filed)
+        from jobs.whatif.proposals import advisor_candidate_preview
+
+        admin = objs["advcand"].search.created_by
+        return {"digest": advisor_candidate_preview(actor=admin, candidate=objs["advcand"])["digest"]}
     return {}
 
 

@@ -33,6 +33,9 @@ from dataclasses import dataclass, field
 
 WEIGHTS = {"avg": 0.35, "p95": 0.15, "alloc": 0.15, "reuse": 0.25, "lost": 0.10}
 EPS_S = 1.0
+# A candidate beats today when its objective is below this: the page shows three decimals, so
+# every candidate offered reads 0.999 or less — never "1.000", as if it were an improvement.
+BEATS_TODAY_BELOW = 0.9995
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,11 @@ def evaluate(before: Mapping, after: Mapping, rules: Rules = Rules()) -> Verdict
     if after["never_started"] > before["never_started"]:
         violations.append("never_started")
     return Verdict(objective, not violations, terms, tuple(violations), worst)
+
+
+def beats_today(value: float | None) -> bool:
+    """Whether a candidate's objective is better than today's (1.0) by what the page can show."""
+    return value is not None and value < BEATS_TODAY_BELOW
 
 
 def reuse_today(summary: Mapping) -> float:

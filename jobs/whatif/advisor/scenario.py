@@ -23,9 +23,10 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
 
+from jobs.whatif.replay import paths, sim
 from jobs.whatif.replay import policy as replay_policy
-from jobs.whatif.replay import sim
 from jobs.whatif.replay.limits import world_for
 from jobs.whatif.replay.metrics import Recorder, percentile
 from jobs.whatif.replay.spec import capacity, demand_milli
@@ -42,7 +43,7 @@ class Scenario:
     window_s: float | None = 9600.0
     node_fraction: float = 0.065
     quota_split: str = "demand"
-    pods_csv: str = ""  # "" = the default pod list of the traces folder (jobs.whatif.replay.paths)
+    pods_csv: str = ""  # "" = the default pod list; else a file inside the traces folder (see pods_file)
 
     @classmethod
     def from_json(cls, data: Mapping) -> Scenario:
@@ -60,6 +61,7 @@ class Scenario:
             raise ValueError("scenario: window_s > 0 (or null for the whole window)")
         if s.quota_split not in ("demand", "equal"):
             raise ValueError("scenario: quota_split is demand or equal")
+        pods_file(s)  # confined to the traces folder (ValueError naming scenario.pods_csv)
         from jobs.whatif.replay.spec import parse_tenants
 
         parse_tenants(s.tenants)
@@ -112,18 +114,60 @@ def parse(data: Mapping) -> Scenario | HistoryScenario:
     return Scenario.from_json(data)
 
 
-_LOADED: dict[Scenario, tuple[list[TraceJob], list[TraceNode]]] = {}
+class ScenarioUnavailable(ValueError):
+    """The scenario's trace files are not on this machine (``missing``: their paths)."""
+
+    def __init__(self, missing: list[Path]):
+        self.missing = missing
+        super().__init__(
+            f"The scenario's trace cannot be read, not found: {', '.join(map(str, missing))}. "
+            f"Set {paths.ENV} to the folder that holds {paths.ALIBABA_2023}/ (README, docs/replay.md); "
+            f"the traces folder is now {paths.traces_dir()}.")
+
+
+def pods_file(scenario: Scenario) -> Path:
+    """The scenario's pod list: the default one of the Alibaba trace, or ``pods_csv`` — relative
+    to the traces folder (``paths.traces_dir``), or absolute inside it. Anything that resolves
+    outside that folder (``/etc/passwd``, ``../x.csv``, a link out of it) is refused: a scenario
+    is a request from the network and must not name any file on the server."""
+    if not scenario.pods_csv:
+        return paths.alibaba_dir() / "csv" / sim.ALIBABA_PODS
+    if not isinstance(scenario.pods_csv, str):
+        raise ValueError("scenario.pods_csv: a file name inside the traces folder")
+    root = paths.traces_dir().resolve()
+    file = (root / scenario.pods_csv).resolve()  # an absolute pods_csv replaces root
+    if not file.is_relative_to(root) or file.suffix != ".csv":
+        raise ValueError(f"scenario.pods_csv: a .csv file inside the traces folder ({paths.ENV}), given "
+                         f"relative to it, e.g. {paths.ALIBABA_2023}/csv/openb_pod_list_gpu100.csv")
+    return file
+
+
+def trace_files(scenario: Scenario) -> tuple[Path, Path]:
+    """(pods, nodes): what :func:`load` reads."""
+    return pods_file(scenario), paths.alibaba_dir() / "csv" / sim.ALIBABA_NODES
+
+
+def missing_files(scenario: Scenario) -> list[Path]:
+    """The scenario's trace files that are not there (empty: it can load)."""
+    return [f for f in trace_files(scenario) if not f.exists()]
+
+
+_LOADED: dict[tuple, tuple[list[TraceJob], list[TraceNode]]] = {}
 
 
 def load(scenario: Scenario) -> tuple[list[TraceJob], list[TraceNode]]:
-    """The scenario's jobs and nodes; kept per process, a worker replays one scenario many times."""
-    if scenario not in _LOADED:
-        from jobs.whatif.replay.paths import alibaba_dir
-
+    """The scenario's jobs and nodes; kept per process, a worker replays one scenario many times.
+    Missing files: :class:`ScenarioUnavailable` (the search fails with it, as its reason)."""
+    pods, nodes_csv = trace_files(scenario)
+    key = (scenario, pods, nodes_csv)  # the files too: the traces folder is the environment's
+    if key not in _LOADED:
+        missing = missing_files(scenario)
+        if missing:
+            raise ScenarioUnavailable(missing)
         _LOADED.clear()
-        jobs, nodes, _ = sim.load(scenario.pods_csv or None, alibaba_dir=str(alibaba_dir() / "csv"))
-        _LOADED[scenario] = cut(scenario, jobs, nodes)
-    return _LOADED[scenario]
+        jobs, nodes, _ = sim.load(str(pods), alibaba_dir=str(nodes_csv.parent))
+        _LOADED[key] = cut(scenario, jobs, nodes)
+    return _LOADED[key]
 
 
 def cut(scenario: Scenario, jobs: list[TraceJob], nodes: list[TraceNode]
