@@ -245,7 +245,8 @@ def fill(path: str) -> list[str]:
             entry.msgstr = GLOSSARY[entry.msgid]
             if "fuzzy" in entry.flags:
                 entry.flags.remove("fuzzy")
-        elif not entry.msgstr:
+        elif not (entry.msgstr or all(entry.msgstr_plural.values() or [""])):
+            # A plural entry keeps its translation in msgstr_plural (msgstr stays empty).
             missing.append(entry.msgid)
     po.metadata["Content-Type"] = "text/plain; charset=UTF-8"
     po.metadata["Language"] = "zh_Hans"
