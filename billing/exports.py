@@ -27,7 +27,7 @@ from django.utils.translation import gettext as _
 from portal.models import Department
 
 from .periods import month_label
-from .usage import range_label
+from .usage import range_days
 
 COLUMNS = (
     "month",
@@ -399,14 +399,15 @@ def usage_file(report, fmt: str, *, bom: bool = True) -> bytes:
 
 
 def usage_title(report) -> str:
-    first, until = range_label(report.query.start, report.query.end)
+    first, last = range_days(report.query.start, report.query.end)
     groups = ", ".join(report.query.group_by)
-    return f"Usage {first.isoformat()} to {until.isoformat()} (exclusive) by {groups}"
+    return f"Usage {first.isoformat()} to {last.isoformat()} by {groups}"
 
 
 def usage_filename(report, fmt: str) -> str:
-    first, until = range_label(report.query.start, report.query.end)
-    return f"usage-{first.isoformat()}-{until.isoformat()}-{'-'.join(report.query.group_by)}.{fmt}"
+    # The days as the page's form shows them: the last one included (issue 32 item 3).
+    first, last = range_days(report.query.start, report.query.end)
+    return f"usage-{first.isoformat()}-{last.isoformat()}-{'-'.join(report.query.group_by)}.{fmt}"
 
 
 def usage_response(report, fmt: str, *, bom: bool = True) -> HttpResponse:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
+from urllib.parse import urlencode
 
 from django import forms
 from django.conf import settings
@@ -20,7 +21,16 @@ from quotas.selectors import site_zone
 from .budgets import budget_departments, budget_projects
 from .manual import ATTACHMENT_MAX, REASON_MAX, can_propose, proposable_departments
 from .models import BUDGET_AMOUNT_MAX, BUDGET_HOURS, MONEY, ManualKind
-from .periods import FIRST_MONTH, LAST_MONTH, MonthOutOfRange, month_label, month_of, parse_month
+from .periods import (
+    FIRST_MONTH,
+    LAST_MONTH,
+    MonthOutOfRange,
+    month_label,
+    month_of,
+    next_month,
+    parse_month,
+    previous_month,
+)
 from .reports import ReportFilter
 from .usage import DIMENSIONS, UsageQuery
 
@@ -81,21 +91,22 @@ class ReportFilterForm(forms.Form):
 
 FIRST_DAY = date(2000, 1, 1)
 END_DAY = date(2101, 1, 1)  # exclusive: the span of portal/daterange.py
+DAY = timedelta(days=1)
+LAST_DAY = END_DAY - DAY  # the page's last day, included
 DATE_INPUT = {"type": "date", "min": FIRST_DAY.isoformat(), "max": END_DAY.isoformat()}
+LAST_DATE_INPUT = {"type": "date", "min": FIRST_DAY.isoformat(), "max": LAST_DAY.isoformat()}
+DEFAULT_GROUPING = "project"
 
 
-class UsageForm(forms.Form):
-    """The usage explorer's range and grouping (a GET form; the API reads the same fields).
-    The range is half-open: local midnight of ``start`` to local midnight of ``end``."""
+def _midnight(day: date) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=site_zone()).astimezone(UTC)
+
+
+class _UsageGrouping(forms.Form):
+    """The first day and the grouping, as the page and the API read them."""
 
     start = forms.DateField(
         label=_("From"), required=False, input_formats=["%Y-%m-%d"], widget=forms.DateInput(attrs=DATE_INPUT)
-    )
-    end = forms.DateField(
-        label=_("Until (exclusive)"),
-        required=False,
-        input_formats=["%Y-%m-%d"],
-        widget=forms.DateInput(attrs=DATE_INPUT),
     )
     group_by = forms.ChoiceField(label=_("Group by"), required=False)
     then_by = forms.ChoiceField(label=_("then by"), required=False)
@@ -106,39 +117,124 @@ class UsageForm(forms.Form):
         self.fields["group_by"].choices = choices
         self.fields["then_by"].choices = [("", "—"), *choices]
 
-    def _day(self, name: str, default: date) -> date:
+    def _day(self, name: str, default: date, last: date = END_DAY) -> date:
         day = self.cleaned_data.get(name) or default
-        if not FIRST_DAY <= day <= END_DAY:
+        if not FIRST_DAY <= day <= last:
             raise ValidationError(OUT_OF_RANGE, code="date_out_of_range")
         return day
 
     def clean_start(self) -> date:
         return self._day("start", this_month())
 
-    def clean_end(self) -> date:
-        month = this_month()
-        return self._day("end", date(month.year + month.month // 12, month.month % 12 + 1, 1))
-
     def clean_group_by(self) -> str:
-        return self.cleaned_data.get("group_by") or "project"
+        return self.cleaned_data.get("group_by") or DEFAULT_GROUPING
+
+    def _check_grouping(self, data: dict) -> None:
+        if data.get("then_by") and data.get("then_by") == data.get("group_by"):
+            self.add_error("then_by", _("Choose a second grouping different from the first."))
+
+    def _end(self) -> date:
+        """The day after the last (the query's exclusive end)."""
+        raise NotImplementedError
+
+    def usage_query(self) -> UsageQuery:
+        data = self.cleaned_data
+        group_by = (data["group_by"], data["then_by"]) if data.get("then_by") else (data["group_by"],)
+        return UsageQuery(_midnight(data["start"]), _midnight(self._end()), group_by)
+
+
+class UsageForm(_UsageGrouping):
+    """The usage explorer's range and grouping as the API reads them: half-open, from local
+    midnight of ``start`` to local midnight of ``end`` (the page: ``UsagePageForm``)."""
+
+    end = forms.DateField(
+        label=_("Until (exclusive)"),
+        required=False,
+        input_formats=["%Y-%m-%d"],
+        widget=forms.DateInput(attrs=DATE_INPUT),
+    )
+
+    def clean_end(self) -> date:
+        return self._day("end", next_month(this_month()))
 
     def clean(self):
         data = super().clean()
         start, end = data.get("start"), data.get("end")
         if start and end and not start < end:
             self.add_error("end", _("The end must be after the start (the range is [from, until))."))
-        if data.get("then_by") and data.get("then_by") == data.get("group_by"):
-            self.add_error("then_by", _("Choose a second grouping different from the first."))
+        self._check_grouping(data)
         return data
 
-    def usage_query(self) -> UsageQuery:
-        data, zone = self.cleaned_data, site_zone()
+    def _end(self) -> date:
+        return self.cleaned_data["end"]
 
-        def midnight(day: date) -> datetime:
-            return datetime(day.year, day.month, day.day, tzinfo=zone).astimezone(UTC)
 
-        group_by = (data["group_by"], data["then_by"]) if data.get("then_by") else (data["group_by"],)
-        return UsageQuery(midnight(data["start"]), midnight(data["end"]), group_by)
+class UsagePageForm(_UsageGrouping):
+    """The usage page's form (issue 32 item 3): the last day is included, as people enter a month
+    (1 to 30 November); the query stays half-open, to midnight after the last day. What is left
+    empty is filled with what is used (this month, by project), so the form shows the range and
+    grouping of the table below it. A link with the API's exclusive ``end`` (from before) still
+    means what it meant: it is read as the day before (docs/billing.md, "Usage explorer")."""
+
+    last = forms.DateField(
+        label=_("To (included)"),
+        required=False,
+        input_formats=["%Y-%m-%d"],
+        widget=forms.DateInput(attrs=LAST_DATE_INPUT),
+    )
+    field_order = ["start", "last", "group_by", "then_by"]
+
+    def __init__(self, data=None, **kwargs):
+        super().__init__(self._filled(data or {}), **kwargs)
+
+    @staticmethod
+    def _filled(data) -> dict:
+        filled = {k: data.get(k, "") for k in ("start", "last", "group_by", "then_by")}
+        if not filled["last"] and data.get("end"):
+            filled["last"] = _day_before(data["end"])
+        month = this_month()
+        defaults = {"start": month, "last": next_month(month) - DAY, "group_by": DEFAULT_GROUPING}
+        for name, value in defaults.items():
+            if not filled[name]:
+                filled[name] = str(value)
+        return filled
+
+    def clean_last(self) -> date:
+        return self._day("last", next_month(this_month()) - DAY, last=LAST_DAY)
+
+    def clean(self):
+        data = super().clean()
+        start, last = data.get("start"), data.get("last")
+        if start and last and last < start:
+            self.add_error("last", _("The last day must not be before the first."))
+        self._check_grouping(data)
+        return data
+
+    def _end(self) -> date:
+        return self.cleaned_data["last"] + DAY
+
+    def link(self, **changes) -> str:
+        """This form's range and grouping as a query string, with ``changes``."""
+        values = {k: str(v) for k, v in {**self.data, **changes}.items() if v}
+        return urlencode(values)
+
+    def presets(self) -> list[dict]:
+        """"This month" and "last month" as links that keep the grouping."""
+        month = this_month()
+        found = []
+        for label, first in ((_("This month"), month), (_("Last month"), previous_month(month))):
+            last = next_month(first) - DAY
+            current = self.data["start"] == str(first) and self.data["last"] == str(last)
+            found.append({"label": label, "query": self.link(start=first, last=last), "current": current})
+        return found
+
+
+def _day_before(text: str) -> str:
+    """An exclusive end as the last day it includes; text that is no date is left for the field to refuse."""
+    try:
+        return str(datetime.strptime(text, "%Y-%m-%d").date() - DAY)
+    except (ValueError, OverflowError):
+        return text
 
 
 class BudgetForm(forms.Form):

@@ -31,7 +31,7 @@ Job-based figures (utilisation, waits) group by the job's project's department n
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
@@ -403,6 +403,12 @@ def range_label(start: datetime, end: datetime) -> tuple[date, date]:
     """The local dates of [start, end): the first day and the day after the last."""
     zone = site_zone()
     return start.astimezone(zone).date(), end.astimezone(zone).date()
+
+
+def range_days(start: datetime, end: datetime) -> tuple[date, date]:
+    """The local dates of [start, end) as people say them: the first day and the last, included."""
+    first, until = range_label(start, end)
+    return first, until - timedelta(days=1)
 
 
 # --- one job's cost so far (registered in jobs.estimates.job_cost_providers) ---------------------

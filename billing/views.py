@@ -27,7 +27,7 @@ from .forms import (
     BudgetForm,
     ManualAdjustmentForm,
     ReportFilterForm,
-    UsageForm,
+    UsagePageForm,
     WhatIfForm,
     clean_month_text,
     this_month,
@@ -159,15 +159,12 @@ def _readiness() -> dict:
 def usage_page(request):
     """Any date range grouped by one or two dimensions (``billing.usage``): a chart, the table,
     and the table as CSV or XLSX (``?format=``). Bad input is a form error (400 for a file)."""
-    form = UsageForm(request.GET or None)
-    if request.GET and not form.is_valid():
+    form = UsagePageForm(request.GET)
+    if not form.is_valid():
         if request.GET.get("format"):
             errors = " ".join(e for errs in form.errors.values() for e in errs)
             return HttpResponseBadRequest(errors, content_type="text/plain")
-        return render(request, "billing/usage.html", {"form": form}, status=400)
-    if not request.GET:
-        form = UsageForm({})
-        form.is_valid()
+        return render(request, "billing/usage.html", {"form": form, "presets": form.presets()}, status=400)
     report = usage.usage_report(request.user, form.usage_query(), settings.GPUPOOL["CURRENCY"])
     report.metered_through = meter_state().metered_through
     if request.GET.get("format"):
@@ -177,11 +174,9 @@ def usage_page(request):
         return exports.usage_response(report, fmt, bom=bom)
     group_by = report.query.group_by
     labels = [str(usage.DIMENSIONS[g][2]) for g in group_by]
-    first, until = usage.range_label(report.query.start, report.query.end)
-    title = _("Card-hours by %(group)s, %(start)s to %(end)s (exclusive)") % {
-        "group": " / ".join(labels), "start": first.isoformat(), "end": until.isoformat()}
-    query = request.GET.copy()
-    query.pop("format", None)
+    first, last = usage.range_days(report.query.start, report.query.end)
+    title = _("Card-hours by %(group)s, %(start)s to %(last)s") % {
+        "group": " / ".join(labels), "start": first.isoformat(), "last": last.isoformat()}
     return render(
         request,
         "billing/usage.html",
@@ -192,7 +187,8 @@ def usage_page(request):
             "title": title,
             "figure": charts.usage(report.rows, labels[0], labels[1] if len(labels) > 1 else None, title),
             "scope_empty": reports.ReportScope.of(request.user).empty,
-            "query": query.urlencode(),
+            "query": form.link(),
+            "presets": form.presets(),
         },
     )
 

@@ -44,6 +44,15 @@ def _storage_label(storage: ProjectStorage) -> str:
     return f"{storage.project.code} / {storage.name} → {storage.mount_path} ({mode})"
 
 
+def _no_hard_limits(fields) -> None:
+    """Drop the ``maxlength`` Django puts on text inputs and textareas (issue 32 item 2): a browser
+    cuts typed or pasted text at it without a word, and the job was created under the cut name.
+    The fields keep their ``max_length``, so the server refuses over-long input with its length —
+    on the field, live when the user leaves it and on submit (docs/ui.md, "Never a silent cut")."""
+    for field in fields.values():
+        field.widget.attrs.pop("maxlength", None)
+
+
 def _autoscale_query_field(**kw) -> forms.CharField:
     return forms.CharField(
         label=_("Query (PromQL)"), required=False, max_length=AUTOSCALE_QUERY_MAX_LENGTH,
@@ -192,28 +201,43 @@ class JobForm(forms.Form):
             project__in=self.fields["project"].queryset, active=True
         ).select_related("project")
         self.fields["mounts"].label_from_instance = _storage_label
+        self.mounts_for = ""  # the project whose storages the list shows (offer_mounts)
         # Every class validates (so job_submit names the rule a choice breaks); the list offers
         # only those the user may use for the chosen kind (offer_priority_classes).
         self.classes = list(PriorityClass.objects.all())
         self.fields["priority_class"].queryset = PriorityClass.objects.all()
-        self.offer_priority_classes()
+        self.offer_choices()
         if not settings.GPUPOOL["DEMO"]:
             del self.fields["sim_duration_seconds"]
+        _no_hard_limits(self.fields)
 
     def _chosen(self, name: str):
         if self.is_bound:
             return self.data.get(self.add_prefix(name)) or None
         return self.initial.get(name, self.fields[name].initial)
 
+    def _chosen_project(self) -> Project | None:
+        project_pk = self._chosen("project")
+        if project_pk is None or not str(project_pk).isdigit():
+            return None
+        return self.fields["project"].queryset.filter(pk=int(project_pk)).first()
+
+    def _chosen_mounts(self) -> set[str]:
+        if self.is_bound:
+            widget, name = self.fields["mounts"].widget, self.add_prefix("mounts")
+            return {str(v) for v in widget.value_from_datadict(self.data, self.files, name)}
+        return {str(v) for v in self.initial.get("mounts") or ()}
+
     def _class_context(self) -> tuple[str, int]:
         """The chosen kind and the user's rank in the chosen project (before one is chosen: the
         highest rank over the projects the user may submit to)."""
         kind = str(self._chosen("kind") or JobKind.TRAINING)
-        project_pk = self._chosen("project")
-        project = None
-        if project_pk is not None and str(project_pk).isdigit():
-            project = self.fields["project"].queryset.filter(pk=int(project_pk)).first()
-        return kind, rules.usage_rank(self.user, project)
+        return kind, rules.usage_rank(self.user, self._chosen_project())
+
+    def offer_choices(self) -> None:
+        """The lists that depend on other fields. Call again after changing ``initial`` or ``data``."""
+        self.offer_priority_classes()
+        self.offer_mounts()
 
     def _default_class(self, usable: list[PriorityClass]) -> PriorityClass | None:
         return next((pc for pc in usable if pc.name == DEFAULT_PRIORITY_CLASS), usable[0] if usable else None)
@@ -238,6 +262,40 @@ class JobForm(forms.Form):
         field.widget.choices = choices
         default = self._default_class(usable)
         field.initial = default.pk if default else None
+
+    def offer_mounts(self) -> None:
+        """List the storages of the chosen project only (issue 32 item 4); a storage chosen in the
+        data stays listed, so the refusal shows next to it. Validation still reads every storage
+        of the user's projects, so such a choice is refused by ``clean`` rather than ignored."""
+        project, chosen = self._chosen_project(), self._chosen_mounts()
+        field = self.fields["mounts"]
+        project_pk = project.pk if project is not None else None
+        storages = [s for s in field.queryset if s.project_id == project_pk or str(s.pk) in chosen]
+        field.widget.choices = [(s.pk, _storage_label(s)) for s in storages]
+        self.mounts_for = str(project.pk) if project is not None else ""
+        if project is None:
+            field.help_text = _("Choose a project to see its storages.")
+        elif not storages:
+            field.help_text = _("Project %(project)s has no storages.") % {"project": project.code}
+
+    def drop_foreign_mounts(self) -> None:
+        """For the live check: storages of another project that are still ticked after the project
+        changed are unticked (in ``data``, which must be mutable), and the field says which. The
+        submission itself never drops one: ``clean`` refuses it."""
+        project = self._chosen_project()
+        if project is None:
+            return  # no project yet: the ticks stay, listed, until one is chosen
+        chosen = self._chosen_mounts()
+        storages = self.fields["mounts"].queryset
+        foreign = [s for s in storages if str(s.pk) in chosen and s.project_id != project.pk]
+        if not foreign:
+            return
+        name, dropped = self.add_prefix("mounts"), {str(s.pk) for s in foreign}
+        self.data.setlist(name, [v for v in self.data.getlist(name) if str(v) not in dropped])
+        self.offer_mounts()
+        self.fields["mounts"].help_text = _(
+            "%(names)s is not a storage of project %(project)s and was unticked."
+        ) % {"names": ", ".join(s.name for s in foreign), "project": project.code}
 
     def replace_unusable_class(self) -> None:
         """For the live check while the user fills in the form (before ``is_valid``): when the

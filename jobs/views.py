@@ -377,7 +377,7 @@ def job_new(request):
     if request.method != "POST":
         form.initial.update(_copy_initial(request))
         form.initial.update(views_templates.template_initial(request))
-        form.offer_priority_classes()
+        form.offer_choices()
     elif "save_template" in request.POST:
         saved = views_templates.save_from_form(request, form)
         if saved is not None:
@@ -410,6 +410,7 @@ def job_new_validate(request):
     data = request.POST.copy()
     form = JobForm(data, user=request.user)
     form.replace_unusable_class()
+    form.drop_foreign_mounts()
     form.is_valid()
     data = data.copy()
     stand_in = {k for k in _STAND_INS if not data.get(k)}
@@ -429,6 +430,9 @@ def job_new_validate(request):
     # (the select itself stays, with its focus).
     form.fields["priority_class"].widget.attrs["hx-swap-oob"] = "innerHTML"
     context = _form_context(form)
+    # The storage list follows the project (issue 32 item 4); it is swapped in only when the project
+    # changed, so ticking a box never replaces the boxes (nor takes the keyboard focus from them).
+    context["swap_mounts"] = request.POST.get("mounts_for", "") != form.mounts_for
     if context["summary"] is not None and not form.errors:
         context["summary"]["start"] = _start_if_submitted(form, context["summary"])
     return render(request, "jobs/_job_form_feedback.html", context)

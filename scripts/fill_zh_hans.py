@@ -234,6 +234,16 @@ GLOSSARY = {
     # the app names of issue 31's split (first extracted here)
     "Clusters": "集群",
     "Native workloads": "原生工作负载",
+    # issue 32 (the submission form's storages; the usage explorer's inclusive last day)
+    "Choose a project to see its storages.": "选择项目后即可看到其存储。",
+    "Project %(project)s has no storages.": "项目 %(project)s 没有存储。",
+    "%(names)s is not a storage of project %(project)s and was unticked.": "%(names)s 不是项目 %(project)s 的存储，已取消勾选。",
+    "To (included)": "结束日期（含）",
+    "The last day must not be before the first.": "结束日期不能早于开始日期。",
+    "This month": "本月",
+    "Last month": "上月",
+    "Card-hours by %(group)s, %(start)s to %(last)s": "按%(group)s统计的卡时，%(start)s 至 %(last)s",
+    "Both days are included: the range runs from local midnight at the start of the first day to local midnight at the end of the last.": "含首尾两天：范围从第一天开始时的本地零点到最后一天结束时的本地零点。",
 }
 
 

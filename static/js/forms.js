@@ -32,4 +32,15 @@
     if (kind) { kind.addEventListener("change", showForKind); }
   });
   document.addEventListener("htmx:afterSettle", function () { mark(document); });
+  /* The live check swaps in the options of a list that depends on other fields (the priority
+     classes), each marked `selected` as the server read the choice. htmx inserts the new options
+     before removing the old ones, and the browser's choice does not survive that: it ended on the
+     last option ("best-effort"), so every job from the form ran best-effort (issue 32 item 1).
+     Choose again what the answer marks. */
+  document.addEventListener("htmx:oobAfterSwap", function (event) {
+    var list = event.detail.target;
+    if (!list || list.tagName !== "SELECT") { return; }
+    var marked = list.querySelector("option[selected]");
+    if (marked) { list.value = marked.value; }
+  });
 })();

@@ -238,7 +238,7 @@ def test_csv_and_xlsx_read_back(world, ledger, client):
     finance = world.users["platform"]
     response = _get(client, finance, **NOV, group_by="department", then_by="project", format="csv")
     assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
-    assert 'filename="usage-2026-11-01-2026-12-01-department-project.csv"' in response["Content-Disposition"]
+    assert 'filename="usage-2026-11-01-2026-11-30-department-project.csv"' in response["Content-Disposition"]
     assert response.content.startswith("\ufeff".encode())
     rows = list(csv.DictReader(io.StringIO(response.content.decode("utf-8-sig"))))
     a1 = next(r for r in rows if r["project"] == "pa1")
@@ -339,3 +339,73 @@ def test_a_running_job_adds_its_unmetered_tail_at_the_rate(world, client):
     client.force_login(world.users["pa1_member"])
     page = client.get(f"/jobs/{job.pk}/", HTTP_ACCEPT_LANGUAGE="en")
     assert b"Cost so far" in page.content and b"job-cost" in page.content
+
+
+# --- issue 32 item 3: the page's last day is included -------------------------------------------
+
+
+def _this_and_last_month() -> tuple[tuple[date, date], tuple[date, date]]:
+    from django.utils import timezone
+
+    from billing.periods import month_of, next_month, previous_month
+    from quotas.selectors import site_zone
+
+    month = month_of(timezone.now(), site_zone())
+    last = previous_month(month)
+    return (month, next_month(month) - timedelta(days=1)), (last, month - timedelta(days=1))
+
+
+def test_item3_a_month_entered_as_its_first_and_last_day_counts_the_last_day(world, ledger, client, api):
+    page = _get(client, world.users["platform"], start="2026-11-01", last="2026-11-30", group_by="department")
+    assert page.status_code == 200
+    report = page.context["report"]
+    # pa's job ran 23:00 on 30 November to 01:00 on 1 December: its first hour is November's.
+    assert _by_label(report)[("Dept A (A)",)].card_hours == Decimal(1)
+    assert (report.total.card_hours, report.total.cost) == (Decimal(5), Decimal("60.00"))
+    body = page.content.decode()
+    assert 'name="last" value="2026-11-30"' in body and "2026-11-01 to 2026-11-30" in body
+    # The download is named by the days the form shows.
+    csv_file = _get(client, world.users["platform"], start="2026-11-01", last="2026-11-30", format="csv")
+    assert 'filename="usage-2026-11-01-2026-11-30-project.csv"' in csv_file["Content-Disposition"]
+    # The API keeps its half-open range: end is the day after the last.
+    answer = api(world.users["platform"]).get("/api/v1/usage/", {**NOV, "group_by": "department"}).json()
+    assert (answer["end"], answer["total"]["card_hours"]) == ("2026-12-01", "5.000000")
+
+
+def test_item3_a_link_with_the_old_exclusive_end_means_what_it_meant(world, ledger, client):
+    page = _get(client, world.users["platform"], **NOV, group_by="department")
+    assert page.context["report"].total.card_hours == Decimal(5)  # through 30 November, as before
+    assert 'name="last" value="2026-11-30"' in page.content.decode()  # and the form says so
+
+
+def test_item3_the_first_load_shows_the_range_and_grouping_used(world, client):
+    (first, last), _ = _this_and_last_month()
+    page = _get(client, world.users["pa1_member"])
+    body = page.content.decode()
+    assert page.context["report"].query.group_by == ("project",)
+    assert '<option value="project" selected>' in body
+    assert f'name="start" value="{first}"' in body and f'name="last" value="{last}"' in body
+
+
+def test_item3_this_month_and_last_month_presets_keep_the_grouping(world, client):
+    (first, last), (previous_first, previous_last) = _this_and_last_month()
+    page = _get(client, world.users["platform"], group_by="user", then_by="flavor")
+    presets = {p["label"]: p for p in page.context["presets"]}
+    assert presets["This month"]["current"] and not presets["Last month"]["current"]
+    assert presets["Last month"]["query"] == (
+        f"start={previous_first}&last={previous_last}&group_by=user&then_by=flavor")
+    followed = _get(client, world.users["platform"], start=previous_first, last=previous_last,
+                    group_by="user", then_by="flavor")
+    assert followed.status_code == 200
+    assert {p["label"]: p for p in followed.context["presets"]}["Last month"]["current"]
+    link = f'href="?start={first}&amp;last={last}&amp;group_by=user&amp;then_by=flavor"'
+    assert link in page.content.decode()
+
+
+def test_item3_a_single_day_is_a_range_and_a_last_day_before_the_first_is_refused(world, ledger, client):
+    day = _get(client, world.users["platform"], start="2026-11-30", last="2026-11-30")
+    assert day.status_code == 200 and day.context["report"].total.card_hours == Decimal(1)
+    refused = _get(client, world.users["platform"], start="2026-11-30", last="2026-11-29")
+    assert refused.status_code == 400
+    assert "The last day must not be before the first." in refused.content.decode()
+    assert _get(client, world.users["platform"], last="2101-01-01").status_code == 400

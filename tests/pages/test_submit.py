@@ -1,6 +1,7 @@
 """The submission form: happy path, bad input (errors shown, nothing written) and the htmx
 live validation that runs the service without writing."""
 
+import re
 from decimal import Decimal
 
 import pytest
@@ -8,7 +9,7 @@ from django.conf import settings
 from django.test import override_settings
 
 from jobs import selectors
-from jobs.models import Job, JobEvent
+from jobs.models import COMMAND_MAX_LENGTH, IMAGE_MAX_LENGTH, Job, JobEvent, ProjectStorage
 from jobs.submission import may_submit
 from portal.models import Project
 from tests import factories as fx
@@ -102,11 +103,14 @@ def test_the_dev_job_limit_is_a_form_error(page_client, world, prio):
 
 def test_live_validation_returns_the_form_fragment_with_a_summary(page_client, world, prio):
     client = page_client("pa1_member")
-    response = client.post("/jobs/new/validate/", _body(world, prio), HTTP_HX_REQUEST="true")
+    # The page's storage list was drawn for pa1 (mounts_for): the project did not change.
+    body = _body(world, prio, mounts_for=world.pa1.pk)
+    response = client.post("/jobs/new/validate/", body, HTTP_HX_REQUEST="true")
     page = response.content.decode()
     assert response.status_code == 200 and "<html" not in page and 'id="job-form-errors"' in page
     assert 'id="job-summary" class="summary" aria-live="polite" hx-swap-oob="true"' in page
-    # Inputs are never swapped; the class list's options are (they depend on kind and project).
+    # Inputs are never swapped; the class list's options are (they depend on kind and project), and
+    # the storage list when the project changed (test_item4_…).
     assert "<input" not in page and page.count("<select") == 1
     assert '<select name="priority_class" hx-swap-oob="innerHTML"' in page
     summary = response.context["summary"]
@@ -215,3 +219,99 @@ def test_money_appears_only_when_billing_registers_a_rate(page_client, world, pr
     response = client.post("/jobs/new/validate/", _body(world, prio))
     assert response.context["summary"]["cost"] == (Decimal("304.00"), "CNY")  # 32 card-hours × 9.5
     assert "304.00 CNY" in response.content.decode()
+
+
+# --- issue 32: nothing cut without a word (item 2), storages of the chosen project (item 4) ------
+
+
+def test_item2_no_text_input_of_the_form_cuts_what_is_typed(page_client, world, prio):
+    # A browser cuts typed or pasted text at maxlength without a word; the server says it instead.
+    page = page_client("pa1_member").get("/jobs/new/").content.decode()
+    assert 'name="name"' in page and 'name="autoscale_query"' in page and 'name="template_name"' in page
+    assert "maxlength" not in page
+
+
+@pytest.mark.parametrize(
+    ("field", "limit"),
+    [("name", 63), ("image", IMAGE_MAX_LENGTH), ("command", COMMAND_MAX_LENGTH), ("alternatives", 400),
+     ("framework", 40)],
+)
+def test_over_long_text_is_refused_with_its_length_on_its_field(page_client, world, prio, field, limit):
+    value = "a" * (limit + 1) if field != "image" else "a" * (limit - 3) + ":1.0"
+    client = page_client("pa1_member")
+    response = client.post("/jobs/new/", _body(world, prio, **{field: value}))
+    assert_refused_on(response, field)
+    said = f"at most {limit} characters (it has {len(value)})"
+    assert said in " ".join(response.context["form"].errors[field])
+    live = client.post("/jobs/new/validate/", _body(world, prio, **{field: value}), HTTP_HX_REQUEST="true")
+    assert said in live.content.decode()  # said live too, when the user leaves the field
+
+
+def test_an_over_long_template_name_is_refused_not_cut(page_client, world, prio):
+    response = page_client("pa1_member").post(
+        "/jobs/new/", _body(world, prio, save_template="1", template_name="t" * 81)
+    )
+    assert response.status_code == 200 and "A name of 1–80 characters." in response.content.decode()
+    assert f'value="{"t" * 81}"' in response.content.decode()  # what was typed, kept to shorten
+
+
+@pytest.fixture
+def two_projects_storages(world):
+    def make(project):
+        return ProjectStorage.objects.create(project=project, name=f"{project.code}-data", kind="hostpath",
+                                             host_path=f"/srv/{project.code}", mount_path="/data")
+
+    return {"pa": make(world.pa), "pa1": make(world.pa1)}
+
+
+def _listed_mounts(html: str) -> set[str]:
+    return set(re.findall(r'<input type="checkbox" name="mounts" value="(\d+)"', html))
+
+
+def test_item4_the_storage_list_shows_the_chosen_projects_only(
+    page_client, world, prio, two_projects_storages
+):
+    pa, pa1 = (str(two_projects_storages[k].pk) for k in ("pa", "pa1"))
+    client = page_client("a_admin")  # may submit to pa and pa1
+    page = client.get("/jobs/new/").content.decode()
+    assert _listed_mounts(page) == set() and "Choose a project to see its storages." in page
+    live = client.post("/jobs/new/validate/", _body(world, prio, project=world.pa.pk, mounts_for=""))
+    html = live.content.decode()
+    assert '<div id="mounts-choices" hx-swap-oob="true">' in html and _listed_mounts(html) == {pa}
+    assert f'name="mounts_for" value="{world.pa.pk}"' in html
+    # The project changes with pa's storage ticked: pa1's list comes in, the tick goes, and it is said.
+    body = _body(world, prio, mounts=[pa], mounts_for=world.pa.pk)
+    html = client.post("/jobs/new/validate/", body).content.decode()
+    assert _listed_mounts(html) == {pa1} and 'checked' not in html.split('id="mounts-choices"')[1]
+    assert "pa-data is not a storage of project pa1 and was unticked." in html
+    # Ticking a box of the same project swaps nothing.
+    body = _body(world, prio, mounts=[pa1], mounts_for=world.pa1.pk)
+    assert 'id="mounts-choices"' not in client.post("/jobs/new/validate/", body).content.decode()
+    # A project without storages says so.
+    body = _body(world, prio, project=world.pa.pk, mounts_for=world.pa1.pk)
+    two_projects_storages["pa"].delete()
+    assert "Project pa has no storages." in client.post("/jobs/new/validate/", body).content.decode()
+
+
+def test_a_forged_storage_of_another_project_is_refused_beside_it(
+    page_client, world, prio, two_projects_storages
+):
+    pa = str(two_projects_storages["pa"].pk)
+    response = page_client("a_admin").post("/jobs/new/", _body(world, prio, mounts=[pa]))
+    assert_refused_on(response, "mounts")
+    html = response.content.decode()
+    assert response.context["form"].errors["mounts"] == ["Choose storages of the job's project only."]
+    assert _listed_mounts(html) == {pa, str(two_projects_storages["pa1"].pk)}  # the refused one, listed
+
+
+def test_item4_a_copy_lists_its_projects_storages_with_its_mount_ticked(
+    page_client, world, prio, two_projects_storages
+):
+    from jobs.services import job_submit
+
+    job = job_submit(actor=world.users["a_admin"], project=world.pa1, name="copied", kind="training",
+                     flavor=world.F, priority_class=prio, image="pytorch:2.3", gpus_per_worker=1,
+                     max_runtime_seconds=600, mounts=["pa1-data"])
+    html = page_client("a_admin").get(f"/jobs/new/?copy={job.pk}").content.decode()
+    assert _listed_mounts(html) == {str(two_projects_storages["pa1"].pk)}
+    assert re.search(r'name="mounts" value="\d+"[^>]*checked', html)
