@@ -91,10 +91,10 @@ def _credentials() -> list[dict]:
     """Per persona: a session (as a sign-in would leave it), an API token, what it may see."""
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
     from django.contrib.sessions.backends.db import SessionStore
-    from rest_framework.authtoken.models import Token
 
     from jobs.selectors import submittable_projects, visible_jobs
     from portal.models import User
+    from portal.tokens import api_token_create
     from quotas.models import QuotaNode
 
     out = []
@@ -109,7 +109,7 @@ def _credentials() -> list[dict]:
         out.append({
             "user": user.username,
             "cookie": f"sessionid={session.session_key}",
-            "token": Token.objects.get_or_create(user=user)[0].key,
+            "token": api_token_create(actor=user, name="bench").secret,
             "job_ids": list(visible_jobs(user).order_by("-id").values_list("pk", flat=True)[:500]),
             "project": project.pk,
             "flavor": flavor.name,

@@ -1,10 +1,13 @@
 from django.contrib import admin
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from .admin_site import PlatformModelAdmin
 from .models import (
+    ApiToken,
     ApprovalAudit,
     ApprovalRequest,
     ApprovalStep,
@@ -53,6 +56,37 @@ class ProjectAdmin(PlatformModelAdmin):
             '<a href="{}">{}</a>', reverse("project-move", args=[obj.pk]),
             _("Move the project to another department (effective-dated, quotas carried along)"),
         )
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(PlatformModelAdmin):
+    """Users' personal API tokens (docs/identity.md "API tokens"): seen and revoked here, made only
+    by their owners (the secret is shown to them once); the digest is never shown."""
+
+    list_display = ["name", "user", "prefix", "created_at", "last_used_at", "expires_at", "revoked_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["user__username", "name", "prefix"]
+    fields = ["user", "name", "prefix", "created_at", "last_used_at", "expires_at", "revoked_at",
+              "revoked_reason"]
+    readonly_fields = fields
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # revoked, not deleted: the row says when and by whom
+
+    @admin.action(description=_("Revoke the selected tokens"))
+    def revoke(self, request, queryset):
+        revoked = queryset.filter(revoked_at__isnull=True).update(
+            revoked_at=timezone.now(), revoked_reason=f"revoked by {request.user.username} in the admin"[:120]
+        )
+        self.message_user(request, ngettext("%(n)d token revoked.", "%(n)d tokens revoked.", revoked)
+                          % {"n": revoked})
 
 
 @admin.register(ProjectMove)

@@ -10,14 +10,13 @@ from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
-from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView
 
-from . import directory, services, signin
+from . import directory, services, signin, tokens
 from . import permissions as perm
 from .api_base import DetailApi, ListCreateApi
 from .models import (
@@ -328,10 +327,20 @@ class MeApi(APIView):
 class TokenIn(serializers.Serializer):
     username = serializers.CharField(max_length=150)
     password = serializers.CharField(max_length=256, style={"input_type": "password"})
+    name = serializers.CharField(
+        max_length=80, required=False, default="password exchange",
+        help_text="The new token's name in your list of tokens.",
+    )
+    expires_in_days = serializers.IntegerField(
+        required=False, default=tokens.DEFAULT_DAYS,
+        help_text=f"Days the new token works, 1 to GPUPOOL_API_TOKEN_MAX_DAYS; "
+        f"default {tokens.DEFAULT_DAYS}.",
+    )
 
 
 class TokenOut(serializers.Serializer):
     token = serializers.CharField()
+    expires_at = serializers.DateTimeField()
 
 
 class LoginThrottle(AnonRateThrottle):
@@ -346,9 +355,11 @@ class LoginThrottle(AnonRateThrottle):
 
 
 class TokenApi(APIView):
-    """Exchange a username and password for an API token (``Authorization: Token …``). A wrong
+    """Exchange a username and password for a new personal API token (``Authorization: Token …``),
+    listed with the others at ``/api/v1/api-tokens/``; it is shown in this answer only. A wrong
     password is a 401; too many of them (the sign-in form's lockout, shared) a 429; a directory
-    (LDAP) that cannot be reached a 503 (local accounts still get their tokens)."""
+    (LDAP) that cannot be reached a 503 (local accounts still get their tokens). Users who sign in
+    through OpenID Connect have no portal password: they make tokens on the API tokens page."""
 
     permission_classes = [AllowAny]
     authentication_classes: list = []
@@ -373,7 +384,8 @@ class TokenApi(APIView):
             return Response(
                 {"detail": message}, status=429, headers={"Retry-After": str(settings.LOGIN_LOCKOUT_SECONDS)}
             )
-        user = authenticate(request, **data.validated_data)
+        credentials = {k: data.validated_data[k] for k in ("username", "password")}
+        user = authenticate(request, **credentials)
         if user is None:
             signin.failed(attempt)
             if getattr(request, "directory_unreachable", False):  # set by portal.ldap_auth
@@ -381,5 +393,6 @@ class TokenApi(APIView):
                                              "accounts cannot sign in. Try again later.")}, status=503)
             raise AuthenticationFailed(_("Unknown user or wrong password."))
         signin.succeeded(attempt)
-        token, _created = Token.objects.get_or_create(user=user)
-        return Response({"token": token.key})
+        issued = tokens.api_token_create(actor=user, name=data.validated_data["name"],
+                                         expires_in_days=data.validated_data["expires_in_days"])
+        return Response({"token": issued.secret, "expires_at": issued.token.expires_at})

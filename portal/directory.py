@@ -8,7 +8,7 @@ disabled. Roles given by hand (``Membership.rule`` empty) are never touched here
 gave are removed as soon as the user is no longer in the rule's group.
 
 Deactivating (:func:`deactivate_user`) ends the user's sessions (the session hash changes and an
-inactive user is never loaded by the auth backends), deletes their API tokens (DRF answers 401),
+inactive user is never loaded by the auth backends), revokes their API tokens (the API answers 401),
 and so refuses new submissions; what happens to their jobs is the centre's policy
 (``GPUPOOL_DEPROVISION_JOBS``: ``keep``, the default, or ``stop``).
 """
@@ -28,9 +28,10 @@ from django.utils.translation import gettext as _
 
 from . import permissions as perm
 from .hooks import run_user_deactivated_hooks
-from .models import Department, Directory, DirectoryRule, Membership, Project, User
+from .models import Department, Directory, DirectoryRule, Membership, OidcGrant, OidcSession, Project, User
 from .selectors import forget_scope, scope_for
 from .services import check_scope_kind
+from .tokens import api_tokens_revoke_all
 
 log = logging.getLogger(__name__)
 
@@ -164,15 +165,16 @@ def apply_rules(
 def deactivate_user(user: User, *, reason: str, now: datetime | None = None) -> None:
     """The directory disabled or deleted the user: sessions end, tokens stop, submissions are
     refused; the jobs follow ``GPUPOOL_DEPROVISION_JOBS``."""
-    from rest_framework.authtoken.models import Token
-
     user.is_active = False
     user.deactivated_at = now or timezone.now()
     user.deactivated_reason = reason[:300]
     # A new password hash changes the session auth hash: every open session is refused.
     user.set_unusable_password()
     user.save()
-    Token.objects.filter(user=user).delete()
+    api_tokens_revoke_all(user, reason=f"user deactivated: {reason}", now=user.deactivated_at)
+    # Nothing left to ask the provider about, nor sessions to map (they ended with the hash).
+    OidcGrant.objects.filter(user=user).delete()
+    OidcSession.objects.filter(user=user).delete()
     log.info("user %s deactivated: %s", user.username, reason)
     if settings.GPUPOOL["DEPROVISION_JOBS"] == "stop":
         _stop_jobs(user)

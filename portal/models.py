@@ -663,3 +663,67 @@ class WebhookDelivery(models.Model):
 
     def __str__(self):
         return f"{self.webhook_id} #{self.attempt} {self.status}"
+
+
+class ApiToken(models.Model):
+    """A personal API token (docs/identity.md "API tokens"): many per user, named, expiring. The
+    secret is shown once, when it is made; only its SHA-256 is kept (``digest``), so a copy of the
+    database gives no working token. ``prefix``, the secret's first characters, lets its owner
+    tell tokens apart. Revoked tokens keep their row (when, by whom) and never work again."""
+
+    user = models.ForeignKey(
+        User, on_delete=models.CASCADE, related_name="api_tokens", verbose_name=_("user")
+    )
+    name = models.CharField(_("name"), max_length=80)
+    prefix = models.CharField(_("prefix"), max_length=16)
+    # SHA-256 of the whole token (hex): the secret has 256 random bits, so a fast hash is enough
+    # (a slow one protects guessable passwords, not random keys). Looked up by this unique index.
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(_("created"), default=timezone.now)
+    expires_at = models.DateTimeField(_("expires"))
+    last_used_at = models.DateTimeField(_("last used"), null=True, blank=True)
+    revoked_at = models.DateTimeField(_("revoked"), null=True, blank=True)
+    revoked_reason = models.CharField(_("why revoked"), max_length=120, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = _("API token")
+        verbose_name_plural = _("API tokens")
+        indexes = [models.Index(fields=["user", "-created_at"])]
+
+    def __str__(self):
+        return f"{self.name} ({self.prefix}…)"
+
+    def usable(self, now) -> bool:
+        return self.revoked_at is None and self.expires_at > now
+
+
+class OidcSession(models.Model):
+    """A portal session that began at the OpenID Connect provider, with the provider's session id
+    (the ID token's ``sid``): a back-channel logout names that ``sid``, and these rows say which
+    portal sessions to end (docs/identity.md "Back-channel logout")."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="oidc_sessions")
+    sid = models.CharField(max_length=255, blank=True, db_index=True)
+    session_key = models.CharField(max_length=40, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self):
+        return f"{self.user_id} {self.sid or '-'}"
+
+
+class OidcGrant(models.Model):
+    """The provider's refresh token from a user's latest sign-in (``offline_access``), with which
+    the portal asks the provider now and then whether the user is still there (``portal.oidc_check``).
+    Kept as given: a refresh token of a confidential client works only with the client secret,
+    which lives in the environment, not in the database. ``lease_until``: a check holding the row
+    (refresh tokens may rotate: two checks at once would spend the same one twice)."""
+
+    user = models.OneToOneField(User, on_delete=models.CASCADE, related_name="oidc_grant")
+    refresh_token = models.TextField()
+    stored_at = models.DateTimeField(default=timezone.now)
+    checked_at = models.DateTimeField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return f"{self.user_id} checked {self.checked_at}"

@@ -13,7 +13,10 @@ this module decides the rest:
   ``apply_identity``, like LDAP users: rules give and take back roles at every sign-in;
 - how a refusal looks: the sign-in page with a sentence saying what went wrong (400 for a
   sign-in that cannot be verified, 403 for a user the portal refuses, 503 for a provider that
-  cannot be reached), never a 500, nothing created.
+  cannot be reached), never a 500, nothing created;
+- what a sign-in leaves behind for the provider to end it later (portal/oidc_sessions.py): the
+  ID token's ``sid`` beside the portal session (back-channel logout, portal/oidc_logout.py) and,
+  with ``offline_access``, the refresh token (the account check, portal/oidc_check.py).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.utils import import_from_settings
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
+from . import oidc_sessions
 from .directory import DirectoryConflict, DirectoryIdentity, apply_identity
 from .models import Directory
 from .oidc_claims import ClaimError, ClaimMap, identity_fields
@@ -122,6 +126,10 @@ def endpoints() -> Endpoints:
     return Endpoints(**merged)
 
 
+def wants_offline_access() -> bool:
+    return "offline_access" in config()["SCOPES"].split()
+
+
 def _setting(attr: str, *default):
     # mozilla-django-oidc reads its settings by name; ours are one dict read at every request.
     cfg = config()
@@ -131,6 +139,9 @@ def _setting(attr: str, *default):
         "OIDC_RP_SIGN_ALGO": ALGORITHM,
         "OIDC_USE_PKCE": True, "OIDC_PKCE_CODE_CHALLENGE_METHOD": "S256", "OIDC_USE_NONCE": True,
         "OIDC_STORE_ID_TOKEN": True, "OIDC_ALLOW_UNSECURED_JWT": False,
+        # OpenID Connect Core §11: offline access (the refresh token of the account check) is
+        # asked with prompt=consent; without offline_access nothing is added.
+        "OIDC_AUTH_REQUEST_EXTRA_PARAMS": {"prompt": "consent"} if wants_offline_access() else {},
     }
     if attr in ours:
         return ours[attr]
@@ -141,6 +152,24 @@ def _claim_map() -> ClaimMap:
     cfg = config()
     return ClaimMap(username=cfg["USERNAME_CLAIM"], email=cfg["EMAIL_CLAIM"], name=cfg["NAME_CLAIM"],
                     unix_name=cfg["UNIX_NAME_CLAIM"], groups=cfg["GROUPS_CLAIM"])
+
+
+def provider_key(jwks_uri: str, header: dict, what: str) -> jwt.PyJWK:
+    """The one RS256 signing key of the provider's JWKS that ``header`` names (by ``kid``)."""
+    response = requests.get(jwks_uri, timeout=config()["TIMEOUT_SECONDS"])
+    response.raise_for_status()
+    document = response.json()
+    listed = document.get("keys") if isinstance(document, dict) else None
+    keys = [
+        k for k in (listed if isinstance(listed, list) else [])
+        if isinstance(k, dict) and k.get("kty") == "RSA" and k.get("use", "sig") == "sig"
+        and k.get("alg", ALGORITHM) == ALGORITHM
+    ]
+    if "kid" in header:
+        keys = [k for k in keys if k.get("kid") == header["kid"]]
+    if len(keys) != 1:
+        raise SuspiciousOperation(f"no single key of the provider's JWKS matches {what}")
+    return jwt.PyJWK(keys[0], algorithm=ALGORITHM)
 
 
 class OIDCBackend(OIDCAuthenticationBackend):
@@ -164,25 +193,15 @@ class OIDCBackend(OIDCAuthenticationBackend):
         return super().authenticate(request, **kwargs)
 
     def _signing_key(self, header: dict) -> jwt.PyJWK:
-        response = requests.get(self.OIDC_OP_JWKS_ENDPOINT, timeout=config()["TIMEOUT_SECONDS"])
-        response.raise_for_status()
-        document = response.json()
-        listed = document.get("keys") if isinstance(document, dict) else None
-        keys = [
-            k for k in (listed if isinstance(listed, list) else [])
-            if isinstance(k, dict) and k.get("kty") == "RSA" and k.get("use", "sig") == "sig"
-            and k.get("alg", ALGORITHM) == ALGORITHM
-        ]
-        if "kid" in header:
-            keys = [k for k in keys if k.get("kid") == header["kid"]]
-        if len(keys) != 1:
-            raise SuspiciousOperation("no single key of the provider's JWKS matches the ID token")
-        return jwt.PyJWK(keys[0], algorithm=ALGORITHM)
+        return provider_key(self.OIDC_OP_JWKS_ENDPOINT, header, "the ID token")
 
     def get_token(self, payload):
         answer = super().get_token(payload)
         if not isinstance(answer, dict):
             raise SuspiciousOperation("the token endpoint answered with something else than an object")
+        # Kept for the account check (portal/oidc_check.py) once the sign-in succeeds.
+        refresh = answer.get("refresh_token")
+        self.request.oidc_refresh_token = refresh if isinstance(refresh, str) else ""
         return answer
 
     def verify_token(self, token, **kwargs):
@@ -203,6 +222,9 @@ class OIDCBackend(OIDCAuthenticationBackend):
             raise SuspiciousOperation(f"ID token refused: {exc}") from exc
         if "nonce" in kwargs and payload.get("nonce") != kwargs["nonce"]:
             raise SuspiciousOperation("ID token nonce does not match this sign-in")
+        # The provider's session id: a back-channel logout names it (portal/oidc_logout.py).
+        sid = payload.get("sid")
+        self.request.oidc_sid = sid if isinstance(sid, str) else ""
         return payload
 
     def get_userinfo(self, access_token, id_token, payload):
@@ -291,6 +313,14 @@ class OIDCCallbackView(OIDCAuthenticationCallbackView):
             # Forged or replayed state, a refused code, a token that fails verification.
             log.warning("OIDC sign-in refused: %s", exc)
             return refusal(request, str(UNVERIFIED), 400)
+
+    def login_success(self):
+        response = super().login_success()
+        request = self.request
+        oidc_sessions.session_record(user=self.user, sid=getattr(request, "oidc_sid", ""),
+                                     session_key=request.session.session_key)
+        oidc_sessions.grant_store(user=self.user, refresh_token=getattr(request, "oidc_refresh_token", ""))
+        return response
 
     def login_failure(self):
         # No state in the session, or the provider answered with an error (e.g. the user cancelled).

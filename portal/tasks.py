@@ -52,3 +52,29 @@ def sync_ldap() -> dict:
 
     report, listing = run()
     return {**report.as_dict(), "users": len(listing.identities), "groups": listing.groups}
+
+
+@shared_task(name="portal.oidc_check_accounts", ignore_result=True)
+def oidc_check_accounts() -> dict:
+    """Beat (GPUPOOL_OIDC_CHECK_INTERVAL_SECONDS, only with oidc on): ask the OpenID Connect
+    provider about every user whose sign-in left a refresh token; deactivate those it no longer
+    knows (docs/identity.md)."""
+    from .oidc_check import accounts_check
+
+    return accounts_check().as_dict()
+
+
+@shared_task(name="portal.oidc_check_account", ignore_result=True)
+def oidc_check_account(user_id: int) -> str:
+    """Ask the provider about one user, after a back-channel logout ended their session."""
+    from .oidc_check import account_check
+
+    return account_check(user_id)
+
+
+@shared_task(name="portal.api_tokens_prune", ignore_result=True)
+def api_tokens_prune() -> int:
+    """Daily: delete personal API tokens revoked or expired more than 90 days ago."""
+    from .tokens import api_tokens_prune as prune
+
+    return prune()

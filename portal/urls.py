@@ -24,10 +24,12 @@ from jobs.whatif import api_history as jobs_history_api
 from jobs.whatif import views as advisor_views
 from portal import api as portal_api
 from portal import api_approvals as approvals_api
+from portal import api_tokens as tokens_api
 from portal import api_webhooks as webhooks_api
-from portal import dashboard, oidc, views
+from portal import dashboard, oidc, oidc_logout, views
 from portal import views_approvals as approval_views
 from portal import views_directory as directory_views
+from portal import views_tokens as token_views
 from portal import views_webhooks as webhook_views
 from portal.api_base import EnglishSchemaView
 from portal.health import healthz
@@ -38,6 +40,9 @@ from quotas import views as quotas_views
 api_v1 = [
     path("me/", portal_api.MeApi.as_view(), name="me"),
     path("auth/token/", portal_api.TokenApi.as_view(), name="token"),
+    # Personal API tokens (docs/identity.md "API tokens"): the caller's own.
+    path("api-tokens/", tokens_api.ApiTokenListApi.as_view(), name="apitoken-list"),
+    path("api-tokens/<int:pk>/", tokens_api.ApiTokenDetailApi.as_view(), name="apitoken-detail"),
     path("departments/", portal_api.DepartmentListApi.as_view(), name="department-list"),
     path("departments/<int:pk>/", portal_api.DepartmentDetailApi.as_view(), name="department-detail"),
     path("projects/", portal_api.ProjectListApi.as_view(), name="project-list"),
@@ -192,6 +197,11 @@ urlpatterns = [
     # Sign-in with the centre's OpenID Connect provider (portal/oidc.py); 404 unless it is on.
     path("oidc/authenticate/", oidc.OIDCStartView.as_view(), name="oidc_authentication_init"),
     path("oidc/callback/", oidc.OIDCCallbackView.as_view(), name="oidc_authentication_callback"),
+    # OpenID Connect Back-Channel Logout 1.0: the provider's server ends sessions (portal/oidc_logout.py).
+    path("oidc/backchannel-logout/", oidc_logout.backchannel_logout, name="oidc-backchannel-logout"),
+    # A user's own API tokens (docs/identity.md "API tokens"), from the user menu.
+    path("account/api-tokens/", token_views.api_token_list, name="api-token-list"),
+    path("account/api-tokens/<int:pk>/revoke/", token_views.api_token_revoke, name="api-token-revoke"),
     path("", dashboard.dashboard, name="dashboard"),
     path("quotas/", jobs_views.quota_tree, name="quota-tree"),
     path("quotas/nodes/<int:pk>/borrowers/", jobs_views.quota_borrowers_view, name="quota-borrowers"),

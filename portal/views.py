@@ -7,7 +7,7 @@ from django.utils.decorators import method_decorator
 from django.utils.translation import gettext as _
 from django.views.decorators.debug import sensitive_post_parameters
 
-from . import oidc, signin
+from . import oidc, oidc_sessions, signin
 
 
 @method_decorator(sensitive_post_parameters("password"), name="dispatch")
@@ -69,5 +69,7 @@ class LogoutView(auth_views.LogoutView):
 
     def post(self, request, *args, **kwargs):
         provider_logout = oidc.end_session_url(request)  # before the session holding the token is gone
+        # Ended here: nothing left for a back-channel logout to end.
+        oidc_sessions.session_forget(request.session.session_key)
         response = super().post(request, *args, **kwargs)
         return HttpResponseRedirect(provider_logout) if provider_logout else response

@@ -39,10 +39,15 @@ portal serves at `/api/schema/` (browsable at `/api/docs/`). Guides: [user guide
 `scripts/gpupool_cli.py` and the examples in [examples/](examples/).
 
 **Authentication.** Either a session (sign in through the browser; unsafe methods then need the
-CSRF token) or a token: `POST /api/v1/auth/token/` with `{"username": …, "password": …}` answers
-`{"token": …}`; send it as `Authorization: Token <token>`. A wrong password is 401; too many of them
-(for one account from one address, or for any accounts from one address) 429 for a while — the
-sign-in form's lockout, shared ([operations.md](operations.md#sign-in-lockout)).
+CSRF token) or a personal API token, sent as `Authorization: Token <token>`. Make one on the API
+tokens page (user menu) or with `POST /api/v1/api-tokens/` (`{"name": …, "expires_in_days": …}`;
+the answer's `token` is the only time it is shown), list and revoke yours at `/api/v1/api-tokens/`
+([identity.md](identity.md#api-tokens)). Users with a password can also exchange it:
+`POST /api/v1/auth/token/` with `{"username": …, "password": …}` answers a new token. A wrong
+password is 401; too many of them (for one account from one address, or for any accounts from one
+address) 429 for a while — the sign-in form's lockout, shared
+([operations.md](operations.md#sign-in-lockout)). An expired, revoked or unknown token, or one of a
+deactivated user, is 401.
 
 **Visibility.** Every list starts from what the caller may see (DESIGN §1); another tenant's
 object answers 404, not 403.

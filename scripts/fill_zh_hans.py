@@ -244,6 +244,40 @@ GLOSSARY = {
     "Last month": "上月",
     "Card-hours by %(group)s, %(start)s to %(last)s": "按%(group)s统计的卡时，%(start)s 至 %(last)s",
     "Both days are included: the range runs from local midnight at the start of the first day to local midnight at the end of the last.": "含首尾两天：范围从第一天开始时的本地零点到最后一天结束时的本地零点。",
+    "Invalid token header: give the token after the word Token.": "令牌请求头无效：请在 Token 一词之后给出令牌。",
+    "Invalid token.": "令牌无效。",
+    "Invalid, expired or revoked token.": "令牌无效、已过期或已撤销。",
+    "prefix": "前缀",
+    "expires": "过期时间",
+    "last used": "最近使用",
+    "revoked": "撤销时间",
+    "why revoked": "撤销原因",
+    "API token": "API 令牌",
+    "API tokens": "API 令牌",
+    "Name the token after what will use it.": "请按用途为令牌命名。",
+    "At most 80 characters.": "最多 80 个字符。",
+    "Choose between 1 and %(max)d days.": "请选择 1 到 %(max)d 天。",
+    "This is not your token.": "这不是您的令牌。",
+    "What will use it: a script, a notebook, a machine.": "用途：脚本、笔记本或某台机器。",
+    "Expires after": "有效期",
+    "The token %(name)s was revoked: it no longer works.": "令牌 %(name)s 已撤销，不再可用。",
+    "Scripts and programs use the API with a token instead of your password: send it as Authorization: Token followed by the token. A token acts as you, with your roles, until it expires or you revoke it.": "脚本和程序用令牌代替密码调用 API：在请求头中发送 Authorization: Token 加上令牌。令牌以您的身份和角色行事，直到过期或被您撤销。",
+    "Your new token %(name)s:": "您的新令牌 %(name)s：",
+    "Copy it now: it is shown only this once. The portal keeps only a fingerprint of it and cannot show it again.": "请立即复制：它只显示这一次。平台只保存它的指纹，无法再次显示。",
+    "My tokens": "我的令牌",
+    "Begins with": "开头",
+    "Last used": "最近使用",
+    "Expires": "过期时间",
+    "never": "从未",
+    "expired": "已过期",
+    "Revoke this token? Whatever uses it stops working at once.": "撤销此令牌？使用它的程序将立即失效。",
+    "Revoke": "撤销",
+    "No tokens.": "没有令牌。",
+    "New token": "新建令牌",
+    "Create token": "创建令牌",
+    "Revoke the selected tokens": "撤销所选令牌",
+    # plural messages (ngettext): the one zh-hans form
+    "%(n)d token revoked.": "已撤销 %(n)d 个令牌。",
 }
 
 
@@ -251,7 +285,12 @@ def fill(path: str) -> list[str]:
     po = polib.pofile(path)
     missing = []
     for entry in po:
-        if entry.msgid in GLOSSARY:
+        if entry.msgid in GLOSSARY and entry.msgid_plural:
+            # Chinese has one plural form: the glossary's text fills it.
+            entry.msgstr_plural = {0: GLOSSARY[entry.msgid]}
+            if "fuzzy" in entry.flags:
+                entry.flags.remove("fuzzy")
+        elif entry.msgid in GLOSSARY:
             entry.msgstr = GLOSSARY[entry.msgid]
             if "fuzzy" in entry.flags:
                 entry.flags.remove("fuzzy")

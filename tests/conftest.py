@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from portal.models import Department, Membership, Project, Role, User
+from portal.tokens import api_token_create
 from quotas.models import Cluster, Flavor, Node, QuotaNode
 
 
@@ -200,8 +200,7 @@ def api():
     def make(user: User | None) -> APIClient:
         client = APIClient(HTTP_ACCEPT_LANGUAGE="en")  # messages asserted below are English
         if user is not None:
-            token, _ = Token.objects.get_or_create(user=user)
-            client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+            client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_create(actor=user, name='test').secret}")
         return client
 
     return make

@@ -7,6 +7,7 @@ from decimal import Decimal
 from jobs.models import PriorityClass
 from jobs.services import job_submit
 from portal.models import Department, Membership, Project, Role, User
+from portal.tokens import api_token_create
 from quotas.models import Cluster, Flavor, Node, QuotaNode
 
 
@@ -15,6 +16,11 @@ def platform_admin(username="root-admin") -> User:
     if created:
         Membership.objects.create(user=user, role=Role.PLATFORM_ADMIN)
     return user
+
+
+def api_token(user: User, name: str = "test") -> str:
+    """A new personal API token of ``user`` (the secret, for ``Authorization: Token …``)."""
+    return api_token_create(actor=user, name=name).secret
 
 
 def flavor(name="A100", shareable=False) -> Flavor:

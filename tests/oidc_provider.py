@@ -45,7 +45,7 @@ def new_rsa_key() -> rsa.RSAPrivateKey:
 
 
 class Provider:
-    def __init__(self, workdir: Path, redirect_bases: list[str]):
+    def __init__(self, workdir: Path, redirect_bases: list[str], backchannel_logout_uri: str = ""):
         self.workdir = workdir
         self.key = new_rsa_key()
         jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key))
@@ -56,7 +56,12 @@ class Provider:
             "redirect_uris": [f"{b}/oidc/callback/" for b in redirect_bases],
             "post_logout_redirect_uris": [f"{b}/accounts/login/" for b in redirect_bases],
             "token_endpoint_auth_method": "client_secret_post",
+            # offline_access (asked with prompt=consent) gives a refresh token: the account check's.
+            "grant_types": ["authorization_code", "refresh_token"],
         }
+        if backchannel_logout_uri:
+            client.update(backchannel_logout_uri=backchannel_logout_uri,
+                          backchannel_logout_session_required=True)
         (workdir / "config.json").write_text(json.dumps({
             "clients": [client], "jwks": {"keys": [jwk]}, "cookie_keys": [secrets.token_hex(16)],
         }))
@@ -106,6 +111,19 @@ class Provider:
         signing_key = self.key if key is None else key
         return jwt.encode(claims, signing_key, algorithm=alg, headers={"kid": kid})
 
+    def logout_token(self, *, key=None, alg: str = "RS256", kid: str = KID, drop: tuple[str, ...] = (),
+                     **overrides) -> str:
+        """A back-channel logout token as the provider would sign it (``key`` None), or forged;
+        ``drop`` names claims to leave out."""
+        now = int(time.time())
+        claims = {"iss": self.issuer, "aud": CLIENT_ID, "sub": ALICE["claims"]["sub"], "iat": now,
+                  "exp": now + 600, "jti": secrets.token_hex(8),
+                  "events": {"http://schemas.openid.net/event/backchannel-logout": {}}, **overrides}
+        for name in drop:
+            claims.pop(name, None)
+        signing_key = self.key if key is None else key
+        return jwt.encode(claims, signing_key, algorithm=alg, headers={"kid": kid, "typ": "logout+jwt"})
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
@@ -122,16 +140,17 @@ def _missing(message: str):
 
 @pytest.fixture
 def oidc_provider(tmp_path):
-    """``oidc_provider(*redirect_bases)`` → a running :class:`Provider` whose client redirects to
-    those bases (default: the Django test client's ``http://testserver``)."""
+    """``oidc_provider(*redirect_bases, backchannel_logout_uri="")`` → a running :class:`Provider`
+    whose client redirects to those bases (default: the Django test client's ``http://testserver``)
+    and, when given, is told of ended sessions at ``backchannel_logout_uri``."""
     if not shutil.which("node") or not (PROVIDER_DIR / "node_modules" / "oidc-provider").is_dir():
         _missing("node or deploy/oidc/node_modules missing (bash deploy/oidc/install.sh; .ci/run does it)")
     started: list[Provider] = []
 
-    def start(*redirect_bases: str) -> Provider:
+    def start(*redirect_bases: str, backchannel_logout_uri: str = "") -> Provider:
         workdir = tmp_path / f"oidc-{len(started)}"
         workdir.mkdir()
-        provider = Provider(workdir, list(redirect_bases) or ["http://testserver"])
+        provider = Provider(workdir, list(redirect_bases) or ["http://testserver"], backchannel_logout_uri)
         started.append(provider)
         return provider
 

@@ -5,6 +5,8 @@
 //
 // config.json: {"clients": [...oidc-provider client metadata], "jwks": {"keys": [private JWKs]},
 //               "cookie_keys": ["..."], "id_token_ttl": 3600}
+// Client metadata may name a backchannel_logout_uri (Back-Channel Logout 1.0 is on) and the
+// refresh_token grant (offline_access, with prompt=consent, gives a refresh token).
 // accounts.json, read at every request (so a test can change groups or disable a user):
 //   {"alice": {"password": "…", "disabled": false,
 //              "claims": {"sub": "…", "preferred_username": "alice", "email": "…", "name": "…",
@@ -87,13 +89,37 @@ function send(res, status, html) {
 }
 
 const ISSUER_PLACEHOLDER = 'http://127.0.0.1';
+
+// The provider's own requests (back-channel logout tokens) go to the portal, which runs on this
+// machine in the tests and the demo: its guard against requests to private addresses (SSRF)
+// would refuse 127.0.0.1, and its 2.5 s limit would fail a busy test machine. A centre's IdP
+// keeps both; this one is never exposed.
+function loopbackFetch(url, options) {
+  const { dispatcher, ...rest } = options;
+  const host = new URL(url).hostname;
+  const local = host === '127.0.0.1' || host === 'localhost';
+  return globalThis.fetch(url, local ? { ...rest, signal: AbortSignal.timeout(120000) } : options);
+}
 let pendingIdToken = null;
+
+// A client asking for offline_access must ask with prompt=consent (OpenID Connect Core §11): the
+// consent prompt then comes every time, and is granted at once like the rest (the centre's client).
+async function impliedConsent(provider, req, res, details) {
+  const grant = details.grantId
+    ? await provider.Grant.find(details.grantId)
+    : new provider.Grant({ accountId: details.session.accountId, clientId: details.params.client_id });
+  const missing = details.prompt.details;
+  if (missing.missingOIDCScope) grant.addOIDCScope(missing.missingOIDCScope.join(' '));
+  if (missing.missingOIDCClaims) grant.addOIDCClaims(missing.missingOIDCClaims);
+  const grantId = await grant.save();
+  return provider.interactionFinished(req, res, { consent: { grantId } }, { mergeWithLastSubmission: true });
+}
 
 async function interaction(provider, req, res, path) {
   const details = await provider.interactionDetails(req, res);
   const uid = details.uid;
-  // Consent is implied (loadExistingGrant), so a login is the only prompt this handler meets.
-  if (details.prompt.name !== 'login') return send(res, 501, 'only the login prompt is handled');
+  if (details.prompt.name === 'consent') return impliedConsent(provider, req, res, details);
+  if (details.prompt.name !== 'login') return send(res, 501, 'only the login and consent prompts are handled');
   if (req.method === 'GET' && path === `/interaction/${uid}`) return send(res, 200, loginPage(uid));
   if (req.method !== 'POST' || path !== `/interaction/${uid}/login`) return send(res, 404, 'not found');
   const form = await readBody(req);
@@ -132,8 +158,15 @@ server.listen(Number(args.port), args.host, () => {
     },
     pkce: { required: () => true },
     ttl: { IdToken: config.id_token_ttl || 3600 },
-    features: { devInteractions: { enabled: false }, rpInitiatedLogout: { enabled: true } },
+    features: {
+      devInteractions: { enabled: false },
+      rpInitiatedLogout: { enabled: true },
+      // OpenID Connect Back-Channel Logout 1.0: a client with backchannel_logout_uri is told,
+      // server to server, when a session it is part of ends here.
+      backchannelLogout: { enabled: true },
+    },
     interactions: { url: (ctx, i) => `/interaction/${i.uid}` },
+    fetch: loopbackFetch,
   });
   if (args['test-hooks']) {
     provider.use(async (ctx, next) => {
@@ -145,7 +178,8 @@ server.listen(Number(args.port), args.host, () => {
     });
   }
   // Refusals go to stderr with their cause (the tests keep it in provider.log).
-  for (const event of ['authorization.error', 'grant.error', 'end_session.error', 'userinfo.error', 'server_error']) {
+  for (const event of ['authorization.error', 'grant.error', 'end_session.error', 'userinfo.error', 'server_error',
+    'backchannel.error']) {
     provider.on(event, (ctx, err) => console.error(`${event}: ${err.message}`, err.cause ?? ''));
   }
   const callback = provider.callback();

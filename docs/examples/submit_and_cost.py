@@ -45,7 +45,9 @@ def call(method, path, body=None, token=None):
 def token():
     if os.environ.get("GPUPOOL_TOKEN"):
         return os.environ["GPUPOOL_TOKEN"]
-    credentials = {"username": os.environ["GPUPOOL_USERNAME"], "password": os.environ["GPUPOOL_PASSWORD"]}
+    # A new token at every run: one that lives a day, named so its owner knows it on the tokens page.
+    credentials = {"username": os.environ["GPUPOOL_USERNAME"], "password": os.environ["GPUPOOL_PASSWORD"],
+                   "name": "submit_and_cost example", "expires_in_days": 1}
     status, answer = call("POST", "/api/v1/auth/token/", credentials)
     if status != 200:
         sys.exit(f"no token: {status} {answer}")

@@ -21,7 +21,8 @@ json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 # 1. A token (or use the one in GPUPOOL_TOKEN).
 if [ -z "${GPUPOOL_TOKEN:-}" ]; then
   GPUPOOL_TOKEN=$(curl -sf -X POST "$URL/api/v1/auth/token/" -H 'Content-Type: application/json' \
-    -d "{\"username\": \"$GPUPOOL_USERNAME\", \"password\": \"$GPUPOOL_PASSWORD\"}" | json 'd["token"]')
+    -d "{\"username\": \"$GPUPOOL_USERNAME\", \"password\": \"$GPUPOOL_PASSWORD\", \"expires_in_days\": 1}" \
+    | json 'd["token"]')
 fi
 AUTH="Authorization: Token $GPUPOOL_TOKEN"
 

@@ -24,7 +24,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI's files, served by WhiteNoise like ours
@@ -171,6 +170,9 @@ CELERY_BEAT_SCHEDULE = {
     # DESIGN §12: users and groups from the LDAP directory (only when the ldap backend is on).
     **({"ldap-sync": {"task": "portal.sync_ldap", "schedule": LDAP_SYNC_INTERVAL,
                       "options": {"expires": LDAP_SYNC_INTERVAL}}} if "ldap" in AUTH_BACKENDS_ON else {}),
+    # Personal API tokens revoked or expired long ago are deleted (portal/tokens.py).
+    "api-tokens-prune": {"task": "portal.api_tokens_prune", "schedule": 86400.0,
+                         "options": {"expires": 3600}},
 }
 CELERY_TIMEZONE = "UTC"
 # A running advisor candidate whose heartbeat is older than this is taken for lost (its worker
@@ -203,7 +205,8 @@ STATIC_ROOT = BASE_DIR / ".run" / "staticfiles"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.TokenAuthentication",
+        # Personal API tokens (portal/tokens.py): hashed at rest, named, expiring, revocable.
+        "portal.authentication.ApiTokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -319,6 +322,8 @@ GPUPOOL = {
     },
     # History as a trace (docs/replay.md): the longest range one export may cover, in days.
     "HISTORY_MAX_DAYS": env_int("GPUPOOL_HISTORY_MAX_DAYS", 92, min_value=7, max_value=366),
+    # Personal API tokens (docs/identity.md "API tokens"): the longest life one may be given, days.
+    "API_TOKEN_MAX_DAYS": env_int("GPUPOOL_API_TOKEN_MAX_DAYS", 365, min_value=1, max_value=3660),
     # Time an approver has to decide a step before it escalates (or expires at the top).
     "APPROVAL_STEP_HOURS": env_int("GPUPOOL_APPROVAL_STEP_HOURS", 48),
     # Absolute links in notification mails.
@@ -405,6 +410,15 @@ OIDC = {
     "BUTTON_LABEL": env_str("GPUPOOL_OIDC_BUTTON_LABEL", ""),
     "BUTTON_LABEL_ZH_HANS": env_str("GPUPOOL_OIDC_BUTTON_LABEL_ZH_HANS", ""),
     "TIMEOUT_SECONDS": env_int("GPUPOOL_OIDC_TIMEOUT_SECONDS", 10, min_value=1),
+    # The account check (portal/oidc_check.py): how often the provider is asked about every user
+    # whose sign-in left a refresh token (GPUPOOL_OIDC_SCOPES with offline_access).
+    "CHECK_INTERVAL_SECONDS": env_int("GPUPOOL_OIDC_CHECK_INTERVAL_SECONDS", 900, min_value=60),
 }
 if OIDC["ENABLED"] and not (OIDC["CLIENT_ID"] and OIDC["ISSUER"]):
     raise ImproperlyConfigured("oidc in GPUPOOL_AUTH_BACKENDS needs GPUPOOL_OIDC_ISSUER and _CLIENT_ID.")
+if OIDC["ENABLED"]:
+    # docs/identity.md "When the provider ends a session or an account".
+    CELERY_BEAT_SCHEDULE["oidc-account-check"] = {
+        "task": "portal.oidc_check_accounts", "schedule": OIDC["CHECK_INTERVAL_SECONDS"],
+        "options": {"expires": OIDC["CHECK_INTERVAL_SECONDS"]},
+    }

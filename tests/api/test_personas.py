@@ -237,6 +237,9 @@ OTHER |= {"advisorsearch-list", "advisorsearch-detail", "advisorcandidate-apply"
 # Cancelling a search: platform admins; 404 for every other persona, in
 # tests/advisor/test_advisor_cancel.py::test_only_platform_admins_cancel_and_others_get_404.
 OTHER |= {"advisorsearch-cancel"}
+# Personal API tokens (issue 32 item 16) are one's own only, every persona in
+# tests/api/test_api_tokens.py::test_item16_every_persona_sees_and_revokes_only_its_own_tokens.
+OTHER |= {"apitoken-list", "apitoken-detail"}
 
 
 def _api_route_names():

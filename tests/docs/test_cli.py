@@ -42,7 +42,7 @@ def test_token_submit_list_status_cancel(portal, cli, capsys):
     code, out, err = run(cli, capsys, url, "token", "-u", "pa1_member", "-p", "wrong")
     assert code == 1 and ("401" in err or "403" in err)  # the portal's refusal, printed
     key = token_for(cli, capsys, url, "pa1_member")
-    assert len(key) == 40
+    assert key.startswith("gpp_")  # a personal API token (docs/identity.md "API tokens")
 
     code, out, _ = run(
         cli,

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 
-from rest_framework.authtoken.models import Token
-
 from jobs.clusters.backends.base import NodeInfo
 from jobs.clusters.backends.simulator import SimulatorBackend
 from quotas.models import Cluster, Node
@@ -30,8 +28,8 @@ def seed_pool(sim_url: str, *, nodes: int = 2, gpus: int = 8) -> dict:
     fx.quota(f, dept, nodes * gpus)
     fx.quota(f, project, nodes * gpus)
     fx.priority()
-    token = Token.objects.get_or_create(user=fx.platform_admin())[0]
-    return {"token": token.key, "project": project.pk, "flavor": f.name, "cluster": cluster.pk}
+    token = fx.api_token(fx.platform_admin(), name="fault tests")
+    return {"token": token, "project": project.pk, "flavor": f.name, "cluster": cluster.pk}
 
 
 def main(sim_url: str) -> None:

@@ -157,6 +157,9 @@ RULES: dict[str, Page] = {
     # The usage explorer (issue 24 item 4) shows each persona its own scope (every persona's rows,
     # money and files: tests/billing/test_usage.py); here: nobody is refused the page.
     "billing-usage": Page(dict.fromkeys(PERSONAS, NONE)),
+    # Personal API tokens (issue 32 item 16): one's own only, whoever one is.
+    "api-token-list": Page({**dict.fromkeys(PERSONAS, NONE), "pa1_member": A, "pb_member": B},
+                           ("token:a", "token:b")),
 }
 
 # POST actions on an A-side object: persona -> (status, changed). Anyone outside the object's
@@ -211,14 +214,18 @@ ACTIONS: dict[str, dict] = {
     "advisor-cancel": {**{p: (404, False) for p in PERSONAS}, "platform": (302, True)},
     "job-autoscale-form": {**NOT_SEEN, "auditor": (403, False), "a_finance": (403, False),
                            "pa1_member": (302, False), "a_admin": (302, False), "platform": (302, False)},
+    # An API token is its owner's alone: nobody else, a platform admin included, finds it here.
+    "api-token-revoke": {**{p: (404, False) for p in PERSONAS}, "pa1_member": (302, True)},
 }
 
 # Not pages of the portal: sign-in, and machine endpoints with their own guards and tests.
 # The OIDC pair is sign-in itself (tests/security/test_oidc_signin.py), like the login page.
 # The ingress check answers ingress-nginx, never a browser: 401/403 instead of sign-in and 404
-# (tests/pages/test_job_logs.py holds it to that for every persona).
+# (tests/pages/test_job_logs.py holds it to that for every persona). The back-channel logout
+# answers the provider's server, proving itself with a signed token (tests/security/test_oidc_deprovision.py).
 EXEMPT = {"login", "logout", "healthz", "metrics", "schema", "api-docs",
-          "oidc_authentication_init", "oidc_authentication_callback", "job-access-auth"}
+          "oidc_authentication_init", "oidc_authentication_callback", "job-access-auth",
+          "oidc-backchannel-logout"}
 
 
 def _page_names():
@@ -306,6 +313,14 @@ def _hooks(world):
             for key, project, name in hooks}
 
 
+def _api_tokens(world):
+    from portal.tokens import api_token_create
+
+    return {key: api_token_create(actor=world.users[persona], name=name).token
+            for key, persona, name in (("token:a", "pa1_member", "zz-token-alpha"),
+                                       ("token:b", "pb_member", "zz-token-bravo"))}
+
+
 def _build():
     world = build_world()
     prio = fx.priority("training", 100)  # as tests/pages/conftest.py's prio
@@ -367,6 +382,7 @@ def _objs(world, prio):
         **_sources(world),
         **_templates(world),
         **_hooks(world),
+        **_api_tokens(world),
     }
     if _exists("what-if-run"):
         from billing.models import WhatIfRun
@@ -407,7 +423,7 @@ SUBJECT = {
     "webhook-edit": "hook:a", "webhook-delete": "hook:a", "webhook-test": "hook:a",
     "node-page": "node", "job-autoscale-form": "job:a",
     "advisor-search": "advisor", "advisor-progress": "advisor", "advisor-apply": "advcand",
-    "advisor-cancel": "advlive",
+    "advisor-cancel": "advlive", "api-token-revoke": "token:a",
 }
 
 
@@ -522,6 +538,8 @@ def _state(name, objs):
         return ApprovalRequest.objects.count()
     if name == "advisor-cancel":
         return type(objs["advlive"]).objects.get(pk=objs["advlive"].pk).state
+    if name == "api-token-revoke":
+        return type(objs["token:a"]).objects.get(pk=objs["token:a"].pk).revoked_at
     raise AssertionError(name)
 
 

@@ -85,12 +85,12 @@ def build_tenancy(config: Config, sim_url: str) -> Tenancy:
 
     A asks for approval above 4 GPUs (a platform admin too above 8), B above 8."""
     from django.db import transaction
-    from rest_framework.authtoken.models import Token
 
     from jobs.clusters.backends.base import NodeInfo
     from jobs.clusters.backends.simulator import SimulatorBackend
     from jobs.models import ApprovalPolicy, PriorityClass
     from portal.models import Department, Membership, Project, Role, User
+    from portal.tokens import api_token_create
     from quotas.models import Cluster, Flavor, Node
     from quotas.services import quota_node_set
 
@@ -165,13 +165,14 @@ def build_tenancy(config: Config, sim_url: str) -> Tenancy:
             kind, target = scopes[i % len(scopes)]
             role = Role.PLATFORM_ADMIN if kind == "platform" else Role.DEPARTMENT_ADMIN
             Membership.objects.create(user=user, role=role, department=target)
-            personas.append(Persona(user.username, "approver", Token.objects.create(user=user).key))
+            token = api_token_create(actor=user, name="concurrency").secret
+            personas.append(Persona(user.username, "approver", token))
         else:
             project = list(proj.values())[i % len(proj)]
             Membership.objects.create(user=user, role=Role.MEMBER, project=project)
-            token = Token.objects.create(user=user).key
+            token = api_token_create(actor=user, name="concurrency").secret
             personas.append(Persona(user.username, "member", token, project.pk, _cap(project, quotas)))
-    return Tenancy(personas, Token.objects.create(user=admin).key)
+    return Tenancy(personas, api_token_create(actor=admin, name="concurrency").secret)
 
 
 def _cap(project, quotas) -> int | None:

@@ -12,7 +12,6 @@ import jwt
 import pytest
 import requests
 from django.test import Client
-from rest_framework.authtoken.models import Token
 
 from portal.directory import deactivate_user
 from portal.models import DirectoryRule, Membership, Role, User
@@ -129,8 +128,7 @@ def test_a_user_disabled_at_the_provider_cannot_sign_in(provider, vision):
 def test_api_tokens_work_for_scripts_and_die_with_the_user(provider, vision):
     sign_in(Client())
     user = User.objects.get(username="alice")
-    token = Token.objects.create(user=user)
-    script = Client(HTTP_AUTHORIZATION=f"Token {token.key}")
+    script = Client(HTTP_AUTHORIZATION=f"Token {fx.api_token(user)}")
     assert script.get("/api/v1/me/").status_code == 200
     deactivate_user(user, reason="left the centre")
     assert script.get("/api/v1/me/").status_code == 401

@@ -23,13 +23,13 @@ from django.test import Client
 from django.utils import timezone
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from rest_framework.authtoken.models import Token
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core import NOT_SET
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from portal.models import User
+from portal.tokens import api_token_create
 from portal.wsgi import application
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.slow]
@@ -57,6 +57,11 @@ class Findings:
 
     def report(self) -> str:
         return "\n".join(f"{label}: {detail}" for (label, _), detail in sorted(self.errors.items()))
+
+
+def _auth(user: User) -> dict:
+    """A fresh API token's header: the api-tokens operations may revoke the one in use."""
+    return {"Authorization": f"Token {api_token_create(actor=user, name='fuzz').secret}"}
 
 
 def _summary(failure: BaseException) -> str:
@@ -119,16 +124,16 @@ def _exercise(operation, client: Client, headers: dict, findings: Findings, exam
 @pytest.mark.parametrize("username", ["admin", "alice"])
 def test_every_operation_answers_without_server_errors(username):
     call_command("seed_demo", stdout=open(os.devnull, "w"))  # noqa: SIM115 - closed at exit
-    token = Token.objects.get_or_create(user=User.objects.get(username=username))[0].key
-    headers = {"Authorization": f"Token {token}"}
-    schema = schemathesis.openapi.from_wsgi("/api/schema/", application, headers=headers)
+    user = User.objects.get(username=username)
+    schema = schemathesis.openapi.from_wsgi("/api/schema/", application, headers=_auth(user))
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) > 70  # the whole API, not a schema that failed to load
-    client = Client(HTTP_AUTHORIZATION=headers["Authorization"])
     findings = Findings()
     got_request_exception.connect(findings.on_exception)
     try:
         for operation in operations:
+            headers = _auth(user)
+            client = Client(HTTP_AUTHORIZATION=headers["Authorization"])
             _exercise(operation, client, headers, findings, EXAMPLES[username])
     finally:
         got_request_exception.disconnect(findings.on_exception)
@@ -139,7 +144,7 @@ def test_every_operation_answers_without_server_errors(username):
 def _checked(schema, user, method: str, path: str, expected: int, *, body=NOT_SET, query=None, pk=None):
     """Call one operation as ``user`` with a valid request; its response must have ``expected``
     status and match the operation's schema. Returns the body."""
-    headers = {"Authorization": f"Token {Token.objects.get_or_create(user=user)[0].key}"}
+    headers = _auth(user)
     operation = schema[path][method]
     case = operation.Case(
         body=body,
@@ -159,10 +164,7 @@ def test_writes_and_trees_match_their_schema(world):
     and the trees of a flavor with real rows, called with valid requests: each response matches
     its schema, with null limits, undecided steps and local wall-clock times in it."""
     u = world.users
-    token = Token.objects.get_or_create(user=u["platform"])[0].key
-    schema = schemathesis.openapi.from_wsgi(
-        "/api/schema/", application, headers={"Authorization": f"Token {token}"}
-    )
+    schema = schemathesis.openapi.from_wsgi("/api/schema/", application, headers=_auth(u["platform"]))
     window = _checked(
         schema,
         u["platform"],

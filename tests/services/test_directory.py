@@ -4,12 +4,11 @@ a disabled directory user is deactivated — sessions end, tokens answer 401, no
 import pytest
 from django.core.exceptions import PermissionDenied
 from django.test import Client
-from rest_framework.authtoken.models import Token
 
 from jobs.services import job_submit
 from jobs.states import JobState
 from portal.directory import DirectoryIdentity, apply_identity, sync_directory
-from portal.models import DirectoryRule, Membership, Role
+from portal.models import ApiToken, DirectoryRule, Membership, Role
 from tests import factories as fx
 
 pytestmark = pytest.mark.django_db
@@ -48,7 +47,7 @@ def test_rules_give_roles_and_take_them_back_but_hand_given_roles_stay(tree):
 def test_a_disabled_user_loses_sessions_tokens_and_submissions(tree):
     f, proj = tree
     user = apply_identity(_alice())
-    token = Token.objects.create(user=user)
+    token = fx.api_token(user)
     browser = Client()
     browser.force_login(user)
     assert browser.get("/api/v1/jobs/").status_code == 200
@@ -56,8 +55,8 @@ def test_a_disabled_user_loses_sessions_tokens_and_submissions(tree):
     user.refresh_from_db()
     assert not user.is_active and user.deactivated_reason == "disabled in ldap"
     assert browser.get("/api/v1/jobs/").status_code in (401, 403)
-    assert Client().get("/api/v1/jobs/", HTTP_AUTHORIZATION=f"Token {token.key}").status_code == 401
-    assert not Token.objects.filter(user=user).exists()
+    assert Client().get("/api/v1/jobs/", HTTP_AUTHORIZATION=f"Token {token}").status_code == 401
+    assert not ApiToken.objects.filter(user=user, revoked_at__isnull=True).exists()
     with pytest.raises(PermissionDenied):
         job_submit(actor=user, project=proj, name="x", kind="training", flavor=f,
                    priority_class=fx.priority(), image="pytorch:2.3", gpus_per_worker=1)

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
-from rest_framework.authtoken.models import Token
 
 from portal.ldap_sync import LdapSyncError, sync_ldap
 from portal.models import DirectoryRule, Membership, Role, User
@@ -82,14 +81,14 @@ def test_a_user_disabled_in_the_directory_is_shut_out_at_the_next_sync(ldap_on, 
     browser = Client()
     assert _sign_in(browser, uid, "pw-" + uid).status_code == 302
     user = User.objects.get(username=uid)
-    token = Token.objects.create(user=user)
-    assert Client().get("/api/v1/jobs/", HTTP_AUTHORIZATION=f"Token {token.key}").status_code == 200
+    token = fx.api_token(user)
+    assert Client().get("/api/v1/jobs/", HTTP_AUTHORIZATION=f"Token {token}").status_code == 200
     ldap_on.disable(uid)
     report, _listing = sync_ldap()
     assert report.deactivated >= 1
     user.refresh_from_db()
     assert not user.is_active and user.deactivated_reason == "disabled in ldap"
-    assert Client().get("/api/v1/jobs/", HTTP_AUTHORIZATION=f"Token {token.key}").status_code == 401
+    assert Client().get("/api/v1/jobs/", HTTP_AUTHORIZATION=f"Token {token}").status_code == 401
     assert browser.get("/api/v1/jobs/").status_code in (401, 403)  # the open session is gone
     assert browser.get("/").status_code == 302  # back to the sign-in page
     refused = _sign_in(Client(), uid, "pw-" + uid)
