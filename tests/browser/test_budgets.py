@@ -6,11 +6,10 @@ unmetered tail) and a metered stretch before it, priced by a real rate."""
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
 from billing.meter import usage_meter
 from billing.models import Budget
-from billing.periods import floor_hour, month_bounds, month_of
+from billing.periods import floor_hour
 from quotas.selectors import site_zone
 from tests.billing.conftest import History, local, rates
 
@@ -18,14 +17,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def spending(world):
-    """pa1 has held 8 GPUs since 3 hours ago (or since the month began, if later), metered up to
-    the last full hour; F costs 10 a card-hour."""
-    now = timezone.now()
-    start, _end = month_bounds(month_of(now, site_zone()), site_zone())
-    begin = max(now - timedelta(hours=3), start)
-    if now - begin < timedelta(minutes=10):
-        pytest.skip("the first minutes of a month have no usage to draw")
+def spending(world, pinned_now):
+    """pa1 has held 8 GPUs since 3 hours ago, metered up to the last full hour; F costs 10 a
+    card-hour. The clock (the live server's too: same process) is stopped mid-month
+    (tests/clock.py): this test skipped in a month's first minutes (issue 32 item 14)."""
+    now = pinned_now
+    begin = now - timedelta(hours=3)
     rates(world.F, "10", "5", since=local(2026, 1, 1))
     History(world).run(world.pa1, world.F, begin, None, gpus=8)
     usage_meter(now=floor_hour(now, site_zone()))
