@@ -191,6 +191,9 @@ GLOSSARY = {
     "Your username and password didn't match. Please try again.": "用户名与密码不匹配，请重试。",
     "zone": "可用区",
     "Zone": "可用区",
+    "— none: the whole department —": "— 无：整个部门 —",
+    "Clusters": "集群",
+    "Native workloads": "原生工作负载",
 }
 
 
@@ -198,7 +201,9 @@ def fill(path: str) -> list[str]:
     po = polib.pofile(path)
     missing = []
     for entry in po:
-        if entry.msgid in GLOSSARY:
+        # The glossary is for plain messages: a message with a context ("node names", "job
+        # event") keeps its own translation (GLOSSARY's "Nodes" is a count, the job page's a list).
+        if entry.msgid in GLOSSARY and not entry.msgctxt:
             entry.msgstr = GLOSSARY[entry.msgid]
             if "fuzzy" in entry.flags:
                 entry.flags.remove("fuzzy")

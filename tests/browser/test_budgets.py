@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from billing.budgets import budget_set
 from billing.meter import usage_meter
 from billing.models import Budget
 from billing.periods import floor_hour
@@ -59,3 +60,18 @@ def test_finance_sets_a_money_budget_and_sees_its_burn_down(world, spending, bro
     assert "5000.00" in table or "5,000.00" in table
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     shot(page, f"budgets-burn-down-{lang}")
+
+
+@pytest.mark.parametrize(
+    ("lang", "title"), [("en", "Download plot as a PNG"), ("zh-hans", "下载图表为PNG格式")]
+)
+def test_item11_the_chart_toolbar_speaks_the_pages_language(world, spending, browser_for, lang, title):
+    """Issue 32 item 11: plotly's toolbar stayed English on Chinese pages; they now load plotly's
+    zh-CN locale (templates/_charts.html) and draw with it (static/js/charts.js)."""
+    budget_set(actor=None, amount="5000", project=world.pa1)
+    page = browser_for(world.users["a_finance"], "pw-a_finance", lang=lang)
+    page.goto(page.base + "/billing/budgets/")
+    chart = f"#burn-down-{Budget.objects.get().pk}"
+    page.wait_for_selector(f"{chart} .main-svg")
+    titles = page.eval_on_selector_all(f"{chart} .modebar-btn", "els => els.map(e => e.dataset.title)")
+    assert title in titles, titles
