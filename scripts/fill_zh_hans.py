@@ -194,6 +194,11 @@ GLOSSARY = {
     "— none: the whole department —": "— 无：整个部门 —",
     "Clusters": "集群",
     "Native workloads": "原生工作负载",
+    "A webhook URL must use https (plain http only to hosts listed in GPUPOOL_WEBHOOK_ALLOW_HOSTS).": (
+        "Webhook URL 必须使用 https（只有 GPUPOOL_WEBHOOK_ALLOW_HOSTS 中列出的主机可使用普通 http）。"
+    ),
+    "A webhook cannot point at a private, loopback or link-local address (unless its host is listed in "
+    "GPUPOOL_WEBHOOK_ALLOW_HOSTS).": "Webhook 不能指向私有、回环或链路本地地址（除非其主机列在 GPUPOOL_WEBHOOK_ALLOW_HOSTS 中）。",
 }
 
 
