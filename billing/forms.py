@@ -380,14 +380,13 @@ class ManualAdjustmentForm(forms.Form):
 
     department = forms.ModelChoiceField(label=_("Department"), queryset=Department.objects.none())
     project = forms.ModelChoiceField(
-        label=_("Project"), queryset=Project.objects.none(), required=False, empty_label=_("None")
+        label=_("Project"), queryset=Project.objects.none(), required=False,
+        empty_label=_("— none: the whole department —"),
     )
     kind = forms.ChoiceField(label=_("Credit or debit"), choices=ManualKind.choices)
     amount = forms.CharField(
         label=pgettext_lazy("money", "Amount"),
         max_length=40,
-        help_text=_("In %(currency)s, more than zero, at most two decimals; a credit lowers the statement.")
-        % {"currency": settings.GPUPOOL["CURRENCY"]},
         widget=forms.TextInput(attrs={"inputmode": "decimal", "placeholder": "1200.50"}),
     )
     reason = forms.CharField(
@@ -402,6 +401,11 @@ class ManualAdjustmentForm(forms.Form):
 
     def __init__(self, *args, user: User, **kwargs):
         super().__init__(*args, **kwargs)
+        # Filled in per request: "%" on a lazy text at class level translates it once, at import,
+        # in the site language — the English page showed it in Chinese (issue 32 item 11).
+        self.fields["amount"].help_text = _(
+            "In %(currency)s, more than zero, at most two decimals; a credit lowers the statement."
+        ) % {"currency": settings.GPUPOOL["CURRENCY"]}
         departments = proposable_departments(user)
         self.fields["department"].queryset = departments
         self.fields["project"].queryset = Project.objects.filter(department__in=departments).order_by("code")

@@ -1,7 +1,8 @@
 """Demo priority classes (DESIGN §4), jobs, storages and a job template (DESIGN §13)."""
 
-import tempfile
 from pathlib import Path
+
+from django.conf import settings
 
 from jobs.models import PriorityClass
 
@@ -68,7 +69,7 @@ DEMO_JOBS = [
         86400,
         False,
     ),
-    ("svc-chat", "dave", "notebook-idle", "dev", "T4-shared", 1, 1, 250, "dev", 43200, False),
+    ("svc-chat", "dave", "notebook-idle", "dev", "T4-shared", 1, 1, 250, "dev", None, False),  # its lifetime
     ("plat-bench", "admin", "dcu-burnin", "training", "DCU-Z100", 4, 8, None, "best-effort", 2400, False),
 ]
 
@@ -94,7 +95,7 @@ def seed_jobs(stdout) -> None:
             workers=workers,
             gpus_per_worker=gpus,
             gpu_milli=milli,
-            max_runtime_seconds=172800,
+            max_runtime_seconds=None if kind == "dev" else 172800,  # a dev job: its lifetime
             checkpointing=ckpt,
             sim_duration_seconds=duration,
         )
@@ -134,8 +135,8 @@ def seed_approvals(stdout) -> None:
 
 
 # DESIGN §13: every demo project reads its data set at /data (read-only) and keeps checkpoints and
-# outputs in /work. Host paths on this machine (the demo's "shared file system"), one per project.
-DEMO_STORAGE_ROOT = Path(tempfile.gettempdir()) / "gpupool-demo" / "storage"
+# outputs in /work. Host paths on this machine (the demo's "shared file system"), one per project,
+# under the demo's run folder (GPUPOOL_DEMO_STORAGE_DIR; .run/demo-storage, or --run-dir's).
 DEMO_STORAGES = [
     # name, mount path, read-only, holds checkpoints, quota note
     ("data", "/data", True, False, "Data sets (read-only) / 数据集（只读）"),
@@ -155,7 +156,7 @@ def seed_storages(stdout) -> None:
         for name, mount_path, read_only, checkpoints, note in DEMO_STORAGES:
             if project.storages.filter(name=name).exists():
                 continue
-            host_path = DEMO_STORAGE_ROOT / project.code / name
+            host_path = Path(settings.GPUPOOL["DEMO_STORAGE_DIR"]) / project.code / name
             storage = ProjectStorage(
                 project=project,
                 name=name,

@@ -143,7 +143,7 @@ def job_submit(
         **sub.shape.fields(),
         max_runtime_seconds=checked.runtime_seconds,
         checkpointing=checkpointing,
-        sim_duration_seconds=sim_duration_seconds,
+        sim_duration_seconds=_sim_duration(kind, sim_duration_seconds, checked.runtime_seconds),
         state=state,
         state_changed_at=now,
         submitted_at=now,
@@ -164,6 +164,15 @@ def job_submit(
     else:
         request_cycle()
     return job
+
+
+def _sim_duration(kind: str, given: int | None, runtime: int | None) -> int | None:
+    """The demo's simulated duration. A dev box stays open until its owner stops it or its
+    lifetime ends, so a dev job given none runs for its lifetime — the simulator's default (600
+    simulated s, ten real seconds at the demo's speed) had it gone before anyone clicked "Open"."""
+    if given is None and kind == JobKind.DEV and settings.GPUPOOL["DEMO"]:
+        return runtime
+    return given
 
 
 def _check_dev_limit(actor: User) -> None:

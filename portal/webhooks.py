@@ -90,13 +90,18 @@ def url_problem(url: str) -> str:
         return _("A webhook URL cannot carry a user name or password.")
     allowed = host in settings.GPUPOOL["WEBHOOK_ALLOW_HOSTS"]
     if parts.scheme != "https" and not allowed:
-        return _("A webhook URL must use https.")
+        return _(
+            "A webhook URL must use https (plain http only to hosts listed in GPUPOOL_WEBHOOK_ALLOW_HOSTS)."
+        )
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
         return ""
     if not allowed and not is_public(address):
-        return _("A webhook cannot point at a private, loopback or link-local address.")
+        return _(
+            "A webhook cannot point at a private, loopback or link-local address (unless its host is "
+            "listed in GPUPOOL_WEBHOOK_ALLOW_HOSTS)."
+        )
     return ""
 
 

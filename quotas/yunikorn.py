@@ -34,8 +34,10 @@ children's quotas — YuniKorn requires Σ children's guaranteed ≤ the parent'
 effective quota + borrow limit, none when any flavor of that resource has no borrow limit, and
 never above an ancestor's max (YuniKorn requires a parent's max ≥ its children's, and applies
 the parent's anyway). YuniKorn quantities of extended resources are whole numbers: a fractional
-(shareable flavor) guaranteed is rounded down and a fractional max up — a shared job requests a
-whole device, so the in-cluster scheduler must let a 0.5-GPU quota run one.
+(shareable flavor) guaranteed and max are both rounded down, as the Slurm and ResourceQuota caps
+are — rounding a max up would let a queue hold up to one device more than the portal allows.
+YuniKorn ignores a max whose every value is 0 (the queue would be capped only by its parent), so
+such a max carries :data:`ZERO_MAX_GUARD` as well.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from decimal import ROUND_FLOOR, Decimal
 
 import yaml
 
@@ -61,6 +63,12 @@ HEADER = (
     '# Rendered by gpupool from its quota tree (docs/backends.md, "YuniKorn").\n'
     "# Edits here are overwritten by the next sync: change quotas in the portal.\n"
 )
+
+# yunikorn-core pkg/scheduler/objects/queue.go setResources applies a max only when
+# StrictlyGreaterThanZero: a max of all zeros is dropped and the queue is capped by its parent
+# alone. One positive resource type no pod requests keeps the zeros in force (a type absent from
+# a request always fits), so a cap that rounds down to 0 devices stays 0.
+ZERO_MAX_GUARD = "gpupool.io/zero-max-guard"
 
 Amounts = dict[str, Decimal]  # resource name → amount
 Max = dict[str, Decimal | None]  # resource name → amount, None: no limit
@@ -110,7 +118,10 @@ def _resources(guaranteed: Amounts, maximum: Amounts) -> dict:
     if guaranteed:
         out["guaranteed"] = {r: _whole(v, ROUND_FLOOR) for r, v in sorted(guaranteed.items())}
     if maximum:
-        out["max"] = {r: _whole(v, ROUND_CEILING) for r, v in sorted(maximum.items())}
+        # Down, as every cap the portal renders: a limit never lets more through than q + b.
+        out["max"] = {r: _whole(v, ROUND_FLOOR) for r, v in sorted(maximum.items())}
+        if all(v == "0" for v in out["max"].values()):
+            out["max"][ZERO_MAX_GUARD] = "1"
     return out
 
 

@@ -120,12 +120,24 @@ def _celery(python: str, run: Path) -> list[list[str]]:
     ]
 
 
+def demo_env(env: dict[str, str], run: Path, sim_port: int) -> dict[str, str]:
+    """The demo's settings on top of ``env`` (what the caller set wins, but GPUPOOL_DEMO): the
+    simulator's URL; webhooks may reach this machine over plain http, so a receiver started
+    beside the demo (``nc -l 9000``, a small script) can be tried; the project storages live in
+    the run folder, not in a folder of the system's temp directory left behind."""
+    env = dict(env)
+    env.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.dev")
+    env["GPUPOOL_DEMO"] = "1"
+    env.setdefault("GPUPOOL_SIMULATOR_URL", f"http://127.0.0.1:{sim_port}")
+    env.setdefault("GPUPOOL_WEBHOOK_ALLOW_HOSTS", "127.0.0.1,localhost")
+    env.setdefault("GPUPOOL_DEMO_STORAGE_DIR", str(run.resolve() / "demo-storage"))
+    return env
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     python, run = sys.executable, args.run_dir
     with services(run) as env:
-        env.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.dev")
-        env["GPUPOOL_DEMO"] = "1"
-        env.setdefault("GPUPOOL_SIMULATOR_URL", f"http://127.0.0.1:{args.sim_port}")
+        env = demo_env(env, run, args.sim_port)
         simulator = [
             python, "-m", "jobs.clusters.backends.simserver", "--port", str(args.sim_port),
             "--state", str(_simulator_state(run, env["DATABASE_URL"])),

@@ -278,6 +278,12 @@ GLOSSARY = {
     "Revoke the selected tokens": "撤销所选令牌",
     # plural messages (ngettext): the one zh-hans form
     "%(n)d token revoked.": "已撤销 %(n)d 个令牌。",
+    "— none: the whole department —": "— 无：整个部门 —",
+    "A webhook URL must use https (plain http only to hosts listed in GPUPOOL_WEBHOOK_ALLOW_HOSTS).": (
+        "Webhook URL 必须使用 https（只有 GPUPOOL_WEBHOOK_ALLOW_HOSTS 中列出的主机可使用普通 http）。"
+    ),
+    "A webhook cannot point at a private, loopback or link-local address (unless its host is listed in "
+    "GPUPOOL_WEBHOOK_ALLOW_HOSTS).": "Webhook 不能指向私有、回环或链路本地地址（除非其主机列在 GPUPOOL_WEBHOOK_ALLOW_HOSTS 中）。",
 }
 
 
@@ -285,12 +291,14 @@ def fill(path: str) -> list[str]:
     po = polib.pofile(path)
     missing = []
     for entry in po:
-        if entry.msgid in GLOSSARY and entry.msgid_plural:
+        # The glossary is for plain messages: a message with a context ("node names", "job
+        # event") keeps its own translation (GLOSSARY's "Nodes" is a count, the job page's a list).
+        if entry.msgid in GLOSSARY and entry.msgid_plural and not entry.msgctxt:
             # Chinese has one plural form: the glossary's text fills it.
             entry.msgstr_plural = {0: GLOSSARY[entry.msgid]}
             if "fuzzy" in entry.flags:
                 entry.flags.remove("fuzzy")
-        elif entry.msgid in GLOSSARY:
+        elif entry.msgid in GLOSSARY and not entry.msgctxt:
             entry.msgstr = GLOSSARY[entry.msgid]
             if "fuzzy" in entry.flags:
                 entry.flags.remove("fuzzy")

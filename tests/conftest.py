@@ -255,6 +255,9 @@ def _cold_scheduler():
     warm_engine().invalidate()
 
 
-# A real simulated-cluster server per test that asks for it (tests/simserver.py).
+# A real simulated-cluster server per test that asks for it (tests/simserver.py); a stopped
+# clock (tests/clock.py); the public traces, skipped locally and failed under CI (tests/traces.py).
+from tests.clock import pinned_now  # noqa: E402, F401
 from tests.prometheus import prometheus_for  # noqa: E402, F401
 from tests.simserver import fast_simserver, simserver  # noqa: E402, F401
+from tests.traces import openb  # noqa: E402, F401

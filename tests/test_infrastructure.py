@@ -59,3 +59,38 @@ def test_the_portals_sends_do_not_wait_on_the_result_backend():
     # The check can fail: a task sent for its result subscribes.
     awaited = ping.apply_async(args=["x"], queue=private_queue(), expires=5)
     assert app.backend.get_key_for_task(awaited.id) in subscribed
+
+
+# --- the suite's own rules -------------------------------------------------------------------------
+
+_CLOCKS = {
+    ("timezone", "now"), ("datetime", "now"), ("datetime", "today"), ("date", "today"), ("time", "time"),
+}
+
+
+def _calls(node) -> set[tuple[str, str]]:
+    """(object, attribute) of every ``x.y(...)`` call under ``node``: ``pytest.skip``, ``timezone.now``."""
+    import ast
+
+    return {
+        (call.func.value.id, call.func.attr)
+        for call in ast.walk(node)
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+        and isinstance(call.func.value, ast.Name)
+    }
+
+
+def test_item14_no_test_skips_on_the_wall_clock():
+    """Issue 32 item 14: tests that read the clock and skipped in the first minutes or hours of a
+    month did not run on those days. A test whose figures depend on the date pins the clock
+    (tests/clock.py) instead; no function of the suite both reads the clock and skips."""
+    import ast
+
+    offenders = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                calls = _calls(node)
+                if ("pytest", "skip") in calls and calls & _CLOCKS:
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+    assert offenders == []

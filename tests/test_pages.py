@@ -128,3 +128,44 @@ def test_openapi_schema_validates_without_warnings():
     from django.core.management import call_command
 
     call_command("spectacular", "--validate", "--fail-on-warn", "--file", "/dev/null")
+
+
+def _page_language(client: Client, **headers) -> str:
+    html = client.get("/accounts/login/", **headers).content.decode()
+    return html.split('<html lang="', 1)[1].split('"', 1)[0]
+
+
+def test_item11_the_page_language_is_the_switch_then_the_browser_then_chinese_as_the_readme_says():
+    """Issue 32 item 11: the README said 中文 by default while the browser's language won. Decided:
+    the switch, then the browser's Accept-Language, then zh-hans; the README says so."""
+    client = Client()
+    assert _page_language(client) == "zh-hans"  # the browser names no language
+    assert _page_language(client, HTTP_ACCEPT_LANGUAGE="en-US,en;q=0.9") == "en"
+    assert _page_language(client, HTTP_ACCEPT_LANGUAGE="zh-CN,zh;q=0.9,en;q=0.8") == "zh-hans"
+    assert _page_language(client, HTTP_ACCEPT_LANGUAGE="fr-FR,fr;q=0.9") == "zh-hans"  # neither
+    client.post("/i18n/setlang/", {"language": "zh-hans", "next": "/"})  # the switch beats the browser
+    assert _page_language(client, HTTP_ACCEPT_LANGUAGE="en-US,en;q=0.9") == "zh-hans"
+    readme = (ROOT / "README.md").read_text()
+    sign_in = " ".join(readme.split("Sign in at http://127.0.0.1:8000/ (", 1)[1].split(")", 1)[0].split())
+    assert sign_in == (
+        "in the browser's language, 中文 or English; 中文 when it asks for neither;"
+        " the header's switch overrides both"
+    )
+
+
+def test_item11_two_errors_of_a_field_read_as_two_sentences():
+    """Issue 32 item 11: each error was its own inline <small>, all with one id, so two messages
+    ran together ("…0.Give…") on the page."""
+    from django import forms
+    from django.template.loader import render_to_string
+
+    class Form(forms.Form):
+        amount = forms.CharField()
+
+    form = Form({"amount": "x"})
+    form.is_valid()
+    form.add_error("amount", "Give a number.")
+    form.add_error("amount", "Use at most two decimals.")
+    html = render_to_string("jobs/_field.html", {"field": form["amount"]})
+    assert html.count('id="id_amount-error"') == 1
+    assert "Give a number. Use at most two decimals.</small>" in html

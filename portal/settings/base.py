@@ -293,6 +293,9 @@ if LOG_FORMAT == "json":
 GPUPOOL = {
     "CURRENCY": env_str("GPUPOOL_CURRENCY", "CNY"),
     "DEMO": env_bool("GPUPOOL_DEMO", False),
+    # The demo's project storages (jobs/demo.py): under the demo's run folder, never a fixed
+    # folder of the system's temp directory that every demo on the machine shares and leaves.
+    "DEMO_STORAGE_DIR": env_str("GPUPOOL_DEMO_STORAGE_DIR", str(BASE_DIR / ".run" / "demo-storage")),
     "PROMETHEUS_URL": env_str("PROMETHEUS_URL", "http://127.0.0.1:9090"),
     # The DCGM label naming the job on a GPU series: dcgm-exporter's HPC job mapping writes
     # hpc_job (our simulator too); a Kubernetes setup may relabel pod names into it.

@@ -86,7 +86,7 @@ def test_the_search_page_has_a_cancel_button_while_the_search_runs(world, langua
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.skipif(not PODS.exists(), reason="openb trace not present (set GPUPOOL_TRACES_DIR)")
+@pytest.mark.usefixtures("openb")
 def test_a_result_arriving_after_the_cancel_is_discarded(tmp_path, queue, monkeypatch):
     # The candidate's replay reads its pod list from a FIFO: it is claimed (running) and then
     # blocks until this test writes the pods — after cancelling the search. Scenario files sit in

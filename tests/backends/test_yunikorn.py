@@ -47,11 +47,12 @@ from quotas.effective import Limits, LoanSpan, Window
 from quotas.models import Cluster, QuotaNode
 from quotas.queues import FlavorRef, QuotaRef, TreeSnapshot
 from quotas.services import quota_node_update
-from quotas.yunikorn import dump, render_yunikorn
+from quotas.slurm_accounts import Naming, PortalState, QuotaLimit, desired_state
+from quotas.yunikorn import ZERO_MAX_GUARD, dump, render_yunikorn
 from tests.backends import k8s_standin, test_queues
 from tests.backends.test_kubernetes import K8S_VERSION, make_spec
 from tests.backends.test_queues import DAY, at_local, drop_sync_requests
-from tests.backends.yunikorn_schema import ConfigError, validate
+from tests.backends.yunikorn_schema import ConfigError, enforced_max, validate
 
 pytestmark = pytest.mark.kubernetes
 
@@ -216,7 +217,7 @@ def test_the_window_and_the_loan_change_the_values_at_their_instants():
     assert before["root.gpd-ai"] == returned["root.gpd-ai"]
 
 
-def test_fractional_quotas_round_guaranteed_down_and_max_up():
+def test_fractional_quotas_round_guaranteed_and_max_down():
     tree = TreeSnapshot(
         flavors=(FlavorRef("T4", GPU, Decimal(8), shareable=True),),
         departments=(("d", None),),
@@ -229,13 +230,53 @@ def test_fractional_quotas_round_guaranteed_down_and_max_up():
         zone=SHANGHAI,
     )
     queues = queues_by_path(rendered(tree, NOON, ()))
-    assert queues["root.gpd-d"]["resources"] == res({GPU: 4}, {GPU: 5})  # 4.5 → 4, 4.8 → 5
-    assert queues["root.gpd-d.gp-p"]["resources"] == res({GPU: 2}, {GPU: 3})  # 2.5 → 2, 2.75 → 3
+    assert queues["root.gpd-d"]["resources"] == res({GPU: 4}, {GPU: 4})  # 4.5 → 4, 4.8 → 4
+    assert queues["root.gpd-d.gp-p"]["resources"] == res({GPU: 2}, {GPU: 2})  # 2.5 → 2, 2.75 → 2
     assert queues["root.gpd-d.gp-r"]["resources"] == res({GPU: 1})  # no borrow limit: no max
     assert "queues" not in queues["root.gpd-d.gp-p"]  # no namespace mapped: an empty parent
     assert rendered(tree, NOON, ())["partitions"][0]["placementrules"] == [
         {"name": "tag", "value": "namespace", "create": False}
     ]
+
+
+def test_item15_a_fractional_cap_is_rounded_down_as_slurm_does_and_zero_stays_zero():
+    """Issue 32 item 15: YuniKorn's max rounded a fractional cap up (a queue could hold up to one
+    device more than q + b) while Slurm's GrpTRES rounds down. Both now round down; a cap that
+    rounds to 0 devices keeps a guard type so YuniKorn does not drop the all-zero max (which would
+    leave the queue capped by its parent alone)."""
+    caps = {"p": ("2.5", "0.25"), "s": ("0.5", "0"), "w": ("3", "0")}  # q + b: 2.75, 0.5, 3
+    tree = TreeSnapshot(
+        flavors=(FlavorRef("T4", GPU, Decimal(8), shareable=True),),
+        departments=(("d", None),),
+        projects=tuple((code, "d") for code in caps),
+        quotas=(
+            q("T4", "department", "d", "6.5", "0.3"),
+            *(q("T4", "project", code, quota, borrow) for code, (quota, borrow) in caps.items()),
+        ),
+        zone=SHANGHAI,
+    )
+    config = rendered(tree, NOON, ())
+    slurm = desired_state(
+        PortalState(
+            departments=(("d", None),),
+            projects=tuple((code, "d") for code in caps),
+            limits=tuple(
+                QuotaLimit("project", code, "gres/gpu", Decimal(quota), Decimal(borrow))
+                for code, (quota, borrow) in caps.items()
+            ),
+            members=(),
+            classes=(),
+            tres=frozenset({"gres/gpu"}),
+        ),
+        Naming("gp_", "root"),
+    )
+    for code, (quota, borrow) in caps.items():
+        cap = Decimal(quota) + Decimal(borrow)
+        held = enforced_max(config, f"root.gpd-d.gp-{code}")[GPU]
+        assert held <= cap, f"YuniKorn lets {code} hold {held} devices over its cap {cap}"
+        assert held == slurm.accounts[f"gp_{code}"].limit_map()["gres/gpu"], code
+    assert enforced_max(config, "root.gpd-d") == {GPU: 6}  # 6.8 → 6
+    assert queues_by_path(config)["root.gpd-d.gp-s"]["resources"]["max"] == {GPU: "0", ZERO_MAX_GUARD: "1"}
 
 
 def test_same_input_same_text_and_names_that_cannot_be_queues_are_refused():

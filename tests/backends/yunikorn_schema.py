@@ -13,6 +13,8 @@ Sources read (Apache-2.0):
     pkg/scheduler/placement/rule.go         newRule (rule names), fixed_rule.go / tag_rule.go
                                             initialise (required values), placement.go
     pkg/scheduler/policies/nodesorting_policy.go  SortingPolicyFromString
+    pkg/scheduler/objects/queue.go          setResources: a max (a guaranteed) is applied only
+                                            when StrictlyGreaterThanZero (enforced_max below)
   apache/yunikorn-k8shim @ 23b6b47f9835211e7bfb82bfbd203a8a0e00958f (master, 2026-08-20)
     pkg/common/constants/constants.go       DefaultPartition "default" (the shim's only one),
                                             ConfigMapName "yunikorn-configs"
@@ -303,6 +305,30 @@ def check_queue_resource(queue: dict, parent_max: Resource) -> dict[str, int]:
             f" for queue {name} (checkQueueResource)"
         )
     return total if all(v == 0 for v in guaranteed.values()) else guaranteed
+
+
+def strictly_greater_than_zero(resource: Resource) -> bool:
+    """resources.go StrictlyGreaterThanZero: no quantity below 0 and at least one above."""
+    values = list((resource or {}).values())
+    return all(v >= 0 for v in values) and any(v > 0 for v in values)
+
+
+def enforced_max(config: dict, path: str) -> dict[str, int]:
+    """What YuniKorn holds the queue at ``path`` to (not a configuration rule: the scheduler's
+    behaviour once the configuration is accepted): each queue on the path applies its max only
+    when it is strictly greater than zero (queue.go setResources; an all-zero max is dropped),
+    and a queue's usage is bounded by every ancestor's max (a type missing from one max is
+    bounded by the others: ComponentWiseMinPermissive). Types absent from the result are not
+    limited."""
+    names = path.split(".")
+    queue = {"queues": config["partitions"][0]["queues"]}
+    out: dict[str, int] = {}
+    for name in names:
+        queue = next(q for q in queue.get("queues") or [] if q["name"] == name)
+        own = _resource((queue.get("resources") or {}).get("max"))
+        if strictly_greater_than_zero(own):
+            out = {k: min(v for v in (out.get(k), own.get(k)) if v is not None) for k in {*out, *own}}
+    return out
 
 
 def _check_max_applications(queue: dict) -> None:

@@ -235,3 +235,14 @@ def test_the_form_shows_bad_amounts_as_field_errors(world, amount):
 def test_the_page_speaks_chinese(world):
     html = _page(world.users["a_finance"], "zh-hans").get(reverse("billing-adjustments")).content.decode()
     assert "手工调整" in html and "原因" in html
+
+
+def test_item11_the_form_speaks_the_pages_language_and_names_what_no_project_means(world):
+    """Issue 32 item 11: the amount's help text was translated once, at import, in the site
+    language — the English page showed it in Chinese; the project's empty option read "None"."""
+    url = reverse("billing-adjustments")
+    english = _page(world.users["a_finance"]).get(url).content.decode()
+    assert "In CNY, more than zero, at most two decimals" in english
+    assert "— none: the whole department —" in english and ">None<" not in english
+    chinese = _page(world.users["a_finance"], "zh-hans").get(url).content.decode()
+    assert "单位 CNY，大于零" in chinese and "— 无：整个部门 —" in chinese

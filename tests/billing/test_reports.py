@@ -319,18 +319,12 @@ def test_a_draft_has_no_download(client_for, world, history, reported):
     assert client_for("a_finance").get(f"/billing/statements/{draft.pk}/download/").status_code == 404
 
 
-def test_the_statement_page_shows_this_months_estimate(client_for, world, history):
-    from django.utils import timezone
-
-    from billing.periods import month_of
-    from quotas.selectors import site_zone
-
+def test_the_statement_page_shows_this_months_estimate(client_for, world, history, pinned_now):
+    """The clock stopped mid-month (tests/clock.py): this test skipped in a month's first hours
+    (issue 32 item 14)."""
     rates(world.F, "12", "9.6")
-    now = timezone.now()
-    month = month_of(now, site_zone())
+    now = pinned_now
     begin = now - timedelta(hours=3)
-    if month_of(begin, site_zone()) != month:
-        pytest.skip("the first hours of a month have no earlier usage in it")
     history.run(world.pa1, world.F, begin, begin + timedelta(minutes=30), gpus=2)
     usage_meter(now=now)
     response = client_for("a_finance").get("/billing/statements/")

@@ -198,7 +198,7 @@ def test_unknown_policy():
         packing.simulate(_nodes(2), [_pod(0, 1, 1000)], policy="nope")
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason="openb trace not present (set GPUPOOL_TRACES_DIR)")
+@pytest.mark.usefixtures("openb")
 def test_published_table_and_random_policy_on_the_real_trace():
     pub = packing.published()
     assert pub["FGD"]["mean"] == 95.23 and pub["BestFit"]["mean"] == 92.86 and pub["Random"]["mean"] == 86.3

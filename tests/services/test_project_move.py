@@ -3,7 +3,7 @@ quota nodes carried under the new department, refusals where history or the tree
 
 World (tests/conftest.py): flavor F, capacity 16; A q8 (A1 q4 → pa1 q4; pa q4), B q8 (pb q8)."""
 
-from datetime import date, timedelta
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.models import MeterState, MonthClose
-from billing.periods import month_of
+from billing.periods import month_label, month_of, month_start, previous_month
 from portal.models import ApprovalRequest, Department, Project, ProjectMove
 from portal.services import project_move, project_update
 from quotas.models import Loan, Node, QuotaNode
@@ -155,10 +155,21 @@ def test_item4_refuses_a_time_in_a_closed_month(world, platform, roomy):
     _unchanged(world)
 
 
-def test_item4_refuses_a_time_before_a_closed_month(world, platform, roomy):
+def test_item13_refuses_a_time_before_a_closed_month(world, platform, roomy):
+    """Issue 32 item 13: this test closed January 2000, moved the project a second ago and asserted
+    nothing. Closing a month settles every month before it too: a move dated in an earlier month
+    is refused; one dated after the closed month goes through. The closed month is two months
+    back, so "a second ago" is after it whatever the day of the month."""
     now = timezone.now()
-    MonthClose.objects.create(month=date(2000, 1, 1), through_record=0, closed_at=now)
+    zone = site_zone()
+    closed = previous_month(previous_month(month_of(now, zone)))
+    MonthClose.objects.create(month=closed, through_record=0, closed_at=now)
+    before = month_start(closed, zone) - timedelta(days=10)
+    text = _refused("at", project=world.pa, to_department=roomy, actor=platform, at=before)
+    assert "closed" in text and month_label(closed) in text
+    _unchanged(world)
     project_move(project=world.pa, to_department=roomy, actor=platform, at=now - timedelta(seconds=1))
+    assert Project.objects.get(pk=world.pa.pk).department_id == roomy.pk
 
 
 def test_item4_refuses_while_the_project_has_a_live_loan(world, platform, roomy):

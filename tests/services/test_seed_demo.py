@@ -213,3 +213,100 @@ def test_item1_a_missing_quota_node_that_no_longer_fits_is_left_out_with_a_warni
     assert _a100("ai-cv") == 42
     assert not QuotaNode.objects.filter(flavor=a100, project__code="cv-gen").exists()
     assert QuotaWindow.objects.filter(quota_node__department__code="svc").count() == 1  # made after it
+
+
+# --- issue 32 item 10: what the demo lets one try --------------------------------------------------
+
+
+def _devenv():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "devenv.py"
+    spec = importlib.util.spec_from_file_location("devenv_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_item10_an_unmapped_slurm_account_with_jobs_waits_to_be_mapped():
+    from jobs.models import Job, JobKind
+    from jobs.native.models import ExternalObservation, ExternalSource
+    from jobs.native.services import external_source_map
+
+    call_command("seed_demo")
+    source = ExternalSource.objects.get(name="asr-lab")
+    assert (source.cluster.name, source.kind, source.project) == ("slurm-sh", "slurm_account", None)
+    assert ExternalObservation.objects.filter(source=source).count() == 4
+    outcome = external_source_map(
+        actor=User.objects.get(username="admin"), source=source, project=Project.objects.get(code="nlp-asr")
+    )
+    assert outcome.counts["created"] == 4 and not outcome.counts["unknown_resource"]
+    recorded = Job.objects.filter(kind=JobKind.EXTERNAL, project__code="nlp-asr", flavor__name="Ascend-910B")
+    states = sorted(recorded.values_list("state", flat=True))
+    assert states == ["cancelled", "failed", "succeeded", "succeeded"]
+    call_command("seed_demo")  # mapped now: the seed leaves it as the admin made it
+    assert ExternalSource.objects.filter(name="asr-lab").get().project.code == "nlp-asr"
+
+
+def test_item10_a_demo_dev_job_runs_for_its_lifetime_so_open_stays(world, settings):
+    from jobs.models import Job
+    from jobs.services import job_submit
+    from tests import factories as fx
+
+    def dev(name, **kw):
+        return job_submit(
+            actor=world.users["pa1_member"], project=world.pa1, name=name, kind="dev", flavor=world.F,
+            priority_class=fx.priority(), image="img", **kw,
+        )
+
+    settings.GPUPOOL = {**settings.GPUPOOL, "DEV_JOBS_PER_USER": 5}
+    lifetime = settings.GPUPOOL["DEV_LIFETIME_SECONDS"]
+    assert dev("plain").sim_duration_seconds is None  # not the demo: the backend's own
+    settings.GPUPOOL = {**settings.GPUPOOL, "DEMO": True}
+    box = Job.objects.get(pk=dev("box").pk)
+    assert (box.max_runtime_seconds, box.sim_duration_seconds) == (lifetime, lifetime)
+    assert dev("short", sim_duration_seconds=60).sim_duration_seconds == 60  # the form's field wins
+
+
+def test_item10_the_seeded_dev_notebook_runs_for_its_lifetime(settings):
+    from jobs.models import Job
+
+    settings.GPUPOOL = {**settings.GPUPOOL, "DEMO": True}
+    call_command("seed_demo")
+    notebook = Job.objects.get(name="notebook-idle")
+    lifetime = settings.GPUPOOL["DEV_LIFETIME_SECONDS"]
+    assert (notebook.max_runtime_seconds, notebook.sim_duration_seconds) == (lifetime, lifetime)
+
+
+def test_item10_demo_storage_lives_in_the_run_folder(settings, tmp_path):
+    import tempfile
+    from pathlib import Path
+
+    from django.conf import settings as django_settings
+
+    from jobs.models import ProjectStorage
+
+    default = Path(django_settings.GPUPOOL["DEMO_STORAGE_DIR"])
+    assert default == Path(django_settings.BASE_DIR) / ".run" / "demo-storage"
+    env = _devenv().demo_env({}, tmp_path / "run", 9400)
+    assert env["GPUPOOL_DEMO_STORAGE_DIR"] == str(tmp_path / "run" / "demo-storage")
+    settings.GPUPOOL = {**settings.GPUPOOL, "DEMO_STORAGE_DIR": env["GPUPOOL_DEMO_STORAGE_DIR"]}
+    call_command("seed_demo")
+    paths = [Path(p) for p in ProjectStorage.objects.values_list("host_path", flat=True)]
+    assert paths and all(p.is_relative_to(tmp_path / "run" / "demo-storage") for p in paths)
+    assert all(p.is_dir() for p in paths)
+    assert not any(p.is_relative_to(Path(tempfile.gettempdir()) / "gpupool-demo") for p in paths)
+
+
+def test_item10_demo_webhooks_may_reach_this_machine_and_the_refusal_names_the_setting(settings, tmp_path):
+    from portal.webhooks import url_problem
+
+    settings.GPUPOOL = {**settings.GPUPOOL, "WEBHOOK_ALLOW_HOSTS": []}
+    assert "GPUPOOL_WEBHOOK_ALLOW_HOSTS" in url_problem("http://127.0.0.1:9000/hook")
+    assert "GPUPOOL_WEBHOOK_ALLOW_HOSTS" in url_problem("https://10.0.0.5/hook")
+    env = _devenv().demo_env({}, tmp_path, 9400)
+    hosts = [h.strip().lower() for h in env["GPUPOOL_WEBHOOK_ALLOW_HOSTS"].split(",")]
+    settings.GPUPOOL = {**settings.GPUPOOL, "WEBHOOK_ALLOW_HOSTS": hosts}
+    assert url_problem("http://127.0.0.1:9000/hook") == "" and url_problem("http://localhost:9000/") == ""
+    assert url_problem("http://example.com/hook") != ""  # only this machine
