@@ -273,8 +273,8 @@ def approval_comment(request, pk: int):
             messages.error(request, _refusal(exc))
         else:
             messages.success(request, _("Your comment was added."))
-    else:
-        messages.error(request, _("Write a comment."))
+    else:  # empty, or too long: say which (the browser no longer cuts it, issue 32 item 2)
+        messages.error(request, " ".join(e for errors in form.errors.values() for e in errors))
     return redirect("approval-detail", pk=req.pk)
 
 

@@ -118,7 +118,7 @@ def directory_rule_delete(request, pk: int):
 def user_list(request):
     _require_reader(request.user)
     users = User.objects.order_by("username")
-    query = request.GET.get("q", "").strip()[:150]
+    query = request.GET.get("q", "").strip()  # searched as typed, never cut (issue 32 item 2)
     if query:
         users = users.filter(Q(username__icontains=query) | Q(display_name__icontains=query)
                              | Q(unix_username__icontains=query))

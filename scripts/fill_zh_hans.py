@@ -276,6 +276,7 @@ GLOSSARY = {
     "New token": "新建令牌",
     "Create token": "创建令牌",
     "Revoke the selected tokens": "撤销所选令牌",
+    "Some filters were not valid and are ignored:": "部分筛选条件无效，已忽略：",
     # plural messages (ngettext): the one zh-hans form
     "%(n)d token revoked.": "已撤销 %(n)d 个令牌。",
     "— none: the whole department —": "— 无：整个部门 —",

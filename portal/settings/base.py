@@ -23,6 +23,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.forms",  # its widget templates, which templates/django/forms/ overrides in part
     "rest_framework",
     "django_filters",
     "drf_spectacular",
@@ -91,6 +92,11 @@ AUTHENTICATION_BACKENDS.append("portal.oidc.OIDCBackend")
 from portal.settings.ldap import *  # noqa: E402, F403  (AUTH_LDAP_*, LDAP_SYNC: the LDAP directory)
 
 LDAP_SYNC_INTERVAL = env_int("GPUPOOL_LDAP_SYNC_INTERVAL_SECONDS", 900, min_value=60)
+
+# Widgets render through the project's templates, so templates/django/forms/widgets/attrs.html
+# (no `maxlength`: a browser would cut what is typed without a word, issue 32 item 2) applies to
+# every form, the admin's included.
+FORM_RENDERER = "django.forms.renderers.TemplatesSetting"
 
 TEMPLATES = [
     {

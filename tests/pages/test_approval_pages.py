@@ -658,3 +658,14 @@ def test_every_approval_page_renders_in_chinese(page_client, job_request, policy
         response = client.get(path)
         assert response.status_code == 200, path
         assert 'lang="zh-hans"' in _text(response) and "仪表盘" in _text(response), path
+
+
+def test_item2_an_over_long_comment_is_refused_with_its_length_not_called_empty(page_client, job_request):
+    """The comment box no longer cuts at 2,000 characters (issue 32 item 2): the server refuses a
+    longer one and says why — it used to answer "Write a comment." to any refusal."""
+    response = page_client("pa1_member").post(
+        f"/approvals/{job_request.pk}/comment/", {"comment": "x" * 2500}, follow=True
+    )
+    text = _text(response)
+    assert "at most 2000 characters (it has 2500)" in text and "Write a comment." not in text
+    assert not ApprovalAudit.objects.filter(request=job_request, action="comment").exists()

@@ -116,3 +116,15 @@ def test_the_pages_speak_chinese(world, page_client):
     assert "目录规则" in rules
     user = client.get(reverse("user-detail", args=[alice.pk])).content.decode()
     assert f"来自目录组 {GROUP}" in user and "Unix 用户名" in user
+
+
+def test_item2_the_user_search_searches_what_was_typed_whole(world, page_client):
+    """The server cut the search at 150 characters without a word (issue 32 item 2): a longer
+    search is searched whole, so it finds nobody rather than whoever matches its first 150."""
+    from portal.models import User
+
+    user = User.objects.create_user(username="q" * 150)
+    link = reverse("user-detail", args=[user.pk])
+    client = page_client("platform")
+    assert link in client.get(reverse("user-list"), {"q": "q" * 150}).content.decode()
+    assert link not in client.get(reverse("user-list"), {"q": "q" * 151}).content.decode()

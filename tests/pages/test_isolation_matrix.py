@@ -485,6 +485,18 @@ def _body(response) -> str:
     return disposition + response.content.decode("utf-8", "replace")
 
 
+@pytest.mark.parametrize("persona", ["platform", "a_admin", "pa1_member"])
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_item2_no_page_cuts_what_is_typed(page_client, objs, prio, name, persona):
+    """A ``maxlength`` makes the browser cut typed or pasted text without a word (issue 32 item
+    2): no page carries one — the server refuses over-long input with its length instead."""
+    _resolving(name)
+    page = RULES[name]
+    response = getattr(page_client(persona), page.method)(_url(name, objs, prio) + page.query)
+    if response.status_code == 200 and response.get("Content-Type", "").startswith("text/html"):
+        assert "maxlength" not in _body(response).lower(), name
+
+
 @pytest.mark.parametrize("name", sorted(set(RULES) | set(ACTIONS)))
 def test_anonymous_is_sent_to_sign_in(page_client, objs, prio, name):
     _resolving(name)

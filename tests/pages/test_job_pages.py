@@ -219,3 +219,11 @@ def test_item15_explain_figures_keep_decimals_and_hide_levels_the_reader_cannot_
     with translation.override("en"):
         [text] = [e["text"] for e in for_reader([answer], world.users["pa1_member"])]
     assert text.startswith("No set of nodes fits 2 × 0.5 of F: the largest free node has 0.25")
+
+
+def test_item2_an_over_long_name_filter_says_it_is_ignored_and_why(page_client, world, pa1_job):
+    """The list's search box no longer cuts at 63 characters (issue 32 item 2): a longer search is
+    not cut either, it is named as ignored with its length."""
+    page = page_client("platform").get("/jobs/", {"q": "p" * 80}).content.decode()
+    assert "Some filters were not valid and are ignored:" in page
+    assert "at most 63 characters (it has 80)" in page
