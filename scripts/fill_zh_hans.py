@@ -191,6 +191,18 @@ GLOSSARY = {
     "Your username and password didn't match. Please try again.": "用户名与密码不匹配，请重试。",
     "zone": "可用区",
     "Zone": "可用区",
+    # issue 32 items 7–9 (plural entries: Chinese has one form, msgstr[0])
+    "The scheduler holds a reservation for this job: it starts then at the latest": "调度器已为该任务预留资源：最迟于此时开始",
+    "GPUs are reserved for this job": "已为该任务预留 GPU",
+    "the reservation the scheduler holds for it": "即调度器为其保留的预留时间",
+    "Drained": "已排空",
+    "%(count)d job is being requeued.": "%(count)d 个任务正在重新排队。",
+    "Requeue %(counter)s job and drain %(node)s?": "重新排队 %(counter)s 个任务并排空 %(node)s？",
+    "They are stopped now (with their grace period where they checkpoint) and go back to the queue; the node takes no new jobs.": "这些任务将立即停止（支持断点的任务有宽限期）并回到队列；该节点不再接收新任务。",
+    "Requeue %(counter)s job and drain": "重新排队 %(counter)s 个任务并排空",
+    "Back": "返回",
+    "Clusters": "集群",  # app names of issue 31, untranslated on main (the same words as helper h6's)
+    "Native workloads": "原生工作负载",
 }
 
 
@@ -198,7 +210,11 @@ def fill(path: str) -> list[str]:
     po = polib.pofile(path)
     missing = []
     for entry in po:
-        if entry.msgid in GLOSSARY:
+        if entry.msgid in GLOSSARY and entry.msgid_plural:
+            entry.msgstr_plural = {0: GLOSSARY[entry.msgid]}  # Chinese has one plural form
+            if "fuzzy" in entry.flags:
+                entry.flags.remove("fuzzy")
+        elif entry.msgid in GLOSSARY:
             entry.msgstr = GLOSSARY[entry.msgid]
             if "fuzzy" in entry.flags:
                 entry.flags.remove("fuzzy")
