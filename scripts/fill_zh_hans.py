@@ -203,6 +203,14 @@ GLOSSARY = {
     "Back": "返回",
     "Clusters": "集群",  # app names of issue 31, untranslated on main (the same words as helper h6's)
     "Native workloads": "原生工作负载",
+    "At most %(most)s of %(flavor)s can be granted to %(owner)s now; you asked for %(asked)s. The rest of the pool's healthy capacity (%(capacity)s) is promised to other quotas.": "目前最多可为 %(owner)s 批准 %(most)s 个 %(flavor)s；您申请的是 %(asked)s。资源池其余的健康容量（%(capacity)s）已分配给其他配额。",
+    "The quota of %(owner)s for %(flavor)s cannot grow now (it is %(current)s): the pool's healthy capacity (%(capacity)s) is promised to other quotas.": "%(owner)s 的 %(flavor)s 配额目前无法增加（现为 %(current)s）：资源池的健康容量（%(capacity)s）已分配给其他配额。",
+    "%(lender)s has no %(flavor)s left to lend in this period.": "%(lender)s 在此期间已没有可借出的 %(flavor)s。",
+    "%(name)s (%(code)s) — %(amount)s of %(flavor)s lendable": "%(name)s (%(code)s) — 可借出 %(amount)s 个 %(flavor)s",
+    "Choose a flavor: the departments that can lend it are listed.": "请先选择资源规格：将列出可借出该规格的部门。",
+    "Departments that can lend %(flavor)s in the period, with the amount each can still lend.": "在此期间可借出 %(flavor)s 的部门，及各部门尚可借出的数量。",
+    "No department can lend %(flavor)s in this period.": "此期间没有部门可借出 %(flavor)s。",
+    "who borrows from me: nobody": "谁在借用我的配额：无",
 }
 
 
