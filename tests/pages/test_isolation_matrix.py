@@ -157,6 +157,10 @@ RULES: dict[str, Page] = {
     # The usage explorer (issue 24 item 4) shows each persona its own scope (every persona's rows,
     # money and files: tests/billing/test_usage.py); here: nobody is refused the page.
     "billing-usage": Page(dict.fromkeys(PERSONAS, NONE)),
+    # Closing a month (issue 32 item 9) closes every department's: platform admins and finance of
+    # the whole centre (no persona here), 404 for everyone else, its progress box too.
+    "billing-close": Page(PLATFORM_404, (NAMES["A1"], NAMES["B"])),
+    "billing-close-progress": Page(PLATFORM_404, (NAMES["A1"], NAMES["B"])),
 }
 
 # POST actions on an A-side object: persona -> (status, changed). Anyone outside the object's
@@ -374,6 +378,10 @@ def _objs(world, prio):
         found["whatif"] = WhatIfRun.objects.create(created_by=world.users["platform"], month=month,
                                                    change=WhatIfRun._meta.get_field("change").choices[0][0])
     found["node"] = Node.objects.order_by("pk").first()
+    if _exists("billing-close-progress"):
+        from billing.models import MonthCloseRun
+
+        found["closerun"] = MonthCloseRun.objects.create(month=month, requested_by=world.users["platform"])
     if _exists("advisor-apply"):
         from tests.advisor.scene import finished_search
 
@@ -398,7 +406,7 @@ SUBJECT = {
     "notification-read": "note:a",
     "billing-statement": "st:a", "billing-statement-download": "st:a",
     "billing-budget-delete": "bu:a", "billing-adjustment-decide": "adj:a",
-    "what-if-run": "whatif", "what-if-progress": "whatif",
+    "what-if-run": "whatif", "what-if-progress": "whatif", "billing-close-progress": "closerun",
     "project-move": "proj:a",
     "external-source-map": "src:u",
     "directory-rule-edit": "rule:a", "directory-rule-delete": "rule:a",
