@@ -160,3 +160,44 @@ def test_item9_an_empty_month_closes_and_months_close_in_order(world, november):
     page = client.get("/billing/close/", {"month": "2026-09"})
     assert "2026-10 is already closed; late usage of 2026-09 is billed in the next open month." in _text(page)
     assert 'id="close-month"' not in _text(page)  # no close button where it cannot close
+
+
+def test_item9_a_close_whose_worker_died_is_replaced_by_the_next_request(world, november, centre_finance):
+    from django.utils import timezone
+
+    client = _client(centre_finance)
+    client.post("/billing/close/", {"month": "2026-11", "confirm": "2026-11"})
+    lost = MonthCloseRun.objects.get()
+    an_hour_ago = timezone.now() - timedelta(hours=1)
+    MonthCloseRun.objects.filter(pk=lost.pk).update(state="running", heartbeat_at=an_hour_ago)
+    assert client.post("/billing/close/", {"month": "2026-11", "confirm": "2026-11"}).status_code == 302
+    lost.refresh_from_db()
+    assert lost.state == "failed" and lost.error.startswith("No progress since")
+    fresh = MonthCloseRun.objects.get(state="queued")
+    assert month_close_execute(fresh.pk) == "done" and month_close_execute(lost.pk) == "skipped"
+
+
+@pytest.mark.celery_worker
+@pytest.mark.django_db(transaction=True)
+def test_item9_a_real_worker_runs_the_close_task(world, november, centre_finance):
+    """The task by its name, through the broker, in a worker process on the test database."""
+    from billing.tasks import close_month
+    from tests.celery_procs import private_queue, start_worker
+    from tests.waiting import wait_until
+
+    client = _client(centre_finance)
+    client.post("/billing/close/", {"month": "2026-11", "confirm": "2026-11"})
+    run = MonthCloseRun.objects.get()
+    queue = private_queue()
+    worker = start_worker(queue)
+    try:
+        close_month.apply_async(args=[run.pk], queue=queue)
+        wait_until(lambda: MonthCloseRun.objects.get(pk=run.pk).state in ("done", "failed"),
+                   "the worker to finish the close")
+    finally:
+        worker.terminate()
+        output = worker.communicate(timeout=60)[0].decode(errors="replace")
+    run.refresh_from_db()
+    assert (run.state, run.error) == ("done", ""), output
+    assert run.report["statements"] == 3 and run.report["total"] == "528.00"
+    assert MonthClose.objects.get().closed_by == centre_finance

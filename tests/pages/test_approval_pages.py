@@ -535,6 +535,10 @@ def test_item8_the_loan_form_offers_only_lenders_that_can_lend_the_flavor_with_t
                               starts_at=period["starts_at"], ends_at=period["ends_at"])
     errors = page_client("a_admin").post("/quotas/loans/request/", body).context["form"].errors
     assert errors["lender"] == ["Dept B (B) has no G left to lend in this period."]
+    # The quota tree's "Request a loan" names its flavor; the form takes a name as well as an id.
+    assert offered(flavor="G", **period) == offered(flavor=other.pk, **period)
+    tree = page_client("a_admin").get("/quotas/", {"flavor": "G"}).content.decode()
+    assert 'href="/quotas/loans/request/?flavor=G"' in tree
     # The page's lender list re-reads itself when the flavor or the period changes.
     html = page_client("a_admin").get("/quotas/loans/request/").content.decode()
     assert 'id="lender-chooser" hx-get="/quotas/loans/request/"' in html and "change from:#id_flavor" in html
