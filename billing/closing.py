@@ -37,8 +37,8 @@ from portal.models import User
 from quotas.selectors import site_zone
 
 from .meter import watermark
-from .models import MonthClose, MonthCloseRun, UsageRecord, WhatIfState
-from .periods import month_bounds, month_label, month_of, previous_month
+from .models import MonthClose, MonthCloseRun, UsageDay, WhatIfState
+from .periods import month_bounds, month_label, month_of, next_month, previous_month
 from .selectors import can_close_months
 from .services import _check_order, statement_close_month
 
@@ -61,8 +61,13 @@ def month_to_close(now: datetime | None = None) -> date | None:
     (plus the meter's lag)."""
     now = now or timezone.now()
     last = MonthClose.objects.order_by("-month").values_list("month", flat=True).first()
-    usage = UsageRecord.objects.all() if last is None else UsageRecord.objects.filter(month__gt=last)
-    month = usage.aggregate(m=Min("month"))["m"] or previous_month(month_of(now, site_zone()))
+    # The daily sums, not the ledger: their key starts with the day, so the first day after the
+    # last close is one index probe; the ledger has only a BRIN index on its month, and "the
+    # first month after the last close" would read every row of the open months — this runs on
+    # every Statements page a closer opens.
+    days = UsageDay.objects.all() if last is None else UsageDay.objects.filter(day__gte=next_month(last))
+    first = days.aggregate(d=Min("day"))["d"]
+    month = first.replace(day=1) if first else previous_month(month_of(now, site_zone()))
     if (last is not None and month <= last) or watermark(now) < month_bounds(month, site_zone())[1]:
         return None
     return month
