@@ -565,3 +565,47 @@ class WhatIfRun(models.Model):
 
     def __str__(self):
         return f"what-if #{self.pk} {self.month:%Y-%m} {self.change} ({self.state})"
+
+
+class MonthCloseRun(models.Model):
+    """A month close asked for on the Statements page (issue 32 item 9): the Celery task
+    ``billing.close_month`` runs ``statement_close_month`` for it in the background, and the
+    page that asked polls ``state`` / ``step`` and shows the report or why it failed.
+
+    At most one run per month is queued or running (the partial unique constraint): a second
+    click, a second finance user, a retry in a second tab find the one already under way. The
+    close itself is idempotent (one ``MonthClose`` per month, one statement per department and
+    month): a run of a month that closed meanwhile reports the existing close."""
+
+    month = models.DateField(_("month"))  # first day of the site-zone month
+    requested_by = models.ForeignKey(
+        User, null=True, on_delete=models.SET_NULL, related_name="+", verbose_name=_("requested by")
+    )
+    requested_at = models.DateTimeField(_("requested"), auto_now_add=True)
+    state = models.CharField(
+        _("state"), max_length=10, choices=WhatIfState.choices, default=WhatIfState.QUEUED
+    )
+    step = models.CharField(max_length=200, blank=True)  # an English source text, shown translated
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    report = models.JSONField(null=True, blank=True)  # billing.services.CloseReport as a dict
+    # The asker's language: the close runs in it, so its refusals ("No rate covers: …") reach the
+    # page that asked in the words it was asked in.
+    language = models.CharField(max_length=10, blank=True)
+    error = models.TextField(blank=True)  # why it failed, for the person who asked
+    details = models.TextField(blank=True)  # a traceback, for the operators (unexpected failures)
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name = _("month close run")
+        verbose_name_plural = _("month close runs")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["month"],
+                condition=Q(state__in=["queued", "running"]),
+                name="billing_one_live_close_run_per_month",
+            )
+        ]
+
+    def __str__(self):
+        return f"close {self.month:%Y-%m} ({self.state})"

@@ -50,6 +50,20 @@ def statement_lines(statement: Statement) -> QuerySet[StatementLine]:
     return statement.lines.select_related("project", "user", "flavor", "manual").order_by("id")
 
 
+def can_close_months(user: User) -> bool:
+    """Who may close a month (issue 32 item 9): platform admins, and finance whose statements
+    cover the whole centre. A close builds and closes every department's statement of the month
+    at once, so finance of one department (or subtree) may not: its decision would close the
+    others' months too. DESIGN §7: "finance decides when"; DESIGN §1: finance reads the
+    statements of its subtree — a subtree that is the whole centre is the finance office."""
+    scope = scope_for(user)
+    if scope.platform_admin:
+        return True
+    if not scope.finance_departments:
+        return False
+    return set(Department.objects.values_list("id", flat=True)) <= scope.finance_departments
+
+
 def is_closed(month: date) -> bool:
     return MonthClose.objects.filter(month=month).exists()
 

@@ -9,6 +9,7 @@ become adjustment lines of the next month that closes, naming the month they bel
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
@@ -19,6 +20,7 @@ from django.db import connection, transaction
 from django.db.models import Max, Min
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from portal import permissions as perm
 from portal.models import User
@@ -31,7 +33,7 @@ from .lines import LineKey, prices_normalised
 from .meter import meter_lock, meter_state, usage_meter, watermark
 from .models import MonthClose, Rate, Statement, StatementLine, StatementState, Tier, UsageRecord
 from .periods import is_hour_boundary, month_bounds, month_label
-from .selectors import month_lines
+from .selectors import can_close_months, month_lines
 
 
 def _require_platform(actor: User | None) -> None:
@@ -126,8 +128,10 @@ def _check_order(month: date) -> MonthClose | None:
 
 def _unpriced(lines: dict[int, list[pricing.Line]]) -> list[str]:
     names = dict(Flavor.objects.values_list("pk", "name"))
+    zone = site_zone()  # the zone every page and the rates' start hours are read in
     missing = {
-        f"{names.get(line.key.flavor_id, line.key.flavor_id)}/{line.key.tier} @ {line.start:%Y-%m-%d %H:%M}"
+        f"{names.get(line.key.flavor_id, line.key.flavor_id)}/{line.key.tier} @ "
+        f"{line.start.astimezone(zone):%Y-%m-%d %H:%M}"
         for dept_lines in lines.values()
         for line in dept_lines
         if line.amount is None
@@ -230,10 +234,14 @@ def statement_draft_month(*, month: date, actor: User | None = None) -> tuple[in
 
 
 def statement_close_month(
-    *, month: date, actor: User | None = None, now: datetime | None = None
+    *, month: date, actor: User | None = None, now: datetime | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> CloseReport:
-    """Meter up to the month's end, build its statements and close them. Idempotent."""
-    _require_platform(actor)
+    """Meter up to the month's end, build its statements and close them. Idempotent.
+    ``progress`` is told each step (an English source text) as it starts."""
+    if actor is not None:  # None: the system (the management command)
+        perm.require(can_close_months(actor))
+    step = progress or (lambda _text: None)
     now = now or timezone.now()
     zone = site_zone()
     end = month_bounds(month, zone)[1]
@@ -250,8 +258,10 @@ def statement_close_month(
                     ]
                 }
             )
+        step(gettext_noop("Metering up to the end of the month"))
         usage_meter(now=now)
         previous = _check_order(month)
+        step(gettext_noop("Building and closing the statements"))
         with transaction.atomic():
             through = UsageRecord.objects.aggregate(m=Max("id"))["m"] or 0
             after = previous.through_record if previous else 0

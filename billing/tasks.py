@@ -33,3 +33,13 @@ def what_if(run_id: int) -> str:
     from .whatif import execute
 
     return execute(run_id)
+
+
+@shared_task(name="billing.close_month", ignore_result=True)
+def close_month(run_id: int) -> str:
+    """Close the month of a ``MonthCloseRun`` asked for on the Statements page
+    (``billing.closing.month_close_execute``: claims the run first, so a second delivery of the
+    same id does nothing; the close itself is idempotent)."""
+    from .closing import month_close_execute
+
+    return month_close_execute(run_id)

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import views
+from . import views, views_close
 
 urlpatterns = [
     path("reports/", views.report_page, name="reports"),
@@ -13,6 +13,8 @@ urlpatterns = [
         "billing/statements/<int:pk>/download/", views.statement_download, name="billing-statement-download"
     ),
     path("billing/chargeback/", views.chargeback_download, name="billing-chargeback"),
+    path("billing/close/", views_close.month_close_page, name="billing-close"),
+    path("billing/close/runs/<int:pk>/", views_close.month_close_progress, name="billing-close-progress"),
     path("billing/adjustments/", views.adjustment_list, name="billing-adjustments"),
     path("billing/adjustments/<int:pk>/decide/", views.adjustment_decide, name="billing-adjustment-decide"),
     path("billing/budgets/", views.budget_list, name="billing-budgets"),

@@ -21,7 +21,7 @@ from portal.selectors import get_visible, scope_for
 from quotas.models import Flavor
 from quotas.selectors import default_flavor_id
 
-from . import charts, exports, manual, readiness, reports, selectors, usage
+from . import charts, closing, exports, manual, readiness, reports, selectors, usage
 from .budgets import budget_delete, budget_set, budget_statuses, can_set_budget, visible_budgets
 from .forms import (
     BudgetForm,
@@ -217,8 +217,17 @@ def statement_list(request):
             "metered_through": meter_state().metered_through,
             "currency": settings.GPUPOOL["CURRENCY"],
             "files": _chargeback_files(request.user),
+            "close": _month_close(request.user),
         },
     )
+
+
+def _month_close(user: User) -> dict | None:
+    """For whoever may close months: the month to close next (issue 32 item 9)."""
+    if not selectors.can_close_months(user):
+        return None
+    month = closing.month_to_close()
+    return {"month": month, "label": month_label(month) if month else ""}
 
 
 CHARGEBACK_MONTHS_SHOWN = 12

@@ -494,8 +494,9 @@ class JobExplainApi(APIView):
     @extend_schema(responses=ExplainOut)
     def get(self, request, pk):
         job = get_visible(selectors.visible_jobs(request.user), pk=pk)
-        found = start_estimates.start_estimate(job)
         out = explaining.readable(explain_job(job), request.user)
+        # One answer, one story: the job's own reservation is its start when the forecast has none.
+        found = start_estimates.with_reservation(start_estimates.start_estimate(job), out, job.pk)
         return Response({**out, "start_estimate": found.as_dict() if found else None})
 
 

@@ -38,6 +38,7 @@ from jobs.scheduling import autoscale, explaining, start_estimates
 from jobs.scheduling.cycle import explain_job
 from jobs.states import JobState
 from portal.approvals.selectors import visible_approval_requests
+from portal.db import one_snapshot
 from portal.selectors import get_visible, scope_for
 from quotas.models import Flavor
 from quotas.selectors import default_flavor_id
@@ -158,13 +159,21 @@ def job_queue_table(request):
 
 @login_required
 def job_detail(request, pk: int):
-    job = get_visible(selectors.visible_jobs(request.user).select_related("cluster"), pk=pk)
-    explain = None
-    if job.state == JobState.QUEUED:
-        explain = explaining.readable(_readable(explain_job(job)), request.user)
+    # The job, why it waits, where it runs and its history from one snapshot: read one after
+    # another, a commit in between (the scheduler admitting it) made the header say "queued"
+    # above a timeline ending in "admitted" (issue 32 item 7).
+    with one_snapshot():
+        job = get_visible(selectors.visible_jobs(request.user).select_related("cluster"), pk=pk)
+        explain = None
+        if job.state == JobState.QUEUED:
+            explain = explaining.readable(_readable(explain_job(job)), request.user)
+        events = list(selectors.job_events(job))
+        placement = selectors.job_placement(job)
+        approval_pk = approval_request_of(job)
+        approval = None
+        if approval_pk:
+            approval = visible_approval_requests(request.user).filter(pk=approval_pk).first()
     samples = list(selectors.job_gpu_samples(job))
-    approval_pk = approval_request_of(job)
-    approval = visible_approval_requests(request.user).filter(pk=approval_pk).first() if approval_pk else None
     return render(
         request,
         "jobs/detail.html",
@@ -172,9 +181,9 @@ def job_detail(request, pk: int):
             "job": job,
             "approval": approval,
             "explain": explain,
-            "start": start_estimates.start_estimate(job),
-            "placement": selectors.job_placement(job),
-            "events": selectors.job_events(job),
+            "start": start_estimates.with_reservation(start_estimates.start_estimate(job), explain, job.pk),
+            "placement": placement,
+            "events": events,
             "samples": len(samples),
             "chart": charts.utilisation(samples) if samples else None,
             "can_cancel": selectors.can_cancel(request.user, job),

@@ -17,7 +17,7 @@ then marks it returned).
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from decimal import ROUND_CEILING, Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
@@ -33,6 +33,7 @@ from portal.selectors import scope_for
 from portal.texts import message, when
 
 from .models import Flavor, Loan, LoanState, QuotaNode
+from .selectors import healthy_capacity
 from .services import (
     _check_level,
     _check_units,
@@ -87,6 +88,57 @@ def growth_plan(flavor: Flavor, key: tuple[str, int], quota: Decimal) -> list[tu
         key, share = ("department", parent_id), Share(needed, parent_node.lend_limit if parent_node else None)
         parent_id = Department.objects.values_list("parent_id", flat=True).get(pk=parent_id)
     return list(reversed(plan))
+
+
+def _parent_of(key: tuple[str, int]) -> int | None:
+    if key[0] == "project":
+        return Project.objects.values_list("department_id", flat=True).get(pk=key[1])
+    return Department.objects.values_list("parent_id", flat=True).get(pk=key[1])
+
+
+def most_grantable(flavor: Flavor, key: tuple[str, int]) -> Decimal:
+    """The largest quota of ``flavor`` that ``key`` could be granted now, the departments above
+    it growing as far as their own levels allow (``growth_plan``'s rules, solved for the quota
+    instead of checked): top-down, the most a parent can hold bounds what its children may add
+    up to — ratio × its most − the others' quotas, and for a child with a lend limit, its most −
+    the others' never-lent parts + that limit. At the pool the bound is the healthy capacity.
+    Rounded down to the flavor's units; never below 0."""
+    node = QuotaNode.objects.filter(flavor=flavor, **{key[0]: key[1]}).first()
+    lend_limit = node.lend_limit if node else None
+    parent_id = _parent_of(key)
+    parent_quota, ratio, shares = _level(flavor, parent_id)
+    shares.pop(key, None)
+    room = parent_quota if parent_id is None else most_grantable(flavor, ("department", parent_id))
+    most = ratio * room - sum((s.quota for s in shares.values()), Decimal(0))
+    kept = room - sum((s.never_lent for s in shares.values()), Decimal(0))
+    if kept < 0:
+        return Decimal(0)  # the others alone already break the level: nothing more fits
+    if lend_limit is not None:
+        most = min(most, kept + lend_limit)
+    return max(most, Decimal(0)).quantize(_units(flavor), rounding=ROUND_FLOOR)
+
+
+def _growth_or_refusal(flavor: Flavor, key: tuple[str, int], quota: Decimal, current: Decimal):
+    """``growth_plan``, or — when even the pool cannot take it — a refusal that says the most
+    that could be granted (issue 32 item 8), not the pool's arithmetic ("… overcommit ratio 1 ×
+    quota 56")."""
+    try:
+        return growth_plan(flavor, key, quota)
+    except ValidationError:
+        most = most_grantable(flavor, key)
+        values = {"owner": _owner_label(key), "flavor": flavor.name, "most": _n(most), "asked": _n(quota),
+                  "capacity": _n(healthy_capacity(flavor.pk)), "current": _n(current)}
+        if most > current:
+            text = _(
+                "At most %(most)s of %(flavor)s can be granted to %(owner)s now; you asked for %(asked)s. "
+                "The rest of the pool's healthy capacity (%(capacity)s) is promised to other quotas."
+            )
+        else:
+            text = _(
+                "The quota of %(owner)s for %(flavor)s cannot grow now (it is %(current)s): the pool's "
+                "healthy capacity (%(capacity)s) is promised to other quotas."
+            )
+        raise ValidationError({"quota": [text % values]}) from None
 
 
 def _can_ask_quota(actor: User, project: Project | None, department: Department | None) -> bool:
@@ -154,7 +206,7 @@ def _quota_request(actor, flavor, quota, project, department, reason) -> Approva
         )
     if quota < current:
         _check_shrink(node, quota)
-    plan = growth_plan(flavor, key, quota) if quota > current else []
+    plan = _growth_or_refusal(flavor, key, quota, current) if quota > current else []
     owner_department = project.department if project is not None else department
     steps = _quota_chain(project, department, plan)
     # A message: each reader gets it in their own language (portal/texts.py).
@@ -225,8 +277,9 @@ def quota_request_apply(request: ApprovalRequest, actor: User) -> None:
     flavor = Flavor.objects.select_for_update().get(pk=payload["flavor"])
     key = (payload["owner"], payload["owner_id"])
     quota = Decimal(payload["quota"])
+    node = QuotaNode.objects.filter(flavor=flavor, **{key[0]: key[1]}).first()
     try:
-        plan = growth_plan(flavor, key, quota)
+        plan = _growth_or_refusal(flavor, key, quota, node.quota if node else Decimal(0))
         for department_id, _old, needed in plan:
             _set_quota(actor, flavor, ("department", department_id), needed)
         node = _set_quota(actor, flavor, key, quota)

@@ -19,6 +19,7 @@ from portal.selectors import Scope, scope_for
 
 from .approvals import loan_lenders
 from .models import Flavor, QuotaNode
+from .selectors import default_flavor_id, loan_lenders_lendable
 
 QUANTITY = {"max_digits": 12, "decimal_places": 3, "min_value": Decimal(0), "max_value": Decimal(1_000_000)}
 DATETIME_LOCAL = "%Y-%m-%dT%H:%M"
@@ -180,13 +181,20 @@ def _datetime_field(label):
 
 class LoanRequestForm(_OwnerForm):
     """Ask a lender department for an amount of a flavor for a period. Times are entered in the
-    site time zone (the zone every page shows)."""
+    site time zone (the zone every page shows).
+
+    The lender list depends on the flavor and the period (issue 32 item 8): only departments that
+    hold quota of the chosen flavor and can still lend some of it then are offered, each with the
+    amount it can lend (``quotas.selectors.loan_lenders_lendable``, the service's own rule). The
+    page re-reads the list when the flavor, the period or the borrower changes (htmx); without
+    JavaScript a stale choice is a form error on the lender that names what went wrong."""
 
     SERVICE_FIELDS = {"borrower": "owner"}
 
     owner = forms.ChoiceField(label=_("Borrower"))
-    lender = forms.ChoiceField(label=_("Lender"))
     flavor = forms.ModelChoiceField(queryset=Flavor.objects.none(), label=_("Flavor"))
+    # A plain value checked in clean(): the choices are only what the form offers now.
+    lender = forms.CharField(label=_("Lender"), widget=forms.Select(attrs={"data-keep-choice": ""}))
     amount = forms.DecimalField(label=_("Amount"), **QUANTITY, help_text=_("GPUs of the flavor to borrow."))
     starts_at = _datetime_field(_("Starts at"))
     ends_at = _datetime_field(_("Ends at"))
@@ -198,16 +206,67 @@ class LoanRequestForm(_OwnerForm):
         super().__init__(*args, **kwargs)
         self._setup_owner(*loan_borrowers(user))
         self.fields["flavor"].queryset = Flavor.objects.filter(active=True).order_by("name")
-        # Any department that holds quota may be asked (the directory is not tenant data); the
-        # flavor it must hold is checked in clean().
-        lenders = Department.objects.filter(quota_nodes__quota__gt=0).distinct().order_by("code")
-        self.fields["lender"].choices = [("", "---------")] + [
-            (d.code, f"{d.name} ({d.code})") for d in lenders
-        ]
         if not self.is_bound:
             start = timezone.localtime().replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
             self.initial.setdefault("starts_at", start)
             self.initial.setdefault("ends_at", start + timedelta(days=DEFAULT_LOAN_DAYS))
+            if "flavor" not in self.initial:
+                self.initial["flavor"] = default_flavor_id(user)
+        self.flavor_shown = self._chosen_flavor()
+        self.lenders = self._offered_lenders()
+        self.fields["lender"].widget.choices = [("", "---------")] + [
+            (lender.department.code, _lender_label(lender)) for lender in self.lenders
+        ]
+        if self.flavor_shown is None:
+            self.fields["lender"].help_text = _(
+                "Choose a flavor: the departments that can lend it are listed.")
+        else:
+            self.fields["lender"].help_text = _(
+                "Departments that can lend %(flavor)s in the period, with the amount each can still lend."
+            ) % {"flavor": self.flavor_shown.name}
+
+    def _value(self, name: str):
+        """What the user gave for ``name`` (bound data, else the initial value), cleaned by its
+        field, or None when it is missing or not valid (the form's own errors say so)."""
+        field = self.fields[name]
+        if self.is_bound:
+            raw = field.widget.value_from_datadict(self.data, self.files, self.add_prefix(name))
+        else:
+            raw = self.get_initial_for_field(field, name)
+        if raw in (None, ""):
+            return None
+        try:
+            return field.clean(raw)
+        except ValidationError:
+            return None
+
+    def _chosen_flavor(self) -> Flavor | None:
+        return self._value("flavor")
+
+    def _period(self) -> tuple:
+        starts_at, ends_at = self._value("starts_at"), self._value("ends_at")
+        if starts_at is None or ends_at is None or ends_at <= starts_at:
+            return None, None  # unknown: what each has lent at any time from now on
+        return starts_at, ends_at
+
+    def _borrower_department_id(self) -> int | None:
+        """The department a department borrower is: it cannot borrow from itself."""
+        kind, _sep, pk = str(self._raw_owner() or "").partition(":")
+        return int(pk) if kind == "department" and pk.isdigit() else None
+
+    def _raw_owner(self):
+        if self.is_bound:
+            return self.data.get(self.add_prefix("owner"))
+        return self.initial.get("owner")
+
+    def _offered_lenders(self) -> list:
+        if self.flavor_shown is None:
+            return []
+        own = self._borrower_department_id()
+        return [
+            lender for lender in loan_lenders_lendable(self.flavor_shown.pk, *self._period())
+            if lender.department.pk != own
+        ]
 
     def clean(self):
         data = super().clean()
@@ -215,14 +274,12 @@ class LoanRequestForm(_OwnerForm):
         if flavor is None:
             return data
         if code:
-            lender = loan_lenders(flavor).filter(code=code).first()
-            if lender is None:
-                self.add_error(
-                    "lender",
-                    _("%(lender)s holds no quota of %(flavor)s to lend.")
-                    % {"lender": code, "flavor": flavor.name},
-                )
-            data["lender"] = lender
+            offered = {lender.department.code: lender for lender in self.lenders}
+            if code not in offered:
+                self.add_error("lender", self._not_offered(code, flavor))
+                data["lender"] = None
+            else:
+                data["lender"] = offered[code].department
         if owner is not None:
             field = "project" if isinstance(owner, Project) else "department"
             node = QuotaNode.objects.filter(flavor=flavor, **{field: owner}).select_related("flavor").first()
@@ -235,11 +292,48 @@ class LoanRequestForm(_OwnerForm):
             data["borrower"] = node
         return data
 
+    def _not_offered(self, code: str, flavor: Flavor) -> str:
+        """Why a lender is not on the list: it holds none of the flavor, it is the borrower
+        itself, or it has lent all of it in the period."""
+        holds = loan_lenders(flavor).filter(code=code).first()
+        if holds is None:
+            return _("%(lender)s holds no quota of %(flavor)s to lend.") % {
+                "lender": code, "flavor": flavor.name}
+        if holds.pk == self._borrower_department_id():
+            return _("A department cannot borrow from itself.")
+        return _("%(lender)s has no %(flavor)s left to lend in this period.") % {
+            "lender": holds, "flavor": flavor.name}
+
     def service_kwargs(self) -> dict:
         data = self.cleaned_data
         return {
             name: data[name] for name in ("borrower", "lender", "amount", "starts_at", "ends_at", "reason")
         }
+
+
+def _lender_label(lender) -> str:
+    return _("%(name)s (%(code)s) — %(amount)s of %(flavor)s lendable") % {
+        "name": lender.department.name,
+        "code": lender.department.code,
+        "amount": f"{lender.lendable.normalize():f}",
+        "flavor": lender.node.flavor.name,
+    }
+
+
+def loan_request_initial(params) -> dict:
+    """The choices the page was asked to show (``?flavor=<id>&starts_at=…``): the htmx refresh of
+    the lender list sends the form's current values; the flavor may be named too (the quota tree)."""
+    initial = {}
+    for name in ("owner", "starts_at", "ends_at", "amount", "reason", "lender"):
+        if params.get(name):
+            initial[name] = params[name]
+    flavor = params.get("flavor") or ""
+    found = Flavor.objects.filter(active=True).filter(
+        Q(pk=int(flavor)) if flavor.isdigit() else Q(name=flavor)
+    ).values_list("pk", flat=True).first() if flavor else None
+    if found is not None:
+        initial["flavor"] = found
+    return initial
 
 
 def request_quota_initial(params, form: QuotaRequestForm) -> dict:

@@ -150,6 +150,49 @@ def visible_loans(user: User) -> QuerySet[Loan]:
     )
 
 
+LIVE_LOANS = (LoanState.PENDING, LoanState.ACTIVE)
+
+
+def lent_out(node_ids, starts_at: datetime | None, ends_at: datetime | None) -> dict[int, Decimal]:
+    """Per lender node, an upper bound of what it has lent at once within [starts_at, ends_at):
+    the sum of its live outgoing loans overlapping the interval (the whole future when
+    unbounded). One query; the rule ``loan_create`` and ``loan_request_create`` check."""
+    loans = Loan.objects.filter(lender_id__in=list(node_ids), state__in=LIVE_LOANS)
+    if starts_at is not None:
+        loans = loans.filter(starts_at__lt=ends_at, ends_at__gt=starts_at)
+    return dict(loans.values("lender_id").annotate(total=Sum("amount")).values_list("lender_id", "total"))
+
+
+@dataclass(frozen=True)
+class Lender:
+    """A department that can be asked for a loan of a flavor, and how much it can still lend in
+    a period: its quota minus what it has lent then (``lent_out``)."""
+
+    node: QuotaNode
+    lendable: Decimal
+
+    @property
+    def department(self):
+        return self.node.department
+
+
+def loan_lenders_lendable(
+    flavor_id: int, starts_at: datetime | None, ends_at: datetime | None
+) -> list[Lender]:
+    """The departments holding quota of the flavor that can still lend some of it in the period
+    (issue 32 item 8: the loan form offers only these, each with its amount), by code. Two
+    queries. The department directory is not tenant data; the amount is what the request's
+    refusal would name anyway."""
+    nodes = list(
+        QuotaNode.objects.filter(flavor_id=flavor_id, department__isnull=False, quota__gt=0)
+        .select_related("department", "flavor")
+        .order_by("department__code")
+    )
+    lent = lent_out([n.pk for n in nodes], starts_at, ends_at)
+    found = [Lender(n, n.quota - lent.get(n.pk, Decimal(0))) for n in nodes]
+    return [lender for lender in found if lender.lendable > 0]
+
+
 def visible_windows(user: User) -> QuerySet[QuotaWindow]:
     return QuotaWindow.objects.filter(quota_node_id__in=visible_quota_nodes(user).values("id"))
 

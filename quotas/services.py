@@ -11,7 +11,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from django.core.exceptions import ValidationError
-from django.db.models import Q, Sum
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -21,7 +21,7 @@ from portal.selectors import scope_for
 
 from . import fractions
 from .models import Cluster, Flavor, Loan, LoanState, Node, QuotaNode, QuotaWindow
-from .selectors import healthy_capacity
+from .selectors import LIVE_LOANS, healthy_capacity, lent_out
 from .validation import Share, level_violations
 
 ChildKey = tuple[str, int]
@@ -360,7 +360,7 @@ def _hold_under(node: QuotaNode, department: Department) -> None:
 
 # --- loans and windows --------------------------------------------------------------------
 
-_LIVE_LOANS = (LoanState.PENDING, LoanState.ACTIVE)
+_LIVE_LOANS = LIVE_LOANS
 
 
 def _check_loans_fit(node: QuotaNode, quota: Decimal) -> None:
@@ -381,10 +381,7 @@ def _check_loans_fit(node: QuotaNode, quota: Decimal) -> None:
 def _max_overlapping_out(lender: QuotaNode, starts_at: datetime | None, ends_at: datetime | None) -> Decimal:
     """Upper bound of what ``lender`` has lent at once within [starts_at, ends_at): the sum of
     all live outgoing loans overlapping the interval (the whole future when unbounded)."""
-    loans = Loan.objects.filter(lender=lender, state__in=_LIVE_LOANS)
-    if starts_at is not None:
-        loans = loans.filter(starts_at__lt=ends_at, ends_at__gt=starts_at)
-    return loans.aggregate(total=Sum("amount"))["total"] or Decimal(0)
+    return lent_out([lender.pk], starts_at, ends_at).get(lender.pk, Decimal(0))
 
 
 def loan_create(

@@ -20,6 +20,7 @@ from .forms import (
     ProjectMoveForm,
     QuotaRequestForm,
     can_request_loan,
+    loan_request_initial,
     request_quota_initial,
 )
 from .models import Flavor, LoanState, Node, NodeState, QuotaNode
@@ -111,7 +112,10 @@ def quota_request_new(request):
 @login_required
 def loan_request_new(request):
     """Ask a lender department for a loan; the lender's department admin decides."""
-    form = LoanRequestForm(request.POST if request.method == "POST" else None, user=request.user)
+    if request.method == "POST":
+        form = LoanRequestForm(request.POST, user=request.user)
+    else:  # the page, or its lender list re-read for the values chosen so far (htmx)
+        form = LoanRequestForm(user=request.user, initial=loan_request_initial(request.GET))
     if request.method == "POST" and form.is_valid():
         created = _submit_request(request, form, loan_request_create)
         if created is not None:

@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from django.db.models import QuerySet
+from django.utils.translation import gettext_lazy as _
 
 from jobs.models import Job
 from jobs.states import HOLDING
@@ -23,6 +24,19 @@ from quotas.models import Cluster, Flavor, Node, NodeEvent, NodeState
 
 MILLI = 1000
 EVENTS_SHOWN = 20
+# A draining node that no job holds any more is drained (Slurm's DRAINING → DRAINED): shown, not
+# stored. It is derived where the jobs on the node are read, so it is true the moment the last
+# job leaves, whichever way it left (finished, cancelled, requeued, lost), and no writer of job
+# states has to know about nodes. The hold stays "draining" until the node is returned.
+DRAINED = "drained"
+SHOWN_STATES = {**dict(NodeState.choices), DRAINED: _("Drained")}
+
+
+def shown_state(node: Node, held: bool) -> str:
+    """The state a page shows: ``node.state``, or "drained" for a draining node no job holds."""
+    if node.state == NodeState.DRAINING and not held:
+        return DRAINED
+    return node.state
 
 
 @dataclass(slots=True)
@@ -73,6 +87,14 @@ class NodeView:
     @property
     def job_ids(self) -> list[int]:
         return sorted({h.job_id for g in self.gpus for h in g.holders})
+
+    @property
+    def state(self) -> str:
+        return shown_state(self.node, bool(self.used))
+
+    @property
+    def state_label(self) -> str:
+        return SHOWN_STATES.get(self.state, self.state)
 
     @property
     def health(self) -> str:
@@ -148,10 +170,14 @@ def node_map(
     if flavor is not None:
         nodes_qs = nodes_qs.filter(flavor=flavor)
     if state:
-        nodes_qs = nodes_qs.filter(state=state)
+        # "drained" is a draining node without jobs (shown, not stored); the stored states as
+        # they are stored (the API's ``state`` field and filter).
+        nodes_qs = nodes_qs.filter(state=NodeState.DRAINING if state == DRAINED else state)
     nodes = list(nodes_qs.order_by("zone", "spine", "leaf", "name"))
     cells = occupancy(user, nodes)
     views = [NodeView(n, cells[n.pk]) for n in nodes]
+    if state == DRAINED:
+        views = [v for v in views if v.state == DRAINED]
     if has_free:
         views = [v for v in views if v.free and v.node.state == NodeState.READY]
     spines: dict[tuple[str, str], dict[str, Leaf]] = defaultdict(dict)

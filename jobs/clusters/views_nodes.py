@@ -11,7 +11,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, ngettext
 
 from jobs.clusters import node_map as selectors
 from jobs.clusters.nodes import REASON_MAX, jobs_on_node, node_cordon, node_drain, node_return
@@ -31,7 +31,8 @@ class NodeMapFilter(forms.Form):
         empty_label=gettext_lazy("all"),
     )
     state = forms.ChoiceField(
-        required=False, label=gettext_lazy("State"), choices=[("", gettext_lazy("all")), *NodeState.choices]
+        required=False, label=gettext_lazy("State"),
+        choices=[("", gettext_lazy("all")), *NodeState.choices, (selectors.DRAINED, gettext_lazy("Drained"))],
     )
     free = forms.BooleanField(required=False, label=gettext_lazy("Has free GPUs"))
 
@@ -60,6 +61,12 @@ class NodeActionForm(forms.Form):
         max_length=REASON_MAX,
         widget=forms.TextInput(attrs={"maxlength": REASON_MAX}),
     )
+    # Requeueing stops running work: the page asks once more, naming the jobs, before it does.
+    confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
+
+    def stops_jobs(self) -> bool:
+        data = self.cleaned_data
+        return data["action"] == NodeAction.DRAIN and data["jobs"] == DRAIN_REQUEUE
 
 
 @login_required
@@ -93,34 +100,12 @@ def node_page(request, pk: int):
         raise PermissionDenied
     node = get_object_or_404(Node.objects.select_related("cluster", "flavor"), pk=pk)
     form = NodeActionForm(request.POST or None)
+    confirm = None
     if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
-        try:
-            if data["action"] == NodeAction.CORDON:
-                outcome = node_cordon(actor=request.user, node=node, reason=data["reason"])
-            elif data["action"] == NodeAction.DRAIN:
-                outcome = node_drain(
-                    actor=request.user, node=node, reason=data["reason"],
-                    requeue=data["jobs"] == DRAIN_REQUEUE,
-                )
-            else:
-                outcome = node_return(actor=request.user, node=node, reason=data["reason"])
-        except ValidationError as exc:
-            if hasattr(exc, "error_dict"):
-                for field_name, errors in exc.error_dict.items():
-                    form.add_error(field_name if field_name in form.fields else None, errors)
-            else:
-                form.add_error(None, exc)
-        else:
-            if outcome.event is None:
-                messages.info(request, _("Nothing to change: %(node)s already is %(state)s.") % {
-                    "node": node.name, "state": outcome.node.get_state_display()})
-            else:
-                messages.success(request, _("%(node)s: %(state)s.") % {
-                    "node": node.name, "state": outcome.node.get_state_display()})
-                if outcome.requeued:
-                    messages.info(request, _("%(count)d jobs are being requeued.") % {
-                        "count": len(outcome.requeued)})
+        to_stop = [j for j in jobs_on_node(node) if j.terminating_since is None] if form.stops_jobs() else []
+        if to_stop and not form.cleaned_data["confirmed"]:
+            confirm = to_stop  # nothing is done until the admin confirms, naming these jobs
+        elif _apply(request, form, node):
             return redirect("node-page", pk=node.pk)
     on_node = jobs_on_node(node)
     cells = selectors.occupancy(request.user, [node])[node.pk]
@@ -129,6 +114,40 @@ def node_page(request, pk: int):
         "view": selectors.NodeView(node, cells),
         "jobs": on_node,
         "form": form,
+        "confirm": confirm,
         "events": selectors.node_events(request.user, node=node),
     }
     return render(request, "jobs/node_detail.html", context)
+
+
+def _apply(request, form: NodeActionForm, node: Node) -> bool:
+    """Run the action; True when done (its outcome is in the messages), False with the
+    service's refusal on the form."""
+    data = form.cleaned_data
+    try:
+        if data["action"] == NodeAction.CORDON:
+            outcome = node_cordon(actor=request.user, node=node, reason=data["reason"])
+        elif data["action"] == NodeAction.DRAIN:
+            outcome = node_drain(
+                actor=request.user, node=node, reason=data["reason"], requeue=data["jobs"] == DRAIN_REQUEUE,
+            )
+        else:
+            outcome = node_return(actor=request.user, node=node, reason=data["reason"])
+    except ValidationError as exc:
+        if hasattr(exc, "error_dict"):
+            for field_name, errors in exc.error_dict.items():
+                form.add_error(field_name if field_name in form.fields else None, errors)
+        else:
+            form.add_error(None, exc)
+        return False
+    shown = selectors.NodeView(outcome.node, selectors.occupancy(request.user, [outcome.node])[node.pk])
+    if outcome.event is None:
+        messages.info(request, _("Nothing to change: %(node)s already is %(state)s.") % {
+            "node": node.name, "state": shown.state_label})
+    else:
+        messages.success(request, _("%(node)s: %(state)s.") % {"node": node.name, "state": shown.state_label})
+        if outcome.requeued:
+            count = len(outcome.requeued)
+            text = ngettext("%(count)d job is being requeued.", "%(count)d jobs are being requeued.", count)
+            messages.info(request, text % {"count": count})
+    return True

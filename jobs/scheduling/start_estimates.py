@@ -60,6 +60,9 @@ class StartEstimate:
     estimated_start: datetime | None
     unknown_reason: str | None  # None when there is an estimate
     computed_at: datetime | None
+    # The start is the reservation the last cycle holds for the job (``with_reservation``),
+    # not the forecast's.
+    reserved: bool = False
 
     def as_dict(self) -> dict:
         """The API's form; ``unknown_text`` in the request's language."""
@@ -142,6 +145,28 @@ def cached_start_estimates_of(jobs: Iterable[tuple[int, str, str]]) -> dict[int,
 def start_estimate(job: Job) -> StartEstimate | None:
     """One job's estimate (None: the job is not waiting)."""
     return cached_start_estimates([job]).get(job.pk)
+
+
+def with_reservation(
+    estimate: StartEstimate | None, explain: dict | None, job_id: int
+) -> StartEstimate | None:
+    """The estimate, or — when it has no time — the reservation the last scheduling cycle holds
+    for this very job (issue 32 item 7). The cycle reserves GPUs for the head job of a level at
+    the earliest instant it fits; the forecast runs less often (beat) and may not have seen the
+    job yet ("not estimated yet"), or stopped at its bound. A page showing "reserved · earliest
+    start 14:00" above "Estimated start: unknown" contradicts itself: the reservation is a start
+    the engine holds now, at the latest. A forecast time, when there is one, is kept."""
+    if estimate is None or estimate.estimated_start is not None or not explain:
+        return estimate
+    reservation = explain.get("reservation") or {}
+    at = reservation.get("earliest_start")
+    if reservation.get("job") != job_id or not at:
+        return estimate
+    if isinstance(at, str):
+        at = datetime.fromisoformat(at)
+    computed = explain.get("computed_at")
+    computed = datetime.fromisoformat(computed) if isinstance(computed, str) else estimate.computed_at
+    return StartEstimate(at, None, computed, reserved=True)
 
 
 def _form_forecast_input(now: datetime) -> tuple[Snapshot, dict[str, QueuedJob], dict]:

@@ -81,7 +81,10 @@ def start_estimate(estimate):
         return format_html('<span class="start-unknown">{}</span> <small class="muted">{}</small>',
                            gettext("unknown"), start_unknown_label(estimate.unknown_reason))
     at = localtime(estimate.estimated_start)
-    title = gettext("Estimated from the running jobs' maximum runtimes; earlier if they end sooner")
+    if estimate.reserved:
+        title = gettext("The scheduler holds a reservation for this job: it starts then at the latest")
+    else:
+        title = gettext("Estimated from the running jobs' maximum runtimes; earlier if they end sooner")
     return format_html('<time class="start" datetime="{}" title="{}">{}</time>', at.isoformat(), title,
                        date_filter(at, "Y-m-d H:i"))
 

@@ -4,7 +4,9 @@
    - <select data-autosubmit>         submits its form when changed;
    - <input data-check-all="name">    ticks or clears every checkbox called name in its form;
    - <button data-copy="id">          copies the text of element #id (a tunnel command) and says
-                                      so with its data-copied label. */
+                                      so with its data-copied label;
+   - <select data-keep-choice>        a list htmx re-reads (the loan form's lenders) keeps the
+                                      choice made while the read was on its way, if still offered. */
 (function () {
   "use strict";
   document.addEventListener("submit", function (event) {
@@ -19,6 +21,25 @@
         box.checked = el.checked;
       });
     }
+  });
+  var kept = {};
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail.target;
+    if (!target || !target.querySelectorAll) { return; }
+    target.querySelectorAll("select[data-keep-choice]").forEach(function (select) {
+      if (select.id && select.value) { kept[select.id] = select.value; }
+    });
+  });
+  document.addEventListener("htmx:load", function (event) {
+    var root = event.detail.elt;
+    if (!root || !root.querySelectorAll) { return; }
+    root.querySelectorAll("select[data-keep-choice]").forEach(function (select) {
+      var value = kept[select.id];
+      delete kept[select.id];
+      if (value && Array.prototype.some.call(select.options, function (o) { return o.value === value; })) {
+        select.value = value;
+      }
+    });
   });
   document.addEventListener("click", function (event) {
     var button = event.target.closest("button[data-copy]");

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from datetime import date, timedelta
 from decimal import Decimal
 from html import unescape
@@ -331,3 +332,23 @@ def test_the_statement_page_shows_this_months_estimate(client_for, world, histor
     [row] = response.context["estimates"]
     assert row["estimate"].department == world.A1 and row["estimate"].total == Decimal("12.00")
     assert client_for("pa1_member").get("/billing/statements/").context["estimates"] == []
+
+
+def test_item9_the_statement_page_names_tiers_as_the_chargeback_file_does(
+    client_for, world, history, reported
+):
+    """The file's ``tier`` values are a contract finance imports: the page shows them as they are
+    (with what they mean), not "In quota" for ``standard``."""
+    begin = local(2026, 11, 7, 10)
+    job = history.run(world.pb, world.F, begin, None, gpus=2)
+    history.flip(job, begin + timedelta(hours=1), True)  # its second hour on loan
+    history.end(job, begin + timedelta(hours=2))
+    statement_close_month(month=NOV, now=local(2026, 12, 2))
+    statement = Statement.objects.get(department=world.B)
+    client = client_for("platform")
+    html = client.get(f"/billing/statements/{statement.pk}/").content.decode()
+    shown = re.findall(r'<code class="tier">([a-z_]+)</code>', html)
+    file = client.get(f"/billing/statements/{statement.pk}/download/", {"format": "csv"})
+    rows = list(csv.DictReader(io.StringIO(file.content.decode("utf-8-sig"))))
+    assert sorted(shown) == sorted(r["tier"] for r in rows) and set(shown) == {"standard", "on_loan"}
+    assert "In quota" not in html

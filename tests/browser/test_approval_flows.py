@@ -23,7 +23,7 @@ from jobs.models import Job
 from jobs.scheduling.cycle import schedule_once
 from jobs.services import job_submit
 from portal.models import ApprovalRequest
-from quotas.models import Cluster, Loan, Node, QuotaNode
+from quotas.models import Cluster, Flavor, Loan, Node, QuotaNode
 from tests import factories as fx
 from tests.waiting import settle
 
@@ -194,8 +194,9 @@ def test_a_loan_approved_by_the_lender_shows_in_both_departments(world, browser_
     borrower.click("main a:has-text('Request a loan')")
     borrower.wait_for_url("**/quotas/loans/request/")
     borrower.select_option("#id_owner", label="Dept A (A)")
-    borrower.select_option("#id_lender", label="Dept B (B)")
     borrower.select_option("#id_flavor", label="F")
+    borrower.wait_for_function(_LENDERS_ARE, arg=["A1", "B"])  # the list follows the choices
+    borrower.select_option("#id_lender", value="B")
     borrower.fill("#id_amount", "4")
     start = timezone.localtime().replace(second=0, microsecond=0)  # in effect from now
     borrower.fill("#id_starts_at", start.strftime("%Y-%m-%dT%H:%M"))
@@ -233,6 +234,47 @@ def test_a_loan_approved_by_the_lender_shows_in_both_departments(world, browser_
     shot(borrower, "quota-tree-with-loan")
     borrower.goto(borrower.base + "/notifications/")
     assert "Approved:" in borrower.inner_text("ul.notifications")
+
+
+_LENDERS_ARE = """codes => JSON.stringify([...document.querySelectorAll('#id_lender option')]
+    .map(o => o.value).filter(Boolean)) === JSON.stringify(codes)"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh-hans"])
+def test_item8_the_loan_form_lists_only_lenders_of_the_flavor_with_their_amounts(
+    world, browser_for, shot, lang
+):
+    """Flavor G: only B holds it, and has lent 3 of its 4 for the coming month. Choosing G lists B alone,
+    with 1 lendable; choosing the borrower takes it off the list; the request goes through."""
+    g = Flavor.objects.create(name="G", vendor="nvidia", model="G", memory_mib=1024,
+                              k8s_resource_name="nvidia.com/gpu")
+    lender = QuotaNode.objects.create(flavor=g, department=world.B, quota=Decimal(4))
+    QuotaNode.objects.create(flavor=g, department=world.A, quota=Decimal(0))
+    other = QuotaNode.objects.create(flavor=g, project=world.pb, quota=Decimal(0))
+    now = timezone.now()
+    Loan.objects.create(lender=lender, borrower=other, amount=Decimal(3), starts_at=now,
+                        ends_at=now + timedelta(days=30), state="active")
+    page = _login(browser_for, world, "a_admin")
+    if lang != "en":
+        page.goto(page.base + "/quotas/loans/request/")
+        with page.expect_navigation():
+            page.select_option("form.lang-switch select", lang)
+    page.goto(page.base + "/quotas/loans/request/")
+    page.wait_for_function(_LENDERS_ARE, arg=["A", "A1", "B"])  # F, the default: every holder
+    page.select_option("#id_owner", label="Dept A (A)")
+    page.wait_for_function(_LENDERS_ARE, arg=["A1", "B"])  # not itself
+    page.select_option("#id_flavor", label="G")
+    page.wait_for_function(_LENDERS_ARE, arg=["B"])
+    label = page.locator("#id_lender option[value=B]").inner_text()
+    assert label == ("Dept B (B) — 1 of G lendable" if lang == "en" else "Dept B (B) — 可借出 1 个 G")
+    shot(page, f"loan-request-lenders-{lang}")
+    page.select_option("#id_lender", value="B")
+    page.fill("#id_amount", "1")
+    with page.expect_navigation():
+        page.click("form.loan-request button[type=submit]")
+    request = ApprovalRequest.objects.get(kind="loan")
+    assert page.url.endswith(f"/approvals/{request.pk}/")
+    assert request.payload["lender"] == lender.pk and request.payload["amount"] == "1"
 
 
 def test_the_inbox_in_chinese(world, browser_for, shot):

@@ -21,7 +21,7 @@ from portal.context import nav_counts
 from portal.models import ApprovalAudit, ApprovalRequest, Notification
 from portal.selectors import scope_for
 from quotas.approvals import quota_request_create
-from quotas.models import Flavor, QuotaNode
+from quotas.models import Cluster, Flavor, Loan, Node, QuotaNode
 
 pytestmark = pytest.mark.django_db
 
@@ -416,6 +416,34 @@ def test_quota_beyond_the_hardware_is_refused_on_the_form(page_client, world):
     assert not ApprovalRequest.objects.exists()
 
 
+def test_item8_a_refused_quota_request_says_the_most_that_could_be_granted(page_client, world):
+    """A third node (C = 24; A and B hold 8 each): pa1 could grow to 12 (A to 16, A1 to 12 beside
+    pa's 4). Asking 20 is refused with that figure, not the pool's arithmetic; 12 then passes."""
+    Node.objects.create(cluster=Cluster.objects.get(name="c1"), name="n2", flavor=world.F, gpu_count=8,
+                        zone="z", spine="s", leaf="l2")
+    body = {"owner": f"project:{world.pa1.pk}", "flavor": world.F.pk, "quota": "20"}
+    response = page_client("pa1_member").post("/quotas/requests/new/", body)
+    assert response.context["form"].errors["quota"] == [
+        "At most 12 of F can be granted to Project a1 (pa1) now; you asked for 20. The rest of the pool's "
+        "healthy capacity (24) is promised to other quotas."
+    ]
+    assert not ApprovalRequest.objects.exists()
+    zh = page_client("pa1_member", "zh-hans").post("/quotas/requests/new/", {**body, "quota": "13"})
+    assert "最多可为 Project a1 (pa1) 批准 12" in zh.content.decode()
+    assert page_client("pa1_member").post("/quotas/requests/new/", {**body, "quota": "12"}).status_code == 302
+    request = ApprovalRequest.objects.get()
+    growth = [(g["name"], g["to"]) for g in request.payload["growth"]]
+    assert growth == [("Dept A (A)", "16"), ("Dept A1 (A1)", "12")]
+    # Once A holds the new node's 8 as well, B cannot grow at all: it says so, with B's quota.
+    QuotaNode.objects.filter(pk=world.quota["A"].pk).update(quota=16)
+    response = page_client("platform").post(
+        "/quotas/requests/new/", {"owner": f"department:{world.B.pk}", "flavor": world.F.pk, "quota": "9"})
+    assert response.context["form"].errors["quota"] == [
+        "The quota of Dept B (B) for F cannot grow now (it is 8): the pool's healthy capacity (24) is "
+        "promised to other quotas."
+    ]
+
+
 def test_a_member_cannot_ask_for_another_tenants_quota(page_client, world):
     response = page_client("pa1_member").post(
         "/quotas/requests/new/", {"owner": f"project:{world.pb.pk}", "flavor": world.F.pk, "quota": "9"}
@@ -466,8 +494,54 @@ def test_loans_page_links_the_loan_request_form_for_admins_only(page_client, wor
 def test_loan_request_form_defaults_to_a_week_from_the_next_hour(page_client, world):
     form = page_client("a_admin").get("/quotas/loans/request/").context["form"]
     assert form.initial["ends_at"] - form.initial["starts_at"] == timedelta(days=7)
-    lenders = {code for code, _label in form.fields["lender"].choices if code}
+    lenders = {code for code, _label in form.fields["lender"].widget.choices if code}
     assert lenders == {"A", "A1", "B"}
+
+
+def test_item8_the_loan_form_offers_only_lenders_that_can_lend_the_flavor_with_their_amounts(
+    page_client, world
+):
+    """Only departments holding quota of the chosen flavor and with some left to lend in the
+    period are offered, each with that amount; the list follows the flavor and the period."""
+    other = Flavor.objects.create(
+        name="G", vendor="nvidia", model="G", memory_mib=1024, k8s_resource_name="nvidia.com/gpu"
+    )
+    lender = QuotaNode.objects.create(flavor=other, department=world.B, quota=Decimal(4))
+    borrower = QuotaNode.objects.create(flavor=other, department=world.A1, quota=Decimal(1))
+    start = timezone.now().replace(second=0, microsecond=0) + timedelta(hours=1)
+    Loan.objects.create(lender=lender, borrower=borrower, amount=Decimal(3), starts_at=start,
+                        ends_at=start + timedelta(days=2), state="active")
+
+    def offered(**params) -> dict[str, str]:
+        form = page_client("a_admin").get("/quotas/loans/request/", params).context["form"]
+        return {code: str(label) for code, label in form.fields["lender"].widget.choices if code}
+
+    assert offered(flavor=world.F.pk) == {
+        "A": "Dept A (A) — 8 of F lendable", "A1": "Dept A1 (A1) — 4 of F lendable",
+        "B": "Dept B (B) — 8 of F lendable"}
+    # G: only B holds it (A1 holds 1 but lends it here too), and B has lent 3 of its 4 in the period.
+    period = {"starts_at": _local(start), "ends_at": _local(start + timedelta(days=1))}
+    assert offered(flavor=other.pk, **period) == {
+        "A1": "Dept A1 (A1) — 1 of G lendable", "B": "Dept B (B) — 1 of G lendable"}
+    later = start + timedelta(days=3)  # after that loan: all of B's 4
+    after = {"starts_at": _local(later), "ends_at": _local(later + timedelta(days=1))}
+    assert offered(flavor=other.pk, **after)["B"] == "Dept B (B) — 4 of G lendable"
+    # The borrower itself is not offered; a department that lent everything is not either.
+    assert "A1" not in offered(flavor=other.pk, owner=f"department:{world.A1.pk}", **period)
+    Loan.objects.create(lender=lender, borrower=borrower, amount=Decimal(1), starts_at=start,
+                        ends_at=start + timedelta(days=2), state="pending")
+    assert "B" not in offered(flavor=other.pk, **period)
+    body, _start = _loan_body(world, flavor=other.pk, amount="1", owner=f"department:{world.A.pk}",
+                              starts_at=period["starts_at"], ends_at=period["ends_at"])
+    errors = page_client("a_admin").post("/quotas/loans/request/", body).context["form"].errors
+    assert errors["lender"] == ["Dept B (B) has no G left to lend in this period."]
+    # The quota tree's "Request a loan" names its flavor; the form takes a name as well as an id.
+    assert offered(flavor="G", **period) == offered(flavor=other.pk, **period)
+    tree = page_client("a_admin").get("/quotas/", {"flavor": "G"}).content.decode()
+    assert 'href="/quotas/loans/request/?flavor=G"' in tree
+    # The page's lender list re-reads itself when the flavor or the period changes.
+    html = page_client("a_admin").get("/quotas/loans/request/").content.decode()
+    assert 'id="lender-chooser" hx-get="/quotas/loans/request/"' in html and "change from:#id_flavor" in html
 
 
 @pytest.mark.parametrize(

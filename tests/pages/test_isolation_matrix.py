@@ -162,6 +162,10 @@ RULES: dict[str, Page] = {
     # Personal API tokens (issue 32 item 16): one's own only, whoever one is.
     "api-token-list": Page({**dict.fromkeys(PERSONAS, NONE), "pa1_member": A, "pb_member": B},
                            ("token:a", "token:b")),
+    # Closing a month (issue 32 item 9) closes every department's: platform admins and finance of
+    # the whole centre (no persona here), 404 for everyone else, its progress box too.
+    "billing-close": Page(PLATFORM_404, (NAMES["A1"], NAMES["B"])),
+    "billing-close-progress": Page(PLATFORM_404, (NAMES["A1"], NAMES["B"])),
 }
 
 # POST actions on an A-side object: persona -> (status, changed). Anyone outside the object's
@@ -395,6 +399,9 @@ def _objs(world, prio):
     found["whatif"] = WhatIfRun.objects.create(created_by=world.users["platform"], month=month,
                                                change=WhatIfRun._meta.get_field("change").choices[0][0])
     found["node"] = Node.objects.order_by("pk").first()
+    from billing.models import MonthCloseRun
+
+    found["closerun"] = MonthCloseRun.objects.create(month=month, requested_by=world.users["platform"])
     found["advisor"], found["advcand"] = finished_search(world.users["platform"])
     found["advlive"] = AdvisorSearch.objects.create(
         created_by=world.users["platform"], scenario=found["advisor"].scenario,
@@ -413,7 +420,7 @@ SUBJECT = {
     "notification-read": "note:a",
     "billing-statement": "st:a", "billing-statement-download": "st:a",
     "billing-budget-delete": "bu:a", "billing-adjustment-decide": "adj:a",
-    "what-if-run": "whatif", "what-if-progress": "whatif",
+    "what-if-run": "whatif", "what-if-progress": "whatif", "billing-close-progress": "closerun",
     "project-move": "proj:a",
     "external-source-map": "src:u",
     "directory-rule-edit": "rule:a", "directory-rule-delete": "rule:a",

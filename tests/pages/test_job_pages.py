@@ -227,3 +227,41 @@ def test_item2_an_over_long_name_filter_says_it_is_ignored_and_why(page_client, 
     page = page_client("platform").get("/jobs/", {"q": "p" * 80}).content.decode()
     assert "Some filters were not valid and are ignored:" in page
     assert "at most 63 characters (it has 80)" in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_item7_the_header_and_the_timeline_come_from_one_snapshot(page_client, pa1_job):
+    """The scheduler admits the job while its page is being read (after the job row, before the
+    events): header, state and timeline still tell one story."""
+    import threading
+
+    from django.db import connection, connections
+
+    from jobs.scheduling.cycle import schedule_once
+
+    admitted = []
+
+    def admit_elsewhere():
+        try:
+            schedule_once()  # a real cycle on its own connection, committed
+            admitted.append(Job.objects.get(pk=pa1_job.pk).state)
+        finally:
+            connections.close_all()
+
+    def between(execute, sql, params, many, context):
+        if "jobs_jobevent" in sql and not admitted:
+            worker = threading.Thread(target=admit_elsewhere)
+            worker.start()
+            worker.join()
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(between):
+        response = page_client("pa1_member").get(f"/jobs/{pa1_job.pk}/")
+    assert admitted == [JobState.ADMITTED]  # the commit did land in the middle of the page
+    job = response.context["job"]
+    last = [e.to_state for e in response.context["events"] if e.kind == "transition"][-1]
+    assert (job.state, last) == (JobState.QUEUED, JobState.QUEUED)
+    # The next visit shows the admission everywhere.
+    again = page_client("pa1_member").get(f"/jobs/{pa1_job.pk}/")
+    last = [e.to_state for e in again.context["events"] if e.kind == "transition"][-1]
+    assert (again.context["job"].state, last) == (JobState.ADMITTED, JobState.ADMITTED)

@@ -41,6 +41,21 @@ def test_one_flavor_shows_bars_figures_and_the_over_quota_row(page_client, world
     assert html.count("over-quota") == 1
 
 
+def test_item8_every_level_says_who_borrows_from_it_or_nobody(page_client, world, borrowing):
+    """pa borrows 2 of A1's idle quota (pa1's, below it): A1 and pa1 name a borrower; A (pa is
+    inside it), pa, B and pb say nobody — no row leaves the question open."""
+    html = _html(page_client("platform").get("/quotas/?flavor=F"))
+    says = {}
+    for key, owner in (("department", world.A), ("department", world.A1), ("project", world.pa),
+                       ("project", world.pa1), ("department", world.B), ("project", world.pb)):
+        row = html.split(f'data-node="{key}-{owner.pk}"')[1].split("</tr>")[0]
+        says[owner.code] = ("(1)" if "who borrows from me (1)" in row
+                            else "nobody" if "who borrows from me: nobody" in row else "")
+    assert says == {"A": "nobody", "A1": "(1)", "pa": "nobody", "pa1": "(1)", "B": "nobody", "pb": "nobody"}
+    zh = _html(page_client("platform", "zh-hans").get("/quotas/?flavor=F"))
+    assert zh.count("谁在借用我的配额：无") == 4
+
+
 def test_all_flavors_is_a_grid_of_the_flavors_with_visible_quota(page_client, world, borrowing):
     slices = Flavor.objects.create(name="A-slice", vendor="nvidia", model="A100 1g", memory_mib=10240,
                                    fraction_numerator=1, fraction_denominator=7,

@@ -2,13 +2,14 @@
 cached once, shown on the queue page, the job page, the API (job detail and explain) and the
 submission form's live feedback."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.utils import timezone, translation
 
 from jobs import tasks
 from jobs.models import Job
+from jobs.scheduling.cycle import schedule_once
 from jobs.scheduling.start_estimates import cached_start_estimates, start_estimates_refresh
 from jobs.services import job_submit
 from tests.start_estimate_scene import submit_training, two_running_two_waiting
@@ -157,3 +158,32 @@ def test_the_forms_live_estimates_share_one_snapshot_for_a_while(
     cache.delete(start_estimates._FORM_SNAPSHOT_KEY)
     client.post("/jobs/new/validate/", body, HTTP_HX_REQUEST="true")
     assert len(built) == 2
+
+
+def test_item7_a_reserved_job_shows_its_reservation_as_its_start_until_the_forecast_runs(
+    page_client, api, world, prio
+):
+    """Right after the cycle, before the beat's forecast: the head waiting job holds a reservation
+    ("earliest start …"); the page's "Estimated start" says that time, not "unknown"."""
+    jobs = submit_training(world, prio, 4)
+    now = timezone.now().replace(microsecond=0)
+    schedule_once(now)  # two admitted for 1 h
+    schedule_once(now)  # the head of the two waiting gets a reservation for when they end
+    head = Job.objects.filter(pk__in=[j.pk for j in jobs], state="queued").order_by("pk").first()
+    assert cached_start_estimates([head])[head.pk].unknown_reason == "not_computed"  # no forecast yet
+    page = page_client("pb_member").get(f"/jobs/{head.pk}/")
+    assert page.context["explain"]["reservation"]["job"] == head.pk
+    reserved_at = page.context["explain"]["reservation"]["earliest_start"]
+    shown = timezone.localtime(reserved_at).strftime("%Y-%m-%d %H:%M")
+    html = page.content.decode()
+    estimate = html[html.index('class="start-estimate"'):]
+    estimate = estimate[: estimate.index("</article>")]
+    assert "unknown" not in estimate and shown in estimate, estimate
+    assert "GPUs are reserved for this job" in html
+    # The explain API gives the same start beside the same reservation.
+    answer = api(world.users["pb_member"]).get(f"/api/v1/jobs/{head.pk}/explain/").json()
+    assert answer["start_estimate"]["unknown_reason"] is None
+    assert datetime.fromisoformat(answer["start_estimate"]["estimated_start"]) == reserved_at
+    # Once the forecast has a time of its own, that one is shown.
+    assert start_estimates_refresh(now) == 2
+    assert page_client("pb_member").get(f"/jobs/{head.pk}/").context["start"].reserved is False

@@ -11,6 +11,7 @@ from billing.services import statement_close_month, statement_draft_month
 
 
 def validation_text(error: ValidationError) -> str:
+    """With the field names: the command's output is read by operators and scripts."""
     if hasattr(error, "error_dict"):
         return "; ".join(
             f"{field}: {' '.join(m for e in errs for m in e.messages)}"
