@@ -119,6 +119,27 @@ def test_hostile_environment_values_are_refused_on_their_field(world, member, fi
     _refused(response, field, before, says)
 
 
+@pytest.mark.parametrize(
+    "entry",
+    [{"name": "N", "value": 5}, {"name": "N", "value": 1e3}, {"name": "N", "value": -0.5},
+     {"name": "N", "secret": 5, "key": "k"}, {"name": "N", "secret": "s", "key": 7}],
+    ids=lambda e: repr(e),
+)
+def test_item22_an_env_entry_sent_as_a_number_is_refused_not_stored_as_text(world, api, member, entry):
+    """A number was turned into text (5 → "5", 1e3 → "1000.0") and stored without a word. The job
+    API and the templates' values refuse it on the entry, and nothing is written."""
+    from jobs.models import JobTemplate
+
+    before = _snapshot()
+    response = member.post("/api/v1/jobs/", _job(world, env=[entry]), format="json")
+    _refused(response, "env", before, 'send a number in quotes, e.g. \\"5\\"')
+    values = {k: v for k, v in _job(world, env=[entry]).items() if k != "project"}
+    template = member.post("/api/v1/job-templates/", {"name": "t", "project": world.pa1.pk, "values": values},
+                           format="json")
+    assert template.status_code == 400 and "env" in json.dumps(template.json()), template.content[:300]
+    assert not JobTemplate.objects.exists()
+
+
 def test_a_port_on_a_training_job_is_refused(world, member):
     before = _snapshot()
     _refused(
