@@ -366,7 +366,8 @@ class JobIn(serializers.Serializer):
         required=False,
         allow_null=True,
         help_text='Inference jobs (min_workers below workers): scale from load between min_workers and '
-        'workers. {"query": PromQL naming the job with {job} or {job_id}, "target": a decimal > 0 per '
+        'workers. {"query": PromQL whose every selector reads the job\'s own series ({job}, {job_id}), '
+        '"target": a decimal > 0 per '
         'replica, "cooldown_seconds": 30–86400, default 300} — the settings of PUT '
         '/api/v1/jobs/{id}/autoscale/, given with the job; omitted or null: off. A refusal names the '
         'field under autoscale (e.g. {"autoscale": {"target": [...]}}) and creates no job.',
