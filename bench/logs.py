@@ -106,7 +106,7 @@ from jobs.clusters.backends.kubernetes import build_pod
 from tests.backends.k8s_standin import StandIn
 api = StandIn().start()
 api.add("pods", build_pod(pod_spec()))
-api.pod_started("gpupool", "gp-1", "gpu-a", datetime(2026, 1, 1, tzinfo=UTC))
+api.pod_started("gpupool-jobs", "gp-1", "gpu-a", datetime(2026, 1, 1, tzinfo=UTC))
 block = b"".join(LINE % (i, i % 10**6) for i in range(16384))
 size = 0
 while size < int(sys.argv[2]) * MIB:
@@ -136,7 +136,7 @@ def k8s_figures(mb: int, tail_bytes: int) -> dict:
     try:
         url, size = server.stdout.readline().split()
         size = int(size)
-        backend = KubernetesBackend(host=url, namespace="gpupool", token="t")
+        backend = KubernetesBackend(host=url, namespace="gpupool-jobs", token="t")
         tail_ms, tail_kib = timed(lambda: backend.log_tail("gp-1", max_bytes=tail_bytes), 20)
         tracemalloc.start()
         t0 = time.perf_counter()

@@ -7,6 +7,7 @@ from jobs.models import (
     JobEvent,
     JobTemplate,
     PriorityClass,
+    ProjectSecret,
     ProjectStorage,
     RuleChangeEvent,
     SchedulerSettings,
@@ -80,6 +81,19 @@ class ProjectStorageAdmin(PlatformModelAdmin):
     ]
     list_filter = ["kind", "read_only", "checkpoints", "active"]
     search_fields = ["project__code", "name", "mount_path", "host_path"]
+    autocomplete_fields = ["project"]
+
+
+@admin.register(ProjectSecret)
+class ProjectSecretAdmin(PlatformModelAdmin):
+    """The Kubernetes Secrets a project's jobs may read environment variables from (DESIGN §13,
+    docs/environment.md): names only, never values. Create the Secret itself in the jobs'
+    namespace (gpupool-jobs), never in the portal's. Removing one (or switching it off) refuses it
+    to new submissions and to queued jobs when they are dispatched."""
+
+    list_display = ["project", "name", "note", "active"]
+    list_filter = ["active"]
+    search_fields = ["project__code", "name", "note"]
     autocomplete_fields = ["project"]
 
 

@@ -7,6 +7,7 @@ from functools import cached_property
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
@@ -37,6 +38,22 @@ from quotas.selectors import healthy_capacity
 
 # Marks a row column whose output is read once per page (``JobOut.represent_rows``).
 _PER_PAGE = object()
+
+
+class StrictCharField(serializers.CharField):
+    """A JSON string, nothing else: DRF's ``CharField`` turns ``5`` into ``"5"``, so an env value
+    sent as a number was stored as text without a word (issue 32 item 22). A value passes
+    verbatim into the job's environment; a number would come out as whatever text Python made
+    of it (``1e3`` → ``"1000.0"``), so it is refused, not converted."""
+
+    default_error_messages = {
+        "not_a_string": gettext_lazy('A string: send a number in quotes, e.g. "5".'),
+    }
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("not_a_string")
+        return super().to_internal_value(data)
 
 
 class StartEstimateOut(serializers.Serializer):
@@ -331,7 +348,7 @@ class JobIn(serializers.Serializer):
     )
     env = serializers.ListField(
         child=serializers.DictField(
-            child=serializers.CharField(
+            child=StrictCharField(
                 max_length=environment.MAX_ENV_VALUE_BYTES, allow_blank=True, trim_whitespace=False
             )
         ),
@@ -349,7 +366,8 @@ class JobIn(serializers.Serializer):
         required=False,
         allow_null=True,
         help_text='Inference jobs (min_workers below workers): scale from load between min_workers and '
-        'workers. {"query": PromQL naming the job with {job} or {job_id}, "target": a decimal > 0 per '
+        'workers. {"query": PromQL whose every selector reads the job\'s own series ({job}, {job_id}), '
+        '"target": a decimal > 0 per '
         'replica, "cooldown_seconds": 30–86400, default 300} — the settings of PUT '
         '/api/v1/jobs/{id}/autoscale/, given with the job; omitted or null: off. A refusal names the '
         'field under autoscale (e.g. {"autoscale": {"target": [...]}}) and creates no job.',

@@ -49,7 +49,8 @@ class AutoscaleOut(serializers.Serializer):
 class AutoscaleIn(serializers.Serializer):
     query = serializers.CharField(
         allow_blank=True, trim_whitespace=True, max_length=AUTOSCALE_QUERY_MAX_LENGTH,
-        help_text="PromQL answering one value per replica, naming the job with {job} or {job_id}; "
+        help_text="PromQL answering one value per replica; every selector reads the job's own series "
+        '(a matcher such as hpc_job="{job}", job="{job}", pod=~"{job}-.*" or job_id="{job_id}"); '
         "empty turns autoscaling off.",
     )
     target = serializers.CharField(
@@ -68,7 +69,8 @@ class AutoscaleSubmitIn(AutoscaleIn):
 
     query = serializers.CharField(
         trim_whitespace=True, max_length=AUTOSCALE_QUERY_MAX_LENGTH,
-        help_text="PromQL answering one value per replica, naming the job with {job} or {job_id}.",
+        help_text="PromQL answering one value per replica; every selector reads the job's own series "
+        '(a matcher such as hpc_job="{job}", job="{job}", pod=~"{job}-.*" or job_id="{job_id}").',
     )
     target = serializers.CharField(
         max_length=40, help_text="The value one replica should carry (a decimal > 0, at most 3 decimals).",

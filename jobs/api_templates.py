@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 from jobs import templates_service as templates
 from jobs.api import JobIn, JobOut, body_errors
 from jobs.api_autoscale import nested_autoscale_errors
-from jobs.models import JobTemplate, ProjectStorage, name_validator
+from jobs.models import JobTemplate, ProjectSecret, ProjectStorage, name_validator
 from portal.api import VisibleRelatedField
 from portal.api_base import DetailApi, ListCreateApi
 from portal.selectors import get_visible, visible_projects
@@ -178,3 +178,29 @@ class ProjectStorageListApi(ListCreateApi):
             return ProjectStorage.objects.none()
         project = get_visible(visible_projects(self.request.user), pk=self.kwargs["pk"])
         return templates.storage_rows(project)
+
+
+class SecretOut(serializers.ModelSerializer):
+    name = serializers.CharField(
+        read_only=True,
+        help_text="The Kubernetes Secret's name: a job's env reads it as "
+        '{"name": …, "secret": <name>, "key": …}.',
+    )
+
+    class Meta:
+        model = ProjectSecret
+        fields = ["id", "name", "note"]
+
+
+class ProjectSecretListApi(ListCreateApi):
+    """The Secrets the project's jobs may read environment variables from (``env`` entries
+    ``{"name", "secret", "key"}`` name one of them; any other is refused), to whoever can see the
+    project; the platform's administrators declare them. Names only: the portal holds no value."""
+
+    output = SecretOut
+
+    def visible(self):
+        if getattr(self, "swagger_fake_view", False):  # the schema generator has no project id
+            return ProjectSecret.objects.none()
+        project = get_visible(visible_projects(self.request.user), pk=self.kwargs["pk"])
+        return templates.secret_rows(project)

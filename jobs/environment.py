@@ -5,7 +5,9 @@ Everything is checked here, once, at submission (``job_submit`` calls it for the
 templates alike) and stored on the job as plain snapshots; dispatch turns them into the backend
 contract's ``Mount`` / ``EnvVar`` / ``Checkpoint`` (``jobs.clusters.dispatch.spec_fields``). A secret
 is only ever a reference (a Kubernetes Secret name and key; on Slurm a file of that name on the nodes): the
-portal never holds a secret value, so it cannot leak one.
+portal never holds a secret value, so it cannot leak one. A job may reference only the secrets its
+project declares (``ProjectSecret``, like its storages): a name is not a capability, and the jobs of
+every project share one namespace (issue 32 item 17).
 """
 
 from __future__ import annotations
@@ -145,10 +147,11 @@ def checkpoint_dir(checkpoint: dict[str, Any] | None) -> str | None:
 # ---- environment variables -----------------------------------------------------------------
 
 
-def clean_env(entries: Any) -> list[dict[str, str]]:
+def clean_env(entries: Any, *, project=None) -> list[dict[str, str]]:
     """``[{"name", "value"}]`` or ``[{"name", "secret", "key"}]`` entries, checked: names that a
     shell and Kubernetes accept, none reserved or repeated, bounded values, secret references
-    that name a Kubernetes Secret and key (never a path)."""
+    that name a Kubernetes Secret and key (never a path) which ``project`` declares (None: the
+    project is not known yet — its own field says why — and references are checked by shape)."""
     if entries in (None, ""):
         return []
     if not isinstance(entries, list | tuple):
@@ -163,6 +166,8 @@ def clean_env(entries: Any) -> list[dict[str, str]]:
             continue
         total += len(item.get("value", "").encode())
         cleaned.append(item)
+    if project is not None:
+        errors += undeclared_secrets(project, cleaned)
     names = [item["name"] for item in cleaned]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
@@ -203,6 +208,25 @@ def _env_entry(entry: Any) -> tuple[dict[str, str], str | None]:
     if not SECRET_KEY.match(key) or key in (".", ".."):
         return {}, _("%(name)s: the key is a Secret key (letters, digits, '-', '_', '.').") % {"name": name}
     return {"name": name, "secret": secret, "key": key}, None
+
+
+def declared_secrets(project) -> set[str]:
+    return set(project.secrets.filter(active=True).values_list("name", flat=True))
+
+
+def undeclared_secrets(project, entries: Iterable[dict[str, str]]) -> list[str]:
+    """One message per reference to a Secret that ``project`` does not declare (the portal's
+    own ``gpupool-secrets``, another project's, a removed one): refused, whatever the backend."""
+    references = [e for e in entries if "secret" in e]
+    if not references:
+        return []
+    declared = declared_secrets(project)
+    return [
+        _("%(name)s: %(secret)s is not a secret of project %(project)s.")
+        % {"name": e["name"], "secret": e["secret"][:63], "project": project.code}
+        for e in references
+        if e["secret"] not in declared
+    ]
 
 
 def parse_env_lines(text: str, *, secrets: bool) -> list[dict[str, str]]:

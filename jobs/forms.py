@@ -16,6 +16,7 @@ from jobs.models import (
     SUBMITTABLE_KINDS,
     JobKind,
     PriorityClass,
+    ProjectSecret,
     ProjectStorage,
     image_validator,
     name_validator,
@@ -202,6 +203,7 @@ class JobForm(forms.Form):
         ).select_related("project")
         self.fields["mounts"].label_from_instance = _storage_label
         self.mounts_for = ""  # the project whose storages the list shows (offer_mounts)
+        self._say_which_secrets()
         # Every class validates (so job_submit names the rule a choice breaks); the list offers
         # only those the user may use for the chosen kind (offer_priority_classes).
         self.classes = list(PriorityClass.objects.all())
@@ -316,6 +318,21 @@ class JobForm(forms.Form):
             "%(old)s cannot be used for this kind of job here; %(new)s was chosen instead."
         ) % {"old": old.name, "new": new.name}
 
+    def _say_which_secrets(self) -> None:
+        """The help of the secrets' textarea names the Secrets the user's projects declare: only
+        those can be read (issue 32 item 17)."""
+        declared = ProjectSecret.objects.filter(
+            project__in=self.fields["project"].queryset, active=True
+        ).select_related("project").order_by("project__code", "name")[:50]
+        names = ", ".join(f"{s.project.code} / {s.name}" for s in declared)
+        extra = (
+            _("Secrets your projects declare: %(list)s.") % {"list": names}
+            if names
+            else _("Your projects declare no secrets yet: a platform admin declares them.")
+        )
+        field = self.fields["secret_env_text"]
+        field.help_text = f"{field.help_text} {extra}"
+
     def clean(self):
         data = super().clean()
         project, storages = data.get("project"), data.get("mounts") or []
@@ -325,7 +342,7 @@ class JobForm(forms.Form):
         for field, secrets in (("env_text", False), ("secret_env_text", True)):
             try:
                 entries = environment.parse_env_lines(data.get(field, ""), secrets=secrets)
-                environment.clean_env(entries)  # its errors on its own textarea
+                environment.clean_env(entries, project=project)  # its errors on its own textarea
             except ValueError as exc:
                 self.add_error(field, str(exc))
             except ValidationError as exc:

@@ -570,6 +570,50 @@ class ProjectStorage(models.Model):
             raise ValidationError(errors)
 
 
+class ProjectSecret(models.Model):
+    """A Kubernetes Secret a project's jobs may read environment variables from (DESIGN §13;
+    issue 32 item 17), declared by platform admins like a storage: by name only — the portal
+    never holds a secret's value. On Kubernetes it is a Secret of the jobs' namespace (never the
+    portal's own, which holds gpupool-secrets); on Slurm the directory
+    ``<secrets_dir>/<project>/<name>/`` on the nodes. A job's ``{"secret", "key"}`` must name an
+    active declaration of its own project; any key of that Secret may be read."""
+
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="secrets", verbose_name=_("project")
+    )
+    name = models.CharField(
+        _("Secret name"),
+        max_length=253,
+        help_text=_(
+            "The Kubernetes Secret's name in the jobs' namespace (lower-case letters, digits, '-', '.')."
+        ),
+    )
+    note = models.CharField(
+        _("note"), max_length=200, blank=True, help_text=_("What it holds, for the project's users.")
+    )
+    active = models.BooleanField(_("active"), default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["project", "name"]
+        verbose_name = _("project secret")
+        verbose_name_plural = _("project secrets")
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="secret_name_once_per_project"),
+        ]
+
+    def __str__(self):
+        return self.name
+
+    def clean(self):
+        from jobs.environment import DNS_SUBDOMAIN  # the one place Secret names are checked
+
+        if not DNS_SUBDOMAIN.match(self.name or ""):
+            raise ValidationError(
+                {"name": [_("A Kubernetes Secret name: lower-case letters, digits, '-' and '.'.")]}
+            )
+
+
 class JobTemplate(models.Model):
     """A saved submission: the API's submission body (``values``) under a name, the owner's
     own or shared with the project's members. Submitting from it checks everything again."""

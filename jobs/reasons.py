@@ -48,6 +48,7 @@ FIXED = (
 
 # The reasons with parameters (their English text is the msgid with the parameters filled in).
 SUBMITTED_TO = pgettext_noop("job event", "submitted to %(cluster)s")
+SECRET_UNDECLARED = pgettext_noop("job event", "secret %(secret)s is not declared for project %(project)s")
 SCALED_BY_OWNER = pgettext_noop("job event", "scaled %(before)s→%(after)s by its owner")
 SCALED_BY_SCHEDULER = pgettext_noop("job event", "scaled %(before)s→%(after)s by the scheduler")
 SCALED_FOR = pgettext_noop("job event", "scaled %(before)s→%(after)s: %(why)s")

@@ -225,7 +225,7 @@ def _working_environment(project, kind, *, image, mounts, env, expose_port) -> d
     all_errors(
         lambda: environment.check_image(image),
         lambda: result.update(mounts=environment.clean_mounts(project, mounts)),
-        lambda: result.update(env=environment.clean_env(env)),
+        lambda: result.update(env=environment.clean_env(env, project=project)),
         lambda: _check_expose_port(kind, expose_port),
     )
     return result

@@ -261,3 +261,8 @@ def template_submit(*, actor: User, template: JobTemplate, overrides: dict | Non
 def storage_rows(project: Project) -> QuerySet:
     """The project's active storages, as its users see them."""
     return project.storages.filter(active=True).order_by("name")
+
+
+def secret_rows(project: Project) -> QuerySet:
+    """The Secrets the project declares (names and notes: the portal holds no value)."""
+    return project.secrets.filter(active=True).order_by("name")

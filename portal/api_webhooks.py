@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
+from rest_framework.exceptions import Throttled
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -14,7 +15,7 @@ from .api import VisibleRelatedField
 from .api_base import DetailApi, ListCreateApi
 from .models import NotificationTopic, Webhook, WebhookDelivery, WebhookKind
 from .selectors import get_visible
-from .webhook_delivery import webhook_test_send
+from .webhook_delivery import TooManyTestSends, webhook_test_send
 from .webhook_formats import masked_url
 
 
@@ -97,12 +98,17 @@ class DeliveryOut(serializers.ModelSerializer):
 
 
 class WebhookTestApi(APIView):
-    """Send a test message now (one attempt, no retries) and answer with its log row."""
+    """Send a test message now (one attempt, no retries) and answer with its log row. At most 5
+    test messages a minute per user, all hooks together: beyond, 429 with ``Retry-After``."""
 
     @extend_schema(request=None, responses={201: DeliveryOut})
     def post(self, request, pk):
         hook = get_visible(webhooks.visible_webhooks(request.user), pk=pk)
-        return Response(DeliveryOut(webhook_test_send(actor=request.user, webhook=hook)).data, status=201)
+        try:
+            row = webhook_test_send(actor=request.user, webhook=hook)
+        except TooManyTestSends as exc:
+            raise Throttled(wait=exc.wait) from None
+        return Response(DeliveryOut(row).data, status=201)
 
 
 class WebhookDeliveriesApi(APIView):

@@ -1,16 +1,24 @@
-"""JSON bodies with a bound on nesting.
+"""JSON bodies with a bound on nesting, finite numbers and real characters.
 
 Python's decoder recurses once per ``[`` or ``{``: 2,000 of them (4 KB) raise ``RecursionError``,
 which no parser catches, so a tiny anonymous request was a 500. Every JSON body the portal reads
 (DRF's parser, the NUL check of ``portal.security``, JSON fields of the admin) goes through
 ``json_loads_bounded``: deeper than ``MAX_JSON_DEPTH`` levels is a ``ValueError`` like any other
 malformed body, hence a 400. No request of ours nests beyond a handful of levels.
+
+Two more things JSON's grammar allows and nothing downstream can hold (issue 32 items 19, 20):
+a number beyond a double (``1e999``) decodes to ``inf``, which every integer field and id lookup
+turned into an ``OverflowError``; an escaped lone surrogate (``"\\ud800"``) decodes to a string
+that cannot be encoded as UTF-8, so the error message that echoed it crashed while it was being
+rendered (and PostgreSQL could not store it). Both are refused here, for every body at once.
 """
 
 from __future__ import annotations
 
 import codecs
 import json
+import math
+import re
 
 from django import forms
 from django.core.exceptions import ValidationError
@@ -29,6 +37,48 @@ class JsonTooDeep(ValueError):
         self.limit = limit
 
 
+class JsonNotRepresentable(ValueError):
+    """A number no double holds, or a lone surrogate: valid JSON grammar, no value of ours."""
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def finite_float(text: str) -> float:
+    """``parse_float`` for JSON: ``1e999`` is an error, not ``inf``. The message never echoes a
+    huge literal whole."""
+    value = float(text)
+    if not math.isfinite(value):
+        shown = text if len(text) <= 24 else text[:20] + "…"
+        raise JsonNotRepresentable(f"the number {shown} is out of range")
+    return value
+
+
+def _may_hold_surrogates(text: str | bytes) -> bool:
+    """Cheap first: a lone surrogate comes from a ``\\u`` escape, or — in bytes, which ``json``
+    decodes with ``surrogatepass`` — from its UTF-8-like encoding (0xED 0xA0..0xBF)."""
+    if isinstance(text, bytes):
+        return b"\\u" in text or b"\xed" in text
+    return "\\u" in text or bool(_SURROGATE.search(text))
+
+
+def _lone_surrogate(value) -> str | None:
+    """The first lone surrogate in any key or string of ``value`` (iteratively), as an escape."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            found = _SURROGATE.search(item)
+            if found:
+                return f"\\u{ord(found.group()):04x}"
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
 def _deeper_than(value, limit: int) -> bool:
     """Whether containers nest more than ``limit`` levels (iterative: the value may be ~1,000 deep)."""
     stack = [(value, 1)]
@@ -43,7 +93,9 @@ def _deeper_than(value, limit: int) -> bool:
 
 def json_loads_bounded(text: str | bytes, *, limit: int = MAX_JSON_DEPTH, **kwargs):
     """``json.loads`` that raises ``JsonTooDeep`` (a ``ValueError``) instead of ``RecursionError``
-    and for any nesting deeper than ``limit``."""
+    and for any nesting deeper than ``limit``, and ``JsonNotRepresentable`` (a ``ValueError``) for
+    a number beyond a double or a lone surrogate."""
+    kwargs.setdefault("parse_float", finite_float)
     try:
         value = json.loads(text, **kwargs)
     except RecursionError:
@@ -53,6 +105,8 @@ def json_loads_bounded(text: str | bytes, *, limit: int = MAX_JSON_DEPTH, **kwar
     opening += text.count(b"{" if isinstance(text, bytes) else "{")
     if opening > limit and isinstance(value, dict | list) and _deeper_than(value, limit):
         raise JsonTooDeep(limit)
+    if _may_hold_surrogates(text) and (escape := _lone_surrogate(value)):
+        raise JsonNotRepresentable(f"{escape} is a lone surrogate, not a character")
     return value
 
 

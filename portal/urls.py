@@ -80,7 +80,8 @@ api_v1 = [
     path("jobs/<int:pk>/log/", jobs_logs_api.JobLogApi.as_view(), name="job-log"),
     path("jobs/<int:pk>/log/download/", jobs_logs_api.JobLogDownloadApi.as_view(), name="job-log-download"),
     path("jobs/<int:pk>/access/", jobs_logs_api.JobAccessApi.as_view(), name="job-access"),
-    # The job's working environment for its users (DESIGN §13): templates, the project's storages.
+    # The job's working environment for its users (DESIGN §13): templates, the project's storages
+    # and the Secrets it declares.
     path("job-templates/", jobs_templates_api.JobTemplateListApi.as_view(), name="jobtemplate-list"),
     path(
         "job-templates/<int:pk>/",
@@ -96,6 +97,11 @@ api_v1 = [
         "projects/<int:pk>/storages/",
         jobs_templates_api.ProjectStorageListApi.as_view(),
         name="project-storages",
+    ),
+    path(
+        "projects/<int:pk>/secrets/",
+        jobs_templates_api.ProjectSecretListApi.as_view(),
+        name="project-secrets",
     ),
     # External jobs' sources (DESIGN §11): Slurm accounts / Kubernetes namespaces → projects.
     path("external-sources/", jobs_external_api.ExternalSourceListApi.as_view(), name="externalsource-list"),

@@ -19,7 +19,7 @@ from . import webhooks
 from .forms import ServiceErrorsMixin
 from .models import DeliveryStatus, NotificationTopic, Webhook, WebhookDelivery, WebhookKind
 from .selectors import get_visible
-from .webhook_delivery import webhook_test_send
+from .webhook_delivery import TooManyTestSends, webhook_test_send
 from .webhook_formats import masked_url
 
 
@@ -137,6 +137,9 @@ def webhook_test(request, pk: int):
     except PermissionDenied as exc:
         messages.error(request, str(exc))
         return redirect("webhook-list")
+    except TooManyTestSends as exc:
+        messages.error(request, _("Too many test messages: try again in %(n)d seconds.") % {"n": exc.wait})
+        return redirect("webhook-edit", hook.pk)
     if row.status == DeliveryStatus.DELIVERED:
         messages.success(request, _("The test message was delivered."))
     else:

@@ -5,18 +5,28 @@ backoff or give up.
 Safety: the host is resolved here, at send time, and the request goes to the address that was
 checked (no second lookup a rebinding DNS could answer differently); private, loopback,
 link-local and other non-public addresses are refused, and plain http too, unless the host is
-in ``GPUPOOL["WEBHOOK_ALLOW_HOSTS"]``. Redirects are never followed (a 3xx is a failure)."""
+in ``GPUPOOL["WEBHOOK_ALLOW_HOSTS"]``. Redirects are never followed (a 3xx is a failure).
+
+The log a hook's owner reads never says where a name leads (issue 32 item 22): a name that does
+not resolve and one that resolves to a non-public address get the same words and the same
+retries, and a transport error is named by its kind (timed out, could not connect, TLS), never by
+the exception's text, which carries the address connected to. The detail goes to the server log.
+A user's test messages are limited to ``TEST_SENDS`` a minute: each is an outbound request the
+portal makes on their behalf, at once."""
 
 from __future__ import annotations
 
 import ipaddress
 import logging
 import socket
+import ssl
+import time
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
 import urllib3
 from django.conf import settings
+from django.core.cache import cache
 from django.db.models import Q
 from django.utils import timezone, translation
 from django.utils.translation import gettext, gettext_noop
@@ -32,10 +42,24 @@ log = logging.getLogger(__name__)
 BACKOFF = (timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=30), timedelta(hours=2))
 MAX_ATTEMPTS = len(BACKOFF) + 1
 ANSWER_BYTES = 65536
+# Test messages a user may send a minute, all hooks together (the page and the API alike).
+TEST_SENDS = 5
+TEST_WINDOW_SECONDS = 60
 
 
 class Refused(Exception):
     """The target is not allowed; trying again will not change that."""
+
+
+class NoPublicAddress(OSError):
+    """The host did not resolve, or not to public addresses only: not sent, tried again later
+    (DNS may change). One message for both, so the log is no oracle for internal names."""
+
+
+class TooManyTestSends(Exception):
+    def __init__(self, wait: int):
+        super().__init__(f"too many test messages: wait {wait} s")
+        self.wait = wait
 
 
 def _claim(pk: int, now: datetime) -> bool:
@@ -65,7 +89,7 @@ def delivery_attempt(pk: int, *, now: datetime | None = None) -> str:
         return _finish(row, now, DeliveryStatus.GAVE_UP, None, str(exc))
     except Exception as exc:  # any transport error (timeout, refused connection, TLS): retry later
         log.info("webhook %s delivery %s failed: %r", hook.pk, pk, exc)
-        return _failed(row, now, None, f"{type(exc).__name__}: {exc}")
+        return _failed(row, now, None, transport_error(exc, hook.url))
     if not 200 <= code < 300:
         return _failed(row, now, code, f"HTTP {code}: {answer[:150].decode(errors='replace')}")
     problem = formats.vendor_error(hook.kind, answer)
@@ -140,14 +164,34 @@ def _target(url: str) -> tuple[str, str, int, bool]:
 def _resolve(host: str, port: int, allowed: bool) -> str:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise OSError(f"cannot resolve {host}: {exc}") from exc
+    except (socket.gaierror, UnicodeError) as exc:
+        log.info("webhook host %r does not resolve: %r", host, exc)
+        raise NoPublicAddress(host) from exc
     addresses = [info[4][0] for info in infos]
     if not allowed:
         for address in addresses:
             if not is_public(ipaddress.ip_address(address.split("%")[0])):
-                raise Refused(f"refused: {host} resolves to a non-public address ({address})")
+                log.info("webhook host %r resolves to the non-public address %s", host, address)
+                raise NoPublicAddress(host)
     return addresses[0]
+
+
+def transport_error(exc: BaseException, url: str) -> str:
+    """What the log says of a failed send: the kind of failure and the host as the URL names it —
+    never the exception's text, which names the address connected to."""
+    host = (urlsplit(url).hostname or "").lower()
+    if isinstance(exc, NoPublicAddress):
+        return f"not sent: {host} has no address a webhook may use"
+    # urllib3's NewConnectionError is a ConnectTimeoutError too: ask for it first.
+    if isinstance(exc, urllib3.exceptions.NewConnectionError | ConnectionError):
+        return f"could not connect: {host}"
+    if isinstance(exc, urllib3.exceptions.TimeoutError | socket.timeout | TimeoutError):
+        return f"timed out: {host}"
+    if isinstance(exc, urllib3.exceptions.SSLError | ssl.SSLError):
+        return f"TLS failed: {host}"
+    if isinstance(exc, urllib3.exceptions.ProtocolError):
+        return f"the connection to {host} broke off"
+    return f"not sent: {host} ({type(exc).__name__})"
 
 
 def _post(outgoing: formats.Outgoing) -> tuple[int, bytes]:
@@ -176,16 +220,28 @@ def _post(outgoing: formats.Outgoing) -> tuple[int, bytes]:
             response.release_conn()
 
 
-def webhook_test_send(*, actor, webhook) -> WebhookDelivery:
+def _spend_test_send(actor, now_s: float) -> None:
+    """One of the user's ``TEST_SENDS`` a minute (a sliding window kept in the cache), or
+    ``TooManyTestSends`` saying how long to wait."""
+    key = f"webhook-test-sends:{actor.pk}"
+    recent = [t for t in cache.get(key, []) if now_s - t < TEST_WINDOW_SECONDS]
+    if len(recent) >= TEST_SENDS:
+        raise TooManyTestSends(max(1, int(TEST_WINDOW_SECONDS - (now_s - min(recent))) + 1))
+    cache.set(key, [*recent, now_s], timeout=TEST_WINDOW_SECONDS)
+
+
+def webhook_test_send(*, actor, webhook, now_s: float | None = None) -> WebhookDelivery:
     """Send a test message to ``webhook`` now, once, and return its log row: whoever asked is
     looking at the page for the answer (up to the request timeout). The row commits first, so
-    a crash mid-send leaves it for the sweep like any other attempt."""
+    a crash mid-send leaves it for the sweep like any other attempt. Over the user's budget of
+    test messages: ``TooManyTestSends``, and nothing is written or sent."""
     from django.db import transaction
 
     from .webhooks import webhook_test_queue
 
     with transaction.atomic():
-        row = webhook_test_queue(actor=actor, webhook=webhook)
+        row = webhook_test_queue(actor=actor, webhook=webhook)  # may the actor? first
+        _spend_test_send(actor, time.time() if now_s is None else now_s)
     delivery_attempt(row.pk, now=row.next_attempt_at)
     row.refresh_from_db()
     return row

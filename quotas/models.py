@@ -21,6 +21,7 @@ from portal.models import Department, Project, User
 
 from . import profiles
 from .fractions import MAX_DENOMINATOR, label
+from .queues import JOBS_NAMESPACE, jobs_namespace_problem
 
 name_validator = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$",
@@ -209,6 +210,20 @@ class Cluster(models.Model):
 
     def __str__(self):
         return self.name
+
+    def clean(self):
+        """A Kubernetes cluster's jobs never run in the namespace that holds the portal's own
+        secrets (``quotas.queues.jobs_namespace_problem``): refused here, where an admin types it,
+        as the backend refuses it where it is used."""
+        config = self.config if isinstance(self.config, dict) else {}
+        if self.kind != ClusterKind.KUBERNETES or config.get("simulated"):
+            return
+        namespace = config.get("namespace") or JOBS_NAMESPACE
+        if jobs_namespace_problem(namespace):
+            raise ValidationError({"config": [_(
+                "Jobs never run in %(namespace)s: it holds the portal's own secrets. Give \"namespace\" "
+                "another value (the default is %(default)s)."
+            ) % {"namespace": namespace, "default": JOBS_NAMESPACE}]})
 
 
 class NodeState(models.TextChoices):

@@ -17,6 +17,7 @@ part of a quota above its share becomes borrowing headroom, so nothing a job may
 
 from __future__ import annotations
 
+import os
 import re
 from collections import defaultdict
 from collections.abc import Iterable
@@ -35,8 +36,29 @@ KUEUE = "kueue.x-k8s.io/v1beta1"
 KUEUE_COHORT = "kueue.x-k8s.io/v1alpha1"
 VOLCANO = "scheduling.volcano.sh/v1beta1"
 ROOT_COHORT = "gpupool"  # the pool: every department borrows through it
+# Where the Kubernetes backend creates jobs unless a cluster's config names another namespace. Never
+# the namespace the portal itself runs in, which holds its Secret (DATABASE_URL, SECRET_KEY):
+# a pod can reference any Secret of its own namespace (issue 32 item 17, docs/environment.md).
+JOBS_NAMESPACE = "gpupool-jobs"
+SECRETS_NAMESPACE = "gpupool"  # the base manifests' namespace, when the process is not told
 VOLCANO_ROOT = "root"  # Volcano's built-in root queue (the scheduler creates it)
 FORMATS = ("kueue", "volcano")
+
+
+def secrets_namespace() -> str:
+    """The namespace that holds the portal's own secrets: the one its pods run in, which the
+    manifests pass from the downward API as GPUPOOL_SECRETS_NAMESPACE."""
+    return os.environ.get("GPUPOOL_SECRETS_NAMESPACE") or SECRETS_NAMESPACE
+
+
+def jobs_namespace_problem(namespace: str) -> str | None:
+    """Why jobs may not run in ``namespace`` (English, for logs and exceptions), or None."""
+    if namespace == secrets_namespace():
+        return (
+            f"namespace {namespace!r} holds the portal's secrets (GPUPOOL_SECRETS_NAMESPACE): jobs never "
+            f"run there; give the cluster's config another \"namespace\" (default {JOBS_NAMESPACE})"
+        )
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +87,7 @@ class TreeSnapshot:
     projects: tuple[tuple[str, str], ...]  # (code, department code), active projects only
     quotas: tuple[QuotaRef, ...]
     zone: ZoneInfo = field(default_factory=lambda: ZoneInfo("Asia/Shanghai"))
-    namespace: str = "gpupool"  # where the Kubernetes backend creates jobs (LocalQueues live there)
+    namespace: str = JOBS_NAMESPACE  # where the Kubernetes backend creates jobs (LocalQueues live there)
     # Codes of the projects whose queueing strategy is strict FIFO (docs/scheduling.md): their
     # ClusterQueue is StrictFIFO (mutable in place since Kueue 0.7, kueue#1873), the rest
     # BestEffortFIFO. Kueue has no aging bound; the portal's engine applies it to its own jobs.

@@ -57,7 +57,9 @@ default; `?page=` and `?page_size=` choose.
 
 **Errors** are JSON: `{"detail": "…"}` or field errors `{"field": ["…"]}`, status 400 for bad
 input (nothing is written), 401 without credentials, 403 when the caller may see but not do, 404
-for what the caller cannot see.
+for what the caller cannot see. A body that is not JSON, nests deeper than 64 levels, or holds a
+number beyond a double (`1e999`) or a lone surrogate (`"\\ud800"`) is a 400 `{"detail": "JSON
+parse error - …"}` wherever it is sent.
 
 **Types.** Decimal values (quotas, card-hours, money) are strings such as `"12.50"`; times are
 ISO 8601 with offset; months are `YYYY-MM` in the site time zone.

@@ -338,6 +338,37 @@ GLOSSARY = {
     "month close runs": "月度结账运行",
     "requested by": "申请人",
     "requested": "申请时间",
+    # issue 32 items 17-22 (helper h4); the native app's name (issue 31) was not in the catalogue yet
+    'A string: send a number in quotes, e.g. "5".': '应为字符串：数字请加引号发送，例如 "5"。',
+    "Too many test messages: try again in %(n)d seconds.": "测试消息发送过多：请在 %(n)d 秒后重试。",
+    "Not a PromQL query the portal can read: %(error)s.": "门户无法解析该 PromQL 查询：%(error)s。",
+    (
+        "Every series the query reads must be the job's own: %(selector)s is not. Give each "
+        'selector a matcher such as hpc_job="{job}", job="{job}", pod=~"{job}-.*" or '
+        'job_id="{job_id}".'
+    ): (
+        "查询读取的每条序列都必须属于本作业：%(selector)s 不是。请为每个选择器加上匹配条件，例如 "
+        'hpc_job="{job}"、job="{job}"、pod=~"{job}-.*" 或 job_id="{job_id}"。'
+    ),
+    "the query reads series that are not the job's own: not asked": "查询会读取不属于本作业的序列：未向 Prometheus 查询",
+    "%(name)s: %(secret)s is not a secret of project %(project)s.": "%(name)s：%(secret)s 不是项目 %(project)s 声明的密钥。",
+    "secret %(secret)s is not declared for project %(project)s": "密钥 %(secret)s 未在项目 %(project)s 中声明",
+    "Secret name": "Secret 名称",
+    "The Kubernetes Secret's name in the jobs' namespace (lower-case letters, digits, '-', '.').": (
+        "作业命名空间中 Kubernetes Secret 的名称（小写字母、数字、'-'、'.'）。"
+    ),
+    "What it holds, for the project's users.": "其中存放的内容，供项目用户参考。",
+    "project secret": "项目密钥",
+    "project secrets": "项目密钥",
+    "Secrets your projects declare: %(list)s.": "您的项目声明的密钥：%(list)s。",
+    "Your projects declare no secrets yet: a platform admin declares them.": "您的项目尚未声明密钥：由平台管理员声明。",
+    (
+        'Jobs never run in %(namespace)s: it holds the portal\'s own secrets. Give "namespace" '
+        "another value (the default is %(default)s)."
+    ): (
+        '作业不会在 %(namespace)s 中运行：该命名空间存放门户自身的密钥。请为 "namespace" 指定其他值'
+        "（默认为 %(default)s）。"
+    ),
 }
 
 

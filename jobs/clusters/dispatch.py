@@ -22,7 +22,7 @@ from jobs.clusters.backends import base
 from jobs.clusters.backends.registry import backend_for
 from jobs.clusters.inventory import refresh_node_states
 from jobs.models import Job, JobEvent, backend_name
-from jobs.reasons import SUBMITTED_TO, event_reason, reason
+from jobs.reasons import SECRET_UNDECLARED, SUBMITTED_TO, event_reason, reason
 from jobs.scheduling.snapshot import MILLI
 from jobs.states import HOLDING, JobState
 from jobs.transitions import job_transition
@@ -85,6 +85,15 @@ def spec_fields(job) -> dict[str, Any]:
         "pull_secret": job.project.image_pull_secret,
         "expose_port": job.expose_port,
     }
+
+
+def _undeclared_secret(job) -> str | None:
+    """The first Secret the job's environment reads that its project does not declare now."""
+    references = [e["secret"] for e in job.env or () if "secret" in e]
+    if not references:
+        return None
+    declared = environment.declared_secrets(job.project)
+    return next((name for name in references if name not in declared), None)
 
 
 def _claim_dispatch(job_id: int, now: datetime) -> bool:
@@ -189,6 +198,13 @@ def dispatch_job(job_id: int) -> str:
         job_transition(job, JobState.FAILED, reason="placement spans clusters", finished_at=now)
         return "failed"
     cluster = clusters.pop()
+    undeclared = _undeclared_secret(job)
+    if undeclared:
+        # Checked at submission; a declaration an admin removed since (or a job submitted before
+        # declarations existed, issue 32 item 17) must not reach the cluster.
+        job_transition(job, JobState.FAILED, reason=reason(
+            SECRET_UNDECLARED, secret=undeclared, project=job.project.code), finished_at=now)
+        return "failed"
     backend = backend_of(cluster)
     try:
         backend_id = backend.submit(job_spec(job, {pk: n.name for pk, n in nodes.items()}))

@@ -20,6 +20,7 @@ from jobs.models import Job, JobEvent, JobGpuSample, backend_name
 from jobs.reasons import IDLE, event_reason, reason
 from jobs.states import HOLDING, JobState
 from quotas.models import ClusterKind
+from quotas.queues import JOBS_NAMESPACE
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def _kubernetes_jobs(running: list[tuple[int, str | None, dict | None]]) -> dict
     """(namespace, backend name) -> job id, for running jobs on Kubernetes clusters: a pod in any
     other namespace is not the portal's, whatever its name."""
     return {
-        ((config or {}).get("namespace") or "gpupool", backend_name(pk)): pk
+        ((config or {}).get("namespace") or JOBS_NAMESPACE, backend_name(pk)): pk
         for pk, kind, config in running
         if kind == ClusterKind.KUBERNETES
     }

@@ -28,7 +28,7 @@ from portal.enqueue import send
 from portal.models import Department, Project, Queueing
 from quotas.effective import Limits, LoanSpan, Window
 from quotas.models import Cluster, ClusterKind, Flavor, Loan, LoanState, QuotaNode, QuotaWindow
-from quotas.queues import FORMATS, FlavorRef, QuotaRef, TreeSnapshot, render
+from quotas.queues import FORMATS, JOBS_NAMESPACE, FlavorRef, QuotaRef, TreeSnapshot, render
 from quotas.selectors import capacity_by_flavor, site_zone
 from quotas.yunikorn import dump, render_yunikorn
 
@@ -54,7 +54,7 @@ def integration_clusters() -> list[Cluster]:
 # -- the snapshot
 
 
-def snapshot(*, flavor_names: list[str] | None = None, namespace: str = "gpupool") -> TreeSnapshot:
+def snapshot(*, flavor_names: list[str] | None = None, namespace: str = JOBS_NAMESPACE) -> TreeSnapshot:
     """The whole quota tree (all tenants: the cluster's scheduler serves them all), of the
     named flavors or of every active one."""
     flavors = Flavor.objects.filter(active=True)
@@ -111,7 +111,7 @@ def _quota_refs(nodes: list[QuotaNode]) -> tuple[QuotaRef, ...]:
 
 
 def render_queues(
-    fmt: str, *, flavor_names=None, namespace="gpupool", now: datetime | None = None
+    fmt: str, *, flavor_names=None, namespace=JOBS_NAMESPACE, now: datetime | None = None
 ) -> list[dict]:
     return render(snapshot(flavor_names=flavor_names, namespace=namespace), now or timezone.now(), fmt)
 
@@ -138,7 +138,7 @@ def mapped_namespaces(cluster: Cluster) -> list[tuple[str, str]]:
 
 def render_yunikorn_config(cluster: Cluster, now: datetime | None = None) -> str:
     """The text of YuniKorn's ``queues.yaml`` for one cluster: its flavors, its namespaces."""
-    backend_namespace = (cluster.config or {}).get("namespace") or "gpupool"
+    backend_namespace = (cluster.config or {}).get("namespace") or JOBS_NAMESPACE
     tree = snapshot(flavor_names=cluster_flavors(cluster), namespace=backend_namespace)
     return dump(render_yunikorn(tree, now or timezone.now(), mapped_namespaces(cluster)))
 

@@ -38,6 +38,7 @@ from jobs.models import (
     backend_name,
 )
 from jobs.scheduler import autoscale_decision as rule
+from jobs.scheduler import promql
 from jobs.states import TERMINAL, JobState
 from jobs.transitions import request_cycle
 from portal import permissions as perm
@@ -48,7 +49,16 @@ from portal.texts import Message, message, pgettext_noop, render, when
 log = logging.getLogger(__name__)
 
 CONTEXT = "autoscale"
-PLACEHOLDERS = ("{job}", "{job_id}")
+# What makes a selector read one job's series (issue 32 item 18): a matcher on a label that
+# carries the job's backend name (gp-<id>: the simulator's and dcgm-exporter's HPC mapping, the
+# portal's own relabelling, a federated copy), its pods' names (<name>-<suffix>; a dev job's pod is
+# named <name>), or its id. A regex matcher counts only as the name itself or the name followed by
+# "-" — "gp-4-.*" cannot match gp-42's pods. Any other label, even one holding "{job_id}" (a bare
+# number that a status code or a CPU index could equal), scopes nothing.
+JOB_NAME_LABELS = ("job", "hpc_job", "gp_job", "exported_job")
+POD_LABELS = ("pod", "pod_name", "exported_pod")
+POD_SUFFIXES = ("-.*", "-.+")
+JOB_ID_LABELS = ("job_id", "gpupool_job", "label_gpupool_io_job")
 TARGET_MAX = Decimal("1e9")
 # Printable ASCII on one line: PromQL needs nothing else, and a control character or a newline
 # in a stored query is a paste accident.
@@ -94,6 +104,7 @@ QUOTA_SOME = pgettext_noop(
 NO_ANSWER = pgettext_noop("autoscale", "Prometheus did not answer: no change")
 NO_DATA = pgettext_noop("autoscale", "the query returned no value: no change")
 SERIES = pgettext_noop("autoscale", "the query returned %(n)s series, not one: no change")
+NOT_SCOPED = pgettext_noop("autoscale", "the query reads series that are not the job's own: not asked")
 NOT_A_NUMBER = pgettext_noop("autoscale", "the query returned %(value)s, not a number ≥ 0: no change")
 
 
@@ -165,8 +176,37 @@ def _query_error(query: str, min_workers: int | None, workers: int) -> str | Non
         return _("At most %(n)d characters.") % {"n": AUTOSCALE_QUERY_MAX_LENGTH}
     if not _QUERY_CHARS.fullmatch(query):
         return _("One line of printable ASCII characters (PromQL).")
-    if not any(p in query for p in PLACEHOLDERS):
+    return scope_error(query, name="{job}", job_id="{job_id}")
+
+
+def job_scope(*, name: str, job_id: str) -> promql.Scope:
+    """The matchers that scope a selector to the job named ``name`` (``gp-42``, or the
+    placeholder ``{job}`` in a query as typed) with id ``job_id``."""
+    allowed = {(label, op, name) for label in JOB_NAME_LABELS + POD_LABELS for op in ("=", "=~")}
+    allowed |= {(label, "=~", name + suffix) for label in POD_LABELS for suffix in POD_SUFFIXES}
+    allowed |= {(label, op, job_id) for label in JOB_ID_LABELS for op in ("=", "=~")}
+    return promql.Scope(allowed)
+
+
+def scope_error(query: str, *, name: str, job_id: str) -> str | None:
+    """Why ``query`` may read series other than the job's, or None: it must parse (a PromQL
+    parser, not a substring test: a placeholder in a comment or in an ``or`` branch of another
+    metric names nothing), select at least one series, and every selector must carry one of
+    ``job_scope``'s matchers."""
+    try:
+        found = list(promql.selectors(promql.parse(query)))
+    except promql.PromQLError as exc:
+        return _("Not a PromQL query the portal can read: %(error)s.") % {"error": exc}
+    if not found:
         return _("Name the job with {job} (its backend name, e.g. gp-42) or {job_id} in the query.")
+    scope = job_scope(name=name, job_id=job_id)
+    outside = [s for s in found if not scope.covers(s)]
+    if outside:
+        return _(
+            "Every series the query reads must be the job's own: %(selector)s is not. Give each "
+            'selector a matcher such as hpc_job="{job}", job="{job}", pod=~"{job}-.*" or '
+            'job_id="{job_id}".'
+        ) % {"selector": outside[0].text()[:80]}
     return None
 
 
@@ -220,9 +260,15 @@ def _prometheus():
 
 
 def query_value(job: Job) -> tuple[Decimal | None, Message | None]:
-    """The query's one value for ``job``, or None and why not. Never raises for Prometheus."""
+    """The query's one value for ``job``, or None and why not. Never raises for Prometheus. The
+    query as sent is checked again, with the job's own name and id: a query stored before the
+    check existed (or by any path around it) never reads another tenant's series."""
+    query = filled_query(job)
+    if scope_error(query, name=backend_name(job.pk), job_id=str(job.pk)):
+        log.warning("autoscale query of job %s is not scoped to the job: not sent", job.pk)
+        return None, _reason(NOT_SCOPED)
     try:
-        result = _prometheus().custom_query(filled_query(job))
+        result = _prometheus().custom_query(query)
     except Exception:
         log.warning("autoscale query for job %s failed", job.pk, exc_info=True)
         return None, _reason(NO_ANSWER)

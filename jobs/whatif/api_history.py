@@ -44,8 +44,12 @@ class HistoryExportApi(APIView):
     @extend_schema(
         parameters=[
             OpenApiParameter("weeks", int, description="the last N weeks up to now"),
-            OpenApiParameter("since", str, description="range start, ISO date-time with offset"),
-            OpenApiParameter("until", str, description="range end (exclusive), default now"),
+            OpenApiParameter(
+                "since", OpenApiTypes.DATETIME, description="range start, ISO date-time with offset"
+            ),
+            OpenApiParameter(
+                "until", OpenApiTypes.DATETIME, description="range end (exclusive), default now"
+            ),
             OpenApiParameter("format", str, enum=list(FORMATS), description="zip (default) or json"),
         ],
         responses={

@@ -55,6 +55,7 @@ from django.utils.translation import gettext as _
 from jobs.models import Job, JobEvent
 from jobs.states import TERMINAL, JobState
 from jobs.whatif.replay.csvtrace import COLUMNS
+from portal.daterange import OUT_OF_RANGE, in_range
 from portal.models import Department, Project
 from quotas.models import Loan, LoanState, Node, NodeEvent, NodeState, QuotaNode, QuotaWindow
 from quotas.selectors import site_zone
@@ -103,16 +104,21 @@ def history_range(
 
 
 def _instant(name: str, value: datetime | str | None) -> datetime | None:
-    if not isinstance(value, str):
-        return value
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        raise ValidationError(
-            {name: [_("Give an ISO date-time with offset, e.g. 2026-11-02T00:00:00+08:00.")]}
-        ) from None
+    """The date-time a caller gave, inside the portal's span of dates (``portal.daterange``):
+    year 1 at +08:00 is an instant before year 1 in UTC, which no database driver, time-zone
+    conversion or ``strftime`` can hold (issue 32 item 21)."""
+    if isinstance(value, str):
+        if not value:
+            return None
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValidationError(
+                {name: [_("Give an ISO date-time with offset, e.g. 2026-11-02T00:00:00+08:00.")]}
+            ) from None
+    if value is not None and not in_range(value):
+        raise ValidationError({name: [str(OUT_OF_RANGE)]})
+    return value
 
 
 @dataclass

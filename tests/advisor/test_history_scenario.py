@@ -121,3 +121,16 @@ def test_the_search_page_names_the_history(recorded, world):
     client.force_login(world.users["platform"])
     page = client.get(reverse("advisor-search", args=[search.pk])).content.decode()
     assert "this portal's history from" in page and "(30 jobs)" in page
+
+
+def test_item21_a_history_scenario_in_year_1_is_a_400_and_stores_nothing(world, api):
+    client = api(world.users["platform"])
+    for scenario in ({"kind": "history", "since": "0001-01-01T00:00:00+08:00",
+                      "until": "0001-01-02T00:00:00+08:00"},
+                     {"kind": "history", "since": "0001-01-01T00:00:00+00:00",
+                      "until": "0001-01-02T00:00:00+00:00"}):
+        r = client.post(reverse("api:advisorsearch-list"), {"seed": 1, "budget": 2, "scenario": scenario},
+                        format="json")
+        assert r.status_code == 400, (scenario, r.status_code, r.content[:300])
+        assert "scenario.since: Give a date from 2000-01-01 to 2100-12-31." in str(r.json()), r.content
+    assert not AdvisorSearch.objects.exists() and not AdvisorHistoryData.objects.exists()

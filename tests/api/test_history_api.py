@@ -105,3 +105,23 @@ def test_bad_parameters_are_a_400_naming_the_field(world, api, params, field):
     response = api(world.users["platform"]).get(URL, params)
     assert response.status_code == 400, response.content
     assert field in response.json()
+
+
+YEAR_1 = [
+    {"since": "0001-01-01T00:00:00+08:00", "until": "0001-01-02T00:00:00+08:00"},  # before year 1 in UTC
+    {"since": "0001-01-01T00:00:00+00:00", "until": "0001-01-02T00:00:00+00:00"},
+    {"since": "0001-01-01T00:00:00+14:00"},
+]
+
+
+@pytest.mark.parametrize("params", YEAR_1, ids=lambda p: p["since"][-6:] + ("+until" if "until" in p else ""))
+@pytest.mark.parametrize("fmt", ["zip", "json"])
+def test_item21_a_range_in_year_1_is_a_400_naming_the_field(world, api, job, params, fmt):
+    """Year 1 at +08:00 is an instant before year 1 in UTC: it was a 500 (OverflowError) once the
+    export read the range. Date-times a user gives stay within 2000-01-01 … 2100-12-31."""
+    response = api(world.users["platform"]).get(URL, {**params, "format": fmt})
+    assert response.status_code == 400, (response.status_code, response.content[:200])
+    assert response.json() == {"since": ["Give a date from 2000-01-01 to 2100-12-31."]}
+    late = api(world.users["platform"]).get(URL, {"since": "2026-01-01T00:00:00+08:00",
+                                                 "until": "9999-12-31T23:59:59-12:00"})
+    assert late.status_code == 400 and "until" in late.json(), late.content[:200]

@@ -5,7 +5,7 @@ submitting from a template checks everything again, hostile values are a 400 wit
 import pytest
 from django.urls import reverse
 
-from jobs.models import Job, JobEvent, JobTemplate, ProjectStorage
+from jobs.models import Job, JobEvent, JobTemplate, ProjectSecret, ProjectStorage
 from tests import factories as fx
 
 pytestmark = pytest.mark.django_db
@@ -28,6 +28,9 @@ VALUES = {
 @pytest.fixture
 def storages(world):
     fx.priority("training", 100)
+    ProjectSecret.objects.create(project=world.pa1, name="hf-token", note="Hugging Face")
+    ProjectSecret.objects.create(project=world.pa1, name="old-token", active=False)
+    ProjectSecret.objects.create(project=world.pb, name="pb-token")
     data = ProjectStorage.objects.create(
         project=world.pa1,
         name="data",
@@ -250,3 +253,20 @@ def test_another_tenants_storages_are_404(api, world, storages, viewer):
     response = api(world.users[viewer]).get(reverse("api:project-storages", args=[world.pa1.pk]))
     assert response.status_code == 404
     assert api(world.users[viewer]).get(reverse("api:project-storages", args=[999999])).status_code == 404
+
+
+@pytest.mark.parametrize("viewer", ["pa1_member", "pa1_admin", "a_admin", "a_finance", "platform", "auditor"])
+def test_item17_the_projects_secrets_are_listed_by_name_to_whoever_sees_it(api, world, storages, viewer):
+    response = api(world.users[viewer]).get(reverse("api:project-secrets", args=[world.pa1.pk]))
+    assert response.status_code == 200
+    rows = response.json()["results"]
+    assert [(r["name"], r["note"]) for r in rows] == [("hf-token", "Hugging Face")]  # not the inactive one
+    assert set(rows[0]) == {"id", "name", "note"}  # names only: the portal holds no value
+
+
+@pytest.mark.parametrize("viewer", ["pb_member", "b_admin", "outsider"])
+def test_item17_another_tenants_secrets_are_404(api, world, storages, viewer):
+    response = api(world.users[viewer]).get(reverse("api:project-secrets", args=[world.pa1.pk]))
+    assert response.status_code == 404
+    assert api(world.users[viewer]).get(reverse("api:project-secrets", args=[999999])).status_code == 404
+

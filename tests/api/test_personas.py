@@ -219,7 +219,7 @@ OTHER |= {"job-autoscale"}  # test_job_autoscale_follows_visibility_then_the_edi
 OTHER |= {"job-log", "job-log-download", "job-access"}
 OTHER |= {"externalsource-map"}  # tests/api/test_external_sources_api.py
 # Per-persona tests in tests/api/test_job_templates_api.py.
-OTHER |= {"jobtemplate-submit", "project-storages"}
+OTHER |= {"jobtemplate-submit", "project-storages", "project-secrets"}
 OTHER |= {"webhook-test", "webhook-deliveries"}  # tests/api/test_webhooks_api.py, every persona
 # Approval actions, request creation and notifications: tests/api/test_approvals_api.py.
 OTHER |= {"approval-decide", "approval-bulk-decide", "approval-cancel", "approval-comment", "quota-request",

@@ -153,3 +153,19 @@ def test_a_job_saved_as_template_keeps_its_autoscale(world, prio):
     assert (again.autoscale_query, again.autoscale_target, again.autoscale_cooldown_seconds) == (
         QUERY, Decimal("12.5"), 60
     )
+
+
+@pytest.mark.parametrize("query", ["other_tenant_rps # {job}", 'avg(rps{job="{job}"}) or other_tenant_rps'])
+def test_item18_a_query_naming_the_job_only_in_a_comment_or_a_branch_is_a_400(api, world, prio, query):
+    before = (Job.objects.count(), JobEvent.objects.count())
+    response = _post(api, world, _body(world, autoscale={"query": query, "target": "10"}))
+    assert response.status_code == 400, response.content
+    assert "the job's own" in response.json()["autoscale"]["query"][0]
+    job = job_submit(actor=world.users["pa1_member"], **{
+        "project": world.pa1, "name": "svc", "kind": "inference", "flavor": world.F,
+        "priority_class": prio, "image": "vllm:0.6", "workers": 4, "min_workers": 1, "gpus_per_worker": 1})
+    put = api(world.users["pa1_member"]).put(f"/api/v1/jobs/{job.pk}/autoscale/",
+                                             {"query": query, "target": "10"}, format="json")
+    assert put.status_code == 400 and "the job's own" in put.json()["autoscale_query"][0], put.content
+    assert Job.objects.get(pk=job.pk).autoscale_query == ""
+    assert Job.objects.count() == before[0] + 1

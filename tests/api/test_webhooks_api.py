@@ -114,3 +114,26 @@ def test_an_update_cannot_change_the_kind_or_point_at_a_private_address(world, a
     assert Webhook.objects.get().url == "https://qyapi.weixin.qq.com/s?key=k"
     ignored = client.patch(reverse("api:webhook-detail", args=[hook["id"]]), {"kind": "json"}, format="json")
     assert ignored.status_code == 200 and Webhook.objects.get().kind == "wecom"
+
+
+def test_item22_test_sends_are_throttled_on_the_api_and_the_page(world, api, receiver):
+    """Each test message is an outbound request made at once on the user's behalf: 5 a minute per
+    user, all hooks together; beyond, the API answers 429 with Retry-After and the page says so,
+    and nothing is sent or logged."""
+    from django.test import Client
+
+    from portal.webhook_delivery import TEST_SENDS
+
+    member = api(world.users["pa1_member"])
+    body = {"kind": "wecom", "name": "team", "url": f"{receiver.url}/wecom/robot"}
+    hook = Webhook.objects.get(pk=member.post(LIST, body, format="json").json()["id"])
+    for _ in range(TEST_SENDS):
+        assert member.post(_detail(hook, "test")).status_code == 201
+    refused = member.post(_detail(hook, "test"))
+    assert refused.status_code == 429, refused.content
+    assert 1 <= int(refused["Retry-After"]) <= 61
+    page = Client(HTTP_ACCEPT_LANGUAGE="en")
+    page.force_login(world.users["pa1_member"])
+    answer = page.post(reverse("webhook-test", args=[hook.pk]), follow=True)
+    assert "Too many test messages: try again in" in answer.content.decode()
+    assert WebhookDelivery.objects.count() == TEST_SENDS and len(receiver.received) == TEST_SENDS

@@ -72,6 +72,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from quotas.queues import JOBS_NAMESPACE
+
 # (group path, resource) -> (apiVersion, kind, the name objects are stored under)
 RESOURCES = {
     ("/apis/batch/v1", "jobs"): ("batch/v1", "Job", "jobs"),
@@ -284,20 +286,20 @@ class StandIn:
     def calls(self, method: str | None = None) -> list[tuple[str, str]]:
         return [(m, p) for m, p, _ in self.requests if method is None or m == method]
 
-    def get(self, resource: str, name: str, namespace: str = "gpupool") -> dict[str, Any] | None:
+    def get(self, resource: str, name: str, namespace: str = JOBS_NAMESPACE) -> dict[str, Any] | None:
         return self.objects.get((resource, namespace, name))
 
-    def add(self, resource: str, obj: dict[str, Any], namespace: str = "gpupool") -> dict[str, Any]:
+    def add(self, resource: str, obj: dict[str, Any], namespace: str = JOBS_NAMESPACE) -> dict[str, Any]:
         """Store an object directly, as a controller would (e.g. a Job's worker pods)."""
         with self._lock:
             return self._store(resource, namespace, copy.deepcopy(obj))
 
-    def remove(self, resource: str, name: str, namespace: str = "gpupool") -> None:
+    def remove(self, resource: str, name: str, namespace: str = JOBS_NAMESPACE) -> None:
         """Delete an object as its owner would (kubectl delete; the kubelet confirming)."""
         with self._lock:
             self._delete((resource, namespace, name))
 
-    def append_log(self, name: str, text: str | bytes, namespace: str = "gpupool") -> None:
+    def append_log(self, name: str, text: str | bytes, namespace: str = JOBS_NAMESPACE) -> None:
         """The pod's container wrote ``text`` (stdout and stderr, as the kubelet keeps them)."""
         with self._lock:
             data = text.encode() if isinstance(text, str) else text
@@ -416,14 +418,14 @@ class StandIn:
         ]
 
     def set_status(
-        self, resource: str, name: str, status: dict[str, Any], namespace: str = "gpupool"
+        self, resource: str, name: str, status: dict[str, Any], namespace: str = JOBS_NAMESPACE
     ) -> None:
         with self._lock:
             obj = self.objects[(resource, namespace, name)]
             obj["status"] = copy.deepcopy(status)
             self._modified((resource, namespace, name))
 
-    def job_succeeded(self, name: str, namespace: str = "gpupool") -> None:
+    def job_succeeded(self, name: str, namespace: str = JOBS_NAMESPACE) -> None:
         now = _now()
         self.set_status(
             "jobs",
@@ -438,7 +440,11 @@ class StandIn:
         )
 
     def job_failed(
-        self, name: str, reason: str = "BackoffLimitExceeded", message: str = "", namespace: str = "gpupool"
+        self,
+        name: str,
+        reason: str = "BackoffLimitExceeded",
+        message: str = "",
+        namespace: str = JOBS_NAMESPACE,
     ) -> None:
         now = _now()
         self.set_status(
@@ -461,7 +467,7 @@ class StandIn:
         )
 
     def pod_running(
-        self, pod: str, owner: str, node: str, started: datetime, namespace: str = "gpupool"
+        self, pod: str, owner: str, node: str, started: datetime, namespace: str = JOBS_NAMESPACE
     ) -> None:
         """A worker pod of ``owner`` whose container runs since ``started`` (the kubelet's
         ``state.running.startedAt``), as a controller and the kubelet would report it."""
@@ -475,7 +481,7 @@ class StandIn:
         started: datetime,
         finished: datetime,
         exit_code: int = 0,
-        namespace: str = "gpupool",
+        namespace: str = JOBS_NAMESPACE,
     ) -> None:
         """The same pod once its container ended: ``state.terminated.startedAt/finishedAt``."""
         ended = {"exitCode": exit_code, "startedAt": _stamp(started), "finishedAt": _stamp(finished)}

@@ -207,7 +207,7 @@ def _slot(node: str, gpu: int, milli: int = 500):
 def test_the_cluster_config_reaches_the_objects_the_backend_creates(k8s_api):
     backend = KubernetesBackend(
         host=k8s_api.url,
-        namespace="gpupool",
+        namespace="gpupool-jobs",
         token="t",
         time_slicing_replicas=10,
         vnpu_templates={"huawei.com/Ascend910": {"cores": 20, "templates": {"5c": 5, "10c": 10}}},
@@ -257,7 +257,7 @@ def test_a_time_sliced_node_counts_its_physical_cards(k8s_api):
         node("no-gfd-d", {"nvidia.com/gpu.shared": "12"}, {}),
         node("bad-label-e", {"nvidia.com/gpu": "8"}, {"nvidia.com/gpu.count": "64"}),
     ]
-    backend = KubernetesBackend(host=k8s_api.url, namespace="gpupool", token="t")
+    backend = KubernetesBackend(host=k8s_api.url, namespace="gpupool-jobs", token="t")
     found = {n.name: (n.flavor_hint, n.gpus) for n in backend.list_nodes()}
     assert found == {
         "shared-a": ("nvidia.com/gpu.shared", 8),

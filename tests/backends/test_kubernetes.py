@@ -209,10 +209,10 @@ def test_strict_validation_catches_a_bad_manifest():
 
 @pytest.fixture
 def backend(k8s_api):
-    return KubernetesBackend(host=k8s_api.url, namespace="gpupool", token="tok-123", cluster="ignored")
+    return KubernetesBackend(host=k8s_api.url, namespace="gpupool-jobs", token="tok-123", cluster="ignored")
 
 
-JOBS = "/apis/batch/v1/namespaces/gpupool/jobs"
+JOBS = "/apis/batch/v1/namespaces/gpupool-jobs/jobs"
 
 
 def test_submit_is_idempotent(k8s_api, backend):
@@ -223,7 +223,7 @@ def test_submit_is_idempotent(k8s_api, backend):
     assert k8s_api.calls() == [("GET", f"{JOBS}/gp-42"), ("POST", JOBS), ("GET", f"{JOBS}/gp-42")]
     stored = k8s_api.get("jobs", "gp-42")
     assert stored["spec"]["completionMode"] == "Indexed" and stored["metadata"]["uid"]
-    assert [k for k in k8s_api.objects] == [("jobs", "gpupool", "gp-42")]
+    assert [k for k in k8s_api.objects] == [("jobs", "gpupool-jobs", "gp-42")]
 
 
 def test_submit_after_a_concurrent_create_returns_the_existing_object(k8s_api, backend):
@@ -242,7 +242,7 @@ def test_submit_after_a_concurrent_create_returns_the_existing_object(k8s_api, b
         assert backend.submit(spec) == "gp-42"
     finally:
         backend.core.read_namespaced_pod = original
-    assert k8s_api.calls("POST") == [("POST", "/api/v1/namespaces/gpupool/pods")]
+    assert k8s_api.calls("POST") == [("POST", "/api/v1/namespaces/gpupool-jobs/pods")]
 
 
 def test_submit_sends_the_bearer_token_and_kinds_land_in_their_apis(k8s_api, backend):
@@ -250,7 +250,7 @@ def test_submit_sends_the_bearer_token_and_kinds_land_in_their_apis(k8s_api, bac
     backend.submit(make_spec("dev", job_id=2, workers=1))
     assert k8s_api.get("deployments", "gp-1")["spec"]["replicas"] == 2
     assert k8s_api.get("pods", "gp-2")["kind"] == "Pod"
-    assert ("POST", "/apis/apps/v1/namespaces/gpupool/deployments") in k8s_api.calls()
+    assert ("POST", "/apis/apps/v1/namespaces/gpupool-jobs/deployments") in k8s_api.calls()
     assert set(k8s_api.authorization) == {"Bearer tok-123"}
 
 
@@ -288,8 +288,8 @@ def test_status_maps_phases(k8s_api, backend):
     # one list call per kind, each with the managed-by selector
     assert [(m, p, q.get("labelSelector")) for m, p, q in k8s_api.requests[seen:]] == [
         ("GET", JOBS, ["app.kubernetes.io/managed-by=gpupool"]),
-        ("GET", "/apis/apps/v1/namespaces/gpupool/deployments", ["app.kubernetes.io/managed-by=gpupool"]),
-        ("GET", "/api/v1/namespaces/gpupool/pods", ["app.kubernetes.io/managed-by=gpupool"]),
+        ("GET", DEPLOYMENTS, ["app.kubernetes.io/managed-by=gpupool"]),
+        ("GET", "/api/v1/namespaces/gpupool-jobs/pods", ["app.kubernetes.io/managed-by=gpupool"]),
     ]
 
 
@@ -487,7 +487,7 @@ def test_kubeconfig(tmp_path, k8s_api):
         "users: [{name: u, user: {token: kc-token}}]\n"
         "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
     )
-    backend = KubernetesBackend(kubeconfig=str(path), namespace="gpupool")
+    backend = KubernetesBackend(kubeconfig=str(path), namespace="gpupool-jobs")
     assert backend.health() == "ok"
     assert backend.list_nodes() == []
     assert set(k8s_api.authorization) == {"Bearer kc-token"}
@@ -495,7 +495,7 @@ def test_kubeconfig(tmp_path, k8s_api):
 
 # -- resizing (the scheduler grew the job, or its owner scaled it)
 
-DEPLOYMENTS = "/apis/apps/v1/namespaces/gpupool/deployments"
+DEPLOYMENTS = "/apis/apps/v1/namespaces/gpupool-jobs/deployments"
 
 
 def test_resize_patches_the_deployments_replicas(k8s_api, backend):
@@ -580,7 +580,9 @@ def test_the_stand_in_refuses_a_json_patch_content_type_with_an_object_body(k8s_
     # What the client would send without _content_type: the real API server refuses it too.
     backend.submit(make_spec("inference"))
     with pytest.raises(BackendError, match="415"):
-        backend._call(backend.apps.patch_namespaced_deployment, "gp-42", "gpupool", {"spec": {"replicas": 1}})
+        backend._call(
+            backend.apps.patch_namespaced_deployment, "gp-42", "gpupool-jobs", {"spec": {"replicas": 1}}
+        )
 
 
 # -- the working environment (DESIGN §13): storage, env, pull secret, checkpoint
@@ -800,7 +802,7 @@ def test_an_ingress_domain_without_the_portal_is_refused(k8s_api):
 
 @pytest.fixture
 def dev_backend(k8s_api):
-    return KubernetesBackend(host=k8s_api.url, namespace="gpupool", token="t", **DEV_CONFIG)
+    return KubernetesBackend(host=k8s_api.url, namespace="gpupool-jobs", token="t", **DEV_CONFIG)
 
 
 def test_submit_of_a_dev_port_creates_pod_service_and_ingress_once(k8s_api, dev_backend):
@@ -814,9 +816,9 @@ def test_submit_of_a_dev_port_creates_pod_service_and_ingress_once(k8s_api, dev_
     assert ingress["spec"]["rules"][0]["host"] == "gp-42.dev.example.org"
     assert "tls" not in ingress["spec"]  # the controller's default certificate serves it
     assert k8s_api.calls("POST") == [
-        ("POST", "/api/v1/namespaces/gpupool/pods"),
-        ("POST", "/api/v1/namespaces/gpupool/services"),
-        ("POST", "/apis/networking.k8s.io/v1/namespaces/gpupool/ingresses"),
+        ("POST", "/api/v1/namespaces/gpupool-jobs/pods"),
+        ("POST", "/api/v1/namespaces/gpupool-jobs/services"),
+        ("POST", "/apis/networking.k8s.io/v1/namespaces/gpupool-jobs/ingresses"),
     ]
     uids = {key: obj["metadata"]["uid"] for key, obj in k8s_api.objects.items()}
     assert dev_backend.submit(dev_spec()) == "gp-42"  # a retried dispatch
@@ -853,7 +855,7 @@ def test_without_an_ingress_domain_only_the_service_and_a_port_forward(k8s_api, 
     backend.submit(dev_spec(port=22))
     assert {r for r, _, _ in k8s_api.objects} == {"pods", "services"}
     got = backend.access("gp-42", 22, nodes=("gpu-a",), user="alice")
-    assert got.command == "kubectl -n gpupool port-forward pod/gp-42 22" and not got.url
+    assert got.command == "kubectl -n gpupool-jobs port-forward pod/gp-42 22" and not got.url
     assert "127.0.0.1:22" in got.note
 
 
@@ -863,7 +865,7 @@ def test_without_an_ingress_domain_only_the_service_and_a_port_forward(k8s_api, 
 def running_dev(k8s_api, backend, job_id: int = 42) -> str:
     spec = make_spec("dev", job_id=job_id, workers=1, nodes=("gpu-a",))
     backend.submit(spec)
-    k8s_api.pod_started("gpupool", spec.name, "gpu-a", datetime(2026, 1, 1, tzinfo=UTC))
+    k8s_api.pod_started("gpupool-jobs", spec.name, "gpu-a", datetime(2026, 1, 1, tzinfo=UTC))
     return spec.name
 
 
@@ -881,7 +883,7 @@ def test_log_tail_of_a_long_log_is_its_end_within_max_bytes(k8s_api, backend):
     data = tail.text.encode()
     assert len(data) == 10_000 and log.endswith(data)  # the last max_bytes, as `tail -c` has them
     [(_, path, query)] = [r for r in k8s_api.requests if r[1].endswith("/log")]
-    assert path == "/api/v1/namespaces/gpupool/pods/gp-42/log"
+    assert path == "/api/v1/namespaces/gpupool-jobs/pods/gp-42/log"
     assert query["container"] == ["main"] and int(query["tailLines"][0]) < 10_000  # not the whole log
 
 
@@ -908,7 +910,7 @@ def test_the_log_is_the_first_workers(k8s_api, backend):
         pod = _pod(f"gp-7-{index}-abcde", "gp-7", "Running", f"gpu-{index}")
         pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] = index
         k8s_api.add("pods", pod)
-        k8s_api.pod_started("gpupool", pod["metadata"]["name"], f"gpu-{index}", t0)
+        k8s_api.pod_started("gpupool-jobs", pod["metadata"]["name"], f"gpu-{index}", t0)
         k8s_api.append_log(pod["metadata"]["name"], f"worker {index}\n")
     assert backend.log_tail("gp-7", max_bytes=100).text == "worker 0\n"
     assert b"".join(backend.log_stream("gp-7")) == b"worker 0\n"
@@ -919,7 +921,7 @@ def test_log_missing_reasons(k8s_api, backend):
     assert backend.log_tail("gp-1", max_bytes=100).missing == "the pod has not been scheduled"
     backend.submit(make_spec("dev", job_id=2, workers=1))  # pending, not on a node
     assert backend.log_tail("gp-2", max_bytes=100).missing == "the pod has not been scheduled"
-    k8s_api.pod_waiting("gpupool", "gp-2", "gpu-a")  # bound, the image being pulled
+    k8s_api.pod_waiting("gpupool-jobs", "gp-2", "gpu-a")  # bound, the image being pulled
     assert backend.log_tail("gp-2", max_bytes=100).missing == "container not started: ContainerCreating"
     name = running_dev(k8s_api, backend, job_id=3)
     k8s_api.append_log(name, "bye\n")
@@ -937,7 +939,7 @@ def test_log_missing_when_the_container_waits_although_the_pod_said_running(k8s_
     # The pod was listed running, then its container restarted: the API server's 400 is the reason.
     name = running_dev(k8s_api, backend)
     listed = backend.core.list_namespaced_pod(backend.namespace)
-    k8s_api.pod_waiting("gpupool", name, "gpu-a", reason="CrashLoopBackOff")
+    k8s_api.pod_waiting("gpupool-jobs", name, "gpu-a", reason="CrashLoopBackOff")
     original = backend.core.list_namespaced_pod
     backend.core.list_namespaced_pod = lambda *a, **kw: listed
     try:
@@ -977,7 +979,9 @@ def test_the_stand_in_serves_pod_logs_as_the_api_does(k8s_api, backend):
     def read(pod=name, **params):
         # Unread (_preload_content=False), as the backend reads logs: the 36.x client's own
         # decoding of a ``str`` answer returns the bytes' repr ("b'...'").
-        return backend.core.read_namespaced_pod_log(pod, "gpupool", _preload_content=False, **params).data
+        return backend.core.read_namespaced_pod_log(
+            pod, "gpupool-jobs", _preload_content=False, **params
+        ).data
 
     assert read(limit_bytes=5) == b"one\nt"
     assert read(tail_lines=2) == b"two\nthree"

@@ -59,7 +59,7 @@ def world(k8s_api):
     borrow limit 4); namespace team-p labelled for p."""
     cluster = Cluster.objects.create(
         name="k8s", kind="kubernetes",
-        config={"host": k8s_api.url, "namespace": "gpupool", "native_import": True},
+        config={"host": k8s_api.url, "namespace": "gpupool-jobs", "native_import": True},
     )
     f = fx.flavor()
     nodes = fx.nodes(f, 2, 8, cluster="k8s")

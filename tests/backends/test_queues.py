@@ -65,7 +65,7 @@ VALIDATORS = {
 }
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 MANAGED = {"app.kubernetes.io/managed-by": "gpupool"}
-NS_SELECTOR = {"matchLabels": {"kubernetes.io/metadata.name": "gpupool"}}
+NS_SELECTOR = {"matchLabels": {"kubernetes.io/metadata.name": "gpupool-jobs"}}
 PREEMPTION = {
     "reclaimWithinCohort": "Any",
     "withinClusterQueue": "LowerPriority",
@@ -244,7 +244,7 @@ def test_demo_kueue_objects_are_valid_and_carry_the_hand_checked_values(demo_tre
         "metadata": {
             "name": "gp-nlp-llm",
             "labels": {**MANAGED, "gpupool.io/owner": "nlp-llm"},
-            "namespace": "gpupool",
+            "namespace": "gpupool-jobs",
         },
         "spec": {"clusterQueue": "gp-nlp-llm"},
     }
@@ -497,7 +497,7 @@ def test_a_quota_change_a_window_and_a_loan_reach_the_cluster_and_a_removed_proj
     assert api.get("queues", "gp-svc-rank", namespace="") is None
     assert api.get("clusterqueues", "team-x", namespace="")["spec"] == {"cohort": "other"}
     deletes = [p for m, p in api.calls("DELETE")]
-    assert "/apis/kueue.x-k8s.io/v1beta1/namespaces/gpupool/localqueues/gp-svc-rank" in deletes
+    assert "/apis/kueue.x-k8s.io/v1beta1/namespaces/gpupool-jobs/localqueues/gp-svc-rank" in deletes
     # Every call stayed within RULES (the RBAC deploy/ grants the portal's service account).
     used = {group_and_plural(p) for _m, p in api.calls()}
     assert used <= set(RULES), used - set(RULES)

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.kubernetes
 
 k8s_api = k8s_standin.k8s_api
 SCHEMA_FILE = Path(__file__).parent / "schemas" / "volcano-batch-v1alpha1-job.yaml"
-VCJOBS = "/apis/batch.volcano.sh/v1alpha1/namespaces/gpupool/jobs"
+VCJOBS = "/apis/batch.volcano.sh/v1alpha1/namespaces/gpupool-jobs/jobs"
 
 
 def _strict(schema: dict) -> dict:

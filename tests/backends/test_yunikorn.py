@@ -478,7 +478,7 @@ def test_the_sync_writes_the_configmap_once_and_follows_a_quota_change(
         "root.gpd-svc.gpd-svc-inf.gp-svc-chat",
         None,
     ]
-    assert "root.gpupool" in queues and not any(p.endswith(".unmapped") for p in queues)
+    assert "root.gpupool-jobs" in queues and not any(p.endswith(".unmapped") for p in queues)
 
     # An unchanged tree writes nothing: one read, no write.
     seen = len(api.requests)

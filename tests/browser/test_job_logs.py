@@ -87,7 +87,7 @@ def test_the_tunnel_command_is_copied_with_one_click(world, browser_for, k8s_api
     page = browser_for(world.users["pa1_member"], "pw-pa1_member")
     page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=page.base)
     page.goto(page.base + f"/jobs/{job.pk}/")
-    command = f"kubectl -n gpupool port-forward pod/gp-{job.pk} 8888"
+    command = f"kubectl -n gpupool-jobs port-forward pod/gp-{job.pk} 8888"
     assert page.inner_text("#tunnel-command") == command
     page.click("button[data-copy=tunnel-command]")
     page.wait_for_selector("button[data-copy=tunnel-command]:has-text('Copied')")

@@ -18,7 +18,11 @@ import pytest
 from tests.deploy.kustomize import render
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-KUSTOMIZE = {"base": ROOT / "deploy/kubernetes/base", "demo": ROOT / "deploy/kubernetes/overlays/demo"}
+KUSTOMIZE = {
+    "base": ROOT / "deploy/kubernetes/base",
+    "demo": ROOT / "deploy/kubernetes/overlays/demo",
+    "jobs": ROOT / "deploy/kubernetes/jobs",
+}
 ENV_READ = re.compile(
     r"""env_(?:str|int|bool|list)\(\s*"([A-Z0-9_]+)"|os\.environ(?:\.get\(|\[)"([A-Z0-9_]+)"""
 )

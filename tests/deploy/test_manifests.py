@@ -38,7 +38,7 @@ pytestmark = pytest.mark.deploy
 
 K8S_VERSION = "1.30"
 CRD_FILE = Path(__file__).parent / "schemas" / "monitoring.coreos.com_servicemonitors.yaml"
-RENDERS = ("base", "demo")
+RENDERS = ("base", "demo")  # the portal; deploy/kubernetes/jobs is the jobs' namespace (test_rbac.py)
 GPUPOOL_IMAGE = re.compile(r"^gpupool(:|$)")
 REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
@@ -131,8 +131,6 @@ def test_the_base_has_every_part_of_a_deployment():
         ("ConfigMap", "gpupool-config"),
         ("Secret", "gpupool-secrets"),
         ("ServiceAccount", "gpupool-backend"),
-        ("Role", "gpupool-backend"),
-        ("RoleBinding", "gpupool-backend"),
         ("ClusterRole", "gpupool-backend"),
         ("ClusterRoleBinding", "gpupool-backend"),
         ("ServiceMonitor", "gpupool"),
@@ -144,6 +142,12 @@ def test_the_base_has_every_part_of_a_deployment():
     assert {
         o["metadata"].get("namespace") for o in objects("demo") if not o["kind"].startswith("Cluster")
     } == {"gpupool-demo"}
+    # The jobs run elsewhere (issue 32 item 17): their namespace and Role are their own kustomization.
+    jobs = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects("jobs")}
+    assert jobs == {("Namespace", None, "gpupool-jobs"), ("Role", "gpupool-jobs", "gpupool-backend"),
+                    ("RoleBinding", "gpupool-jobs", "gpupool-backend")}
+    for obj in objects("jobs"):
+        validate(obj)
 
 
 # -- what a pod needs

@@ -48,6 +48,16 @@ def permission(method: str, path: str, query: dict) -> tuple[bool, Rule] | None:
     return match["ns"] is not None, (match["group"] or "", resource, verb)
 
 
+def used_namespaces(standin: k8s_standin.StandIn) -> set[tuple[str, str]]:
+    """(namespace, resource) of every namespaced request."""
+    found = set()
+    for _method, path, _query in standin.requests:
+        match = PATH.match(path)
+        if match is not None and match["ns"] is not None:
+            found.add((match["ns"], match["res"]))
+    return found
+
+
 def granted(role: dict) -> set[Rule]:
     return {
         (group, resource, verb)
@@ -79,7 +89,7 @@ def drive_backend(backend: KubernetesBackend, standin: k8s_standin.StandIn) -> N
         backend.submit(spec)
         backend.submit(spec)  # a retried dispatch finds it
     backend.status([s.name for s in specs] + ["gp-404"])
-    standin.pod_started("gpupool", specs[2].name, "gpu-a", datetime(2026, 1, 1, tzinfo=UTC))
+    standin.pod_started("gpupool-jobs", specs[2].name, "gpu-a", datetime(2026, 1, 1, tzinfo=UTC))
     standin.append_log(specs[2].name, "hello\n")
     assert backend.log_tail(specs[2].name, max_bytes=100).text == "hello\n"
     assert b"".join(backend.log_stream(specs[2].name)) == b"hello\n"
@@ -118,18 +128,19 @@ def test_the_roles_grant_exactly_what_the_backend_and_the_queue_sync_use(k8s_api
     for training_api in ("batch", "volcano"):
         backend = KubernetesBackend(
             host=k8s_api.url,
-            namespace="gpupool",
+            namespace="gpupool-jobs",
             token="t",
             training_api=training_api,
             ingress_domain="dev.example.org",
             portal_url="https://portal.example.org",
         )
         drive_backend(backend, k8s_api)
-    drive_queue_sync(KubernetesBackend(host=k8s_api.url, namespace="gpupool", token="t"))
+    drive_queue_sync(KubernetesBackend(host=k8s_api.url, namespace="gpupool-jobs", token="t"))
     namespaced, cluster = used(k8s_api)
-    rbac = objects("base")
-    assert granted(find(rbac, "Role", "gpupool-backend")) == namespaced
-    assert granted(find(rbac, "ClusterRole", "gpupool-backend")) == cluster
+    assert {ns for ns, _ in used_namespaces(k8s_api)} == {"gpupool-jobs"}  # never the portal's own
+    assert granted(find(objects("jobs"), "Role", "gpupool-backend")) == namespaced
+    assert granted(find(objects("base"), "ClusterRole", "gpupool-backend")) == cluster
+    assert not [o for o in objects("base") if o["kind"] in ("Role", "RoleBinding")]
     # The drive reached every kind: a backend call that went unexercised would pass unnoticed.
     resources = {r[:2] for r in namespaced | cluster}
     assert {
@@ -146,7 +157,7 @@ def test_the_roles_grant_exactly_what_the_backend_and_the_queue_sync_use(k8s_api
 
 @pytest.mark.django_db
 def test_the_native_role_grants_exactly_what_the_pod_import_and_the_quotas_use(k8s_api):
-    config = {"host": k8s_api.url, "namespace": "gpupool", "native_import": True}
+    config = {"host": k8s_api.url, "namespace": "gpupool-jobs", "native_import": True}
     cluster = Cluster.objects.create(name="k8s", kind="kubernetes", config=config)
     fx.flavor()
     fx.priority()
@@ -168,7 +179,7 @@ def test_the_native_role_grants_exactly_what_the_pod_import_and_the_quotas_use(k
 
 
 def test_the_bindings_give_the_roles_to_the_workers_account_only():
-    rbac = objects("base")
+    rbac = objects("base") + objects("jobs")
     for kind, role, name in (("RoleBinding", "Role", "gpupool-backend"),
                              ("ClusterRoleBinding", "ClusterRole", "gpupool-backend"),
                              ("ClusterRoleBinding", "ClusterRole", "gpupool-native")):
@@ -183,6 +194,9 @@ def test_the_bindings_give_the_roles_to_the_workers_account_only():
         ]
     demo = find(objects("demo"), "ClusterRoleBinding", "gpupool-backend")
     assert demo["subjects"][0]["namespace"] == "gpupool-demo"  # follows the overlay's namespace
+    # The jobs' Role lives in their own namespace, granted to the account in the portal's.
+    assert find(rbac, "RoleBinding", "gpupool-backend")["metadata"]["namespace"] == "gpupool-jobs"
+    assert find(rbac, "Namespace", "gpupool-jobs")
 
 
 def test_a_request_maps_to_the_rbac_rule_the_api_server_checks():

@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from jobs.clusters import dispatch, logs
 from jobs.clusters.backends.base import LOG_CHUNK_BYTES
-from jobs.models import Job, ProjectStorage
+from jobs.models import Job, ProjectSecret, ProjectStorage
 from portal.models import Project, User
 from quotas.models import Cluster, Node
 from tests import job_runs
@@ -252,6 +252,7 @@ def test_the_environment_panel_shows_mounts_variables_and_secrets_by_name_only(w
     )
     Project.objects.filter(pk=world.pa1.pk).update(image_pull_secret="regcred-pa1")
     world.pa1.refresh_from_db()
+    ProjectSecret.objects.create(project=world.pa1, name="hf-token")
     job = job_runs.submit(
         world,
         mounts=["datasets"],
@@ -307,7 +308,7 @@ def test_without_an_ingress_the_page_shows_the_port_forward_command_to_copy(worl
     job = _running_on_kubernetes(world, k8s_api)
     client = page_client("pa1_member")
     page = _page(client, job)
-    command = f"kubectl -n gpupool port-forward pod/gp-{job.pk} 8888"
+    command = f"kubectl -n gpupool-jobs port-forward pod/gp-{job.pk} 8888"
     assert f'<pre class="tunnel" id="tunnel-command">{command}</pre>' in page
     assert 'data-copy="tunnel-command"' in page and f'href="/jobs/{job.pk}/open/"' not in page
     response = client.get(reverse("job-open", args=[job.pk]), follow=True)

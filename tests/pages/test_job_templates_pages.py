@@ -8,7 +8,7 @@ import re
 import pytest
 
 from jobs import templates_service as templates
-from jobs.models import Job, JobTemplate, ProjectStorage
+from jobs.models import Job, JobTemplate, ProjectSecret, ProjectStorage
 from jobs.services import job_submit
 
 pytestmark = pytest.mark.django_db
@@ -30,6 +30,8 @@ VALUES = {
 
 @pytest.fixture
 def storages(world, prio):
+    for secret in ("hf", "s"):  # the Secrets the templates' env reads, declared for pa1
+        ProjectSecret.objects.create(project=world.pa1, name=secret)
     make = ProjectStorage.objects.create
     return {
         "data": make(project=world.pa1, name="data", kind="hostpath", host_path="/srv/d", mount_path="/data"),

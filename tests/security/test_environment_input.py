@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from jobs.models import Job, JobEvent, ProjectStorage
+from jobs.models import Job, JobEvent, ProjectSecret, ProjectStorage
 from portal.models import ApprovalRequest
 from tests import factories as fx
 
@@ -24,6 +24,7 @@ def _snapshot():
 
 @pytest.fixture
 def storages(world):
+    ProjectSecret.objects.create(project=world.pa1, name="hf-token")
     own = ProjectStorage.objects.create(
         project=world.pa1,
         name="data",
@@ -117,6 +118,27 @@ def test_hostile_environment_values_are_refused_on_their_field(world, member, fi
     before = _snapshot()
     response = member.post("/api/v1/jobs/", _job(world, **{field: value}), format="json")
     _refused(response, field, before, says)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [{"name": "N", "value": 5}, {"name": "N", "value": 1e3}, {"name": "N", "value": -0.5},
+     {"name": "N", "secret": 5, "key": "k"}, {"name": "N", "secret": "s", "key": 7}],
+    ids=lambda e: repr(e),
+)
+def test_item22_an_env_entry_sent_as_a_number_is_refused_not_stored_as_text(world, api, member, entry):
+    """A number was turned into text (5 → "5", 1e3 → "1000.0") and stored without a word. The job
+    API and the templates' values refuse it on the entry, and nothing is written."""
+    from jobs.models import JobTemplate
+
+    before = _snapshot()
+    response = member.post("/api/v1/jobs/", _job(world, env=[entry]), format="json")
+    _refused(response, "env", before, 'send a number in quotes, e.g. \\"5\\"')
+    values = {k: v for k, v in _job(world, env=[entry]).items() if k != "project"}
+    template = member.post("/api/v1/job-templates/", {"name": "t", "project": world.pa1.pk, "values": values},
+                           format="json")
+    assert template.status_code == 400 and "env" in json.dumps(template.json()), template.content[:300]
+    assert not JobTemplate.objects.exists()
 
 
 def test_a_port_on_a_training_job_is_refused(world, member):
@@ -216,3 +238,20 @@ def test_the_form_refuses_another_projects_storage(world, page_client, storages)
     )
     said = _form_refused(page_client, "a_admin", _form(world, mounts=[str(pa_data.pk)]), "mounts")
     assert "storages of the job's project only" in said
+
+
+def test_item17_the_form_names_the_declared_secrets_and_refuses_any_other(world, page_client, storages):
+    """The secrets' textarea says which Secrets the user's projects declare; the portal's own
+    Secret, another project's or an undeclared one is a field error, and nothing is written."""
+    ProjectSecret.objects.create(project=world.pb, name="pb-token")
+    form = page_client("pa1_member").get("/jobs/new/").content.decode()
+    assert "Secrets your projects declare: pa1 / hf-token." in form and "pb-token" not in form
+    for line in ("DB=gpupool-secrets/DATABASE_URL", "KEY=gpupool-secrets/SECRET_KEY", "T=pb-token/token"):
+        said = _form_refused(page_client, "pa1_member", _form(world, secret_env_text=line), "secret_env_text")
+        assert "is not a secret of project pa1" in said
+    response = page_client("pa1_member").post("/jobs/new/", _form(world, secret_env_text="T=hf-token/token"))
+    assert response.status_code == 302, response.context["form"].errors
+    assert Job.objects.get().env == [{"name": "T", "secret": "hf-token", "key": "token"}]
+    ProjectSecret.objects.filter(project=world.pb).update(active=False)
+    none = page_client("pb_member").get("/jobs/new/").content.decode()
+    assert "Your projects declare no secrets yet" in none

@@ -14,7 +14,13 @@ from django.utils import timezone, translation
 from jobs.clusters import dispatch
 from jobs.models import Job, JobEvent, backend_name
 from jobs.reasons import reason_text
-from jobs.scheduling.autoscale import autoscale_tick, filled_query, job_autoscale_set
+from jobs.scheduling.autoscale import (
+    autoscale_tick,
+    clean_settings,
+    filled_query,
+    job_autoscale_set,
+    query_value,
+)
 from jobs.scheduling.cycle import schedule_once
 from jobs.services import job_scale, job_submit
 from jobs.tasks import autoscale as autoscale_task
@@ -218,3 +224,66 @@ def test_autoscale_settings_are_checked(sim_pool, settings):
     assert filled_query(job) == f'avg(gpupool_sim_requests_per_second{{hpc_job="gp-{job.pk}"}})'
     off = job_autoscale_set(actor=admin, job=svc, query="")
     assert (off.autoscale_query, off.autoscale_target, off.autoscale_status) == ("", None, {})
+
+
+# Issue 32 item 18: queries that named the job only where it selects nothing — in a comment, in
+# an `or`/`unless` branch beside another metric, in a function's string argument, as a number any
+# label may equal, in a regex that matches every value — and read other tenants' series.
+BYPASSES = [
+    "secret_metric # {job}",
+    'secret_metric # hpc_job="{job}"',
+    'avg(gpupool_sim_requests_per_second{hpc_job="{job}"}) or secret_metric',
+    'secret_metric unless gpupool_sim_requests_per_second{hpc_job="{job}"}',
+    'x{hpc_job="{job}"} + on() group_left sum(secret_metric)',
+    'max_over_time(x{hpc_job="{job}"}[5m]) or max_over_time(secret_metric[30m:1m])',
+    'label_replace(secret_metric, "a", "{job}", "", "")',
+    'sum(http_requests_total{code="{job_id}"})',  # job 200 reads every tenant's 200s
+    'x{hpc_job=~"{job}|.*"}',
+    'x{hpc_job=~".*{job}"}',
+    'x{hpc_job!="{job}"}',
+    'x{pod=~"{job}.*"}',  # gp-4.* matches gp-42's pods
+    'x{tenant="{job}"}',  # not a label that carries the job
+    'x{hpc_job="{job}"',  # not PromQL
+    "vector({job_id})",
+]
+SCOPED = [
+    QUERY,
+    'sum(rate(http_requests_total{pod=~"{job}-.*"}[2m])) / count(up{pod=~"{job}-.*"})',
+    'avg(x{job_id="{job_id}"}) or vector(0)',
+    'avg(x{hpc_job="{job}", route!="/healthz"}) # per replica',
+    'sum by (replica) (rate(x{job="{job}"}[1m] offset 1m)) > bool 0',
+]
+
+
+@pytest.mark.parametrize("query", BYPASSES)
+def test_item18_a_query_that_may_read_other_series_is_refused(english, query):
+    with pytest.raises(ValidationError) as err:
+        clean_settings(kind="inference", min_workers=1, workers=4, query=query, target="10",
+                       cooldown_seconds=None)
+    (message,) = err.value.message_dict["autoscale_query"]
+    assert message.startswith(("Every series the query reads must be the job's own",
+                               "Not a PromQL query the portal can read", "Name the job with {job}")), message
+
+
+@pytest.mark.parametrize("query", SCOPED)
+def test_item18_queries_scoped_to_the_job_are_accepted(query):
+    assert clean_settings(kind="inference", min_workers=1, workers=4, query=query, target="10",
+                          cooldown_seconds=None)[0] == query
+
+
+def test_item18_a_stored_query_that_reads_other_series_is_never_sent(sim_pool, settings):
+    """A query stored before the check (or around it) is checked again as sent, with the job's
+    own name: the pass records why and asks Prometheus nothing (here: one that is down, which
+    would otherwise be the reason)."""
+    f, _cluster, pa, _pb, _sim = sim_pool
+    svc = _inference(pa, f, workers=4)
+    settings.GPUPOOL = _gpupool(PROMETHEUS_URL="http://127.0.0.1:1")
+    for stored in ("secret_metric # {job}", 'x{hpc_job="gp-999999"}'):
+        Job.objects.filter(pk=svc.pk).update(autoscale_query=stored, autoscale_target=Decimal(10))
+        svc.refresh_from_db()
+        value, why_not = query_value(svc)
+        assert value is None
+        assert render_in("en", why_not) == "the query reads series that are not the job's own: not asked"
+    Job.objects.filter(pk=svc.pk).update(autoscale_query=QUERY)
+    svc.refresh_from_db()
+    assert render_in("en", query_value(svc)[1]) == "Prometheus did not answer: no change"

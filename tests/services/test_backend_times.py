@@ -176,7 +176,8 @@ def test_a_time_without_zone_is_refused(admitted_job):
 def k8s_pool(k8s_api):
     f = fx.flavor()
     cluster = Cluster.objects.create(
-        name="k8s-test", kind="kubernetes", config={"host": k8s_api.url, "namespace": "gpupool", "token": "t"}
+        name="k8s-test", kind="kubernetes",
+        config={"host": k8s_api.url, "namespace": "gpupool-jobs", "token": "t"},
     )
     Node.objects.create(cluster=cluster, name="gpu-a", flavor=f, gpu_count=8, zone="z", spine="s", leaf="l")
     dept = fx.department("K")

@@ -11,7 +11,7 @@ from jobs import environment
 from jobs.clusters.backends.base import Checkpoint, EnvVar, Mount
 from jobs.clusters.dispatch import job_spec
 from jobs.environment import image_allowed, image_repository, parse_env_lines, path_error
-from jobs.models import Job, ProjectStorage
+from jobs.models import Job, ProjectSecret, ProjectStorage
 from tests import factories as fx
 
 
@@ -138,6 +138,7 @@ def test_a_job_carries_its_mounts_env_and_checkpoint_to_the_backend():
         mount_path="/work",
         checkpoints=True,
     )
+    ProjectSecret.objects.create(project=project, name="tok")
     job = fx.submit(
         project,
         f,

@@ -31,7 +31,8 @@ def test_one_vgpu_job_is_metered_at_its_fraction(k8s_api):
     f.sharing_mode = "vgpu"
     f.save()
     cluster = Cluster.objects.create(
-        name="k8s-vgpu", kind="kubernetes", config={"host": k8s_api.url, "namespace": "gpupool", "token": "t"}
+        name="k8s-vgpu", kind="kubernetes",
+        config={"host": k8s_api.url, "namespace": "gpupool-jobs", "token": "t"},
     )
     Node.objects.create(cluster=cluster, name="gpu-a", flavor=f, gpu_count=1, zone="z", spine="s", leaf="l")
     dept = fx.department("V")

@@ -241,7 +241,7 @@ def test_kubernetes_deployment_replicas_follow_the_portal(sim_pool, k8s_api):
     assert dispatch.resize_job(svc.pk) == "resized"
     stored = k8s_api.get("deployments", name)
     assert stored["spec"]["replicas"] == 2
-    assert ("PATCH", f"/apis/apps/v1/namespaces/gpupool/deployments/{name}") in k8s_api.calls()
+    assert ("PATCH", f"/apis/apps/v1/namespaces/gpupool-jobs/deployments/{name}") in k8s_api.calls()
     job_scale(actor=fx.platform_admin(), job=svc, replicas=4)  # up again: the grow pass, then a patch
     assert schedule_once().grown == 1
     dispatch.resize_job(svc.pk)

@@ -4,6 +4,7 @@ with backoff driven by an explicit clock; vendor errors in 200 answers; SSRF ref
 
 from __future__ import annotations
 
+import socket
 from datetime import timedelta
 
 import pytest
@@ -14,7 +15,13 @@ from django.utils.translation import gettext_noop
 from portal.models import DeliveryStatus, Webhook, WebhookDelivery
 from portal.notifications import notify
 from portal.texts import message
-from portal.webhook_delivery import MAX_ATTEMPTS, delivery_attempt
+from portal.webhook_delivery import (
+    MAX_ATTEMPTS,
+    TEST_SENDS,
+    TooManyTestSends,
+    delivery_attempt,
+    webhook_test_send,
+)
 from portal.webhooks import deliveries_due_ids, url_problem, webhook_create
 from tests.webhook_receiver import start_receiver
 
@@ -216,9 +223,53 @@ def test_a_name_that_resolves_to_a_private_address_is_refused_at_send_time(world
     hook = webhook_create(actor=member, kind="wecom", name="x", url="https://localhost/robot")
     plain = Webhook.objects.create(user=member, kind="wecom", name="y", url="http://127.0.0.1:9/robot")
     _notify(world, [member])
-    assert _send_all() == ["gave_up", "gave_up"]
-    assert "non-public address" in hook.deliveries.get().error
+    # Not sent; tried again later like a name that does not resolve (DNS may change).
+    assert sorted(_send_all()) == ["failed", "gave_up"]
+    assert hook.deliveries.get(attempt=1).error == "not sent: localhost has no address a webhook may use"
     assert plain.deliveries.get().error == "refused: the URL must use https"
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_item22_delivery_errors_do_not_say_where_a_name_leads(world, settings):
+    """The log a hook's owner reads: a name resolving to a private address and a name that does
+    not resolve read alike and are retried alike; a transport error names its kind and the host
+    as written, not the address connected to (the exception's text has it)."""
+    settings.GPUPOOL = {**settings.GPUPOOL, "WEBHOOK_ALLOW_HOSTS": []}
+    member = world.users["pa1_member"]
+    private = webhook_create(actor=member, kind="wecom", name="p", url="https://localhost/robot")
+    nowhere = webhook_create(actor=member, kind="wecom", name="n", url="https://no-such-host.invalid/robot")
+    _notify(world, [member])
+    assert _send_all() == ["failed", "failed"]
+    errors = {hook.name: hook.deliveries.get(attempt=1).error for hook in (private, nowhere)}
+    assert errors == {"p": "not sent: localhost has no address a webhook may use",
+                      "n": "not sent: no-such-host.invalid has no address a webhook may use"}
+    assert {h.deliveries.filter(attempt=2, status="pending").count() for h in (private, nowhere)} == {1}
+
+    settings.GPUPOOL = {**settings.GPUPOOL, "WEBHOOK_ALLOW_HOSTS": ["localhost"]}
+    closed = webhook_create(actor=member, kind="wecom", name="c", url=f"http://localhost:{_closed_port()}/x")
+    row = webhook_test_send(actor=member, webhook=closed)
+    assert (row.status, row.error) == ("gave_up", "could not connect: localhost")
+    logged = " ".join(WebhookDelivery.objects.values_list("error", flat=True))
+    assert "127.0.0.1" not in logged and "::1" not in logged and "Errno" not in logged
+
+
+def test_item22_test_messages_are_limited_per_user(world, receiver):
+    member, other = world.users["pa1_member"], world.users["pb_member"]
+    hooks = [_hook(member, "wecom", receiver), _hook(member, "feishu", receiver)]
+    for i in range(TEST_SENDS):
+        assert webhook_test_send(actor=member, webhook=hooks[i % 2], now_s=1000.0 + i).status == "delivered"
+    with pytest.raises(TooManyTestSends) as refused:
+        webhook_test_send(actor=member, webhook=hooks[0], now_s=1010.0)
+    assert refused.value.wait == 51  # the first of the five leaves the minute at 1060
+    assert WebhookDelivery.objects.count() == TEST_SENDS and len(receiver.received) == TEST_SENDS
+    # Another user's budget is their own; the member's comes back as the minute slides.
+    assert webhook_test_send(actor=other, webhook=_hook(other, "wecom", receiver), now_s=1010.0).status
+    assert webhook_test_send(actor=member, webhook=hooks[0], now_s=1060.5).status == "delivered"
 
 
 def test_a_json_hook_needs_a_secret(world, receiver, english):

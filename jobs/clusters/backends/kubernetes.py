@@ -1,7 +1,9 @@
 """A Kubernetes cluster as a :class:`~jobs.clusters.backends.base.Backend`, through the official
 ``kubernetes`` client (the classic 36.x generator). Plain Python, no Django.
 
-A portal job becomes one object named ``spec.name`` (``gp-<id>``) in the configured namespace:
+A portal job becomes one object named ``spec.name`` (``gp-<id>``) in the configured namespace
+(``gpupool-jobs`` by default; never the namespace that holds the portal's own secrets, see
+:func:`quotas.queues.jobs_namespace_problem`):
 
 * training  -> an Indexed ``batch/v1`` Job (one completion per worker, no retries), or with
   ``{"training_api": "volcano"}`` in the cluster's config a Volcano ``batch.volcano.sh/v1alpha1``
@@ -172,7 +174,7 @@ def _template(spec: JobSpec, pod: dict[str, Any], sharing: Sharing) -> dict[str,
 
 
 def build_training_job(
-    spec: JobSpec, namespace: str = "gpupool", sharing: Sharing = k8s_sharing.DEFAULT
+    spec: JobSpec, namespace: str = queues.JOBS_NAMESPACE, sharing: Sharing = k8s_sharing.DEFAULT
 ) -> dict[str, Any]:
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed",
@@ -190,7 +192,7 @@ def build_training_job(
 
 
 def build_deployment(
-    spec: JobSpec, namespace: str = "gpupool", sharing: Sharing = k8s_sharing.DEFAULT
+    spec: JobSpec, namespace: str = queues.JOBS_NAMESPACE, sharing: Sharing = k8s_sharing.DEFAULT
 ) -> dict[str, Any]:
     # Deployment pods restart forever, so no activeDeadlineSeconds (the API server rejects it there).
     return {
@@ -211,7 +213,7 @@ def build_deployment(
 
 
 def build_pod(
-    spec: JobSpec, namespace: str = "gpupool", sharing: Sharing = k8s_sharing.DEFAULT
+    spec: JobSpec, namespace: str = queues.JOBS_NAMESPACE, sharing: Sharing = k8s_sharing.DEFAULT
 ) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -223,7 +225,7 @@ def build_pod(
 
 def build_volcano_job(
     spec: JobSpec,
-    namespace: str = "gpupool",
+    namespace: str = queues.JOBS_NAMESPACE,
     queue: str | None = None,
     sharing: Sharing = k8s_sharing.DEFAULT,
 ) -> dict[str, Any]:
@@ -245,7 +247,7 @@ BUILDERS: dict[str, Callable[[JobSpec, str, Sharing], dict[str, Any]]] = {
 
 def build_manifest(
     spec: JobSpec,
-    namespace: str = "gpupool",
+    namespace: str = queues.JOBS_NAMESPACE,
     *,
     training_api: str = "batch",
     queue: str | None = None,
@@ -301,7 +303,7 @@ class KubernetesBackend:
     def __init__(
         self,
         host: str | None = None,
-        namespace: str = "gpupool",
+        namespace: str = queues.JOBS_NAMESPACE,
         token: str | None = None,
         kubeconfig: str | None = None,
         *,
@@ -335,6 +337,10 @@ class KubernetesBackend:
             cfg.api_key = {"authorization": f"Bearer {token}"}
         if not kubeconfig and not host:
             raise ValueError("KubernetesBackend needs a host or a kubeconfig")
+        if problem := queues.jobs_namespace_problem(namespace):
+            # A pod may reference any Secret of its namespace by name (secretKeyRef, envFrom,
+            # volumes): jobs in the portal's own namespace could read DATABASE_URL and SECRET_KEY.
+            raise ValueError(problem)
         if ingress_domain and not portal_url:
             # A dev port behind an Ingress without the portal's sign-in would be open to anyone.
             raise ValueError("ingress_domain needs portal_url (the Ingress authenticates through the portal)")

@@ -7,7 +7,7 @@ from django.utils import timezone
 from jobs.native.queue_sync import YUNIKORN, render_queues, render_yunikorn_config, sync_all
 from portal.daterange import in_range
 from quotas.models import Cluster, ClusterKind, Flavor
-from quotas.queues import FORMATS
+from quotas.queues import FORMATS, JOBS_NAMESPACE
 
 
 class Command(BaseCommand):
@@ -22,7 +22,9 @@ class Command(BaseCommand):
         parser.add_argument("--format", choices=(*FORMATS, YUNIKORN), default="kueue")
         parser.add_argument("--cluster", help="yunikorn: the Kubernetes cluster to render for")
         parser.add_argument("--flavor", action="append", dest="flavors", help="only this flavor (repeatable)")
-        parser.add_argument("--namespace", default="gpupool", help="namespace of the LocalQueues (Kueue)")
+        parser.add_argument(
+            "--namespace", default=JOBS_NAMESPACE, help="namespace of the LocalQueues (Kueue)"
+        )
         parser.add_argument("--at", help="ISO date-time (with offset) to render the effective quota at")
         parser.add_argument("--apply", action="store_true", help="sync the integration clusters now")
 
