@@ -176,6 +176,14 @@ class Job(models.Model):
     min_workers = models.PositiveIntegerField(_("minimum workers"), null=True, blank=True)
     gpus_per_worker = models.PositiveIntegerField(_("GPUs per worker"), default=1)
     gpu_milli = models.PositiveIntegerField(_("GPU milli"), null=True, blank=True)
+    # What each worker asks of its node besides its GPUs (DESIGN §15), fixed at submission (the
+    # defaults are its GPUs' share of the flavor's nodes). Empty: none asked (jobs from before, or a
+    # flavor whose nodes report no CPU or memory); the backend's defaults apply then.
+    cpu_millicores = models.PositiveIntegerField(_("CPU per worker (millicores)"), null=True, blank=True)
+    memory_mib = models.PositiveBigIntegerField(_("memory per worker (MiB)"), null=True, blank=True)
+    local_disk_gib = models.PositiveIntegerField(_("local disk per worker (GiB)"), null=True, blank=True)
+    # The lowest CUDA version the job's image needs ("12.2"; empty: any): nodes below are never chosen.
+    min_cuda_version = models.CharField(_("minimum CUDA version"), max_length=20, blank=True)
     image = models.CharField(_("image"), max_length=300)
     command = models.TextField(_("command"), max_length=10000, blank=True)
     max_runtime_seconds = models.PositiveIntegerField(_("maximum runtime (s)"), null=True, blank=True)
@@ -215,6 +223,10 @@ class Job(models.Model):
     # The current allocation while admitted/running: [[node_id, gpu_index, milli], ...] per worker.
     granted_workers = models.PositiveIntegerField(null=True, blank=True)
     placement = models.JSONField(default=list, blank=True)
+    # Per worker, the GPUs its CPU, memory or disk request takes from others on its node besides its
+    # own (DESIGN §15): [[node_id, gpu_index, milli], ...] per worker, aligned with ``placement``
+    # ([] for a worker that strands none). They count for the job's quota like its own GPUs.
+    stranded = models.JSONField(default=list, blank=True)
     on_loan = models.BooleanField(null=True, blank=True)
     # Set when a preemption is signalled: the job keeps its GPUs until it has exited.
     terminating_since = models.DateTimeField(null=True, blank=True)
@@ -478,6 +490,20 @@ class ApprovalPolicy(models.Model):
     )
     # Budgets arrive with billing; the check is the hook jobs.approvals.budget_checks.
     over_budget = models.BooleanField(_("over budget needs approval"), default=True)
+    # DESIGN §15: a job asking more CPU, memory or disk per GPU than this many times its cards'
+    # share needs approval (empty: never).
+    max_request_ratio = models.DecimalField(
+        _("CPU/memory per card without approval (× the card's share)"),
+        max_digits=5,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(Decimal(1)), MaxValueValidator(Decimal(100))],
+        help_text=_(
+            "A job asking more CPU, memory or disk per card than this many times a card's share "
+            "needs approval."
+        ),
+    )
     step_timeout_hours = models.PositiveIntegerField(
         _("hours to decide"),
         default=48,

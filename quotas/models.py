@@ -49,8 +49,14 @@ class SharingMode(models.TextChoices):
     VNPU = "vnpu", _("Ascend vNPU")
 
 
+class FlavorKind(models.TextChoices):
+    GPU = "gpu", _("GPU")
+    CPU = "cpu", _("CPU")
+
+
 class Flavor(models.Model):
-    """资源规格: a GPU model or a slice of one."""
+    """资源规格: a GPU model or a slice of one — or, of kind ``cpu``, one core of CPU-only nodes
+    (DESIGN §15): its unit is then a core, quota'd, borrowed and billed by the same rules."""
 
     name = models.CharField(_("name"), max_length=40, unique=True, validators=[name_validator])
     vendor = models.CharField(_("vendor"), max_length=20, choices=Vendor.choices)
@@ -118,6 +124,19 @@ class Flavor(models.Model):
     # {"pytorch": {"coverage": "0.93", "source": "vendor operator list v8.0", "date": "2026-06-01"}}:
     # the share of a framework's mainstream operators the card supports (0..1).
     operator_coverage = models.JSONField(_("operator coverage"), default=dict, blank=True)
+    kind = models.CharField(_("kind"), max_length=3, choices=FlavorKind.choices, default=FlavorKind.GPU)
+    # What one unit (a card, a slice, a core) comes with (DESIGN §15), when the profile says so;
+    # empty: the share of the flavor's smallest node (allocatable ÷ its units), read from the
+    # inventory. A job's default request per unit, and the share its price includes.
+    cpu_millicores_per_unit = models.PositiveIntegerField(
+        _("CPU per unit (millicores)"), null=True, blank=True, validators=[MaxValueValidator(10**7)]
+    )
+    memory_mib_per_unit = models.PositiveIntegerField(
+        _("memory per unit (MiB)"), null=True, blank=True, validators=[MaxValueValidator(10**9)]
+    )
+    local_disk_gib_per_unit = models.PositiveIntegerField(
+        _("local disk per unit (GiB)"), null=True, blank=True, validators=[MaxValueValidator(10**7)]
+    )
 
     class Meta:
         ordering = ["name"]
@@ -256,8 +275,9 @@ class Node(models.Model):
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
     name = models.CharField(_("name"), max_length=63, validators=[name_validator])
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="nodes")
+    # Units of its flavor: GPUs, MIG slices, or cores of a CPU flavor's node.
     gpu_count = models.PositiveSmallIntegerField(
-        _("GPU count"), validators=[MinValueValidator(1), MaxValueValidator(128)]
+        _("GPU count"), validators=[MinValueValidator(1), MaxValueValidator(1024)]
     )
     state = models.CharField(_("state"), max_length=10, choices=NodeState.choices, default=NodeState.READY)
     hold = models.CharField(_("hold"), max_length=10, choices=NodeHold.choices, default="", blank=True)
@@ -265,6 +285,18 @@ class Node(models.Model):
     spine = models.CharField(_("spine"), max_length=40, validators=[name_validator])
     leaf = models.CharField(_("leaf"), max_length=40, validators=[name_validator])
     last_seen_at = models.DateTimeField(_("last seen"), null=True, blank=True)
+    # The whole machine (DESIGN §15), read from the backend by the inventory sync, never typed in:
+    # capacity, and allocatable = capacity − what the node keeps for itself. Empty: not reported
+    # (then only GPUs are placed on it).
+    cpu_millicores = models.PositiveIntegerField(_("allocatable CPU (millicores)"), null=True, blank=True)
+    memory_mib = models.PositiveBigIntegerField(_("allocatable memory (MiB)"), null=True, blank=True)
+    local_disk_gib = models.PositiveIntegerField(_("allocatable local disk (GiB)"), null=True, blank=True)
+    cpu_millicores_capacity = models.PositiveIntegerField(_("CPU (millicores)"), null=True, blank=True)
+    memory_mib_capacity = models.PositiveBigIntegerField(_("memory (MiB)"), null=True, blank=True)
+    local_disk_gib_capacity = models.PositiveIntegerField(_("local disk (GiB)"), null=True, blank=True)
+    driver_version = models.CharField(_("driver version"), max_length=40, blank=True)
+    cuda_version = models.CharField(_("CUDA version"), max_length=20, blank=True)
+    labels = models.JSONField(_("labels"), default=dict, blank=True)
 
     class Meta:
         ordering = ["cluster_id", "zone", "spine", "leaf", "name"]
@@ -282,6 +314,37 @@ class Node(models.Model):
     @property
     def topology_path(self) -> str:
         return f"{self.zone}/{self.spine}/{self.leaf}/{self.name}"
+
+
+class SoftwareBaseline(models.Model):
+    """The driver and CUDA versions the nodes of a flavor are expected to run (DESIGN §15), for
+    all clusters (``cluster`` empty) or one; the node map and the drift report flag nodes off it."""
+
+    flavor = models.ForeignKey(
+        Flavor, on_delete=models.CASCADE, related_name="baselines", verbose_name=_("flavor")
+    )
+    cluster = models.ForeignKey(
+        Cluster, null=True, blank=True, on_delete=models.CASCADE, related_name="baselines",
+        verbose_name=_("cluster"),
+    )
+    driver_version = models.CharField(_("driver version"), max_length=40, blank=True)
+    cuda_version = models.CharField(_("CUDA version"), max_length=20, blank=True)
+
+    class Meta:
+        ordering = ["flavor", "cluster"]
+        verbose_name = _("software baseline")
+        verbose_name_plural = _("software baselines")
+        constraints = [
+            models.UniqueConstraint(fields=["flavor", "cluster"], name="baseline_once_per_cluster"),
+            models.UniqueConstraint(
+                fields=["flavor"], condition=Q(cluster__isnull=True), name="baseline_once_for_all_clusters"
+            ),
+        ]
+
+    def __str__(self):
+        where = self.cluster or _("every cluster")
+        driver, cuda = self.driver_version or "—", self.cuda_version or "—"
+        return f"{self.flavor} @ {where}: driver {driver}, CUDA {cuda}"
 
 
 class NodeAction(models.TextChoices):

@@ -64,6 +64,9 @@ def job_spec(job: Job, node_names: dict[int, str]) -> base.JobSpec:
         },
         sharing_mode=job.flavor.sharing_mode,
         gpu_memory_mib=job.flavor.memory_mib,
+        cpu_millicores=job.cpu_millicores,
+        memory_mib=job.memory_mib,
+        local_disk_gib=job.local_disk_gib,
         **spec_fields(job),
     )
 

@@ -104,6 +104,12 @@ class JobSpec:
     # HAMi vGPU memory/cores, time-sliced replicas, Ascend vNPU templates).
     sharing_mode: str = ""
     gpu_memory_mib: int = 0  # the flavor's memory per card (vGPU memory limits are a share of it)
+    # What each worker asks of its node besides its GPUs (DESIGN §15), one task per node: Slurm
+    # --cpus-per-task / --mem / --tmp, Kubernetes requests == limits (Guaranteed QoS). None: not asked
+    # (the backend's defaults apply — jobs from before, nodes that report no CPU or memory).
+    cpu_millicores: int | None = None
+    memory_mib: int | None = None
+    local_disk_gib: int | None = None
 
 
 # Backend-neutral job phases reported by status().
@@ -146,6 +152,18 @@ class NodeInfo:
     zone: str = ""
     spine: str = ""
     leaf: str = ""
+    # The whole machine (DESIGN §15) as the backend reports it; None: not reported. Allocatable is
+    # capacity minus what the node keeps for itself (Slurm MemSpecLimit/CoreSpecCount, kubelet's
+    # reservations).
+    cpu_millicores: int | None = None
+    memory_mib: int | None = None
+    local_disk_gib: int | None = None
+    cpu_millicores_capacity: int | None = None
+    memory_mib_capacity: int | None = None
+    local_disk_gib_capacity: int | None = None
+    driver_version: str = ""
+    cuda_version: str = ""
+    labels: tuple[tuple[str, str], ...] = ()  # sorted (key, value) pairs: features, node labels
 
 
 @dataclass(frozen=True, slots=True)
