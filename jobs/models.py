@@ -182,6 +182,10 @@ class Job(models.Model):
     cpu_millicores = models.PositiveIntegerField(_("CPU per worker (millicores)"), null=True, blank=True)
     memory_mib = models.PositiveBigIntegerField(_("memory per worker (MiB)"), null=True, blank=True)
     local_disk_gib = models.PositiveIntegerField(_("local disk per worker (GiB)"), null=True, blank=True)
+    # What one unit of the flavor came with when the job was submitted ({"cpu_millicores": …,
+    # "memory_mib": …, "local_disk_gib": …}; the flavor's profile, else its smallest node's share):
+    # the defaults above, and the part of the request a card's price includes (billing).
+    unit_share = models.JSONField(_("share per unit"), default=dict, blank=True)
     # The lowest CUDA version the job's image needs ("12.2"; empty: any): nodes below are never chosen.
     min_cuda_version = models.CharField(_("minimum CUDA version"), max_length=20, blank=True)
     image = models.CharField(_("image"), max_length=300)
