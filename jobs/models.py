@@ -227,10 +227,6 @@ class Job(models.Model):
     # The current allocation while admitted/running: [[node_id, gpu_index, milli], ...] per worker.
     granted_workers = models.PositiveIntegerField(null=True, blank=True)
     placement = models.JSONField(default=list, blank=True)
-    # Per worker, the GPUs its CPU, memory or disk request takes from others on its node besides its
-    # own (DESIGN §15): [[node_id, gpu_index, milli], ...] per worker, aligned with ``placement``
-    # ([] for a worker that strands none). They count for the job's quota like its own GPUs.
-    stranded = models.JSONField(default=list, blank=True)
     on_loan = models.BooleanField(null=True, blank=True)
     # Set when a preemption is signalled: the job keeps its GPUs until it has exited.
     terminating_since = models.DateTimeField(null=True, blank=True)

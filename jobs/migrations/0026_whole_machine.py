@@ -39,11 +39,6 @@ class Migration(migrations.Migration):
         ),
         migrations.AddField(
             model_name='job',
-            name='stranded',
-            field=models.JSONField(blank=True, default=list),
-        ),
-        migrations.AddField(
-            model_name='job',
             name='unit_share',
             field=models.JSONField(blank=True, default=dict, verbose_name='share per unit'),
         ),
