@@ -58,6 +58,11 @@ class Node:
     schedulable: bool = True
     external_milli: tuple[int, ...] = ()
     cluster: str = ""  # a job grows only onto nodes of the cluster it runs on
+    # Allocatable CPU, memory and local disk (DESIGN §15); None: not reported (only GPUs count).
+    cpu_millicores: int | None = None
+    memory_mib: int | None = None
+    local_disk_gib: int | None = None
+    cuda: tuple[int, ...] = ()  # the node's CUDA version, (12, 4); (): not reported
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +89,10 @@ class RunningJob:
     grow_to: int = 0  # the grow pass may add workers up to this many (its target)
     grown: tuple[datetime, ...] = ()  # grow times of the last len(grown) workers of placement
     submitted_at: datetime | None = None  # the grow pass's queue order (None: started_at)
+    # What each worker asks of its node besides its GPUs (DESIGN §15); None: nothing.
+    cpu_millicores: int | None = None
+    memory_mib: int | None = None
+    local_disk_gib: int | None = None
     # Not the portal's to stop: a job submitted to the backend directly (``sbatch``, ``kubectl``,
     # DESIGN §11). It counts for quotas and holds its GPUs like any job, but no cycle ever
     # chooses it as a victim (rule 5 or 6) — the portal did not start it and cannot requeue it.
@@ -110,6 +119,11 @@ class QueuedJob:
     # Acceptable flavors in the owner's order of preference (DESIGN §14); ``flavor`` must be the
     # first. Empty (or one flavor): only ``flavor``. The cycle takes the first it can place.
     flavors: tuple[str, ...] = ()
+    # What each worker asks of its node besides its GPUs (DESIGN §15); None: nothing.
+    cpu_millicores: int | None = None
+    memory_mib: int | None = None
+    local_disk_gib: int | None = None
+    min_cuda: tuple[int, ...] = ()  # nodes reporting a lower CUDA version are never chosen
 
 
 @dataclass(frozen=True, slots=True)
