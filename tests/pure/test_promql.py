@@ -141,8 +141,10 @@ def _expressions(draw, depth=0):
     shape = draw(st.sampled_from(["binary", "call", "agg", "paren", "subquery", "comment"]))
     left, found = draw(_expressions(depth + 1))
     if shape == "binary":
+        # ``group_left`` is followed by its label list: a bare one before a parenthesised
+        # operand would read that operand as the list (as Prometheus reads it too).
         op = draw(st.sampled_from(["+", "or", "unless", "and", "/ on(x)", "> bool",
-                                   "* ignoring(le) group_left"]))
+                                   "* ignoring(le) group_left(le)"]))
         right, more = draw(_expressions(depth + 1))
         return f"{left} {op} {right}", found + more
     if shape == "call":
