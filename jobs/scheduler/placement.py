@@ -44,16 +44,22 @@ __all__ = ["FULL", "Pool", "commit", "fgd_score", "frag_amount", "plan", "plan_a
 Plan = list[tuple[tuple[int, int, int], ...]]
 
 
-def plan(pool: Pool, workers: int, milli: int, *, frag: bool = True, typical=None) -> Plan | None:
+def plan(pool: Pool, workers: int, milli: int, *, frag: bool = True, typical=None, req=None) -> Plan | None:
     """Place ``workers`` workers of ``milli`` each (a multiple of 1000, or < 1000 shared).
-    ``typical`` given: FGD placement (:func:`plan_fgd`) instead of ``frag``."""
+    ``typical`` given: FGD placement (:func:`plan_fgd`) instead of ``frag``. ``req``: a shared
+    worker's CPU, memory and disk, which its node must have free (a whole-GPU worker's are in
+    ``milli``, its footprint: :meth:`Pool.demand`)."""
     if workers <= 0 or milli <= 0:
         return None
     if typical is not None:
         found = plan_fgd(pool, workers, milli, typical=typical)
         return None if found is None else found[1]
     if milli < FULL:
-        return _plan_shared(pool, milli, frag) if workers == 1 else None
+        if workers != 1:
+            return None
+        if req is not None and pool.res is not None:
+            return _plan_shared_res(pool, milli, req)
+        return _plan_shared(pool, milli, frag)
     if milli % FULL:
         return None
     g = milli // FULL
@@ -201,6 +207,24 @@ def _plan_shared(pool: Pool, milli: int, frag: bool) -> Plan | None:
     if pool.whole_capacity(1) < 1:
         return None
     i = _best_node(pool, 1, frag)
+    return [((i, pool.free_gpus(i, 1)[0], milli),)]
+
+
+def _plan_shared_res(pool: Pool, milli: int, req) -> Plan | None:
+    """A shared worker on a node with its CPU, memory and disk free: the partly used GPU with
+    the least free milli that fits first (as ``_plan_shared``), else a whole GPU of the node with
+    the fewest usable GPUs."""
+    for key in pool.pkeys[bisect_left(pool.pkeys, milli):]:
+        for i, g in sorted(pool.part[key]):
+            if pool.fits_res(i, req):
+                return [((i, g, milli),)]
+    best = None
+    for i, usable in enumerate(pool.free):
+        if usable and pool.fits_res(i, req) and (best is None or (usable, i) < best):
+            best = (usable, i)
+    if best is None:
+        return None
+    i = best[1]
     return [((i, pool.free_gpus(i, 1)[0], milli),)]
 
 

@@ -191,7 +191,7 @@ class Engine:
         s = self.state
         for res in c.reservations:
             res.lift(s.pools[res.flavor])
-            s.timelines[res.flavor].untrack(("res", res.job_id), res.slots)
+            s.timelines[res.flavor].untrack(("res", res.job_id), res.slots, tuple(res.applied_res.items()))
         for v in c.fresh_ghosts:
             s.release_ghost(v)
         for p, run, _, _ in c.admitted.values():

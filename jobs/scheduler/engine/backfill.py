@@ -18,11 +18,12 @@ from datetime import timedelta
 from jobs.scheduler.engine.model import Reservation
 from jobs.scheduler.engine.pool import FULL, Pool
 from jobs.scheduler.engine.state import Pending
-from jobs.scheduler.placement import plan, plan_at
+from jobs.scheduler.placement import plan_at
 
 
 class Res:
-    __slots__ = ("job_id", "flavor", "start", "end", "slots", "need", "applied", "nodes")
+    __slots__ = ("job_id", "flavor", "start", "end", "slots", "need", "applied", "nodes",
+                 "need_res", "applied_res")
 
     def __init__(self, job_id, flavor, start, end, slots, need, applied, nodes):
         self.job_id = job_id
@@ -33,14 +34,21 @@ class Res:
         self.need = need  # (node, gpu) -> milli that must stay free from now until start
         self.applied = applied  # (node, gpu) -> milli blocked on the pool right now
         self.nodes = nodes
+        # The same for CPU, memory and disk (DESIGN §15): node -> (cpu, memory, disk). A job
+        # running past ``start`` on the node's other GPUs must not take what the head will need.
+        self.need_res: dict[int, list[int]] = {}
+        self.applied_res: dict[int, tuple[int, int, int]] = {}
 
     def lift(self, pool: Pool) -> None:
         for (i, g), amount in self.applied.items():
             if amount:
                 pool.release(i, g, amount)
+        for i, held in self.applied_res.items():
+            pool.take(i, held, -1)
 
-    def reapply(self, pool: Pool, taken: dict[tuple[int, int], int]) -> None:
-        """Block again; GPUs a short job took are given back by ``start``, so need less now."""
+    def reapply(self, pool: Pool, taken: dict[tuple[int, int], int], taken_res=None) -> None:
+        """Block again; GPUs (and CPU, memory, disk) a short job took are given back by
+        ``start``, so need less now."""
         used = pool.used
         for key, need in self.need.items():
             need = max(0, need - taken.get(key, 0))
@@ -50,6 +58,22 @@ class Res:
             self.applied[key] = amount
             if amount:
                 pool.occupy(i, g, amount)
+        self.apply_res(pool, taken_res)
+
+    def apply_res(self, pool: Pool, taken_res=None) -> None:
+        """Block the CPU, memory and disk the head needs that are free now (less what a short
+        job that ends before ``start`` took: it gives them back by then)."""
+        for i, need in self.need_res.items():
+            got = (taken_res or {}).get(i)
+            if got:
+                for d in range(3):
+                    need[d] = max(0, need[d] - got[d])
+            held = tuple(max(0, min(need[d], pool.res[i][d])) for d in range(3))
+            self.applied_res[i] = held
+            pool.take(i, held)
+
+    def held_res(self) -> tuple:
+        return tuple((i, held) for i, held in self.applied_res.items() if any(held))
 
     def public(self, state) -> Reservation:
         at = state.now_dt + timedelta(seconds=self.start - state.now)
@@ -81,10 +105,15 @@ def lifted_fits(cycle, flavor: str, runtime: float, workers: int, milli: float) 
 
 def _lifted_fits(reservations, which, pool: Pool, workers: int, milli: float) -> bool:
     lifted: dict[tuple[int, int], int] = {}
+    lifted_res: dict[int, list[int]] = {}
     for k in which:
         for key, amount in reservations[k].applied.items():
             if amount:
                 lifted[key] = lifted.get(key, 0) + amount
+        for i, held in reservations[k].applied_res.items():
+            row = lifted_res.setdefault(i, [0, 0, 0])
+            for d in range(3):
+                row[d] += held[d]
     used = pool.used
     if milli < FULL:
         return pool.max_shared_free() >= milli or any(
@@ -94,19 +123,22 @@ def _lifted_fits(reservations, which, pool: Pool, workers: int, milli: float) ->
     for (i, x), a in lifted.items():
         if used[i][x] == a:  # only the blocks sit on this GPU: it is whole once lifted
             gain[i] = gain.get(i, 0) + 1
+    for i in lifted_res:
+        gain.setdefault(i, 0)
     free = pool.free
+    after = {i: pool.usable_if(i, k, lifted_res.get(i)) for i, k in gain.items()}
     if pool.chist is None:
-        extra = sum((free[i] + k) // g - free[i] // g for i, k in gain.items())
+        extra = sum(after[i] // g - free[i] // g for i in gain)
         return pool.whole_capacity(g) + extra >= workers
     caps = list(pool.cluster_capacities(g))  # a gang runs inside one cluster
-    for i, k in gain.items():
-        caps[pool.cluster_of[i]] += (free[i] + k) // g - free[i] // g
+    for i in gain:
+        caps[pool.cluster_of[i]] += after[i] // g - free[i] // g
     return max(caps) >= workers
 
 
 def short_for(cycle, p: Pending) -> bool:
     """Might ``p`` backfill onto blocked GPUs of reservations it ends before?"""
-    return lifted_fits(cycle, p.flavor, p.runtime, p.min_workers, p.milli)
+    return lifted_fits(cycle, p.flavor, p.runtime, p.min_workers, p.pmilli)
 
 
 def admit_short(cycle, p: Pending) -> bool:
@@ -126,15 +158,19 @@ def admit_short(cycle, p: Pending) -> bool:
     if promised:
         cycle.tent.promise(p, w_all * p.milli)
     elif w >= p.min_workers:
-        placement = plan(pool, w, p.milli, frag=cycle.frag)
+        placement = cycle.place(p, w)
     taken: dict[tuple[int, int], int] = {}
+    taken_res: dict[int, list[int]] = {}
     if placement is not None:
-        cycle.admit(p, w, placement, ())
-        for worker in placement:
-            for i, g, m in worker:
-                taken[(i, g)] = taken.get((i, g), 0) + m
+        run = cycle.admit(p, w, placement, ())
+        for i, g, m in run.slots:
+            taken[(i, g)] = taken.get((i, g), 0) + m
+        for i, req in run.res:
+            row = taken_res.setdefault(i, [0, 0, 0])
+            for d in range(3):
+                row[d] += req[d]
     for r in lifted:
-        r.reapply(pool, taken)
+        r.reapply(pool, taken, taken_res)
     return promised or placement is not None
 
 
@@ -145,7 +181,7 @@ def reserve(cycle, p: Pending) -> None:
     earlier on a partly used GPU, never later)."""
     s = cycle.s
     pool, timeline = s.pools[p.flavor], s.timelines[p.flavor]
-    g = max(1, p.milli // FULL)
+    g = max(1, p.pmilli // FULL)  # its footprint on the nodes (its GPUs, or more: docs/resources.md)
     start = timeline.earliest(p.min_workers, g, s.now)
     if start is None:
         return
@@ -167,6 +203,13 @@ def reserve(cycle, p: Pending) -> None:
     slots = tuple((i, x, milli) for worker in placement for i, x, _ in worker)
     nodes = tuple(sorted({pool.ids[i] for i, _, _ in slots}))
     res = Res(p.id, p.flavor, start, start + p.runtime, slots, need, applied, nodes)
-    timeline.track(("res", res.job_id), slots, res.end)
+    if p.req is not None and pool.res is not None:
+        for worker in placement:
+            i = worker[0][0]
+            row = res.need_res.setdefault(i, [0, 0, 0])
+            for d in range(3):
+                row[d] += p.req[d]
+        res.apply_res(pool)  # the GPUs are blocked above
+    timeline.track(("res", res.job_id), slots, res.end, res.held_res())
     cycle.reservations.append(res)
     cycle.res_by_flavor.setdefault(p.flavor, []).append(res)

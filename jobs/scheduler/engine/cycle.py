@@ -351,10 +351,13 @@ class Cycle:
         return "loan", ""
 
     def invalid(self, p: Pending) -> bool:
+        """Can no node of the flavor ever take one worker (its GPUs, or its footprint when it
+        asks more CPU, memory or disk than their share)?"""
         pool = self.s.pools[p.flavor]
         if p.milli < FULL:
             return not pool.maxg
-        return p.milli % FULL != 0 or p.milli // FULL > pool.maxg
+        pm = p.pmilli
+        return p.milli % FULL != 0 or pm // FULL > pool.maxg
 
     def quick(self, p: Pending) -> str | None:
         """Cheap necessary test: None when ``p`` might move now, else "quota"/"capacity".
@@ -384,7 +387,7 @@ class Cycle:
             root -= self.tent.root_taken(p.flavor)
         if r > root:  # no room by count (GPUs on reservations do not add any): preempt or wait
             return None if preempt.possible(self, p, mode) else "capacity"
-        if plan_fits(self.s.pools[p.flavor], p.min_workers, p.milli):
+        if plan_fits(self.s.pools[p.flavor], p.min_workers, p.pmilli):
             return None
         if backfill.short_for(self, p) or preempt.possible(self, p, mode):
             return None
@@ -443,10 +446,11 @@ class Cycle:
             loan_root = root - self.tent.root_taken(f) - ledger.sibling_hold(path)
             room = max(room, min(self.tent.tree_room(f, path, tcap), loan_root))
         pool = self.s.pools[f]
-        if d < FULL:
-            phys = 1 if pool.max_shared_free() >= d else 0
+        pm = p.pmilli  # on the nodes: its footprint (docs/resources.md)
+        if pm < FULL:
+            phys = 1 if pool.max_shared_free() >= pm else 0
         else:
-            phys = pool.gang_capacity(d // FULL)  # the most ONE cluster takes
+            phys = pool.gang_capacity(pm // FULL)  # the most ONE cluster takes
         cap = min(p.workers, phys)
         return min(cap, room_in // d), min(cap, room // d)
 
@@ -465,11 +469,24 @@ class Cycle:
             w = max(w_in, w_all)
             if w < p.min_workers:
                 return False
-        placement = plan(self.s.pools[p.flavor], w, p.milli, frag=self.frag)
+        placement = self.place(p, w)
         if placement is None:
             return False
         self.admit(p, w, placement, preempts)
         return True
+
+    def place(self, p: Pending, w: int) -> list | None:
+        """``w`` workers of ``p`` on its flavor's nodes: each on a node with room for its
+        footprint (:meth:`Pending.pmilli`), taking its own GPUs there."""
+        pool = self.s.pools[p.flavor]
+        pm = p.pmilli
+        if pm < FULL and p.req is not None and pool.res is not None:
+            return plan(pool, 1, pm, frag=self.frag, req=p.req)  # one GPU's part, on a node that feeds it
+        found = plan(pool, w, pm, frag=self.frag)
+        if found is None or pm == p.milli:
+            return found
+        g = p.milli // FULL
+        return [worker[:g] for worker in found]  # the rest is what its request strands
 
     def admit(self, p: Pending, w: int, placement: list, preempts: tuple[str, ...]) -> Run:
         s = self.s
@@ -486,6 +503,9 @@ class Cycle:
         run = Run(p.id, p.project_id, p.proj, p.path, p.flavor, r, p.priority, p.preemptible,
                   s.now, s.now + p.runtime, flat, slots)
         run.fresh = True
+        if p.req is not None and s.pools[p.flavor].res is not None:
+            run.req = p.req
+            run.res = tuple((worker[0][0], p.req) for worker in placement)
         s.add_run(run, in_quota)
         self.admitted[p.id] = (p, run, workers, preempts)
         return run

@@ -129,7 +129,7 @@ def _explain(cycle, p: Pending, position: int) -> Explain:
             f"admitted, then reclaimed by in-quota job {by}; retried next cycle"))
     if cycle.invalid(p):
         largest = s.pools[f].maxg * FULL
-        return Explain(position, "invalid", f, numbers=(("per_worker", p.milli),
+        return Explain(position, "invalid", f, numbers=(("per_worker", p.pmilli),
                        ("largest_node", largest)), message="no node of this flavor is big enough")
     r = p.min_workers * p.milli
     mode, code = cycle.gate(f, p.path, r)
@@ -179,7 +179,7 @@ def _physical(cycle, p: Pending, r: int, mode: str, position: int) -> Explain:
         nums = (("usage", ledger.root_used), ("request", r), ("capacity", ledger.capacity))
         msg = f"{owed}; pool full: {_u(ledger.root_used)} + {_u(r)} > {_u(ledger.capacity)}"
         return Explain(position, "capacity", f, None, nums, holders, msg, own)
-    if not plan_fits(pool, p.min_workers, p.milli):
+    if not plan_fits(pool, p.min_workers, p.pmilli):
         res = _blocking_reservation(cycle, p)
         if res is not None:
             return Explain(position, "reservation", f, None, (("request", r),), holders,
@@ -188,6 +188,14 @@ def _physical(cycle, p: Pending, r: int, mode: str, position: int) -> Explain:
         split = _split_over_clusters(cycle, p, owed, holders, own, position)
         if split is not None:
             return split
+        short = _short_of(pool, p)
+        if short is not None:
+            dim, nodes = short
+            nums = (("per_worker", p.milli), ("workers", p.min_workers), ("nodes_with_gpus", nodes))
+            return Explain(position, "resources", f, None, nums, holders,
+                           f"{owed}; waits for {dim} on nodes of {f}: {nodes} node(s) have the GPUs "
+                           f"free but not the {dim} for {p.min_workers} × {_u(p.milli)}", own,
+                           resource=dim)
         largest = max((k for k, n in enumerate(pool.hist) if n), default=0) * FULL
         nums = (("per_worker", p.milli), ("workers", p.min_workers),
                 ("largest_free_node", largest))
@@ -200,11 +208,36 @@ def _physical(cycle, p: Pending, r: int, mode: str, position: int) -> Explain:
                    f"{owed}; capacity freed during this cycle; considered next cycle", own)
 
 
+DIMENSION_NAMES = ("CPU", "memory", "local disk")
+
+
+def _short_of(pool, p: Pending) -> tuple[str, int] | None:
+    """When a job waits although enough GPUs are free — only not on nodes that can feed them —
+    the dimension that keeps most of those nodes from taking a worker, and how many nodes have
+    the GPUs free (None: the GPUs themselves are short)."""
+    if pool.res is None or p.milli < FULL:
+        return None
+    g = p.milli // FULL
+    nodes = [i for i, whole in enumerate(pool.whole) if whole >= g]
+    if sum(pool.whole[i] // g for i in nodes) < p.min_workers:
+        return None
+    short = [0, 0, 0]
+    for i in nodes:
+        free, share = pool.res[i], pool.rshare[i]
+        for d in range(3):
+            need = p.req[d] if p.req is not None and p.req[d] else (share[d] or 0) * g
+            if share[d] is not None and free[d] < need:
+                short[d] += 1
+    if not any(short):
+        return None
+    return DIMENSION_NAMES[short.index(max(short))], len(nodes)
+
+
 def _split_over_clusters(cycle, p: Pending, owed: str, holders, own, position: int):
     """A gang runs inside one cluster: say so when the GPUs it needs exist (or are free) only
     split over several clusters, rather than "no node set fits" (or, before, "it fits")."""
     pool = cycle.s.pools[p.flavor]
-    w, d = p.min_workers, p.milli
+    w, d = p.min_workers, p.pmilli
     if pool.chist is None or w < 2 or d < FULL:
         return None
     g = d // FULL
@@ -234,7 +267,7 @@ def _blocking_reservation(cycle, p: Pending):
     pool = cycle.s.pools[p.flavor]
     for res in cycle.res_by_flavor.get(p.flavor, ()):
         res.lift(pool)
-        fits = plan_fits(pool, p.min_workers, p.milli)
+        fits = plan_fits(pool, p.min_workers, p.pmilli)
         res.reapply(pool, {})
         if fits and res.job_id != p.id:
             return res

@@ -126,4 +126,4 @@ def _hopeless_on(cycle, p: Pending) -> bool:
         return True
     if pool.chist is None or p.milli < FULL:
         return False
-    return pool.largest_cluster(p.milli // FULL) < p.min_workers
+    return pool.largest_cluster(p.pmilli // FULL) < p.min_workers

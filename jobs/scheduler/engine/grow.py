@@ -45,7 +45,7 @@ def grow(cycle) -> list[Growth]:
     s = cycle.s
     cands = [b for b in s.elastic.values()
              if b.workers < b.grow_to and not b.terminating and not b.fresh]
-    cands = [b for b in cands if s.pools[b.flavor].whole_capacity(b.wmilli // FULL) >= 1]
+    cands = [b for b in cands if s.pools[b.flavor].whole_capacity(_footprint(s, b) // FULL) >= 1]
     if not cands:
         return []
     blocked = _waiting_for_room(cycle, {b.flavor for b in cands}, min(b.priority for b in cands))
@@ -87,10 +87,10 @@ def _one_more(cycle, b: Run) -> tuple | None:
     near = {i for run in (b, *b.units) for i, _, _ in run.slots}
     if not near:
         return None  # every node it runs on is cordoned or down: its cluster is unknown here
-    placement = plan_grow(pool, d // FULL, near, pool.cluster[min(near)], frag=cycle.frag)
+    placement = plan_grow(pool, _footprint(s, b) // FULL, near, pool.cluster[min(near)], frag=cycle.frag)
     if placement is None:
         return None
-    slots = placement[0]
+    slots = placement[0][:d // FULL]  # beyond its own GPUs: what its request strands
     nodes = tuple((pool.ids[i], g, m) for i, g, m in slots)
     unit = s.make_unit(b, b.workers, nodes, s.now)
     s.add_run(unit, in_quota)
@@ -122,7 +122,7 @@ def _waiting_for_room(cycle, flavors: set[str], floor: int) -> dict[str, int]:
             if r in seen or r > capacity:
                 continue
             if pool.chist is not None and p.min_workers > 1 and \
-                    pool.largest_cluster(p.milli // FULL) < p.min_workers:
+                    pool.largest_cluster(p.pmilli // FULL) < p.min_workers:
                 continue  # no one cluster could ever hold this gang
             seen.add(r)
             if cycle.gate(f, path, r)[0] is not None:
@@ -155,6 +155,12 @@ def _waits_for_room(cycle, p, f: str, path) -> bool:
         return False
     pool = cycle.s.pools[f]
     if pool.chist is not None and p.min_workers > 1 and \
-            pool.largest_cluster(p.milli // FULL) < p.min_workers:
+            pool.largest_cluster(p.pmilli // FULL) < p.min_workers:
         return False  # no one cluster could ever hold this gang
     return cycle.gate(f, path, r)[0] is not None
+
+
+def _footprint(s, b: Run) -> int:
+    """One more worker's milli on the nodes: its footprint where it asks more CPU, memory or
+    disk than its GPUs' share (docs/resources.md)."""
+    return s.pools[b.flavor].demand(b.wmilli, b.req)

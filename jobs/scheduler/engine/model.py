@@ -89,10 +89,10 @@ class RunningJob:
     grow_to: int = 0  # the grow pass may add workers up to this many (its target)
     grown: tuple[datetime, ...] = ()  # grow times of the last len(grown) workers of placement
     submitted_at: datetime | None = None  # the grow pass's queue order (None: started_at)
-    # What each worker asks of its node besides its GPUs (DESIGN §15); None: nothing.
-    cpu_millicores: int | None = None
-    memory_mib: int | None = None
-    local_disk_gib: int | None = None
+    # What each worker asks of its node besides its GPUs (DESIGN §15), in placement order:
+    # ``(node id, cpu millicores, memory MiB, local disk GiB)`` per worker (0: nothing); empty:
+    # nothing asked. A grown worker's entry follows the same order as its slots.
+    requests: tuple[tuple[str, int, int, int], ...] = ()
     # Not the portal's to stop: a job submitted to the backend directly (``sbatch``, ``kubectl``,
     # DESIGN §11). It counts for quotas and holds its GPUs like any job, but no cycle ever
     # chooses it as a victim (rule 5 or 6) — the portal did not start it and cannot requeue it.
@@ -230,6 +230,8 @@ class Explain:
     # Over its project's aging bound: how long it has waited (whatever the reason above).
     waited_s: int | None = None
     aging_bound_s: int | None = None
+    # Reason "resources": the dimension its workers' nodes lack — "CPU", "memory", "local disk".
+    resource: str = ""
 
 
 REASONS = (
@@ -239,6 +241,7 @@ REASONS = (
     "lend_limit",    # rule 4: capacity held back by siblings' lend limits
     "capacity",      # rule 2 at the root, or no one cluster big enough: not enough healthy capacity
     "placement",     # enough capacity in total but no node set of one cluster fits now
+    "resources",     # enough GPUs free, but not on nodes with the CPU, memory or disk to feed them
     "reservation",   # would delay the reservation of a higher job (EASY backfill)
     "reclaimed",     # admitted earlier in this cycle, then reclaimed by an in-quota job
     "invalid",       # can never run here (e.g. worker larger than any node of the flavor)

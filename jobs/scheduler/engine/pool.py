@@ -14,6 +14,16 @@ node:
   ``pkeys`` the sorted free amounts present,
 * ``chist[c][k]``    — ``hist`` per cluster, only when the pool has more than one cluster
   (``None`` otherwise: one cluster is the common case and costs nothing extra).
+
+**CPU, memory and local disk** (DESIGN §15, docs/resources.md): when some node of the pool
+reports them, ``res[i]`` holds node ``i``'s free CPU (millicores), memory (MiB) and disk (GiB) and
+``rshare[i]`` what one of its units comes with (allocatable ÷ units; ``None``: not reported, no
+limit). The indexes then count *usable* GPUs, ``free[i] = min(whole[i], ⌊res ÷ share⌋ per
+dimension)``, where ``whole[i]`` are the whole free GPUs: free GPUs that the node's free CPU,
+memory or disk cannot feed at its share are *stranded* and invisible to placement. A worker within
+its share fits wherever the indexes say it does; one asking more is placed by its *footprint* in
+units (:meth:`demand`, at the pool's smallest share), which leaves it enough of every dimension on
+the node it lands on. Without resources (``res`` is None) nothing of this costs anything.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 
 FULL = 1000
+DIMS = 3  # CPU millicores, memory MiB, local disk GiB
 
 
 class Pool:
@@ -29,6 +40,7 @@ class Pool:
         "leaf_hist", "leaf_rank", "spine_leaves", "bucket", "hist",
         "maxg", "part", "pkeys", "capacity", "version", "_caps", "full_leaves", "cluster",
         "clusters", "cluster_of", "leaf_cluster", "chist", "_gcaps", "_size_caps",
+        "res", "rshare", "whole", "share",
     )
 
     def __init__(self, flavor: str, nodes) -> None:
@@ -51,6 +63,7 @@ class Pool:
         self._gcaps: dict[int, tuple[int, list[int]]] = {}
         self._size_caps: dict[int, int] = {}
         self._index_topology(ordered)
+        self._index_resources(ordered)
         self.part: dict[int, set[tuple[int, int]]] = {}
         self.pkeys: list[int] = []
         for i, node in enumerate(ordered):
@@ -106,6 +119,29 @@ class Pool:
             if c:
                 self.full_leaves[c].add(li)
 
+    def _index_resources(self, ordered) -> None:
+        """``res``/``rshare``/``whole`` when some node reports CPU, memory or disk."""
+        self.res = None
+        self.rshare = None
+        self.whole = None
+        self.share: tuple = (None,) * DIMS
+        sizes = [(n.cpu_millicores, n.memory_mib, n.local_disk_gib) for n in ordered]
+        if not any(v is not None for row in sizes for v in row):
+            return
+        self.res = [[v if v is not None else 0 for v in row] for row in sizes]
+        self.rshare = [tuple(None if v is None else v // n.gpus for v in row)
+                       for row, n in zip(sizes, ordered, strict=True)]
+        self.whole = list(self.free)
+        least = []
+        for d in range(DIMS):
+            known = [sh[d] for sh in self.rshare if sh[d] is not None]
+            least.append(min(known) if known else None)
+        self.share = tuple(least)
+        for i in range(len(ordered)):
+            usable = self._usable(i)
+            if usable != self.free[i]:
+                self._set_free(i, usable)
+
     # -- mutation ------------------------------------------------------------------------
     def occupy(self, i: int, g: int, milli: int) -> None:
         self.version += 1
@@ -114,7 +150,7 @@ class Pool:
         new = old + milli
         row[g] = new
         if old == 0 and new > 0:
-            self._set_free(i, self.free[i] - 1)
+            self._whole_delta(i, -1)
         self._repart(i, g, old, new)
 
     def release(self, i: int, g: int, milli: int) -> None:
@@ -124,8 +160,48 @@ class Pool:
         new = old - milli
         row[g] = new
         if new == 0 and old > 0:
-            self._set_free(i, self.free[i] + 1)
+            self._whole_delta(i, 1)
         self._repart(i, g, old, new)
+
+    def _whole_delta(self, i: int, delta: int) -> None:
+        if self.whole is None:
+            self._set_free(i, self.free[i] + delta)
+            return
+        self.whole[i] += delta
+        usable = self._usable(i)
+        if usable != self.free[i]:
+            self._set_free(i, usable)
+
+    def _usable(self, i: int) -> int:
+        """Whole free GPUs of node ``i`` its free CPU, memory and disk can feed at its share."""
+        usable = self.whole[i]
+        free, share = self.res[i], self.rshare[i]
+        for d in range(DIMS):
+            s = share[d]
+            if s is not None:
+                usable = min(usable, free[d] // s if s else 0)
+        return max(usable, 0)
+
+    def take(self, i: int, req, sign: int = 1) -> None:
+        """Node ``i`` gives (``sign`` 1) or gets back (-1) ``req``: (cpu, memory, disk) of one or
+        more workers. Nothing without resources."""
+        if self.res is None or not req:
+            return
+        self.version += 1
+        free = self.res[i]
+        for d in range(DIMS):
+            if req[d]:
+                free[d] -= sign * req[d]
+        usable = self._usable(i)
+        if usable != self.free[i]:
+            self._set_free(i, usable)
+
+    def take_all(self, res, sign: int = 1) -> None:
+        """:meth:`take` for ``res``: ``(node index, (cpu, memory, disk))`` per worker."""
+        if self.res is None:
+            return
+        for i, req in res:
+            self.take(i, req, sign)
 
     def occupy_slots(self, slots) -> None:
         """``occupy`` for many slots, updating the indexes once per node (gang workers)."""
@@ -135,13 +211,13 @@ class Pool:
         self._apply_slots(slots, -1)
 
     def _apply_slots(self, slots, sign: int) -> None:
-        used, free = self.used, self.free
+        used = self.used
         self.version += 1
         node, delta = -1, 0
         for i, g, m in slots:
             if i != node:
                 if delta:
-                    self._set_free(node, free[node] + delta)
+                    self._whole_delta(node, delta)
                 node, delta = i, 0
             row = used[i]
             old = row[g]
@@ -154,7 +230,7 @@ class Pool:
             if (0 < old < FULL) or (0 < new < FULL):
                 self._repart(i, g, old, new)
         if delta:
-            self._set_free(node, free[node] + delta)
+            self._whole_delta(node, delta)
 
     def _set_free(self, i: int, new: int) -> None:
         free = self.free
@@ -253,6 +329,44 @@ class Pool:
             return FULL
         return self.pkeys[-1] if self.pkeys else 0
 
+    def demand(self, milli: int, req) -> int:
+        """The milli a worker of ``milli`` takes in the indexes: its footprint in whole units at
+        the pool's smallest share when it asks more CPU, memory or disk than its units' share
+        (``req``: (cpu, memory, disk) or None); a shared worker's own milli (its node's resources
+        are checked where it is placed)."""
+        if self.res is None or not req or milli < FULL:
+            return milli
+        units = milli // FULL
+        for d in range(DIMS):
+            s, asked = self.share[d], req[d]
+            if asked and s is not None:
+                units = max(units, -(-asked // s) if s else 1 << 20)
+        return units * FULL
+
+    def fits_res(self, i: int, req) -> bool:
+        """Has node ``i`` ``req`` free (dimensions it does not report never refuse)?"""
+        if self.res is None or not req:
+            return True
+        free, share = self.res[i], self.rshare[i]
+        return all(not req[d] or share[d] is None or free[d] >= req[d] for d in range(DIMS))
+
+    def usable_if(self, i: int, gpus: int, res) -> int:
+        """Node ``i``'s usable GPUs were ``gpus`` whole GPUs and ``res`` (cpu, memory, disk)
+        given back to it (the paper state of a preemption search)."""
+        if self.whole is None:
+            return self.free[i] + gpus
+        usable = self.whole[i] + gpus
+        free, share = self.res[i], self.rshare[i]
+        for d in range(DIMS):
+            s = share[d]
+            if s is not None:
+                usable = min(usable, (free[d] + (res[d] if res else 0)) // s if s else 0)
+        return max(usable, 0)
+
+    def stranded(self, i: int) -> int:
+        """Whole free GPUs of node ``i`` that its free CPU, memory or disk cannot feed."""
+        return 0 if self.whole is None else self.whole[i] - self.free[i]
+
     def free_gpus(self, i: int, count: int) -> list[int]:
         """The first ``count`` whole free GPU indices of node ``i``."""
         return [g for g, u in enumerate(self.used[i]) if u == 0][:count]
@@ -276,4 +390,7 @@ class Pool:
         twin.version = 0
         twin._caps = {}
         twin._gcaps = {}
+        twin.share, twin.rshare = self.share, self.rshare
+        twin.res = None if self.res is None else [row[:] for row in self.res]
+        twin.whole = None if self.whole is None else self.whole[:]
         return twin

@@ -106,7 +106,13 @@ def _helper(cycle, p: Pending, paper: _Paper):
     if p.milli < FULL or paper.root < paper.need or max(paper.short.values()) > 0:
         return None
     pool = cycle.s.pools[p.flavor]
-    free, loans, g = pool.free, cycle.s.loan_gpus[p.flavor], p.milli // FULL
+    free, loans, g = pool.free, cycle.s.loan_gpus[p.flavor], p.pmilli // FULL
+    if pool.res is not None:  # on-loan jobs give back CPU, memory and disk too
+        held = cycle.s.loan_res.get(p.flavor, {})
+
+        def helps_res(v: Run) -> bool:
+            return any(pool.usable_if(i, loans.get(i, 0), held.get(i)) >= g for i, _, _ in v.slots)
+        return helps_res
 
     def helps(v: Run) -> bool:
         return any(free[i] + loans.get(i, 0) >= g for i, _, _ in v.slots)
@@ -124,15 +130,15 @@ class _Paper:
         self.workers = p.min_workers
         self.root = ledger.root_room()
         self.short = {n: self.need - (ledger.cap[n] - ledger.used(n)) for n in p.path}
-        self.room = _Room(cycle.s.pools[p.flavor], p.milli)
+        self.room = _Room(cycle.s.pools[p.flavor], p.pmilli)
 
     def take(self, v: Run) -> None:
         self._count(v, -1)
-        self.room.free_slots(v.slots)
+        self.room.free_slots(v.slots, v.res)
 
     def give(self, v: Run) -> None:
         self._count(v, 1)
-        self.room.refill(v.slots)
+        self.room.refill(v.slots, v.res)
 
     def _count(self, v: Run, sign: int) -> None:
         self.root -= sign * v.root_r
@@ -150,10 +156,10 @@ class _Paper:
         use, when quota does not need them either: the rule-5 order is blind to GPUs, so the
         greedy often takes many scattered small jobs before one node has room."""
         room = self.room
-        kept = [v for v in chosen if room.helps(v.slots)]
+        kept = [v for v in chosen if room.helps(v.slots, v.res)]
         if len(kept) == len(chosen):
             return chosen
-        dropped = [v for v in chosen if not room.helps(v.slots)]
+        dropped = [v for v in chosen if not room.helps(v.slots, v.res)]
         if self.root - sum(v.root_r for v in dropped) < self.need:
             return chosen
         for n, left in self.short.items():  # left <= 0: what the dropped ones may take back
@@ -164,38 +170,59 @@ class _Paper:
 
 class _Room:
     """Workers of one size that fit, with some slots freed on paper. Counted per cluster
-    (``cap[c]``): a gang runs inside one, so victims must free room in ONE cluster."""
+    (``cap[c]``): a gang runs inside one, so victims must free room in ONE cluster. With CPU,
+    memory and disk (``pool.res``), a node's room is its usable GPUs once the victims' GPUs and
+    requests are given back (``Pool.usable_if``)."""
 
-    __slots__ = ("pool", "milli", "g", "used", "free", "cap")
+    __slots__ = ("pool", "milli", "g", "used", "free", "cap", "gained", "res_gained")
 
     def __init__(self, pool, milli: int):
         self.pool, self.milli = pool, milli
         self.g = max(1, milli // FULL)
         self.used: dict[tuple[int, int], int] = {}
         self.free: dict[int, int] = {}
+        self.gained: dict[int, int] = {}  # whole GPUs freed on paper, per node
+        self.res_gained: dict[int, list[int]] = {}
         # A shared request fits by milli (``fits``); its counts are kept but never read.
         self.cap = list(pool.cluster_capacities(self.g)) if milli >= FULL \
             else [0] * max(1, len(pool.clusters))
 
-    def free_slots(self, slots) -> None:
-        used, g, of = self.pool.used, self.g, self.pool.cluster_of
+    def _move(self, i: int, gpus: int, res, sign: int) -> None:
+        """Node ``i`` gains (``sign`` 1) or loses whole GPUs and requests on paper."""
+        pool, g = self.pool, self.g
+        f = self.free.get(i, pool.free[i])
+        self.gained[i] = self.gained.get(i, 0) + sign * gpus
+        if res is not None:
+            row = self.res_gained.setdefault(i, [0, 0, 0])
+            for d in range(3):
+                row[d] += sign * res[d]
+        n = pool.usable_if(i, self.gained[i], self.res_gained.get(i))
+        self.free[i] = n
+        self.cap[pool.cluster_of[i]] += n // g - f // g
+
+    def free_slots(self, slots, res=()) -> None:
+        used = self.pool.used
+        whole: dict[int, int] = {}
         for i, x, m in slots:
             u = self.used.get((i, x), used[i][x]) - m
             self.used[(i, x)] = u
             if u == 0:
-                f = self.free.get(i, self.pool.free[i])
-                self.free[i] = f + 1
-                self.cap[of[i]] += (f + 1) // g - f // g
+                whole[i] = whole.get(i, 0) + 1
+        per = _per_node(res)
+        for i in whole.keys() | per.keys():
+            self._move(i, whole.get(i, 0), per.get(i), 1)
 
-    def refill(self, slots) -> None:
-        used, g, of = self.pool.used, self.g, self.pool.cluster_of
+    def refill(self, slots, res=()) -> None:
+        used = self.pool.used
+        whole: dict[int, int] = {}
         for i, x, m in slots:
             old = self.used.get((i, x), used[i][x])
             self.used[(i, x)] = old + m
             if old == 0 and m:
-                f = self.free[i]
-                self.free[i] = f - 1
-                self.cap[of[i]] += (f - 1) // g - f // g
+                whole[i] = whole.get(i, 0) + 1
+        per = _per_node(res)
+        for i in whole.keys() | per.keys():
+            self._move(i, whole.get(i, 0), per.get(i), -1)
 
     def fits(self, workers: int) -> bool:
         if self.milli < FULL:
@@ -203,8 +230,8 @@ class _Room:
                 FULL - u >= self.milli for u in self.used.values())
         return max(self.cap) >= workers
 
-    def helps(self, slots) -> bool:
-        """Does any slot sit where the paper state gained room a worker can use?"""
+    def helps(self, slots, res=()) -> bool:
+        """Does any slot (or request) sit where the paper state gained room a worker can use?"""
         free, g = self.pool.free, self.g
         for i, x, _ in slots:
             if self.milli < FULL:
@@ -212,7 +239,18 @@ class _Room:
                     return True
             elif self.free.get(i, 0) // g > free[i] // g:
                 return True
+        if self.milli >= FULL:
+            return any(self.free.get(i, 0) // g > free[i] // g for i, _ in res)
         return False
+
+
+def _per_node(res) -> dict[int, list[int]]:
+    per: dict[int, list[int]] = {}
+    for i, req in res:
+        row = per.setdefault(i, [0, 0, 0])
+        for d in range(3):
+            row[d] += req[d]
+    return per
 
 
 def by_priority(cycle, p: Pending) -> bool:
@@ -272,11 +310,12 @@ def _with_units(victims: list[Run]) -> list[Run]:
 # Failure cache of rule 6: within a cycle admissions and reservations only take room away, so
 # a failed search stays failed until a preemption gives quota back (``cycle.loosen``).
 def _shape(p: Pending) -> tuple:
-    return (p.flavor, p.milli, p.min_workers)
+    return (p.flavor, p.milli, p.pmilli, p.min_workers)
 
 
 def _rule6_key(p: Pending) -> tuple:
-    return (p.proj, p.flavor, p.milli, p.min_workers, p.priority)
+    # ``pmilli`` (the footprint on the nodes) is the size the queue's pass-over tests know.
+    return (p.proj, p.flavor, p.pmilli, p.min_workers, p.priority)
 
 
 def _fits(cycle, p: Pending, *, in_quota: bool) -> bool:
@@ -289,7 +328,7 @@ def _fits(cycle, p: Pending, *, in_quota: bool) -> bool:
             return False
     elif cycle.gate(p.flavor, p.path, r)[0] is None:
         return False
-    return plan_fits(cycle.s.pools[p.flavor], p.min_workers, p.milli)
+    return plan_fits(cycle.s.pools[p.flavor], p.min_workers, p.pmilli)
 
 
 def reclaim_order(cycle, p: Pending, shielded: list[Run] | None = None) -> Iterator[Run]:
@@ -360,6 +399,7 @@ def _retire(cycle, v: Run, p: Pending, reason: str) -> None:
     for unit in list(v.units):  # the job stops as a whole: its grown workers share its grace
         v.slots += unit.slots
         v.placement += unit.placement
+        v.res += unit.res
         s.detach_unit(unit)
     if v.fresh:  # never started: its GPUs are free for the next cycle
         s.retire(v, s.now)

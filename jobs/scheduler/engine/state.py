@@ -31,7 +31,8 @@ class Run:
     __slots__ = ("id", "project_id", "proj", "path", "flavor", "r", "root_r", "priority",
                  "preemptible", "started", "end", "slots", "placement", "in_quota",
                  "terminating", "fresh", "ghost", "ghost_until", "key",
-                 "job", "base", "units", "wmilli", "grow_to", "submitted", "workers", "pinned")
+                 "job", "base", "units", "wmilli", "grow_to", "submitted", "workers", "pinned",
+                 "res", "req", "ghost_res")
 
     def __init__(self, rid, project_id, proj, path, flavor, r, priority, preemptible, started,
                  end, placement, slots):
@@ -62,6 +63,11 @@ class Run:
         self.submitted = started
         self.workers = 0  # of a base: its workers, units included (0: not elastic)
         self.pinned = False  # never a victim (RunningJob.pinned)
+        # CPU, memory and disk it holds (DESIGN §15): (pool node index, (cpu, memory, disk)) per
+        # worker on a healthy node; ``req`` one worker's request (what a grown worker asks).
+        self.res: tuple = ()
+        self.req: tuple | None = None
+        self.ghost_res: list = []
 
 
 class Pending:
@@ -69,7 +75,7 @@ class Pending:
 
     __slots__ = ("id", "project_id", "proj", "path", "flavor", "workers", "min_workers", "milli",
                  "priority", "preemptible", "submitted", "runtime", "approved", "job", "flavors",
-                 "home")
+                 "home", "req", "pms", "min_cuda")
 
     def __init__(self, job: QueuedJob, proj: int, path: tuple[int, ...]):
         self.job = job
@@ -94,6 +100,19 @@ class Pending:
         rt = job.max_runtime_seconds
         self.runtime = NEVER if rt is None else float(rt)
         self.approved = job.approved
+        req = (job.cpu_millicores or 0, job.memory_mib or 0, job.local_disk_gib or 0)
+        self.req = req if any(req) else None
+        # Per flavor, one worker's footprint in the indexes (Pool.demand), where it differs
+        # from ``milli``: it asks more CPU, memory or disk than its units' share there.
+        self.pms: dict[str, int] = {}
+        self.min_cuda = tuple(job.min_cuda)
+
+    @property
+    def pmilli(self) -> int:
+        """One worker's milli as placement sees it on the flavor being tried (``milli`` counts
+        for quota; this for the nodes)."""
+        pms = self.pms
+        return pms.get(self.flavor, self.milli) if pms else self.milli
 
 
 class SubQueue:
@@ -155,10 +174,11 @@ class SubQueue:
         for k in range(n - 1, -1, -1):
             p = self.jobs[k][2]
             g[k], sh[k], r[k], rt[k], w[k] = g[k + 1], sh[k + 1], r[k + 1], rt[k + 1], w[k + 1]
-            if p.milli < FULL:
-                sh[k] = min(sh[k], p.milli)
+            pm = p.pmilli  # on the nodes: its footprint where it asks more than the share
+            if pm < FULL:
+                sh[k] = min(sh[k], pm)
             else:
-                g[k] = min(g[k], p.milli // FULL)
+                g[k] = min(g[k], pm // FULL)
             r[k] = min(r[k], p.min_workers * p.milli)
             rt[k] = min(rt[k], p.runtime)
             w[k] = min(w[k], p.min_workers)
@@ -206,6 +226,7 @@ class State:
         # GPUs (slots) held by on-loan jobs per node: reclaim skips nodes that can never host
         # a worker even with all of them gone.
         self.loan_gpus: dict[str, dict[int, int]] = {f: {} for f in self.pools}
+        self.loan_res: dict[str, dict[int, list[int]]] = {}  # the same for CPU, memory, disk
         self.queues: dict[tuple[int, int, str], SubQueue] = {}
         self.pending: dict[str, Pending] = {}
         self.shares: dict[int, float] = {}  # dominant share cache, dropped on usage change
@@ -225,9 +246,11 @@ class State:
             if job.id in self.running:
                 raise ValueError(f"running job {job.id!r} listed twice")
             for run in self.make_runs(job):
-                self.pools[run.flavor].occupy_slots(run.slots)
+                pool = self.pools[run.flavor]
+                pool.occupy_slots(run.slots)
+                pool.take_all(run.res)
                 self.running[run.id] = run
-                self.timelines[run.flavor].track(run.id, run.slots, run.end)
+                self.timelines[run.flavor].track(run.id, run.slots, run.end, run.res)
                 self.by_proj.setdefault((run.proj, run.flavor), {})[run.id] = run
                 self.order[run.flavor].append((run.key, run))
                 if run.end < NEVER:
@@ -255,7 +278,18 @@ class State:
         run = Run(job.id, job.project_id, proj, path, job.flavor, r, job.priority,
                   job.preemptible and not job.pinned, started, end, job.placement, slots)
         run.pinned = job.pinned
+        if job.requests:
+            run.res = self._res(pool, job.requests)
+            run.req = job.requests[0][1:]
         return run
+
+    @staticmethod
+    def _res(pool, requests) -> tuple:
+        """``RunningJob.requests`` on the pool's healthy nodes: (node index, (cpu, mem, disk))."""
+        if pool.res is None:
+            return ()
+        index = pool.index
+        return tuple((index[n], (c, m, d)) for n, c, m, d in requests if n in index and (c or m or d))
 
     def make_runs(self, job: RunningJob) -> list[Run]:
         """A live job as its base Run plus one unit per grown worker (jobs/scheduler/engine/grow.py)."""
@@ -267,8 +301,12 @@ class State:
         workers = len(placement) // g
         n_units = min(len(job.grown), workers - 1)
         cut = (workers - n_units) * g
-        base = self.make_run(replace(job, placement=placement[:cut]))
+        requests = job.requests
+        base_workers = workers - n_units
+        base = self.make_run(replace(job, placement=placement[:cut], requests=requests[:base_workers]))
         base.wmilli, base.grow_to, base.workers = wm, job.grow_to, workers
+        if requests:
+            base.req = requests[0][1:]
         base.submitted = (job.submitted_at or job.started_at).timestamp()
         if base.grow_to > workers:
             self.elastic[base.id] = base
@@ -276,17 +314,25 @@ class State:
         grown = job.grown[len(job.grown) - n_units:]
         for k, at in enumerate(grown):
             first = cut + k * g
-            unit = self.make_unit(base, workers - n_units + k, placement[first:first + g], at.timestamp())
+            unit = self.make_unit(base, workers - n_units + k, placement[first:first + g], at.timestamp(),
+                                  requests[base_workers + k:base_workers + k + 1])
             runs.append(unit)
         return runs
 
-    def make_unit(self, base: Run, k: int, placement, started: float) -> Run:
+    def make_unit(self, base: Run, k: int, placement, started: float, requests=()) -> Run:
+        """A grown worker of ``base``; ``requests``: its ``RunningJob.requests`` entry (a worker
+        grown by this engine: none given, its request is its job's, on its node)."""
         pool = self.pools[base.flavor]
         slots = tuple((pool.index[n], g, m) for n, g, m in placement if n in pool.index)
         r = sum(m for _, _, m in placement)
         unit = Run(f"{base.id}/{k}", base.project_id, base.proj, base.path, base.flavor, r,
                    base.priority, base.preemptible, started, base.end, tuple(placement), slots)
         unit.job, unit.base = base.id, base
+        unit.req = base.req
+        if requests:
+            unit.res = self._res(pool, requests)
+        elif base.req and slots and pool.res is not None:
+            unit.res = ((slots[0][0], base.req),)
         if not base.units:
             base.units = []
         base.units.append(unit)
@@ -334,6 +380,10 @@ class State:
             for f in p.flavors or (p.flavor,):
                 if f not in self.pools:
                     self._add_flavor(f)
+                if p.req is not None:
+                    pm = self.pools[f].demand(p.milli, p.req)
+                    if pm != p.milli:
+                        p.pms[f] = pm
             self.pending[p.id] = p
             key = (p.priority, proj, p.home)
             sq = self.queues.get(key)
@@ -357,14 +407,16 @@ class State:
     # -- running jobs --------------------------------------------------------------------
     def add_run(self, run: Run, in_quota: bool | None = None) -> None:
         """Count ``run`` (its GPUs and, when ``in_quota`` is given, its quota usage)."""
-        self.pools[run.flavor].occupy_slots(run.slots)
+        pool = self.pools[run.flavor]
+        pool.occupy_slots(run.slots)
+        pool.take_all(run.res)
         self.index(run)
         if in_quota is not None:
             self.count(run, in_quota)
 
     def index(self, run: Run) -> None:
         self.running[run.id] = run
-        self.timelines[run.flavor].track(run.id, run.slots, run.end)
+        self.timelines[run.flavor].track(run.id, run.slots, run.end, run.res)
         insort(self.order[run.flavor], (run.key, run))
         if run.end < NEVER:
             insort(self.ends[run.flavor], (run.end, run.id, run))
@@ -394,6 +446,17 @@ class State:
         counts = self.loan_gpus[run.flavor]
         for i, _, _ in run.slots:
             counts[i] = counts.get(i, 0) + 1
+        self._loan_res(run, 1)
+
+    def _loan_res(self, run: Run, sign: int) -> None:
+        """CPU, memory and disk on-loan jobs hold per node: what reclaim could give back there."""
+        if not run.res:
+            return
+        held = self.loan_res.setdefault(run.flavor, {})
+        for i, req in run.res:
+            row = held.setdefault(i, [0, 0, 0])
+            for d in range(3):
+                row[d] += sign * req[d]
 
     def drop_run(self, run: Run) -> None:
         """Forget a live job entirely: quota usage, GPUs and indexes."""
@@ -401,15 +464,20 @@ class State:
         self.forget(run)
 
     def lift(self, run: Run) -> None:
-        """Take a live job's usage off the ledger and its GPUs off the pool (reversible)."""
+        """Take a live job's usage off the ledger and its GPUs (with its CPU, memory and disk)
+        off the pool (reversible)."""
         self.shares.pop(run.proj, None)
         self.ledgers[run.flavor].remove(run.path, run.r, run.in_quota, run.root_r)
-        self.pools[run.flavor].release_slots(run.slots)
+        pool = self.pools[run.flavor]
+        pool.release_slots(run.slots)
+        pool.take_all(run.res, -1)
 
     def unlift(self, run: Run) -> None:
         self.shares.pop(run.proj, None)
         self.ledgers[run.flavor].add(run.path, run.r, run.in_quota, run.root_r)
-        self.pools[run.flavor].occupy_slots(run.slots)
+        pool = self.pools[run.flavor]
+        pool.occupy_slots(run.slots)
+        pool.take_all(run.res)
 
     def forget(self, run: Run) -> None:
         """Drop a lifted job from the indexes."""
@@ -423,6 +491,7 @@ class State:
             counts = self.loan_gpus[run.flavor]
             for i, _, _ in run.slots:
                 counts[i] -= 1
+            self._loan_res(run, -1)
         del self.running[run.id]
         self.timelines[run.flavor].untrack(run.id, run.slots)
         order = self.order[run.flavor]
@@ -440,7 +509,8 @@ class State:
         self.terminating[run.id] = run
 
     def retire(self, run: Run, until: float) -> None:
-        """Keep a removed job's GPUs taken where nobody else took them, until ``until``."""
+        """Keep a removed job's GPUs taken where nobody else took them, until ``until`` — and its
+        CPU, memory and disk, as far as they are still free (its preemptor starts after it)."""
         pool = self.pools[run.flavor]
         used = pool.used
         run.ghost = []
@@ -449,15 +519,25 @@ class State:
             if amount > 0:
                 pool.occupy(i, g, amount)
                 run.ghost.append((i, g, amount))
+        run.ghost_res = []
+        if run.res:
+            free = pool.res
+            for i, req in run.res:
+                kept = tuple(max(0, min(req[d], free[i][d])) for d in range(3))
+                if any(kept):
+                    pool.take(i, kept)
+                    run.ghost_res.append((i, kept))
         run.ghost_until = until
-        self.timelines[run.flavor].track(("ghost", run.id), run.ghost, until)
+        self.timelines[run.flavor].track(("ghost", run.id), run.ghost, until, run.ghost_res)
 
     def release_ghost(self, run: Run) -> None:
         pool = self.pools[run.flavor]
         for i, g, m in run.ghost:
             pool.release(i, g, m)
-        self.timelines[run.flavor].untrack(("ghost", run.id), run.ghost)
+        pool.take_all(run.ghost_res, -1)
+        self.timelines[run.flavor].untrack(("ghost", run.id), run.ghost, run.ghost_res)
         run.ghost = []
+        run.ghost_res = []
 
     def drop_terminating(self, run: Run) -> None:
         self.release_ghost(run)
@@ -487,11 +567,13 @@ class State:
             for key in [k for k in self.loan_sub if k[0] == flavor]:
                 del self.loan_sub[key]
             counts = self.loan_gpus[flavor] = {}
+            self.loan_res.pop(flavor, None)
             for e in entries:  # already in order: appending keeps every list sorted
                 for n in e[3].path:
                     self.loan_sub.setdefault((flavor, n), []).append(e)
                 for i, _, _ in e[3].slots:
                     counts[i] = counts.get(i, 0) + 1
+                self._loan_res(e[3], 1)
         return out
 
     @staticmethod

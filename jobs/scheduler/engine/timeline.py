@@ -9,6 +9,12 @@ Earliest start of ``w`` workers of ``g`` whole GPUs: node ``i`` hosts ``k`` work
 ``(k·g)``-th smallest busy-until time on, so the start is the ``w``-th smallest of those times
 over the nodes of one cluster (a gang runs inside one), the earliest over the clusters —
 O(nodes), no replay of every job ending.
+
+With CPU, memory and disk (DESIGN §15; ``pool.res``), a node's row holds instead when each of its
+*usable* units comes free: an occupant gives back its CPU, memory and disk at its end too, and a
+unit counts once the node has a free GPU and its share of each dimension for it — the same rule
+as the pool's indexes (:mod:`jobs.scheduler.engine.pool`), so a reservation is planned on GPUs its
+job can feed.
 """
 
 from __future__ import annotations
@@ -32,27 +38,37 @@ class Timeline:
         self.times: list[list[float] | None] = [None] * len(pool.ids)
         self.dirty: set[int] = set(range(len(pool.ids)))
 
-    def track(self, key, slots, until: float) -> None:
+    def track(self, key, slots, until: float, res=()) -> None:
+        """``res``: (node index, (cpu, memory, disk)) the occupant holds until ``until`` too."""
         occ, dirty, last = self.occ, self.dirty, -1
+        per = _per_node(res) if res else None
         for i, _, _ in slots:
             if i != last:  # slots come grouped by node; a repeat only rewrites the same entry
-                occ[i][key] = (slots, until)
+                occ[i][key] = (slots, until, per.get(i) if per else None)
                 dirty.add(i)
                 last = i
+        if per:
+            for i, held in per.items():
+                if key not in occ[i]:  # CPU, memory or disk on a node where it holds no GPU
+                    occ[i][key] = ((), until, held)
+                    dirty.add(i)
 
-    def untrack(self, key, slots) -> None:
+    def untrack(self, key, slots, res=()) -> None:
         occ, dirty, last = self.occ, self.dirty, -1
         for i, _, _ in slots:
             if i != last:
                 occ[i].pop(key, None)
                 dirty.add(i)
                 last = i
+        for i, _ in res:
+            occ[i].pop(key, None)
+            dirty.add(i)
 
     def _busy(self, i: int) -> list[float]:
         """Busy-until per GPU of node ``i``: 0.0 when free (so the cache survives the clock
         moving on), NEVER when used by something not tracked (external usage)."""
         row = [0.0] * len(self.pool.used[i])
-        for slots, until in self.occ[i].values():
+        for slots, until, _ in self.occ[i].values():
             for j, x, _ in slots:
                 if j == i and until > row[x]:
                     row[x] = until
@@ -62,10 +78,36 @@ class Timeline:
         return row
 
     def _refresh(self) -> list[list[float] | None]:
+        usable = self.pool.res is not None
         for i in self.dirty:
-            self.times[i] = sorted(self._busy(i))
+            self.times[i] = self._usable_row(i) if usable else sorted(self._busy(i))
         self.dirty.clear()
         return self.times
+
+    def _usable_row(self, i: int) -> list[float]:
+        """When each usable unit of node ``i`` comes free (see the module docstring): free GPUs
+        count as they come free, and the node's CPU, memory and disk grow by what each occupant
+        holds at its end."""
+        pool = self.pool
+        gpus = sorted(self._busy(i))
+        share, free = pool.rshare[i], list(pool.res[i])
+        leaving = sorted((until, held) for _, until, held in self.occ[i].values() if held)
+        times = sorted(set(gpus) | {until for until, _ in leaving})
+        out: list[float] = []
+        k, units = 0, len(gpus)
+        for t in times:
+            while k < len(leaving) and leaving[k][0] <= t:
+                for d in range(3):
+                    free[d] += leaving[k][1][d]
+                k += 1
+            usable = bisect_right(gpus, t)
+            for d in range(3):
+                s = share[d]
+                if s is not None:
+                    usable = min(usable, free[d] // s if s else 0)
+            while len(out) < min(usable, units):
+                out.append(t)
+        return out + [NEVER] * (units - len(out))
 
     def earliest(self, workers: int, g: int, now: float) -> float | None:
         """Earliest time ``workers`` × ``g`` whole GPUs are free (None: never)."""
@@ -100,3 +142,12 @@ def _wth(workers: int, g: int, maxg: int, times) -> float:
     if len(vals) < workers:
         return NEVER
     return nsmallest(workers, vals)[-1]
+
+
+def _per_node(res) -> dict[int, tuple[int, int, int]]:
+    per: dict[int, list[int]] = {}
+    for i, req in res:
+        row = per.setdefault(i, [0, 0, 0])
+        for d in range(3):
+            row[d] += req[d]
+    return {i: tuple(row) for i, row in per.items()}
