@@ -1,11 +1,13 @@
 """Identities from the centre's directory (DESIGN §12): LDAP and OpenID Connect users, their roles
 from admin-defined group rules, and deprovisioning.
 
-Both sign-in paths and the periodic LDAP sync describe a user as a :class:`DirectoryIdentity`
-and call :func:`apply_identity`; it is the one place that creates directory users, updates what the
-directory owns (names, mail, Unix name), applies the rules and deactivates users the directory
-disabled. Roles given by hand (``Membership.rule`` empty) are never touched here; roles a rule
-gave are removed as soon as the user is no longer in the rule's group.
+Both sign-in paths and the periodic LDAP sync describe a user as a :class:`DirectoryIdentity`;
+a sign-in calls :func:`apply_identity`, the sync :func:`sync_directory` with the whole listing (the
+same rules, read and written a batch at a time). This module is the one place that creates directory
+users, updates what the directory owns (names, mail, Unix name, groups) — writing only what changed —
+applies the rules and deactivates users the directory disabled. Roles given by hand
+(``Membership.rule`` empty) are never touched here; roles a rule gave are removed as soon as the
+user is no longer in the rule's group.
 
 Deactivating (:func:`deactivate_user`) ends the user's sessions (the session hash changes and an
 inactive user is never loaded by the auth backends), revokes their API tokens (the API answers 401),
