@@ -369,6 +369,8 @@ GLOSSARY = {
         '作业不会在 %(namespace)s 中运行：该命名空间存放门户自身的密钥。请为 "namespace" 指定其他值'
         "（默认为 %(default)s）。"
     ),
+    "Last changed by the directory": "最近一次由目录更新",
+    "last changed by the directory": "最近一次由目录更新",
 }
 
 
