@@ -11,23 +11,36 @@ request: middleware, session, queries, template rendering), after one warm-up re
 The meter then runs once, so the usage explorer (``usage``: the last 30 days by project and
 user) reads a real ledger; the running jobs get an hour of GPU samples.
 
-Prints one JSON object: ``jobs``, ``queue_page_ms_p50``, ``dashboard_ms_p50``,
-``job_list_ms_p50``, ``approvals_ms_p50``, ``usage_ms_p50``, ``budgets_ms_p50``,
-``quota_tree_ms_p50``, ``quota_tree_all_ms_p50``, ``node_map_ms_p50`` (the worst persona's
-median; the node map shows the demo's first cluster; the approval
+``signin`` (issue 32 item 12) measures what a person waits for between pressing "Sign in" and
+seeing the dashboard: the form's POST and the GET of the dashboard it redirects to, in a fresh
+session each time, ``--repeat`` times per persona, with the **production** password hashers (the
+test settings' MD5 would hide the cost). Per persona the p50 of the whole (``total_ms``), of the
+POST, of the password check and of any re-hash within it (Django re-hashes a password stored with
+other parameters than the current hasher's, and writes it), of the rest of the POST, of the
+dashboard, and both requests' SQL queries; ``upgrade`` the same once for a password stored as
+Django 5.2's default hasher stores it (PBKDF2-SHA256, 1,000,000 iterations: the accounts of a
+centre that ran an earlier gpupool), the one sign-in that re-hashes it. ``hasher`` and
+``hasher_params`` name the hasher measured.
+
+Prints one JSON object: ``jobs``, ``signin_ms_p50`` (the worst persona's),
+``queue_page_ms_p50``, ``dashboard_ms_p50``, ``job_list_ms_p50``, ``approvals_ms_p50``,
+``usage_ms_p50``, ``budgets_ms_p50``, ``quota_tree_ms_p50``, ``quota_tree_all_ms_p50``,
+``node_map_ms_p50`` (the worst persona's median; the node map shows the demo's first cluster; the approval
 inbox, with the jobs waiting for approval given their requests, for the two approvers only),
-``meter_s``, and per persona and page the p50 / p95 and the number of SQL queries.
+``meter_s``, per persona and page the p50 / p95 and the number of SQL queries, and ``signin``.
 Needs DATABASE_URL and REDIS_URL; works in a scratch database (bench/scratchdb.py).
 
 To measure a change without repopulating (~4 min populate + ~2 min meter at 100,000 jobs): a run
 with ``--keep`` leaves its database in place; ``--reuse`` measures that database again (migrated to
 the code's migrations first, so a change's backfill runs on it; no populate, no meter), and
-``--pages usage,approvals`` measures only those pages. Drop it with a last run without ``--keep``.
+``--pages usage,approvals`` measures only those pages (``--pages signin`` only the sign-in).
+Drop it with a last run without ``--keep``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import random
@@ -57,6 +70,9 @@ PAGES = {
     "nodes": "/nodes/",
 }
 PERSONAS = ("alice", "ai-admin", "admin")
+SIGNIN = "signin"  # the sign-in, measured apart from the pages (_sign_in)
+# How Django 5.2's default hasher (gpupool's before issue 32 item 12) stored a password.
+LEGACY_PBKDF2_ITERATIONS = 1_000_000
 # Pages measured only for the personas that use them: the approval inbox for the approvers (a
 # department admin and a platform admin), each request with its context (issue 24 item 3).
 PAGE_PERSONAS = {"approvals": ("ai-admin", "admin")}
@@ -252,9 +268,130 @@ def _measure(repeat: int, pages: dict[str, str]) -> dict:
     return out
 
 
-def run(jobs: int, repeat: int, seed: int, *, pages: dict[str, str] = PAGES, keep: bool = False,
-        reuse: bool = False) -> dict:
-    """Populate (unless ``reuse``: the database a ``keep`` run left), meter, then measure ``pages``."""
+def _production_hashers() -> list[str]:
+    """The hashers production uses (portal/settings/base.py, else Django's default), not the test
+    settings' MD5."""
+    from django.conf import global_settings
+
+    from portal.settings import base
+
+    return list(getattr(base, "PASSWORD_HASHERS", global_settings.PASSWORD_HASHERS))
+
+
+@contextlib.contextmanager
+def _hasher_clock(hasher_classes, spent: dict):
+    """Adds the time the ``hasher_classes`` spend checking a password (``verify`` and, for a
+    stored hash weaker than the current parameters, ``harden_runtime``) and making a new one
+    (``encode`` outside a check: the re-hash on sign-in) to ``spent`` in ms."""
+    parts = {"verify": "check_ms", "harden_runtime": "check_ms", "encode": "rehash_ms"}
+    originals = {(cls, name): cls.__dict__.get(name) for cls in hasher_classes for name in parts}
+    depth = [0]
+
+    def timed(method, part):
+        def wrapper(self, *args, **kwargs):
+            outermost = depth[0] == 0
+            depth[0] += 1
+            started = time.perf_counter()
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                depth[0] -= 1
+                if outermost:  # verify calls encode: count it as the check
+                    spent[part] = spent.get(part, 0.0) + (time.perf_counter() - started) * 1000
+        return wrapper
+
+    for cls, name in originals:
+        setattr(cls, name, timed(getattr(cls, name), parts[name]))
+    try:
+        yield
+    finally:
+        for (cls, name), method in originals.items():
+            if method is None:
+                delattr(cls, name)  # inherited: the base class's again
+            else:
+                setattr(cls, name, method)
+
+
+def _sign_in_once(username: str, password: str, hasher_classes) -> dict:
+    """One sign-in in a fresh session: the form's POST, then the dashboard it redirects to."""
+    from django.test import Client
+
+    client = Client(HTTP_ACCEPT_LANGUAGE="zh-hans", SERVER_NAME="localhost")
+    spent: dict = {}
+    with _hasher_clock(hasher_classes, spent):
+        started = time.perf_counter()
+        response = client.post("/accounts/login/", {"username": username, "password": password})
+        post_ms = (time.perf_counter() - started) * 1000
+    if response.status_code != 302 or response["Location"] != "/":
+        raise SystemExit(f"sign-in as {username}: HTTP {response.status_code} {response.get('Location')}")
+    started = time.perf_counter()
+    page = client.get(response["Location"])
+    dashboard_ms = (time.perf_counter() - started) * 1000
+    assert page.status_code == 200
+    check_ms, rehash_ms = spent.get("check_ms", 0.0), spent.get("rehash_ms", 0.0)
+    return {"total_ms": post_ms + dashboard_ms, "post_ms": post_ms, "check_ms": check_ms,
+            "rehash_ms": rehash_ms, "post_rest_ms": post_ms - check_ms - rehash_ms,
+            "dashboard_ms": dashboard_ms}
+
+
+def _sign_in_queries(username: str, password: str) -> tuple[int, int]:
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    client = Client(HTTP_ACCEPT_LANGUAGE="zh-hans", SERVER_NAME="localhost")
+    with CaptureQueriesContext(connection) as post:
+        client.post("/accounts/login/", {"username": username, "password": password})
+    with CaptureQueriesContext(connection) as page:
+        client.get("/")
+    return len(post), len(page)
+
+
+def _medians(samples: list[dict]) -> dict:
+    return {key: round(statistics.median(s[key] for s in samples), 1) for key in samples[0]}
+
+
+def _sign_in(repeat: int) -> dict:
+    """Sign-in to the dashboard per persona with the production hashers (the module's docstring)."""
+    from django.contrib.auth.hashers import PBKDF2PasswordHasher, get_hasher
+    from django.test.utils import override_settings
+
+    from portal.demo import DEMO_PASSWORD
+    from portal.models import User
+
+    out: dict = {}
+    with override_settings(PASSWORD_HASHERS=_production_hashers()):
+        hasher = get_hasher()
+        out["hasher"] = hasher.algorithm
+        out["hasher_params"] = {name: getattr(hasher, name) for name in
+                                ("iterations", "time_cost", "memory_cost", "parallelism", "rounds")
+                                if hasattr(hasher, name)}
+        legacy = PBKDF2PasswordHasher()
+        clocked = {type(hasher), PBKDF2PasswordHasher}  # the current hasher and the legacy one
+        personas, upgrades = {}, {}
+        for username in PERSONAS:
+            user = User.objects.get(username=username)
+            # The first sign-in with a password as an earlier gpupool stored it: any re-hash is here.
+            user.password = legacy.encode(DEMO_PASSWORD, legacy.salt(), LEGACY_PBKDF2_ITERATIONS)
+            user.save(update_fields=["password"])
+            upgrades[username] = _medians([_sign_in_once(username, DEMO_PASSWORD, clocked)])
+            user.set_password(DEMO_PASSWORD)  # stored with the current hasher: the usual sign-in
+            user.save(update_fields=["password"])
+            _sign_in_once(username, DEMO_PASSWORD, clocked)  # warm-up
+            samples = [_sign_in_once(username, DEMO_PASSWORD, clocked) for _ in range(repeat)]
+            personas[username] = _medians(samples)
+            personas[username]["post_queries"], personas[username]["dashboard_queries"] = (
+                _sign_in_queries(username, DEMO_PASSWORD))
+    out["signin_ms_p50"] = max(p["total_ms"] for p in personas.values())
+    out["personas"] = personas
+    out["upgrade"] = upgrades
+    return out
+
+
+def run(jobs: int, repeat: int, seed: int, *, pages: dict[str, str] = PAGES, signin: bool = True,
+        keep: bool = False, reuse: bool = False) -> dict:
+    """Populate (unless ``reuse``: the database a ``keep`` run left), meter, then measure ``pages``
+    and (``signin``) the sign-in."""
     with scratch_django(keep=keep, reuse=reuse):
         from django.db import connection
 
@@ -279,17 +416,20 @@ def run(jobs: int, repeat: int, seed: int, *, pages: dict[str, str] = PAGES, kee
             # scans, e.g. the approval inbox's requester history, need the latter).
             cursor.execute("VACUUM ANALYZE")
         measured = _measure(repeat, pages)
+        signed_in = _sign_in(repeat) if signin else None
         total = Job.objects.count()
     worst = {p: max(v["p50_ms"] for k, v in measured.items() if k.endswith(":" + p)) for p in pages}
     names = {"queue": "queue_page_ms_p50", "dashboard": "dashboard_ms_p50", "jobs": "job_list_ms_p50",
              "nodes": "node_map_ms_p50"}
     return {
         "jobs": total,
+        **({"signin_ms_p50": signed_in["signin_ms_p50"]} if signed_in else {}),
         **{names.get(p, f"{p}_ms_p50"): ms for p, ms in worst.items()},
         "repeat": repeat,
         "reused": reuse,
         **timings,
         "pages": measured,
+        **({"signin": signed_in} if signed_in else {}),
     }
 
 
@@ -302,16 +442,18 @@ if __name__ == "__main__":
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="1,000 jobs, 5 requests per page")
-    parser.add_argument("--pages", help=f"comma-separated subset of {','.join(PAGES)} (default: all)")
+    parser.add_argument("--pages", help=f"comma-separated subset of {','.join([*PAGES, SIGNIN])} "
+                        "(default: all)")
     parser.add_argument("--keep", action="store_true", help="leave the populated scratch database in place")
     parser.add_argument("--reuse", action="store_true",
                         help="measure the database a --keep run left (migrated; no populate, no meter)")
     args = parser.parse_args()
     if args.quick:
         args.jobs, args.repeat = 1_000, 5
-    chosen = args.pages.split(",") if args.pages else list(PAGES)
-    unknown = sorted(set(chosen) - set(PAGES))
+    chosen = args.pages.split(",") if args.pages else [*PAGES, SIGNIN]
+    unknown = sorted(set(chosen) - {*PAGES, SIGNIN})
     if unknown:
         parser.error(f"unknown pages: {', '.join(unknown)}")
-    print(json.dumps(run(args.jobs, args.repeat, args.seed, pages={p: PAGES[p] for p in chosen},
+    pages = {p: PAGES[p] for p in chosen if p != SIGNIN}
+    print(json.dumps(run(args.jobs, args.repeat, args.seed, pages=pages, signin=SIGNIN in chosen,
                          keep=args.keep, reuse=args.reuse or False)))

@@ -34,7 +34,9 @@ class User(AbstractUser):
     )
     # The directory's stable name for the user (LDAP DN, OIDC "sub"): a renamed user stays one user.
     directory_subject = models.CharField(_("directory subject"), max_length=500, blank=True)
-    directory_synced_at = models.DateTimeField(_("last seen in the directory"), null=True, blank=True)
+    # When the directory last changed the user (created, adopted, a field or the groups, re-enabled):
+    # a sync that finds nothing new writes nothing, so this is not the last sync's time.
+    directory_synced_at = models.DateTimeField(_("last changed by the directory"), null=True, blank=True)
     # The groups the directory last listed for the user (normalised as the rules compare them), so
     # a rule added, changed or deleted takes effect at once, not at the next sign-in. None: not
     # known yet (never seen since groups were kept) — such users get rule changes at the next sync.

@@ -10,6 +10,29 @@ import sys
 import polib
 
 GLOSSARY = {
+    'CPU per worker (millicores)': '每个工作节点的 CPU（毫核）',
+    'memory per worker (MiB)': '每个工作节点的内存（MiB）',
+    'local disk per worker (GiB)': '每个工作节点的本地磁盘（GiB）',
+    'share per unit': '每单位配比',
+    'minimum CUDA version': '最低 CUDA 版本',
+    "CPU/memory per card without approval (× the card's share)": '无需审批的每卡 CPU/内存（× 每卡配比）',
+    "A job asking more CPU, memory or disk per card than this many times a card's share needs approval.": '任务每卡申请的 CPU、内存或磁盘超过每卡配比的这一倍数时需要审批。',
+    'GPU': 'GPU',
+    'CPU': 'CPU',
+    'CPU per unit (millicores)': '每单位 CPU（毫核）',
+    'memory per unit (MiB)': '每单位内存（MiB）',
+    'local disk per unit (GiB)': '每单位本地磁盘（GiB）',
+    'allocatable CPU (millicores)': '可分配 CPU（毫核）',
+    'allocatable memory (MiB)': '可分配内存（MiB）',
+    'allocatable local disk (GiB)': '可分配本地磁盘（GiB）',
+    'CPU (millicores)': 'CPU（毫核）',
+    'local disk (GiB)': '本地磁盘（GiB）',
+    'driver version': '驱动版本',
+    'CUDA version': 'CUDA 版本',
+    'labels': '标签',
+    'software baseline': '软件基线',
+    'software baselines': '软件基线',
+    'every cluster': '所有集群',
     'You already have %(n)d development jobs; stop one first.': '您已有 %(n)d 个开发调试任务，请先停止一个。',
     "%(amount)s of this quota is promised to loans; the quota cannot go below that.": "该配额中有 %(amount)s 已承诺借出，配额不能低于此数。",
     "%(f)s is not available for new jobs.": "%(f)s 不接受新任务。",
@@ -369,6 +392,8 @@ GLOSSARY = {
         '作业不会在 %(namespace)s 中运行：该命名空间存放门户自身的密钥。请为 "namespace" 指定其他值'
         "（默认为 %(default)s）。"
     ),
+    "Last changed by the directory": "最近一次由目录更新",
+    "last changed by the directory": "最近一次由目录更新",
 }
 
 

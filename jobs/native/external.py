@@ -335,11 +335,12 @@ INSERT INTO jobs_job (name, project_id, submitted_by_id, kind, flavor_id, priori
     gpus_per_worker, image, command, checkpointing, approved, state, state_changed_at, submitted_at,
     admitted_at, started_at, finished_at, granted_workers, placement, requeue_count, cluster_id,
     backend_id, exit_code, message, grown_at, external_user, mounts, env, flavor_choices, framework,
-    gpu_milli, autoscale_query, autoscale_cooldown_seconds, autoscale_status)
+    gpu_milli, autoscale_query, autoscale_cooldown_seconds, autoscale_status, unit_share,
+    min_cuda_version)
 SELECT v.name, v.project, v.usr, 'external', v.flavor, v.pc, 1, v.devices, '', '', false, true, v.state,
        %s, v.submitted, v.started, v.started, v.finished, CASE WHEN v.started IS NULL THEN NULL ELSE 1 END,
        v.placement::jsonb, 0, %s, v.backend_id, v.exit_code, v.message, '[]'::jsonb, v.ext_user,
-       '[]'::jsonb, '[]'::jsonb, '{}'::int[], '', v.milli, '', %s, '{}'::jsonb
+       '[]'::jsonb, '[]'::jsonb, '{}'::int[], '', v.milli, '', %s, '{}'::jsonb, '{}'::jsonb, ''
 FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::int[], %s::text[],
             %s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::text[], %s::text[], %s::int[],
             %s::text[], %s::text[], %s::int[])

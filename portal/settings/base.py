@@ -269,6 +269,18 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
+# Local passwords (docs/identity.md "Local passwords", issue 32 item 12): Argon2id at OWASP's cost
+# (portal/hashers.py), where Django's default PBKDF2 spent most of a sign-in. The other hashers are
+# Django's defaults, kept so passwords stored before still verify; Django re-hashes each with the
+# first on its next sign-in. Not Django's own Argon2 hasher: it has the same algorithm name.
+PASSWORD_HASHERS = [
+    "portal.hashers.Argon2idPasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2SHA1PasswordHasher",
+    "django.contrib.auth.hashers.BCryptSHA256PasswordHasher",
+    "django.contrib.auth.hashers.ScryptPasswordHasher",
+]
+
 SESSION_COOKIE_HTTPONLY = True
 # Dev jobs' Ingress hosts check the portal session (docs/environment.md): with the portal at
 # gpupool.centre.cn and dev jobs under dev.centre.cn, ".centre.cn" sends the cookie to both.

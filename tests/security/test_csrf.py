@@ -15,8 +15,10 @@ pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]
 # Machine endpoints without a session form: GET-only or guarded by their own bearer token. The
 # ingress check (job-access-auth) is asked with a dev job's own requests, POSTs included, and
-# changes nothing: it is exempt from CSRF (jobs/clusters/views_logs.py).
-EXEMPT = {"healthz", "metrics", "schema", "api-docs", "job-access-auth"}
+# changes nothing: it is exempt from CSRF (jobs/clusters/views_logs.py). The OpenID provider's
+# back-channel logout is server to server: the signed logout token is its proof (portal/oidc_logout.py,
+# tested with the real provider in tests/security/test_oidc_deprovision.py).
+EXEMPT = {"healthz", "metrics", "schema", "api-docs", "job-access-auth", "oidc-backchannel-logout"}
 
 
 def _page_routes():
