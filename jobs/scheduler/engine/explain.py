@@ -128,9 +128,13 @@ def _explain(cycle, p: Pending, position: int) -> Explain:
         return Explain(position, "reclaimed", f, message=(
             f"admitted, then reclaimed by in-quota job {by}; retried next cycle"))
     if cycle.invalid(p):
-        largest = s.pools[f].maxg * FULL
+        pool = s.pools[f]
+        largest = pool.maxg * FULL
+        dim = _beyond_every_node(pool, p)
+        message = (f"no node of this flavor has the {dim} one worker asks" if dim
+                   else "no node of this flavor is big enough")
         return Explain(position, "invalid", f, numbers=(("per_worker", p.pmilli),
-                       ("largest_node", largest)), message="no node of this flavor is big enough")
+                       ("largest_node", largest)), message=message, resource=dim)
     r = p.min_workers * p.milli
     mode, code = cycle.gate(f, p.path, r)
     if mode is None:
@@ -209,6 +213,19 @@ def _physical(cycle, p: Pending, r: int, mode: str, position: int) -> Explain:
 
 
 DIMENSION_NAMES = ("CPU", "memory", "local disk")
+
+
+def _beyond_every_node(pool, p: Pending) -> str:
+    """The dimension that makes one worker bigger than every node of the pool, when its GPUs
+    alone would fit ("" otherwise): its request against the pool's smallest share per unit
+    (docs/resources.md, placement by footprint)."""
+    if p.req is None or p.milli < FULL or p.milli // FULL > pool.maxg:
+        return ""
+    for d in range(3):
+        share, asked = pool.share[d], p.req[d]
+        if asked and share is not None and (not share or -(-asked // share) > pool.maxg):
+            return DIMENSION_NAMES[d]
+    return ""
 
 
 def _short_of(pool, p: Pending) -> tuple[str, int] | None:
