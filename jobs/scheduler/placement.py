@@ -47,8 +47,8 @@ Plan = list[tuple[tuple[int, int, int], ...]]
 def plan(pool: Pool, workers: int, milli: int, *, frag: bool = True, typical=None, req=None) -> Plan | None:
     """Place ``workers`` workers of ``milli`` each (a multiple of 1000, or < 1000 shared).
     ``typical`` given: FGD placement (:func:`plan_fgd`) instead of ``frag``. ``req``: a shared
-    worker's CPU, memory and disk, which its node must have free (a whole-GPU worker's are in
-    ``milli``, its footprint: :meth:`Pool.demand`)."""
+    worker's CPU, memory and disk, which its node must have free (None: its part's share of
+    the node's; a whole-GPU worker's are in ``milli``, its footprint: :meth:`Pool.demand`)."""
     if workers <= 0 or milli <= 0:
         return None
     if typical is not None:
@@ -57,7 +57,7 @@ def plan(pool: Pool, workers: int, milli: int, *, frag: bool = True, typical=Non
     if milli < FULL:
         if workers != 1:
             return None
-        if req is not None and pool.res is not None:
+        if pool.res is not None:
             return _plan_shared_res(pool, milli, req)
         return _plan_shared(pool, milli, frag)
     if milli % FULL:
@@ -211,16 +211,19 @@ def _plan_shared(pool: Pool, milli: int, frag: bool) -> Plan | None:
 
 
 def _plan_shared_res(pool: Pool, milli: int, req) -> Plan | None:
-    """A shared worker on a node with its CPU, memory and disk free: the partly used GPU with
-    the least free milli that fits first (as ``_plan_shared``), else a whole GPU of the node with
-    the fewest usable GPUs."""
+    """A shared worker on a node with its CPU, memory and disk free (``req``, or its part's
+    share of the node's): the partly used GPU with the least free milli that fits first (as
+    ``_plan_shared``), else a whole GPU of the node with the fewest usable GPUs."""
+    def fits(i):
+        return pool.fits_res(i, req if req is not None else pool.share_of(i, milli))
+
     for key in pool.pkeys[bisect_left(pool.pkeys, milli):]:
         for i, g in sorted(pool.part[key]):
-            if pool.fits_res(i, req):
+            if fits(i):
                 return [((i, g, milli),)]
     best = None
     for i, usable in enumerate(pool.free):
-        if usable and pool.fits_res(i, req) and (best is None or (usable, i) < best):
+        if usable and fits(i) and (best is None or (usable, i) < best):
             best = (usable, i)
     if best is None:
         return None

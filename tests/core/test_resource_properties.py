@@ -104,23 +104,38 @@ def run_stream(world, check):
 
 
 def held_after(snap: Snapshot, result, asked) -> dict[str, list[int]]:
-    """Per node, the CPU, memory and disk its jobs hold after the cycle's decisions."""
-    gone = {p.victim_id for p in result.preemptions}
+    """Per node, the CPU, memory and disk its jobs hold after the cycle's decisions: what a
+    worker asked, or — asking nothing — its GPUs' share of the node (docs/resources.md)."""
+    by_id = {n.id: n for n in snap.nodes}
     held: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+
+    def add(node, req):
+        held[node] = [h + r for h, r in zip(held[node], req, strict=True)]
+
+    def add_share(slots):
+        per_node: dict[str, int] = defaultdict(int)
+        for node, _, milli in slots:
+            per_node[node] += milli
+        for node, milli in per_node.items():
+            n = by_id[node]
+            add(node, [0 if getattr(n, d) is None else -(-(getattr(n, d) // n.gpus) * milli // 1000)
+                       for d in DIMS])
+
+    gone = {p.victim_id for p in result.preemptions}
     for job in snap.running:
         if job.id not in gone:
             for node, *req in job.requests:
-                held[node] = [h + r for h, r in zip(held[node], req, strict=True)]
+                add(node, req)
+            if not job.requests:
+                add_share(job.placement)
     for a in result.admissions:
         req = request_of(asked[a.job_id])
         for worker in a.placement:
-            node = worker[0][0]
-            held[node] = [h + r for h, r in zip(held[node], req, strict=True)]
+            add(worker[0][0], req) if any(req) else add_share(worker)
     for g in result.growths:
         req = request_of(asked[g.job_id])
         for worker in g.added:
-            node = worker[0][0]
-            held[node] = [h + r for h, r in zip(held[node], req, strict=True)]
+            add(worker[0][0], req) if any(req) else add_share(worker)
     return held
 
 

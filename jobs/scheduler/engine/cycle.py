@@ -480,7 +480,7 @@ class Cycle:
         footprint (:meth:`Pending.pmilli`), taking its own GPUs there."""
         pool = self.s.pools[p.flavor]
         pm = p.pmilli
-        if pm < FULL and p.req is not None and pool.res is not None:
+        if pm < FULL and pool.res is not None:
             return plan(pool, 1, pm, frag=self.frag, req=p.req)  # one GPU's part, on a node that feeds it
         found = plan(pool, w, pm, frag=self.frag)
         if found is None or pm == p.milli:
@@ -506,6 +506,8 @@ class Cycle:
         if p.req is not None and s.pools[p.flavor].res is not None:
             run.req = p.req
             run.res = tuple((worker[0][0], p.req) for worker in placement)
+        else:
+            run.res = s.pools[p.flavor].implied(slots)
         s.add_run(run, in_quota)
         self.admitted[p.id] = (p, run, workers, preempts)
         return run

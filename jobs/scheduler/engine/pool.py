@@ -196,6 +196,27 @@ class Pool:
         if usable != self.free[i]:
             self._set_free(i, usable)
 
+    def share_of(self, i: int, milli: int) -> tuple:
+        """``milli`` GPU units' share of node ``i``'s CPU, memory and disk (rounded up)."""
+        return tuple(0 if s is None else -(-s * milli // FULL) for s in self.rshare[i])
+
+    def implied(self, slots) -> tuple:
+        """What a job without a request holds of its nodes: its GPUs' share of each reported
+        dimension, ``(node index, (cpu, memory, disk))`` per node of ``slots`` ((index, gpu,
+        milli) triples; a shared GPU's part rounds up). Keeps a node's usable GPUs honest: a
+        default job's GPUs take their CPU, memory and disk with them. Empty without resources."""
+        if self.res is None:
+            return ()
+        per_node: dict[int, int] = {}
+        for i, _, milli in slots:
+            per_node[i] = per_node.get(i, 0) + milli
+        out = []
+        for i, milli in per_node.items():
+            req = self.share_of(i, milli)
+            if any(req):
+                out.append((i, req))
+        return tuple(out)
+
     def take_all(self, res, sign: int = 1) -> None:
         """:meth:`take` for ``res``: ``(node index, (cpu, memory, disk))`` per worker."""
         if self.res is None:

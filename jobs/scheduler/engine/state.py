@@ -281,6 +281,8 @@ class State:
         if job.requests:
             run.res = self._res(pool, job.requests)
             run.req = job.requests[0][1:]
+        else:
+            run.res = pool.implied(slots)
         return run
 
     @staticmethod
@@ -333,6 +335,8 @@ class State:
             unit.res = self._res(pool, requests)
         elif base.req and slots and pool.res is not None:
             unit.res = ((slots[0][0], base.req),)
+        else:
+            unit.res = pool.implied(slots)
         if not base.units:
             base.units = []
         base.units.append(unit)
