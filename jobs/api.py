@@ -14,7 +14,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from jobs import environment, flavor_choice, selectors, services
+from jobs import environment, flavor_choice, requests, selectors, services
 from jobs.api_autoscale import AutoscaleSubmitIn, nested_autoscale_errors
 from jobs.approvals import approval_request_of, with_approval_request
 from jobs.models import (
@@ -54,6 +54,27 @@ class StrictCharField(serializers.CharField):
         if not isinstance(data, str):
             self.fail("not_a_string")
         return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer, nothing else: DRF's ``IntegerField`` takes ``"16"`` and ``16.0`` too. A
+    resource figure is refused when it is not a whole number as sent (``"16Gi"``, ``1.5``, ``true``),
+    never converted or rounded (DESIGN §15)."""
+
+    default_error_messages = {
+        "not_an_integer": gettext_lazy("A whole number, e.g. 16384 (no quotes, no decimals)."),
+    }
+
+    def to_internal_value(self, data):
+        if not isinstance(data, int) or isinstance(data, bool):
+            self.fail("not_an_integer")
+        return super().to_internal_value(data)
+
+
+def _resource_field(help_text: str) -> StrictIntegerField:
+    return StrictIntegerField(
+        min_value=1, max_value=requests.ABSURD, required=False, allow_null=True, help_text=help_text
+    )
 
 
 class StartEstimateOut(serializers.Serializer):
@@ -194,6 +215,11 @@ class JobOut(serializers.ModelSerializer):
             "min_workers",
             "gpus_per_worker",
             "gpu_milli",
+            "cpu_millicores",
+            "memory_mib",
+            "local_disk_gib",
+            "unit_share",
+            "min_cuda_version",
             "image",
             "command",
             "max_runtime_seconds",
@@ -361,6 +387,17 @@ class JobIn(serializers.Serializer):
     )
     expose_port = serializers.IntegerField(
         min_value=1, max_value=65535, required=False, allow_null=True, help_text="Development jobs only."
+    )
+    cpu_millicores = _resource_field(
+        "CPU per worker in millicores (DESIGN §15). Omitted or null: the worker's GPUs' share of the "
+        "flavor's nodes (Job.unit_share). More than the flavor's biggest node can give one worker (a "
+        "shared worker: one unit's share) is a 400 naming the limit."
+    )
+    memory_mib = _resource_field("Memory per worker in MiB; null: the GPUs' share (as cpu_millicores).")
+    local_disk_gib = _resource_field("Local disk per worker in GiB; null: the GPUs' share.")
+    min_cuda_version = serializers.CharField(
+        max_length=20, required=False, allow_blank=True, default="",
+        help_text='The lowest CUDA version the image needs, e.g. "12.4": nodes below it are never chosen.',
     )
     autoscale = AutoscaleSubmitIn(
         required=False,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -19,6 +19,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from jobs.models import ApprovalPolicy, Job
+from jobs.requests import DIMENSION_WORDS, quantity
 from jobs.rules import (
     class_needs_platform,
     default_runtime,
@@ -235,6 +236,33 @@ def policy_reasons(
             message(gettext_noop("%(flavor)s needs approval in %(where)s."), flavor=flavor.name, where=where)
         )
     return reasons + budget
+
+
+def request_ratio_reasons(policy: ApprovalPolicy | None, shape, request, share) -> list[Message]:
+    """DESIGN §15: a job asking more CPU, memory or disk per card than the policy's
+    ``max_request_ratio`` × a card's share needs approval, one reason per such dimension. A figure
+    left to its default is the share itself and never does. ``shape``: workers, GPUs per worker,
+    shared thousandths (``jobs.submission.Shape``); tolerates unvalidated figures."""
+    if policy is None or policy.max_request_ratio is None:
+        return []
+    ratio = policy.max_request_ratio
+    cards = Decimal(shape.gpu_milli) / 1000 if shape.gpu_milli else Decimal(_int(shape.gpus_per_worker))
+    reasons = []
+    for dim, word in DIMENSION_WORDS.items():
+        asked, per = request.get(dim), share.get(dim)
+        if not isinstance(asked, int) or isinstance(asked, bool) or not per or not cards:
+            continue
+        times = Decimal(asked) / (per * cards)
+        if times > ratio:
+            reasons.append(message(
+                gettext_noop(
+                    "%(what)s per card is %(times)s× a card's share of %(share)s; more than %(max)s× "
+                    "needs approval in %(where)s."
+                ),
+                what=message(word), times=_fmt(times.quantize(Decimal("0.01"), rounding=ROUND_CEILING)),
+                share=quantity(dim, per), max=_fmt(ratio), where=policy.department.name,
+            ))
+    return reasons
 
 
 def _budget_reasons(project: Project, cards: Decimal) -> list[Message]:

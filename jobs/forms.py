@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
-from jobs import environment, flavor_choice, rules, selectors, services
+from jobs import environment, flavor_choice, requests, rules, selectors, services
 from jobs.models import (
     AUTOSCALE_QUERY_MAX_LENGTH,
     COMMAND_MAX_LENGTH,
@@ -123,6 +123,23 @@ class JobForm(forms.Form):
         max_value=999,
         required=False,
         help_text=_("Shareable flavors only: thousandths of one GPU, e.g. 250."),
+    )
+    # DESIGN §15: what each worker asks of its node besides its GPUs; empty: its GPUs' share (the
+    # help text says how much, for the chosen flavor and GPUs: offer_request_defaults).
+    cpu_millicores = forms.IntegerField(
+        label=_("CPU per worker (millicores)"), min_value=1, max_value=requests.ABSURD, required=False
+    )
+    memory_mib = forms.IntegerField(
+        label=_("Memory per worker (MiB)"), min_value=1, max_value=requests.ABSURD, required=False
+    )
+    local_disk_gib = forms.IntegerField(
+        label=_("Local disk per worker (GiB)"), min_value=1, max_value=requests.ABSURD, required=False
+    )
+    min_cuda_version = forms.CharField(
+        label=_("Minimum CUDA version"),
+        max_length=20,
+        required=False,
+        help_text=_("e.g. 12.4: nodes with an older CUDA are never chosen. Empty: any."),
     )
     image = forms.CharField(
         label=_("Container image"), max_length=IMAGE_MAX_LENGTH, validators=[image_validator]
@@ -240,6 +257,44 @@ class JobForm(forms.Form):
         """The lists that depend on other fields. Call again after changing ``initial`` or ``data``."""
         self.offer_priority_classes()
         self.offer_mounts()
+        self.offer_request_defaults()
+
+    def _chosen_int(self, name: str) -> int | None:
+        value = self._chosen(name)
+        try:
+            return int(value) if value is not None else None
+        except (TypeError, ValueError):
+            return None
+
+    def offer_request_defaults(self) -> None:
+        """Under CPU, memory and disk: what a worker gets when the field is left empty — its GPUs'
+        share of the chosen flavor (DESIGN §15). The live check swaps the help texts in, so they
+        follow the flavor and the GPU count."""
+        flavor_pk = self._chosen_int("flavor")
+        flavor = self.fields["flavor"].queryset.filter(pk=flavor_pk).first() if flavor_pk else None
+        gpus = self._chosen_int("gpus_per_worker") or 1
+        milli = self._chosen_int("gpu_milli") if flavor is not None and flavor.shareable else None
+        share = requests.flavor_share(flavor) if flavor is not None else None
+        default = requests.worker_default(share, units=gpus, milli=milli) if share is not None else None
+        for dim in requests.DIMENSIONS:
+            self.fields[dim].help_text = self._default_text(flavor, dim, share, default, gpus, milli)
+
+    @staticmethod
+    def _default_text(flavor, dim, share, default, gpus, milli) -> str:
+        if flavor is None:
+            return _("Empty: the share of the worker's GPUs on the flavor's nodes (choose a flavor to see "
+                     "it).")
+        if default is None or default.get(dim) is None:
+            text = _("Empty: the cluster's default (the nodes of %(f)s do not report it).")
+            return text % {"f": flavor.name}
+        units = f"{milli / 1000:g}" if milli else str(gpus)
+        return _("Empty: %(value)s (%(raw)s) — %(units)s × %(per)s, the share of one %(f)s GPU.") % {
+            "value": requests.quantity_text(dim, default.get(dim)),
+            "raw": default.get(dim),
+            "units": units,
+            "f": flavor.name,
+            "per": requests.quantity_text(dim, share.get(dim)),
+        }
 
     def _default_class(self, usable: list[PriorityClass]) -> PriorityClass | None:
         return next((pc for pc in usable if pc.name == DEFAULT_PRIORITY_CLASS), usable[0] if usable else None)

@@ -6,16 +6,37 @@ three agree on what a job asked."""
 
 from __future__ import annotations
 
+import re
+from decimal import Decimal
+
+from django.utils.translation import gettext_noop
+
 from jobs.scheduler.footprint import (
+    DIMENSIONS,
     FULL,
     NodeSize,
     Request,
     Share,
     default_request,
+    footprint_milli,
+    footprint_units,
     most_per_worker,
     share_of,
 )
+from portal.texts import Message, message, render
 from quotas.models import Flavor, Node
+
+# Above this a figure is a typo or an attack, whatever the nodes (10^9 MiB is a pebibyte): refused
+# before anything is computed with it, so no arithmetic or column ever sees it.
+ABSURD = 10**9
+# "12.4": a CUDA version as drivers report it (nvidia-smi, GPU feature discovery).
+CUDA_VERSION = re.compile(r"^[0-9]{1,3}\.[0-9]{1,3}$")
+# What each dimension is called in the texts (stored messages: rendered in each reader's language).
+DIMENSION_WORDS = {
+    "cpu_millicores": gettext_noop("CPU"),
+    "memory_mib": gettext_noop("memory"),
+    "local_disk_gib": gettext_noop("local disk"),
+}
 
 
 def node_sizes(flavor: Flavor, *, cluster_id: int | None = None) -> list[NodeSize]:
@@ -72,5 +93,61 @@ def per_worker_limit(flavor: Flavor, sizes: list[NodeSize] | None = None) -> Req
     return most_per_worker(flavor_share(flavor, sizes), largest_node_units(sizes))
 
 
-__all__ = ["FULL", "Request", "Share", "effective_request", "flavor_share", "largest_node_units",
-           "node_sizes", "per_worker_limit", "worker_default"]
+def biggest_node(flavor: Flavor) -> Node | None:
+    """The node of ``flavor`` with the most units (the one the per-worker limit comes from)."""
+    return Node.objects.filter(flavor=flavor).order_by("-gpu_count", "name").first()
+
+
+def quantity(dim: str, value: int) -> Message:
+    """``value`` of ``dim`` as people read it: cores, GiB (MiB when not a whole GiB)."""
+    if dim == "cpu_millicores":
+        return message(gettext_noop("%(n)s cores"), n=_plain(Decimal(value) / 1000))
+    if dim == "memory_mib" and value % 1024:
+        return message(gettext_noop("%(n)s MiB"), n=str(value))
+    if dim == "memory_mib":
+        return message(gettext_noop("%(n)s GiB"), n=str(value // 1024))
+    return message(gettext_noop("%(n)s GiB"), n=str(value))
+
+
+def quantity_text(dim: str, value: int) -> str:
+    return render(quantity(dim, value))
+
+
+def _plain(value: Decimal) -> str:
+    return f"{value.normalize():f}"
+
+
+def stranded_units(share: Share, request: Request, *, workers: int, units: int,
+                   milli: int | None) -> tuple[Decimal, str | None]:
+    """GPUs (units) the job takes without using them, over all its workers, and the dimension
+    that strands them (None: nothing is stranded). A shared worker strands thousandths."""
+    if milli is not None:
+        extra = Decimal(footprint_milli(milli, request, share) - milli) / FULL
+    else:
+        extra = Decimal(footprint_units(units, request, share) - units)
+    if extra <= 0:
+        return Decimal(0), None
+    worst = max((d for d in DIMENSIONS if request.get(d) and share.get(d)),
+                key=lambda d: Decimal(request.get(d)) / share.get(d))
+    return extra * workers, worst
+
+
+__all__ = [
+    "ABSURD",
+    "CUDA_VERSION",
+    "DIMENSIONS",
+    "DIMENSION_WORDS",
+    "FULL",
+    "Request",
+    "Share",
+    "biggest_node",
+    "effective_request",
+    "flavor_share",
+    "largest_node_units",
+    "node_sizes",
+    "per_worker_limit",
+    "quantity",
+    "quantity_text",
+    "stranded_units",
+    "worker_default",
+]

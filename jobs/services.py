@@ -23,6 +23,7 @@ from jobs.models import (
     JobKind,
     PriorityClass,
 )
+from jobs.scheduler.footprint import Request
 from jobs.states import HOLDING, TERMINAL, JobState
 from jobs.transitions import job_transition, request_cycle
 from portal import permissions as perm
@@ -55,6 +56,10 @@ def job_submit_check(
     env: list[dict] | None = None,
     expose_port: int | None = None,
     autoscale: dict | None = None,
+    cpu_millicores: int | None = None,
+    memory_mib: int | None = None,
+    local_disk_gib: int | None = None,
+    min_cuda_version: str = "",
 ) -> tuple[dict, int | None, bool]:
     """Every check of ``job_submit`` that does not depend on the jobs live at that moment (the
     dev-job limit): what a saved template must pass too. Returns the checked working environment
@@ -68,6 +73,8 @@ def job_submit_check(
         priority_class=priority_class,
         shape=submission.Shape(workers, gpus_per_worker, gpu_milli, min_workers),
         max_runtime_seconds=max_runtime_seconds,
+        request=Request(cpu_millicores, memory_mib, local_disk_gib),
+        min_cuda_version=min_cuda_version,
     )
     checked = submission.check(
         sub, image=image, command=command, mounts=mounts, env=env, expose_port=expose_port,
@@ -99,11 +106,17 @@ def job_submit(
     framework: str = "",
     min_operator_coverage: Decimal | None = None,
     autoscale: dict | None = None,
+    cpu_millicores: int | None = None,
+    memory_mib: int | None = None,
+    local_disk_gib: int | None = None,
+    min_cuda_version: str = "",
 ) -> Job:
     """``flavor``: one flavor, or the acceptable flavors in order of preference (DESIGN §14);
     the job is checked against each, and runs on the first the scheduler can place.
     ``autoscale``: an inference job's autoscaling from load, ``{"query", "target",
     "cooldown_seconds"}`` (docs/scheduling.md "Autoscaling"), set with the job.
+    ``cpu_millicores``, ``memory_mib``, ``local_disk_gib``: what each worker asks of its node
+    besides its GPUs (None: its GPUs' share, docs/resources.md); ``min_cuda_version``: "12.4".
 
     One way down (``jobs.submission``): gather what the submission needs to know once, check it,
     decide the approval from it, create."""
@@ -116,6 +129,8 @@ def job_submit(
         priority_class=priority_class,
         shape=submission.Shape(workers, gpus_per_worker, gpu_milli, min_workers),
         max_runtime_seconds=max_runtime_seconds,
+        request=Request(cpu_millicores, memory_mib, local_disk_gib),
+        min_cuda_version=min_cuda_version,
     )
     checked = submission.check(
         sub, image=image, command=command, mounts=mounts, env=env, expose_port=expose_port,

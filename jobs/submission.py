@@ -14,14 +14,21 @@ requests (CPU, memory, disk) join the shape here, once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext as _
 
-from jobs import environment, rules
-from jobs.approvals import Approval, job_cards, policy_for_project, policy_reasons, step_timeout_hours
+from jobs import environment, requests, rules
+from jobs.approvals import (
+    Approval,
+    job_cards,
+    policy_for_project,
+    policy_reasons,
+    request_ratio_reasons,
+    step_timeout_hours,
+)
 from jobs.models import (
     COMMAND_MAX_LENGTH,
     SUBMITTABLE_KINDS,
@@ -30,6 +37,7 @@ from jobs.models import (
     PriorityClass,
     image_validator,
 )
+from jobs.scheduler.footprint import DIMENSIONS, NodeSize, Request, Share
 from jobs.scheduling import autoscale as autoscaling
 from portal import permissions as perm
 from portal.models import Project, User
@@ -77,6 +85,12 @@ class Submission:
     rank: int  # the submitter's rank in the project (jobs.models.USAGE_ROLE_RANK)
     policy: ApprovalPolicy | None  # the department policy that applies (None: none)
     cards: tuple[Decimal, ...]
+    # What each worker asks besides its GPUs (DESIGN §15; None: its GPUs' share), the lowest CUDA
+    # version it needs (""), and each acceptable flavor's nodes and share per unit, in order.
+    request: Request = field(default_factory=Request)
+    min_cuda_version: str = ""
+    sizes: tuple[tuple[NodeSize, ...], ...] = ()
+    shares: tuple[Share, ...] = ()
 
     @property
     def runtime_seconds(self) -> int | None:
@@ -95,10 +109,13 @@ def gather(
     priority_class: PriorityClass | None,
     shape: Shape,
     max_runtime_seconds: int | None = None,
+    request: Request | None = None,
+    min_cuda_version: str = "",
 ) -> Submission:
     """Read what the checks and the decision need. Tolerates unvalidated input (the form's live
     summary gathers before the shape is checked): nothing here refuses."""
     flavors = tuple(flavors)
+    sizes = tuple(tuple(requests.node_sizes(flavor)) for flavor in flavors)
     return Submission(
         actor=actor,
         project=project,
@@ -113,6 +130,10 @@ def gather(
         cards=tuple(
             job_cards(flavor, shape.workers, shape.gpus_per_worker, shape.gpu_milli) for flavor in flavors
         ),
+        request=request or Request(),
+        min_cuda_version=min_cuda_version,
+        sizes=sizes,
+        shares=tuple(requests.flavor_share(f, list(s)) for f, s in zip(flavors, sizes, strict=True)),
     )
 
 
@@ -150,14 +171,14 @@ def check(
     raises, every refusal of a stage at once (the form shows them side by side)."""
     perm.require(sub.actor.is_active and sub.may_submit)  # a deactivated user submits nothing
     checked = None
-    for flavor in sub.flavors:
+    for flavor, sizes, share in zip(sub.flavors, sub.sizes, sub.shares, strict=True):
         _validate_text(image=image, command=command)
         job_fields = _working_environment(
             sub.project, sub.kind, image=image, mounts=mounts, env=env, expose_port=expose_port
         )
         if not flavor.active:
             raise ValidationError({"flavor": [_("%(f)s is not available for new jobs.") % {"f": flavor}]})
-        job_fields |= _shape_and_autoscale(sub, flavor, autoscale)
+        job_fields |= _shape_and_autoscale(sub, flavor, autoscale, sizes, share)
         runtime = sub.max_runtime_seconds
         if runtime is not None and not 60 <= runtime <= MAX_RUNTIME:
             raise ValidationError({"max_runtime_seconds": [_("Between 60 s and 90 days.")]})
@@ -241,17 +262,83 @@ def _check_expose_port(kind, expose_port) -> None:
         raise ValidationError({"expose_port": [_("A port between 1 and 65535.")]})
 
 
-def _shape_and_autoscale(sub: Submission, flavor: Flavor, autoscale) -> dict:
-    """The shape's checks and the autoscaling settings' (``autoscale.clean_submitted``, the rules
-    of the job page's form), every error at once: both are about the replicas. Returns the
-    ``Job.autoscale_*`` fields ({} when the job does not scale from load)."""
-    _shape, fields = all_errors(
+def _shape_and_autoscale(sub: Submission, flavor: Flavor, autoscale, sizes, share: Share) -> dict:
+    """The shape's checks, the whole-machine request's and the autoscaling settings'
+    (``autoscale.clean_submitted``, the rules of the job page's form), every error at once.
+    Returns the ``Job.autoscale_*`` fields ({} when the job does not scale from load) and the
+    request's."""
+    _shape, _request, fields = all_errors(
         lambda: _validate_shape(sub.kind, flavor, sub.shape),
+        lambda: _validate_request(sub, flavor, list(sizes), share),
         lambda: autoscaling.clean_submitted(
             kind=sub.kind, min_workers=sub.shape.min_workers, workers=sub.shape.workers, autoscale=autoscale
         ),
     )
-    return fields
+    return (fields or {}) | request_fields(sub, share)
+
+
+def request_fields(sub: Submission, share: Share) -> dict:
+    """The ``Job`` fields of the request: what each worker asked (None: the share) and the share
+    per unit it was submitted with (``Job.unit_share``: the defaults, and what a card's price
+    includes)."""
+    return {
+        **{dim: sub.request.get(dim) for dim in DIMENSIONS},
+        "unit_share": {dim: share.get(dim) for dim in DIMENSIONS if share.get(dim) is not None},
+        "min_cuda_version": sub.min_cuda_version,
+    }
+
+
+def _validate_request(sub: Submission, flavor: Flavor, sizes: list[NodeSize], share: Share) -> None:
+    """DESIGN §15: each figure a whole number from 1 up to what one worker can be given — the
+    flavor's biggest node at the share, or one unit's share for a shared worker. Refused, never
+    clamped; every error at once, each on its field, naming the limit."""
+    errors: dict[str, list[str]] = {}
+    limit = requests.per_worker_limit(flavor, sizes)
+    shared = sub.shape.gpu_milli is not None
+    for dim in DIMENSIONS:
+        asked = sub.request.get(dim)
+        if asked is None:
+            continue
+        problem = _figure_error(asked) or _over_limit(flavor, dim, asked, limit, share, shared)
+        if problem:
+            errors[dim] = [problem]
+    version = sub.min_cuda_version
+    if version and not (isinstance(version, str) and requests.CUDA_VERSION.fullmatch(version)):
+        errors["min_cuda_version"] = [_("A CUDA version such as 12.4.")]
+    if errors:
+        raise ValidationError(errors)
+
+
+def _figure_error(asked) -> str | None:
+    if not isinstance(asked, int) or isinstance(asked, bool):
+        return _("A whole number.")
+    if asked < 1:
+        return _("At least 1: leave it empty for the default share.")
+    if asked > requests.ABSURD:
+        return _("At most %(n)s.") % {"n": f"{requests.ABSURD:,}"}
+    return None
+
+
+def _over_limit(
+    flavor: Flavor, dim: str, asked: int, limit: Request, share: Share, shared: bool
+) -> str | None:
+    most = share.get(dim) if shared else limit.get(dim)
+    if most is None or asked <= most:
+        return None
+    if shared:
+        return _("A shared worker may ask at most one %(f)s unit's share: %(most)s.") % {
+            "f": flavor.name, "most": requests.quantity_text(dim, most)}
+    node = requests.biggest_node(flavor)
+    return _(
+        "More than any node of %(f)s can give one worker: at most %(most)s (its biggest node, %(node)s, "
+        "has %(units)d units at %(share)s each)."
+    ) % {
+        "f": flavor.name,
+        "most": requests.quantity_text(dim, most),
+        "node": node.name if node else "—",
+        "units": node.gpu_count if node else 0,
+        "share": requests.quantity_text(dim, share.get(dim)),
+    }
 
 
 def all_errors(*checks, errors: dict[str, list[str]] | None = None) -> list:
@@ -291,8 +378,11 @@ def approval(sub: Submission, *, class_needs_approval: bool) -> Approval:
 
 
 def _with_flavor_reasons(sub: Submission, reasons: list[Message]) -> list[Message]:
-    for flavor, cards in zip(sub.flavors, sub.cards, strict=True):
-        for reason in policy_reasons(sub.policy, sub.project, sub.kind, flavor, cards, sub.runtime_seconds):
+    shares = sub.shares or tuple(Share() for _f in sub.flavors)
+    for flavor, cards, share in zip(sub.flavors, sub.cards, shares, strict=True):
+        found = policy_reasons(sub.policy, sub.project, sub.kind, flavor, cards, sub.runtime_seconds)
+        found += request_ratio_reasons(sub.policy, sub.shape, sub.request, share)
+        for reason in found:
             if reason not in reasons:
                 reasons.append(reason)
     return reasons

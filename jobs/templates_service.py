@@ -40,6 +40,10 @@ VALUE_TYPES = {
     "mounts": _LIST,
     "env": _LIST,
     "expose_port": _OPT_INT,
+    "cpu_millicores": _OPT_INT,  # DESIGN §15, per worker; null: the GPUs' share
+    "memory_mib": _OPT_INT,
+    "local_disk_gib": _OPT_INT,
+    "min_cuda_version": _STR,
     "autoscale": _OPT_DICT,  # {"query", "target", "cooldown_seconds"}: checked by jobs.scheduling.autoscale
 }
 REQUIRED = ("kind", "flavor", "priority", "image")
@@ -174,6 +178,10 @@ def job_values(job: Job) -> tuple[dict, list[str]]:
         "mounts": [n for n in names if n in active],
         "env": list(job.env or ()),
         "expose_port": job.expose_port,
+        "cpu_millicores": job.cpu_millicores,
+        "memory_mib": job.memory_mib,
+        "local_disk_gib": job.local_disk_gib,
+        "min_cuda_version": job.min_cuda_version,
     }
     if job.autoscale_query:
         values["autoscale"] = autoscale_values(job)

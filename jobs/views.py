@@ -22,6 +22,7 @@ from jobs import (
     charts,
     environment,
     estimates,
+    requests,
     rules,
     selectors,
     services,
@@ -34,6 +35,7 @@ from jobs.forms import ALL_STATES, QUEUE_STATES, AutoscaleForm, JobFilterForm, J
 from jobs.hooks import job_page_context
 from jobs.models import Job, JobKind, PriorityClass, backend_name
 from jobs.quota_tree import quota_borrowers, quota_grid
+from jobs.scheduler.footprint import Request
 from jobs.scheduling import autoscale, explaining, start_estimates
 from jobs.scheduling.cycle import explain_job
 from jobs.states import JobState
@@ -293,6 +295,10 @@ def _copy_initial(request) -> dict:
         "command",
         "max_runtime_seconds",
         "checkpointing",
+        "cpu_millicores",
+        "memory_mib",
+        "local_disk_gib",
+        "min_cuda_version",
     ]
     initial = {name: getattr(source, name) for name in fields}
     initial.update(name=source.name, project=source.project_id, flavor=source.flavor_id)
@@ -343,6 +349,7 @@ def _summary(form: JobForm) -> dict | None:
             priority_class=priority_class,
             shape=submission.Shape(workers, per_worker, milli, data.get("min_workers")),
             max_runtime_seconds=data.get("max_runtime_seconds"),
+            request=_asked(data),
         )
         approvals = submission.summary_reasons(sub)
     return {
@@ -354,6 +361,33 @@ def _summary(form: JobForm) -> dict | None:
         "cost": estimates.cost_estimate(flavor, card_hours, now) if card_hours and hourly else None,
         "cost_per_hour": hourly,
         "approvals": approvals,
+        "stranded": _stranded(flavor, data, workers, per_worker, milli),
+    }
+
+
+def _asked(data: dict) -> Request:
+    """The CPU, memory and disk each worker asks in the form (None: its GPUs' share)."""
+    return Request(*(data.get(dim) for dim in requests.DIMENSIONS))
+
+
+def _stranded(flavor, data: dict, workers: int, per_worker: int, milli: int | None) -> dict | None:
+    """"This strands N GPUs" (DESIGN §15): a request beyond the GPUs' share takes GPUs of the node
+    it does not use. None when it strands none."""
+    share = requests.flavor_share(flavor)
+    count, dim = requests.stranded_units(share, _asked(data), workers=workers, units=per_worker, milli=milli)
+    if not count:
+        return None
+    return {
+        "count": count,
+        "text": _(
+            "This strands %(n)s GPUs: each worker's %(what)s is more than its GPUs' share (%(per)s per "
+            "GPU of %(f)s), so it takes GPUs it does not use and nobody else can use them either."
+        ) % {
+            "n": f"{count.normalize():f}",
+            "what": _(requests.DIMENSION_WORDS[dim]),
+            "per": requests.quantity_text(dim, share.get(dim)),
+            "f": flavor.name,
+        },
     }
 
 

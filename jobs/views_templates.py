@@ -31,6 +31,10 @@ _PLAIN = (
     "max_runtime_seconds",
     "checkpointing",
     "expose_port",
+    "cpu_millicores",
+    "memory_mib",
+    "local_disk_gib",
+    "min_cuda_version",
 )
 
 
