@@ -394,6 +394,47 @@ GLOSSARY = {
     ),
     "Last changed by the directory": "最近一次由目录更新",
     "last changed by the directory": "最近一次由目录更新",
+    # Issue 33: whole-machine requests on the submission form, API and approvals.
+    "Memory per worker (MiB)": "每个工作节点的内存（MiB）",
+    "Local disk per worker (GiB)": "每个工作节点的本地磁盘（GiB）",
+    "Minimum CUDA version": "最低 CUDA 版本",
+    "e.g. 12.4: nodes with an older CUDA are never chosen. Empty: any.": "例如 12.4：CUDA 版本更低的节点不会被选中。留空：不限。",
+    "Empty: the share of the worker's GPUs on the flavor's nodes (choose a flavor to see it).": (
+        "留空：按该工作节点的 GPU 在此规格节点上的配比分配（选择规格后显示）。"
+    ),
+    "Empty: the cluster's default (the nodes of %(f)s do not report it).": "留空：使用集群默认值（%(f)s 的节点未上报此项）。",
+    "Empty: %(value)s (%(raw)s) — %(units)s × %(per)s, the share of one %(f)s GPU.": (
+        "留空：%(value)s（%(raw)s）— %(units)s × %(per)s，即每张 %(f)s GPU 的配比。"
+    ),
+    "memory": "内存",
+    "local disk": "本地磁盘",
+    "%(n)s cores": "%(n)s 核",
+    "%(n)s MiB": "%(n)s MiB",
+    "%(n)s GiB": "%(n)s GiB",
+    "A CUDA version such as 12.4.": "请填写 CUDA 版本，例如 12.4。",
+    "A whole number.": "请填写整数。",
+    "At least 1: leave it empty for the default share.": "至少为 1：留空则使用默认配比。",
+    "At most %(n)s.": "最多 %(n)s。",
+    "A shared worker may ask at most one %(f)s unit's share: %(most)s.": "共享工作节点最多可申请一个 %(f)s 单位的配比：%(most)s。",
+    (
+        "More than any node of %(f)s can give one worker: at most %(most)s (its biggest node, %(node)s, "
+        "has %(units)d units at %(share)s each)."
+    ): (
+        "超过 %(f)s 任何节点能给单个工作节点的上限：最多 %(most)s（其最大节点 %(node)s 有 %(units)d 个单位，"
+        "每单位 %(share)s）。"
+    ),
+    (
+        "%(what)s per card is %(times)s× a card's share of %(share)s; more than %(max)s× "
+        "needs approval in %(where)s."
+    ): "每卡 %(what)s 为每卡配比 %(share)s 的 %(times)s 倍；在 %(where)s 超过 %(max)s 倍需要审批。",
+    (
+        "This strands %(n)s GPUs: each worker's %(what)s is more than its GPUs' share (%(per)s per "
+        "GPU of %(f)s), so it takes GPUs it does not use and nobody else can use them either."
+    ): (
+        "此申请将闲置 %(n)s 张 GPU：每个工作节点的 %(what)s 超过其 GPU 的配比（%(f)s 每卡 %(per)s），"
+        "因此会占用它不使用、其他人也无法使用的 GPU。"
+    ),
+    "A whole number, e.g. 16384 (no quotes, no decimals).": "请填写整数，例如 16384（不加引号，不带小数）。",
 }
 
 
