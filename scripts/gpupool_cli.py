@@ -60,6 +60,10 @@ JOB_FIELDS = (
     "checkpointing",
     "sim_duration_seconds",
     "autoscale",
+    "cpu_millicores",
+    "memory_mib",
+    "local_disk_gib",
+    "min_cuda_version",
 )
 
 
@@ -218,6 +222,10 @@ def submission(client: Client, args) -> dict:
         "command": args.command,
         "max_runtime_seconds": args.max_runtime,
         "sim_duration_seconds": args.sim_duration,
+        "cpu_millicores": args.cpu_millicores,
+        "memory_mib": args.memory_mib,
+        "local_disk_gib": args.local_disk_gib,
+        "min_cuda_version": args.min_cuda_version,
     }
     body.update({k: v for k, v in flags.items() if v is not None})
     if args.checkpointing:
@@ -772,6 +780,11 @@ def parser() -> argparse.ArgumentParser:
     submit.add_argument("--gpus", type=int, help="GPUs per worker")
     submit.add_argument("--gpu-milli", type=int, help="thousandths of one shared GPU (shareable flavors)")
     submit.add_argument("--min-workers", type=int, help="elastic: start with at least this many")
+    # DESIGN §15: per worker; left out, each is the worker's GPUs' share of the flavor's nodes.
+    submit.add_argument("--cpu-millicores", type=int, help="CPU per worker, e.g. 24000 (default: share)")
+    submit.add_argument("--memory-mib", type=int, help="memory per worker in MiB (default: the GPUs' share)")
+    submit.add_argument("--local-disk-gib", type=int, help="local disk per worker in GiB (default: share)")
+    submit.add_argument("--min-cuda-version", help="lowest CUDA version the image needs, e.g. 12.4")
     submit.add_argument("--priority", help="priority class, e.g. training")
     submit.add_argument("--image")
     submit.add_argument("--command")

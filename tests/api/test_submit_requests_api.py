@@ -150,3 +150,29 @@ def test_without_a_ratio_a_big_request_needs_no_approval(world, api):
     ApprovalPolicy.objects.create(department=world.A, max_gpus=100)
     response = _post(api, world, gpus_per_worker=1, memory_mib=786_432)
     assert response.json()["state"] == JobState.QUEUED
+
+
+def test_a_template_carries_the_request_and_its_figures_are_checked_on_save(world):
+    from django.core.exceptions import ValidationError
+
+    from jobs import templates_service as templates
+
+    values = {"kind": "training", "flavor": "F", "priority": "training", "image": "pytorch:2.3",
+              "gpus_per_worker": 2, "max_runtime_seconds": 3600}
+    user, project = world.users["pa1_member"], world.pa1
+    refusals = [
+        ({"memory_mib": "16Gi"}, "memory_mib"),
+        ({"cpu_millicores": 1.5}, "cpu_millicores"),
+        ({"cpu_millicores": 192_001}, "cpu_millicores"),  # 2 GPUs' worker: at most 8 × 12 cores
+        ({"min_cuda_version": "x"}, "min_cuda_version"),
+    ]
+    for bad, field in refusals:
+        with pytest.raises(ValidationError) as refused:
+            templates.template_save(actor=user, project=project, name="t", values=values | bad)
+        assert list(refused.value.message_dict) == [field]
+    template = templates.template_save(actor=user, project=project, name="t", values=values | {
+        "cpu_millicores": 30_000, "memory_mib": None, "min_cuda_version": "12.4"})
+    job = templates.template_submit(actor=user, template=template, overrides={"name": "from-t"})
+    assert (job.cpu_millicores, job.memory_mib, job.min_cuda_version, job.unit_share) == (
+        30_000, None, "12.4", SHARE)
+    assert templates.job_values(job)[0]["cpu_millicores"] == 30_000

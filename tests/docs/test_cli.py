@@ -14,6 +14,7 @@ import pytest
 from billing.meter import usage_meter
 from billing.services import statement_close_month
 from jobs.models import Job
+from quotas.models import Node
 from tests.billing.conftest import History, local, rates
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -259,3 +260,23 @@ def test_usage_table_and_json_against_the_live_portal(portal, cli, capsys):
 
     code, _, err = run(cli, capsys, url, "usage", "--start", "2026-13-01", token=finance)
     assert code == 1 and "400" in err and "start" in err
+
+
+def test_submit_asks_cpu_memory_disk_and_cuda_and_a_bad_figure_is_the_portals_400(portal, cli, capsys):
+    """Issue 33: the request's flags reach the job; one beyond every node is refused, naming the limit."""
+    world, url = portal
+    Node.objects.filter(flavor=world.F).update(
+        cpu_millicores=96_000, memory_mib=786_432, local_disk_gib=3_500
+    )
+    key = token_for(cli, capsys, url, "pa1_member")
+    base = ["submit", "--name", "req", "--project", "pa1", "--flavor", "F", "--priority", "training",
+            "--image", "img:1", "--gpus", "2"]
+    code, out, _ = run(cli, capsys, url, "--json", *base, "--cpu-millicores", "30000", "--memory-mib",
+                       "200000", "--local-disk-gib", "100", "--min-cuda-version", "12.4", token=key)
+    assert code == 0
+    job = Job.objects.get(pk=json.loads(out)["id"])
+    assert (job.cpu_millicores, job.memory_mib, job.local_disk_gib, job.min_cuda_version) == (
+        30_000, 200_000, 100, "12.4")
+    code, _, err = run(cli, capsys, url, *base, "--memory-mib", "786433", token=key)
+    assert code == 1 and "memory_mib" in err and "at most 768 GiB" in err
+    assert Job.objects.count() == 1
