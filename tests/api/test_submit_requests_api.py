@@ -163,7 +163,7 @@ def test_a_template_carries_the_request_and_its_figures_are_checked_on_save(worl
     refusals = [
         ({"memory_mib": "16Gi"}, "memory_mib"),
         ({"cpu_millicores": 1.5}, "cpu_millicores"),
-        ({"cpu_millicores": 192_001}, "cpu_millicores"),  # 2 GPUs' worker: at most 8 × 12 cores
+        ({"cpu_millicores": 192_001}, "cpu_millicores"),  # at most 96 cores: the biggest node, 8 × 12
         ({"min_cuda_version": "x"}, "min_cuda_version"),
     ]
     for bad, field in refusals:
