@@ -27,6 +27,7 @@ from jobs.rules import (
     priority_class_reasons,
     usage_rank,
 )
+from jobs.scheduler.footprint import Request, Share
 from jobs.selectors import job_request_facts
 from jobs.states import JobState
 from jobs.transitions import job_transition
@@ -342,9 +343,16 @@ def job_approval_decide(job: Job, actor: User, reasons: list[Message] | None = N
             job.gpus_per_worker,
             job.gpu_milli,
             job.max_runtime_seconds,
-        )
+        ) + _job_request_reasons(policy, job)
     platform_step = _needs_platform(policy, cards) or class_needs_platform(job.priority_class, rank)
     return Approval(reasons, platform_step, cards, step_timeout_hours(policy))
+
+
+def _job_request_reasons(policy: ApprovalPolicy | None, job: Job) -> list[Message]:
+    """The ratio reasons of a job that exists, at the share it was submitted with."""
+    request = Request(job.cpu_millicores, job.memory_mib, job.local_disk_gib)
+    share = Share(**{k: v for k, v in (job.unit_share or {}).items() if k in DIMENSION_WORDS})
+    return request_ratio_reasons(policy, job, request, share)
 
 
 def job_approval_open(*, job: Job, actor: User, decision: Approval | None = None) -> ApprovalRequest:

@@ -10,6 +10,7 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
+from jobs.approvals import job_approval_decide
 from jobs.models import ApprovalPolicy, Job, JobEvent
 from jobs.states import JobState
 from portal.models import ApprovalRequest
@@ -144,6 +145,10 @@ def test_asking_more_per_card_than_the_policys_ratio_needs_approval_with_the_rea
     assert texts == [
         "CPU per card is 1.51× a card's share of 12 cores; more than 1.5× needs approval in Dept A."
     ]
+    # The same job decided from its row (jobs.approvals.job_approval_decide) gets the same reason.
+    job = Job.objects.get(name="big")
+    again = job_approval_decide(job, job.submitted_by)
+    assert [render_in("en", r) for r in again.reasons] == texts
 
 
 def test_without_a_ratio_a_big_request_needs_no_approval(world, api):
