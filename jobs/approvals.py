@@ -257,7 +257,7 @@ def request_ratio_reasons(policy: ApprovalPolicy | None, shape, request, share) 
         if times > ratio:
             reasons.append(message(
                 gettext_noop(
-                    "%(what)s per card is %(times)s× a card's share of %(share)s; more than %(max)s× "
+                    "Asks %(times)s× a card's share of %(what)s per card (%(share)s); more than %(max)s× "
                     "needs approval in %(where)s."
                 ),
                 what=message(word), times=_fmt(times.quantize(Decimal("0.01"), rounding=ROUND_CEILING)),

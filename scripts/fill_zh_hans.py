@@ -424,9 +424,9 @@ GLOSSARY = {
         "每单位 %(share)s）。"
     ),
     (
-        "%(what)s per card is %(times)s× a card's share of %(share)s; more than %(max)s× "
+        "Asks %(times)s× a card's share of %(what)s per card (%(share)s); more than %(max)s× "
         "needs approval in %(where)s."
-    ): "每卡 %(what)s 为每卡配比 %(share)s 的 %(times)s 倍；在 %(where)s 超过 %(max)s 倍需要审批。",
+    ): "每卡申请的%(what)s为每卡配比（%(share)s）的 %(times)s 倍；在 %(where)s 超过 %(max)s 倍需要审批。",
     (
         "This strands %(n)s GPUs: each worker's %(what)s is more than its GPUs' share (%(per)s per "
         "GPU of %(f)s), so it takes GPUs it does not use and nobody else can use them either."

@@ -143,7 +143,7 @@ def test_asking_more_per_card_than_the_policys_ratio_needs_approval_with_the_rea
     request = ApprovalRequest.objects.get()
     texts = [render_in("en", r) for r in request.payload["reasons"]]
     assert texts == [
-        "CPU per card is 1.51× a card's share of 12 cores; more than 1.5× needs approval in Dept A."
+        "Asks 1.51× a card's share of CPU per card (12 cores); more than 1.5× needs approval in Dept A."
     ]
     # The same job decided from its row (jobs.approvals.job_approval_decide) gets the same reason.
     job = Job.objects.get(name="big")

@@ -4,6 +4,7 @@ check); a request above the GPUs' share says how many GPUs it strands; an imposs
 error on its field; a submitted job stores what it asked."""
 
 import importlib.util
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from django.utils import translation
 from django.utils.html import escape
 from django.utils.translation import gettext as _
 
-from jobs.models import Job, JobEvent
+from jobs.models import ApprovalPolicy, Job, JobEvent
 from quotas.models import Node
 from tests.pages.test_submit import _body
 
@@ -133,10 +134,34 @@ def test_every_new_text_has_its_chinese_in_the_glossary():
         "At most %(n)s.", "A shared worker may ask at most one %(f)s unit's share: %(most)s.",
         "More than any node of %(f)s can give one worker: at most %(most)s (its biggest node, %(node)s, has "
         "%(units)d units at %(share)s each).",
-        "%(what)s per card is %(times)s× a card's share of %(share)s; more than %(max)s× needs approval in "
-        "%(where)s.",
+        "Asks %(times)s× a card's share of %(what)s per card (%(share)s); more than %(max)s× needs approval "
+        "in %(where)s.",
         "This strands %(n)s GPUs: each worker's %(what)s is more than its GPUs' share (%(per)s per GPU of "
         "%(f)s), so it takes GPUs it does not use and nobody else can use them either.",
         "A whole number, e.g. 16384 (no quotes, no decimals).",
     ]
     assert [t for t in texts if t not in glossary.GLOSSARY] == []
+
+
+def test_the_summary_announces_the_approval_a_request_above_the_ratio_needs(page_client, world, prio):
+    ApprovalPolicy.objects.create(department=world.A, max_request_ratio=Decimal("2"))
+    client = page_client("pa1_member")
+    body = _body(world, prio, workers="1", gpus_per_worker="1", memory_mib="196609")
+    html = _live(client, body).content.decode()
+    said = escape(
+        "Asks 2.01× a card's share of memory per card (96 GiB); more than 2× needs approval in Dept A."
+    )
+    assert "Needs approval" in html and said in html
+    html = _live(client, _body(world, prio, workers="1", gpus_per_worker="1", memory_mib="196608")).content
+    assert b"No approval needed." in html
+
+
+def test_a_shared_worker_strands_thousandths(page_client, world, prio):
+    world.F.shareable = True
+    world.F.save()
+    client = page_client("pa1_member")
+    # 250‰ of a GPU asking 6 cores: half a GPU's share, so 250‰ of a GPU stranded.
+    body = _body(world, prio, workers="1", gpus_per_worker="1", gpu_milli="250", cpu_millicores="6000")
+    response = _live(client, body)
+    assert response.context["summary"]["stranded"]["count"] == Decimal("0.25")
+    assert "This strands 0.25 GPUs" in response.content.decode()
