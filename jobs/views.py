@@ -193,9 +193,24 @@ def job_detail(request, pk: int):
             "external": job.kind == JobKind.EXTERNAL,
             **_autoscale_context(request.user, job),
             "cost": estimates.job_cost(job, timezone.now()),
+            "asks": _job_asks(job),
             **job_page_context(job, request.user),
         },
     )
+
+
+def _job_asks(job) -> list[dict]:
+    """What each worker asks besides its GPUs (DESIGN §15): its own figures, and its GPUs' share at
+    submission for those it left empty (marked). An external job shows only what it reported."""
+    effective = requests.effective_request(job) if job.kind != JobKind.EXTERNAL else None
+    asks = []
+    for dim in requests.DIMENSIONS:
+        own = getattr(job, dim)
+        value = own if own is not None else (effective.get(dim) if effective else None)
+        if value is not None:
+            what = _(requests.DIMENSION_WORDS[dim])
+            asks.append({"what": what, "value": requests.quantity_text(dim, value), "default": own is None})
+    return asks
 
 
 def _autoscale_context(user, job) -> dict:

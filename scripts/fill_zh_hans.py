@@ -435,6 +435,8 @@ GLOSSARY = {
         "因此会占用它不使用、其他人也无法使用的 GPU。"
     ),
     "A whole number, e.g. 16384 (no quotes, no decimals).": "请填写整数，例如 16384（不加引号，不带小数）。",
+    "Per worker": "每个工作节点",
+    "the GPUs' share": "GPU 配比",
 }
 
 

@@ -138,7 +138,7 @@ def test_every_new_text_has_its_chinese_in_the_glossary():
         "in %(where)s.",
         "This strands %(n)s GPUs: each worker's %(what)s is more than its GPUs' share (%(per)s per GPU of "
         "%(f)s), so it takes GPUs it does not use and nobody else can use them either.",
-        "A whole number, e.g. 16384 (no quotes, no decimals).",
+        "A whole number, e.g. 16384 (no quotes, no decimals).", "Per worker", "the GPUs' share",
     ]
     assert [t for t in texts if t not in glossary.GLOSSARY] == []
 
@@ -165,3 +165,17 @@ def test_a_shared_worker_strands_thousandths(page_client, world, prio):
     response = _live(client, body)
     assert response.context["summary"]["stranded"]["count"] == Decimal("0.25")
     assert "This strands 0.25 GPUs" in response.content.decode()
+
+
+def test_the_job_page_says_what_each_worker_asks(page_client, world, prio):
+    client = page_client("pa1_member")
+    body = _body(world, prio, workers="1", gpus_per_worker="2", cpu_millicores="30000",
+                 min_cuda_version="12.4")
+    response = client.post("/jobs/new/", body, follow=True)
+    html = response.content.decode()
+    start = html.index('class="job-asks"')
+    asks = html[start:html.index("</dd>", start)]
+    # Its own CPU; memory and disk its 2 GPUs' share at submission.
+    assert "CPU 30 cores ·" in asks and "memory 192 GiB <small" in asks and "local disk 874 GiB" in asks
+    assert asks.count("(the GPUs' share)") == 2
+    assert "12.4" in html
