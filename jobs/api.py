@@ -531,6 +531,10 @@ class ExplainOut(serializers.Serializer):
         required=False, allow_null=True,
         help_text="Why that job blocks: strict_fifo (its project's strategy) or aging (over its bound).",
     )
+    resource = serializers.CharField(
+        required=False, allow_null=True,
+        help_text="Reasons resources and invalid: the dimension its nodes lack — CPU, memory or local disk.",
+    )
     waited_seconds = serializers.IntegerField(
         required=False, allow_null=True, help_text="Set when the job is over its aging bound: seconds waited."
     )

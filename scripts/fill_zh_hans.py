@@ -10,6 +10,9 @@ import sys
 import polib
 
 GLOSSARY = {
+    'It waits for %(resource)s on nodes of %(flavor)s: %(nodes_with_gpus)s node(s) have the GPUs free but not the %(resource)s for %(workers)s × %(per_worker)s (their GPUs are stranded).': '等待 %(flavor)s 节点上的%(resource)s：%(nodes_with_gpus)s 个节点有空闲 GPU，但没有足够的%(resource)s容纳 %(workers)s × %(per_worker)s（这些 GPU 被搁置）。',
+    'No node of %(flavor)s has the %(resource)s one worker asks for: ask less, or another flavor.': '%(flavor)s 没有任何节点能提供一个工作节点所申请的%(resource)s：请减少申请，或换用其他资源规格。',
+    'Reasons resources and invalid: the dimension its nodes lack — CPU, memory or local disk.': '原因为资源不足或无效时：节点缺少的资源维度（CPU、内存或本地磁盘）。',
     'CPU per worker (millicores)': '每个工作节点的 CPU（毫核）',
     'memory per worker (MiB)': '每个工作节点的内存（MiB）',
     'local disk per worker (GiB)': '每个工作节点的本地磁盘（GiB）',

@@ -383,7 +383,7 @@ def _apply_on_loan(result: CycleResult, now: datetime) -> None:
 
 
 # Figures of an explanation that count things rather than milli-units of a flavor.
-EXPLAIN_COUNTS = frozenset({"workers"})
+EXPLAIN_COUNTS = frozenset({"workers", "nodes_with_gpus"})
 
 
 def explain_to_dict(e: Explain, at: datetime) -> dict:
@@ -414,6 +414,8 @@ def explain_to_dict(e: Explain, at: datetime) -> dict:
         # how long it has waited.
         "behind": int(e.behind) if e.behind is not None else None,
         "behind_why": e.behind_why or None,
+        # Reasons "resources" and "invalid": the dimension its nodes lack (DESIGN §15).
+        "resource": e.resource or None,
         "waited_seconds": e.waited_s,
         "aging_bound_seconds": e.aging_bound_s,
     }

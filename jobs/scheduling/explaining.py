@@ -50,6 +50,13 @@ _TEXTS = {
         "No node of %(flavor)s is big enough: it asks for %(per_worker)s per worker, the largest "
         "node has %(largest_node)s."
     ),
+    "resources": gettext_lazy(
+        "It waits for %(resource)s on nodes of %(flavor)s: %(nodes_with_gpus)s node(s) have the GPUs "
+        "free but not the %(resource)s for %(workers)s × %(per_worker)s (their GPUs are stranded)."
+    ),
+    "invalid_resource": gettext_lazy(
+        "No node of %(flavor)s has the %(resource)s one worker asks for: ask less, or another flavor."
+    ),
     "admissible": gettext_lazy("It is admitted at the next scheduling cycle."),
     "fifo": gettext_lazy(
         "It waits behind job #%(behind)s of its project, which cannot start yet: the project queues "
@@ -98,15 +105,27 @@ def _hours(seconds) -> str:
     return format(Decimal(seconds / 3600).quantize(Decimal("0.1")).normalize(), "f")
 
 
+# The engine's names of a node's dimensions (jobs/scheduler/engine/explain.py) in the reader's words.
+RESOURCE_NAMES = {
+    "CPU": gettext_lazy("CPU"),
+    "memory": gettext_lazy("memory"),
+    "local disk": gettext_lazy("local disk"),
+}
+
+
 def _reason_text(explain: dict, node_name: str | None) -> str:
     reason = explain.get("reason") or ""
     if reason == "fifo" and explain.get("behind_why") == "aging":
         reason = "fifo_aging"
+    if reason == "invalid" and explain.get("resource"):
+        reason = "invalid_resource"
     if reason not in _TEXTS:
         return ""
     values = {key: quantity(v) for key, v in (explain.get("numbers") or {}).items()}
     values["flavor"] = explain.get("flavor") or ""
     values["node"] = node_name or str(HIDDEN_LEVEL)
+    if explain.get("resource"):
+        values["resource"] = str(RESOURCE_NAMES.get(explain["resource"], explain["resource"]))
     if reason == "external" and explain.get("message"):
         values["message"] = explain["message"]  # the backend's own word (Slurm's Reason), as it is
     if explain.get("behind") is not None:

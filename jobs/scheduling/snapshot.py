@@ -18,6 +18,7 @@ from jobs.models import ApprovalPolicy, PriorityClass
 from jobs.scheduler.engine.model import Node as CoreNode
 from jobs.scheduler.engine.model import PriorityClass as CorePriorityClass
 from jobs.scheduler.engine.model import QueuedJob, RunningJob, Snapshot
+from jobs.scheduler.footprint import DIMENSIONS, Share, default_request
 from jobs.scheduling.settings import engine_flags
 from jobs.states import HOLDING, JobState
 from portal.models import Department, Project, Queueing
@@ -60,12 +61,13 @@ def limits_at(now: datetime) -> dict[tuple[str, str], Limits]:
 
 def core_nodes() -> tuple[CoreNode, ...]:
     rows = Node.objects.filter(cluster__active=True).values_list(
-        "id", "flavor__name", "gpu_count", "zone", "spine", "leaf", "state", "cluster_id"
+        "id", "flavor__name", "gpu_count", "zone", "spine", "leaf", "state", "cluster_id",
+        "cpu_millicores", "memory_mib", "local_disk_gib",
     )
     return tuple(
         CoreNode(f"n{pk}", flavor, gpus, zone, spine, leaf, schedulable=(state == NodeState.READY),
-                 cluster=f"c{cluster}")
-        for pk, flavor, gpus, zone, spine, leaf, state, cluster in rows
+                 cluster=f"c{cluster}", cpu_millicores=cpu, memory_mib=memory, local_disk_gib=disk)
+        for pk, flavor, gpus, zone, spine, leaf, state, cluster, cpu, memory, disk in rows
     )
 
 
@@ -75,11 +77,15 @@ _CHOICES_SQL = """
                SELECT fc.name FROM unnest(j.flavor_choices) WITH ORDINALITY AS u(fid, k)
                JOIN quotas_flavor fc ON fc.id = u.fid WHERE fc.active ORDER BY u.k
            ) END"""
+# What each worker asks besides GPUs (DESIGN §15): its own figures and the share it was submitted
+# with, for the ones it left empty (``_request``).
+_REQUEST_SQL = "j.cpu_millicores, j.memory_mib, j.local_disk_gib, j.unit_share::text"
+_REQUEST_COLUMNS = 4
 # Raw SQL rather than the ORM: at 50,000 queued jobs the ORM's per-row converters cost ~1 s a cycle.
 _JOBS_SQL = f"""
     SELECT j.id, j.project_id, f.name, pc.value, pc.preemptible, j.workers, j.min_workers,
            j.gpus_per_worker, j.gpu_milli, j.submitted_at, j.max_runtime_seconds, j.approved,
-           j.admitted_at, j.started_at, j.placement, j.terminating_since, {_CHOICES_SQL}
+           j.admitted_at, j.started_at, j.placement, j.terminating_since, {_CHOICES_SQL}, {_REQUEST_SQL}
     FROM jobs_job j
     JOIN quotas_flavor f ON f.id = j.flavor_id
     JOIN jobs_priorityclass pc ON pc.id = j.priority_class_id
@@ -105,7 +111,7 @@ _HOLDING_SQL = f"""
     SELECT j.id, j.project_id, f.name, pc.value, pc.preemptible, j.workers, j.min_workers,
            j.gpus_per_worker, j.gpu_milli, j.submitted_at, j.max_runtime_seconds, j.approved,
            j.admitted_at, j.started_at, j.placement, j.terminating_since, j.grown_at, {GROW_TO_SQL},
-           j.kind = 'external', {_CHOICES_SQL}
+           j.kind = 'external', {_CHOICES_SQL}, {_REQUEST_SQL}
     FROM jobs_job j
     JOIN quotas_flavor f ON f.id = j.flavor_id
     JOIN jobs_priorityclass pc ON pc.id = j.priority_class_id
@@ -129,6 +135,9 @@ def _running(row: tuple) -> RunningJob:
     slots = tuple((f"n{node}", gpu, m) for worker in json.loads(placement) for node, gpu, m in worker)
     wm = worker_milli(workers, min_workers, gpus, gpu_milli)
     grown = tuple(datetime.fromisoformat(at) for at in json.loads(grown_at)) if wm else ()
+    req = _request(row[-_REQUEST_COLUMNS:], gpus, gpu_milli)
+    requests = () if req is None else tuple(
+        (f"n{worker[0][0]}", *req) for worker in json.loads(placement) if worker)
     return RunningJob(
         id=str(jid), project_id=f"p{project}", flavor=flavor, priority=priority, preemptible=preemptible,
         # The engine's start is when the GPUs were taken (its own admission): a warm engine knows
@@ -136,7 +145,22 @@ def _running(row: tuple) -> RunningJob:
         started_at=admitted_at or started_at, max_runtime_seconds=max_runtime, placement=slots,
         terminating=terminating_since is not None, terminating_since=terminating_since,
         worker_milli=wm, grow_to=grow_to, grown=grown, submitted_at=submitted, pinned=pinned,
+        requests=requests,
     )
+
+
+def _request(columns: tuple, gpus: int, gpu_milli: int | None) -> tuple[int, int, int] | None:
+    """One worker's (cpu, memory, disk) when the job asked any of them, the rest from its share
+    at submission; None when it asked none — the engine then counts its GPUs' share of each node
+    it runs on (docs/resources.md), which is at least the flavor's share it gets by default."""
+    cpu, memory, disk, unit_share = columns
+    if cpu is None and memory is None and disk is None:
+        return None
+    share = Share(**{d: v for d, v in json.loads(unit_share or "{}").items() if d in DIMENSIONS})
+    default = default_request(share, units=0 if gpu_milli is not None else gpus, milli=gpu_milli)
+    return (cpu if cpu is not None else default.cpu_millicores or 0,
+            memory if memory is not None else default.memory_mib or 0,
+            disk if disk is not None else default.local_disk_gib or 0)
 
 
 def _queued(row: tuple) -> QueuedJob:
@@ -152,11 +176,13 @@ def _as_queued(row: tuple, choices) -> QueuedJob:
     choices = tuple(choices or ())
     if choices:
         flavor = choices[0]
+    cpu, memory, disk = _request(row[-_REQUEST_COLUMNS:], gpus, milli) or (None, None, None)
     return QueuedJob(
         id=str(jid), project_id=f"p{project}", flavor=flavor, submitted_at=submitted, workers=workers,
         min_workers=min_workers, gpus_per_worker=gpus, gpu_milli=milli, priority=priority,
         preemptible=preemptible, max_runtime_seconds=runtime, approved=ok,
         flavors=choices if len(choices) > 1 else (),
+        cpu_millicores=cpu, memory_mib=memory, local_disk_gib=disk,
     )
 
 
