@@ -65,14 +65,30 @@ CLASSES = (  # (gpus per worker, workers, priority, runtime s): Kueue's small / 
 )
 
 
+# --requests (issue 33): every node reports 192 cores, 2 TiB and 7 TiB of local disk (a share of
+# 24 cores and 256 GiB a GPU) and every job asks CPU and memory per worker: within the share, at
+# it, or — one small job in three — twice its CPU share (its footprint is 2 GPUs; 1 stranded).
+NODE_SIZE = {"cpu_millicores": 192_000, "memory_mib": 2_097_152, "local_disk_gib": 7_000}
+WITH_REQUESTS = False
+
+
+def request_for(gpus: int, k: int) -> dict:
+    if not WITH_REQUESTS:
+        return {}
+    if gpus == 1 and k % 9 == 0:
+        return {"cpu_millicores": 48_000, "memory_mib": 131_072}
+    return {"cpu_millicores": 16_000 * gpus, "memory_mib": 200_000 * gpus}
+
+
 def topology(nodes: int, per_leaf: int = 16, leaves_per_spine: int = 8,
              spines_per_zone: int = 10) -> tuple[Node, ...]:
     out = []
+    size = NODE_SIZE if WITH_REQUESTS else {}
     for i in range(nodes):
         leaf = i // per_leaf
         spine = leaf // leaves_per_spine
         zone = spine // spines_per_zone
-        out.append(Node(f"n{i:05d}", FLAVOR, 8, f"z{zone}", f"s{spine}", f"l{leaf}"))
+        out.append(Node(f"n{i:05d}", FLAVOR, 8, f"z{zone}", f"s{spine}", f"l{leaf}", **size))
     return tuple(out)
 
 
@@ -97,7 +113,7 @@ def workloads(tree, count: int, seed: int = 7) -> list[QueuedJob]:
         gpw, workers, prio, runtime = CLASSES[k % 3]
         submitted = T0 + timedelta(milliseconds=k)
         jobs.append(QueuedJob(f"w{k:06d}", rng.choice(projects), FLAVOR, submitted, workers,
-                              None, gpw, None, prio, True, runtime, False))
+                              None, gpw, None, prio, True, runtime, False, **request_for(gpw, k)))
     return jobs
 
 
@@ -169,9 +185,12 @@ def fragmented_pool(quick: bool, seed: int = 11) -> Snapshot:
         while fill > 0 and used < target:
             size = min(rng.choice((1, 1, 2, 4)), fill, target - used)
             gpus, free = free[:size], free[size:]
+            req = request_for(size, k)
             running.append(RunningJob(f"r{k}", rng.choice(projects), FLAVOR, 100, True,
                                       T0 - timedelta(seconds=rng.randint(60, 86_400)), 86_400,
-                                      tuple((node.id, g, 1000) for g in gpus)))
+                                      tuple((node.id, g, 1000) for g in gpus),
+                                      requests=((node.id, req["cpu_millicores"], req["memory_mib"], 0),)
+                                      if req else ()))
             k += 1
             used += size
             fill -= size
@@ -181,7 +200,7 @@ def fragmented_pool(quick: bool, seed: int = 11) -> Snapshot:
 def gang(quick: bool) -> QueuedJob:
     workers = 16 if quick else 128
     return QueuedJob("gang", "d00-p000", FLAVOR, T0, workers, None, 8, None, 500, False,
-                     3600, True)
+                     3600, True, **request_for(8, 1))
 
 
 def bench_gang(quick: bool, runs: int) -> tuple[float, float]:
@@ -245,10 +264,14 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--requests", action="store_true",
+                    help="nodes report CPU, memory and disk; every job asks CPU and memory (issue 33)")
     ap.add_argument("--queueing", choices=("best_effort", "strict_fifo"), default="best_effort",
                     help="(a) and (c): the queueing strategy of every project")
     ap.add_argument("--aging-bound", type=int, default=None, help="(a) and (c): the centre's aging bound, s")
     args = ap.parse_args()
+    global WITH_REQUESTS
+    WITH_REQUESTS = args.requests
     snap, sizes = shape_a(args.quick, args.queueing, args.aging_bound)
     if args.profile:
         return profile(snap)
@@ -266,6 +289,7 @@ def main() -> None:
         "runs": args.runs,
         "quick": args.quick,
         "queueing": args.queueing,
+        "requests": args.requests,
         "aging_bound_s": args.aging_bound,
         "drain_wall_s": round(statistics.median(d["wall"] for d in drains), 3),
         "drain_admissions": drains[0]["admissions"],

@@ -40,7 +40,7 @@ class Pool:
         "leaf_hist", "leaf_rank", "spine_leaves", "bucket", "hist",
         "maxg", "part", "pkeys", "capacity", "version", "_caps", "full_leaves", "cluster",
         "clusters", "cluster_of", "leaf_cluster", "chist", "_gcaps", "_size_caps",
-        "res", "rshare", "whole", "share",
+        "res", "rshare", "rdims", "whole", "share",
     )
 
     def __init__(self, flavor: str, nodes) -> None:
@@ -123,6 +123,7 @@ class Pool:
         """``res``/``rshare``/``whole`` when some node reports CPU, memory or disk."""
         self.res = None
         self.rshare = None
+        self.rdims = None
         self.whole = None
         self.share: tuple = (None,) * DIMS
         sizes = [(n.cpu_millicores, n.memory_mib, n.local_disk_gib) for n in ordered]
@@ -131,6 +132,7 @@ class Pool:
         self.res = [[v if v is not None else 0 for v in row] for row in sizes]
         self.rshare = [tuple(None if v is None else v // n.gpus for v in row)
                        for row, n in zip(sizes, ordered, strict=True)]
+        self.rdims = [tuple((d, s) for d, s in enumerate(share) if s is not None) for share in self.rshare]
         self.whole = list(self.free)
         least = []
         for d in range(DIMS):
@@ -175,12 +177,12 @@ class Pool:
     def _usable(self, i: int) -> int:
         """Whole free GPUs of node ``i`` its free CPU, memory and disk can feed at its share."""
         usable = self.whole[i]
-        free, share = self.res[i], self.rshare[i]
-        for d in range(DIMS):
-            s = share[d]
-            if s is not None:
-                usable = min(usable, free[d] // s if s else 0)
-        return max(usable, 0)
+        free = self.res[i]
+        for d, s in self.rdims[i]:  # the dimensions node i reports (hot: every occupy/release)
+            q = free[d] // s if s else 0
+            if q < usable:
+                usable = q
+        return usable if usable > 0 else 0
 
     def take(self, i: int, req, sign: int = 1) -> None:
         """Node ``i`` gives (``sign`` 1) or gets back (-1) ``req``: (cpu, memory, disk) of one or
@@ -189,9 +191,15 @@ class Pool:
             return
         self.version += 1
         free = self.res[i]
-        for d in range(DIMS):
-            if req[d]:
-                free[d] -= sign * req[d]
+        c, m, k = req
+        if sign > 0:
+            free[0] -= c
+            free[1] -= m
+            free[2] -= k
+        else:
+            free[0] += c
+            free[1] += m
+            free[2] += k
         usable = self._usable(i)
         if usable != self.free[i]:
             self._set_free(i, usable)
@@ -411,7 +419,7 @@ class Pool:
         twin.version = 0
         twin._caps = {}
         twin._gcaps = {}
-        twin.share, twin.rshare = self.share, self.rshare
+        twin.share, twin.rshare, twin.rdims = self.share, self.rshare, self.rdims
         twin.res = None if self.res is None else [row[:] for row in self.res]
         twin.whole = None if self.whole is None else self.whole[:]
         return twin
