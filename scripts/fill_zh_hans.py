@@ -10,6 +10,11 @@ import sys
 import polib
 
 GLOSSARY = {
+    'It requires CUDA %(resource)s or newer: %(nodes_below)s node(s) of %(flavor)s run an older version and are never chosen, and the others have no room for %(workers)s × %(per_worker)s now.': '它要求 CUDA %(resource)s 或更新版本：%(flavor)s 有 %(nodes_below)s 个节点版本较旧，永远不会被选中，其余节点目前没有容纳 %(workers)s × %(per_worker)s 的空间。',
+    'GPUs free, but not the CPU, memory or disk to feed them': '有空闲 GPU，但没有足够的 CPU、内存或磁盘来支撑',
+    'Room only on nodes below its CUDA version': '只有低于其 CUDA 版本的节点有空间',
+    'nodes with the GPUs free': '有空闲 GPU 的节点',
+    'nodes below its CUDA version': '低于其 CUDA 版本的节点',
     'It waits for %(resource)s on nodes of %(flavor)s: %(nodes_with_gpus)s node(s) have the GPUs free but not the %(resource)s for %(workers)s × %(per_worker)s (their GPUs are stranded).': '等待 %(flavor)s 节点上的%(resource)s：%(nodes_with_gpus)s 个节点有空闲 GPU，但没有足够的%(resource)s容纳 %(workers)s × %(per_worker)s（这些 GPU 被搁置）。',
     'No node of %(flavor)s has the %(resource)s one worker asks for: ask less, or another flavor.': '%(flavor)s 没有任何节点能提供一个工作节点所申请的%(resource)s：请减少申请，或换用其他资源规格。',
     'Reasons resources and invalid: the dimension its nodes lack — CPU, memory or local disk.': '原因为资源不足或无效时：节点缺少的资源维度（CPU、内存或本地磁盘）。',

@@ -57,6 +57,10 @@ _TEXTS = {
     "invalid_resource": gettext_lazy(
         "No node of %(flavor)s has the %(resource)s one worker asks for: ask less, or another flavor."
     ),
+    "cuda": gettext_lazy(
+        "It requires CUDA %(resource)s or newer: %(nodes_below)s node(s) of %(flavor)s run an older "
+        "version and are never chosen, and the others have no room for %(workers)s × %(per_worker)s now."
+    ),
     "admissible": gettext_lazy("It is admitted at the next scheduling cycle."),
     "fifo": gettext_lazy(
         "It waits behind job #%(behind)s of its project, which cannot start yet: the project queues "

@@ -62,12 +62,13 @@ def limits_at(now: datetime) -> dict[tuple[str, str], Limits]:
 def core_nodes() -> tuple[CoreNode, ...]:
     rows = Node.objects.filter(cluster__active=True).values_list(
         "id", "flavor__name", "gpu_count", "zone", "spine", "leaf", "state", "cluster_id",
-        "cpu_millicores", "memory_mib", "local_disk_gib",
+        "cpu_millicores", "memory_mib", "local_disk_gib", "cuda_version",
     )
     return tuple(
         CoreNode(f"n{pk}", flavor, gpus, zone, spine, leaf, schedulable=(state == NodeState.READY),
-                 cluster=f"c{cluster}", cpu_millicores=cpu, memory_mib=memory, local_disk_gib=disk)
-        for pk, flavor, gpus, zone, spine, leaf, state, cluster, cpu, memory, disk in rows
+                 cluster=f"c{cluster}", cpu_millicores=cpu, memory_mib=memory, local_disk_gib=disk,
+                 cuda=cuda_version(cuda))
+        for pk, flavor, gpus, zone, spine, leaf, state, cluster, cpu, memory, disk, cuda in rows
     )
 
 
@@ -79,8 +80,8 @@ _CHOICES_SQL = """
            ) END"""
 # What each worker asks besides GPUs (DESIGN §15): its own figures and the share it was submitted
 # with, for the ones it left empty (``_request``).
-_REQUEST_SQL = "j.cpu_millicores, j.memory_mib, j.local_disk_gib, j.unit_share::text"
-_REQUEST_COLUMNS = 4
+_REQUEST_SQL = "j.min_cuda_version, j.cpu_millicores, j.memory_mib, j.local_disk_gib, j.unit_share::text"
+_REQUEST_COLUMNS = 4  # the last four; the CUDA version is the one before them
 # Raw SQL rather than the ORM: at 50,000 queued jobs the ORM's per-row converters cost ~1 s a cycle.
 _JOBS_SQL = f"""
     SELECT j.id, j.project_id, f.name, pc.value, pc.preemptible, j.workers, j.min_workers,
@@ -177,13 +178,20 @@ def _as_queued(row: tuple, choices) -> QueuedJob:
     if choices:
         flavor = choices[0]
     cpu, memory, disk = _request(row[-_REQUEST_COLUMNS:], gpus, milli) or (None, None, None)
+    min_cuda = cuda_version(row[-_REQUEST_COLUMNS - 1])
     return QueuedJob(
         id=str(jid), project_id=f"p{project}", flavor=flavor, submitted_at=submitted, workers=workers,
         min_workers=min_workers, gpus_per_worker=gpus, gpu_milli=milli, priority=priority,
         preemptible=preemptible, max_runtime_seconds=runtime, approved=ok,
         flavors=choices if len(choices) > 1 else (),
-        cpu_millicores=cpu, memory_mib=memory, local_disk_gib=disk,
+        cpu_millicores=cpu, memory_mib=memory, local_disk_gib=disk, min_cuda=min_cuda,
     )
+
+
+def cuda_version(text: str | None) -> tuple[int, ...]:
+    """"12.4" → (12, 4); empty or unreadable (an inventory's odd string) → () — not reported."""
+    parts = (text or "").strip().split(".")
+    return tuple(int(x) for x in parts) if all(x.isdigit() and x.isascii() for x in parts) else ()
 
 
 def jobs_in(states: Iterable[str]) -> list[tuple]:

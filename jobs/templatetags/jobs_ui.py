@@ -41,6 +41,8 @@ REASON_LABELS = {
     "lend_limit": _("Idle quota of others is not lent"),
     "capacity": _("Not enough healthy capacity"),
     "placement": _("No node set fits (resource fragmentation)"),
+    "resources": _("GPUs free, but not the CPU, memory or disk to feed them"),
+    "cuda": _("Room only on nodes below its CUDA version"),
     "reservation": _("Would delay a reserved job (backfill)"),
     "reclaimed": _("Reclaimed by an in-quota job; retried next cycle"),
     "invalid": _("Can never run: no node of the flavor is big enough"),
@@ -62,6 +64,8 @@ NUMBER_LABELS = {
     "largest_node": _("largest node"),
     "largest_free_node": _("largest free node"),
     "largest_cluster": _("largest cluster"),
+    "nodes_with_gpus": _("nodes with the GPUs free"),
+    "nodes_below": _("nodes below its CUDA version"),
     "largest_free_cluster": _("largest free room in one cluster"),
 }
 

@@ -220,3 +220,42 @@ def test_a_node_whose_cpu_is_taken_strands_its_gpus():
     snap = Snapshot(NOW, (_node(0),), TREE, _lims(), (half,), (_one(mem=1_024, gpus=5),))
     result = schedule(snap)
     assert result.admissions == () and result.explanations["j"].resource == "CPU"
+
+
+def _cuda_node(i, cuda, gpus=8) -> Node:
+    return Node(f"n{i}", F, gpus, "z", "s0", "l0", cuda=cuda)
+
+
+def _needs(version, gpus=1, name="j") -> QueuedJob:
+    return QueuedJob(name, "pa", F, NOW, 1, None, gpus, None, 100, False, None, True, min_cuda=version)
+
+
+def test_nodes_below_the_cuda_version_a_job_requires_are_never_chosen():
+    nodes = (_cuda_node(0, (12, 2)), _cuda_node(1, (12, 4)), _cuda_node(2, ()))
+    old_only = (_cuda_node(0, (12, 2)),)
+    # Packing alone would pick the busiest node: n0 holds 7 GPUs, one left.
+    busy = RunningJob("r", "pb", F, 100, False, NOW, None, tuple(("n0", g, 1000) for g in range(7)))
+    result = schedule(Snapshot(NOW, nodes, TREE, _lims(), (busy,), (_needs((12, 4)),)))
+    assert [w[0][0] for a in result.admissions for w in a.placement] in (["n1"], ["n2"])
+    result = schedule(Snapshot(NOW, old_only, TREE, _lims(), (), (_needs((12, 4)),)))
+    assert result.admissions == ()
+    explain = result.explanations["j"]
+    assert explain.reason == "cuda" and explain.resource == "12.4"
+    # Without a requirement the same node takes it.
+    assert schedule(Snapshot(NOW, old_only, TREE, _lims(), (), (_needs(()),))).admissions
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from([(11, 8), (12, 2), (12, 4), ()]), min_size=1, max_size=5),
+       st.lists(st.sampled_from([(), (12, 0), (12, 4)]), min_size=1, max_size=8),
+       st.lists(st.sampled_from([1, 2, 4, 8]), min_size=8, max_size=8))
+def test_no_job_ever_lands_below_its_cuda_version(versions, wants, sizes):
+    nodes = tuple(_cuda_node(i, v) for i, v in enumerate(versions))
+    by_id = {n.id: n for n in nodes}
+    jobs = tuple(_needs(w, sizes[k], f"j{k}") for k, w in enumerate(wants))
+    result = schedule(Snapshot(NOW, nodes, TREE, _lims(), (), jobs))
+    wanted = {j.id: j.min_cuda for j in jobs}
+    for a in result.admissions:
+        for worker in a.placement:
+            cuda = by_id[worker[0][0]].cuda
+            assert not cuda or cuda >= wanted[a.job_id]

@@ -62,3 +62,18 @@ def test_a_job_asking_nothing_takes_its_share_and_the_rest_stay_usable(one_big_n
     assert _state(big) == JobState.ADMITTED
     assert [_state(j) for j in small] == [JobState.ADMITTED] * 4 + [JobState.QUEUED]
     assert _explain(small[4])["resource"] == "CPU"
+
+
+def test_a_job_requiring_a_newer_cuda_waits_and_says_which(one_big_node):
+    f, proj = one_big_node
+    f.nodes.update(cuda_version="12.2")
+    job = fx.submit(proj, f, gpus=1, name="new-cuda", min_cuda_version="12.4")
+    other = fx.submit(proj, f, gpus=1, name="any-cuda")
+    schedule_once()
+    assert (_state(job), _state(other)) == (JobState.QUEUED, JobState.ADMITTED)
+    explain = _explain(job)
+    assert explain["reason"] == "cuda" and explain["resource"] == "12.4"
+    assert "CUDA 12.4" in explain["text"]
+    f.nodes.update(cuda_version="12.4")
+    schedule_once()
+    assert _state(job) == JobState.ADMITTED

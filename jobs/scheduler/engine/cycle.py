@@ -479,6 +479,10 @@ class Cycle:
         """``w`` workers of ``p`` on its flavor's nodes: each on a node with room for its
         footprint (:meth:`Pending.pmilli`), taking its own GPUs there."""
         pool = self.s.pools[p.flavor]
+        if p.min_cuda:
+            below = pool.below_cuda(p.min_cuda)
+            if below:  # nodes below the job's CUDA version are never chosen (DESIGN §15)
+                pool = pool.without(below)
         pm = p.pmilli
         if pm < FULL and pool.res is not None:
             return plan(pool, 1, pm, frag=self.frag, req=p.req)  # one GPU's part, on a node that feeds it

@@ -183,6 +183,13 @@ def _physical(cycle, p: Pending, r: int, mode: str, position: int) -> Explain:
         nums = (("usage", ledger.root_used), ("request", r), ("capacity", ledger.capacity))
         msg = f"{owed}; pool full: {_u(ledger.root_used)} + {_u(r)} > {_u(ledger.capacity)}"
         return Explain(position, "capacity", f, None, nums, holders, msg, own)
+    below = pool.below_cuda(p.min_cuda) if p.min_cuda else []
+    if below and not plan_fits(pool.without(below), p.min_workers, p.pmilli):
+        version = ".".join(map(str, p.min_cuda))
+        nums = (("nodes_below", len(below)), ("workers", p.min_workers), ("per_worker", p.milli))
+        return Explain(position, "cuda", f, None, nums, holders,
+                       f"{owed}; nodes of {f} below CUDA {version} are never chosen "
+                       f"({len(below)} node(s)); the others have no room now", own, resource=version)
     if not plan_fits(pool, p.min_workers, p.pmilli):
         res = _blocking_reservation(cycle, p)
         if res is not None:

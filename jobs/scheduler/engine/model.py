@@ -242,6 +242,7 @@ REASONS = (
     "capacity",      # rule 2 at the root, or no one cluster big enough: not enough healthy capacity
     "placement",     # enough capacity in total but no node set of one cluster fits now
     "resources",     # enough GPUs free, but not on nodes with the CPU, memory or disk to feed them
+    "cuda",          # room only on nodes below the CUDA version the job requires
     "reservation",   # would delay the reservation of a higher job (EASY backfill)
     "reclaimed",     # admitted earlier in this cycle, then reclaimed by an in-quota job
     "invalid",       # can never run here (e.g. worker larger than any node of the flavor)

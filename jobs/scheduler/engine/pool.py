@@ -40,7 +40,7 @@ class Pool:
         "leaf_hist", "leaf_rank", "spine_leaves", "bucket", "hist",
         "maxg", "part", "pkeys", "capacity", "version", "_caps", "full_leaves", "cluster",
         "clusters", "cluster_of", "leaf_cluster", "chist", "_gcaps", "_size_caps",
-        "res", "rshare", "rdims", "whole", "share",
+        "res", "rshare", "rdims", "whole", "share", "cuda",
     )
 
     def __init__(self, flavor: str, nodes) -> None:
@@ -54,6 +54,7 @@ class Pool:
         self.cluster_of = [number[c] for c in self.cluster]
         self.index = {nid: i for i, nid in enumerate(self.ids)}
         self.size = [n.gpus for n in ordered]
+        self.cuda = [n.cuda for n in ordered]  # (12, 4); (): not reported
         self.used = [[0] * n.gpus for n in ordered]
         self.free = list(self.size)
         self.maxg = max(self.size, default=0)
@@ -400,6 +401,27 @@ class Pool:
         """The first ``count`` whole free GPU indices of node ``i``."""
         return [g for g, u in enumerate(self.used[i]) if u == 0][:count]
 
+    def below_cuda(self, least: tuple[int, ...]) -> list[int]:
+        """Nodes reporting a CUDA version below ``least`` (a node that reports none is not)."""
+        if not least:
+            return []
+        return [i for i, v in enumerate(self.cuda) if v and v < least]
+
+    def without(self, nodes: list[int]) -> Pool:
+        """A copy in which ``nodes`` have nothing free (a job that must not land there plans on
+        it; the live pool is untouched)."""
+        twin = self.clone()
+        for i in nodes:
+            if twin.whole is not None:
+                twin.whole[i] = 0
+            twin._set_free(i, 0)
+            for key in [k for k, cells in twin.part.items() if any(n == i for n, _ in cells)]:
+                twin.part[key] = {(n, g) for n, g in twin.part[key] if n != i}
+                if not twin.part[key]:
+                    del twin.part[key]
+                    twin.pkeys.remove(key)
+        return twin
+
     def clone(self) -> Pool:
         twin = Pool.__new__(Pool)
         for name in ("flavor", "ids", "index", "size", "leaf_of", "leaf_nodes", "leaf_spine",
@@ -419,7 +441,7 @@ class Pool:
         twin.version = 0
         twin._caps = {}
         twin._gcaps = {}
-        twin.share, twin.rshare, twin.rdims = self.share, self.rshare, self.rdims
+        twin.share, twin.rshare, twin.rdims, twin.cuda = self.share, self.rshare, self.rdims, self.cuda
         twin.res = None if self.res is None else [row[:] for row in self.res]
         twin.whole = None if self.whole is None else self.whole[:]
         return twin
