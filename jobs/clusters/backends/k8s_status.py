@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
@@ -252,4 +253,47 @@ def node_info(node: Any) -> NodeInfo | None:
         zone=labels.get("topology.kubernetes.io/zone", ""),
         spine=labels.get("gpupool.io/spine", ""),
         leaf=labels.get("gpupool.io/leaf", ""),
+        **machine_of(node.status, labels),
     )
+
+
+# GPU Feature Discovery's software labels: the driver's and the CUDA runtime's versions in parts
+# (newer GFD: cuda.driver-version.*, cuda.runtime-version.*; older: cuda.driver.*, cuda.runtime.*).
+GFD_DRIVER = ("nvidia.com/cuda.driver-version.", "nvidia.com/cuda.driver.")
+GFD_CUDA = ("nvidia.com/cuda.runtime-version.", "nvidia.com/cuda.runtime.")
+MIB, GIB = 1024**2, 1024**3
+
+
+def machine_of(status: Any, labels: dict[str, str]) -> dict[str, Any]:
+    """The node's CPU, memory and ephemeral storage (allocatable: what the kubelet leaves to pods;
+    capacity), its driver and CUDA versions (GFD labels) and its labels, as NodeInfo fields."""
+    allocatable = (status.allocatable if status else None) or {}
+    capacity = (status.capacity if status else None) or {}
+    out: dict[str, Any] = {
+        "driver_version": _version(labels, GFD_DRIVER, ("major", "minor", "rev")),
+        "cuda_version": _version(labels, GFD_CUDA, ("major", "minor")),
+        "labels": tuple(sorted(labels.items())),
+    }
+    for suffix, figures in (("", allocatable), ("_capacity", capacity)):
+        out["cpu_millicores" + suffix] = _amount(figures.get("cpu"), Decimal(1000))
+        out["memory_mib" + suffix] = _amount(figures.get("memory"), 1 / Decimal(MIB))
+        out["local_disk_gib" + suffix] = _amount(figures.get("ephemeral-storage"), 1 / Decimal(GIB))
+    return out
+
+
+def _amount(quantity: Any, scale: Decimal) -> int | None:
+    """A quantity in the unit ``scale`` gives (rounded down: never more than the node has)."""
+    if quantity in (None, ""):
+        return None
+    try:
+        return int(parse_quantity(quantity) * scale)
+    except ValueError:
+        return None
+
+
+def _version(labels: dict[str, str], prefixes: tuple[str, ...], parts: tuple[str, ...]) -> str:
+    for prefix in prefixes:
+        values = [labels.get(prefix + part, "") for part in parts]
+        if values[0]:
+            return ".".join(v for v in values if v)
+    return ""
