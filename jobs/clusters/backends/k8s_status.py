@@ -257,10 +257,18 @@ def node_info(node: Any) -> NodeInfo | None:
     )
 
 
-# GPU Feature Discovery's software labels: the driver's and the CUDA runtime's versions in parts
-# (newer GFD: cuda.driver-version.*, cuda.runtime-version.*; older: cuda.driver.*, cuda.runtime.*).
-GFD_DRIVER = ("nvidia.com/cuda.driver-version.", "nvidia.com/cuda.driver.")
-GFD_CUDA = ("nvidia.com/cuda.runtime-version.", "nvidia.com/cuda.runtime.")
+# GPU Feature Discovery's software labels: the driver's and the CUDA runtime's versions, whole
+# (newer GFD: cuda.driver-version.full) or in parts (older GFD: cuda.driver.major/minor/rev).
+GFD_DRIVER = (
+    ("nvidia.com/cuda.driver-version.", ("full",)),
+    ("nvidia.com/cuda.driver-version.", ("major", "minor", "revision")),
+    ("nvidia.com/cuda.driver.", ("major", "minor", "rev")),
+)
+GFD_CUDA = (
+    ("nvidia.com/cuda.runtime-version.", ("full",)),
+    ("nvidia.com/cuda.runtime-version.", ("major", "minor")),
+    ("nvidia.com/cuda.runtime.", ("major", "minor")),
+)
 MIB, GIB = 1024**2, 1024**3
 
 
@@ -270,8 +278,8 @@ def machine_of(status: Any, labels: dict[str, str]) -> dict[str, Any]:
     allocatable = (status.allocatable if status else None) or {}
     capacity = (status.capacity if status else None) or {}
     out: dict[str, Any] = {
-        "driver_version": _version(labels, GFD_DRIVER, ("major", "minor", "rev")),
-        "cuda_version": _version(labels, GFD_CUDA, ("major", "minor")),
+        "driver_version": _version(labels, GFD_DRIVER),
+        "cuda_version": _version(labels, GFD_CUDA),
         "labels": tuple(sorted(labels.items())),
     }
     for suffix, figures in (("", allocatable), ("_capacity", capacity)):
@@ -291,8 +299,8 @@ def _amount(quantity: Any, scale: Decimal) -> int | None:
         return None
 
 
-def _version(labels: dict[str, str], prefixes: tuple[str, ...], parts: tuple[str, ...]) -> str:
-    for prefix in prefixes:
+def _version(labels: dict[str, str], sources: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
+    for prefix, parts in sources:
         values = [labels.get(prefix + part, "") for part in parts]
         if values[0]:
             return ".".join(v for v in values if v)
