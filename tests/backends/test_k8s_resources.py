@@ -146,7 +146,8 @@ def test_the_inventory_reads_allocatable_capacity_and_the_software(k8s_api, back
         {
             "metadata": {"name": "gpu-b", "labels": {}},
             "spec": {},
-            "status": {"capacity": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
+            "status": {"capacity": {"nvidia.com/gpu": "8"},
+                       "conditions": [{"type": "Ready", "status": "True"}]},
         },
     ]
     a, b = backend.list_nodes()
@@ -163,7 +164,8 @@ def test_the_inventory_reads_allocatable_capacity_and_the_software(k8s_api, back
 def test_software_versions_from_each_gfd_label_style():
     from jobs.clusters.backends.k8s_status import machine_of
 
-    newer = {"nvidia.com/cuda.driver-version.full": "570.86.15", "nvidia.com/cuda.runtime-version.full": "12.8"}
+    newer = {"nvidia.com/cuda.driver-version.full": "570.86.15",
+             "nvidia.com/cuda.runtime-version.full": "12.8"}
     older = {"nvidia.com/cuda.driver.major": "535", "nvidia.com/cuda.driver.minor": "104",
              "nvidia.com/cuda.driver.rev": "05", "nvidia.com/cuda.runtime.major": "12",
              "nvidia.com/cuda.runtime.minor": "2"}
