@@ -156,6 +156,11 @@ def test_the_inventory_reads_allocatable_capacity_and_the_software(k8s_api, back
     assert (a.local_disk_gib, a.local_disk_gib_capacity) == (3500, 3840)
     assert (a.driver_version, a.cuda_version) == ("550.54.15", "12.4")
     assert ("topology.kubernetes.io/zone", "z1") in a.labels
+    # The kubelet's nodeInfo: the node's kernel, OS image and runtime, beside its labels.
+    info = {k: v for k, v in a.labels if k.startswith("status.nodeInfo.")}
+    assert info == {"status.nodeInfo.kernelVersion": "6.1.0", "status.nodeInfo.osImage": "Ubuntu 22.04",
+                    "status.nodeInfo.containerRuntimeVersion": "containerd://1.7",
+                    "status.nodeInfo.kubeletVersion": "v1.30.2", "status.nodeInfo.architecture": "amd64"}
     # A node that reports nothing of its machine: nothing is made up.
     assert (b.cpu_millicores, b.memory_mib, b.local_disk_gib, b.driver_version, b.labels) == (
         None, None, None, "", ())

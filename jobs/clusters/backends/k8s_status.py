@@ -280,12 +280,30 @@ def machine_of(status: Any, labels: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "driver_version": _version(labels, GFD_DRIVER),
         "cuda_version": _version(labels, GFD_CUDA),
-        "labels": tuple(sorted(labels.items())),
+        "labels": tuple(sorted({**labels, **_node_software(status)}.items())),
     }
     for suffix, figures in (("", allocatable), ("_capacity", capacity)):
         out["cpu_millicores" + suffix] = _amount(figures.get("cpu"), Decimal(1000))
         out["memory_mib" + suffix] = _amount(figures.get("memory"), 1 / Decimal(MIB))
         out["local_disk_gib" + suffix] = _amount(figures.get("ephemeral-storage"), 1 / Decimal(GIB))
+    return out
+
+
+# The node's software as the kubelet reports it (status.nodeInfo), kept beside its labels.
+NODE_INFO = ("kernel_version", "os_image", "container_runtime_version", "kubelet_version", "architecture")
+NODE_INFO_PREFIX = "status.nodeInfo."
+
+
+def _node_software(status: Any) -> dict[str, str]:
+    info = getattr(status, "node_info", None) if status else None
+    if info is None:
+        return {}
+    out = {}
+    for attr in NODE_INFO:
+        value = getattr(info, attr, None)
+        if value:
+            camel = attr.split("_")[0] + "".join(w.title() for w in attr.split("_")[1:])
+            out[NODE_INFO_PREFIX + camel] = str(value)
     return out
 
 
