@@ -177,3 +177,48 @@ def test_software_versions_from_each_gfd_label_style():
     for labels, want in ((newer, ("570.86.15", "12.8")), (older, ("535.104.05", "12.2")), ({}, ("", ""))):
         got = machine_of(None, labels)
         assert (got["driver_version"], got["cuda_version"]) == want
+
+
+# -- through the portal: inventory sync, scheduling, dispatch
+
+
+def _node(name: str) -> dict:
+    return {
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.count": "8"}},
+        "spec": {},
+        "status": {
+            "capacity": {"cpu": "96", "memory": "1Ti", "ephemeral-storage": "3840Gi", "nvidia.com/gpu": "8"},
+            "allocatable": {"cpu": "96", "memory": "992Gi", "ephemeral-storage": "3840Gi",
+                            "nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def test_a_portal_job_on_kubernetes_asks_its_gpus_share_and_its_pods_are_guaranteed(k8s_api, db):
+    from jobs.clusters import dispatch
+    from jobs.clusters.inventory import sync_inventory
+    from jobs.scheduling.cycle import schedule_once
+    from quotas.models import Cluster
+    from tests import factories as fx
+
+    k8s_api.nodes = [_node("gpu-a"), _node("gpu-b")]
+    flavor = fx.flavor("A100-k8s")
+    cluster = Cluster.objects.create(name="k8s-res", kind="kubernetes", config={"host": k8s_api.url})
+    assert sync_inventory(cluster)["created"] == 2
+    node = cluster.nodes.get(name="gpu-a")
+    assert (node.cpu_millicores, node.memory_mib, node.local_disk_gib) == (96_000, 992 * 1024, 3840)
+    dept = fx.department("K")
+    project = fx.project("k1", dept)
+    fx.quota(flavor, dept, 16)
+    fx.quota(flavor, project, 16)
+    job = fx.submit(project, flavor, workers=2, gpus=4, name="k8s-defaults", command="python train.py")
+    assert schedule_once().admitted == 1
+    assert dispatch.dispatch_job(job.pk) == "dispatched"
+    stored = k8s_api.get("jobs", f"gp-{job.pk}")
+    validate(stored)
+    [pod] = pod_specs(stored)
+    assert guaranteed(pod)
+    # Four GPUs' share of a 96-core, 992 GiB, 3840 GiB node of eight, for each worker.
+    limits = container(pod)["resources"]["limits"]
+    assert {k: limits[k] for k in WANT} == {"cpu": "48", "memory": "507904Mi", "ephemeral-storage": "1920Gi"}
