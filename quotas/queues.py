@@ -67,6 +67,10 @@ class FlavorRef:
     resource: str  # Kubernetes extended resource, e.g. nvidia.com/gpu, nvidia.com/mig-1g.10gb
     capacity: Decimal  # healthy GPUs (units of the flavor) in the pool
     shareable: bool = False  # quotas may be fractional (gpu_milli requests)
+    # What one unit comes with (DESIGN §15, jobs.requests.flavor_share): (field, amount) pairs of
+    # cpu_millicores, memory_mib, local_disk_gib. Pods ask them (requests == limits), so the
+    # queues give each node of the tree its quota's worth of them too; () renders GPUs only.
+    per_unit: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +168,33 @@ def quantity(value: Decimal) -> int | str:
     if value == value.to_integral_value():
         return int(value)
     return f"{int((value * 1000).to_integral_value(ROUND_FLOOR))}m"
+
+
+# The machine's resources pods ask beside their GPUs: Kubernetes name, FlavorRef.per_unit field,
+# quantity suffix (millicores, MiB, GiB).
+MACHINE = (("cpu", "cpu_millicores", "m"), ("memory", "memory_mib", "Mi"),
+           ("ephemeral-storage", "local_disk_gib", "Gi"))
+
+
+def machine_resources(flavors: Iterable[FlavorRef]) -> list[str]:
+    """The machine's resources any of ``flavors`` has a per-unit share of, in MACHINE's order."""
+    known = {f for flavor in flavors for f, _amount in flavor.per_unit}
+    return [name for name, field_, _suffix in MACHINE if field_ in known]
+
+
+def machine_amounts(flavor: FlavorRef, units: Decimal) -> dict[str, Decimal]:
+    """``units`` of the flavor's worth of each machine resource it has a share of, in the
+    resource's own unit (millicores, MiB, GiB), rounded down like every cap the portal renders."""
+    per = dict(flavor.per_unit)
+    return {
+        name: (units * per[field_]).to_integral_value(ROUND_FLOOR)
+        for name, field_, _suffix in MACHINE if per.get(field_) is not None
+    }
+
+
+def machine_quantity(resource: str, value: Decimal) -> str:
+    suffix = next(s for name, _f, s in MACHINE if name == resource)
+    return f"{int(value)}{suffix}"
 
 
 def _split(total: Decimal, weights: list[Decimal], unit: Decimal) -> list[Decimal]:
@@ -274,22 +305,45 @@ def _meta(name: str, owner: str | None = None, namespace: str | None = None) -> 
     return meta
 
 
-def _kueue_resource(flavor: FlavorRef, nominal: Decimal, share: Share | None = None) -> dict:
+def _kueue_resource(flavor: FlavorRef, nominal: Decimal, share: Share | None = None) -> list[dict]:
+    """The flavor's entries: its device resource, then the machine's resources it has a share of,
+    each scaled from the same quota, borrowing and lending limits."""
     entry: dict = {"name": flavor.resource, "nominalQuota": quantity(nominal)}
+    limits = {}
     if share is not None:
         if share.borrowing is not None:
-            entry["borrowingLimit"] = quantity(share.borrowing)
+            limits["borrowingLimit"] = share.borrowing
         if share.lending is not None:
-            entry["lendingLimit"] = quantity(share.lending)
-    return entry
+            limits["lendingLimit"] = share.lending
+    entry.update({k: quantity(v) for k, v in limits.items()})
+    entries = [entry]
+    for name, amount in machine_amounts(flavor, nominal).items():
+        machine = {"name": name, "nominalQuota": machine_quantity(name, amount)}
+        for key, value in limits.items():
+            machine[key] = machine_quantity(name, machine_amounts(flavor, value)[name])
+        entries.append(machine)
+    return entries
 
 
-def _resource_groups(entries: Iterable[tuple[FlavorRef, dict]]) -> list[dict]:
-    """One group per extended resource (Kueue: a resource belongs to one group), its flavors by name."""
-    groups: dict[str, list[dict]] = defaultdict(list)
-    for flavor, resource in sorted(entries, key=lambda e: (e[0].resource, e[0].name)):
-        groups[flavor.resource].append({"name": flavor_object_name(flavor.name), "resources": [resource]})
-    return [{"coveredResources": [r], "flavors": flavors} for r, flavors in sorted(groups.items())]
+def _resource_groups(entries: Iterable[tuple[FlavorRef, list[dict]]]) -> list[dict]:
+    """One group per extended resource (Kueue: a resource belongs to one group), its flavors by
+    name. Where flavors carry the machine's resources (cpu, memory: one group may cover them),
+    every resource is in one group and each flavor lists all of it, in the group's order, with
+    nothing of the devices it does not have."""
+    entries = sorted(entries, key=lambda e: (e[0].resource, e[0].name))
+    machine = machine_resources(f for f, _ in entries)
+    if not machine:
+        groups: dict[str, list[dict]] = defaultdict(list)
+        for flavor, resources in entries:
+            groups[flavor.resource].append({"name": flavor_object_name(flavor.name), "resources": resources})
+        return [{"coveredResources": [r], "flavors": flavors} for r, flavors in sorted(groups.items())]
+    covered = sorted({f.resource for f, _ in entries}) + machine
+    flavors = []
+    for flavor, resources in entries:
+        by_name = {r["name"]: r for r in resources}
+        listed = [by_name.get(r) or {"name": r, "nominalQuota": 0} for r in covered]
+        flavors.append({"name": flavor_object_name(flavor.name), "resources": listed})
+    return [{"coveredResources": covered, "flavors": flavors}]
 
 
 def render_kueue(snapshot: TreeSnapshot, now: datetime) -> list[dict]:
@@ -402,13 +456,22 @@ def _volcano_queue(name: str, parent: str, owner: str, held: list[tuple[FlavorRe
         b = s.limits.borrow_limit
         cap = flavor.capacity if b is None else min(flavor.capacity, s.limits.quota + b)
         _add(capability, flavor.resource, cap)
+        for target, units in ((deserved, s.share), (capability, cap), (guarantee, s.reserved)):
+            if units > 0 or target is not guarantee:
+                for resource, amount in machine_amounts(flavor, units).items():
+                    _add(target, resource, amount)
     spec: dict = {"parent": parent, "weight": 1, "reclaimable": True}
     if deserved:
-        spec["deserved"] = {r: quantity(v) for r, v in sorted(deserved.items())}
-        spec["capability"] = {r: quantity(v) for r, v in sorted(capability.items())}
+        spec["deserved"] = _volcano_quantities(deserved)
+        spec["capability"] = _volcano_quantities(capability)
     if guarantee:
-        spec["guarantee"] = {"resource": {r: quantity(v) for r, v in sorted(guarantee.items())}}
+        spec["guarantee"] = {"resource": _volcano_quantities(guarantee)}
     return {"apiVersion": VOLCANO, "kind": "Queue", "metadata": _meta(name, owner), "spec": spec}
+
+
+def _volcano_quantities(amounts: dict[str, Decimal]) -> dict[str, int | str]:
+    machine = {name for name, _f, _s in MACHINE}
+    return {r: machine_quantity(r, v) if r in machine else quantity(v) for r, v in sorted(amounts.items())}
 
 
 def render_volcano(snapshot: TreeSnapshot, now: datetime) -> list[dict]:

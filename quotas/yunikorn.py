@@ -50,7 +50,16 @@ from decimal import ROUND_FLOOR, Decimal
 
 import yaml
 
-from .queues import FlavorRef, Share, TreeSnapshot, _children, _held, department_queue_name, shares
+from .queues import (
+    FlavorRef,
+    Share,
+    TreeSnapshot,
+    _children,
+    _held,
+    department_queue_name,
+    machine_amounts,
+    shares,
+)
 from .queues import project_queue_name as project_queue_name
 
 CONFIGMAP = "yunikorn-configs"  # k8shim pkg/common/constants: ConfigMapName
@@ -90,13 +99,22 @@ def _amounts(held: list[tuple[FlavorRef, Share]]) -> tuple[Amounts, Max]:
     guaranteed: Amounts = {}
     maximum: Max = {}
     for flavor, share in held:
-        r = flavor.resource
-        guaranteed[r] = guaranteed.get(r, Decimal(0)) + share.share
         borrow = share.limits.borrow_limit
-        if borrow is None or (r in maximum and maximum[r] is None):
-            maximum[r] = None  # one flavor without a borrow limit: the resource has none
-        else:
-            maximum[r] = (maximum.get(r) or Decimal(0)) + share.limits.quota + borrow
+        top = None if borrow is None else share.limits.quota + borrow
+        guarantees = {flavor.resource: share.share}
+        tops = {flavor.resource: top}
+        # The machine's resources the flavor's units come with (YuniKorn calls cpu "vcore").
+        for name, amount in machine_amounts(flavor, share.share).items():
+            guarantees[YUNIKORN_NAMES.get(name, name)] = amount
+        for name in machine_amounts(flavor, Decimal(0)):
+            tops[YUNIKORN_NAMES.get(name, name)] = None if top is None else machine_amounts(flavor, top)[name]
+        for r, value in guarantees.items():
+            guaranteed[r] = guaranteed.get(r, Decimal(0)) + value
+        for r, value in tops.items():
+            if value is None or (r in maximum and maximum[r] is None):
+                maximum[r] = None  # one flavor without a borrow limit: the resource has none
+            else:
+                maximum[r] = (maximum.get(r) or Decimal(0)) + value
     return guaranteed, maximum
 
 
@@ -109,18 +127,24 @@ def _capped(own: Max, inherited: Amounts) -> Amounts:
     return out
 
 
-def _whole(value: Decimal, rounding: str) -> str:
-    return str(int(value.to_integral_value(rounding)))
+# Kubernetes' machine resources as YuniKorn names them, with the suffix of the unit
+# quotas.queues.machine_amounts counts them in (millicores, MiB, GiB).
+YUNIKORN_NAMES = {"cpu": "vcore"}
+SUFFIXES = {"vcore": "m", "memory": "Mi", "ephemeral-storage": "Gi"}
+
+
+def _whole(value: Decimal, rounding: str, resource: str = "") -> str:
+    return str(int(value.to_integral_value(rounding))) + SUFFIXES.get(resource, "")
 
 
 def _resources(guaranteed: Amounts, maximum: Amounts) -> dict:
     out: dict = {}
     if guaranteed:
-        out["guaranteed"] = {r: _whole(v, ROUND_FLOOR) for r, v in sorted(guaranteed.items())}
+        out["guaranteed"] = {r: _whole(v, ROUND_FLOOR, r) for r, v in sorted(guaranteed.items())}
     if maximum:
         # Down, as every cap the portal renders: a limit never lets more through than q + b.
-        out["max"] = {r: _whole(v, ROUND_FLOOR) for r, v in sorted(maximum.items())}
-        if all(v == "0" for v in out["max"].values()):
+        out["max"] = {r: _whole(v, ROUND_FLOOR, r) for r, v in sorted(maximum.items())}
+        if all(int(v.rstrip("mMiG")) == 0 for v in out["max"].values()):
             out["max"][ZERO_MAX_GUARD] = "1"
     return out
 

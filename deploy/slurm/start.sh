@@ -19,6 +19,8 @@
 #                        that creates the database; SLURM_DB_NAME (slurm_acct_db); SLURM_DB_USER (slurm)
 #                        and SLURM_DB_PASS (gpupool-slurmdbd): the account slurmdbd uses.
 #   SLURM_START_TIMEOUT (90) seconds to wait for each daemon.
+#   SLURM_NODE_CPUS (96), SLURM_NODE_MEMORY_MIB (1048576), SLURM_NODE_MEM_SPEC_MIB (32768),
+#   SLURM_NODE_TMP_MIB (3932160), SLURM_NODE_DRIVER, SLURM_NODE_CUDA: each node's size and software.
 set -euo pipefail
 
 usage() {
@@ -106,7 +108,22 @@ write_fake_devices() {
 # Topology as node Features: one zone, one spine, the nodes split over two leaves (first half l1).
 node_features() {
     local per_leaf=$(((NODES + 1) / 2))
-    echo "zone-z1,spine-s1,leaf-l$((($1 - 1) / per_leaf + 1))"
+    echo "zone-z1,spine-s1,leaf-l$((($1 - 1) / per_leaf + 1)),driver-$NODE_DRIVER,cuda-$NODE_CUDA"
+}
+
+# A realistic 8-GPU server (DESIGN §15): 96 cores, 1 TiB of which MemSpecLimit keeps 32 GiB for
+# the node itself (jobs may have 992 GiB), 3.75 TiB of local disk (TmpDisk, MiB). The fake nodes
+# may claim more than this machine has (SlurmdParameters=config_overrides).
+NODE_CPUS=${SLURM_NODE_CPUS:-96}
+NODE_MEMORY_MIB=${SLURM_NODE_MEMORY_MIB:-1048576}
+NODE_MEM_SPEC_MIB=${SLURM_NODE_MEM_SPEC_MIB:-32768}
+NODE_TMP_MIB=${SLURM_NODE_TMP_MIB:-3932160}
+# The node's software, as features the inventory sync reads (driver-<v>, cuda-<v>).
+NODE_DRIVER=${SLURM_NODE_DRIVER:-535.104.05}
+NODE_CUDA=${SLURM_NODE_CUDA:-12.2}
+
+node_size() {
+    echo "CPUs=$NODE_CPUS RealMemory=$NODE_MEMORY_MIB MemSpecLimit=$NODE_MEM_SPEC_MIB TmpDisk=$NODE_TMP_MIB"
 }
 
 # Accounting records gres/shard too, so sacct's AllocTRES shows a shard job's share of a card
@@ -164,7 +181,9 @@ SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=5
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
-# Without a default each job takes the whole node's memory and blocks every other job on it.
+# Memory is a consumable resource (CR_Core_Memory). Without a default a job that asks no --mem
+# takes the whole node's memory and blocks every other job on it: with this one it gets 2 GiB per
+# core it holds. The portal always asks its jobs' memory (--mem, DESIGN §15).
 DefMemPerCPU=2048
 $(gres_types)
 ReturnToService=2
@@ -186,7 +205,7 @@ MessageTimeout=5
 CONF
     for ((i = 1; i <= NODES; i++)); do
         n=$(node_name "$i")
-        echo "NodeName=$n NodeAddr=127.0.0.1 Port=$((NODE_PORT0 + i)) CPUs=32 RealMemory=256000" \
+        echo "NodeName=$n NodeAddr=127.0.0.1 Port=$((NODE_PORT0 + i)) $(node_size)" \
             "Gres=$(node_gres) Feature=$(node_features "$i") State=UNKNOWN" >>"$tmp"
     done
     echo "PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >>"$tmp"

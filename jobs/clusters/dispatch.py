@@ -23,6 +23,7 @@ from jobs.clusters.backends.registry import backend_for
 from jobs.clusters.inventory import refresh_node_states
 from jobs.models import Job, JobEvent, backend_name
 from jobs.reasons import SECRET_UNDECLARED, SUBMITTED_TO, event_reason, reason
+from jobs.requests import effective_request
 from jobs.scheduling.snapshot import MILLI
 from jobs.states import HOLDING, JobState
 from jobs.transitions import job_transition
@@ -64,11 +65,22 @@ def job_spec(job: Job, node_names: dict[int, str]) -> base.JobSpec:
         },
         sharing_mode=job.flavor.sharing_mode,
         gpu_memory_mib=job.flavor.memory_mib,
-        cpu_millicores=job.cpu_millicores,
-        memory_mib=job.memory_mib,
-        local_disk_gib=job.local_disk_gib,
+        **request_fields(job),
         **spec_fields(job),
     )
+
+
+def request_fields(job) -> dict[str, int | None]:
+    """What each worker asks of its node besides its GPUs: its own figures, the rest its share
+    (``jobs.requests.effective_request``) — the same request the engine placed, so the backend
+    reserves what the portal counted (a job that asked nothing still gets its GPUs' share, never
+    the backend's small default nor the whole node)."""
+    asked = effective_request(job)
+    return {
+        "cpu_millicores": asked.cpu_millicores,
+        "memory_mib": asked.memory_mib,
+        "local_disk_gib": asked.local_disk_gib,
+    }
 
 
 def _mount(data: dict[str, Any]) -> base.Mount:

@@ -81,6 +81,22 @@ def _flavor_for(hint: str) -> Flavor | None:
     return None
 
 
+MACHINE_FIELDS = (
+    "cpu_millicores", "memory_mib", "local_disk_gib",
+    "cpu_millicores_capacity", "memory_mib_capacity", "local_disk_gib_capacity",
+    "driver_version", "cuda_version",
+)
+
+
+def machine_fields(info: NodeInfo) -> dict:
+    """The node's whole machine as the backend reports it (DESIGN §15): what it does not report
+    stays empty, so only GPUs are placed there — never a figure typed in or left from before."""
+    out = {name: getattr(info, name) for name in MACHINE_FIELDS}
+    out["driver_version"], out["cuda_version"] = info.driver_version[:40], info.cuda_version[:20]
+    out["labels"] = dict(info.labels)
+    return out
+
+
 def sync_inventory(cluster: Cluster) -> dict[str, int]:
     """Create, update and mark down nodes from the backend's list. A node the backend no longer
     lists is marked down (its jobs are handled by the status sync), never deleted: jobs and
@@ -106,6 +122,7 @@ def sync_inventory(cluster: Cluster) -> dict[str, int]:
                     "spine": info.spine or "default",
                     "leaf": info.leaf or "default",
                     "last_seen_at": now,
+                    **machine_fields(info),
                 },
             )
             counts["created" if created else "updated"] += 1

@@ -293,6 +293,8 @@ def _insert(ctx: _Context, project_id: int, records: list[ExternalRecord], out: 
             [r.reason[:500] for r, *_ in rows],
             [r.user[:100] for r, *_ in rows],
             [r.gpu_milli for r, *_ in rows],
+            [r.cpu_millicores for r, *_ in rows],
+            [r.memory_mib for r, *_ in rows],
         ])
         inserted = {backend_id: job_id for job_id, backend_id in cursor.fetchall()}
         events = [e for r, _, s, p in rows if r.backend_id in inserted
@@ -336,16 +338,17 @@ INSERT INTO jobs_job (name, project_id, submitted_by_id, kind, flavor_id, priori
     admitted_at, started_at, finished_at, granted_workers, placement, requeue_count, cluster_id,
     backend_id, exit_code, message, grown_at, external_user, mounts, env, flavor_choices, framework,
     gpu_milli, autoscale_query, autoscale_cooldown_seconds, autoscale_status, unit_share,
-    min_cuda_version)
+    min_cuda_version, cpu_millicores, memory_mib)
 SELECT v.name, v.project, v.usr, 'external', v.flavor, v.pc, 1, v.devices, '', '', false, true, v.state,
        %s, v.submitted, v.started, v.started, v.finished, CASE WHEN v.started IS NULL THEN NULL ELSE 1 END,
        v.placement::jsonb, 0, %s, v.backend_id, v.exit_code, v.message, '[]'::jsonb, v.ext_user,
-       '[]'::jsonb, '[]'::jsonb, '{}'::int[], '', v.milli, '', %s, '{}'::jsonb, '{}'::jsonb, ''
+       '[]'::jsonb, '[]'::jsonb, '{}'::int[], '', v.milli, '', %s, '{}'::jsonb, '{}'::jsonb, '',
+       v.cpu, v.mem
 FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::int[], %s::text[],
             %s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::text[], %s::text[], %s::int[],
-            %s::text[], %s::text[], %s::int[])
+            %s::text[], %s::text[], %s::int[], %s::int[], %s::bigint[])
      AS v(name, project, usr, flavor, pc, devices, state, submitted, started, finished, placement,
-          backend_id, exit_code, message, ext_user, milli)
+          backend_id, exit_code, message, ext_user, milli, cpu, mem)
 ON CONFLICT (cluster_id, backend_id) WHERE kind = 'external' DO NOTHING
 RETURNING id, backend_id
 """
@@ -366,6 +369,7 @@ def _advance(ctx: _Context, job: Job, record: ExternalRecord) -> bool:
     if job.state == JobState.QUEUED:
         if record.started_at is not None:
             placement = ctx.placement(record)
+            _held_machine(job, record)
             admitted = job_transition(
                 job, JobState.ADMITTED, reason="started outside the portal",
                 data={"workers": 1, "placement": placement, "external": True},
@@ -386,6 +390,17 @@ def _advance(ctx: _Context, job: Job, record: ExternalRecord) -> bool:
             data={"exit_code": record.exit_code}, exit_code=record.exit_code, placement=[], **clock,
         ) or changed
     return changed
+
+
+def _held_machine(job: Job, record: ExternalRecord) -> None:
+    """A job that started holds what the backend allocated, which may differ from what it asked
+    while it waited (Slurm's defaults, a whole node): recorded as it starts."""
+    held = {k: v for k, v in (("cpu_millicores", record.cpu_millicores), ("memory_mib", record.memory_mib))
+            if v is not None and getattr(job, k) != v}
+    if held:
+        Job.objects.filter(pk=job.pk).update(**held)
+        for key, value in held.items():
+            setattr(job, key, value)
 
 
 def open_backend_ids(cluster: Cluster) -> list[str]:

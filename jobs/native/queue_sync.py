@@ -24,6 +24,8 @@ from jobs.clusters.backends.kubernetes import KubernetesBackend
 from jobs.native.backends.queues import QueueSync
 from jobs.native.backends.yunikorn import DEFAULT_NAMESPACE, YuniKornSync
 from jobs.native.models import ExternalSource, ExternalSourceKind
+from jobs.requests import flavor_share
+from jobs.scheduler.footprint import DIMENSIONS
 from portal.enqueue import send
 from portal.models import Department, Project, Queueing
 from quotas.effective import Limits, LoanSpan, Window
@@ -54,6 +56,13 @@ def integration_clusters() -> list[Cluster]:
 # -- the snapshot
 
 
+def per_unit(flavor) -> tuple[tuple[str, int], ...]:
+    """What one unit of the flavor comes with (``jobs.requests.flavor_share``): pods ask it, so the
+    queues hold it too."""
+    share = flavor_share(flavor)
+    return tuple((dim, share.get(dim)) for dim in DIMENSIONS if share.get(dim) is not None)
+
+
 def snapshot(*, flavor_names: list[str] | None = None, namespace: str = JOBS_NAMESPACE) -> TreeSnapshot:
     """The whole quota tree (all tenants: the cluster's scheduler serves them all), of the
     named flavors or of every active one."""
@@ -62,7 +71,7 @@ def snapshot(*, flavor_names: list[str] | None = None, namespace: str = JOBS_NAM
         flavors = flavors.filter(name__in=flavor_names)
     capacity = capacity_by_flavor()
     refs = tuple(
-        FlavorRef(f.name, f.k8s_resource_name, capacity.get(f.pk, 0), f.shareable)
+        FlavorRef(f.name, f.k8s_resource_name, capacity.get(f.pk, 0), f.shareable, per_unit(f))
         for f in flavors.order_by("name")
     )
     nodes = list(

@@ -311,6 +311,25 @@ def test_a_job_without_gpus_is_not_imported(slurm, portal):
     assert out["not_gpu"] >= 1 and not Job.objects.filter(cluster=cluster, backend_id=cpu).exists()
 
 
+def test_an_external_jobs_cpu_and_memory_are_recorded_from_slurm(slurm, portal):
+    """What a direct job holds besides its GPUs is counted like a portal job's (DESIGN §15): its
+    cores and memory from squeue's tres-alloc while it runs and sacct's AllocTRES once it ended;
+    a job that asked no memory holds Slurm's default (DefMemPerCPU), not the node."""
+    cluster, *_ = portal
+    big = slurm.sbatch("-J", "big", "--cpus-per-task=6", "--mem=40G", gpus=2, seconds=2)
+    plain = slurm.sbatch("-J", "plain", gpus=1, seconds=2)
+    import_slurm(cluster)
+    for job_id, want in ((big, (6_000, 40_960)), (plain, (1_000, 2_048))):
+        job = Job.objects.get(cluster=cluster, backend_id=job_id)
+        assert (job.cpu_millicores, job.memory_mib) == want
+        done = wait_until(lambda j=job_id: slurm.ended(j), f"job {job_id} ended", interval=0.3)
+        assert f"cpu={want[0] // 1000}" in done["tres"]
+    import_slurm(cluster)
+    for job_id, want in ((big, (6_000, 40_960)), (plain, (1_000, 2_048))):
+        job = Job.objects.get(cluster=cluster, backend_id=job_id)
+        assert job.state == JobState.SUCCEEDED and (job.cpu_millicores, job.memory_mib) == want
+
+
 def test_import_refuses_a_cluster_that_is_not_real_slurm(db):
     sim = ClusterRow.objects.create(name="sim", kind="simulator")
     with pytest.raises(ValueError):

@@ -90,3 +90,20 @@ def test_portal_pods_are_not_external_jobs():
     labels = {"app.kubernetes.io/managed-by": "gpupool"}
     pod = _pod("Running", [_running("2024-05-01T10:00:00Z")], labels=labels)
     assert pod_record(pod, [GPU]) is None
+
+
+def test_an_external_pod_holds_its_cpu_and_memory_requests():
+    """Counted like a portal job's (DESIGN §15): the pod's effective cpu and memory requests."""
+    pod = _pod("Running", [_running("2024-05-01T09:00:05Z")])
+    pod["spec"]["containers"] = [
+        {"name": "a", "image": "x", "resources": {"requests": {GPU: "2", "cpu": "11500m", "memory": "64Gi"},
+                                                  "limits": {GPU: "2"}}},
+        {"name": "b", "image": "x", "resources": {"limits": {"cpu": "1", "memory": "512Mi"}}},
+    ]
+    pod["spec"]["initContainers"] = [
+        {"name": "i", "image": "x", "resources": {"requests": {"cpu": "20", "memory": "1Gi"}}}]
+    record = pod_record(pod, [GPU])
+    # cpu: the init container's 20 cores beat the app's 12.5; memory: the app's 64.5 GiB.
+    assert (record.cpu_millicores, record.memory_mib) == (20_000, 66_048)
+    bare = pod_record(_pod("Running", [_running("2024-05-01T09:00:05Z")]), [GPU])
+    assert (bare.cpu_millicores, bare.memory_mib) == (None, None)

@@ -7,6 +7,7 @@ from jobs.native.backends.slurm_native import (
     SQUEUE_FIELDS,
     gpu_indices,
     gpu_tres,
+    machine_tres,
     parse_sacct,
     parse_scontrol_gpus,
     parse_squeue,
@@ -178,3 +179,19 @@ def test_squeue_and_scontrol_see_a_running_shard_job_on_its_gpu():
     held = parse_scontrol_gpus("JobId=50 Nodes=gpu-a100-1 CPU_IDs=0 Mem=2048 GRES=shard:4(IDX:0)\n")
     assert held == {"50": (("gpu-a100-1", 0),)}
     assert gpu_indices("gpu:a100:1(IDX:1),shard:a100:2(IDX:0)") == [1, 0]
+
+
+def test_the_cpu_and_memory_a_job_holds_come_from_its_tres():
+    assert machine_tres("billing=24,cpu=24,gres/gpu=2,mem=248G,node=1") == (24_000, 253_952)
+    assert machine_tres("cpu=2,mem=1500M,node=2") == (2_000, 1_500)
+    assert machine_tres("cpu=96,mem=1T") == (96_000, 1_048_576)
+    assert machine_tres("cpu=1,mem=1.5G") == (1_000, 1_536)
+    assert machine_tres("gres/gpu=1") == (None, None)
+    sacct = {j.job_id: j for j in parse_sacct(SACCT)}
+    # Allocated: AllocTRES; cancelled while pending: what it asked (ReqTRES, no mem there).
+    assert (sacct["1"].cpu_millicores, sacct["1"].memory_mib) == (1_000, 2_048)
+    assert (sacct["3"].cpu_millicores, sacct["3"].memory_mib) == (1_000, None)
+    squeue = {j.job_id: j for j in parse_squeue(SQUEUE)}
+    assert (squeue["12"].cpu_millicores, squeue["12"].memory_mib) == (2_000, None)
+    record = to_record(sacct["1"])
+    assert (record.cpu_millicores, record.memory_mib) == (1_000, 2_048)

@@ -173,3 +173,19 @@ def test_an_external_job_cannot_be_cancelled_or_submitted_through_the_portal(wor
         job_cancel(actor=fx.platform_admin(), job=job)
     with pytest.raises(ValidationError):
         fx.submit(proj, f, gpus=1, kind=JobKind.EXTERNAL)
+
+
+def test_an_external_jobs_cpu_and_memory_are_what_it_holds_once_it_starts(world):
+    """DESIGN §15: recorded as the backend reports them (what it asked while it waits), then
+    what it was allocated when it starts."""
+    cluster, node, _proj, _f = world
+    _import(cluster, _rec("301", "pending", cpu_millicores=1_000, memory_mib=2_048))
+    job = Job.objects.get(cluster=cluster, backend_id="301")
+    assert (job.state, job.cpu_millicores, job.memory_mib) == (JobState.QUEUED, 1_000, 2_048)
+    start = timezone.now().replace(microsecond=0)
+    _import(cluster, _rec("301", "running", start=start, slots=((node.name, 0), (node.name, 1)),
+                          cpu_millicores=24_000, memory_mib=253_952))
+    job.refresh_from_db()
+    assert (job.state, job.cpu_millicores, job.memory_mib) == (JobState.RUNNING, 24_000, 253_952)
+    _import(cluster, _rec("302", "succeeded", start=start, end=start + timedelta(seconds=5)))
+    assert Job.objects.get(cluster=cluster, backend_id="302").cpu_millicores is None  # not reported

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
@@ -252,4 +253,73 @@ def node_info(node: Any) -> NodeInfo | None:
         zone=labels.get("topology.kubernetes.io/zone", ""),
         spine=labels.get("gpupool.io/spine", ""),
         leaf=labels.get("gpupool.io/leaf", ""),
+        **machine_of(node.status, labels),
     )
+
+
+# GPU Feature Discovery's software labels: the driver's and the CUDA runtime's versions, whole
+# (newer GFD: cuda.driver-version.full) or in parts (older GFD: cuda.driver.major/minor/rev).
+GFD_DRIVER = (
+    ("nvidia.com/cuda.driver-version.", ("full",)),
+    ("nvidia.com/cuda.driver-version.", ("major", "minor", "revision")),
+    ("nvidia.com/cuda.driver.", ("major", "minor", "rev")),
+)
+GFD_CUDA = (
+    ("nvidia.com/cuda.runtime-version.", ("full",)),
+    ("nvidia.com/cuda.runtime-version.", ("major", "minor")),
+    ("nvidia.com/cuda.runtime.", ("major", "minor")),
+)
+MIB, GIB = 1024**2, 1024**3
+
+
+def machine_of(status: Any, labels: dict[str, str]) -> dict[str, Any]:
+    """The node's CPU, memory and ephemeral storage (allocatable: what the kubelet leaves to pods;
+    capacity), its driver and CUDA versions (GFD labels) and its labels, as NodeInfo fields."""
+    allocatable = (status.allocatable if status else None) or {}
+    capacity = (status.capacity if status else None) or {}
+    out: dict[str, Any] = {
+        "driver_version": _version(labels, GFD_DRIVER),
+        "cuda_version": _version(labels, GFD_CUDA),
+        "labels": tuple(sorted({**labels, **_node_software(status)}.items())),
+    }
+    for suffix, figures in (("", allocatable), ("_capacity", capacity)):
+        out["cpu_millicores" + suffix] = _amount(figures.get("cpu"), Decimal(1000))
+        out["memory_mib" + suffix] = _amount(figures.get("memory"), 1 / Decimal(MIB))
+        out["local_disk_gib" + suffix] = _amount(figures.get("ephemeral-storage"), 1 / Decimal(GIB))
+    return out
+
+
+# The node's software as the kubelet reports it (status.nodeInfo), kept beside its labels.
+NODE_INFO = ("kernel_version", "os_image", "container_runtime_version", "kubelet_version", "architecture")
+NODE_INFO_PREFIX = "status.nodeInfo."
+
+
+def _node_software(status: Any) -> dict[str, str]:
+    info = getattr(status, "node_info", None) if status else None
+    if info is None:
+        return {}
+    out = {}
+    for attr in NODE_INFO:
+        value = getattr(info, attr, None)
+        if value:
+            camel = attr.split("_")[0] + "".join(w.title() for w in attr.split("_")[1:])
+            out[NODE_INFO_PREFIX + camel] = str(value)
+    return out
+
+
+def _amount(quantity: Any, scale: Decimal) -> int | None:
+    """A quantity in the unit ``scale`` gives (rounded down: never more than the node has)."""
+    if quantity in (None, ""):
+        return None
+    try:
+        return int(parse_quantity(quantity) * scale)
+    except ValueError:
+        return None
+
+
+def _version(labels: dict[str, str], sources: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
+    for prefix, parts in sources:
+        values = [labels.get(prefix + part, "") for part in parts]
+        if values[0]:
+            return ".".join(v for v in values if v)
+    return ""

@@ -130,8 +130,28 @@ def node_affinity(nodes: Iterable[str]) -> dict[str, Any] | None:
 
 def resources_for(spec: JobSpec, sharing: Sharing = k8s_sharing.DEFAULT) -> dict[str, dict[str, str]]:
     """The device plugin's resources for the flavor's sharing mode
-    (:mod:`jobs.clusters.backends.k8s_sharing`)."""
-    return k8s_sharing.resources_for(spec, sharing)
+    (:mod:`jobs.clusters.backends.k8s_sharing`) and the worker's CPU, memory and local disk, each
+    with its request equal to its limit: with cpu and memory so set the pod is Guaranteed QoS
+    (the last evicted under memory pressure, its cores its own under the static CPU manager)."""
+    resources = k8s_sharing.resources_for(spec, sharing)
+    machine = machine_quantities(spec)
+    if not machine:
+        return resources
+    return {kind: {**resources.get(kind, {}), **machine} for kind in ("limits", "requests")}
+
+
+def machine_quantities(spec: JobSpec) -> dict[str, str]:
+    """One worker's ``cpu`` (whole cores where it asks whole cores, else millicores), ``memory``
+    (Mi) and ``ephemeral-storage`` (Gi), as Kubernetes quantities; what it does not ask is left out."""
+    out = {}
+    if spec.cpu_millicores:
+        cpu = spec.cpu_millicores
+        out["cpu"] = str(cpu // 1000) if cpu % 1000 == 0 else f"{cpu}m"
+    if spec.memory_mib:
+        out["memory"] = f"{spec.memory_mib}Mi"
+    if spec.local_disk_gib:
+        out["ephemeral-storage"] = f"{spec.local_disk_gib}Gi"
+    return out
 
 
 def pod_spec(

@@ -241,7 +241,20 @@ class SlurmBackend:
             if line.strip():
                 node = self._node(line)
                 nodes.setdefault(node.name, node)  # sinfo -N prints a node once per partition
-        return sorted(nodes.values(), key=lambda n: _natural_key(n.name))
+        machines = self._machines()
+        return sorted(
+            (replace(node, **machines.get(node.name, {})) for node in nodes.values()),
+            key=lambda n: _natural_key(n.name),
+        )
+
+    def _machines(self) -> dict[str, dict]:
+        """Every node's whole machine from ``scontrol show node -o`` (one line per node)."""
+        out = {}
+        for line in self._run(["scontrol", "show", "node", "-o"]).splitlines():
+            fields = scontrol_fields(line)
+            if fields.get("NodeName"):
+                out[fields["NodeName"]] = node_machine(fields)
+        return out
 
     def set_node_schedulable(self, name: str, schedulable: bool, *, reason: str = "") -> None:
         """``scontrol update NodeName=… State=DRAIN Reason=…`` (running jobs go on, no new ones
@@ -358,6 +371,7 @@ class SlurmBackend:
     def _sbatch_options(self, spec: JobSpec, workdir: Path) -> list[str]:
         opts = ["-J", spec.name, "-D", str(workdir), "-o", str(workdir / "slurm-%j.out")]
         opts += self._layout(spec)
+        opts += self._machine(spec)
         if self.partition:
             opts += ["-p", self.partition]
         if spec.max_runtime_seconds:
@@ -385,6 +399,20 @@ class SlurmBackend:
             # (2 + 1) the lighter node is asked for as many GPUs as the heaviest.
             opts.append(f"--ntasks={spec.workers}")
         return [*opts, "--nodelist=" + ",".join(per_node)]
+
+    def _machine(self, spec: JobSpec) -> list[str]:
+        """CPU, memory and local disk (DESIGN §15): cores per task (a task is a worker), memory and
+        tmp per node — Slurm counts ``--mem`` and ``--tmp`` per node, so a node holding several
+        workers is asked for all of theirs. Nothing asked: Slurm's defaults (DefMemPerCPU)."""
+        workers = max(self._per_node(spec).values(), default=1)
+        opts = []
+        if spec.cpu_millicores:
+            opts.append(f"--cpus-per-task={cores(spec.cpu_millicores)}")
+        if spec.memory_mib:
+            opts.append(f"--mem={spec.memory_mib * workers}M")
+        if spec.local_disk_gib:
+            opts.append(f"--tmp={spec.local_disk_gib * workers}G")
+        return opts
 
     @staticmethod
     def _per_node(spec: JobSpec) -> Counter:
@@ -414,6 +442,12 @@ class SlurmBackend:
         gres, count = self._layout_gres(spec)
         return f"--gres=shard:{count} " if gres.startswith("shard") else ""
 
+    @staticmethod
+    def _step_cpus(spec: JobSpec) -> str:
+        """Slurm 22.05's srun no longer reads SLURM_CPUS_PER_TASK: without the option each worker's
+        step would run on one core of the cores its job holds."""
+        return f"--cpus-per-task={cores(spec.cpu_millicores)} " if spec.cpu_millicores else ""
+
     def _gres(self, spec: JobSpec) -> str:
         for key in (spec.slurm_gres, spec.flavor):
             if key and key in self.gres_map:
@@ -442,7 +476,8 @@ class SlurmBackend:
             *environment_lines(spec, secrets_dir=self.secrets_dir),
             *exports,
             # srun starts one task per worker; --kill-on-bad-exit ends the gang when one worker fails.
-            f"srun --kill-on-bad-exit=1 {self._step_gres(spec)}/bin/bash -c {shlex.quote(command)}",
+            f"srun --kill-on-bad-exit=1 {self._step_cpus(spec)}{self._step_gres(spec)}"
+            f"/bin/bash -c {shlex.quote(command)}",
         ]
         return "\n".join(lines) + "\n"
 
@@ -592,6 +627,57 @@ class SlurmBackend:
 
 
 # ---- parsing helpers (pure) --------------------------------------------------------------------------
+
+
+def cores(millicores: int) -> int:
+    """Whole cores for a request in thousandths (rounded up: Slurm allocates whole cores, and a
+    job never gets less than it asked)."""
+    return max(1, -(-millicores // 1000))
+
+
+def scontrol_fields(line: str) -> dict[str, str]:
+    """``Key=Value`` pairs of one ``scontrol show … -o`` line. A value may hold spaces (OS=Linux
+    6.1.0 #1 SMP …, Reason=…): a word without ``=`` belongs to the value before it."""
+    fields: dict[str, str] = {}
+    key = None
+    for word in line.split():
+        name, eq, value = word.partition("=")
+        if eq and re.fullmatch(r"[A-Za-z][A-Za-z0-9_/:.]*", name):
+            key, fields[name] = name, value
+        elif key is not None:
+            fields[key] += " " + word
+    return fields
+
+
+def node_machine(fields: dict[str, str]) -> dict:
+    """A node's CPU, memory and local disk as NodeInfo fields: capacity as configured (CPUTot,
+    RealMemory, TmpDisk), allocatable less what Slurm keeps for the node itself (CPUEfctv: the CPUs
+    left after CoreSpecCount/CpuSpecList; RealMemory − MemSpecLimit). Features ``driver-<v>`` and
+    ``cuda-<v>`` name the node's driver and CUDA versions; all active features become labels."""
+    cpus = _int(fields.get("CPUTot"))
+    usable = _int(fields.get("CPUEfctv"))
+    memory = _int(fields.get("RealMemory"))
+    if memory == 1:  # Slurm's placeholder for a node whose memory is not configured
+        memory = None
+    spec_memory = _int(fields.get("MemSpecLimit")) or 0
+    tmp = _int(fields.get("TmpDisk"))
+    features = [f for f in fields.get("ActiveFeatures", "").split(",") if f and f != "(null)"]
+    versions = dict(f.split("-", 1) for f in features if f.startswith(("driver-", "cuda-")))
+    return {
+        "cpu_millicores": (usable if usable is not None else cpus) * 1000 if cpus is not None else None,
+        "memory_mib": max(0, memory - spec_memory) if memory is not None else None,
+        "local_disk_gib": tmp // 1024 if tmp else None,
+        "cpu_millicores_capacity": cpus * 1000 if cpus is not None else None,
+        "memory_mib_capacity": memory,
+        "local_disk_gib_capacity": tmp // 1024 if tmp else None,
+        "driver_version": versions.get("driver", ""),
+        "cuda_version": versions.get("cuda", ""),
+        "labels": tuple(sorted((f, "") for f in features)),
+    }
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
 
 
 def shards_for(gpu_milli: int | None, shards_per_gpu: int) -> int:

@@ -44,6 +44,10 @@ class ExternalRecord:
     exit_code: int | None = None
     # A share of each device (Slurm gres/shard, a vGPU): thousandths of a card, 1..999; None whole.
     gpu_milli: int | None = None
+    # The CPU and memory it holds in all (Slurm AllocTRES, a pod's requests); None: not known.
+    # One external job is one worker: these are its Job.cpu_millicores / memory_mib.
+    cpu_millicores: int | None = None
+    memory_mib: int | None = None
 
     def problem(self) -> str | None:
         """Why the record cannot be recorded as it is, or None. Times must be aware, ordered

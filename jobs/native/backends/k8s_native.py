@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
@@ -37,19 +38,33 @@ def is_portal_pod(pod: dict[str, Any]) -> bool:
     return ((pod.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY) == "gpupool"
 
 
-def container_request(container: dict[str, Any], resource: str) -> int:
-    """What one container asks of an extended resource: its request, or its limit when it gives
-    only a limit (the API server defaults the request to the limit). Extended resources are
-    whole numbers (the API server refuses fractions)."""
+def container_request(container: dict[str, Any], resource: str, scale: Decimal = Decimal(1)) -> int:
+    """What one container asks of a resource, × ``scale`` and rounded down: its request, or its
+    limit when it gives only a limit (the API server defaults the request to the limit).
+    Extended resources are whole numbers (the API server refuses fractions); cpu is counted in
+    millicores (``scale`` 1000), memory in MiB (``scale`` 1/2²⁰)."""
     resources = container.get("resources") or {}
     for part in ("requests", "limits"):
         value = (resources.get(part) or {}).get(resource)
         if value is not None:
-            return int(parse_quantity(str(value)))
+            return int(parse_quantity(str(value)) * scale)
     return 0
 
 
-def effective_request(spec: dict[str, Any], resource: str) -> int:
+# The machine's resources an external pod holds, as Job fields (DESIGN §15).
+MACHINE = (("cpu", "cpu_millicores", Decimal(1000)), ("memory", "memory_mib", 1 / Decimal(2**20)))
+
+
+def machine_requests(spec: dict[str, Any]) -> dict[str, int | None]:
+    """The pod's effective cpu (millicores) and memory (MiB) requests; None where it asks none."""
+    out: dict[str, int | None] = {}
+    for resource, field_, scale in MACHINE:
+        asked = effective_request(spec, resource, scale)
+        out[field_] = asked or None
+    return out
+
+
+def effective_request(spec: dict[str, Any], resource: str, scale: Decimal = Decimal(1)) -> int:
     """The pod's effective request, as the scheduler computes it (Kubernetes' PodRequests, see
     https://kubernetes.io/docs/concepts/workloads/pods/init-containers/#resource-sharing-within-containers
     and the sidecar containers page): init containers run one after another, each alongside the
@@ -59,15 +74,15 @@ def effective_request(spec: dict[str, Any], resource: str) -> int:
     sidecars = 0
     init_peak = 0
     for container in spec.get("initContainers") or []:
-        asked = container_request(container, resource)
+        asked = container_request(container, resource, scale)
         if container.get("restartPolicy") == "Always":
             sidecars += asked
             init_peak = max(init_peak, sidecars)
         else:
             init_peak = max(init_peak, sidecars + asked)
-    app = sum(container_request(c, resource) for c in spec.get("containers") or []) + sidecars
+    app = sum(container_request(c, resource, scale) for c in spec.get("containers") or []) + sidecars
     overhead = (spec.get("overhead") or {}).get(resource)
-    return max(app, init_peak) + (int(parse_quantity(str(overhead))) if overhead is not None else 0)
+    return max(app, init_peak) + (int(parse_quantity(str(overhead)) * scale) if overhead is not None else 0)
 
 
 def accelerator(spec: dict[str, Any], resources: Iterable[str]) -> tuple[str, int] | None:
@@ -185,6 +200,7 @@ def pod_record(
         slots=slots,
         priority=spec.get("priorityClassName") or "",
         exit_code=exit_code(status),
+        **machine_requests(spec),
     )
 
 

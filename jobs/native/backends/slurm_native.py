@@ -101,6 +101,9 @@ class NativeJob:
     exit_code: int | None = None
     # A shard job's share of each of its ``devices`` cards, in thousandths; None for whole cards.
     gpu_milli: int | None = None
+    # The CPU and memory it holds in all (its TRES ``cpu=`` and ``mem=``); None: not in the TRES.
+    cpu_millicores: int | None = None
+    memory_mib: int | None = None
 
     @property
     def phase(self) -> str | None:
@@ -174,6 +177,26 @@ def held_tres(tres: str, nodes: int, shards_per_gpu: int = SHARDS_PER_GPU) -> tu
     return shard_tres(tres, nodes, shards_per_gpu)
 
 
+# TRES memory: a number with Slurm's binary suffix (MiB without one).
+_MEMORY = re.compile(r"(?P<n>\d+(?:\.\d+)?)(?P<unit>[KMGTP]?)")
+_MIB_PER = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
+
+
+def machine_tres(tres: str) -> tuple[int | None, int | None]:
+    """``cpu=24,mem=248G,node=2,gres/gpu=2`` → (24000 millicores, 253952 MiB): the cores and
+    memory a job holds in all (``AllocTRES``, squeue's tres-alloc) or asked (``ReqTRES``)."""
+    cpu = memory = None
+    for item in tres.split(","):
+        key, _, value = item.strip().partition("=")
+        if key == "cpu" and value.isdigit():
+            cpu = int(value) * 1000
+        elif key == "mem":
+            found = _MEMORY.fullmatch(value.strip())
+            if found:
+                memory = int(float(found["n"]) * _MIB_PER[found["unit"]])
+    return cpu, memory
+
+
 def _state(text: str) -> str:
     words = text.split()
     return words[0] if words else "UNKNOWN"
@@ -197,6 +220,7 @@ def parse_squeue(text: str, shards_per_gpu: int = SHARDS_PER_GPU) -> list[Native
         live = PHASES.get(state) not in (None, PENDING)
         held_nodes = expand_hostlist(nodes) if live else ()
         gres, devices, milli = held_tres(tres, len(held_nodes), shards_per_gpu)
+        cpu, memory = machine_tres(tres)
         jobs.append(
             NativeJob(
                 job_id=raw.strip(),
@@ -207,6 +231,8 @@ def parse_squeue(text: str, shards_per_gpu: int = SHARDS_PER_GPU) -> list[Native
                 state=state,
                 submitted=_time(submit),
                 started=_time(start) if live else None,
+                cpu_millicores=cpu,
+                memory_mib=memory,
                 ended=None,
                 gres_type=gres,
                 devices=devices,
@@ -236,6 +262,7 @@ def parse_sacct(text: str, shards_per_gpu: int = SHARDS_PER_GPU) -> list[NativeJ
         # Never allocated (cancelled while pending): it asked for ReqTRES and ran on nothing.
         # Slurm sets such a job's Start to its cancel time; it never started.
         gres, devices, milli = held_tres(alloc if allocated else req, len(held_nodes), shards_per_gpu)
+        cpu, memory = machine_tres(alloc if allocated else req)
         jobs.append(
             NativeJob(
                 job_id=raw.strip(),
@@ -254,6 +281,8 @@ def parse_sacct(text: str, shards_per_gpu: int = SHARDS_PER_GPU) -> list[NativeJ
                 reason=_text(reason),
                 exit_code=_exit_code(code),
                 gpu_milli=milli,
+                cpu_millicores=cpu,
+                memory_mib=memory,
             )
         )
     return jobs
@@ -331,6 +360,8 @@ def to_record(job: NativeJob, slots: tuple[tuple[str, int], ...] = ()) -> Extern
         priority=job.qos,
         exit_code=job.exit_code,
         gpu_milli=job.gpu_milli if job.gpu_milli and job.gpu_milli < 1000 else None,
+        cpu_millicores=job.cpu_millicores,
+        memory_mib=job.memory_mib,
     )
 
 
