@@ -31,7 +31,8 @@ from jobs.resize import drop_workers, record_scaled, request_resize
 from jobs.scheduler.engine.model import CycleResult, Explain, Preemption
 from jobs.scheduler.scheduler import schedule
 from jobs.scheduling.cache_keys import EXPLAIN_KEY, LAST_CYCLE_KEY, QUEUE_KEY
-from jobs.scheduling.snapshot import build_snapshot, read_config
+from jobs.scheduling.config import read_config
+from jobs.scheduling.snapshot import build_snapshot
 from jobs.scheduling.warm import warm_engine
 from jobs.states import HOLDING, JobState
 
