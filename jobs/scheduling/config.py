@@ -2,12 +2,12 @@
 
 Every scheduling cycle compares the configuration with the one its warm engine was built on, so
 this read runs every cycle. It used to be eleven ORM queries and ~25 ms of a 5,000-job cycle (issue
-32 item 24). Now the database builds every row the configuration needs as one JSON text and its
-md5 in a single statement, and sends the text only when the md5 differs from the one the reader
-holds; unchanged rows are not sent or parsed again, and the effective limits are recomputed only
-when a quota window or a loan starts or ends. Rows and md5 come from one statement, so from one
-snapshot: a change and its undoing between two statements can never leave a stale configuration
-behind a matching fingerprint.
+32 item 24). Now one statement takes a digest of every row the configuration needs and builds the
+rows as one JSON text only when the digest differs from the one the reader holds: unchanged rows
+are not built, sent or parsed again, and the effective limits are recomputed only when a quota
+window or a loan starts or ends. Digest and rows come from one statement, so from one snapshot: a
+change and its undoing between two statements can never leave a stale configuration behind a
+matching digest.
 
 Only the columns the engine uses are read (a node's ``last_seen_at``, touched by every inventory
 sync, changes nothing). The over-budget tenants depend on usage, not on these rows: the providers
@@ -67,39 +67,50 @@ class Config:
     backfill: bool = True
 
 
-def _rows(select: str, order: str) -> str:
-    return f"(SELECT coalesce(json_agg(json_build_array({select}) ORDER BY {order}), '[]') FROM"
+# The configuration's parts, in the order Rows.parse reads them: (columns, rows, order). Numbers
+# as text (Decimal, exactly), times and instants as ISO text. Orders are the ones the ORM reads
+# used (Node's and the tree's Meta orderings, id last), so the engine sees everything as before.
+_PARTS = (
+    ("name, value, preemptible, grace_seconds", "jobs_priorityclass", "id"),
+    ("name", "quotas_flavor WHERE active", "name"),
+    ("backfill, packing", "jobs_schedulersettings WHERE id = 1", "id"),
+    ("n.id, f.name, n.gpu_count, n.zone, n.spine, n.leaf, n.state, n.cluster_id",
+     "quotas_node n JOIN quotas_flavor f ON f.id = n.flavor_id JOIN quotas_cluster c ON c.id = n.cluster_id"
+     " WHERE c.active", "n.cluster_id, n.zone, n.spine, n.leaf, n.name, n.id"),
+    ("id, parent_id", "portal_department", "code, id"),
+    ("id, department_id, queueing, aging_bound_seconds", "portal_project", "code, id"),
+    ("q.id, q.department_id, q.project_id, f.name, q.quota::text, q.borrow_limit::text, q.lend_limit::text",
+     "quotas_quotanode q JOIN quotas_flavor f ON f.id = q.flavor_id", "q.id"),
+    ("quota_node_id, weekdays, start_time::text, end_time::text, quota::text, lend_limit::text",
+     "quotas_quotawindow WHERE active", "id"),
+    ("lender_id, borrower_id, amount::text, starts_at, ends_at",
+     f"quotas_loan WHERE state = '{LoanState.ACTIVE.value}'", "id"),
+    ("department_id, over_budget", "jobs_approvalpolicy", "department_id"),
+)
 
 
-# Numbers as text (Decimal, exactly), times and instants as ISO text. Orders are the ones the ORM
-# reads used (Node's and the tree's Meta orderings), so the engine sees everything in the same order.
-_CONFIG_JSON = f"""
-    json_build_array(
-        {_rows("name, value, preemptible, grace_seconds", "id")} jobs_priorityclass),
-        {_rows("name", "name")} quotas_flavor WHERE active),
-        (SELECT json_build_array(backfill, packing) FROM jobs_schedulersettings WHERE id = 1),
-        {_rows("n.id, f.name, n.gpu_count, n.zone, n.spine, n.leaf, n.state, n.cluster_id",
-               "n.cluster_id, n.zone, n.spine, n.leaf, n.name, n.id")}
-            quotas_node n JOIN quotas_flavor f ON f.id = n.flavor_id
-            JOIN quotas_cluster c ON c.id = n.cluster_id WHERE c.active),
-        {_rows("id, parent_id", "code, id")} portal_department),
-        {_rows("id, department_id, queueing, aging_bound_seconds", "code, id")} portal_project),
-        {_rows("q.id, q.department_id, q.project_id, f.name, q.quota::text, q.borrow_limit::text, "
-               "q.lend_limit::text", "q.id")}
-            quotas_quotanode q JOIN quotas_flavor f ON f.id = q.flavor_id),
-        {_rows("quota_node_id, weekdays, start_time::text, end_time::text, quota::text, lend_limit::text",
-               "id")} quotas_quotawindow WHERE active),
-        {_rows("lender_id, borrower_id, amount::text, starts_at, ends_at", "id")}
-            quotas_loan WHERE state = '{LoanState.ACTIVE.value}'),
-        {_rows("department_id, over_budget", "department_id")} jobs_approvalpolicy)
-    )::text"""  # noqa: S608 - constants only
-# The text only when its md5 is not the caller's (%s: the md5 it holds, or NULL).
-# MATERIALIZED: built once (inlined, each reference of ``doc`` would build it again).
-CONFIG_SQL = f"""
-    WITH built AS MATERIALIZED (SELECT {_CONFIG_JSON} AS doc),
-         hashed AS (SELECT doc, md5(doc) AS digest FROM built)
-    SELECT digest, CASE WHEN digest IS DISTINCT FROM %s THEN doc END FROM hashed
-"""  # noqa: S608 - constants only
+def _as_json(cols: str, rows: str, order: str) -> str:
+    return f"(SELECT coalesce(json_agg(json_build_array({cols}) ORDER BY {order}), '[]') FROM {rows})"  # noqa: S608
+
+
+def _hashed(k: int, cols: str, rows: str, order: str) -> str:
+    return f"SELECT {k} || ROW({cols}, {order})::text AS t FROM {rows}"  # noqa: S608
+
+
+def _digest_of(parts) -> str:
+    rows = " UNION ALL ".join(_hashed(k, *part) for k, part in enumerate(parts))
+    return f"(SELECT count(*) || ':' || coalesce(sum(hashtextextended(t, 0)), 0) FROM ({rows}) AS r)"  # noqa: S608
+
+
+# The digest: the count of the rows and the sum of a hash of each (its part, its columns and its
+# order keys). It needs no sort — the order is a function of the rows — so it costs a scan of them:
+# a third of building them as JSON (2,500 nodes: 2.4 against 5.8 ms).
+_DIGEST = _digest_of(_PARTS)
+# Every cycle: the digest alone (one statement).
+DIGEST_SQL = f"SELECT {_DIGEST}"
+# When it changed: the rows as JSON and their digest, in one statement so from one snapshot — the
+# digest kept is the one of the rows kept, so a change undone since can never hide behind it.
+CONFIG_SQL = f"SELECT {_DIGEST}, json_build_array({', '.join(_as_json(*part) for part in _PARTS)})::text"
 
 
 def _decimal(text: str | None) -> Decimal | None:
@@ -160,7 +171,7 @@ class Rows:
     def parse(cls, doc: str) -> Rows:
         classes, active, flags, nodes, departments, projects, quota, windows, loans, policies = (
             json.loads(doc))
-        backfill, packing = flags if flags is not None else (True, Packing.FRAGMENTATION_AWARE)
+        backfill, packing = flags[0] if flags else (True, Packing.FRAGMENTATION_AWARE)
         by_node = _windows(windows)
         spans, out_of, into = _loans(loans)
         return cls(
@@ -211,9 +222,9 @@ class Rows:
 
 
 class ConfigReader:
-    """Reads the configuration each cycle; parses it again only when its rows changed, computes
-    the effective limits again only when a window or a loan starts or ends (or the zone changes).
-    A warm engine keeps one; ``read_config`` uses a fresh one."""
+    """Reads the configuration each cycle: the digest of its rows, and the rows themselves only
+    when it changed; computes the effective limits again only when a window or a loan starts or
+    ends (or the zone changes). A warm engine keeps one; ``read_config`` uses a fresh one."""
 
     def __init__(self) -> None:
         self.digest: str | None = None
@@ -222,9 +233,9 @@ class ConfigReader:
         self._limits: dict = {}
 
     def read(self, now: datetime) -> Config:
-        digest, doc = _fetch(self.digest)
-        if doc is not None:  # the rows changed (or were never read): parse them
-            self.rows, self.digest, self._limits_key = Rows.parse(doc), digest, None
+        if self.digest is None or _digest() != self.digest:
+            self.digest, doc = _fetch()
+            self.rows, self._limits_key = Rows.parse(doc), None
         rows = self.rows
         over_budget = frozenset(t for provider in over_budget_providers for t in provider(now))
         fragmentation_aware, backfill = rows.flags
@@ -251,16 +262,22 @@ class ConfigReader:
         return self._limits
 
 
-def _fetch(digest: str | None) -> tuple[str, str | None]:
-    """(md5, the rows as JSON text, or None when their md5 is ``digest``)."""
+def _digest() -> str:
     with connection.cursor() as cursor:
-        cursor.execute(CONFIG_SQL, [digest])
+        cursor.execute(DIGEST_SQL)
+        return cursor.fetchone()[0]
+
+
+def _fetch() -> tuple[str, str]:
+    """(digest, the rows as JSON text), from one snapshot."""
+    with connection.cursor() as cursor:
+        cursor.execute(CONFIG_SQL)
         return cursor.fetchone()
 
 
 def read_rows() -> Rows:
     """The configuration's rows as they are now (nodes, tree, …), in one statement."""
-    return Rows.parse(_fetch(None)[1])
+    return Rows.parse(_fetch()[1])
 
 
 def read_config(now: datetime) -> Config:

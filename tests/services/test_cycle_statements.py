@@ -19,13 +19,13 @@ from tests import factories as fx
 pytestmark = pytest.mark.django_db
 
 # In this scene, warm or rebuilt: the transaction (here a savepoint and its release) and the
-# cycle's lock; the configuration (one statement); the budgets (billing's provider: one statement
-# while no budget is set); the live jobs' states and the elastic ones — or, when the engine is
-# rebuilt, the GPU-holding jobs and the queue; the reservations (one statement for all of them);
-# the in-quota/on-loan split. Admissions, preemptions and growths add one statement each when
-# there are any. Before issue 32 item 24: 11 statements for the configuration alone, and one to
-# three per reservation.
-BOUND = 9
+# cycle's lock; the configuration's digest — and, in a cycle where it changed, the configuration
+# itself (one statement); the budgets (billing's provider: one statement while no budget is set);
+# the live jobs' states and the elastic ones — or, when the engine is rebuilt, the GPU-holding
+# jobs and the queue; the reservations (one statement for all of them); the in-quota/on-loan
+# split. Admissions, preemptions and growths add one statement each when there are any. Before
+# issue 32 item 24: 11 statements for the configuration alone, and one to three per reservation.
+BOUND = 10
 # With budgets set (none spent), billing's over-budget provider reads, beyond the budgets, the
 # tree, the database and meter cursor of its cached figure, the projects the budgets cover, the
 # meter's state and a bound of the usage since: five more.
