@@ -12,7 +12,7 @@ class BillingConfig(AppConfig):
         # jobs offers.
         from jobs.approvals import budget_checks
         from jobs.estimates import cost_estimators, job_cost_providers, price_lists
-        from jobs.scheduling.snapshot import over_budget_providers
+        from jobs.scheduling.config import over_budget_providers
         from portal.approvals import context_providers
         from portal.hooks import project_move_checks
 

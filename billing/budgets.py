@@ -659,7 +659,7 @@ def budget_reason(project: Project, cards: Decimal) -> Message | None:
 
 
 def over_budget_tenants(now: datetime) -> list[str]:
-    """Registered in ``jobs.scheduling.snapshot.over_budget_providers``: the tree ids (``d<id>``, ``p<id>``)
+    """Registered in ``jobs.scheduling.config.over_budget_providers``: the tree ids (``d<id>``, ``p<id>``)
     of the departments and projects whose budget is spent this month. The scheduler holds their
     queued jobs that nobody approved and sends them to approval (DESIGN §3.9).
 

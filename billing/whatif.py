@@ -13,7 +13,7 @@ Inputs:
   GPUs per worker, shared milli), flavor, project, priority value, submit time, and the run
   duration of their last run from the events (the last ``→ running`` to the transition out
   of it; a job still running counts until now). Jobs that never ran are not replayed.
-* **pool** — the current schedulable nodes with their topology (``core_nodes``).
+* **pool** — the current schedulable nodes with their topology (``jobs.scheduling.config.read_rows``).
 * **limits** — the current quota tree: quota, borrow and lend limits, active quota windows
   (recurring), and loans that were approved (active or returned) by their own dates. The
   limits change over the virtual clock at every window edge and loan start/end; the replay
@@ -42,7 +42,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from jobs.models import Job, JobEvent
-from jobs.scheduling.snapshot import core_nodes, milli, tree_nodes
+from jobs.scheduling.config import milli, read_rows
 from jobs.states import JobState
 from jobs.whatif.replay.metrics import percentile
 from jobs.whatif.replay.schedule import edge_instants, limit_schedule
@@ -214,9 +214,10 @@ def inputs(month: date, change: str, params: dict, *, now: datetime | None = Non
     zone = site_zone()
     start, end = month_bounds(month, zone)
     jobs, skipped = month_jobs(month, now)
-    enodes = tuple(n for n in core_nodes() if n.schedulable)
+    rows = read_rows()
+    enodes = tuple(n for n in rows.nodes if n.schedulable)
     tnodes = [TraceNode(n.id, n.gpus, n.flavor) for n in enodes]
-    tree = tree_nodes()
+    tree = rows.tree
     departments = dict(Project.objects.values_list("id", "department_id"))
     department_of = {f"p{p}": d for p, d in departments.items()}
     fractions = {

@@ -2,9 +2,10 @@
 the keyword flags of the pure engine (``jobs.scheduler.scheduler.schedule`` / ``Engine`` /
 ``jobs.scheduler.forecast``).
 
-Read once per scheduling cycle (``jobs.scheduling.snapshot.read_config``: a change rebuilds the warm
-engine), once per start-estimates refresh, and once per snapshot of the submission form's
-estimate — never per job. A missing row (a database before the migration) means the defaults."""
+Read once per start-estimates refresh and once per snapshot of the submission form's estimate —
+never per job; the scheduling cycle reads the row with the rest of its configuration
+(``jobs.scheduling.config``: a change rebuilds the warm engine). A missing row (a database before
+the migration) means the defaults, there too."""
 
 from __future__ import annotations
 

@@ -7,70 +7,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
 
-from django.conf import settings
 from django.db import connection
 
-from jobs.models import ApprovalPolicy, PriorityClass
-from jobs.scheduler.engine.model import Node as CoreNode
-from jobs.scheduler.engine.model import PriorityClass as CorePriorityClass
 from jobs.scheduler.engine.model import QueuedJob, RunningJob, Snapshot
 from jobs.scheduler.footprint import DIMENSIONS, Share, default_request
-from jobs.scheduling.settings import engine_flags
+from jobs.scheduling.config import MILLI, Config, cuda_version, read_config
 from jobs.states import HOLDING, JobState
-from portal.models import Department, Project, Queueing
-from quotas.admission import Limits, TreeNode
-from quotas.models import Flavor, Node, NodeState, QuotaNode
-from quotas.selectors import effective_limits_map
-
-MILLI = 1000
-# Hooks through which apps above `jobs` add to the snapshot without `jobs` importing them:
-# callables ``provider(now) -> Iterable[tree node id]`` of tenants over budget (billing).
-over_budget_providers: list = []
-
-
-def milli(value: Decimal | None) -> int | None:
-    return None if value is None else int((value * MILLI).to_integral_value())
-
-
-def tree_nodes() -> tuple[TreeNode, ...]:
-    departments = [
-        TreeNode(f"d{pk}", f"d{parent}" if parent else None, "department")
-        for pk, parent in Department.objects.values_list("id", "parent_id")
-    ]
-    projects = [
-        TreeNode(f"p{pk}", f"d{dept}", "project")
-        for pk, dept in Project.objects.values_list("id", "department_id")
-    ]
-    return tuple(departments + projects)
-
-
-def limits_at(now: datetime) -> dict[tuple[str, str], Limits]:
-    nodes = list(QuotaNode.objects.select_related("flavor"))
-    effective = effective_limits_map(nodes, now)
-    out = {}
-    for node in nodes:
-        key = f"p{node.project_id}" if node.project_id else f"d{node.department_id}"
-        e = effective[node.pk]
-        out[(key, node.flavor.name)] = Limits(milli(e.quota), milli(e.borrow_limit), milli(e.lend_limit))
-    return out
-
-
-def core_nodes() -> tuple[CoreNode, ...]:
-    rows = Node.objects.filter(cluster__active=True).values_list(
-        "id", "flavor__name", "gpu_count", "zone", "spine", "leaf", "state", "cluster_id",
-        "cpu_millicores", "memory_mib", "local_disk_gib", "cuda_version",
-    )
-    return tuple(
-        CoreNode(f"n{pk}", flavor, gpus, zone, spine, leaf, schedulable=(state == NodeState.READY),
-                 cluster=f"c{cluster}", cpu_millicores=cpu, memory_mib=memory, local_disk_gib=disk,
-                 cuda=cuda_version(cuda))
-        for pk, flavor, gpus, zone, spine, leaf, state, cluster, cpu, memory, disk, cuda in rows
-    )
-
 
 # A job's acceptable flavors in its order, the still-active ones (None: only its flavor).
 _CHOICES_SQL = """
@@ -188,83 +132,11 @@ def _as_queued(row: tuple, choices) -> QueuedJob:
     )
 
 
-def cuda_version(text: str | None) -> tuple[int, ...]:
-    """"12.4" → (12, 4); empty or unreadable (an inventory's odd string) → () — not reported."""
-    parts = (text or "").strip().split(".")
-    return tuple(int(x) for x in parts) if all(x.isdigit() and x.isascii() for x in parts) else ()
-
 
 def jobs_in(states: Iterable[str]) -> list[tuple]:
     with connection.cursor() as cursor:
         cursor.execute(_JOBS_SQL, [list(states)])
         return cursor.fetchall()
-
-
-@dataclass(frozen=True)
-class Config:
-    """What the engine is built on besides jobs. A warm engine is rebuilt when it changes
-    (a quota edit, a loan or window starting or ending, a node going down, …)."""
-
-    nodes: tuple[CoreNode, ...]
-    tree: tuple[TreeNode, ...]
-    limits: dict
-    classes: tuple[CorePriorityClass, ...]
-    over_budget: frozenset[str]
-    budget_exempt: frozenset[str] = frozenset()
-    # A queued job's alternatives are its still-active flavors (_JOBS_SQL): when that set
-    # changes, a warm engine's queue is stale.
-    active_flavors: frozenset[str] = frozenset()
-    # Queueing strategies (docs/scheduling.md): projects under strict FIFO, their own aging
-    # bounds, the centre's default (None: none).
-    strict_fifo: frozenset[str] = frozenset()
-    aging_bounds: tuple[tuple[str, int], ...] = ()
-    default_aging_bound: int | None = None
-    # The operator's engine settings (jobs.scheduling.settings): a change rebuilds a warm engine.
-    fragmentation_aware: bool = True
-    backfill: bool = True
-
-
-def queueing() -> tuple[frozenset[str], tuple[tuple[str, int], ...], int | None]:
-    rows = Project.objects.exclude(queueing=Queueing.BEST_EFFORT, aging_bound_seconds=None).values_list(
-        "id", "queueing", "aging_bound_seconds").order_by("id")
-    strict = frozenset(f"p{pk}" for pk, q, _ in rows if q == Queueing.STRICT_FIFO)
-    bounds = tuple((f"p{pk}", b) for pk, _, b in rows if b is not None)
-    return strict, bounds, settings.GPUPOOL["AGING_BOUND_SECONDS"] or None
-
-
-def read_config(now: datetime) -> Config:
-    classes = tuple(
-        CorePriorityClass(name, value, preemptible, grace)
-        for name, value, preemptible, grace in PriorityClass.objects.order_by("id").values_list(
-            "name", "value", "preemptible", "grace_seconds")
-    )
-    over_budget = frozenset(t for provider in over_budget_providers for t in provider(now))
-    exempt = budget_exempt_projects() if over_budget else frozenset()
-    active = frozenset(Flavor.objects.filter(active=True).values_list("name", flat=True))
-    flags = engine_flags()
-    return Config(core_nodes(), tree_nodes(), limits_at(now), classes, over_budget, exempt, active,
-                  *queueing(), fragmentation_aware=flags["fragmentation_aware"], backfill=flags["backfill"])
-
-
-def budget_exempt_projects() -> frozenset[str]:
-    """Tree ids of the projects whose approval policy — the nearest department's up the tree, as
-    at submission (``jobs.approvals.policy_for_project``) — turns the over-budget hold off."""
-    policies = dict(ApprovalPolicy.objects.values_list("department_id", "over_budget"))
-    if not policies:
-        return frozenset()
-    parents = dict(Department.objects.values_list("id", "parent_id"))
-
-    def holds(dept: int | None) -> bool:
-        seen = set()
-        while dept is not None and dept not in seen:
-            if dept in policies:
-                return policies[dept]
-            seen.add(dept)
-            dept = parents.get(dept)
-        return True  # no policy: a spent budget holds (DESIGN §3.9)
-
-    return frozenset(f"p{pk}" for pk, dept in Project.objects.values_list("id", "department_id")
-                     if not holds(dept))
 
 
 def queued_jobs(ids: Iterable[int] | None = None) -> tuple[QueuedJob, ...]:

@@ -27,14 +27,8 @@ from datetime import datetime
 
 from jobs.scheduler.engine.model import CycleResult
 from jobs.scheduler.scheduler import Engine
-from jobs.scheduling.snapshot import (
-    Config,
-    build_snapshot,
-    elastic_job_states,
-    live_job_states,
-    queued_jobs,
-    read_config,
-)
+from jobs.scheduling.config import Config, ConfigReader
+from jobs.scheduling.snapshot import build_snapshot, elastic_job_states, live_job_states, queued_jobs
 from jobs.states import JobState
 
 
@@ -45,12 +39,14 @@ class WarmEngine:
     admitted: set[str] = field(default_factory=set)  # by the last cycle
     signalled: set[str] = field(default_factory=set)  # victims of the last cycle
     rebuilds: int = 0
+    # Keeps the last configuration's rows: a cycle re-reads only their md5 while none changed.
+    configs: ConfigReader = field(default_factory=ConfigReader)
 
     def invalidate(self) -> None:
         self.engine = None
 
     def cycle(self, now: datetime) -> CycleResult:
-        config = read_config(now)
+        config = self.configs.read(now)
         if self.engine is None or config != self.config or not self._catch_up():
             self.engine = Engine(build_snapshot(now, config), fragmentation_aware=config.fragmentation_aware,
                                  backfill=config.backfill)

@@ -590,7 +590,7 @@ def _queued_in(world, project, name):
 
 def test_item2_billing_registers_the_schedulers_budget_hold():
     from billing.budgets import over_budget_tenants
-    from jobs.scheduling.snapshot import over_budget_providers
+    from jobs.scheduling.config import over_budget_providers
 
     assert over_budget_tenants in over_budget_providers
 

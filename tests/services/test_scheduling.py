@@ -198,7 +198,7 @@ def test_concurrent_cycles_and_cancels_never_over_admit():
 
 
 def test_budget_hold_keeps_unapproved_jobs_waiting(two_departments):
-    from jobs.scheduling import snapshot
+    from jobs.scheduling import config
 
     f, pa, _, _, _ = two_departments
     held = fx.submit(pa, f, gpus=1, name="held")
@@ -206,11 +206,11 @@ def test_budget_hold_keeps_unapproved_jobs_waiting(two_departments):
     approved.approved = True
     approved.save(update_fields=["approved"])
     provider = lambda now: {f"p{pa.pk}"}  # noqa: E731 - billing registers a real provider
-    snapshot.over_budget_providers.append(provider)
+    config.over_budget_providers.append(provider)
     try:
         schedule_once()
     finally:
-        snapshot.over_budget_providers.remove(provider)
+        config.over_budget_providers.remove(provider)
     assert _state(held) == "queued" and _state(approved) == "admitted"
     assert _explain(held)["reason"] == "budget"
 
