@@ -275,7 +275,7 @@ class JobForm(forms.Form):
         gpus = self._chosen_int("gpus_per_worker") or 1
         milli = self._chosen_int("gpu_milli") if flavor is not None and flavor.shareable else None
         share = requests.flavor_share(flavor) if flavor is not None else None
-        default = requests.worker_default(share, units=gpus, milli=milli) if share is not None else None
+        default = requests.default_request(share, units=gpus, milli=milli) if share is not None else None
         for dim in requests.DIMENSIONS:
             self.fields[dim].help_text = self._default_text(flavor, dim, share, default, gpus, milli)
 

@@ -17,10 +17,13 @@ from jobs.scheduler.footprint import (
     NodeSize,
     Request,
     Share,
+    binding,
     default_request,
+    filled,
     footprint_milli,
     footprint_units,
     most_per_worker,
+    share_from,
     share_of,
 )
 from portal.texts import Message, message, render
@@ -64,23 +67,13 @@ def flavor_share(flavor: Flavor, sizes: list[NodeSize] | None = None) -> Share:
     return Share(**out)
 
 
-def worker_default(share: Share, *, units: int, milli: int | None) -> Request:
-    """A worker's request when it asks nothing: its units' (or thousandths') share."""
-    return default_request(share, units=0 if milli is not None else units, milli=milli)
-
-
 def effective_request(job, share: Share | None = None) -> Request:
     """What one worker of ``job`` asks: its own figures, the rest from its share at submission
     (``Job.unit_share``), else the flavor's share now."""
     if share is None:
-        share = Share(**{k: v for k, v in (job.unit_share or {}).items() if v is not None}) \
-            if job.unit_share else flavor_share(job.flavor)
-    default = worker_default(share, units=job.gpus_per_worker or 0, milli=job.gpu_milli)
-    return Request(
-        cpu_millicores=job.cpu_millicores if job.cpu_millicores is not None else default.cpu_millicores,
-        memory_mib=job.memory_mib if job.memory_mib is not None else default.memory_mib,
-        local_disk_gib=job.local_disk_gib if job.local_disk_gib is not None else default.local_disk_gib,
-    )
+        share = share_from(job.unit_share) if job.unit_share else flavor_share(job.flavor)
+    asked = Request(job.cpu_millicores, job.memory_mib, job.local_disk_gib)
+    return filled(asked, share, units=job.gpus_per_worker or 0, milli=job.gpu_milli)
 
 
 def largest_node_units(sizes: list[NodeSize]) -> int:
@@ -127,9 +120,8 @@ def stranded_units(share: Share, request: Request, *, workers: int, units: int,
         extra = Decimal(footprint_units(units, request, share) - units)
     if extra <= 0:
         return Decimal(0), None
-    worst = max((d for d in DIMENSIONS if request.get(d) and share.get(d)),
-                key=lambda d: Decimal(request.get(d)) / share.get(d))
-    return extra * workers, worst
+    return extra * workers, binding(milli if milli is not None else units, request, share,
+                                    shared=milli is not None)
 
 
 __all__ = [
@@ -141,6 +133,7 @@ __all__ = [
     "Request",
     "Share",
     "biggest_node",
+    "default_request",
     "effective_request",
     "flavor_share",
     "largest_node_units",
@@ -149,5 +142,4 @@ __all__ = [
     "quantity",
     "quantity_text",
     "stranded_units",
-    "worker_default",
 ]

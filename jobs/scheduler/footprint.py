@@ -13,8 +13,8 @@ units of its node: a request within the share takes exactly its GPUs; one beyond
 does not use, which nobody else can use either — they are *stranded*. The scheduler places and
 counts footprints like GPUs, so it never gives any node more CPU, memory or disk than it has:
 Σ request ≤ Σ units × share ≤ the node's units × its own share ≤ what the node has, per dimension
-(``tests/pure/test_footprint.py`` holds it as a property). A shared worker (``milli`` < 1000 of one
-device) works the same in thousandths of one unit.
+(``tests/core/test_resource_properties.py`` holds it as a property of the engine). A shared
+worker (``milli`` < 1000 of one device) works the same in thousandths of one unit.
 
 A figure no node of the flavor reports (``None``) constrains nothing: only GPUs are placed then.
 """
@@ -131,12 +131,20 @@ def default_request(share: Share, *, units: int = 0, milli: int | None = None) -
     return Request(**out)
 
 
+def share_from(values: dict | None) -> Share:
+    """A share stored as a dict (``Job.unit_share``): its known dimensions."""
+    return Share(**{d: v for d, v in (values or {}).items() if d in DIMENSIONS and v is not None})
+
+
+def filled(asked: Request, share: Share, *, units: int = 0, milli: int | None = None) -> Request:
+    """What one worker asks: its own figures, its units' share (:func:`default_request`) for the
+    ones it left empty."""
+    default = default_request(share, units=units, milli=milli)
+    return Request(**{d: asked.get(d) if asked.get(d) is not None else default.get(d) for d in DIMENSIONS})
+
+
 def most_per_worker(share: Share, largest_node_units: int) -> Request:
     """The most one worker may ask: every unit of the flavor's largest node at the share (what the
     placement can give one worker)."""
     return Request(**{d: share.get(d) * largest_node_units for d in DIMENSIONS if share.get(d) is not None})
 
-
-def stranded(footprint: int, asked: int) -> int:
-    """Units (or thousandths) a worker takes without using them."""
-    return max(0, footprint - asked)

@@ -12,7 +12,7 @@ from datetime import datetime
 from django.db import connection
 
 from jobs.scheduler.engine.model import QueuedJob, RunningJob, Snapshot
-from jobs.scheduler.footprint import DIMENSIONS, Share, default_request
+from jobs.scheduler.footprint import Request, filled, share_from
 from jobs.scheduling.config import MILLI, Config, cuda_version, read_config
 from jobs.states import HOLDING, JobState
 
@@ -96,16 +96,15 @@ def _running(row: tuple) -> RunningJob:
 
 def _request(columns: tuple, gpus: int, gpu_milli: int | None) -> tuple[int, int, int] | None:
     """One worker's (cpu, memory, disk) when the job asked any of them, the rest from its share
-    at submission; None when it asked none — the engine then counts its GPUs' share of each node
-    it runs on (docs/resources.md), which is at least the flavor's share it gets by default."""
+    at submission (``jobs.requests.effective_request`` without the read of today's share); None
+    when it asked none — the engine then counts its GPUs' share of each node it runs on
+    (docs/resources.md), which is at least the flavor's share it gets by default."""
     cpu, memory, disk, unit_share = columns
     if cpu is None and memory is None and disk is None:
         return None
-    share = Share(**{d: v for d, v in json.loads(unit_share or "{}").items() if d in DIMENSIONS})
-    default = default_request(share, units=0 if gpu_milli is not None else gpus, milli=gpu_milli)
-    return (cpu if cpu is not None else default.cpu_millicores or 0,
-            memory if memory is not None else default.memory_mib or 0,
-            disk if disk is not None else default.local_disk_gib or 0)
+    asked = filled(Request(cpu, memory, disk), share_from(json.loads(unit_share or "{}")),
+                   units=gpus, milli=gpu_milli)
+    return (asked.cpu_millicores or 0, asked.memory_mib or 0, asked.local_disk_gib or 0)
 
 
 def _queued(row: tuple) -> QueuedJob:

@@ -8,15 +8,17 @@ field that creates nothing — never clamped; a job asking more per card than th
 from decimal import Decimal
 
 import pytest
-from django.urls import reverse
 
 from jobs.approvals import job_approval_decide
-from jobs.models import ApprovalPolicy, Job, JobEvent
+from jobs.models import ApprovalPolicy, Job
 from jobs.states import JobState
 from portal.models import ApprovalRequest
 from portal.texts import render_in
 from quotas.models import Node
 from tests import factories as fx
+from tests.job_posts import post_job as _post
+from tests.job_posts import refused as _refused
+from tests.job_posts import written as _written
 
 pytestmark = pytest.mark.django_db
 
@@ -31,34 +33,6 @@ def _sized(world):
     Node.objects.filter(flavor__name="F").update(
         cpu_millicores=96_000, memory_mib=786_432, local_disk_gib=3_500
     )
-
-
-def _post(api, world, user="pa1_member", **changes):
-    body = {
-        "name": "job",
-        "project": world.pa1.pk,
-        "kind": "training",
-        "flavor": "F",
-        "priority": "training",
-        "image": "pytorch:2.3",
-        "workers": 1,
-        "gpus_per_worker": 1,
-        "max_runtime_seconds": 3600,
-        **changes,
-    }
-    return api(world.users[user]).post(reverse("api:job-list"), body, format="json")
-
-
-def _written():
-    return Job.objects.count(), JobEvent.objects.count(), ApprovalRequest.objects.count()
-
-
-def _refused(response, field) -> str:
-    assert response.status_code == 400, response.content
-    body = response.json()
-    assert list(body) == [field], body
-    assert _written() == (0, 0, 0)
-    return " ".join(body[field])
 
 
 def test_a_job_stores_its_request_and_the_share_it_was_submitted_with(world, api):

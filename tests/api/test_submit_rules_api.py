@@ -5,12 +5,12 @@ the numbers, with nothing created; the allowed cases still answer 201."""
 from decimal import Decimal
 
 import pytest
-from django.urls import reverse
 
-from jobs.models import Job, JobEvent, PriorityClass
-from portal.models import ApprovalRequest
+from jobs.models import PriorityClass
 from quotas.models import QuotaNode
 from tests import factories as fx
+from tests.job_posts import post_job as _post
+from tests.job_posts import refused as _refused
 
 pytestmark = pytest.mark.django_db
 
@@ -29,34 +29,6 @@ def classes(db):
         name="training-high", value=500, min_role="project_admin", approval_below_role=True
     )
     PriorityClass.objects.create(name="admins-only", value=700, min_role="department_admin")
-
-
-def _post(api, world, user="pa1_member", **changes):
-    body = {
-        "name": "job",
-        "project": world.pa1.pk,
-        "kind": "training",
-        "flavor": "F",
-        "priority": "training",
-        "image": "pytorch:2.3",
-        "workers": 1,
-        "gpus_per_worker": 1,
-        "max_runtime_seconds": 3600,
-        **changes,
-    }
-    return api(world.users[user]).post(reverse("api:job-list"), body, format="json")
-
-
-def _written():
-    return Job.objects.count(), JobEvent.objects.count(), ApprovalRequest.objects.count()
-
-
-def _refused(response, field) -> str:
-    assert response.status_code == 400, response.content
-    body = response.json()
-    assert list(body) == [field], body
-    assert _written() == (0, 0, 0)
-    return " ".join(body[field])
 
 
 def test_item4_a_job_larger_than_any_cluster_is_a_400(world, api):

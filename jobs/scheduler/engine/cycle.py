@@ -484,9 +484,8 @@ class Cycle:
             if below:  # nodes below the job's CUDA version are never chosen (DESIGN §15)
                 pool = pool.without(below)
         pm = p.pmilli
-        if pm < FULL and pool.res is not None:
-            return plan(pool, 1, pm, frag=self.frag, req=p.req)  # one GPU's part, on a node that feeds it
-        found = plan(pool, w, pm, frag=self.frag)
+        # ``req``: a shared worker's, on a node that can feed it (a whole worker's is in ``pm``).
+        found = plan(pool, w, pm, frag=self.frag, req=p.req)
         if found is None or pm == p.milli:
             return found
         g = p.milli // FULL

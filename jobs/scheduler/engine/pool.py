@@ -393,10 +393,6 @@ class Pool:
                 usable = min(usable, (free[d] + (res[d] if res else 0)) // s if s else 0)
         return max(usable, 0)
 
-    def stranded(self, i: int) -> int:
-        """Whole free GPUs of node ``i`` that its free CPU, memory or disk cannot feed."""
-        return 0 if self.whole is None else self.whole[i] - self.free[i]
-
     def free_gpus(self, i: int, count: int) -> list[int]:
         """The first ``count`` whole free GPU indices of node ``i``."""
         return [g for g, u in enumerate(self.used[i]) if u == 0][:count]
