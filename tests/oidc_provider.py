@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import urljoin
 
 import jwt
 import pytest
@@ -167,3 +168,14 @@ def portal_settings(settings, provider: Provider, **overrides) -> None:
         "UNIX_NAME_CLAIM": "unix_name",
         **overrides,
     }
+
+
+def to_portal(browser: requests.Session, response: requests.Response, portal: str = "http://testserver"):
+    """Follows the provider's redirects as a browser would; the URL it sends back to the portal
+    (``portal``), or its last page."""
+    while response.is_redirect:
+        location = urljoin(response.url, response.headers["Location"])
+        if location.startswith(portal):
+            return location
+        response = browser.get(location, allow_redirects=False, timeout=30)
+    return response

@@ -32,6 +32,7 @@ from tests.oidc_provider import (
     new_rsa_key,
     oidc_provider,  # noqa: F401 (a fixture)
     portal_settings,
+    to_portal,
 )
 from tests.waiting import wait_until
 
@@ -43,28 +44,18 @@ LOGOUT = "/oidc/backchannel-logout/"
 # --- signing in and out at the provider, as a browser would --------------------------------------
 
 
-def _follow(browser: requests.Session, response: requests.Response):
-    """Follows the provider's redirects; the URL it sends back to the portal, or its last page."""
-    while response.is_redirect:
-        location = urljoin(response.url, response.headers["Location"])
-        if location.startswith(PORTAL):
-            return location
-        response = browser.get(location, allow_redirects=False, timeout=30)
-    return response
-
-
 def sign_in(client: Client, browser: requests.Session | None = None) -> requests.Session:
     """Signs ``client`` in to the portal through the provider with ``browser`` (its cookies are the
     provider's session: a second sign-in with the same browser is the same provider session)."""
     browser = browser or requests.Session()
     start = client.get("/oidc/authenticate/")
     assert start.status_code == 302, start.content
-    page = _follow(browser, browser.get(start["Location"], allow_redirects=False, timeout=30))
+    page = to_portal(browser, browser.get(start["Location"], allow_redirects=False, timeout=30))
     if not isinstance(page, str):  # the provider's login page: no provider session yet
         action = re.search(r'action="([^"]+)"', page.text).group(1)
         answer = browser.post(urljoin(page.url, action), data={"login": "alice", "password": "alice-pw"},
                               allow_redirects=False, timeout=30)
-        page = _follow(browser, answer)
+        page = to_portal(browser, answer)
     assert isinstance(page, str), page.text
     parts = urlsplit(page)
     done = client.get(parts.path, {k: v[0] for k, v in parse_qs(parts.query).items()})

@@ -22,6 +22,7 @@ from tests.oidc_provider import (
     new_rsa_key,
     oidc_provider,  # noqa: F401 (a fixture)
     portal_settings,
+    to_portal,
 )
 
 pytestmark = pytest.mark.django_db
@@ -44,16 +45,6 @@ def vision(db):
     return proj, rule
 
 
-def _to_portal(browser: requests.Session, response: requests.Response):
-    """Follows the provider's redirects; the URL it sends back to the portal, or its last page."""
-    while response.is_redirect:
-        location = urljoin(response.url, response.headers["Location"])
-        if location.startswith(PORTAL):
-            return location
-        response = browser.get(location, allow_redirects=False, timeout=30)
-    return response
-
-
 def start(client: Client) -> str:
     response = client.get("/oidc/authenticate/")
     assert response.status_code == 302, response.content
@@ -63,12 +54,12 @@ def start(client: Client) -> str:
 def provider_login(authorization_url: str, login="alice", password="alice-pw"):
     """Signs in on the provider's own login page: the callback URL, or the page that refused."""
     browser = requests.Session()
-    page = _to_portal(browser, browser.get(authorization_url, allow_redirects=False, timeout=30))
+    page = to_portal(browser, browser.get(authorization_url, allow_redirects=False, timeout=30))
     assert page.status_code == 200 and "Centre sign-in" in page.text, page.text
     action = re.search(r'action="([^"]+)"', page.text).group(1)
     answer = browser.post(urljoin(page.url, action), data={"login": login, "password": password},
                           allow_redirects=False, timeout=30)
-    return _to_portal(browser, answer)
+    return to_portal(browser, answer)
 
 
 def callback(client: Client, url: str):

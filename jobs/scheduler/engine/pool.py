@@ -153,7 +153,10 @@ class Pool:
         new = old + milli
         row[g] = new
         if old == 0 and new > 0:
-            self._whole_delta(i, -1)
+            if self.whole is None:  # no resources: the common case pays no extra call
+                self._set_free(i, self.free[i] - 1)
+            else:
+                self._whole_delta(i, -1)
         self._repart(i, g, old, new)
 
     def release(self, i: int, g: int, milli: int) -> None:
@@ -163,13 +166,13 @@ class Pool:
         new = old - milli
         row[g] = new
         if new == 0 and old > 0:
-            self._whole_delta(i, 1)
+            if self.whole is None:
+                self._set_free(i, self.free[i] + 1)
+            else:
+                self._whole_delta(i, 1)
         self._repart(i, g, old, new)
 
     def _whole_delta(self, i: int, delta: int) -> None:
-        if self.whole is None:
-            self._set_free(i, self.free[i] + delta)
-            return
         self.whole[i] += delta
         usable = self._usable(i)
         if usable != self.free[i]:
@@ -243,10 +246,15 @@ class Pool:
     def _apply_slots(self, slots, sign: int) -> None:
         used = self.used
         self.version += 1
+        # Without resources a node's free count is its whole free GPUs: set it directly (no extra
+        # call on the hot path of every admission and end).
+        plain, free = self.whole is None, self.free
         node, delta = -1, 0
         for i, g, m in slots:
             if i != node:
-                if delta:
+                if delta and plain:
+                    self._set_free(node, free[node] + delta)
+                elif delta:
                     self._whole_delta(node, delta)
                 node, delta = i, 0
             row = used[i]
@@ -259,7 +267,9 @@ class Pool:
                 delta += 1
             if (0 < old < FULL) or (0 < new < FULL):
                 self._repart(i, g, old, new)
-        if delta:
+        if delta and plain:
+            self._set_free(node, free[node] + delta)
+        elif delta:
             self._whole_delta(node, delta)
 
     def _set_free(self, i: int, new: int) -> None:
