@@ -148,3 +148,54 @@ def most_per_worker(share: Share, largest_node_units: int) -> Request:
     placement can give one worker)."""
     return Request(**{d: share.get(d) * largest_node_units for d in DIMENSIONS if share.get(d) is not None})
 
+
+
+# -- stranded GPUs of a node (the figures the node map, the metrics and the dashboard show) -------
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What the jobs on a node hold of it: ``milli`` thousandths of its units and, when they asked
+    any CPU, memory or disk, ``request`` (one worker's figures, the rest filled from its share:
+    :func:`filled`). ``None``: they asked nothing and hold their units' share of *this* node."""
+
+    milli: int
+    request: Request | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Stranding:
+    """A node's whole free units (``free``), those its free CPU, memory and disk can still feed at
+    its share (``usable``), and the rest (``stranded``: free, but nobody can use them now)."""
+
+    free: int
+    usable: int
+
+    @property
+    def stranded(self) -> int:
+        return self.free - self.usable
+
+
+def held_share(share: Share, milli: int) -> Request:
+    """``milli`` thousandths of units' share of a node, rounded up (a shared GPU's part holds at
+    least its part: what the engine's ``Pool.implied`` counts)."""
+    return Request(**{d: _ceil(share.get(d) * milli, FULL) for d in DIMENSIONS if share.get(d) is not None})
+
+
+def stranding(node: NodeSize, free_units: int, held: Iterable[Held]) -> Stranding:
+    """How many of a node's ``free_units`` whole free units its free CPU, memory and disk can feed:
+    ``min(free units, ⌊free CPU ÷ share⌋, ⌊free memory ÷ share⌋, ⌊free disk ÷ share⌋)`` at the
+    node's own share (:func:`share_of` of this node), the free figures being its allocatable ones
+    less what ``held`` holds. The same count the engine's placement works with
+    (``jobs/scheduler/engine/pool.py``; ``tests/core/test_stranding.py`` holds them equal)."""
+    share = share_of([node])
+    left = {d: getattr(node, d) for d in DIMENSIONS if share.get(d) is not None}
+    for h in held:
+        asked = h.request if h.request is not None else held_share(share, h.milli)
+        for d in left:
+            left[d] -= asked.get(d) or 0
+    usable = free_units
+    for d, value in left.items():
+        per = share.get(d)
+        usable = min(usable, value // per if per else 0)  # a node with none of it feeds nothing
+    return Stranding(free_units, max(usable, 0))
