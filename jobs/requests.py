@@ -76,6 +76,16 @@ def effective_request(job, share: Share | None = None) -> Request:
     return filled(asked, share, units=job.gpus_per_worker or 0, milli=job.gpu_milli)
 
 
+def queued_request(flavor: Flavor, asked: Request, *, units: int, milli: int | None) -> Request | None:
+    """One worker's request as the engine gets it once the job is queued (``jobs.scheduling.snapshot``):
+    None when it asked no figure (it then holds its GPUs' share of its node), else its figures with
+    the ones it left empty filled from the flavor's share now (what submission stores)."""
+    if all(asked.get(d) is None for d in DIMENSIONS):
+        return None
+    got = filled(asked, flavor_share(flavor), units=units, milli=milli)
+    return Request(*(got.get(d) or 0 for d in DIMENSIONS))
+
+
 def largest_node_units(sizes: list[NodeSize]) -> int:
     return max((s.units for s in sizes), default=0)
 
@@ -141,5 +151,6 @@ __all__ = [
     "per_worker_limit",
     "quantity",
     "quantity_text",
+    "queued_request",
     "stranded_units",
 ]

@@ -35,6 +35,7 @@ from jobs.forms import ALL_STATES, QUEUE_STATES, AutoscaleForm, JobFilterForm, J
 from jobs.hooks import job_page_context
 from jobs.models import Job, JobKind, PriorityClass, backend_name
 from jobs.quota_tree import quota_borrowers, quota_grid
+from jobs.requests import queued_request
 from jobs.scheduler.footprint import Request
 from jobs.scheduling import autoscale, explaining, start_estimates
 from jobs.scheduling.cycle import explain_job
@@ -504,12 +505,16 @@ def _start_if_submitted(form: JobForm, summary: dict) -> start_estimates.StartEs
     if not (project and priority_class and data.get("kind")):
         return None
     flavor = summary["flavor"]
+    gpu_milli = data.get("gpu_milli") if flavor.shareable else None
+    # What each worker asks besides its GPUs: a start on a node whose free GPUs it would strand
+    # (not the CPU, memory or disk it asks) is no start (docs/resources.md).
+    asked = Request(data.get("cpu_millicores"), data.get("memory_mib"), data.get("local_disk_gib"))
     return start_estimates.start_estimate_new(
         project_id=project.pk, flavor=flavor.name, workers=data["workers"],
         min_workers=data.get("min_workers"), gpus_per_worker=data["gpus_per_worker"],
-        gpu_milli=data.get("gpu_milli") if flavor.shareable else None,
-        priority=priority_class.value, preemptible=priority_class.preemptible,
+        gpu_milli=gpu_milli, priority=priority_class.value, preemptible=priority_class.preemptible,
         max_runtime_seconds=summary["runtime"], needs_approval=bool(summary["approvals"]),
+        request=queued_request(flavor, asked, units=data["gpus_per_worker"], milli=gpu_milli),
     )
 
 

@@ -6,6 +6,7 @@ from django.shortcuts import render
 
 from jobs import charts
 from jobs import selectors as job_selectors
+from jobs.stranding import stranded_by_flavor
 from portal.models import Role
 from portal.selectors import scope_for, visible_departments, visible_projects
 from quotas import selectors as quota_selectors
@@ -21,7 +22,8 @@ def dashboard(request):
     held = job_selectors.holding_usage()  # one aggregate for the pool and the quota rows
     in_use = job_selectors.gpus_in_use_by_flavor(held)
     flavors = Flavor.objects.filter(active=True).order_by("name")
-    pool = [(f, capacity.get(f.pk, 0), in_use.get(f.pk, 0)) for f in flavors]
+    stranded = stranded_by_flavor()
+    pool = [(f, capacity.get(f.pk, 0), in_use.get(f.pk, 0), stranded.get(f.pk, 0)) for f in flavors]
     return render(
         request,
         "portal/dashboard.html",
@@ -31,7 +33,7 @@ def dashboard(request):
             "projects": visible_projects(user).select_related("department").order_by("code"),
             "quota_rows": job_selectors.quota_usage_rows(user, held),
             "pool": pool,
-            "pool_chart": charts.pool_usage([(f.name, float(used), float(cap)) for f, cap, used in pool])
+            "pool_chart": charts.pool_usage([(f.name, float(used), float(cap)) for f, cap, used, _s in pool])
             if pool
             else None,
             "my_jobs": job_selectors.visible_jobs(user)

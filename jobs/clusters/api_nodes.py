@@ -49,6 +49,12 @@ class NodeOccupancyOut(serializers.Serializer):
     leaf = serializers.CharField()
     gpus = serializers.IntegerField(help_text="GPUs (or slices) of the node.")
     free = serializers.IntegerField(help_text="GPUs (or slices) no job holds.")
+    usable = serializers.IntegerField(
+        help_text="Free GPUs (or slices) the node's free CPU, memory and local disk can feed at its share "
+        "(what placement can use).")
+    stranded = serializers.IntegerField(
+        help_text="Free GPUs (or slices) the node's free CPU, memory or local disk cannot feed: "
+        "free - usable.")
     occupancy = GpuOut(many=True)
 
 
@@ -67,6 +73,8 @@ def node_out(view: node_map.NodeView) -> dict:
         "leaf": n.leaf,
         "gpus": n.gpu_count,
         "free": view.free,
+        "usable": view.usable,
+        "stranded": view.stranded,
         "occupancy": [
             {
                 "index": g.index,
@@ -166,7 +174,7 @@ class _NodeActionApi(APIView):
         data = self.input(data=request.data)
         data.is_valid(raise_exception=True)
         outcome = self.act(request, node, data.validated_data)
-        view = node_map.NodeView(outcome.node, node_map.occupancy(request.user, [outcome.node])[node.pk])
+        view = node_map.node_views(request.user, [outcome.node])[0]
         event = outcome.event
         return Response(
             {

@@ -241,9 +241,11 @@ def portal_metrics() -> str:
 
 
 def _idle_gpu_lines(in_use: dict[str, float]) -> list[str]:
-    """The two kinds of idle cards a pool loses: unallocated ones on ready nodes (while jobs
-    may queue for quota) and allocated ones whose jobs the utilisation poll flagged idle.
+    """The kinds of idle cards a pool loses: unallocated ones on ready nodes (while jobs may queue
+    for quota), of them the stranded ones (no CPU, memory or disk left on their node to feed
+    them: ``jobs.stranding``), and allocated ones whose jobs the utilisation poll flagged idle.
     ``in_use``: devices held per flavor name."""
+    from jobs.stranding import stranded_by_flavor
     from quotas.models import Flavor
     from quotas.selectors import capacity_by_flavor
 
@@ -260,6 +262,14 @@ def _idle_gpu_lines(in_use: dict[str, float]) -> list[str]:
         # A node that went down under running jobs can leave more held than ready: not below 0.
         free = max(float(c) - in_use.get(names[f], 0.0), 0.0)
         lines.append(_line("gpupool_gpus_unallocated", free, flavor=names[f]))
+    lines += [
+        "# HELP gpupool_gpus_stranded Unallocated devices on ready nodes that the node's free CPU, memory "
+        "or local disk cannot feed at its share (no job can use them now).",
+        "# TYPE gpupool_gpus_stranded gauge",
+    ]
+    stranded = stranded_by_flavor()
+    for f, _c in sorted(capacity.items()):
+        lines.append(_line("gpupool_gpus_stranded", float(stranded.get(f, 0)), flavor=names[f]))
     lines += [
         "# HELP gpupool_gpus_idle_allocated Devices held by running jobs flagged idle.",
         "# TYPE gpupool_gpus_idle_allocated gauge",

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
+from jobs import stranding
 from jobs.models import Job
+from jobs.scheduler.footprint import Held, Stranding
 from jobs.states import HOLDING
 from portal.models import User
 from portal.selectors import scope_for, visible_project_ids
@@ -71,10 +73,21 @@ class GpuCell:
 class NodeView:
     node: Node
     gpus: list[GpuCell]
+    # Free GPUs its free CPU, memory and disk can feed (``jobs.stranding``); None: not computed
+    # (then every free GPU counts as usable).
+    room: Stranding | None = None
 
     @property
     def free(self) -> int:
         return sum(1 for g in self.gpus if not g.holders)
+
+    @property
+    def usable(self) -> int:
+        return self.free if self.room is None else self.room.usable
+
+    @property
+    def stranded(self) -> int:
+        return 0 if self.room is None else self.room.stranded
 
     @property
     def used(self) -> int:
@@ -133,16 +146,33 @@ def map_flavors() -> QuerySet[Flavor]:
 
 def occupancy(user: User, nodes: list[Node]) -> dict[int, list[GpuCell]]:
     """Per node id, its GPU cells with their holders as ``user`` may see them."""
+    return _occupancy(user, nodes)[0]
+
+
+def node_views(user: User, nodes: list[Node]) -> list[NodeView]:
+    """The nodes with their GPU cells and their free, usable and stranded GPUs (one read of the
+    jobs holding GPUs for both)."""
+    cells, held = _occupancy(user, nodes)
+    return [NodeView(n, cells[n.pk], _room(n, cells[n.pk], held.get(n.pk, ()))) for n in nodes]
+
+
+def _room(node: Node, cells: list[GpuCell], held) -> Stranding:
+    return stranding.of_node(node, sum(1 for g in cells if not g.holders), held)
+
+
+def _occupancy(user: User, nodes: list[Node]) -> tuple[dict[int, list[GpuCell]], dict[int, list[Held]]]:
+    """Per node id, its GPU cells as ``user`` may see them, and what its jobs hold of it."""
     cells = {n.pk: [GpuCell(i) for i in range(n.gpu_count)] for n in nodes}
     flavor_ids = {n.flavor_id for n in nodes}
     if not cells:
-        return cells
+        return cells, {}
     visible = visible_project_ids(user)
     visible_set = None if visible is None else set(visible)
-    rows = Job.objects.filter(state__in=list(HOLDING), flavor_id__in=flavor_ids).values_list(
-        "pk", "name", "project_id", "placement", "idle_since", "terminating_since"
-    )
-    for pk, name, project_id, placement, idle_since, terminating_since in rows:
+    rows = list(Job.objects.filter(state__in=list(HOLDING), flavor_id__in=flavor_ids).values_list(
+        "pk", "name", "project_id", "idle_since", "terminating_since", *stranding.HELD_COLUMNS
+    ))
+    held = stranding.held_by_node(row[5:] for row in rows)
+    for pk, name, project_id, idle_since, terminating_since, placement, *_rest in rows:
         shown = name if visible_set is None or project_id in visible_set else ""
         for worker in placement or ():
             for node_id, gpu, milli in worker:
@@ -152,7 +182,7 @@ def occupancy(user: User, nodes: list[Node]) -> dict[int, list[GpuCell]]:
                 node_cells[gpu].holders.append(
                     Holder(pk, shown, int(milli), idle_since is not None, terminating_since is not None)
                 )
-    return cells
+    return cells, held
 
 
 def node_map(
@@ -165,7 +195,8 @@ def node_map(
 ) -> NodeMap:
     """The cluster's nodes (filtered) grouped zone/spine → leaf → node, with their GPU cells."""
     if cluster is None:
-        return NodeMap(None, [], [], {"nodes": 0, "gpus": 0, "free": 0, "used": 0, "idle": 0})
+        return NodeMap(None, [], [], {"nodes": 0, "gpus": 0, "free": 0, "usable": 0, "stranded": 0,
+                                      "used": 0, "idle": 0})
     nodes_qs = Node.objects.filter(cluster=cluster).select_related("flavor")
     if flavor is not None:
         nodes_qs = nodes_qs.filter(flavor=flavor)
@@ -174,8 +205,7 @@ def node_map(
         # they are stored (the API's ``state`` field and filter).
         nodes_qs = nodes_qs.filter(state=NodeState.DRAINING if state == DRAINED else state)
     nodes = list(nodes_qs.order_by("zone", "spine", "leaf", "name"))
-    cells = occupancy(user, nodes)
-    views = [NodeView(n, cells[n.pk]) for n in nodes]
+    views = node_views(user, nodes)
     if state == DRAINED:
         views = [v for v in views if v.state == DRAINED]
     if has_free:
@@ -185,10 +215,13 @@ def node_map(
         n = view.node
         spines[n.zone, n.spine].setdefault(n.leaf, Leaf(n.leaf)).nodes.append(view)
     grouped = [Spine(zone, spine, list(leaves.values())) for (zone, spine), leaves in spines.items()]
+    ready = [v for v in views if v.node.state == NodeState.READY]
     totals = {
         "nodes": len(views),
         "gpus": sum(len(v.gpus) for v in views),
-        "free": sum(v.free for v in views if v.node.state == NodeState.READY),
+        "free": sum(v.free for v in ready),
+        "usable": sum(v.usable for v in ready),
+        "stranded": sum(v.stranded for v in ready),
         "used": sum(v.used for v in views),
         "idle": sum(v.idle for v in views),
     }

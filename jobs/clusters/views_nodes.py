@@ -108,10 +108,9 @@ def node_page(request, pk: int):
         elif _apply(request, form, node):
             return redirect("node-page", pk=node.pk)
     on_node = jobs_on_node(node)
-    cells = selectors.occupancy(request.user, [node])[node.pk]
     context = {
         "node": node,
-        "view": selectors.NodeView(node, cells),
+        "view": selectors.node_views(request.user, [node])[0],
         "jobs": on_node,
         "form": form,
         "confirm": confirm,

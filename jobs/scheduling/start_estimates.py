@@ -30,6 +30,7 @@ from redis.exceptions import RedisError
 
 from jobs.models import Job, JobKind
 from jobs.scheduler.engine.model import QueuedJob, Snapshot
+from jobs.scheduler.footprint import Request
 from jobs.scheduler.forecast import DEFAULT_HORIZON_SECONDS, DEFAULT_MAX_CYCLES, UNKNOWN, forecast
 from jobs.scheduling.cache_keys import STARTS_KEY
 from jobs.scheduling.settings import engine_flags
@@ -209,14 +210,20 @@ def _cache_get(key: str):
 def start_estimate_new(*, project_id: int, flavor: str, workers: int, min_workers: int | None,
                        gpus_per_worker: int, gpu_milli: int | None, priority: int, preemptible: bool,
                        max_runtime_seconds: int | None, needs_approval: bool,
-                       now: datetime | None = None) -> StartEstimate:
+                       request: Request | None = None, now: datetime | None = None) -> StartEstimate:
     """When a job of this shape would start if it were submitted now: the forecast of the queue
-    with it added (submitted ``now``). Bounded: one snapshot and at most FORM_MAX_CYCLES cycles."""
+    with it added (submitted ``now``). Bounded: one snapshot and at most FORM_MAX_CYCLES cycles.
+
+    ``request``: one worker's CPU, memory and disk as the engine gets them once it is queued
+    (``jobs.requests.queued_request``; None: it asked none and holds its GPUs' share) — a worker
+    asking more than its share cannot start on a node whose free GPUs its request would strand."""
     now = now or timezone.now()
     if needs_approval:
         return StartEstimate(None, "approval", now)
+    request = request or Request()
     job = QueuedJob("0", f"p{project_id}", flavor, now, workers, min_workers, gpus_per_worker, gpu_milli,
-                    priority, preemptible, max_runtime_seconds, False)
+                    priority, preemptible, max_runtime_seconds, False, cpu_millicores=request.cpu_millicores,
+                    memory_mib=request.memory_mib, local_disk_gib=request.local_disk_gib)
     snapshot, requeue, flags = _form_forecast_input(now)
     found = forecast(snapshot, extra=[job], requeue=requeue, max_cycles=FORM_MAX_CYCLES, **flags)
     if "0" in found.starts:

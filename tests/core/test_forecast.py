@@ -137,3 +137,21 @@ def test_the_end_of_a_preempted_run_does_not_end_the_restarted_one():
     assert found.starts["urgent"] == NOW
     assert found.restarts == {"victim": NOW + timedelta(minutes=15)}
     assert found.starts["later"] == NOW + timedelta(minutes=75)
+
+
+def test_a_job_does_not_start_on_free_gpus_its_cpu_request_would_strand():
+    """8 GPUs, 96 cores (12 a GPU). r holds 4 GPUs and their 48 cores for 1 h; 4 GPUs and 48
+    cores are free. A 1-GPU job asking 60 cores needs five GPUs' worth of the node: it starts
+    when r ends, not now; one asking 48 cores (four GPUs' worth) starts now."""
+    from jobs.scheduler.scheduler import Node, QueuedJob
+
+    node = Node("n0", "A100", 8, "z", "s0", "l0", cpu_millicores=96_000, memory_mib=1_048_576,
+                local_disk_gib=4_000)
+    run = [running("r", "a", "n0", 4, age_s=0, runtime=3600)]
+
+    def start(cpu):
+        job = QueuedJob("w", "b", "A100", NOW, 1, None, 1, None, 100, True, 600, False, cpu_millicores=cpu)
+        return forecast(snapshot((node,), TL, run, [job])).starts["w"]
+
+    assert start(60_000) == NOW + timedelta(hours=1)
+    assert start(48_000) == NOW

@@ -97,3 +97,22 @@ def test_the_property_world_does_strand_gpus():
     pool = Engine(snap).state.pools[F]
     assert (pool.whole[0], pool.free[0]) == (7, 0)
     assert stranding(NodeSize(8, 96_000, 1_048_576, 4_000), 7, _held_of(snap)["n0"]).stranded == 7
+
+
+def test_explain_counts_the_largest_free_node_in_usable_gpus():
+    """Two nodes, each with 3 free GPUs of which its cores feed one: a 4-GPU worker fits on no
+    node, and "the largest free node" is 1 usable GPU, not the 3 free ones."""
+    from coresnap import limits
+
+    from jobs.scheduler.scheduler import Node, QueuedJob, RunningJob, schedule
+
+    nodes = tuple(Node(f"n{i}", F, 8, "z", "s0", "l0", cpu_millicores=96_000) for i in range(2))
+    running = tuple(RunningJob(f"r{i}", "pa", F, 100, False, NOW, None,
+                               tuple((f"n{i}", g, 1000) for g in range(5)),
+                               requests=((f"n{i}", 84_000, 0, 0),)) for i in range(2))
+    wants = QueuedJob("w", "pb", F, NOW, 1, None, 4, None, 100, True, None, True)
+    lims = {("D", F): limits(16), **{(p, F): limits(16) for p in ("pa", "pb", "pc")}}
+    result = schedule(Snapshot(NOW, nodes, TREE, lims, running, (wants,)))
+    explain = result.explanations["w"]
+    assert explain.reason == "placement"
+    assert dict(explain.numbers)["largest_free_node"] == 1000
