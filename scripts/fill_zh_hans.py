@@ -10,6 +10,11 @@ import sys
 import polib
 
 GLOSSARY = {
+    '%(nodes)s nodes, %(gpus)s GPUs: %(free)s free on ready nodes (%(usable)s usable, %(stranded)s stranded), %(used)s in use, %(idle)s flagged idle.': '%(nodes)s 个节点，%(gpus)s 块 GPU：就绪节点上空闲 %(free)s 块（可用 %(usable)s 块，搁置 %(stranded)s 块），使用中 %(used)s 块，低利用率 %(idle)s 块。',
+    "Stranded: free GPUs that their node's free CPU, memory or local disk cannot feed at its share; no job can use them until the node has that room again.": '搁置：节点空闲的 CPU、内存或本地磁盘不足以按其配比支撑的空闲 GPU；在节点重新有这些余量之前，任何任务都无法使用它们。',
+    '%(usable)s usable, %(stranded)s stranded': '可用 %(usable)s 块，搁置 %(stranded)s 块',
+    'Stranded': '搁置',
+    'Utilisation: GPUs held by jobs ÷ GPUs on ready nodes (allocated, not busy). Stranded: free GPUs whose node has not the free CPU, memory or local disk to feed them; they count as free, yet no job can use them now.': '利用率：任务占用的 GPU ÷ 就绪节点上的 GPU（按分配计，而非实际繁忙程度）。搁置：所在节点没有足够空闲 CPU、内存或本地磁盘来支撑的空闲 GPU；它们计为空闲，但目前任何任务都无法使用。',
     'It requires CUDA %(resource)s or newer: %(nodes_below)s node(s) of %(flavor)s run an older version and are never chosen, and the others have no room for %(workers)s × %(per_worker)s now.': '它要求 CUDA %(resource)s 或更新版本：%(flavor)s 有 %(nodes_below)s 个节点版本较旧，永远不会被选中，其余节点目前没有容纳 %(workers)s × %(per_worker)s 的空间。',
     'GPUs free, but not the CPU, memory or disk to feed them': '有空闲 GPU，但没有足够的 CPU、内存或磁盘来支撑',
     'Room only on nodes below its CUDA version': '只有低于其 CUDA 版本的节点有空间',
