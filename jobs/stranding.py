@@ -84,8 +84,10 @@ def ready_nodes() -> list[Node]:
 def stranded_by_flavor() -> dict[int, int]:
     """Per flavor id, the stranded GPUs of its ready nodes on active clusters (0 included)."""
     nodes = ready_nodes()
-    found = stranding_of(nodes)
     out: dict[int, int] = dict.fromkeys((n.flavor_id for n in nodes), 0)
-    for n in nodes:
+    # A node that reports no CPU, memory or disk strands nothing: without any, no job is read.
+    reporting = [n for n in nodes if (n.cpu_millicores, n.memory_mib, n.local_disk_gib) != (None, None, None)]
+    found = stranding_of(reporting)
+    for n in reporting:
         out[n.flavor_id] += found[n.pk].stranded
     return out

@@ -1,6 +1,7 @@
 """Reads for the node / GPU map (issue 24): one cluster's nodes by topology (spine → leaf →
 node), each GPU (or slice) free, used by which job, or used by a job the metrics poll flagged
-idle (``Job.idle_since``, jobs/clusters/metrics.py).
+idle (``Job.idle_since``, jobs/clusters/metrics.py); per node its free, usable and stranded GPUs
+(``jobs.stranding``: free GPUs its free CPU, memory or disk cannot feed).
 
 A job is named (and linked) only where the viewer may see it (``portal.selectors``); anyone
 else's is "in use". The number of queries does not depend on how many jobs the database holds:

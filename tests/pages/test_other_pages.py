@@ -26,7 +26,7 @@ def test_dashboard_shows_my_jobs_counts_quota_usage_and_the_pool(page_client, wo
     assert response.context["counts"] == {"running": 1}
     rows = {(r["node"].owner.code, r["node"].flavor.name): r for r in response.context["quota_rows"]}
     assert rows[("pa1", "F")]["used"] == 4 and rows[("pa1", "F")]["borrowed"] == 4
-    assert response.context["pool"] == [(world.F, Decimal(16), Decimal(4))]
+    assert response.context["pool"] == [(world.F, Decimal(16), Decimal(4), 0)]  # 0 stranded
     assert "data-plotly=" in page and "plotly-cartesian-4.1.1.min.js" in page
     assert "25%" in page  # 4 of 16 GPUs in use
 

@@ -154,7 +154,9 @@ def test_the_map_names_only_visible_jobs_and_flags_idle_ones(sim_pool):
     assert holders[mine.pk].name == "mine" and holders[theirs.pk].name == ""
     statuses = sorted(g.status for v in built.nodes for g in v.gpus)
     assert statuses.count("idle") == 4 and statuses.count("used") == 8 and statuses.count("free") == 4
-    assert built.totals == {"nodes": 2, "gpus": 16, "free": 4, "used": 12, "idle": 4}
+    # nodes without CPU, memory or disk figures: every free GPU is usable, none stranded
+    assert built.totals == {"nodes": 2, "gpus": 16, "free": 4, "usable": 4, "stranded": 0, "used": 12,
+                            "idle": 4}
     only_free = node_map(alice, cluster=cluster, has_free=True)
     assert len(only_free.nodes) == 1 and only_free.nodes[0].free == 4
 
