@@ -141,3 +141,27 @@ def test_the_submission_forms_live_estimate_counts_the_request(crowded_node):
     assert start() == timedelta(0)
     assert start(cpu_millicores="12000") == timedelta(0)
     assert start(cpu_millicores="24000") >= timedelta(minutes=59)
+
+
+def test_every_stranded_text_of_the_pages_has_its_chinese_in_the_glossary():
+    """The zh catalogue is regenerated from scripts/fill_zh_hans.py: every text of the three pages
+    that speaks of usable or stranded GPUs is in its glossary, exactly as the templates say it."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    from django.utils.translation.template import templatize
+
+    spec = importlib.util.spec_from_file_location("fill_zh_hans", Path("scripts/fill_zh_hans.py"))
+    glossary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(glossary)
+    texts = []
+    for name in ("jobs/node_map.html", "jobs/node_detail.html", "portal/dashboard.html"):
+        source = Path("templates", name).read_text()
+        for single, double in re.findall(r"""gettext\(u?(?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")\)""",
+                                         templatize(source, name)):
+            text = (single or double).replace("\\'", "'").replace('\\"', '"')
+            if "tranded" in text or "usable" in text:
+                texts.append(text)
+    assert len(texts) >= 5
+    assert [t for t in texts if t not in glossary.GLOSSARY] == []
