@@ -65,29 +65,26 @@ def holding_rows(flavor_ids: Iterable[int]) -> list[tuple]:
                 .values_list(*HELD_COLUMNS))
 
 
-def stranding_of(nodes: list[Node]) -> dict[int, Stranding]:
-    """Per node id, its free, usable and stranded GPUs now (two queries at most)."""
-    rows = holding_rows({n.flavor_id for n in nodes}) if nodes else []
-    held, used = held_by_node(rows), used_gpus(rows)
-    out = {}
-    for n in nodes:
-        taken = sum(1 for g in used.get(n.pk, ()) if 0 <= g < n.gpu_count)
-        out[n.pk] = of_node(n, n.gpu_count - taken, held.get(n.pk, ()))
-    return out
-
-
-def ready_nodes() -> list[Node]:
-    """The nodes whose GPUs the pool counts: ready, on active clusters (``capacity_by_flavor``)."""
-    return list(Node.objects.filter(state=NodeState.READY, cluster__active=True))
+def _free(gpus: int, used: set[int]) -> int:
+    return gpus - sum(1 for g in used if 0 <= g < gpus)
 
 
 def stranded_by_flavor() -> dict[int, int]:
-    """Per flavor id, the stranded GPUs of its ready nodes on active clusters (0 included)."""
-    nodes = ready_nodes()
-    out: dict[int, int] = dict.fromkeys((n.flavor_id for n in nodes), 0)
-    # A node that reports no CPU, memory or disk strands nothing: without any, no job is read.
-    reporting = [n for n in nodes if (n.cpu_millicores, n.memory_mib, n.local_disk_gib) != (None, None, None)]
-    found = stranding_of(reporting)
-    for n in reporting:
-        out[n.flavor_id] += found[n.pk].stranded
+    """Per flavor id, the stranded GPUs of its ready nodes on active clusters — the nodes whose GPUs
+    the pool counts (``quotas.selectors.capacity_by_flavor``) —, 0 included. Two queries; none for
+    the jobs when no such node reports CPU, memory or disk (such a node strands nothing)."""
+    nodes = Node.objects.filter(state=NodeState.READY, cluster__active=True).values_list(
+        "pk", "flavor_id", "gpu_count", "cpu_millicores", "memory_mib", "local_disk_gib")
+    out: dict[int, int] = {}
+    reporting = []
+    for pk, flavor_id, gpus, *figures in nodes:
+        out[flavor_id] = 0
+        if figures != [None, None, None]:
+            reporting.append((pk, flavor_id, NodeSize(gpus, *figures)))
+    if not reporting:
+        return out
+    rows = holding_rows({flavor_id for _pk, flavor_id, _size in reporting})
+    held, used = held_by_node(rows), used_gpus(rows)
+    for pk, flavor_id, size in reporting:
+        out[flavor_id] += stranding(size, _free(size.units, used.get(pk, set())), held.get(pk, ())).stranded
     return out
