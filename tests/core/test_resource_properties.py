@@ -259,3 +259,21 @@ def test_no_job_ever_lands_below_its_cuda_version(versions, wants, sizes):
         for worker in a.placement:
             cuda = by_id[worker[0][0]].cuda
             assert not cuda or cuda >= wanted[a.job_id]
+
+
+def test_a_waiting_head_reserves_only_nodes_of_its_cuda_version():
+    """The head job needs CUDA 12.4: the only such node (n1) is busy for an hour, the old one
+    (n0) is free. Its reservation is on n1 at the hour, and n0 stays free for a job that may
+    run there (before, it reserved n0, which it will never use, and blocked it)."""
+    nodes = (_cuda_node(0, (12, 2)), _cuda_node(1, (12, 4)))
+    busy = RunningJob("r", "pb", F, 100, False, NOW, 3600, tuple(("n1", g, 1000) for g in range(8)))
+    head = _needs((12, 4), gpus=8, name="head")
+    later = QueuedJob("later", "pc", F, NOW + timedelta(seconds=1), 1, None, 8, None, 100, False,
+                      None, True)
+    result = schedule(Snapshot(NOW, nodes, TREE, _lims(), (busy,), (head, later)))
+    (reservation,) = result.reservations
+    assert reservation.job_id == "head" and reservation.nodes == ("n1",)
+    assert reservation.earliest_start == NOW + timedelta(hours=1)
+    assert [(a.job_id, a.placement[0][0][0]) for a in result.admissions] == [("later", "n0")]
+    # It waits for GPUs of nodes it may use (n0 is taken now), not for the old node.
+    assert result.explanations["head"].reason == "capacity"
