@@ -17,6 +17,8 @@ from jobs.clusters import node_map
 from jobs.clusters.nodes import REASON_MAX, node_cordon, node_drain, node_return
 from portal.pagination import Pagination
 from portal.selectors import scope_for
+from quotas.api_baselines import DriftOut, drift_out
+from quotas.baselines import node_drift
 from quotas.models import Cluster, Flavor, Node, NodeState
 
 
@@ -50,6 +52,7 @@ class NodeOccupancyOut(serializers.Serializer):
     gpus = serializers.IntegerField(help_text="GPUs (or slices) of the node.")
     free = serializers.IntegerField(help_text="GPUs (or slices) no job holds.")
     occupancy = GpuOut(many=True)
+    drift = DriftOut(help_text="The node's driver and CUDA against its flavor's software baseline.")
 
 
 def node_out(view: node_map.NodeView) -> dict:
@@ -78,6 +81,7 @@ def node_out(view: node_map.NodeView) -> dict:
             }
             for g in view.gpus
         ],
+        "drift": drift_out(view.drift if view.drift is not None else node_drift(n)),
     }
 
 

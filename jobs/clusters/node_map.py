@@ -5,7 +5,8 @@ idle (``Job.idle_since``, jobs/clusters/metrics.py).
 A job is named (and linked) only where the viewer may see it (``portal.selectors``); anyone
 else's is "in use". The number of queries does not depend on how many jobs the database holds:
 the nodes of the cluster, the holding jobs of its flavors (at most one per GPU or slice, read
-through the (state, flavor) index), the viewer's project ids and the node events.
+through the (state, flavor) index), the viewer's project ids, the software baselines (each node
+is flagged when off its own, DESIGN §15) and the node events.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from jobs.models import Job
 from jobs.states import HOLDING
 from portal.models import User
 from portal.selectors import scope_for, visible_project_ids
+from quotas.baselines import baselines, node_drift
+from quotas.drift import Drift
 from quotas.models import Cluster, Flavor, Node, NodeEvent, NodeState
 
 MILLI = 1000
@@ -71,6 +74,7 @@ class GpuCell:
 class NodeView:
     node: Node
     gpus: list[GpuCell]
+    drift: Drift | None = None  # against its software baseline (quotas.baselines); None: not read
 
     @property
     def free(self) -> int:
@@ -175,7 +179,8 @@ def node_map(
         nodes_qs = nodes_qs.filter(state=NodeState.DRAINING if state == DRAINED else state)
     nodes = list(nodes_qs.order_by("zone", "spine", "leaf", "name"))
     cells = occupancy(user, nodes)
-    views = [NodeView(n, cells[n.pk]) for n in nodes]
+    known = baselines()
+    views = [NodeView(n, cells[n.pk], node_drift(n, known)) for n in nodes]
     if state == DRAINED:
         views = [v for v in views if v.state == DRAINED]
     if has_free:

@@ -16,6 +16,7 @@ from django.utils.translation import gettext_lazy, ngettext
 from jobs.clusters import node_map as selectors
 from jobs.clusters.nodes import REASON_MAX, jobs_on_node, node_cordon, node_drain, node_return
 from portal.selectors import scope_for
+from quotas.baselines import node_drift
 from quotas.models import Cluster, Flavor, Node, NodeAction, NodeState
 
 DRAIN_FINISH, DRAIN_REQUEUE = "finish", "requeue"
@@ -111,7 +112,7 @@ def node_page(request, pk: int):
     cells = selectors.occupancy(request.user, [node])[node.pk]
     context = {
         "node": node,
-        "view": selectors.NodeView(node, cells),
+        "view": selectors.NodeView(node, cells, node_drift(node)),
         "jobs": on_node,
         "form": form,
         "confirm": confirm,
