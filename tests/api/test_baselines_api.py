@@ -18,6 +18,7 @@ pytestmark = pytest.mark.django_db
 
 NOT_ADMINS = ["auditor", "a_admin", "a_finance", "pa1_admin", "pa1_member", "pb_member", "outsider"]
 LIST = reverse("api:baseline-list")
+DRIVER_SHAPE = "A driver version such as 535.104.05."
 
 
 def _versions(**nodes):
@@ -59,12 +60,13 @@ def test_everyone_reads_baselines_and_only_platform_admins_write_them(world, api
     ("body", "field", "message"),
     [
         ({"flavor": "F", "driver_version": "535.104"}, None, None),  # the one that is fine
-        ({"flavor": "F", "driver_version": "535.x.05"}, "driver_version", "A driver version such as 535.104.05."),
-        ({"flavor": "F", "driver_version": "v535"}, "driver_version", "A driver version such as 535.104.05."),
+        ({"flavor": "F", "driver_version": "535.x.05"}, "driver_version", DRIVER_SHAPE),
+        ({"flavor": "F", "driver_version": "v535"}, "driver_version", DRIVER_SHAPE),
         ({"flavor": "F", "cuda_version": "12"}, "cuda_version", "A CUDA version such as 12.4."),
         ({"flavor": "F", "cuda_version": "12.4.1"}, "cuda_version", "A CUDA version such as 12.4."),
         ({"flavor": "F"}, "driver_version", "Give the expected driver version, the CUDA version, or both."),
-        ({"flavor": "F", "cluster": "nope", "cuda_version": "12.4"}, "cluster", "Object with name=nope does not exist."),
+        ({"flavor": "F", "cluster": "nope", "cuda_version": "12.4"}, "cluster",
+         "Object with name=nope does not exist."),
         ({"flavor": "G", "cuda_version": "12.4"}, "flavor", "Object with name=G does not exist."),
         ({"flavor": "F", "cuda_version": 12.10}, "cuda_version", 'A version in quotes, e.g. "12.4".'),
     ],
@@ -84,12 +86,14 @@ def test_a_second_baseline_for_the_same_flavor_and_place_is_a_400(world, api):
     assert admin.post(LIST, {"flavor": "F", "cuda_version": "12.2"}, format="json").status_code == 201
     own = admin.post(LIST, {"flavor": "F", "cluster": "c1", "cuda_version": "12.4"}, format="json")
     assert own.status_code == 201
-    for body in ({"flavor": "F", "cuda_version": "12.6"}, {"flavor": "F", "cluster": "c1", "cuda_version": "12.6"}):
+    for body in ({"flavor": "F", "cuda_version": "12.6"},
+                 {"flavor": "F", "cluster": "c1", "cuda_version": "12.6"}):
         twin = admin.post(LIST, body, format="json")
         assert twin.status_code == 400, body
         assert "already has a baseline" in twin.json()["cluster"][0]
     # Moving the cluster's baseline onto "every cluster" collides with the one there.
-    moved = admin.patch(reverse("api:baseline-detail", args=[own.json()["id"]]), {"cluster": None}, format="json")
+    detail = reverse("api:baseline-detail", args=[own.json()["id"]])
+    moved = admin.patch(detail, {"cluster": None}, format="json")
     assert moved.status_code == 400 and "every cluster" in moved.json()["cluster"][0]
     assert sorted(SoftwareBaseline.objects.values_list("cuda_version", flat=True)) == ["12.2", "12.4"]
 
@@ -104,7 +108,8 @@ def test_a_clusters_baseline_overrides_the_flavors_on_the_node_api(world, api):
                            "driver": "535.104.05", "cuda": "12.2"}
     assert drift["n1"]["state"] == "ok"
     c1 = Cluster.objects.get(name="c1")
-    SoftwareBaseline.objects.create(flavor=world.F, cluster=c1, driver_version="535.104.05", cuda_version="12.2")
+    SoftwareBaseline.objects.create(flavor=world.F, cluster=c1, driver_version="535.104.05",
+                                    cuda_version="12.2")
     drift = _drift_by_node(client)
     assert (drift["n0"]["state"], drift["n1"]["state"]) == ("ok", "cuda")
     assert drift["n1"]["expected_cuda"] == "12.2"
@@ -133,7 +138,8 @@ def test_the_baseline_drift_command_prints_the_nodes_off_their_baseline(world):
     out = StringIO()
     call_command("baseline_drift", stdout=out)
     lines = out.getvalue().splitlines()
-    assert lines[0].split() == ["FLAVOR", "CLUSTER", "NODE", "STATE", "DRIVER", "EXPECTED", "CUDA", "EXPECTED"]
+    assert lines[0].split() == ["FLAVOR", "CLUSTER", "NODE", "STATE", "DRIVER", "EXPECTED", "CUDA",
+                                "EXPECTED"]
     assert lines[1].split() == ["F", "c1", "n0", "older", "535.98", "535.104.05", "12.4", "12.4"]
     assert lines[2] == "F @ c1: 1 of 2 nodes off (older 1)"
     out = StringIO()

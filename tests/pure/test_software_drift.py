@@ -76,6 +76,8 @@ def test_other_driver_strings_are_refused(text):
     assert not DRIVER_VERSION.fullmatch(text)
 
 
-@pytest.mark.parametrize(("text", "ok"), [("12.4", True), ("12", False), ("12.4.1", False), ("cuda12", False)])
+@pytest.mark.parametrize(
+    ("text", "ok"), [("12.4", True), ("12", False), ("12.4.1", False), ("cuda12", False)]
+)
 def test_cuda_versions_are_major_dot_minor(text, ok):
     assert bool(CUDA_VERSION.fullmatch(text)) == ok
