@@ -44,8 +44,8 @@ def test_a_platform_admin_adds_changes_and_deletes_a_baseline(world, page_client
     assert added.status_code == 302
     own = SoftwareBaseline.objects.get(cluster=cluster)
     assert (own.driver_version, own.cuda_version) == ("550.54.15", "")
-    changed = admin.post(f"/inventory/baselines/{own.pk}/", {"flavor": world.F.pk, "cluster": cluster.pk,
-                                                             "driver_version": "550.54.15", "cuda_version": "12.4"})
+    changed = admin.post(f"/inventory/baselines/{own.pk}/", {
+        "flavor": world.F.pk, "cluster": cluster.pk, "driver_version": "550.54.15", "cuda_version": "12.4"})
     assert changed.status_code == 302
     own.refresh_from_db()
     assert own.cuda_version == "12.4"
@@ -58,7 +58,8 @@ def test_a_platform_admin_adds_changes_and_deletes_a_baseline(world, page_client
     [
         ({"driver_version": "535.x", "cuda_version": ""}, "A driver version such as 535.104.05."),
         ({"driver_version": "", "cuda_version": "12"}, "A CUDA version such as 12.4."),
-        ({"driver_version": "", "cuda_version": ""}, "Give the expected driver version, the CUDA version, or both."),
+        ({"driver_version": "", "cuda_version": ""},
+         "Give the expected driver version, the CUDA version, or both."),
         ({"driver_version": "", "cuda_version": "12.6"}, "F already has a baseline for every cluster"),
     ],
 )
