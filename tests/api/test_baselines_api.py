@@ -113,6 +113,12 @@ def test_a_clusters_baseline_overrides_the_flavors_on_the_node_api(world, api):
     drift = _drift_by_node(client)
     assert (drift["n0"]["state"], drift["n1"]["state"]) == ("ok", "cuda")
     assert drift["n1"]["expected_cuda"] == "12.2"
+    # The inventory's node list and detail carry the same.
+    listed = {n["name"]: n for n in client.get(reverse("api:node-list")).json()["results"]}
+    assert (listed["n0"]["drift"]["state"], listed["n1"]["drift"]["state"]) == ("ok", "cuda")
+    assert (listed["n1"]["driver_version"], listed["n1"]["cuda_version"]) == ("535.104.05", "12.4")
+    one = client.get(reverse("api:node-detail", args=[listed["n1"]["id"]])).json()
+    assert one["drift"] == drift["n1"]
 
 
 def test_the_drift_report_groups_nodes_off_their_baseline_for_admins_and_auditors(world, api):
