@@ -128,8 +128,11 @@ class Timeline:
     def caps_at(self, t: float, g: int, skip: frozenset = frozenset()) -> dict[int, int]:
         """Workers of ``g`` GPUs each node (not in ``skip``) can host at time ``t``."""
         k = g - 1
-        return {i: bisect_right(row, t) // g for i, row in enumerate(self.times)
-                if len(row) > k and row[k] <= t and i not in skip}
+        caps = {i: bisect_right(row, t) // g for i, row in enumerate(self.times)
+                if len(row) > k and row[k] <= t}
+        for i in skip:
+            caps.pop(i, None)
+        return caps
 
     def gpus_at(self, i: int, t: float) -> list[int]:
         """GPU indices of node ``i`` free at time ``t``, lowest first."""
