@@ -109,7 +109,8 @@ def drift_report(request):
         raise PermissionDenied
     groups = baselines.drift_report()
     totals = {"nodes": sum(g.nodes_total for g in groups), "off": sum(len(g.off) for g in groups)}
-    return render(request, "quotas/drift.html", {"groups": groups, "totals": totals})
+    context = {"groups": groups, "totals": totals, "can_act": scope_for(request.user).platform_admin}
+    return render(request, "quotas/drift.html", context)
 
 
 class LoanFilterForm(forms.Form):

@@ -91,6 +91,7 @@ def node_map_page(request):
         "map": the_map,
         "events": selectors.node_events(request.user, cluster=cluster),
         "can_act": scope_for(request.user).platform_admin,
+        "can_report": scope_for(request.user).sees_everything,  # the drift report's readers
     }
     return render(request, "jobs/node_map.html", context)
 

@@ -101,8 +101,14 @@ def test_the_drift_report_lists_nodes_off_for_admins_and_auditors_only(world, pa
         assert "2 of 2 nodes with a baseline are off it." in page
         assert "older than baseline: 1" in page and "version not reported: 1" in page
         assert 'data-node="n0"' in page and 'data-node="n1"' in page
+        # The node page and the baselines are platform admins' only: linked for them alone.
+        n0 = Node.objects.get(name="n0")
+        assert (f'href="/nodes/{n0.pk}/"' in page) == (persona == "platform")
+        assert ('href="/inventory/baselines/"' in page) == (persona == "platform")
+        assert 'href="/nodes/drift/"' in page_client(persona).get("/nodes/").content.decode()
     for persona in NOT_ADMINS[1:]:
         assert page_client(persona).get("/nodes/drift/").status_code == 403, persona
+        assert 'href="/nodes/drift/"' not in page_client(persona).get("/nodes/").content.decode()
 
 
 def test_the_django_admin_refuses_what_the_api_refuses(world, page_client, off_baseline):
