@@ -277,3 +277,32 @@ def test_a_waiting_head_reserves_only_nodes_of_its_cuda_version():
     assert [(a.job_id, a.placement[0][0][0]) for a in result.admissions] == [("later", "n0")]
     # It waits for GPUs of nodes it may use (n0 is taken now), not for the old node.
     assert result.explanations["head"].reason == "capacity"
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from([(11, 8), (12, 2), (12, 4), ()]), min_size=1, max_size=5),
+       st.lists(st.tuples(st.integers(0, 4), st.sampled_from([2, 4, 8]), st.sampled_from([600, 3600, None])),
+                max_size=5),
+       st.lists(st.tuples(st.sampled_from([(), (12, 0), (12, 4)]), st.sampled_from([4, 8, 16])),
+                min_size=1, max_size=6))
+def test_no_reservation_ever_names_a_node_below_its_jobs_cuda_version(versions, busy, wants):
+    """Whatever runs where and for how long, a waiting job's reservation holds only nodes it may
+    run on (the head's and those of the jobs held to FIFO alike)."""
+    nodes = tuple(_cuda_node(i, v) for i, v in enumerate(versions))
+    by_id = {n.id: n for n in nodes}
+    running, taken = [], set()
+    for k, (i, gpus, runtime) in enumerate(busy):
+        if i >= len(nodes) or i in taken:
+            continue
+        taken.add(i)
+        slots = tuple((f"n{i}", g, 1000) for g in range(gpus))
+        running.append(RunningJob(f"r{k}", "pb", F, 500, False, NOW, runtime, slots))
+    jobs = tuple(QueuedJob(f"j{k}", "pa", F, NOW + timedelta(seconds=k), 1 if gpus <= 8 else 2, None,
+                           min(gpus, 8), None, 100, False, 3600, True, min_cuda=want)
+                 for k, (want, gpus) in enumerate(wants))
+    result = schedule(Snapshot(NOW, nodes, TREE, _lims(), tuple(running), jobs))
+    wanted = {j.id: j.min_cuda for j in jobs}
+    for reservation in result.reservations:
+        for name in reservation.nodes:
+            cuda = by_id[name].cuda
+            assert not cuda or cuda >= wanted[reservation.job_id], (reservation, cuda)
