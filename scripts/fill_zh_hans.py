@@ -474,6 +474,7 @@ GLOSSARY = {
     '%(off)s of %(nodes)s nodes off the baseline': '%(nodes)s 个节点中 %(off)s 个偏离基线',
     'No flavor has a baseline yet: no node is judged.': '尚无资源规格设置基线：不检查任何节点。',
     'Expected: driver %(driver)s, CUDA %(cuda)s; reported: driver %(has_driver)s, CUDA %(has_cuda)s': '期望：驱动 %(driver)s，CUDA %(cuda)s；上报：驱动 %(has_driver)s，CUDA %(has_cuda)s',
+    'Off baseline only': '仅偏离基线的节点',
     'Off baseline: %(reason)s': '偏离基线：%(reason)s',
     'Expected': '期望',
     'Reported by the node': '节点上报',

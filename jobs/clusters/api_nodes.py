@@ -107,6 +107,7 @@ class NodeOccupancyApi(GenericAPIView):
             OpenApiParameter("flavor", str, description="Only nodes of this flavor (its name)."),
             OpenApiParameter("state", str, enum=NodeState.values, description="Only nodes in this state."),
             OpenApiParameter("has_free", bool, description="Only ready nodes with a free GPU."),
+            OpenApiParameter("off_baseline", bool, description="Only nodes off their software baseline."),
         ],
         responses=NodeOccupancyOut(many=True),
     )
@@ -119,10 +120,12 @@ class NodeOccupancyApi(GenericAPIView):
             states = ", ".join(NodeState.values)
             raise ValidationError({"state": [_("One of: %(states)s.") % {"states": states}]})
         has_free = str(params.get("has_free", "")).lower() in ("1", "true", "yes")
+        off_baseline = str(params.get("off_baseline", "")).lower() in ("1", "true", "yes")
         clusters = [cluster] if cluster else list(node_map.map_clusters())
         out = []
         for c in clusters:
-            built = node_map.node_map(request.user, cluster=c, flavor=flavor, state=state, has_free=has_free)
+            built = node_map.node_map(request.user, cluster=c, flavor=flavor, state=state, has_free=has_free,
+                                      off_baseline=off_baseline)
             out += [node_out(v) for v in built.nodes]
         return self.get_paginated_response(self.paginate_queryset(out))
 

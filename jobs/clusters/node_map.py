@@ -166,6 +166,7 @@ def node_map(
     flavor: Flavor | None = None,
     state: str = "",
     has_free: bool = False,
+    off_baseline: bool = False,
 ) -> NodeMap:
     """The cluster's nodes (filtered) grouped zone/spine → leaf → node, with their GPU cells."""
     if cluster is None:
@@ -185,6 +186,8 @@ def node_map(
         views = [v for v in views if v.state == DRAINED]
     if has_free:
         views = [v for v in views if v.free and v.node.state == NodeState.READY]
+    if off_baseline:
+        views = [v for v in views if v.drift.off]
     spines: dict[tuple[str, str], dict[str, Leaf]] = defaultdict(dict)
     for view in views:
         n = view.node

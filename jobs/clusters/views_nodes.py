@@ -36,6 +36,7 @@ class NodeMapFilter(forms.Form):
         choices=[("", gettext_lazy("all")), *NodeState.choices, (selectors.DRAINED, gettext_lazy("Drained"))],
     )
     free = forms.BooleanField(required=False, label=gettext_lazy("Has free GPUs"))
+    off_baseline = forms.BooleanField(required=False, label=gettext_lazy("Off baseline only"))
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -85,6 +86,7 @@ def node_map_page(request):
         flavor=data.get("flavor"),
         state=data.get("state") or "",
         has_free=bool(data.get("free")),
+        off_baseline=bool(data.get("off_baseline")),
     )
     context = {
         "form": form,

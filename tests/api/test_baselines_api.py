@@ -113,6 +113,8 @@ def test_a_clusters_baseline_overrides_the_flavors_on_the_node_api(world, api):
     drift = _drift_by_node(client)
     assert (drift["n0"]["state"], drift["n1"]["state"]) == ("ok", "cuda")
     assert drift["n1"]["expected_cuda"] == "12.2"
+    only = client.get(reverse("api:node-occupancy") + "?off_baseline=true").json()["results"]
+    assert [n["name"] for n in only] == ["n1"]
     # The inventory's node list and detail carry the same.
     listed = {n["name"]: n for n in client.get(reverse("api:node-list")).json()["results"]}
     assert (listed["n0"]["drift"]["state"], listed["n1"]["drift"]["state"]) == ("ok", "cuda")

@@ -79,8 +79,10 @@ def test_the_node_map_flags_a_node_off_its_baseline_in_both_languages(world, pag
     assert "Expected: driver 535.104.05, CUDA 12.4; reported: driver 535.104.05, CUDA 12.2" in english
     chinese = page_client("pb_member", "zh-hans").get("/nodes/").content.decode()
     assert chinese.count("偏离基线：") == 1 and "偏离基线：低于基线</mark>" in chinese
+    only = page_client("pb_member").get("/nodes/", {"cluster": "c1", "off_baseline": "on"}).content.decode()
+    assert 'data-node="n0"' in only and 'data-node="n1"' not in only
     Node.objects.filter(name="n0").update(cuda_version="12.4")
-    assert "Off baseline" not in page_client("pb_member").get("/nodes/").content.decode()
+    assert "Off baseline:" not in page_client("pb_member").get("/nodes/").content.decode()
 
 
 def test_the_node_page_shows_expected_against_reported(world, page_client, off_baseline):
