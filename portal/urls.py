@@ -35,6 +35,7 @@ from portal.api_base import EnglishSchemaView
 from portal.health import healthz
 from quotas import api as quotas_api
 from quotas import api_approvals as quotas_approvals_api
+from quotas import api_baselines as quotas_baselines_api
 from quotas import views as quotas_views
 
 api_v1 = [
@@ -60,6 +61,14 @@ api_v1 = [
     path("clusters/<int:pk>/", quotas_api.ClusterDetailApi.as_view(), name="cluster-detail"),
     path("nodes/", quotas_api.NodeListApi.as_view(), name="node-list"),
     path("nodes/<int:pk>/", quotas_api.NodeDetailApi.as_view(), name="node-detail"),
+    # The software baseline (DESIGN §15): expected driver and CUDA per flavor, and the nodes off it.
+    path("software-baselines/", quotas_baselines_api.BaselineListApi.as_view(), name="baseline-list"),
+    path(
+        "software-baselines/<int:pk>/",
+        quotas_baselines_api.BaselineDetailApi.as_view(),
+        name="baseline-detail",
+    ),
+    path("nodes/drift/", quotas_baselines_api.DriftReportApi.as_view(), name="node-drift"),
     path("quota-nodes/", quotas_api.QuotaNodeListApi.as_view(), name="quotanode-list"),
     path("quota-nodes/<int:pk>/", quotas_api.QuotaNodeDetailApi.as_view(), name="quotanode-detail"),
     path("quota-tree/", quotas_api.QuotaTreeApi.as_view(), name="quota-tree"),
@@ -212,6 +221,10 @@ urlpatterns = [
     path("quotas/", jobs_views.quota_tree, name="quota-tree"),
     path("quotas/nodes/<int:pk>/borrowers/", jobs_views.quota_borrowers_view, name="quota-borrowers"),
     path("inventory/", quotas_views.inventory, name="inventory"),
+    path("inventory/baselines/", quotas_views.baseline_list, name="baseline-list"),
+    path("inventory/baselines/<int:pk>/", quotas_views.baseline_list, name="baseline-edit"),
+    path("inventory/baselines/<int:pk>/delete/", quotas_views.baseline_delete, name="baseline-delete"),
+    path("nodes/drift/", quotas_views.drift_report, name="node-drift"),
     # The node / GPU map and a node's page (cordon, drain, return to service: issue 24).
     path("nodes/", node_views.node_map_page, name="node-map"),
     path("nodes/<int:pk>/", node_views.node_page, name="node-page"),

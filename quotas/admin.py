@@ -7,7 +7,8 @@ from django.utils.translation import gettext_lazy as _
 
 from portal.admin_site import PlatformModelAdmin
 
-from .models import Cluster, Flavor, Loan, Node, QuotaNode, QuotaWindow, SlurmSyncRun
+from .baselines import baseline_check
+from .models import Cluster, Flavor, Loan, Node, QuotaNode, QuotaWindow, SlurmSyncRun, SoftwareBaseline
 from .selectors import measured_throughput
 from .services import card_fraction_from_input
 
@@ -91,6 +92,36 @@ class NodeAdmin(PlatformModelAdmin):
     # Cordon, drain and return to service are the node map's (jobs.clusters.nodes): they reach the backend
     # and leave a NodeEvent; a hold edited here would do neither.
     readonly_fields = ["hold"]
+
+
+class SoftwareBaselineAdminForm(forms.ModelForm):
+    """The same checks as the portal and the API (quotas.baselines): version shapes, one of the
+    two versions at least, one baseline per flavor and cluster (or every cluster)."""
+
+    class Meta:
+        model = SoftwareBaseline
+        fields = ["flavor", "cluster", "driver_version", "cuda_version"]
+
+    def clean(self):
+        data = super().clean()
+        if data.get("flavor") is not None:
+            try:
+                baseline_check(
+                    flavor=data["flavor"], cluster=data.get("cluster"),
+                    driver_version=data.get("driver_version", ""), cuda_version=data.get("cuda_version", ""),
+                    instance=self.instance if self.instance.pk else None,
+                )
+            except ValidationError as exc:
+                for field, errors in exc.error_dict.items():
+                    self.add_error(field, errors)
+        return data
+
+
+@admin.register(SoftwareBaseline)
+class SoftwareBaselineAdmin(PlatformModelAdmin):
+    form = SoftwareBaselineAdminForm
+    list_display = ["flavor", "cluster", "driver_version", "cuda_version"]
+    list_filter = ["flavor", "cluster"]
 
 
 @admin.register(QuotaNode)

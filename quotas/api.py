@@ -18,7 +18,8 @@ from portal.api_base import DetailApi, ListCreateApi
 from portal.daterange import validate_in_range
 from portal.selectors import get_visible, visible_departments, visible_projects
 
-from . import selectors, services
+from . import baselines, selectors, services
+from .api_baselines import DriftOut, drift_out
 from .models import Cluster, Flavor, Loan, LoanState, Node, QuotaNode, QuotaWindow
 
 QTY = {"max_digits": 12, "decimal_places": 3, "min_value": Decimal(0), "max_value": Decimal(1_000_000)}
@@ -178,6 +179,14 @@ class ClusterDetailApi(DetailApi):
 class NodeOut(serializers.ModelSerializer):
     flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)
     topology_path = serializers.CharField(read_only=True)
+    drift = serializers.SerializerMethodField(help_text="Driver and CUDA against the software baseline.")
+
+    @extend_schema_field(DriftOut)
+    def get_drift(self, node) -> dict:
+        known = self.context.get("baselines")  # read once for every node of the response
+        if known is None:
+            known = self.context["baselines"] = baselines.baselines()
+        return drift_out(baselines.node_drift(node, known))
 
     class Meta:
         model = Node
@@ -193,6 +202,9 @@ class NodeOut(serializers.ModelSerializer):
             "leaf",
             "topology_path",
             "last_seen_at",
+            "driver_version",
+            "cuda_version",
+            "drift",
         ]
 
 

@@ -18,7 +18,7 @@ from portal.models import Department, Project, User
 from portal.selectors import Scope, scope_for
 
 from .approvals import loan_lenders
-from .models import Flavor, QuotaNode
+from .models import Cluster, Flavor, QuotaNode
 from .selectors import default_flavor_id, loan_lenders_lendable
 
 QUANTITY = {"max_digits": 12, "decimal_places": 3, "min_value": Decimal(0), "max_value": Decimal(1_000_000)}
@@ -381,3 +381,29 @@ class ProjectMoveForm(forms.Form):
     def service_kwargs(self) -> dict:
         data = self.cleaned_data
         return {"to_department": data["department"], "at": data["at"], "reason": data["reason"]}
+
+
+class BaselineForm(_ServiceErrors, forms.Form):
+    """A software baseline (DESIGN §15); the service (quotas.baselines) checks the versions and
+    that the flavor has no other baseline there."""
+
+    SERVICE_FIELDS: dict[str, str] = {}
+
+    flavor = forms.ModelChoiceField(queryset=Flavor.objects.none(), label=_("Flavor"))
+    cluster = forms.ModelChoiceField(
+        queryset=Cluster.objects.none(), required=False, label=_("Cluster"), empty_label=_("every cluster"),
+        help_text=_("A cluster's baseline overrides the flavor's baseline for every cluster."),
+    )
+    driver_version = forms.CharField(
+        max_length=40, required=False, label=_("Driver version"),
+        widget=forms.TextInput(attrs={"placeholder": "535.104.05"}),
+    )
+    cuda_version = forms.CharField(
+        max_length=20, required=False, label=_("CUDA version"),
+        widget=forms.TextInput(attrs={"placeholder": "12.4"}),
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["flavor"].queryset = Flavor.objects.order_by("name")
+        self.fields["cluster"].queryset = Cluster.objects.order_by("name")

@@ -9,13 +9,15 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
+from django.views.decorators.http import require_POST
 
 from portal.selectors import scope_for, visible_projects
 from portal.services import project_move
 
-from . import selectors
+from . import baselines, selectors
 from .approvals import loan_request_create, quota_request_create
 from .forms import (
+    BaselineForm,
     LoanRequestForm,
     ProjectMoveForm,
     QuotaRequestForm,
@@ -23,7 +25,7 @@ from .forms import (
     loan_request_initial,
     request_quota_initial,
 )
-from .models import Flavor, LoanState, Node, NodeState, QuotaNode
+from .models import Flavor, LoanState, Node, NodeState, QuotaNode, SoftwareBaseline
 
 LOANS_PAGE_SIZE = 50
 
@@ -38,7 +40,77 @@ def inventory(request):
     labels = dict(NodeState.choices)
     for row in summary:
         row["state_label"] = labels.get(row["state"], row["state"])
-    return render(request, "quotas/inventory.html", {"summary": summary})
+    context = {"summary": summary, "can_manage": scope_for(request.user).platform_admin}
+    return render(request, "quotas/inventory.html", context)
+
+
+# --- software baselines (DESIGN §15): platform admins ----------------------------------------
+
+
+def _platform_admin(request) -> None:
+    if not scope_for(request.user).platform_admin:
+        raise PermissionDenied
+
+
+def _baseline_initial(baseline: SoftwareBaseline | None) -> dict:
+    if baseline is None:
+        return {}
+    return {"flavor": baseline.flavor_id, "cluster": baseline.cluster_id,
+            "driver_version": baseline.driver_version, "cuda_version": baseline.cuda_version}
+
+
+def _baseline_save(request, form: BaselineForm, instance: SoftwareBaseline | None) -> SoftwareBaseline | None:
+    """Run the service; its refusals land on the form (None)."""
+    try:
+        with transaction.atomic():
+            if instance is None:
+                return baselines.baseline_create(actor=request.user, **form.cleaned_data)
+            return baselines.baseline_update(actor=request.user, baseline=instance, **form.cleaned_data)
+    except ValidationError as exc:
+        form.add_service_error(exc)
+    return None
+
+
+@login_required
+def baseline_list(request, pk: int | None = None):
+    """Every baseline, and the form that adds one (or changes baseline ``pk``)."""
+    _platform_admin(request)
+    instance = get_object_or_404(SoftwareBaseline, pk=pk) if pk is not None else None
+    data = request.POST if request.method == "POST" else None
+    form = BaselineForm(data, initial=_baseline_initial(instance))
+    if request.method == "POST" and form.is_valid():
+        saved = _baseline_save(request, form, instance)
+        if saved is not None:
+            text = gettext("The baseline of %(flavor)s was saved.") % {"flavor": saved.flavor.name}
+            messages.success(request, text)
+            return redirect("baseline-list")
+    form.mark_invalid()
+    rows = SoftwareBaseline.objects.select_related("flavor", "cluster").order_by(
+        "flavor__name", "cluster__name")
+    context = {"form": form, "instance": instance, "rows": rows}
+    return render(request, "quotas/baselines.html", context, status=400 if form.errors else 200)
+
+
+@login_required
+@require_POST
+def baseline_delete(request, pk: int):
+    _platform_admin(request)
+    baseline = get_object_or_404(SoftwareBaseline, pk=pk)
+    baselines.baseline_delete(actor=request.user, baseline=baseline)
+    text = gettext("The baseline of %(flavor)s was deleted.") % {"flavor": baseline.flavor.name}
+    messages.success(request, text)
+    return redirect("baseline-list")
+
+
+@login_required
+def drift_report(request):
+    """Every node off its baseline, by flavor and cluster (platform admins and auditors)."""
+    if not scope_for(request.user).sees_everything:
+        raise PermissionDenied
+    groups = baselines.drift_report()
+    totals = {"nodes": sum(g.nodes_total for g in groups), "off": sum(len(g.off) for g in groups)}
+    context = {"groups": groups, "totals": totals, "can_act": scope_for(request.user).platform_admin}
+    return render(request, "quotas/drift.html", context)
 
 
 class LoanFilterForm(forms.Form):

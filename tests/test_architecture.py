@@ -72,6 +72,7 @@ PURE_MODULES_ELSEWHERE = [
     "quotas.yunikorn",
     "quotas.slurm_accounts",
     "quotas.resource_quota",
+    "quotas.drift",
     "billing.pricing",
     "billing.forecast",
 ]

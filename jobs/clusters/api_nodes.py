@@ -17,6 +17,8 @@ from jobs.clusters import node_map
 from jobs.clusters.nodes import REASON_MAX, node_cordon, node_drain, node_return
 from portal.pagination import Pagination
 from portal.selectors import scope_for
+from quotas.api_baselines import DriftOut, drift_out
+from quotas.baselines import node_drift
 from quotas.models import Cluster, Flavor, Node, NodeState
 
 
@@ -56,6 +58,7 @@ class NodeOccupancyOut(serializers.Serializer):
         help_text="Free GPUs (or slices) the node's free CPU, memory or local disk cannot feed: "
         "free - usable.")
     occupancy = GpuOut(many=True)
+    drift = DriftOut(help_text="The node's driver and CUDA against its flavor's software baseline.")
 
 
 def node_out(view: node_map.NodeView) -> dict:
@@ -86,6 +89,7 @@ def node_out(view: node_map.NodeView) -> dict:
             }
             for g in view.gpus
         ],
+        "drift": drift_out(view.drift if view.drift is not None else node_drift(n)),
     }
 
 
@@ -111,6 +115,7 @@ class NodeOccupancyApi(GenericAPIView):
             OpenApiParameter("flavor", str, description="Only nodes of this flavor (its name)."),
             OpenApiParameter("state", str, enum=NodeState.values, description="Only nodes in this state."),
             OpenApiParameter("has_free", bool, description="Only ready nodes with a free GPU."),
+            OpenApiParameter("off_baseline", bool, description="Only nodes off their software baseline."),
         ],
         responses=NodeOccupancyOut(many=True),
     )
@@ -123,10 +128,12 @@ class NodeOccupancyApi(GenericAPIView):
             states = ", ".join(NodeState.values)
             raise ValidationError({"state": [_("One of: %(states)s.") % {"states": states}]})
         has_free = str(params.get("has_free", "")).lower() in ("1", "true", "yes")
+        off_baseline = str(params.get("off_baseline", "")).lower() in ("1", "true", "yes")
         clusters = [cluster] if cluster else list(node_map.map_clusters())
         out = []
         for c in clusters:
-            built = node_map.node_map(request.user, cluster=c, flavor=flavor, state=state, has_free=has_free)
+            built = node_map.node_map(request.user, cluster=c, flavor=flavor, state=state, has_free=has_free,
+                                      off_baseline=off_baseline)
             out += [node_out(v) for v in built.nodes]
         return self.get_paginated_response(self.paginate_queryset(out))
 

@@ -6,7 +6,8 @@ idle (``Job.idle_since``, jobs/clusters/metrics.py); per node its free, usable a
 A job is named (and linked) only where the viewer may see it (``portal.selectors``); anyone
 else's is "in use". The number of queries does not depend on how many jobs the database holds:
 the nodes of the cluster, the holding jobs of its flavors (at most one per GPU or slice, read
-through the (state, flavor) index), the viewer's project ids and the node events.
+through the (state, flavor) index), the viewer's project ids, the software baselines (each node
+is flagged when off its own, DESIGN §15) and the node events.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from jobs.scheduler.footprint import Held, Stranding
 from jobs.states import HOLDING
 from portal.models import User
 from portal.selectors import scope_for, visible_project_ids
+from quotas.baselines import baselines, node_drift
+from quotas.drift import Drift
 from quotas.models import Cluster, Flavor, Node, NodeEvent, NodeState
 
 MILLI = 1000
@@ -77,6 +80,7 @@ class NodeView:
     # Free GPUs its free CPU, memory and disk can feed (``jobs.stranding``); None: not computed
     # (then every free GPU counts as usable).
     room: Stranding | None = None
+    drift: Drift | None = None  # against its software baseline (quotas.baselines); None: not read
 
     @property
     def free(self) -> int:
@@ -151,10 +155,15 @@ def occupancy(user: User, nodes: list[Node]) -> dict[int, list[GpuCell]]:
 
 
 def node_views(user: User, nodes: list[Node]) -> list[NodeView]:
-    """The nodes with their GPU cells and their free, usable and stranded GPUs (one read of the
-    jobs holding GPUs for both)."""
+    """The nodes with their GPU cells, their free, usable and stranded GPUs (one read of the
+    jobs holding GPUs for both) and their drift from the software baseline (one read of the
+    baselines)."""
     cells, held = _occupancy(user, nodes)
-    return [NodeView(n, cells[n.pk], _room(n, cells[n.pk], held.get(n.pk, ()))) for n in nodes]
+    known = baselines() if nodes else {}
+    return [
+        NodeView(n, cells[n.pk], _room(n, cells[n.pk], held.get(n.pk, ())), node_drift(n, known))
+        for n in nodes
+    ]
 
 
 def _room(node: Node, cells: list[GpuCell], held) -> Stranding:
@@ -193,6 +202,7 @@ def node_map(
     flavor: Flavor | None = None,
     state: str = "",
     has_free: bool = False,
+    off_baseline: bool = False,
 ) -> NodeMap:
     """The cluster's nodes (filtered) grouped zone/spine → leaf → node, with their GPU cells."""
     if cluster is None:
@@ -211,6 +221,8 @@ def node_map(
         views = [v for v in views if v.state == DRAINED]
     if has_free:
         views = [v for v in views if v.free and v.node.state == NodeState.READY]
+    if off_baseline:
+        views = [v for v in views if v.drift.off]
     spines: dict[tuple[str, str], dict[str, Leaf]] = defaultdict(dict)
     for view in views:
         n = view.node

@@ -35,6 +35,7 @@ class NodeMapFilter(forms.Form):
         choices=[("", gettext_lazy("all")), *NodeState.choices, (selectors.DRAINED, gettext_lazy("Drained"))],
     )
     free = forms.BooleanField(required=False, label=gettext_lazy("Has free GPUs"))
+    off_baseline = forms.BooleanField(required=False, label=gettext_lazy("Off baseline only"))
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -84,12 +85,14 @@ def node_map_page(request):
         flavor=data.get("flavor"),
         state=data.get("state") or "",
         has_free=bool(data.get("free")),
+        off_baseline=bool(data.get("off_baseline")),
     )
     context = {
         "form": form,
         "map": the_map,
         "events": selectors.node_events(request.user, cluster=cluster),
         "can_act": scope_for(request.user).platform_admin,
+        "can_report": scope_for(request.user).sees_everything,  # the drift report's readers
     }
     return render(request, "jobs/node_map.html", context)
 

@@ -3,6 +3,7 @@
 from django import template
 
 from portal.selectors import scope_for
+from quotas import baselines
 from quotas.forms import can_request_any_quota, can_request_loan, can_request_quota
 
 register = template.Library()
@@ -24,3 +25,9 @@ def may_request_loan(context) -> bool:
 def may_request_any_quota(context) -> bool:
     request = context.get("request")
     return request is not None and can_request_any_quota(scope_for(request.user))
+
+
+@register.filter
+def drift_label(state: str) -> str:
+    """A node's state against its software baseline, in the reader's language."""
+    return baselines.drift_label(state)

@@ -240,6 +240,9 @@ OTHER |= {"advisorsearch-cancel"}
 # Personal API tokens (issue 32 item 16) are one's own only, every persona in
 # tests/api/test_api_tokens.py::test_item16_every_persona_sees_and_revokes_only_its_own_tokens.
 OTHER |= {"apitoken-list", "apitoken-detail"}
+# Software baselines (issue 33 item 6): read by every signed-in user, written by platform admins;
+# the drift report for platform admins and auditors — every persona in tests/api/test_baselines_api.py.
+OTHER |= {"baseline-list", "baseline-detail", "node-drift"}
 
 
 def _api_route_names():

@@ -259,3 +259,50 @@ def test_no_job_ever_lands_below_its_cuda_version(versions, wants, sizes):
         for worker in a.placement:
             cuda = by_id[worker[0][0]].cuda
             assert not cuda or cuda >= wanted[a.job_id]
+
+
+def test_a_waiting_head_reserves_only_nodes_of_its_cuda_version():
+    """The head job needs CUDA 12.4: the only such node (n1) is busy for an hour, the old one
+    (n0) is free. Its reservation is on n1 at the hour, and n0 stays free for a job that may
+    run there (before, it reserved n0, which it will never use, and blocked it)."""
+    nodes = (_cuda_node(0, (12, 2)), _cuda_node(1, (12, 4)))
+    busy = RunningJob("r", "pb", F, 100, False, NOW, 3600, tuple(("n1", g, 1000) for g in range(8)))
+    head = _needs((12, 4), gpus=8, name="head")
+    later = QueuedJob("later", "pc", F, NOW + timedelta(seconds=1), 1, None, 8, None, 100, False,
+                      None, True)
+    result = schedule(Snapshot(NOW, nodes, TREE, _lims(), (busy,), (head, later)))
+    (reservation,) = result.reservations
+    assert reservation.job_id == "head" and reservation.nodes == ("n1",)
+    assert reservation.earliest_start == NOW + timedelta(hours=1)
+    assert [(a.job_id, a.placement[0][0][0]) for a in result.admissions] == [("later", "n0")]
+    # It waits for GPUs of nodes it may use (n0 is taken now), not for the old node.
+    assert result.explanations["head"].reason == "capacity"
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from([(11, 8), (12, 2), (12, 4), ()]), min_size=1, max_size=5),
+       st.lists(st.tuples(st.integers(0, 4), st.sampled_from([2, 4, 8]), st.sampled_from([600, 3600, None])),
+                max_size=5),
+       st.lists(st.tuples(st.sampled_from([(), (12, 0), (12, 4)]), st.sampled_from([4, 8, 16])),
+                min_size=1, max_size=6))
+def test_no_reservation_ever_names_a_node_below_its_jobs_cuda_version(versions, busy, wants):
+    """Whatever runs where and for how long, a waiting job's reservation holds only nodes it may
+    run on (the head's and those of the jobs held to FIFO alike)."""
+    nodes = tuple(_cuda_node(i, v) for i, v in enumerate(versions))
+    by_id = {n.id: n for n in nodes}
+    running, taken = [], set()
+    for k, (i, gpus, runtime) in enumerate(busy):
+        if i >= len(nodes) or i in taken:
+            continue
+        taken.add(i)
+        slots = tuple((f"n{i}", g, 1000) for g in range(gpus))
+        running.append(RunningJob(f"r{k}", "pb", F, 500, False, NOW, runtime, slots))
+    jobs = tuple(QueuedJob(f"j{k}", "pa", F, NOW + timedelta(seconds=k), 1 if gpus <= 8 else 2, None,
+                           min(gpus, 8), None, 100, False, 3600, True, min_cuda=want)
+                 for k, (want, gpus) in enumerate(wants))
+    result = schedule(Snapshot(NOW, nodes, TREE, _lims(), tuple(running), jobs))
+    wanted = {j.id: j.min_cuda for j in jobs}
+    for reservation in result.reservations:
+        for name in reservation.nodes:
+            cuda = by_id[name].cuda
+            assert not cuda or cuda >= wanted[reservation.job_id], (reservation, cuda)

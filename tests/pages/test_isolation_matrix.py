@@ -26,7 +26,7 @@ from jobs.whatif.models import AdvisorSearch
 from portal.models import ApprovalRequest, DirectoryRule, Membership, Notification
 from portal.notifications import notify
 from quotas.approvals import quota_request_create
-from quotas.models import Loan, LoanState, Node
+from quotas.models import Loan, LoanState, Node, SoftwareBaseline
 from tests import factories as fx
 from tests.advisor.scene import finished_search
 from tests.conftest import build_world, shared_scene
@@ -156,6 +156,11 @@ RULES: dict[str, Page] = {
     # a node's page (its jobs, history and actions) is for platform admins, 403 for everyone else.
     "node-map": Page(GLOBAL, (NAMES["A1"], NAMES["B"])),
     "node-page": Page(PLATFORM_ONLY),
+    # Software baselines (issue 33 item 6) are managed by platform admins (403 for everyone else);
+    # the drift report is the platform's, read by platform admins and auditors.
+    "baseline-list": Page(PLATFORM_ONLY),
+    "baseline-edit": Page(PLATFORM_ONLY),
+    "node-drift": Page({**dict.fromkeys(PERSONAS, 403), "platform": NONE, "auditor": NONE}),
     # The usage explorer (issue 24 item 4) shows each persona its own scope (every persona's rows,
     # money and files: tests/billing/test_usage.py); here: nobody is refused the page.
     "billing-usage": Page(dict.fromkeys(PERSONAS, NONE)),
@@ -220,6 +225,8 @@ ACTIONS: dict[str, dict] = {
     "advisor-cancel": {**{p: (404, False) for p in PERSONAS}, "platform": (302, True)},
     "job-autoscale-form": {**NOT_SEEN, "auditor": (403, False), "a_finance": (403, False),
                            "pa1_member": (302, False), "a_admin": (302, False), "platform": (302, False)},
+    # Deleting a software baseline: platform admins only (403 for everyone else, nothing deleted).
+    "baseline-delete": {**{p: (403, False) for p in PERSONAS}, "platform": (302, True)},
     # An API token is its owner's alone: nobody else, a platform admin included, finds it here.
     "api-token-revoke": {**{p: (404, False) for p in PERSONAS}, "pa1_member": (302, True)},
 }
@@ -399,6 +406,7 @@ def _objs(world, prio):
     found["whatif"] = WhatIfRun.objects.create(created_by=world.users["platform"], month=month,
                                                change=WhatIfRun._meta.get_field("change").choices[0][0])
     found["node"] = Node.objects.order_by("pk").first()
+    found["baseline"] = SoftwareBaseline.objects.create(flavor=world.F, cuda_version="12.4")
     from billing.models import MonthCloseRun
 
     found["closerun"] = MonthCloseRun.objects.create(month=month, requested_by=world.users["platform"])
@@ -430,6 +438,7 @@ SUBJECT = {
     "node-page": "node", "job-autoscale-form": "job:a",
     "advisor-search": "advisor", "advisor-progress": "advisor", "advisor-apply": "advcand",
     "advisor-cancel": "advlive", "api-token-revoke": "token:a",
+    "baseline-edit": "baseline", "baseline-delete": "baseline",
 }
 
 
@@ -558,6 +567,8 @@ def _state(name, objs):
         return type(objs["advlive"]).objects.get(pk=objs["advlive"].pk).state
     if name == "api-token-revoke":
         return type(objs["token:a"]).objects.get(pk=objs["token:a"].pk).revoked_at
+    if name == "baseline-delete":
+        return SoftwareBaseline.objects.filter(pk=objs["baseline"].pk).exists()
     raise AssertionError(name)
 
 

@@ -182,10 +182,13 @@ def reserve(cycle, p: Pending) -> None:
     s = cycle.s
     pool, timeline = s.pools[p.flavor], s.timelines[p.flavor]
     g = max(1, p.pmilli // FULL)  # its footprint on the nodes (its GPUs, or more: docs/resources.md)
-    start = timeline.earliest(p.min_workers, g, s.now)
+    # Nodes below its CUDA version are never its (DESIGN §15): reserving them would block GPUs
+    # it cannot use, and start it no earlier.
+    skip = frozenset(pool.below_cuda(p.min_cuda)) if p.min_cuda else frozenset()
+    start = timeline.earliest(p.min_workers, g, s.now, skip)
     if start is None:
         return
-    placement = plan_at(pool, timeline.caps_at(start, g), lambda i: timeline.gpus_at(i, start),
+    placement = plan_at(pool, timeline.caps_at(start, g, skip), lambda i: timeline.gpus_at(i, start),
                         p.min_workers, g, frag=cycle.frag)
     if placement is None:
         return

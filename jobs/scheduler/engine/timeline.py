@@ -109,9 +109,12 @@ class Timeline:
                 out.append(t)
         return out + [NEVER] * (units - len(out))
 
-    def earliest(self, workers: int, g: int, now: float) -> float | None:
-        """Earliest time ``workers`` × ``g`` whole GPUs are free (None: never)."""
+    def earliest(self, workers: int, g: int, now: float, skip: frozenset = frozenset()) -> float | None:
+        """Earliest time ``workers`` × ``g`` whole GPUs are free (None: never), on nodes not in
+        ``skip`` (those a job must never use: below its CUDA version)."""
         times = self._refresh()
+        if skip:
+            times = [[] if i in skip else row for i, row in enumerate(times)]
         pool = self.pool
         if pool.chist is None:
             t = _wth(workers, g, pool.maxg, times)
@@ -122,11 +125,14 @@ class Timeline:
             t = min(_wth(workers, g, pool.maxg, rows) for rows in per)
         return None if t == NEVER else max(t, now)
 
-    def caps_at(self, t: float, g: int) -> dict[int, int]:
-        """Workers of ``g`` GPUs each node can host at time ``t``."""
+    def caps_at(self, t: float, g: int, skip: frozenset = frozenset()) -> dict[int, int]:
+        """Workers of ``g`` GPUs each node (not in ``skip``) can host at time ``t``."""
         k = g - 1
-        return {i: bisect_right(row, t) // g for i, row in enumerate(self.times)
+        caps = {i: bisect_right(row, t) // g for i, row in enumerate(self.times)
                 if len(row) > k and row[k] <= t}
+        for i in skip:
+            caps.pop(i, None)
+        return caps
 
     def gpus_at(self, i: int, t: float) -> list[int]:
         """GPU indices of node ``i`` free at time ``t``, lowest first."""
