@@ -241,9 +241,10 @@ def _cpu_node(name: str, labels: dict | None = None) -> dict:
 
 def test_a_node_without_accelerators_is_a_cpu_node_of_its_allocatable_cores(k8s_api, backend):
     k8s_api.nodes = [_node("gpu-a"), _cpu_node("cpu-1"),
-                     _cpu_node("master-1", {"node-role.kubernetes.io/control-plane": ""})]
+                     _cpu_node("master-1", {"node-role.kubernetes.io/control-plane": ""}),
+                     {"metadata": {"name": "joining", "labels": {}}, "spec": {}}]
     by_name = {n.name: n for n in backend.list_nodes()}
-    # The control plane runs the cluster, not jobs: never read as a CPU node.
+    # The control plane runs the cluster, not jobs; a node with no status yet has no cores to offer.
     assert set(by_name) == {"gpu-a", "cpu-1"}
     cpu = by_name["cpu-1"]
     assert (cpu.flavor_hint, cpu.gpus) == ("cpu", 126)

@@ -232,14 +232,16 @@ CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kube
 
 def node_info(node: Any) -> NodeInfo | None:
     """The node as the portal sees it: a node without accelerators is a CPU node (hint ``cpu``,
-    its allocatable cores its units); None for a control-plane node without accelerators."""
+    its allocatable cores its units); None for a node without accelerators that is a control-plane
+    node or reports no cores."""
     labels = node.metadata.labels or {}
     machine = machine_of(node.status, labels)
     found = gpu_resource(node.status.capacity if node.status else None)
     if found is None:
-        if any(key in labels for key in CONTROL_PLANE_LABELS):
-            return None
-        found = CPU_HINT, cpu_units(machine["cpu_millicores"], machine["cpu_millicores_capacity"])
+        cores = cpu_units(machine["cpu_millicores"], machine["cpu_millicores_capacity"])
+        if cores < 1 or any(key in labels for key in CONTROL_PLANE_LABELS):
+            return None  # no units to offer (no status yet), or the control plane
+        found = CPU_HINT, cores
     resource, count = found
     cards = labels.get(GFD_GPU_COUNT, "")
     if (
