@@ -88,6 +88,32 @@ NODE_GROUPS = [
 ]
 UNHEALTHY = {"h800-s1-l2-n4": NodeState.DOWN, "a100-s2-l4-n4": NodeState.CORDONED}
 
+GIB = 1024
+# Each group's whole machine (DESIGN §15), as a backend would report it: cores, memory (GiB) and
+# local disk (GiB) as capacity and allocatable (what the node keeps for itself taken off), driver
+# and CUDA. Realistic servers of each kind; on a created node only — an existing one keeps its own.
+# flavor → (cores, usable cores, memory GiB, usable GiB, disk GiB, usable disk GiB, driver, CUDA)
+MACHINES = {
+    "A100-80G": (128, 126, 1024, 992, 7680, 7168, "535.104.05", "12.2"),
+    "H800": (112, 110, 2048, 2016, 30720, 30208, "535.129.03", "12.2"),
+    "A100-1g.10gb": (128, 126, 1024, 992, 7680, 7168, "535.104.05", "12.2"),  # 8 A100s in MIG
+    "T4-shared": (48, 46, 384, 368, 3840, 3584, "535.104.05", "12.2"),
+    "Ascend-910B": (192, 188, 1536, 1504, 7680, 7168, "", ""),
+    "MLU370": (128, 126, 1024, 992, 7680, 7168, "", ""),
+    "DCU-Z100": (128, 126, 1024, 992, 7680, 7168, "", ""),
+}
+
+
+def machine(flavor: str) -> dict:
+    """The Node fields of ``flavor``'s demo server."""
+    cores, usable, mem, usable_mem, disk, usable_disk, driver, cuda = MACHINES[flavor]
+    return {
+        "cpu_millicores": usable * 1000, "cpu_millicores_capacity": cores * 1000,
+        "memory_mib": usable_mem * GIB, "memory_mib_capacity": mem * GIB,
+        "local_disk_gib": usable_disk, "local_disk_gib_capacity": disk,
+        "driver_version": driver, "cuda_version": cuda,
+    }
+
 # flavor → [(owner code, quota, borrow_limit, lend_limit, overcommit_ratio)], parents first.
 QUOTAS = {
     "A100-80G": [
@@ -195,6 +221,7 @@ def _seed_nodes(flavors) -> int:
                             "spine": f"{zone}-spine{s}",
                             "leaf": f"{zone}-s{s}-leaf{leaf}",
                             "state": UNHEALTHY.get(name, NodeState.READY),
+                            **machine(flavor),
                         },
                     )
                     count += 1

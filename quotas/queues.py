@@ -176,6 +176,16 @@ MACHINE = (("cpu", "cpu_millicores", "m"), ("memory", "memory_mib", "Mi"),
            ("ephemeral-storage", "local_disk_gib", "Gi"))
 
 
+MACHINE_NAMES = frozenset(name for name, _f, _s in MACHINE)
+
+
+def device_resource(flavor: FlavorRef) -> str | None:
+    """The flavor's own device resource, or None for a ``cpu`` flavor (its resource is the
+    machine's ``cpu``: its units reach the queues through ``per_unit``, one core = 1000
+    millicores, never as a second ``cpu`` beside the machine's)."""
+    return None if flavor.resource in MACHINE_NAMES else flavor.resource
+
+
 def machine_resources(flavors: Iterable[FlavorRef]) -> list[str]:
     """The machine's resources any of ``flavors`` has a per-unit share of, in MACHINE's order."""
     known = {f for flavor in flavors for f, _amount in flavor.per_unit}
@@ -316,7 +326,7 @@ def _kueue_resource(flavor: FlavorRef, nominal: Decimal, share: Share | None = N
         if share.lending is not None:
             limits["lendingLimit"] = share.lending
     entry.update({k: quantity(v) for k, v in limits.items()})
-    entries = [entry]
+    entries = [entry] if device_resource(flavor) else []
     for name, amount in machine_amounts(flavor, nominal).items():
         machine = {"name": name, "nominalQuota": machine_quantity(name, amount)}
         for key, value in limits.items():
@@ -337,7 +347,7 @@ def _resource_groups(entries: Iterable[tuple[FlavorRef, list[dict]]]) -> list[di
         for flavor, resources in entries:
             groups[flavor.resource].append({"name": flavor_object_name(flavor.name), "resources": resources})
         return [{"coveredResources": [r], "flavors": flavors} for r, flavors in sorted(groups.items())]
-    covered = sorted({f.resource for f, _ in entries}) + machine
+    covered = sorted({r for f, _ in entries if (r := device_resource(f))}) + machine
     flavors = []
     for flavor, resources in entries:
         by_name = {r["name"]: r for r in resources}
@@ -450,12 +460,15 @@ def _volcano_queue(name: str, parent: str, owner: str, held: list[tuple[FlavorRe
     for flavor, s in held:
         # Volcano has no flavors: flavors sharing a resource name (A100 and H800 as
         # nvidia.com/gpu) add up on it.
-        _add(deserved, flavor.resource, s.share)
-        if s.reserved > 0:
-            _add(guarantee, flavor.resource, s.reserved)
+        device = device_resource(flavor)
+        if device:
+            _add(deserved, device, s.share)
+            if s.reserved > 0:
+                _add(guarantee, device, s.reserved)
         b = s.limits.borrow_limit
         cap = flavor.capacity if b is None else min(flavor.capacity, s.limits.quota + b)
-        _add(capability, flavor.resource, cap)
+        if device:
+            _add(capability, device, cap)
         for target, units in ((deserved, s.share), (capability, cap), (guarantee, s.reserved)):
             if units > 0 or target is not guarantee:
                 for resource, amount in machine_amounts(flavor, units).items():

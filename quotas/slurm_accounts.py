@@ -32,15 +32,22 @@ BATCH = 200  # commands per sacctmgr process (stdin)
 # ---- inputs -------------------------------------------------------------------------------------
 
 
+# The machine TRES (DESIGN §15): cores and memory (MiB), written where the flavors have figures.
+CPU_TRES, MEM_TRES = "cpu", "mem"
+
+
 @dataclass(frozen=True, slots=True)
 class QuotaLimit:
-    """The effective quota of one department or project for one flavor, as a Slurm TRES."""
+    """The effective quota of one department or project for one flavor, as a Slurm TRES, and
+    what one unit of the flavor comes with (its share; None: the flavor has no such figure)."""
 
     kind: str  # "department" | "project"
     code: str
-    tres: str  # e.g. "gres/gpu:a100"
+    tres: str  # e.g. "gres/gpu:a100"; "cpu" for a cpu flavor (its units are cores)
     quota: Decimal
     borrow_limit: Decimal | None  # None: no cap
+    cpu_millicores_per_unit: int | None = None
+    memory_mib_per_unit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,28 +156,44 @@ def desired_state(state: PortalState, naming: Naming, tracked: frozenset[str] | 
 def _limits(rows: Iterable[QuotaLimit], managed: frozenset[str], notes: list[str]) -> dict:
     """(kind, code) → {tres: whole units or None}. Flavors sharing a TRES add up; any of them
     without a cap leaves the TRES uncapped. A fractional cap is rounded down, with a note: Slurm
-    counts whole GRES, and rounding up would let Slurm give more than the portal allows."""
+    counts whole GRES, and rounding up would let Slurm give more than the portal allows. Where
+    ``cpu`` and ``mem`` are managed, each flavor's cap brings its units' share of them (a flavor
+    without the figure leaves them uncapped)."""
     sums: dict[tuple[str, str], dict[str, Decimal | None]] = defaultdict(dict)
     for row in rows:
         if row.tres not in managed:
             continue
         cap = None if row.borrow_limit is None else max(Decimal(0), row.quota + row.borrow_limit)
         per = sums[(row.kind, row.code)]
-        if row.tres not in per:
-            per[row.tres] = cap
-        elif per[row.tres] is not None and cap is not None:
-            per[row.tres] += cap
-        else:
-            per[row.tres] = None
+        for tres, value in _contributions(row, cap, managed):
+            if tres not in per:
+                per[tres] = value
+            elif per[tres] is not None and value is not None:
+                per[tres] += value
+            else:
+                per[tres] = None
     out: dict[tuple[str, str], dict[str, int | None]] = {}
     for key, per in sums.items():
         out[key] = {}
         for tres, cap in per.items():
             whole = None if cap is None else int(cap.to_integral_value(ROUND_FLOOR))
             if cap is not None and whole != cap:
-                notes.append(f"{key[0]} {key[1]}: {tres} cap {cap} rounded down to {whole} (whole GRES)")
+                unit = {CPU_TRES: "cores", MEM_TRES: "MiB"}.get(tres, "GRES")
+                notes.append(f"{key[0]} {key[1]}: {tres} cap {cap} rounded down to {whole} (whole {unit})")
             out[key][tres] = whole
     return out
+
+
+def _contributions(row: QuotaLimit, cap: Decimal | None, managed: frozenset[str]):
+    """What one flavor's cap adds to each TRES: its own units, and where cpu and mem are managed
+    its units' share of them — cores (a cpu flavor's units are cores already) and MiB."""
+    yield row.tres, cap
+    if CPU_TRES in managed and row.tres != CPU_TRES:
+        per = row.cpu_millicores_per_unit
+        yield CPU_TRES, None if cap is None or per is None else cap * per / 1000
+    if MEM_TRES in managed:
+        per = row.memory_mib_per_unit
+        yield MEM_TRES, None if cap is None or per is None else cap * per
 
 
 def _accounts(state: PortalState, naming: Naming, limits: dict, out: SlurmState) -> None:
@@ -269,12 +292,19 @@ QOS_FORMAT = "name,priority,preempt,preemptmode"
 USER_FORMAT = "user,defaultaccount,account"
 
 
+# sacctmgr shows memory with a unit (mem=992G); the sync counts MiB.
+MIB_PER = {"": 1, "K": Decimal(1) / 1024, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
+
+
 def parse_tres(text: str) -> dict[str, int]:
-    """``cpu=10,gres/gpu:a100=2`` → {"cpu": 10, "gres/gpu:a100": 2}."""
+    """``cpu=10,mem=992G,gres/gpu:a100=2`` → {"cpu": 10, "mem": 1015808, "gres/gpu:a100": 2}
+    (memory in MiB, whatever unit sacctmgr printed it in)."""
     out = {}
     for part in filter(None, text.split(",")):
         name, _, value = part.rpartition("=")
-        out[name] = int(value)
+        unit = value[-1:].upper() if value[-1:].isalpha() else ""
+        number = value[: len(value) - len(unit)] if unit else value
+        out[name] = int(Decimal(number) * MIB_PER[unit]) if name == MEM_TRES else int(number)
     return out
 
 
@@ -394,7 +424,10 @@ def _plan_qos(desired: SlurmState, current: SlurmState, p: Plan) -> None:
 
 
 def _tres_text(values: Iterable[tuple[str, int | None]]) -> str:
-    return ",".join(f"{t}={-1 if v is None else v}" for t, v in values)
+    """GrpTRES as sacctmgr takes it: memory with its unit (``mem=<MiB>M``), -1 to clear a limit."""
+    return ",".join(
+        f"{t}={-1 if v is None else v}{'M' if t == MEM_TRES and v is not None else ''}" for t, v in values
+    )
 
 
 def _top_down(accounts: dict[str, Account]) -> list[Account]:

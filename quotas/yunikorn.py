@@ -57,6 +57,7 @@ from .queues import (
     _children,
     _held,
     department_queue_name,
+    device_resource,
     machine_amounts,
     shares,
 )
@@ -101,8 +102,9 @@ def _amounts(held: list[tuple[FlavorRef, Share]]) -> tuple[Amounts, Max]:
     for flavor, share in held:
         borrow = share.limits.borrow_limit
         top = None if borrow is None else share.limits.quota + borrow
-        guarantees = {flavor.resource: share.share}
-        tops = {flavor.resource: top}
+        device = device_resource(flavor)  # None: a cpu flavor, counted in vcore below
+        guarantees = {device: share.share} if device else {}
+        tops = {device: top} if device else {}
         # The machine's resources the flavor's units come with (YuniKorn calls cpu "vcore").
         for name, amount in machine_amounts(flavor, share.share).items():
             guarantees[YUNIKORN_NAMES.get(name, name)] = amount

@@ -4,6 +4,10 @@
 # slurmd per fake node. Recipe: REAL-BACKENDS.md §1 (Slurm 22.05, Debian 12).
 #
 # Usage: deploy/slurm/start.sh RUN_DIR [--nodes N] [--gpus-per-node G] [--gpu-type T] [--shards-per-gpu S]
+#                              [--cpu-nodes C]
+#   --cpu-nodes (0): C GPU-less nodes cpu-1…cpu-C in a partition of their own, `cpu` (the GPU nodes
+#   are then partition `gpu`, the default, and no longer ALL): where CPU-only jobs run (a cpu
+#   flavor's nodes, docs/resources.md "CPU-only work").
 #   --shards-per-gpu (8): each fake GPU is also S `gres/shard`s (Slurm 22.05 GPU sharing) that a
 #   job asks for as --gres=shard:<n>; 0 leaves shards out. A GPU's shards and the GPU itself are
 #   mutually exclusive: Slurm gives a device either whole or in shards, never both at once.
@@ -11,8 +15,9 @@
 #   so `eval "$(deploy/slurm/start.sh /tmp/c1)"` sets up the shell. Stop with deploy/slurm/stop.sh RUN_DIR.
 #
 # Environment:
-#   SLURM_PORT_BASE     (16817) slurmctld=BASE, slurmdbd=BASE+2, node i (1-based) on BASE+10+i.
-#                        A second cluster needs another base (at least 10+N+1 ports away, e.g. +100).
+#   SLURM_PORT_BASE     (16817) slurmctld=BASE, slurmdbd=BASE+2, node i (1-based) on BASE+10+i, CPU
+#                        node j on BASE+10+N+j. A second cluster needs another base (at least
+#                        10+N+C+1 ports away, e.g. +100).
 #   SLURM_CLUSTER_NAME  (derived from RUN_DIR) accounting keeps one set of tables per cluster name, so
 #                        clusters in different RUN_DIRs never see each other's job ids in sacct.
 #   SLURM_DB_HOST/SLURM_DB_PORT (127.0.0.1/3306), SLURM_DB_ADMIN (root, no password): the MariaDB account
@@ -21,10 +26,12 @@
 #   SLURM_START_TIMEOUT (90) seconds to wait for each daemon.
 #   SLURM_NODE_CPUS (96), SLURM_NODE_MEMORY_MIB (1048576), SLURM_NODE_MEM_SPEC_MIB (32768),
 #   SLURM_NODE_TMP_MIB (3932160), SLURM_NODE_DRIVER, SLURM_NODE_CUDA: each node's size and software.
+#   SLURM_CPU_NODE_CPUS (128), SLURM_CPU_NODE_MEMORY_MIB (524288), SLURM_CPU_NODE_MEM_SPEC_MIB (16384),
+#   SLURM_CPU_NODE_TMP_MIB (1048576): each CPU node's size.
 set -euo pipefail
 
 usage() {
-    echo "usage: $0 RUN_DIR [--nodes N] [--gpus-per-node G] [--gpu-type T] [--shards-per-gpu S]" >&2
+    echo "usage: $0 RUN_DIR [--nodes N] [--gpus-per-node G] [--gpu-type T] [--shards-per-gpu S] [--cpu-nodes C]" >&2
     exit 2
 }
 
@@ -37,17 +44,19 @@ GPUS=8
 GPU_TYPE=a100
 # 8 shards per GPU: one shard is 125 thousandths of a card (the portal's gpu_milli unit).
 SHARDS=8
+CPU_NODES=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --nodes) NODES=${2:?}; shift 2 ;;
         --gpus-per-node) GPUS=${2:?}; shift 2 ;;
         --gpu-type) GPU_TYPE=${2:?}; shift 2 ;;
         --shards-per-gpu) SHARDS=${2:?}; shift 2 ;;
+        --cpu-nodes) CPU_NODES=${2:?}; shift 2 ;;
         *) usage ;;
     esac
 done
 [[ "$NODES" =~ ^[1-9][0-9]*$ && "$GPUS" =~ ^[1-9][0-9]*$ && "$GPU_TYPE" =~ ^[a-z0-9]+$ ]] || usage
-[[ "$SHARDS" =~ ^[0-9]+$ ]] || usage
+[[ "$SHARDS" =~ ^[0-9]+$ && "$CPU_NODES" =~ ^[0-9]+$ ]] || usage
 
 BASE=${SLURM_PORT_BASE:-16817}
 CTLD_PORT=$BASE
@@ -71,7 +80,9 @@ lap() { printf '%-34s %6.2fs\n' "$1" "$(echo "$(date +%s.%N) - $T0" | bc)" >&2; 
 die() { echo "start.sh: $*" >&2; exit 1; }
 
 node_name() { echo "gpu-$GPU_TYPE-$1"; }
-node_names() { local i; for ((i = 1; i <= NODES; i++)); do node_name "$i"; done; }
+gpu_node_names() { local i; for ((i = 1; i <= NODES; i++)); do node_name "$i"; done; }
+cpu_node_names() { local i; for ((i = 1; i <= CPU_NODES; i++)); do echo "cpu-$i"; done; }
+node_names() { gpu_node_names; cpu_node_names; }
 
 # Is the process in pid file $1 alive and running program $2? (pid files outlive crashed daemons.)
 alive() {
@@ -125,6 +136,19 @@ NODE_CUDA=${SLURM_NODE_CUDA:-12.2}
 node_size() {
     echo "CPUs=$NODE_CPUS RealMemory=$NODE_MEMORY_MIB MemSpecLimit=$NODE_MEM_SPEC_MIB TmpDisk=$NODE_TMP_MIB"
 }
+
+# A GPU-less server for CPU-only work: 128 cores, 512 GiB (16 GiB kept for the node), 1 TiB of disk.
+CPU_NODE_CPUS=${SLURM_CPU_NODE_CPUS:-128}
+CPU_NODE_MEMORY_MIB=${SLURM_CPU_NODE_MEMORY_MIB:-524288}
+CPU_NODE_MEM_SPEC_MIB=${SLURM_CPU_NODE_MEM_SPEC_MIB:-16384}
+CPU_NODE_TMP_MIB=${SLURM_CPU_NODE_TMP_MIB:-1048576}
+
+cpu_node_size() {
+    echo "CPUs=$CPU_NODE_CPUS RealMemory=$CPU_NODE_MEMORY_MIB MemSpecLimit=$CPU_NODE_MEM_SPEC_MIB" \
+        "TmpDisk=$CPU_NODE_TMP_MIB"
+}
+
+joined() { paste -sd, -; }
 
 # Accounting records gres/shard too, so sacct's AllocTRES shows a shard job's share of a card
 # (Slurm 22.05 records allocated shards untyped; the typed TRES shows in ReqTRES only).
@@ -208,7 +232,16 @@ CONF
         echo "NodeName=$n NodeAddr=127.0.0.1 Port=$((NODE_PORT0 + i)) $(node_size)" \
             "Gres=$(node_gres) Feature=$(node_features "$i") State=UNKNOWN" >>"$tmp"
     done
-    echo "PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >>"$tmp"
+    for ((i = 1; i <= CPU_NODES; i++)); do
+        echo "NodeName=cpu-$i NodeAddr=127.0.0.1 Port=$((NODE_PORT0 + NODES + i)) $(cpu_node_size)" \
+            "Feature=zone-z1,spine-s1,leaf-l1 State=UNKNOWN" >>"$tmp"
+    done
+    if ((CPU_NODES > 0)); then
+        echo "PartitionName=gpu Nodes=$(gpu_node_names | joined) Default=YES MaxTime=INFINITE State=UP" >>"$tmp"
+        echo "PartitionName=cpu Nodes=$(cpu_node_names | joined) MaxTime=INFINITE State=UP" >>"$tmp"
+    else
+        echo "PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >>"$tmp"
+    fi
     # mktemp makes it 0600: users' sbatch on the "login node" must read it (no secrets in it).
     chmod 0644 "$tmp"
     mv "$tmp" "$ETC/slurm.conf"
@@ -321,7 +354,7 @@ start_slurmds() {
 
 nodes_ready() {
     # Long state names; '*' marks a node that is not responding.
-    [[ "$(sinfo -h -N -t idle,mixed,allocated -o '%N %T' | grep -vc '\*')" -ge "$NODES" ]]
+    [[ "$(sinfo -h -N -t idle,mixed,allocated -o '%N %T' | grep -vc '\*')" -ge "$((NODES + CPU_NODES))" ]]
 }
 
 main() {
@@ -335,7 +368,7 @@ main() {
     start_slurmdbd
     start_slurmctld
     start_slurmds
-    wait_for "$NODES slurmd nodes idle" nodes_ready || { sinfo -N >&2; die "nodes did not become idle"; }
+    wait_for "$((NODES + CPU_NODES)) slurmd nodes idle" nodes_ready || { sinfo -N >&2; die "nodes did not become idle"; }
     sinfo -N -o '%N %T %G %f' >&2
     echo "export SLURM_CONF=$SLURM_CONF"
 }

@@ -27,7 +27,7 @@ from jobs.requests import effective_request
 from jobs.scheduling.snapshot import MILLI
 from jobs.states import HOLDING, JobState
 from jobs.transitions import job_transition
-from quotas.models import Cluster, Node
+from quotas.models import Cluster, FlavorKind, Node
 
 log = logging.getLogger(__name__)
 CLAIM_TIMEOUT = timedelta(seconds=120)  # a claim older than this belongs to a dead worker
@@ -65,6 +65,7 @@ def job_spec(job: Job, node_names: dict[int, str]) -> base.JobSpec:
         },
         sharing_mode=job.flavor.sharing_mode,
         gpu_memory_mib=job.flavor.memory_mib,
+        cpu_only=job.flavor.kind == FlavorKind.CPU,
         **request_fields(job),
         **spec_fields(job),
     )
@@ -76,8 +77,13 @@ def request_fields(job) -> dict[str, int | None]:
     reserves what the portal counted (a job that asked nothing still gets its GPUs' share, never
     the backend's small default nor the whole node)."""
     asked = effective_request(job)
+    cpu = asked.cpu_millicores
+    if job.flavor.kind == FlavorKind.CPU:
+        # A cpu flavor's unit is one core: its job holds at least its units' cores, whatever the
+        # share says (a node that reported no CPU figure leaves the share empty).
+        cpu = max(cpu or 0, job.gpus_per_worker * 1000)
     return {
-        "cpu_millicores": asked.cpu_millicores,
+        "cpu_millicores": cpu,
         "memory_mib": asked.memory_mib,
         "local_disk_gib": asked.local_disk_gib,
     }

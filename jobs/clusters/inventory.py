@@ -17,9 +17,13 @@ from collections import defaultdict
 from django.db import transaction
 from django.utils import timezone
 
-from jobs.clusters.backends.base import NodeInfo
+from jobs.clusters.backends.base import CPU_HINT, NodeInfo
 from jobs.clusters.backends.registry import backend_for, is_simulated, simulator_url
-from quotas.models import Cluster, Flavor, Node, NodeState, held_state
+from quotas.models import Cluster, Flavor, FlavorKind, Node, NodeState, held_state
+
+# How a GPU-less node names its cpu flavor where there are several: a Slurm feature, a node label.
+FLAVOR_FEATURE = "flavor-"
+FLAVOR_LABEL = "gpupool.io/flavor"
 
 
 def push_simulated_inventory() -> dict[str, int]:
@@ -74,11 +78,30 @@ def _apply_states(cluster_ids: list[int], reported: list[NodeInfo]) -> int:
     )
 
 
-def _flavor_for(hint: str) -> Flavor | None:
-    for flavor in Flavor.objects.all():
-        if hint in (flavor.name, flavor.slurm_gres, flavor.k8s_resource_name):
+def _flavor_for(info: NodeInfo, flavors: list[Flavor]) -> Flavor | None:
+    """A GPU node's flavor: the one whose name, Slurm GRES or Kubernetes resource is its hint.
+    A node without accelerators (hint ``cpu``) is a node of a ``cpu`` flavor: the one the node
+    names (Slurm feature ``flavor-<name>``, Kubernetes label ``gpupool.io/flavor``), else the one
+    active ``cpu`` flavor — with several and none named, the node is not read (docs/resources.md)."""
+    if info.flavor_hint == CPU_HINT:
+        return _cpu_flavor(info, [f for f in flavors if f.kind == FlavorKind.CPU])
+    for flavor in flavors:
+        if flavor.kind == FlavorKind.GPU and info.flavor_hint in (
+            flavor.name, flavor.slurm_gres, flavor.k8s_resource_name
+        ):
             return flavor
     return None
+
+
+def _cpu_flavor(info: NodeInfo, flavors: list[Flavor]) -> Flavor | None:
+    labels = dict(info.labels)
+    named = labels.get(FLAVOR_LABEL) or next(
+        (key.removeprefix(FLAVOR_FEATURE) for key in labels if key.startswith(FLAVOR_FEATURE)), None
+    )
+    if named is not None:
+        return next((f for f in flavors if f.name == named), None)
+    active = [f for f in flavors if f.active]
+    return active[0] if len(active) == 1 else None
 
 
 MACHINE_FIELDS = (
@@ -102,13 +125,14 @@ def sync_inventory(cluster: Cluster) -> dict[str, int]:
     lists is marked down (its jobs are handled by the status sync), never deleted: jobs and
     metering refer to it."""
     listed = backend_for(cluster.kind, cluster.config or {}).list_nodes()
+    flavors = list(Flavor.objects.all())
     now, counts = timezone.now(), {"created": 0, "updated": 0, "missing": 0, "unknown_flavor": 0}
     with transaction.atomic():
         holds = dict(cluster.nodes.exclude(hold="").select_for_update().values_list("name", "hold"))
         seen = set()
         for info in listed:
-            flavor = _flavor_for(info.flavor_hint)
-            if flavor is None:
+            flavor = _flavor_for(info, flavors)
+            if flavor is None or info.gpus < 1:  # a CPU node that reports no cores has no units
                 counts["unknown_flavor"] += 1
                 continue
             _, created = Node.objects.update_or_create(

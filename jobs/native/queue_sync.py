@@ -13,6 +13,7 @@ minute, because windows open and loans end on the clock, not on a write.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import datetime
 
 from django.db import connection, transaction
@@ -29,7 +30,7 @@ from jobs.scheduler.footprint import DIMENSIONS
 from portal.enqueue import send
 from portal.models import Department, Project, Queueing
 from quotas.effective import Limits, LoanSpan, Window
-from quotas.models import Cluster, ClusterKind, Flavor, Loan, LoanState, QuotaNode, QuotaWindow
+from quotas.models import Cluster, ClusterKind, Flavor, FlavorKind, Loan, LoanState, QuotaNode, QuotaWindow
 from quotas.queues import FORMATS, JOBS_NAMESPACE, FlavorRef, QuotaRef, TreeSnapshot, render
 from quotas.selectors import capacity_by_flavor, site_zone
 from quotas.yunikorn import dump, render_yunikorn
@@ -60,6 +61,10 @@ def per_unit(flavor) -> tuple[tuple[str, int], ...]:
     """What one unit of the flavor comes with (``jobs.requests.flavor_share``): pods ask it, so the
     queues hold it too."""
     share = flavor_share(flavor)
+    if flavor.kind == FlavorKind.CPU:
+        # A cpu flavor's unit is one core, whatever its nodes' cores over their units say: the
+        # renderings count its quota as cpu through this figure (quotas.queues.device_resource).
+        share = replace(share, cpu_millicores=1000)
     return tuple((dim, share.get(dim)) for dim in DIMENSIONS if share.get(dim) is not None)
 
 

@@ -25,11 +25,14 @@ from jobs.clusters.backends.base import BackendError
 from jobs.clusters.backends.registry import is_simulated
 from jobs.models import USAGE_ROLE_RANK, PriorityClass
 from jobs.native.backends.sacctmgr import Sacctmgr
+from jobs.requests import flavor_share
 from portal.enqueue import send
 from portal.models import PROJECT_ROLES, Department, Membership, Project, User
-from quotas.models import Cluster, ClusterKind, Flavor, Loan, QuotaNode, QuotaWindow, SlurmSyncRun
+from quotas.models import Cluster, ClusterKind, Flavor, FlavorKind, Loan, QuotaNode, QuotaWindow, SlurmSyncRun
 from quotas.selectors import effective_limits_map
 from quotas.slurm_accounts import (
+    CPU_TRES,
+    MEM_TRES,
     ClassRef,
     Member,
     Naming,
@@ -77,7 +80,10 @@ def client_for(cluster: Cluster) -> Sacctmgr:
 
 def tres_of(flavor: Flavor, gres_map: dict) -> str | None:
     """``gres/<type>`` that Slurm accounts the flavor's GPUs as on this cluster: the cluster's
-    ``gres_map`` (by the flavor's GRES or its name), else the flavor's own GRES."""
+    ``gres_map`` (by the flavor's GRES or its name), else the flavor's own GRES; ``cpu`` for a cpu
+    flavor (its units are cores)."""
+    if flavor.kind == FlavorKind.CPU:
+        return CPU_TRES
     gres = gres_map.get(flavor.slurm_gres) or gres_map.get(flavor.name) or flavor.slurm_gres
     return f"gres/{gres}" if gres else None
 
@@ -97,6 +103,7 @@ def portal_state(cluster: Cluster, now: datetime) -> PortalState:
         if tres[pk] is None
     ]
     effective = effective_limits_map([n for n in nodes if tres[n.flavor_id]], now)
+    shares = {pk: flavor_share(f) for pk, f in flavors.items() if tres[pk]}
     limits = tuple(
         QuotaLimit(
             "project" if n.project_id else "department",
@@ -104,6 +111,8 @@ def portal_state(cluster: Cluster, now: datetime) -> PortalState:
             tres[n.flavor_id],
             effective[n.pk].quota,
             effective[n.pk].borrow_limit,
+            shares[n.flavor_id].cpu_millicores,
+            shares[n.flavor_id].memory_mib,
         )
         for n in nodes
         if tres[n.flavor_id]
@@ -117,9 +126,21 @@ def portal_state(cluster: Cluster, now: datetime) -> PortalState:
             ClassRef(c.name, c.value, c.preemptible, USAGE_ROLE_RANK.get(c.min_role, 0))
             for c in PriorityClass.objects.all()
         ),
-        tres=frozenset(t for t in tres.values() if t),
+        tres=frozenset(t for t in tres.values() if t) | machine_tres(shares.values()),
         notes=tuple(notes),
     )
+
+
+def machine_tres(shares) -> frozenset[str]:
+    """``cpu`` and ``mem`` are the sync's to limit once a flavor it limits has that figure (its
+    per-unit share: the profile's, else its smallest node's); until then they stay the site's."""
+    shares = list(shares)
+    out = set()
+    if any(s.cpu_millicores is not None for s in shares):
+        out.add(CPU_TRES)
+    if any(s.memory_mib is not None for s in shares):
+        out.add(MEM_TRES)
+    return frozenset(out)
 
 
 def _members() -> tuple[Member, ...]:

@@ -222,3 +222,76 @@ def test_a_portal_job_on_kubernetes_asks_its_gpus_share_and_its_pods_are_guarant
     # Four GPUs' share of a 96-core, 992 GiB, 3840 GiB node of eight, for each worker.
     limits = container(pod)["resources"]["limits"]
     assert {k: limits[k] for k in WANT} == {"cpu": "48", "memory": "507904Mi", "ephemeral-storage": "1920Gi"}
+
+
+# -- CPU-only work (docs/resources.md "CPU-only work")
+
+
+def _cpu_node(name: str, labels: dict | None = None) -> dict:
+    return {
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {},
+        "status": {
+            "capacity": {"cpu": "128", "memory": "512Gi", "ephemeral-storage": "1024Gi"},
+            "allocatable": {"cpu": "126", "memory": "504Gi", "ephemeral-storage": "1000Gi"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def test_a_node_without_accelerators_is_a_cpu_node_of_its_allocatable_cores(k8s_api, backend):
+    k8s_api.nodes = [_node("gpu-a"), _cpu_node("cpu-1"),
+                     _cpu_node("master-1", {"node-role.kubernetes.io/control-plane": ""}),
+                     {"metadata": {"name": "joining", "labels": {}}, "spec": {}}]
+    by_name = {n.name: n for n in backend.list_nodes()}
+    # The control plane runs the cluster, not jobs; a node with no status yet has no cores to offer.
+    assert set(by_name) == {"gpu-a", "cpu-1"}
+    cpu = by_name["cpu-1"]
+    assert (cpu.flavor_hint, cpu.gpus) == ("cpu", 126)
+    assert (cpu.cpu_millicores, cpu.memory_mib) == (126_000, 504 * 1024)
+    assert (by_name["gpu-a"].flavor_hint, by_name["gpu-a"].gpus) == ("nvidia.com/gpu", 8)
+
+
+def test_a_cpu_only_pod_asks_cores_and_memory_and_no_device_and_is_guaranteed():
+    spec = replace(make_spec("training", workers=2), cpu_only=True, k8s_resource="cpu", gpus_per_worker=6,
+                   cpu_millicores=6000, memory_mib=6 * 4032)
+    for api in ("batch", "volcano"):
+        manifest = build_manifest(spec, training_api=api)
+        (volcano_tests.validate if api == "volcano" else validate)(manifest)
+        for pod in pod_specs(manifest):
+            res = container(pod)["resources"]
+            assert res["limits"] == {"cpu": "6", "memory": "24192Mi"} and guaranteed(pod)
+
+
+def test_a_portal_cpu_job_on_kubernetes_runs_on_the_cpu_node_in_cores(k8s_api, db):
+    from jobs.clusters import dispatch
+    from jobs.clusters.inventory import sync_inventory
+    from jobs.scheduling.cycle import schedule_once
+    from quotas.models import Cluster, Flavor, FlavorKind
+    from tests import factories as fx
+
+    k8s_api.nodes = [_node("gpu-a"), _cpu_node("cpu-1")]
+    fx.flavor("A100-k8s")
+    cpu = Flavor.objects.create(name="cpu-k8s", vendor="other", model="Xeon", memory_mib=0,
+                                k8s_resource_name="cpu", kind=FlavorKind.CPU)
+    cluster = Cluster.objects.create(name="k8s-cpu", kind="kubernetes", config={"host": k8s_api.url})
+    assert sync_inventory(cluster)["created"] == 2
+    node = cluster.nodes.get(name="cpu-1")
+    assert (node.flavor, node.gpu_count) == (cpu, 126)
+    dept = fx.department("K")
+    project = fx.project("k1", dept)
+    fx.quota(cpu, dept, 64)
+    fx.quota(cpu, project, 64)
+    job = fx.submit(project, cpu, workers=1, gpus=12, name="prep", command="python prep.py")
+    assert schedule_once().admitted == 1
+    assert dispatch.dispatch_job(job.pk) == "dispatched"
+    stored = k8s_api.get("jobs", f"gp-{job.pk}")
+    validate(stored)
+    [pod] = pod_specs(stored)
+    # Twelve cores and their share of the node (504 GiB over 126 cores: 4 GiB a core), no device.
+    assert container(pod)["resources"]["limits"] == {"cpu": "12", "memory": "49152Mi",
+                                                     "ephemeral-storage": "84Gi"}
+    assert guaranteed(pod)
+    required = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    term = required["nodeSelectorTerms"][0]
+    assert term["matchExpressions"][0]["values"] == ["cpu-1"]

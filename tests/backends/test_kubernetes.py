@@ -435,7 +435,9 @@ def test_list_nodes(k8s_api, backend):
         node("cpu-1", {}),
     ]
     by_name = {n.name: n for n in backend.list_nodes()}
-    assert set(by_name) == {"gpu-a", "gpu-b", "gpu-c", "mig-a", "npu-1"}
+    assert set(by_name) == {"gpu-a", "gpu-b", "gpu-c", "mig-a", "npu-1", "cpu-1"}
+    # Without accelerators: a CPU node, its units its cores (capacity here: no allocatable given).
+    assert (by_name["cpu-1"].flavor_hint, by_name["cpu-1"].gpus) == ("cpu", 64)
     a = by_name["gpu-a"]
     assert (a.gpus, a.flavor_hint, a.state, a.zone, a.spine, a.leaf) == (
         8,

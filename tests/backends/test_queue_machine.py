@@ -96,3 +96,59 @@ def test_the_sync_snapshot_carries_each_flavors_share(db):
     assert dict(refs["A100-q"].per_unit) == {
         "cpu_millicores": 12_000, "memory_mib": 126_976, "local_disk_gib": 480}
     assert refs["T4-q"].per_unit == ()
+
+
+# -- a cpu flavor (docs/resources.md "CPU-only work"): its units are the machine's cpu, never a
+# second "cpu" resource beside it
+
+CPU = FlavorRef("cpu-epyc", "cpu", Decimal(256), per_unit=(("cpu_millicores", 1000), ("memory_mib", 3968)))
+
+
+def cpu_tree() -> TreeSnapshot:
+    return TreeSnapshot(
+        flavors=(A100, CPU),
+        departments=(("d", None),),
+        projects=(("p", "d"),),
+        quotas=(
+            QuotaRef("A100", "department", "d", Limits(Decimal(16))),
+            QuotaRef("A100", "project", "p", Limits(Decimal(4), Decimal(2))),
+            QuotaRef("cpu-epyc", "department", "d", Limits(Decimal(64))),
+            QuotaRef("cpu-epyc", "project", "p", Limits(Decimal(32), Decimal(8))),
+        ),
+    )
+
+
+def test_kueue_counts_a_cpu_flavors_cores_as_the_machines_cpu():
+    objects = render(cpu_tree(), "kueue", NOON)  # validated: schema and CEL rules
+    [group] = objects[("ClusterQueue", "gp-p")]["spec"]["resourceGroups"]
+    assert group["coveredResources"] == [GPU, "cpu", "memory", "ephemeral-storage"]
+    by_flavor = {f["name"]: {r["name"]: r for r in f["resources"]} for f in group["flavors"]}
+    cores = by_flavor[flavor_object_name("cpu-epyc")]
+    assert cores[GPU]["nominalQuota"] == 0
+    # 32 cores, borrowing 8 more, and their 3968 MiB each.
+    assert cores["cpu"] == {"name": "cpu", "nominalQuota": "32000m", "borrowingLimit": "8000m"}
+    assert cores["memory"]["nominalQuota"] == f"{32 * 3968}Mi"
+
+
+def test_volcano_and_yunikorn_add_a_cpu_flavors_cores_to_the_machines_cpu():
+    spec = render(cpu_tree(), "volcano", NOON)[("Queue", "gp-p")]["spec"]
+    # Millicores throughout: 4 A100s' 12 cores each and 32 cores, capped at 6 A100s' and 40 cores.
+    assert spec["deserved"]["cpu"] == f"{4 * 12_000 + 32_000}m"
+    assert spec["capability"]["cpu"] == f"{6 * 12_000 + 40_000}m"
+    queues = queues_by_path(rendered(cpu_tree(), NOON, (("ns-p", "p"),)))
+    guaranteed = queues["root.gpd-d.gp-p"]["resources"]["guaranteed"]
+    assert guaranteed["vcore"] == f"{4 * 12_000 + 32_000}m" and "cpu" not in guaranteed
+
+
+def test_the_sync_snapshot_gives_a_cpu_flavor_one_core_a_unit(db):
+    from jobs.native import queue_sync
+    from quotas.models import Flavor, FlavorKind
+    from tests import factories as fx
+
+    cpu = Flavor.objects.create(name="cpu-q", vendor="other", model="EPYC", memory_mib=0,
+                                k8s_resource_name="cpu", kind=FlavorKind.CPU)
+    [node] = fx.nodes(cpu, 1, 95)  # 95 whole cores of 95.5 allocatable
+    node.cpu_millicores, node.memory_mib = 95_500, 389_120
+    node.save()
+    [ref] = queue_sync.snapshot(flavor_names=["cpu-q"]).flavors
+    assert dict(ref.per_unit) == {"cpu_millicores": 1000, "memory_mib": 389_120 // 95}

@@ -79,13 +79,17 @@ def _unavailable(message: str) -> None:
 
 
 @contextmanager
-def slurm_cluster(nodes: int, gpus: int, *extra: str, prefix: str = "gp-slurm-") -> Iterator[Cluster]:
-    """A real cluster from deploy/slurm/start.sh (``gpus`` per node; ``extra``: more of its
-    options), stopped and its accounting purged at the end; skipped where Slurm cannot start
-    (failed under CI)."""
+def slurm_cluster(
+    nodes: int, gpus: int, *extra: str, prefix: str = "gp-slurm-", cpu_nodes: int = 0
+) -> Iterator[Cluster]:
+    """A real cluster from deploy/slurm/start.sh (``gpus`` per node; ``cpu_nodes`` GPU-less nodes in
+    partition ``cpu``; ``extra``: more of its options), stopped and its accounting purged at the
+    end; skipped where Slurm cannot start (failed under CI)."""
     run_dir = Path(tempfile.mkdtemp(prefix=prefix))  # short: slurmd puts unix sockets under it
-    env = {**os.environ, "SLURM_PORT_BASE": str(_free_port_base(10 + nodes + 1))}
+    env = {**os.environ, "SLURM_PORT_BASE": str(_free_port_base(10 + nodes + cpu_nodes + 1))}
     sizes = ["--nodes", str(nodes), "--gpus-per-node", str(gpus)]
+    if cpu_nodes:
+        sizes += ["--cpu-nodes", str(cpu_nodes)]
     args = [str(DEPLOY / "start.sh"), str(run_dir), *sizes, *extra]
     try:
         _sh([str(DEPLOY / "install.sh")], env, timeout=900)

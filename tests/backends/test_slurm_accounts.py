@@ -21,7 +21,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from quotas.slurm_accounts import ASSOC_FORMAT, Naming, desired_state, parse_current, plan
+from quotas.slurm_accounts import ASSOC_FORMAT, Naming, desired_state, parse_current, parse_tres, plan
 from tests.backends.test_slurm import _sh, cluster  # noqa: F401 - the module's Slurm cluster
 from tests.waiting import wait_until
 
@@ -276,3 +276,34 @@ def _drop_cluster_tables(name: str) -> None:
     if tables and tables != "NULL":
         subprocess.run([*sql, "-e", f"DROP TABLE {tables}"], check=False)
     subprocess.run([*sql, "-e", f"DELETE FROM cluster_table WHERE name = '{name}'"], check=False)
+
+
+def test_grptres_carries_cpu_and_memory_where_the_flavor_has_figures(site, world):
+    """DESIGN §15: a quota's cores and memory are its GPUs' share — here the flavor profile's
+    12 cores and 124 GiB a card — beside gres/gpu, and Slurm holds a job to them."""
+    from quotas.models import Flavor
+
+    per_card = {"cpu_millicores_per_unit": 12_000, "memory_mib_per_unit": 126_976}
+    Flavor.objects.filter(name="A100-slurm").update(**per_card)
+    run = _sync(world)
+    account = world["project_account"]
+    # Two GPUs (quota 2, borrow 0): 24 cores, 248 GiB (sacctmgr shows memory in its own unit).
+    shown = _grptres(site, account)
+    assert "mem=248G" in shown and parse_tres(shown) == {"cpu": 24, "mem": 253_952, "gres/gpu:a100": 2}
+    [change] = [c for c in run.drift if c["kind"] == "account" and c["name"] == account]
+    assert change["after"]["grptres"] == {"cpu": 24, "gres/gpu:a100": 2, "mem": 253_952}
+    assert not _sync(world).drift  # what Slurm shows reads back as what was written
+
+    # One GPU but more cores than the account may hold: it waits on the cores, not the GPUs.
+    greedy = _sbatch(site, MEMBER, 1, "--cpus-per-task=30", "--mem=1G")
+    assert greedy.returncode == 0, greedy.stderr
+    greedy_id = greedy.stdout.strip()
+    wait_until(lambda: _squeue(site, greedy_id, "%T|%r") == "PENDING|AssocGrpCpuLimit",
+               "the job to wait for the account's cpu limit", about=lambda: _squeue(site, greedy_id, "%T|%r"))
+
+    # Memory changed by hand is drift, reported and repaired.
+    _sh(["sacctmgr", "-i", "modify", "account", "where", f"name={account}", f"cluster={site.cluster_name}",
+         "set", "GrpTRES=mem=1000G"], site.env)
+    changes = {(c["kind"], c["name"]): c for c in _sync(world).drift}
+    assert changes[("account", account)]["before"]["grptres"]["mem"] == 1000 * 1024
+    assert parse_tres(_grptres(site, account)) == {"cpu": 24, "mem": 253_952, "gres/gpu:a100": 2}

@@ -296,3 +296,80 @@ def test_the_flat_file_reader_refuses_what_it_does_not_know():
         parse_flat_file("Cluster - 'c1'\nCoordinator - 'x'\n")
     with pytest.raises(ValueError):
         parse_flat_file("Account - 'a:Description=x\n")
+
+
+# -- CPU and memory in GrpTRES (DESIGN §15): each flavor's per-unit share × its cap
+
+PER_GPU = {"cpu_millicores_per_unit": 12_000, "memory_mib_per_unit": 126_976}  # 96 cores, 992 GiB / 8
+MACHINE = frozenset({A100, "cpu", "mem"})
+
+
+def machine_state(**kw) -> PortalState:
+    limits = tuple(replace(row, **PER_GPU) for row in state().limits)
+    return state(limits=limits, tres=MACHINE, **kw)
+
+
+def test_cpu_and_memory_caps_are_the_flavors_share_times_its_gpu_cap():
+    d = desired_state(machine_state(), N)
+    # Vision1: 8 GPUs + 2 it may borrow = 10 GPUs' worth of cores and memory.
+    assert d.accounts["gp_vision1"].limit_map() == {A100: 10, "cpu": 120, "mem": 10 * 126_976}
+    assert d.accounts["gp_ai"].limit_map() == {A100: 16, "cpu": 192, "mem": 16 * 126_976}
+    # No cap on the GPUs (no borrow limit): none on what comes with them.
+    assert d.accounts["gp_chat"].limit_map() == {A100: None, "cpu": None, "mem": None}
+
+
+def test_a_flavor_without_machine_figures_leaves_cpu_and_memory_uncapped():
+    limits = (
+        QuotaLimit("project", "Vision1", A100, Decimal(8), Decimal(0), **PER_GPU),
+        QuotaLimit("project", "Vision1", H800, Decimal(8), Decimal(0)),
+    )
+    d = desired_state(state(limits=limits, tres=MACHINE | {H800}), N)
+    assert d.accounts["gp_vision1"].limit_map() == {A100: 8, H800: 8, "cpu": None, "mem": None}
+
+
+def test_a_cpu_flavors_quota_is_cores_and_brings_its_memory():
+    limits = (
+        QuotaLimit("project", "Vision1", "cpu", Decimal(64), Decimal(0), 1000, 4096),
+        QuotaLimit("project", "Vision1", A100, Decimal(2), Decimal(0), **PER_GPU),
+    )
+    d = desired_state(state(limits=limits, tres=MACHINE), N)
+    assert d.accounts["gp_vision1"].limit_map() == {A100: 2, "cpu": 64 + 24, "mem": 64 * 4096 + 2 * 126_976}
+
+
+def test_a_fractional_share_of_cores_is_rounded_down_and_said_so():
+    limits = (QuotaLimit("project", "chat", A100, Decimal(7), Decimal(0), 1714, 18_139),)
+    d = desired_state(state(limits=limits, tres=MACHINE), N)
+    assert d.accounts["gp_chat"].limit_map()["cpu"] == 11  # 7 × 1.714 = 11.998 cores
+    assert any("cpu cap 11.998 rounded down to 11 (whole cores)" in n for n in d.notes)
+
+
+def test_grptres_carries_cpu_and_memory_in_mib_and_their_drift_is_repaired():
+    d = desired_state(machine_state(), N)
+    scratch = plan(d, SlurmState(tres=d.tres), "c1", N).commands
+    assert "add account gp_vision1 cluster=c1 parent=gp_cv description='gpupool project Vision1' " \
+           "grptres=cpu=120,gres/gpu:a100=10,mem=1269760M" in scratch
+    # Slurm shows memory with a unit; a cap changed behind the portal's back is drift.
+    assoc = "gp_vision1||gp_cv|cpu=100,gres/gpu:a100=10,mem=1000G||\n"
+    current = parse_current(assoc, "", "", N, d.tres)
+    assert current.accounts["gp_vision1"].limit_map() == {A100: 10, "cpu": 100, "mem": 1000 * 1024}
+    current.accounts.update({k: v for k, v in d.accounts.items() if k != "gp_vision1"})
+    current.associations, current.qos = dict(d.associations), dict(d.qos)
+    current.default_accounts = dict(d.default_accounts)
+    p = plan(d, current, "c1", N)
+    assert p.commands == ["modify account where name=gp_vision1 cluster=c1 set grptres=cpu=120,mem=1269760M"]
+    [change] = p.changes
+    assert (change.before["grptres"]["cpu"], change.after["grptres"]["cpu"]) == (100, 120)
+
+
+def test_without_machine_figures_cpu_and_memory_limits_are_the_sites():
+    d = desired_state(state(), N)  # tres: the GRES only
+    assoc = "gp_vision1||gp_cv|cpu=50,gres/gpu:a100=10,mem=100G||\n"
+    current = parse_current(assoc, "", "", N, d.tres)
+    assert current.accounts["gp_vision1"].limit_map() == {A100: 10}
+    assert not any("cpu" in c or "mem" in c for c in plan(d, current, "c1", N).commands)
+
+
+def test_the_flat_file_carries_cpu_and_memory():
+    d = desired_state(machine_state(), N)
+    _cluster, accounts, _users = parse_flat_file(flat_file(d, "c1", N))
+    assert accounts["gp_vision1"][1]["GrpTRES"] == "cpu=120,gres/gpu:a100=10,mem=1269760M"

@@ -70,6 +70,21 @@ def test_demo_centre_is_believable():
     assert User.objects.annotate(n=Count("memberships")).filter(n=0).exists()  # an outsider
 
 
+def test_demo_nodes_are_realistic_machines_and_a_reseed_keeps_what_a_node_has():
+    call_command("seed_demo")
+    assert not Node.objects.filter(cpu_millicores__isnull=True).exists()
+    a100 = Node.objects.get(name="a100-s1-l1-n1")
+    # An 8-GPU server: 96+ cores, 1 TiB, local disk, with what the node keeps for itself taken off.
+    assert a100.gpu_count == 8 and a100.cpu_millicores_capacity >= 96_000
+    assert a100.memory_mib_capacity == 1024 * 1024 and a100.memory_mib < a100.memory_mib_capacity
+    assert a100.local_disk_gib and (a100.driver_version, a100.cuda_version) == ("535.104.05", "12.2")
+    # Create-only: what a node holds now (a sync read it from its backend) stays on a reseed.
+    Node.objects.filter(pk=a100.pk).update(cpu_millicores=64_000, memory_mib=None, driver_version="550.54.15")
+    call_command("seed_demo")
+    a100.refresh_from_db()
+    assert (a100.cpu_millicores, a100.memory_mib, a100.driver_version) == (64_000, None, "550.54.15")
+
+
 def test_demo_quota_tree_satisfies_every_level_rule():
     """Checked independently of the services: rebuild each level from the rows."""
     call_command("seed_demo")

@@ -110,6 +110,9 @@ class JobSpec:
     cpu_millicores: int | None = None
     memory_mib: int | None = None
     local_disk_gib: int | None = None
+    # A job of a ``cpu`` flavor (DESIGN §15): its units are cores, asked as CPU (Slurm
+    # --cpus-per-task, Kubernetes ``cpu``) and never as a device (no --gres, no device resource).
+    cpu_only: bool = False
 
 
 # Backend-neutral job phases reported by status().
@@ -143,11 +146,22 @@ class JobStatus:
     time_source: str = PORTAL_CLOCK
 
 
+# The flavor hint of a node without accelerators (docs/resources.md "CPU-only work"): the inventory
+# sync reads it as a node of a ``cpu`` flavor, its units its allocatable cores.
+CPU_HINT = "cpu"
+
+
+def cpu_units(cpu_millicores: int | None, capacity: int | None = None) -> int:
+    """A GPU-less node's units: its whole allocatable cores (else its capacity's), 0 unknown."""
+    figure = cpu_millicores if cpu_millicores is not None else capacity
+    return (figure or 0) // 1000
+
+
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
     name: str
     flavor_hint: str  # GRES type / resource name / simulator flavor, mapped to a Flavor by the sync
-    gpus: int
+    gpus: int  # units of its flavor: GPUs, slices — or, on a node without accelerators, its cores
     state: str  # ready | cordoned | down
     zone: str = ""
     spine: str = ""

@@ -17,6 +17,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from jobs.clusters.backends.base import (
     CANCELLED,
+    CPU_HINT,
     FAILED,
     LOST,
     PENDING,
@@ -24,6 +25,7 @@ from jobs.clusters.backends.base import (
     SUCCEEDED,
     JobStatus,
     NodeInfo,
+    cpu_units,
 )
 
 # Extended resources counted as accelerators, in the order a node's capacity is searched.
@@ -224,13 +226,23 @@ def gpu_resource(capacity: dict[str, Any] | None) -> tuple[str, int] | None:
     return None
 
 
+# A control plane's node runs the cluster, not jobs (kubeadm taints it NoSchedule): never a CPU node.
+CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+
+
 def node_info(node: Any) -> NodeInfo | None:
-    """The node as the portal sees it, or None for a node without accelerators."""
+    """The node as the portal sees it: a node without accelerators is a CPU node (hint ``cpu``,
+    its allocatable cores its units); None for a node without accelerators that is a control-plane
+    node or reports no cores."""
+    labels = node.metadata.labels or {}
+    machine = machine_of(node.status, labels)
     found = gpu_resource(node.status.capacity if node.status else None)
     if found is None:
-        return None
+        cores = cpu_units(machine["cpu_millicores"], machine["cpu_millicores_capacity"])
+        if cores < 1 or any(key in labels for key in CONTROL_PLANE_LABELS):
+            return None  # no units to offer (no status yet), or the control plane
+        found = CPU_HINT, cores
     resource, count = found
-    labels = node.metadata.labels or {}
     cards = labels.get(GFD_GPU_COUNT, "")
     if (
         resource in ("nvidia.com/gpu", "nvidia.com/gpu.shared")
@@ -253,7 +265,7 @@ def node_info(node: Any) -> NodeInfo | None:
         zone=labels.get("topology.kubernetes.io/zone", ""),
         spine=labels.get("gpupool.io/spine", ""),
         leaf=labels.get("gpupool.io/leaf", ""),
-        **machine_of(node.status, labels),
+        **machine,
     )
 
 

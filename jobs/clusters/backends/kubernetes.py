@@ -133,7 +133,8 @@ def resources_for(spec: JobSpec, sharing: Sharing = k8s_sharing.DEFAULT) -> dict
     (:mod:`jobs.clusters.backends.k8s_sharing`) and the worker's CPU, memory and local disk, each
     with its request equal to its limit: with cpu and memory so set the pod is Guaranteed QoS
     (the last evicted under memory pressure, its cores its own under the static CPU manager)."""
-    resources = k8s_sharing.resources_for(spec, sharing)
+    # A CPU-only job's units are cores: its ``cpu`` is its request (machine_quantities), no device.
+    resources = {} if spec.cpu_only else k8s_sharing.resources_for(spec, sharing)
     machine = machine_quantities(spec)
     if not machine:
         return resources

@@ -12,7 +12,7 @@ from jobs.clusters.backends.base import Backend
 
 DEFAULT_SIMULATOR_URL = "http://127.0.0.1:9400"
 # Cluster.config keys a Slurm cluster passes on to SlurmBackend as they are.
-SLURM_OPTIONS = ("secrets_dir", "login_host", "shards_per_gpu")
+SLURM_OPTIONS = ("secrets_dir", "login_host", "shards_per_gpu", "cpu_partition")
 
 
 def is_simulated(kind: str, config: dict) -> bool:

@@ -19,6 +19,10 @@ How portal concepts map onto Slurm:
   / 1000⌉ (8 shards per GPU: one shard is 125 thousandths). gres.conf binds each GPU's shards to it,
   and Slurm never gives a device out whole and in shards at once. Slurm 22.05 cannot be told *which*
   GPU's shards to use: the node is the placement's, the GPU on it Slurm's choice.
+* A job of a ``cpu`` flavor (``spec.cpu_only``) asks its units as cores, ``--cpus-per-task=<units>``
+  per task and no ``--gres``, in ``cpu_partition`` where the cluster keeps its GPU-less nodes in a
+  partition of their own. A node without GPU GRES is listed with the hint ``cpu`` and its allocatable
+  cores as its units (the inventory sync maps it to the cpu flavor).
 * Slurm does not requeue our jobs (``--no-requeue``): the portal decides what a node failure means
   (checkpointing jobs are requeued by the portal, others fail), so Slurm reports NODE_FAIL.
 * Cancel with a grace period sends the grace signal to the job's processes (``scancel --signal``)
@@ -52,6 +56,7 @@ from pathlib import Path
 
 from jobs.clusters.backends.base import (
     CANCELLED,
+    CPU_HINT,
     FAILED,
     LOST,
     PENDING,
@@ -63,6 +68,7 @@ from jobs.clusters.backends.base import (
     JobStatus,
     LogTail,
     NodeInfo,
+    cpu_units,
 )
 from jobs.clusters.backends.logfile import chunks, tail
 from jobs.clusters.backends.slurm_env import env_key, environment_lines
@@ -146,6 +152,8 @@ class SlurmBackend:
     (``<secrets_dir>/<project>/<secret>/<key>``); ``login_host`` the host users ssh into (the
     centre's login node), for a dev job's tunnel. ``shards_per_gpu`` is how many ``gres/shard`` the
     cluster's gres.conf gives each GPU (0: no shards; shared jobs then take whole GPUs).
+    ``cpu_partition`` is the partition of the GPU-less nodes, where CPU-only jobs go (None: the
+    same as GPU jobs); the inventory lists it beside ``partition``.
     """
 
     def __init__(
@@ -163,6 +171,7 @@ class SlurmBackend:
         secrets_dir: str = DEFAULT_SECRETS_DIR,
         login_host: str = DEFAULT_LOGIN_HOST,
         shards_per_gpu: int = SHARDS_PER_GPU,
+        cpu_partition: str | None = None,
     ) -> None:
         self.slurm_conf = str(slurm_conf)
         self.partition = partition
@@ -177,6 +186,7 @@ class SlurmBackend:
         self.secrets_dir = str(secrets_dir)
         self.login_host = login_host
         self.shards_per_gpu = int(shards_per_gpu)
+        self.cpu_partition = cpu_partition
         self.env = {
             "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
             "HOME": os.environ.get("HOME", "/"),
@@ -235,7 +245,7 @@ class SlurmBackend:
     def list_nodes(self) -> list[NodeInfo]:
         args = ["sinfo", "-h", "-N", "-o", "%N|%G|%T|%f|%E"]
         if self.partition:
-            args += ["-p", self.partition]
+            args += ["-p", ",".join(filter(None, (self.partition, self.cpu_partition)))]
         nodes: dict[str, NodeInfo] = {}
         for line in self._run(args).splitlines():
             if line.strip():
@@ -243,7 +253,7 @@ class SlurmBackend:
                 nodes.setdefault(node.name, node)  # sinfo -N prints a node once per partition
         machines = self._machines()
         return sorted(
-            (replace(node, **machines.get(node.name, {})) for node in nodes.values()),
+            (_with_cores(replace(node, **machines.get(node.name, {}))) for node in nodes.values()),
             key=lambda n: _natural_key(n.name),
         )
 
@@ -372,8 +382,9 @@ class SlurmBackend:
         opts = ["-J", spec.name, "-D", str(workdir), "-o", str(workdir / "slurm-%j.out")]
         opts += self._layout(spec)
         opts += self._machine(spec)
-        if self.partition:
-            opts += ["-p", self.partition]
+        partition = (self.cpu_partition or self.partition) if spec.cpu_only else self.partition
+        if partition:
+            opts += ["-p", partition]
         if spec.max_runtime_seconds:
             opts.append(f"--time={_minutes(spec.max_runtime_seconds)}")
         if spec.checkpointing:
@@ -388,11 +399,13 @@ class SlurmBackend:
     def _layout(self, spec: JobSpec) -> list[str]:
         """Node count, tasks and GRES: one task per worker, on the placement's nodes."""
         gres, count = self._layout_gres(spec)
+        # A CPU-only job's units are the cores of --cpus-per-task (_machine): no device to ask.
+        devices = [] if spec.cpu_only else [f"--gres={gres}:{count}"]
         per_node = self._per_node(spec)
         if not per_node:
-            return [f"--nodes={spec.workers}", "--ntasks-per-node=1", f"--gres={gres}:{count}"]
+            return [f"--nodes={spec.workers}", "--ntasks-per-node=1", *devices]
         most = max(per_node.values())
-        opts = [f"--nodes={len(per_node)}", f"--ntasks-per-node={most}", f"--gres={gres}:{count}"]
+        opts = [f"--nodes={len(per_node)}", f"--ntasks-per-node={most}", *devices]
         if most > 1:
             # Workers of a node share its GPUs (CUDA_VISIBLE_DEVICES lists them all; a worker takes
             # its slice by SLURM_LOCALID). GRES is per node in Slurm, so with an uneven spread
@@ -440,7 +453,7 @@ class SlurmBackend:
         shard request (``shard:a100:4``: "Invalid generic resource specification"), but takes the
         same shards untyped. Whole-GPU steps inherit the job's GRES as they are."""
         gres, count = self._layout_gres(spec)
-        return f"--gres=shard:{count} " if gres.startswith("shard") else ""
+        return f"--gres=shard:{count} " if gres.startswith("shard") and not spec.cpu_only else ""
 
     @staticmethod
     def _step_cpus(spec: JobSpec) -> str:
@@ -620,6 +633,8 @@ class SlurmBackend:
         )
 
     def _flavor_hint(self, gres_type: str) -> str:
+        if not gres_type:
+            return CPU_HINT  # no GPU GRES: a CPU node (its units are set from its cores)
         for portal_name, cluster_gres in self.gres_map.items():
             if cluster_gres == gres_type:
                 return portal_name
@@ -627,6 +642,13 @@ class SlurmBackend:
 
 
 # ---- parsing helpers (pure) --------------------------------------------------------------------------
+
+
+def _with_cores(node: NodeInfo) -> NodeInfo:
+    """A GPU-less node's units are its allocatable cores (0 where Slurm reports none)."""
+    if node.flavor_hint != CPU_HINT:
+        return node
+    return replace(node, gpus=cpu_units(node.cpu_millicores, node.cpu_millicores_capacity))
 
 
 def cores(millicores: int) -> int:
