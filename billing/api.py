@@ -129,6 +129,11 @@ class LineOut(serializers.ModelSerializer):
             "card_seconds",
             "normalised_card_hours",
             "normalised_card_seconds",
+            "resource",
+            "core_hours",
+            "core_seconds",
+            "gib_hours",
+            "mib_seconds",
             "amount",
             "period_start",
             "period_end",
@@ -194,6 +199,10 @@ class EstimateLineOut(serializers.Serializer):
     unit_price = serializers.SerializerMethodField()
     card_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
     normalised_card_hours = serializers.DecimalField(max_digits=20, decimal_places=6, allow_null=True)
+    # What the line bills (DESIGN §15): card, or CPU / memory beyond the share ("core", "gib").
+    resource = serializers.CharField()
+    core_hours = serializers.DecimalField(max_digits=20, decimal_places=6, allow_null=True)
+    gib_hours = serializers.DecimalField(max_digits=20, decimal_places=6, allow_null=True)
     amount = serializers.DecimalField(max_digits=16, decimal_places=2, allow_null=True)
 
     def get_username(self, line) -> str | None:
