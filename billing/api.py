@@ -325,6 +325,8 @@ class UsageExplorerRowOut(serializers.Serializer):
     labels = serializers.SerializerMethodField(help_text="{dimension: readable name}")
     card_hours = serializers.SerializerMethodField()
     normalised_card_hours = serializers.SerializerMethodField()
+    core_hours = serializers.SerializerMethodField(help_text="CPU the allocations held (DESIGN §15)")
+    gib_hours = serializers.SerializerMethodField(help_text="memory the allocations held, GiB × hours")
     cost = serializers.SerializerMethodField(help_text="Decimal string; null when money is not shown")
     unpriced = serializers.BooleanField()
     sampled_card_hours = serializers.SerializerMethodField()
@@ -348,6 +350,12 @@ class UsageExplorerRowOut(serializers.Serializer):
 
     def get_normalised_card_hours(self, row) -> str:
         return str(row.normalised_card_hours)
+
+    def get_core_hours(self, row) -> str:
+        return str(row.core_hours)
+
+    def get_gib_hours(self, row) -> str:
+        return str(row.gib_hours)
 
     def get_cost(self, row) -> str | None:
         return _dec(row.cost) if self.context["money"] else None

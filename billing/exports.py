@@ -336,6 +336,8 @@ USAGE_COLUMNS = (
     "jobs_started",
     "wait_mean_minutes",
     "wait_p95_minutes",
+    "core_hours",  # issue 33: the CPU and memory the allocations held (added at the end)
+    "gib_hours",
 )
 USAGE_FORMATS = {
     "card_hours": "0.000000",
@@ -347,6 +349,8 @@ USAGE_FORMATS = {
     "jobs_started": "0",
     "wait_mean_minutes": "0.0",
     "wait_p95_minutes": "0.0",
+    "core_hours": "0.000000",
+    "gib_hours": "0.000000",
 }
 
 
@@ -367,6 +371,8 @@ def usage_values(row, report) -> list:
         row.jobs_started,
         _minutes(row.wait_mean_minutes),
         _minutes(row.wait_p95_minutes),
+        row.core_hours,
+        row.gib_hours,
     ]
 
 

@@ -116,8 +116,10 @@ class Line:
 
     @property
     def priced_seconds(self) -> Decimal:
-        """What the rate multiplies: normalised card-seconds when the centre prices them and the
-        line has them, else plain card-seconds."""
+        """What the rate multiplies: core-/MiB-seconds on a CPU / memory line; normalised
+        card-seconds when the centre prices them and the line has them, else plain card-seconds."""
+        if self.resource != CARD:
+            return self.resource_seconds or Decimal(0)
         if self.price_normalised and self.normalised_card_seconds is not None:
             return self.normalised_card_seconds
         return self.card_seconds
@@ -127,9 +129,13 @@ class Line:
         """Rounded from the exact (normalised) card-seconds, not from the displayed card-hours."""
         if self.period is None:
             return None
-        if self.resource != CARD:  # one division, last: exact up to the rounding
-            return money((self.resource_seconds or 0) * self.period.price / PER_HOUR[self.resource])
-        return money(self.priced_seconds * self.period.price / SECONDS_PER_HOUR)
+        return priced(self.priced_seconds, self.period.price, self.resource)
+
+
+def priced(seconds: Decimal, price: Decimal, resource: str = CARD) -> Decimal:
+    """``seconds`` of a resource (card-, core- or MiB-seconds) at ``price`` per its unit-hour, by
+    the one rounding rule; the one division comes last."""
+    return money(seconds * price / PER_HOUR.get(resource, SECONDS_PER_HOUR))
 
 
 def periods_from(rates: Iterable[tuple[datetime, Decimal, int | None]]) -> list[RatePeriod]:
