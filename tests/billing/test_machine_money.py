@@ -4,6 +4,7 @@ include priced by core-hour and GiB-hour rates, on statements and the chargeback
 after a close like card-hours."""
 
 import io
+import json
 from datetime import date
 from decimal import ROUND_HALF_UP, Decimal
 
@@ -14,12 +15,15 @@ from openpyxl import load_workbook
 
 from billing import exports, pricing
 from billing.admin import RateForm
+from billing.budgets import budget_statuses
 from billing.meter import usage_meter
-from billing.models import LineKind, Rate, StatementLine, UsageDay, UsageRecord
+from billing.models import Budget, LineKind, Rate, StatementLine, UsageDay, UsageRecord
 from billing.services import rate_create, rate_validate, statement_close_month
+from billing.usage import UsageQuery, usage_report
 from jobs.models import Job
 
 from .conftest import local, rates
+from .test_reports import client_for  # noqa: F401 - a fixture
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english")]
 NOV, DEC = date(2026, 11, 1), date(2026, 12, 1)
@@ -229,3 +233,44 @@ def test_pricing_a_gib_line_rounds_once_from_the_exact_mib_seconds():
     assert (line.gib_hours, line.core_hours, line.card_seconds) == (Decimal("2.500000"), None, 0)
     expected = (Decimal("2.5") * Decimal("0.0199")).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
     assert line.amount == expected == Decimal("0.05")  # 0.04975 half-up
+
+
+def test_the_usage_explorer_its_csv_and_api_show_core_and_gib_hours_and_cost_them_as_the_statement(
+    world, month, api
+):
+    statement_close_month(month=NOV, now=local(2026, 12, 2))
+    query = UsageQuery(local(2026, 11, 1), local(2026, 12, 1), ("project",))
+    report = usage_report(world.users["platform"], query, "CNY")
+    row = next(r for r in report.rows if r.key == (world.pa1.pk,))
+    assert row.core_hours == Decimal("2811.813333")  # 2 × 48 cores × 105,443 s
+    assert row.gib_hours == pricing.display_hours(Decimal(2 * 300000 * HEAVY_SECONDS) / 1024)
+    statement = StatementLine.objects.filter(statement__month=NOV, project=world.pa1, kind=LineKind.USAGE)
+    assert row.cost == sum(statement.values_list("amount", flat=True)) == Decimal("3166.92")
+    text = exports.usage_file(report, "csv", bom=False).decode()
+    header, *lines = text.splitlines()
+    assert header.endswith(",core_hours,gib_hours")
+    assert any(line.split(",")[-2] == "2811.813333" for line in lines)
+    body = api(world.users["platform"]).get(
+        "/api/v1/usage/", {"start": "2026-11-01", "end": "2026-12-01", "group_by": "project"}
+    ).json()
+    found = next(r for r in body["rows"] if r["group"] == {"project": world.pa1.pk})
+    assert (found["core_hours"], found["cost"]) == ("2811.813333", "3166.92")
+
+
+def test_a_money_budget_counts_the_cpu_and_memory_lines(world, month):
+    budget = Budget.objects.create(project=world.pa1, amount=Decimal("3200.00"))
+    status = budget_statuses([budget], now=local(2026, 11, 30, 23))[budget.pk]
+    assert status.used_money == Decimal("2811.81") + Decimal("328.04") + Decimal("27.07")
+    assert status.money_percent == 98  # the cards alone would be 87 %
+
+
+def test_the_reports_page_charts_core_and_gib_hours_by_department(world, month, client_for):
+    response = client_for("platform").get("/reports/", {"month": "2026-11"})
+    assert response.status_code == 200
+    machine = response.context["machine"]
+    figure = json.loads(machine["figure"])
+    names = [trace["name"] for trace in figure["data"]]
+    assert names == ["Core-hours", "Core-hours beyond the share", "GiB-hours", "GiB-hours beyond the share"]
+    by_department = dict(zip(figure["data"][0]["x"], figure["data"][0]["y"], strict=True))
+    assert by_department[world.A1.name] == 2811.813  # pa1's heavy job
+    assert b'id="machine-hours"' in response.content
