@@ -23,7 +23,6 @@ from billing.usage import UsageQuery, usage_report
 from jobs.models import Job
 
 from .conftest import local, rates
-from .test_reports import client_for  # noqa: F401 - a fixture
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("english")]
 NOV, DEC = date(2026, 11, 1), date(2026, 12, 1)
@@ -67,8 +66,8 @@ def month(world, history):
 
 def sums(job) -> dict[str, Decimal]:
     rows = UsageRecord.objects.filter(job=job)
-    return {f: sum(rows.values_list(f, flat=True), Decimal(0))
-            for f in ("card_seconds", "core_seconds", "mib_seconds", "extra_core_seconds", "extra_mib_seconds")}
+    fields = ("card_seconds", "core_seconds", "mib_seconds", "extra_core_seconds", "extra_mib_seconds")
+    return {f: sum(rows.values_list(f, flat=True), Decimal(0)) for f in fields}
 
 
 def test_the_ledger_holds_core_and_mib_seconds_of_the_request_times_the_allocation_to_the_second(month):
@@ -98,7 +97,6 @@ def test_the_ledger_holds_core_and_mib_seconds_of_the_request_times_the_allocati
 
 
 def test_only_the_request_beyond_the_share_is_priced_on_the_statement(world, month):
-    heavy, _modest, _lent = month
     statement_close_month(month=NOV, now=local(2026, 12, 2))
     lines = StatementLine.objects.filter(statement__month=NOV, kind=LineKind.USAGE)
     core = lines.get(resource="core")
@@ -124,7 +122,8 @@ def test_only_the_request_beyond_the_share_is_priced_on_the_statement(world, mon
 def test_the_chargeback_xlsx_carries_core_and_gib_hours_and_their_amounts(month):
     statement_close_month(month=NOV, now=local(2026, 12, 2))
     data = exports.render(exports.chargeback_rows(NOV), "xlsx")
-    found = [list(r) for r in load_workbook(io.BytesIO(data), read_only=True).active.iter_rows(values_only=True)]
+    sheet = load_workbook(io.BytesIO(data), read_only=True).active
+    found = [list(r) for r in sheet.iter_rows(values_only=True)]
     header = found[0]
     assert header[-3:] == ["resource", "core_hours", "gib_hours"]
     col = {name: header.index(name) for name in ("resource", "core_hours", "gib_hours", "amount", "rate")}
@@ -167,19 +166,23 @@ def test_a_correction_after_the_close_adjusts_core_and_gib_hours_like_card_hours
     assert by["gib"].mib_seconds == -(200000 - 131072) * 2 * 86400
     assert by["gib"].gib_hours == Decimal("-3231.000000")  # 68,928 MiB × 48 h ÷ 1024
     assert by["gib"].amount == Decimal("-40.39")  # 3,231 × 0.0125 = 40.3875 → half-up in magnitude
-    # Reversals negate the charge's figures; the ledger refuses one that does not.
+    # Reversals negate the charge's figures.
     reversal = UsageRecord.objects.filter(job=job, reverses__isnull=False).first()
     assert reversal.core_seconds == -reversal.reverses.core_seconds < 0
-    with pytest.raises(DatabaseError), transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO billing_usagerecord (job_id, segment_start, segment_end, hour_start, month, flavor_id,"
-            " project_id, department_id, user_id, priority_class_id, tier, gpu_count, card_seconds,"
-            " core_seconds, extra_core_seconds, revision, reverses_id, metered_at)"
-            " SELECT job_id, segment_start, segment_end, hour_start, month, flavor_id, project_id,"
-            " department_id, user_id, priority_class_id, tier, gpu_count, -card_seconds, 10, 0, revision,"
-            " NULL, metered_at FROM billing_usagerecord WHERE id = %s",
-            [reversal.reverses_id],
-        )
+    # The ledger holds the part beyond the share within the whole: a charge claiming more beyond
+    # the share than it held is refused (the same row with consistent figures is accepted).
+    copy = (
+        "INSERT INTO billing_usagerecord (job_id, segment_start, segment_end, hour_start, month,"
+        " flavor_id, project_id, department_id, user_id, priority_class_id, tier, gpu_count,"
+        " card_seconds, core_seconds, extra_core_seconds, revision, reverses_id, metered_at)"
+        " SELECT job_id, segment_start, segment_end, hour_start, month, flavor_id, project_id,"
+        " department_id, user_id, priority_class_id, tier, gpu_count, card_seconds, %s, %s,"
+        " revision + %s, NULL, metered_at FROM billing_usagerecord WHERE id = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(copy, [20, 10, 50, reversal.reverses_id])
+    with pytest.raises(DatabaseError, match="usage_machine"), transaction.atomic(), connection.cursor() as c:
+        c.execute(copy, [10, 20, 51, reversal.reverses_id])
 
 
 def test_an_external_jobs_recorded_cpu_and_memory_are_metered_beyond_the_flavors_share(world, history):
@@ -214,7 +217,8 @@ def test_a_rate_may_price_core_or_gib_hours_and_bad_ones_are_clear_errors(world)
         ({"resource": "core"}, "valid_from", "A rate of this flavor, tier and resource already starts then."),
     ]
     for change, field, text in cases:
-        args = {"flavor": world.F, "tier": "standard", "price": Decimal("1"), "valid_from": at, "currency": "CNY"}
+        args = {"flavor": world.F, "tier": "standard", "price": Decimal("1"), "valid_from": at,
+                "currency": "CNY"}
         with pytest.raises(ValidationError) as error:
             rate_validate(**{**args, **change})
         assert error.value.message_dict[field] == [text]
@@ -264,8 +268,9 @@ def test_a_money_budget_counts_the_cpu_and_memory_lines(world, month):
     assert status.money_percent == 98  # the cards alone would be 87 %
 
 
-def test_the_reports_page_charts_core_and_gib_hours_by_department(world, month, client_for):
-    response = client_for("platform").get("/reports/", {"month": "2026-11"})
+def test_the_reports_page_charts_core_and_gib_hours_by_department(world, month, client):
+    client.force_login(world.users["platform"])
+    response = client.get("/reports/", {"month": "2026-11"}, HTTP_ACCEPT_LANGUAGE="en")
     assert response.status_code == 200
     machine = response.context["machine"]
     figure = json.loads(machine["figure"])
