@@ -74,10 +74,11 @@ _SECONDS = "extract(epoch FROM least(s.e, h.h + interval '1 hour') - greatest(s.
 # Core-seconds and MiB-seconds (DESIGN §15 "Metering"): workers × a worker's request (``s.cpu``
 # millicores, ``s.mem`` MiB) × seconds, and the same of the part beyond the share (``s.xcpu``,
 # ``s.xmem``); rounded once like card-seconds. A worker's figures come from Python (``_machine``).
-MACHINE_SECONDS = f"""round(s.workers::numeric * s.cpu * {_SECONDS} / 1000, 6),
-       round(s.workers::numeric * s.mem * {_SECONDS}, 6),
-       round(s.workers::numeric * s.xcpu * {_SECONDS} / 1000, 6),
-       round(s.workers::numeric * s.xmem * {_SECONDS}, 6)"""
+# Most jobs ask nothing beyond the share: a zero figure skips its arithmetic (numeric, per row).
+MACHINE_SECONDS = ",\n       ".join(
+    f"CASE WHEN s.{v} = 0 THEN 0 ELSE round(s.workers::numeric * s.{v} * {_SECONDS}{per}, 6) END"
+    for v, per in (("cpu", " / 1000"), ("mem", ""), ("xcpu", " / 1000"), ("xmem", ""))
+)
 
 _COLUMNS = """job_id, segment_start, segment_end, hour_start, month, flavor_id, project_id, department_id,
     user_id, priority_class_id, tier, gpu_count, card_seconds, relative_throughput, core_seconds, mib_seconds,
