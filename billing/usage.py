@@ -435,12 +435,12 @@ def range_days(start: datetime, end: datetime) -> tuple[date, date]:
 
 _JOB_LEDGER = """
 SELECT u.flavor_id, u.tier, min(u.hour_start), max(u.hour_start), sum(u.card_seconds),
-       sum(u.card_seconds * u.relative_throughput)
+       sum(u.card_seconds * u.relative_throughput), sum(u.extra_core_seconds), sum(u.extra_mib_seconds)
 FROM billing_usagerecord u
 WHERE u.job_id = %(job)s
 GROUP BY u.flavor_id, u.tier, u.month, width_bucket(u.hour_start, %(thresholds)s::timestamptz[])
 HAVING sum(u.card_seconds) <> 0 OR sum(u.card_seconds * u.relative_throughput) <> 0
-    OR sum(u.core_seconds) <> 0 OR sum(u.mib_seconds) <> 0
+    OR sum(u.extra_core_seconds) <> 0 OR sum(u.extra_mib_seconds) <> 0
 """
 
 
@@ -458,18 +458,25 @@ class JobCost:
 
 
 def job_cost_so_far(job, now: datetime) -> JobCost | None:
-    """The job's cost so far: its ledger rows priced as statement lines are, plus — while it
+    """The job's cost so far: its ledger rows priced as statement lines are (CPU and memory beyond
+    the share included, DESIGN §15), plus — while it
     runs — the time since the meter's cursor (or its start, if later) at the rate of its tier in
     force now, rounded by the one rule. None when nothing is priced (no rate, no usage)."""
     schedules = rate_schedules()
     thresholds = [EARLIEST, *sorted({p.valid_from for ps in schedules.values() for p in ps})]
-    usages = [
-        pricing.Usage(key=(flavor, tier), schedule=(flavor, tier), start=first, end=last + HOUR,
-                      card_seconds=seconds, normalised_seconds=normalised)
-        for flavor, tier, first, last, seconds, normalised in _fetch(
-            _JOB_LEDGER, {"job": job.pk, "thresholds": thresholds})
-    ]
-    lines = pricing.price(usages, schedules, normalised=prices_normalised())
+    usages = []
+    for flavor, tier, first, last, seconds, normalised, cores, mib in _fetch(
+        _JOB_LEDGER, {"job": job.pk, "thresholds": thresholds}
+    ):
+        usages.append(pricing.Usage((flavor, tier), (flavor, tier), first, last + HOUR, seconds, normalised))
+        # CPU / memory beyond the share where a rate prices it, as the statement does (billing.lines).
+        for resource, extra in ((pricing.CORE, cores), (pricing.GIB, mib)):
+            schedule = schedule_of(flavor, tier, resource)
+            if extra and schedule in schedules:
+                usages.append(pricing.Usage((flavor, tier, resource), schedule, first, last + HOUR,
+                                            Decimal(0), None, resource, extra))
+    lines = [line for line in pricing.price(usages, schedules, normalised=prices_normalised())
+             if line.resource == pricing.CARD or line.period is not None]
     unpriced = any(line.amount is None for line in lines)
     metered = pricing.total(lines)
     through = meter_state().metered_through

@@ -19,7 +19,7 @@ from billing.budgets import budget_statuses
 from billing.meter import usage_meter
 from billing.models import Budget, LineKind, Rate, StatementLine, UsageDay, UsageRecord
 from billing.services import rate_create, rate_validate, statement_close_month
-from billing.usage import UsageQuery, usage_report
+from billing.usage import UsageQuery, job_cost_so_far, usage_report
 from jobs.models import Job
 
 from .conftest import local, rates
@@ -279,3 +279,11 @@ def test_the_reports_page_charts_core_and_gib_hours_by_department(world, month, 
     by_department = dict(zip(figure["data"][0]["x"], figure["data"][0]["y"], strict=True))
     assert by_department[world.A1.name] == 2811.813  # pa1's heavy job
     assert b'id="machine-hours"' in response.content
+
+
+def test_a_jobs_cost_so_far_includes_its_cpu_and_memory_beyond_the_share(month):
+    heavy, modest, _lent = month
+    cost = job_cost_so_far(Job.objects.get(pk=heavy.pk), local(2026, 12, 2))
+    assert cost.metered == Decimal("2811.81") + Decimal("328.04") + Decimal("27.07")
+    within = job_cost_so_far(Job.objects.get(pk=modest.pk), local(2026, 12, 2))
+    assert within.metered == pricing.money(Decimal(2 * (2 * 3600 + 29 * 60 + 53)) * 12 / 3600)  # cards only
