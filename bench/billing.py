@@ -17,6 +17,9 @@ corrections"): a plain meter run finds and corrects them with reversal rows
 with the adjustment lines naming November (``correction_close_csv_seconds``,
 ``adjustment_lines``). Finally, with a budget on every department and project, what the
 scheduler's per-cycle budget hold costs (``budget_hold_first_ms``, ``budget_hold_cycle_ms``).
+CPU and memory (issue 33): whole-card jobs carry a share per card, a third ask beyond it, and
+core-hour / GiB-hour rates price that part (``ledger_core_hours``, ``ledger_extra_core_hours``,
+``ledger_extra_gib_hours``, ``core_gib_lines``).
 Prints one JSON object. ``--quick``: 10,000 jobs; ``--jobs 1000000``: the large month (the
 target there is the meter: ≤ 5 min).
 Needs DATABASE_URL and REDIS_URL.
@@ -73,6 +76,9 @@ def _populate(jobs: int, seed: int) -> None:
             Rate.objects.create(
                 flavor=flavor, tier="on_loan", price=price * factor * Decimal("0.8"), valid_from=valid_from
             )
+    # CPU and memory beyond the share, in quota (issue 33): priced on the whole cards.
+    for resource, price in (("core", Decimal("0.20")), ("gib", Decimal("0.01"))):
+        Rate.objects.create(flavor=whole, tier="standard", resource=resource, price=price, valid_from=start)
     prio = PriorityClass.objects.create(name="training", value=100)
     users = User.objects.bulk_create(User(username=f"u{i:02d}") for i in range(50))
     projects = []
@@ -109,6 +115,7 @@ def _populate(jobs: int, seed: int) -> None:
             )
         )
     Job.objects.bulk_create(rows, batch_size=5000)
+    _machine_requests(whole.pk)
     events = []
     for job, began in zip(rows, plan, strict=True):
         events += _events(job, began, rng)
@@ -116,6 +123,23 @@ def _populate(jobs: int, seed: int) -> None:
             JobEvent.objects.bulk_create(events, batch_size=10_000)
             events = []
     JobEvent.objects.bulk_create(events, batch_size=10_000)
+
+
+def _machine_requests(flavor_id: int) -> None:
+    """CPU and memory (issue 33): every whole-card job comes with a share of 12 cores and 128 GiB a
+    card, one in three asks 1.5 × that (so its ledger rows carry core- and MiB-seconds beyond the
+    share). Deterministic and drawn from no random stream: the jobs and events are those of a run
+    without it, so a base without CPU metering is timed on the same month."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """UPDATE jobs_job SET unit_share = '{"cpu_millicores": 12000, "memory_mib": 131072}'::jsonb,
+                   cpu_millicores = CASE WHEN id %% 3 = 0 THEN 18000 * gpus_per_worker END,
+                   memory_mib = CASE WHEN id %% 3 = 0 THEN 196608 * gpus_per_worker END
+               WHERE flavor_id = %s""",
+            [flavor_id],
+        )
 
 
 def _events(job, began: datetime, rng: random.Random) -> list:
@@ -158,10 +182,11 @@ def _events(job, began: datetime, rng: random.Random) -> list:
 def run(jobs: int) -> dict:
     with scratch_django():
         from django.db import connection
+        from django.db.models import Sum
 
         from billing import exports
         from billing.meter import usage_meter
-        from billing.models import UsageRecord
+        from billing.models import StatementLine, UsageRecord
         from billing.services import statement_close_month
 
         started = time.perf_counter()
@@ -175,6 +200,9 @@ def run(jobs: int) -> dict:
         report = usage_meter(now=now)
         meter_s = time.perf_counter() - t0
         ledger_rows = UsageRecord.objects.count()
+        machine = UsageRecord.objects.aggregate(
+            core=Sum("core_seconds"), extra=Sum("extra_core_seconds"), mib=Sum("extra_mib_seconds")
+        )
 
         t0 = time.perf_counter()
         close = statement_close_month(month=MONTH, now=now)
@@ -192,6 +220,11 @@ def run(jobs: int) -> dict:
             "jobs": jobs,
             "ledger_rows": ledger_rows,
             "meter_seconds": round(meter_s, 2),
+            "ledger_core_hours": str(round((machine["core"] or 0) / 3600, 2)),
+            "ledger_extra_core_hours": str(round((machine["extra"] or 0) / 3600, 2)),
+            "ledger_extra_gib_hours": str(round((machine["mib"] or 0) / 3600 / 1024, 2)),
+            "core_gib_lines": StatementLine.objects.filter(statement__month=MONTH).exclude(
+                resource="card").count(),
             "close_csv_seconds": round(close_csv_s, 2),
             "xlsx_seconds": round(xlsx_s, 2),
             **corrections,

@@ -15,7 +15,7 @@ from .services import rate_validate
 class RateForm(forms.ModelForm):
     class Meta:
         model = Rate
-        fields = ["flavor", "tier", "price", "valid_from", "note"]
+        fields = ["flavor", "tier", "resource", "price", "valid_from", "note"]
 
     def clean(self):
         data = super().clean()
@@ -27,6 +27,7 @@ class RateForm(forms.ModelForm):
                     price=data["price"],
                     valid_from=data["valid_from"],
                     currency=settings.GPUPOOL["CURRENCY"],
+                    resource=data.get("resource") or "card",
                 )
             except ValidationError as error:
                 for field, messages in error.message_dict.items():
@@ -37,8 +38,8 @@ class RateForm(forms.ModelForm):
 @admin.register(Rate)
 class RateAdmin(PlatformModelAdmin):
     form = RateForm
-    list_display = ["flavor", "tier", "price", "currency", "valid_from", "note"]
-    list_filter = ["flavor", "tier"]
+    list_display = ["flavor", "tier", "resource", "price", "currency", "valid_from", "note"]
+    list_filter = ["flavor", "tier", "resource"]
 
     def has_change_permission(self, request, obj=None):
         return obj is None and super().has_change_permission(request, obj)

@@ -129,6 +129,11 @@ class LineOut(serializers.ModelSerializer):
             "card_seconds",
             "normalised_card_hours",
             "normalised_card_seconds",
+            "resource",
+            "core_hours",
+            "core_seconds",
+            "gib_hours",
+            "mib_seconds",
             "amount",
             "period_start",
             "period_end",
@@ -194,6 +199,10 @@ class EstimateLineOut(serializers.Serializer):
     unit_price = serializers.SerializerMethodField()
     card_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
     normalised_card_hours = serializers.DecimalField(max_digits=20, decimal_places=6, allow_null=True)
+    # What the line bills (DESIGN §15): card, or CPU / memory beyond the share ("core", "gib").
+    resource = serializers.CharField()
+    core_hours = serializers.DecimalField(max_digits=20, decimal_places=6, allow_null=True)
+    gib_hours = serializers.DecimalField(max_digits=20, decimal_places=6, allow_null=True)
     amount = serializers.DecimalField(max_digits=16, decimal_places=2, allow_null=True)
 
     def get_username(self, line) -> str | None:
@@ -316,6 +325,8 @@ class UsageExplorerRowOut(serializers.Serializer):
     labels = serializers.SerializerMethodField(help_text="{dimension: readable name}")
     card_hours = serializers.SerializerMethodField()
     normalised_card_hours = serializers.SerializerMethodField()
+    core_hours = serializers.SerializerMethodField(help_text="CPU the allocations held (DESIGN §15)")
+    gib_hours = serializers.SerializerMethodField(help_text="memory the allocations held, GiB × hours")
     cost = serializers.SerializerMethodField(help_text="Decimal string; null when money is not shown")
     unpriced = serializers.BooleanField()
     sampled_card_hours = serializers.SerializerMethodField()
@@ -339,6 +350,12 @@ class UsageExplorerRowOut(serializers.Serializer):
 
     def get_normalised_card_hours(self, row) -> str:
         return str(row.normalised_card_hours)
+
+    def get_core_hours(self, row) -> str:
+        return str(row.core_hours)
+
+    def get_gib_hours(self, row) -> str:
+        return str(row.gib_hours)
 
     def get_cost(self, row) -> str | None:
         return _dec(row.cost) if self.context["money"] else None

@@ -229,7 +229,8 @@ def _covered_projects(keys: Collection[Key], parents: dict[int, int | None]) -> 
 _LEDGER_DAYS = """
 SELECT u.department_id, u.project_id, u.user_id, u.flavor_id, u.tier,
        (u.hour_start AT TIME ZONE %(zone)s)::date AS day,
-       min(u.hour_start), max(u.hour_start), sum(u.card_seconds), sum(u.card_seconds * u.relative_throughput)
+       min(u.hour_start), max(u.hour_start), sum(u.card_seconds), sum(u.card_seconds * u.relative_throughput),
+       sum(u.extra_core_seconds), sum(u.extra_mib_seconds)
 FROM billing_usagerecord u
 WHERE u.month = %(month)s AND u.hour_start < %(cursor)s
 GROUP BY u.department_id, u.project_id, u.user_id, u.flavor_id, u.tier, day,
@@ -276,27 +277,26 @@ def _price_days(month: date, cursor: datetime, normalised: bool) -> list[tuple]:
             {"zone": zone.key, "month": month, "cursor": cursor, "thresholds": lines._thresholds(schedules)},
         )
         rows = db.fetchall()
-    usages = [
-        pricing.Usage(
-            key=((dept, project, user, flavor, tier), day),
-            schedule=(flavor, tier),
-            start=first,
-            end=last + HOUR,
-            card_seconds=seconds,
-            normalised_seconds=normal,
-        )
-        for dept, project, user, flavor, tier, day, first, last, seconds, normal in rows
-    ]
+    usages = []
+    for dept, project, user, flavor, tier, day, first, last, seconds, normal, cores, mib in rows:
+        usages.append(pricing.Usage(((dept, project, user, flavor, tier), day), (flavor, tier), first,
+                                    last + HOUR, seconds, normal))
+        # CPU / memory beyond the share, where a rate of theirs exists: the statement's lines.
+        for resource, extra in ((pricing.CORE, cores), (pricing.GIB, mib)):
+            schedule = lines.schedule_of(flavor, tier, resource)
+            if extra and schedule in schedules:
+                usages.append(pricing.Usage(((dept, project, user, flavor, tier, resource), day), schedule,
+                                            first, last + HOUR, Decimal(0), None, resource, extra))
     by_line: dict[tuple, list[tuple[date, Decimal, Decimal]]] = defaultdict(list)
     for line in pricing.price(usages, schedules, normalised=normalised):
         line_key, day = line.key
-        by_line[(line_key, line.period)].append((day, line.priced_seconds, line.card_seconds))
+        by_line[(line_key, line.period, line.resource)].append((day, line.priced_seconds, line.card_seconds))
     days: dict[tuple[int, int, date], list[Decimal]] = defaultdict(lambda: [Decimal(0), ZERO_MONEY])
-    for (line_key, period), found in by_line.items():
+    for (line_key, period, resource), found in by_line.items():
         priced, before = Decimal(0), ZERO_MONEY
         for day, priced_seconds, card_seconds in sorted(found, key=lambda f: f[0]):
             priced += priced_seconds
-            amount = ZERO_MONEY if period is None else pricing.money(priced * period.price / SECONDS_PER_HOUR)
+            amount = ZERO_MONEY if period is None else pricing.priced(priced, period.price, resource)
             entry = days[(line_key[0], line_key[1], day)]
             entry[0] += card_seconds
             entry[1] += amount - before
@@ -312,8 +312,9 @@ def _tail_prices(now: datetime) -> tuple[dict[int, Decimal], Decimal]:
     normalised = lines.prices_normalised()
     throughput = dict(Flavor.objects.values_list("id", "relative_throughput"))
     prices = {}
-    for (flavor, tier), periods in lines.rate_schedules().items():
-        period = pricing.period_at(periods, now) if tier == "standard" else None
+    for key, periods in lines.rate_schedules().items():
+        flavor = key[0]  # card-hour schedules only: the tail is priced on cards alone
+        period = pricing.period_at(periods, now) if key[1:] == ("standard",) else None
         if period is not None:
             factor = throughput.get(flavor, Decimal(1)) if normalised else Decimal(1)
             prices[flavor] = period.price * factor / SECONDS_PER_HOUR

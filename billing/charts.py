@@ -12,7 +12,7 @@ from django.utils.translation import gettext as _
 
 from quotas.selectors import site_zone
 
-from .reports import IdleJob, QuotaBar, WaitBox
+from .reports import IdleJob, MachineHours, QuotaBar, WaitBox
 
 _LAYOUT = {
     "template": "none",  # plotly's default template would add ~10 kB of JSON to every chart
@@ -78,6 +78,33 @@ def external_split(rows, names: dict[int, str], title: str) -> str | None:
         go.Bar(x=x, y=[round(float(e), 3) for _d, _p, e in rows], name=_("External jobs")),
     ]
     layout = _layout(title, _("Department"), _("Card-hours"), barmode="stack", showlegend=True)
+    return go.Figure(traces, layout=layout).to_json()
+
+
+def machine_hours(rows: list[MachineHours], names: dict[int, str], title: str) -> str | None:
+    """Grouped bars per department: core-hours (left axis) and GiB-hours (right axis) the
+    allocations held, each beside the part beyond the share the cards include."""
+    if not rows:
+        return None
+    rows = sorted(rows, key=lambda r: names.get(r.department_id, ""))
+    x = [names.get(r.department_id, str(r.department_id)) for r in rows]
+
+    def values(field: str) -> list[float]:
+        return [round(float(getattr(r, field)), 3) for r in rows]
+
+    traces = [
+        go.Bar(x=x, y=values("core_hours"), name=_("Core-hours"), offsetgroup="cores"),
+        go.Bar(x=x, y=values("extra_core_hours"), name=_("Core-hours beyond the share"),
+               offsetgroup="extra-cores"),
+        go.Bar(x=x, y=values("gib_hours"), name=_("GiB-hours"), yaxis="y2", offsetgroup="gib"),
+        go.Bar(x=x, y=values("extra_gib_hours"), name=_("GiB-hours beyond the share"), yaxis="y2",
+               offsetgroup="extra-gib"),
+    ]
+    layout = _layout(
+        title, _("Department"), _("Core-hours"), barmode="group", showlegend=True,
+        yaxis2={"title": {"text": _("GiB-hours")}, "overlaying": "y", "side": "right", "rangemode": "tozero",
+                "automargin": True},
+    )
     return go.Figure(traces, layout=layout).to_json()
 
 

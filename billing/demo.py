@@ -20,7 +20,7 @@ from quotas.models import Flavor, Node
 from quotas.selectors import site_zone
 
 from .meter import watermark
-from .models import Budget, MonthClose, Rate, Tier
+from .models import Budget, MonthClose, Rate, Resource, Tier
 from .periods import month_bounds, month_of, previous_month
 
 RATES_FROM = datetime(2025, 1, 1)  # site-zone midnight
@@ -70,6 +70,7 @@ def seed(stdout) -> None:
             _, created = Rate.objects.get_or_create(
                 flavor=flavor,
                 tier=tier,
+                resource=Resource.CARD,
                 valid_from=timezone.make_aware(RATES_FROM, site_zone()),
                 defaults={"price": value, "note": "demo price list"},
             )

@@ -8,7 +8,10 @@ it out for programs that do not expect one. The column ``covers`` says which dep
 file covers (``*``: the whole centre), so a file limited to a scope is never mistaken for the
 centre's total — a department in it without lines had none; the file name says it too
 (``filename``), and the XLSX's title. ``reason`` and ``attachment`` are filled on manual lines;
-``normalised_card_hours`` (标准卡时, DESIGN §14) on lines drawn from the ledger.
+``normalised_card_hours`` (标准卡时, DESIGN §14) on lines drawn from the ledger. ``resource`` says
+what a line bills (DESIGN §15): ``card`` (card-hours), ``core`` or ``gib`` — CPU or memory asked
+beyond the share the cards include, its quantity in ``core_hours`` or ``gib_hours`` (the line's
+``card_hours`` is 0 then), priced by ``rate`` per core-hour or GiB-hour.
 The XLSX adds number formats, a frozen header and a total row (the CSV stays one header row and
 data, for importers)."""
 
@@ -47,6 +50,9 @@ COLUMNS = (
     "reason",
     "attachment",
     "normalised_card_hours",
+    "resource",
+    "core_hours",
+    "gib_hours",
 )
 ALL_DEPARTMENTS = "*"  # ``covers`` of a file of the whole centre; no department code can be "*"
 BOM = "\ufeff"
@@ -75,7 +81,8 @@ def cost_centres() -> dict[int, str]:
 
 _ROWS = """
 SELECT s.month, d.code, d.id, p.code, u.username, f.name, l.tier, l.card_hours, l.unit_price, l.amount,
-       s.currency, l.kind, l.original_month, m.reason, m.attachment, l.normalised_card_hours
+       s.currency, l.kind, l.original_month, m.reason, m.attachment, l.normalised_card_hours, l.resource,
+       l.core_hours, l.gib_hours
 FROM billing_statementline l
 JOIN billing_statement s ON s.id = l.statement_id
 JOIN portal_department d ON d.id = s.department_id
@@ -88,7 +95,8 @@ ORDER BY d.code COLLATE "C",
          CASE l.kind WHEN 'usage' THEN 0 WHEN 'adjustment' THEN 1 WHEN 'reserved' THEN 2
                      WHEN 'lender_credit' THEN 3 ELSE 4 END,
          l.original_month NULLS FIRST, p.code COLLATE "C" NULLS FIRST, u.username COLLATE "C" NULLS FIRST,
-         f.name COLLATE "C", l.tier, l.period_start, l.id
+         f.name COLLATE "C", l.tier, l.period_start,
+         CASE l.resource WHEN 'card' THEN 0 WHEN 'core' THEN 1 ELSE 2 END, l.id
 """
 
 
@@ -129,6 +137,9 @@ def chargeback_rows(month: date, departments: frozenset[int] | None = None) -> I
         reason,
         attachment,
         normalised_hours,
+        resource,
+        core_hours,
+        gib_hours,
     ) in found:
         yield (
             month_label(statement_month),
@@ -148,6 +159,9 @@ def chargeback_rows(month: date, departments: frozenset[int] | None = None) -> I
             reason or "",
             attachment or "",
             normalised_hours,
+            resource,
+            core_hours,
+            gib_hours,
         )
 
 
@@ -165,10 +179,14 @@ def write_csv(rows: Iterable[tuple], out: io.TextIOBase, *, bom: bool = True) ->
 
 
 # Column positions of the numbers (XLSX number formats, the total row).
-CARD_HOURS, RATE, AMOUNT, CURRENCY, NORMALISED = (
-    COLUMNS.index(c) for c in ("card_hours", "rate", "amount", "currency", "normalised_card_hours")
+CARD_HOURS, RATE, AMOUNT, CURRENCY, NORMALISED, CORE_HOURS, GIB_HOURS = (
+    COLUMNS.index(c)
+    for c in ("card_hours", "rate", "amount", "currency", "normalised_card_hours", "core_hours", "gib_hours")
 )
-NUMBER_FORMATS = {CARD_HOURS: "0.000000", RATE: "0.0000", AMOUNT: "0.00", NORMALISED: "0.000000"}
+NUMBER_FORMATS = {
+    CARD_HOURS: "0.000000", RATE: "0.0000", AMOUNT: "0.00", NORMALISED: "0.000000", CORE_HOURS: "0.000000",
+    GIB_HOURS: "0.000000",
+}
 TOTAL_LABEL = "total"
 
 
@@ -176,7 +194,8 @@ def write_xlsx(rows: Iterable[tuple], out, *, title: str = "") -> None:
     """Write-only mode streams rows without building the sheet in memory. Decimals stay exact
     numbers in the cell (openpyxl writes them as numbers, not text) with number formats (money
     0.00, card-hours 6 decimals, rates 4); the header row is frozen; the last row is the total
-    (``total`` in the first column, Σ card-hours and Σ amount of the lines above). ``title`` —
+    (``total`` in the first column, Σ card-hours, core-hours, GiB-hours and Σ amount of the lines
+    above). ``title`` —
     the month and the departments covered — goes into the workbook's title and subject."""
     from openpyxl import Workbook
     from openpyxl.cell import WriteOnlyCell
@@ -188,16 +207,18 @@ def write_xlsx(rows: Iterable[tuple], out, *, title: str = "") -> None:
     sheet.freeze_panes = "A2"
     bold = Font(bold=True)
     sheet.append([_styled(WriteOnlyCell(sheet, value=name), font=bold) for name in COLUMNS])
-    hours, normalised, amount, currency = Decimal(0), Decimal(0), Decimal("0.00"), ""
+    summed = (CARD_HOURS, NORMALISED, AMOUNT, CORE_HOURS, GIB_HOURS)
+    sums, currency = dict.fromkeys(summed, Decimal(0)), ""
+    sums[AMOUNT] = Decimal("0.00")
     for row in rows:
-        hours += row[CARD_HOURS] or 0
-        normalised += row[NORMALISED] or 0
-        amount += row[AMOUNT] or 0
+        for index in summed:
+            sums[index] += row[index] or 0
         currency = currency or row[CURRENCY]
         sheet.append([_xlsx_cell(sheet, i, v) for i, v in enumerate(row)])
     total = [TOTAL_LABEL, *[""] * (len(COLUMNS) - 1)]
-    total[CARD_HOURS], total[AMOUNT], total[CURRENCY] = hours, amount, currency
-    total[NORMALISED] = normalised
+    for index in summed:
+        total[index] = sums[index]
+    total[CURRENCY] = currency
     sheet.append([_styled(_xlsx_cell(sheet, i, v), font=bold) for i, v in enumerate(total)])
     book.save(out)
 
@@ -315,6 +336,8 @@ USAGE_COLUMNS = (
     "jobs_started",
     "wait_mean_minutes",
     "wait_p95_minutes",
+    "core_hours",  # issue 33: the CPU and memory the allocations held (added at the end)
+    "gib_hours",
 )
 USAGE_FORMATS = {
     "card_hours": "0.000000",
@@ -326,6 +349,8 @@ USAGE_FORMATS = {
     "jobs_started": "0",
     "wait_mean_minutes": "0.0",
     "wait_p95_minutes": "0.0",
+    "core_hours": "0.000000",
+    "gib_hours": "0.000000",
 }
 
 
@@ -346,6 +371,8 @@ def usage_values(row, report) -> list:
         row.jobs_started,
         _minutes(row.wait_mean_minutes),
         _minutes(row.wait_p95_minutes),
+        row.core_hours,
+        row.gib_hours,
     ]
 
 

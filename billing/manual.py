@@ -214,6 +214,11 @@ class ManualLine:
     card_hours: Decimal = Decimal(0)
     normalised_card_seconds: None = None
     normalised_card_hours: None = None
+    resource: str = "card"
+    core_seconds: None = None
+    core_hours: None = None
+    mib_seconds: None = None
+    gib_hours: None = None
 
 
 def unbilled(month: date) -> QuerySet[ManualAdjustment]:

@@ -42,7 +42,9 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from jobs.requests import Request, Share, default_request, filled, flavor_share
 from jobs.states import JobState
+from quotas.models import Flavor
 from quotas.selectors import site_zone
 
 from . import allocation, rollup
@@ -67,11 +69,33 @@ CARD_SECONDS = """round(s.workers::numeric * j.gpus_per_worker * f.fraction_nume
              * extract(epoch FROM least(s.e, h.h + interval '1 hour') - greatest(s.s, h.h))
              / (f.fraction_denominator * 1000.0), 6)"""
 
+# The row's seconds, exact (numeric): the segment inside the hour.
+_SECONDS = "extract(epoch FROM least(s.e, h.h + interval '1 hour') - greatest(s.s, h.h))"
+# Core-seconds and MiB-seconds (DESIGN §15 "Metering"): workers × a worker's request (``s.cpu``
+# millicores, ``s.mem`` MiB) × seconds, and the same of the part beyond the share (``s.xcpu``,
+# ``s.xmem``); rounded once like card-seconds. A worker's figures come from Python (``_machine``).
+# Most jobs ask nothing beyond the share: a zero figure skips its arithmetic (numeric, per row).
+MACHINE_SECONDS = ",\n       ".join(
+    f"CASE WHEN s.{v} = 0 THEN 0 ELSE round(s.workers::numeric * s.{v} * {_SECONDS}{per}, 6) END"
+    for v, per in (("cpu", " / 1000"), ("mem", ""), ("xcpu", " / 1000"), ("xmem", ""))
+)
+
 _COLUMNS = """job_id, segment_start, segment_end, hour_start, month, flavor_id, project_id, department_id,
-    user_id, priority_class_id, tier, gpu_count, card_seconds, relative_throughput"""
+    user_id, priority_class_id, tier, gpu_count, card_seconds, relative_throughput, core_seconds, mib_seconds,
+    extra_core_seconds, extra_mib_seconds"""
+# A reversal: the same row with every quantity negated.
+_NEGATED = (
+    _COLUMNS.replace("card_seconds", "-card_seconds")
+    .replace("extra_core_seconds", "-extra_core_seconds")
+    .replace(" core_seconds", " -core_seconds")
+    .replace("extra_mib_seconds", "-extra_mib_seconds")
+    .replace(" mib_seconds", " -mib_seconds")
+)
 # A live row and a true row are the same fact when they agree on everything the facts decide. The
 # relative throughput is not a fact of the job but the flavor's profile when metered (DESIGN §14):
-# a profile edit alone never reverses a row.
+# a profile edit alone never reverses a row. Core- and MiB-seconds neither (snapshots of the request
+# and the share when metered): a job's request is fixed at submission, and a share the flavor's
+# nodes changed later does not rewrite billed hours.
 _SAME = """{a}.job_id = {b}.job_id AND {a}.segment_start = {b}.segment_start
     AND {a}.segment_end = {b}.segment_end AND {a}.tier = {b}.tier AND {a}.gpu_count = {b}.gpu_count
     AND {a}.department_id = {b}.department_id AND {a}.card_seconds = {b}.card_seconds"""
@@ -86,7 +110,8 @@ SET LOCAL jit = off;  -- compiling these plans cost more than running them
 CREATE TEMP TABLE IF NOT EXISTS meter_true (
     job_id bigint, segment_start timestamptz, segment_end timestamptz, hour_start timestamptz, month date,
     flavor_id bigint, project_id bigint, department_id bigint, user_id bigint, priority_class_id bigint,
-    tier text, gpu_count integer, card_seconds numeric, relative_throughput numeric);
+    tier text, gpu_count integer, card_seconds numeric, relative_throughput numeric, core_seconds numeric,
+    mib_seconds numeric, extra_core_seconds numeric, extra_mib_seconds numeric);
 CREATE TEMP TABLE IF NOT EXISTS meter_held (id bigint, revision smallint, reversed boolean, LIKE meter_true);
 TRUNCATE meter_true, meter_held;
 """
@@ -97,13 +122,14 @@ SELECT s.job_id, greatest(s.s, h.h), least(s.e, h.h + interval '1 hour'), h.h,
        date_trunc('month', h.h AT TIME ZONE %(tz)s)::date,
        f.id, j.project_id, coalesce(s.department_id, p.department_id), j.submitted_by_id,
        j.priority_class_id, CASE WHEN s.on_loan THEN 'on_loan' ELSE 'standard' END,
-       s.workers * j.gpus_per_worker, {CARD_SECONDS}, f.relative_throughput
+       s.workers * j.gpus_per_worker, {CARD_SECONDS}, f.relative_throughput, {MACHINE_SECONDS}
 FROM (SELECT job_id, timestamptz 'epoch' + s_us * interval '1 microsecond' AS s,
              timestamptz 'epoch' + e_us * interval '1 microsecond' AS e, on_loan, workers, department_id,
-             flavor_id
+             flavor_id, cpu, mem, xcpu, xmem
       FROM unnest(%(jobs)s::bigint[], %(starts)s::bigint[], %(ends)s::bigint[], %(loans)s::bool[],
-                  %(workers)s::int[], %(departments)s::bigint[], %(flavors)s::bigint[])
-           AS r(job_id, s_us, e_us, on_loan, workers, department_id, flavor_id)) s
+                  %(workers)s::int[], %(departments)s::bigint[], %(flavors)s::bigint[], %(cpu)s::bigint[],
+                  %(mem)s::bigint[], %(xcpu)s::bigint[], %(xmem)s::bigint[])
+           AS r(job_id, s_us, e_us, on_loan, workers, department_id, flavor_id, cpu, mem, xcpu, xmem)) s
 JOIN jobs_job j ON j.id = s.job_id
 -- the flavor of the run (admission event), else the job's: a requeued job with alternatives
 -- may have run on another flavor than the one it holds now (DESIGN §14)
@@ -127,7 +153,7 @@ WHERE u.job_id = ANY(%(scope_jobs)s) AND u.reverses_id IS NULL
 
 _REVERSE = f"""
 INSERT INTO billing_usagerecord ({_COLUMNS}, revision, reverses_id, metered_at)
-SELECT {_COLUMNS.replace("card_seconds", "-card_seconds")}, l.revision, l.id, %(now)s
+SELECT {_NEGATED}, l.revision, l.id, %(now)s
 FROM meter_held l
 WHERE NOT l.reversed AND NOT EXISTS (SELECT 1 FROM meter_true t WHERE {_SAME.format(a="t", b="l")})
 """  # noqa: S608 - constants only
@@ -227,6 +253,7 @@ def _run(now, until, rescan_from, batch_size, pause) -> MeterReport:
         set(_candidates(scope, upto, state.open_jobs, full=since is None or rescan_from is not None)) | late
     )
     moves = _moves()
+    shares: dict[int, Share] = {}  # flavors' shares now, for jobs that stored none (external jobs)
     size = batch_size or settings.BILLING["METER_BATCH_JOBS"]
     holding: list[int] = []
     segments = rows = reversed_rows = batches = 0
@@ -234,7 +261,7 @@ def _run(now, until, rescan_from, batch_size, pause) -> MeterReport:
         batch = jobs[i : i + size]
         scopes = {job: None if job in late else scope for job in batch}
         with transaction.atomic():
-            found, still = _segments(batch, scopes, upto, moves)
+            found, still = _segments(batch, scopes, upto, moves, shares)
             high = rollup.ledger_high_water()
             undone, done = _apply(found, scopes, now, zone.key)
             if undone or done:
@@ -361,15 +388,19 @@ def _segments(
     scopes: dict[int, datetime | None],
     upto: datetime,
     moves: dict[int, list[allocation.Move]] | None = None,
+    shares: dict[int, Share] | None = None,
 ) -> tuple[list[tuple], list[int]]:
-    """(job, start µs, end µs, on_loan, workers, department) of each job's allocation in
-    [its scope, upto) — cut at its project's moves when ``moves`` are given — and the jobs that
-    still hold GPUs at ``upto``."""
+    """(job, start µs, end µs, on_loan, workers, department, flavor, *a worker's CPU and memory
+    (``_machine``)) of each job's allocation in [its scope, upto) — cut at its project's moves
+    when ``moves`` are given — and the jobs that still hold GPUs at ``upto``. ``shares``: the
+    flavors' shares now, filled as needed (a run passes one dict for all its batches)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT id, workers, project_id FROM jobs_job WHERE id = ANY(%s)", [job_ids])
-        shapes = {pk: (workers, project) for pk, workers, project in cursor.fetchall()}
+        cursor.execute(_SHAPES, [job_ids])
+        rows = cursor.fetchall()
         cursor.execute(_EVENTS, [job_ids, upto])
         events = cursor.fetchall()
+    shapes = {pk: (workers, project) for pk, workers, project, *_ in rows}
+    machine = _machine(rows, shares if shares is not None else {})
     found: list[tuple] = []
     holding: list[int] = []
     Mark = allocation.Mark
@@ -386,10 +417,45 @@ def _segments(
         )
         if moves:
             pieces = allocation.by_owner(pieces, moves.get(project, []))
-        found += [(job_id, p.start, p.end, p.on_loan, p.workers, p.department, p.flavor) for p in pieces]
+        held = machine.get(job_id, NO_MACHINE)
+        found += [(job_id, p.start, p.end, p.on_loan, p.workers, p.department, p.flavor, *held)
+                  for p in pieces]
         if holds:
             holding.append(job_id)
     return found, holding
+
+
+_SHAPES = """
+SELECT id, workers, project_id, flavor_id, gpus_per_worker, gpu_milli, cpu_millicores, memory_mib,
+       unit_share <> '{}'::jsonb, (unit_share->>'cpu_millicores')::bigint, (unit_share->>'memory_mib')::bigint
+FROM jobs_job WHERE id = ANY(%s)
+"""
+NO_MACHINE = (0, 0, 0, 0)
+
+
+def _machine(rows: list[tuple], shares: dict[int, Share]) -> dict[int, tuple[int, int, int, int]]:
+    """Per job, what one worker holds besides its GPUs and the part of it beyond the share its
+    units include: (millicores, MiB, extra millicores, extra MiB) — ``jobs.requests``' rules
+    (its own figures, else its units' share; the share it was submitted with, else the flavor's
+    now: an external job has none stored). A dimension the share does not know includes nothing
+    and prices nothing beyond it: nothing says the request is beyond the share."""
+    found = {}
+    for pk, _workers, _project, flavor_id, units, milli, cpu, mem, stored, share_cpu, share_mem in rows:
+        if stored:
+            share = Share(cpu_millicores=share_cpu, memory_mib=share_mem)
+        else:
+            if flavor_id not in shares:
+                shares[flavor_id] = flavor_share(Flavor.objects.get(pk=flavor_id))
+            share = shares[flavor_id]
+        asked = filled(Request(cpu, mem), share, units=units or 0, milli=milli)
+        included = default_request(share, units=units or 0, milli=milli)
+        values = []
+        for dim in ("cpu_millicores", "memory_mib"):
+            held, part = asked.get(dim) or 0, included.get(dim)
+            values.append((held, 0 if part is None else max(0, held - part)))
+        (cores, extra_cores), (mib, extra_mib) = values
+        found[pk] = (cores, mib, extra_cores, extra_mib)
+    return found
 
 
 def _us(at: datetime) -> int:
@@ -406,6 +472,10 @@ def _apply(found: list[tuple], scopes: dict[int, datetime | None], now: datetime
         "workers": [f[4] for f in found],
         "departments": [f[5] for f in found],
         "flavors": [f[6] for f in found],
+        "cpu": [f[7] for f in found],
+        "mem": [f[8] for f in found],
+        "xcpu": [f[9] for f in found],
+        "xmem": [f[10] for f in found],
         "scope_jobs": list(scopes),
         "scope_from": list(scopes.values()),
         "now": now,

@@ -21,6 +21,10 @@ from quotas.models import Flavor
 CARD_SECONDS = {"max_digits": 22, "decimal_places": 6}
 MONEY = {"max_digits": 16, "decimal_places": 2}
 PRICE = {"max_digits": 12, "decimal_places": 4}
+# Core-seconds and MiB-seconds of an allocation (DESIGN §15 "Metering"): 6 places like card-seconds
+# (a millicore for a microsecond rounds away, nothing billable does); MiB-seconds need more digits.
+CORE_SECONDS = {"max_digits": 22, "decimal_places": 6}
+MIB_SECONDS = {"max_digits": 26, "decimal_places": 6}
 
 
 def default_currency() -> str:
@@ -34,6 +38,15 @@ class Tier(models.TextChoices):
 
 
 USAGE_TIERS = (Tier.STANDARD, Tier.ON_LOAN)
+
+
+class Resource(models.TextChoices):
+    """What a rate prices (DESIGN §15 "Metering"): card-hours, or the CPU and memory a job asked
+    beyond the share its cards include — core-hours and GiB-hours."""
+
+    CARD = "card", _("card-hours")
+    CORE = "core", _("core-hours beyond the share")
+    GIB = "gib", _("GiB-hours beyond the share")
 
 
 class UsageRecord(models.Model):
@@ -84,6 +97,23 @@ class UsageRecord(models.Model):
     relative_throughput = models.DecimalField(
         _("relative throughput"), max_digits=6, decimal_places=3, default=Decimal(1), db_default=Decimal(1)
     )
+    # The CPU and memory the allocation held (DESIGN §15 "Metering"): every worker's effective request
+    # (its own figures, else its units' share) × the row's seconds — cores, not millicores — and the
+    # part beyond the share its cards include (``Job.unit_share`` × units per worker), the only part
+    # a core-hour or GiB-hour rate bills. Like the relative throughput, a snapshot when metered: a
+    # reversal negates its charge's, a corrected charge has its own. Rows from before: 0.
+    core_seconds = models.DecimalField(
+        _("core-seconds"), **CORE_SECONDS, default=Decimal(0), db_default=Decimal(0)
+    )
+    mib_seconds = models.DecimalField(
+        _("MiB-seconds"), **MIB_SECONDS, default=Decimal(0), db_default=Decimal(0)
+    )
+    extra_core_seconds = models.DecimalField(
+        _("core-seconds beyond the share"), **CORE_SECONDS, default=Decimal(0), db_default=Decimal(0)
+    )
+    extra_mib_seconds = models.DecimalField(
+        _("MiB-seconds beyond the share"), **MIB_SECONDS, default=Decimal(0), db_default=Decimal(0)
+    )
     revision = models.PositiveSmallIntegerField(default=0)  # 0, then 1, 2, … for corrected charges
     reverses = models.ForeignKey(
         "self",
@@ -118,6 +148,25 @@ class UsageRecord(models.Model):
                 | Q(reverses__isnull=False, card_seconds__lte=0),
                 name="usage_charge_positive_reversal_negative",
             ),
+            # The same sign rule for CPU and memory, and the part beyond the share never exceeds
+            # the whole.
+            models.CheckConstraint(
+                condition=Q(
+                    reverses__isnull=True,
+                    extra_core_seconds__gte=0,
+                    extra_mib_seconds__gte=0,
+                    core_seconds__gte=models.F("extra_core_seconds"),
+                    mib_seconds__gte=models.F("extra_mib_seconds"),
+                )
+                | Q(
+                    reverses__isnull=False,
+                    extra_core_seconds__lte=0,
+                    extra_mib_seconds__lte=0,
+                    core_seconds__lte=models.F("extra_core_seconds"),
+                    mib_seconds__lte=models.F("extra_mib_seconds"),
+                ),
+                name="usage_machine_charge_positive_reversal_negative",
+            ),
         ]
         # BRIN: the meter appends hour after hour, so a month's rows sit in a run of blocks; a
         # block-range index finds them at almost no cost per insert (a B-tree costs ~20 %).
@@ -146,6 +195,10 @@ class UsageDay(models.Model):
     tier = models.CharField(max_length=10)
     card_seconds = models.DecimalField(**CARD_SECONDS)
     normalised_seconds = models.DecimalField(max_digits=26, decimal_places=9)
+    core_seconds = models.DecimalField(**CORE_SECONDS, default=Decimal(0), db_default=Decimal(0))
+    mib_seconds = models.DecimalField(**MIB_SECONDS, default=Decimal(0), db_default=Decimal(0))
+    extra_core_seconds = models.DecimalField(**CORE_SECONDS, default=Decimal(0), db_default=Decimal(0))
+    extra_mib_seconds = models.DecimalField(**MIB_SECONDS, default=Decimal(0), db_default=Decimal(0))
     first_hour = models.DateTimeField()
     last_hour = models.DateTimeField()
 
@@ -184,12 +237,18 @@ class MeterState(models.Model):
 
 class Rate(models.Model):
     """单价: price per card-hour of a flavor and tier from ``valid_from`` until the next rate
-    of the same flavor and tier. Rates start on a site-zone hour and are never edited: a new
-    price is a new row."""
+    of the same flavor, tier and resource. Rates start on a site-zone hour and are never edited: a
+    new price is a new row. ``resource`` core / gib: a price per core-hour / GiB-hour of what a
+    job asked beyond the share its cards include (DESIGN §15); without such a rate that part is
+    not billed (the card price includes the share, and nothing more is priced)."""
 
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="rates")
     tier = models.CharField(_("tier"), max_length=10, choices=Tier.choices)
-    price = models.DecimalField(_("price per card-hour"), **PRICE, validators=[MinValueValidator(0)])
+    resource = models.CharField(
+        _("priced per"), max_length=4, choices=Resource.choices, default=Resource.CARD,
+        db_default=Resource.CARD,
+    )
+    price = models.DecimalField(_("price per unit-hour"), **PRICE, validators=[MinValueValidator(0)])
     currency = models.CharField(_("currency"), max_length=3, default=default_currency)
     valid_from = models.DateTimeField(_("valid from"))
     note = models.CharField(_("note"), max_length=200, blank=True)
@@ -197,16 +256,20 @@ class Rate(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["flavor_id", "tier", "valid_from"]
+        ordering = ["flavor_id", "tier", "resource", "valid_from"]
         verbose_name = _("rate")
         verbose_name_plural = _("rates")
         constraints = [
-            models.UniqueConstraint(fields=["flavor", "tier", "valid_from"], name="rate_unique_start"),
+            models.UniqueConstraint(
+                fields=["flavor", "tier", "resource", "valid_from"], name="rate_unique_start"
+            ),
             models.CheckConstraint(condition=Q(price__gte=0), name="rate_price_ge_0"),
         ]
 
     def __str__(self):
-        return f"{self.flavor} {self.tier} {self.price} {self.currency} from {self.valid_from:%Y-%m-%d %H:%M}"
+        per = "" if self.resource == Resource.CARD else f"/{self.resource}"
+        since = f"{self.valid_from:%Y-%m-%d %H:%M}"
+        return f"{self.flavor} {self.tier}{per} {self.price} {self.currency} from {since}"
 
 
 class MonthClose(models.Model):
@@ -298,6 +361,14 @@ class StatementLine(models.Model):
     # drawn from the ledger (reserved fees, lender credits, manual lines).
     normalised_card_seconds = models.DecimalField(max_digits=26, decimal_places=9, null=True, blank=True)
     normalised_card_hours = models.DecimalField(max_digits=20, decimal_places=6, null=True, blank=True)
+    # What the line bills (DESIGN §15): card-hours, or CPU / memory beyond the share. A core line
+    # carries its core-seconds (and 0 card-seconds), a GiB line its MiB-seconds; the others, none.
+    resource = models.CharField(max_length=4, choices=Resource.choices, default=Resource.CARD,
+                                db_default=Resource.CARD)
+    core_seconds = models.DecimalField(**CORE_SECONDS, null=True, blank=True)  # exact; amount uses it
+    core_hours = models.DecimalField(max_digits=20, decimal_places=6, null=True, blank=True)
+    mib_seconds = models.DecimalField(**MIB_SECONDS, null=True, blank=True)  # exact; amount uses it
+    gib_hours = models.DecimalField(max_digits=20, decimal_places=6, null=True, blank=True)
     amount = models.DecimalField(**MONEY, null=True, blank=True)  # None only on an unpriced draft line
     # Manual lines: the approved adjustment they bill (its reason and attachment name are read
     # from it); such a line has a fixed amount and no flavor, tier, rate or card-hours.

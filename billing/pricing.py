@@ -12,6 +12,9 @@ the result depends on nothing else, so the rules are table-tested without a data
   ledger row was metered with, summed exactly. A centre pricing per normalised card-hour
   (``price(..., normalised=True)``) prices a line on them — same rate lookup, same one rounding;
   a line without them (reserved fees, lender credits: capacity, not work) stays on plain ones.
+* CPU and memory beyond the share (DESIGN §15 "Metering") are lines of their own, ``resource``
+  ``core`` (core-seconds, priced per core-hour) or ``gib`` (MiB-seconds, priced per GiB-hour =
+  1024 MiB × 3600 s): the same grouping, the same one rounding, from the exact seconds.
 """
 
 from __future__ import annotations
@@ -25,6 +28,11 @@ from decimal import ROUND_HALF_UP, Decimal
 CENT = Decimal("0.01")
 SECONDS_PER_HOUR = Decimal(3600)
 HOURS_PLACES = Decimal("0.000001")  # card-hours shown on a line (display only)
+CARD, CORE, GIB = "card", "core", "gib"  # what a line bills (billing.models.Resource)
+MIB_PER_GIB = Decimal(1024)
+# Seconds of a resource's unit per priced hour: a core-hour is 3600 core-seconds, a GiB-hour
+# 3600 × 1024 MiB-seconds.
+PER_HOUR = {CORE: SECONDS_PER_HOUR, GIB: SECONDS_PER_HOUR * MIB_PER_GIB}
 
 
 def money(amount: Decimal) -> Decimal:
@@ -61,6 +69,8 @@ class Usage:
     end: datetime
     card_seconds: Decimal
     normalised_seconds: Decimal | None = None  # Σ card-seconds × relative throughput; None: n/a
+    resource: str = CARD  # CORE / GIB: ``resource_seconds`` are core-/MiB-seconds beyond the share
+    resource_seconds: Decimal | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +83,30 @@ class Line:
     end: datetime
     normalised_card_seconds: Decimal | None = None
     price_normalised: bool = False  # the rate is per normalised card-hour
+    resource: str = CARD
+    resource_seconds: Decimal | None = None  # core-seconds (CORE) or MiB-seconds (GIB)
 
     @property
     def card_hours(self) -> Decimal:
         return display_hours(self.card_seconds)
+
+    @property
+    def core_seconds(self) -> Decimal | None:
+        return self.resource_seconds if self.resource == CORE else None
+
+    @property
+    def mib_seconds(self) -> Decimal | None:
+        return self.resource_seconds if self.resource == GIB else None
+
+    @property
+    def core_hours(self) -> Decimal | None:
+        return None if self.core_seconds is None else display_hours(self.core_seconds)
+
+    @property
+    def gib_hours(self) -> Decimal | None:
+        if self.mib_seconds is None:
+            return None
+        return (self.mib_seconds / PER_HOUR[GIB]).quantize(HOURS_PLACES, rounding=ROUND_HALF_UP)
 
     @property
     def normalised_card_hours(self) -> Decimal | None:
@@ -86,8 +116,10 @@ class Line:
 
     @property
     def priced_seconds(self) -> Decimal:
-        """What the rate multiplies: normalised card-seconds when the centre prices them and the
-        line has them, else plain card-seconds."""
+        """What the rate multiplies: core-/MiB-seconds on a CPU / memory line; normalised
+        card-seconds when the centre prices them and the line has them, else plain card-seconds."""
+        if self.resource != CARD:
+            return self.resource_seconds or Decimal(0)
         if self.price_normalised and self.normalised_card_seconds is not None:
             return self.normalised_card_seconds
         return self.card_seconds
@@ -97,7 +129,13 @@ class Line:
         """Rounded from the exact (normalised) card-seconds, not from the displayed card-hours."""
         if self.period is None:
             return None
-        return money(self.priced_seconds * self.period.price / SECONDS_PER_HOUR)
+        return priced(self.priced_seconds, self.period.price, self.resource)
+
+
+def priced(seconds: Decimal, price: Decimal, resource: str = CARD) -> Decimal:
+    """``seconds`` of a resource (card-, core- or MiB-seconds) at ``price`` per its unit-hour, by
+    the one rounding rule; the one division comes last."""
+    return money(seconds * price / PER_HOUR.get(resource, SECONDS_PER_HOUR))
 
 
 def periods_from(rates: Iterable[tuple[datetime, Decimal, int | None]]) -> list[RatePeriod]:
@@ -138,7 +176,8 @@ def price(
         if period is None and periods and usage.end > periods[0].valid_from:
             raise ValueError(f"usage {usage.key!r} [{usage.start}, {usage.end}) spans a rate's start")
         group = groups.setdefault(
-            (usage.key, usage.schedule, period), [Decimal(0), usage.start, usage.end, Decimal(0)]
+            (usage.key, usage.schedule, period),
+            [Decimal(0), usage.start, usage.end, Decimal(0), usage.resource, Decimal(0)],
         )
         group[0] += usage.card_seconds
         group[1] = min(group[1], usage.start)
@@ -149,9 +188,11 @@ def price(
             if group[3] is None or usage.normalised_seconds is None
             else (group[3] + usage.normalised_seconds)
         )
+        group[5] += usage.resource_seconds or 0
     return [
-        Line(key, schedule, period, seconds, start, end, normalised_seconds, normalised)
-        for (key, schedule, period), (seconds, start, end, normalised_seconds) in groups.items()
+        Line(key, schedule, period, seconds, start, end, norm, normalised, resource,
+             None if resource == CARD else extra)
+        for (key, schedule, period), (seconds, start, end, norm, resource, extra) in groups.items()
     ]
 
 

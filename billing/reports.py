@@ -128,6 +128,38 @@ def external_split(scope: ReportScope, report: ReportFilter) -> list[tuple[int, 
     return split if any(external for _d, _p, external in split) else []
 
 
+# CPU and memory the allocations held (DESIGN §15), per billed department — from the daily sums
+# (the same columns as the ledger's, so LEDGER scopes them).
+_MACHINE = """
+SELECT u.department_id, sum(u.core_seconds) / 3600, sum(u.mib_seconds) / (1024 * 3600),
+       sum(u.extra_core_seconds) / 3600, sum(u.extra_mib_seconds) / (1024 * 3600)
+FROM billing_usageday u
+WHERE u.month = %(month)s AND {where}
+GROUP BY u.department_id
+HAVING sum(u.core_seconds) <> 0 OR sum(u.mib_seconds) <> 0
+ORDER BY u.department_id
+"""
+
+
+@dataclass(frozen=True)
+class MachineHours:
+    department_id: int
+    core_hours: Decimal
+    gib_hours: Decimal
+    extra_core_hours: Decimal  # beyond the share the cards include: what core-hour rates bill
+    extra_gib_hours: Decimal
+
+
+def machine_hours(scope: ReportScope, report: ReportFilter) -> list[MachineHours]:
+    """Core-hours and GiB-hours of the month per billed department (and the part beyond the
+    share); empty when no allocation recorded CPU or memory."""
+    if scope.empty:
+        return []
+    where, params = _where(scope, report, LEDGER)
+    rows = _fetch(_MACHINE.format(where=where), {**params, "month": report.month})
+    return [MachineHours(*row) for row in rows]
+
+
 # --- (b) quota vs usage per department (now) --------------------------------------------------
 
 

@@ -22,7 +22,7 @@ from . import pricing
 from .lines import by_department, prices_normalised, rate_schedules, usage_lines
 from .manual import manual_lines
 from .meter import meter_state
-from .models import MonthClose, Rate, Statement, StatementLine, Tier, UsageRecord
+from .models import MonthClose, Rate, Resource, Statement, StatementLine, Tier, UsageRecord
 from .periods import month_bounds
 from .settlement import settlement_usages
 
@@ -152,7 +152,8 @@ def standard_pricers(flavors: Collection[Flavor], at: datetime) -> dict[int, Cal
     if not by_pk:
         return {}
     rates = (
-        Rate.objects.filter(flavor_id__in=list(by_pk), tier=Tier.STANDARD, valid_from__lte=at)
+        Rate.objects.filter(flavor_id__in=list(by_pk), tier=Tier.STANDARD, resource=Resource.CARD,
+                            valid_from__lte=at)
         .order_by("flavor_id", "-valid_from")
         .distinct("flavor_id")
         .only("flavor_id", "price", "currency")

@@ -31,7 +31,7 @@ from quotas.selectors import site_zone
 from . import pricing
 from .lines import LineKey, prices_normalised
 from .meter import meter_lock, meter_state, usage_meter, watermark
-from .models import MonthClose, Rate, Statement, StatementLine, StatementState, Tier, UsageRecord
+from .models import MonthClose, Rate, Resource, Statement, StatementLine, StatementState, Tier, UsageRecord
 from .periods import is_hour_boundary, month_bounds, month_label
 from .selectors import can_close_months, month_lines
 
@@ -44,10 +44,20 @@ def _require_platform(actor: User | None) -> None:
 # --- rates ------------------------------------------------------------------------------
 
 
-def rate_validate(*, flavor: Flavor, tier: str, price: Decimal, valid_from: datetime, currency: str) -> None:
+def rate_validate(
+    *, flavor: Flavor, tier: str, price: Decimal, valid_from: datetime, currency: str,
+    resource: str = Resource.CARD,
+) -> None:
     errors: dict[str, list[str]] = {}
     if tier not in Tier.values:
         errors["tier"] = [_("Unknown tier %(t)r.") % {"t": tier}]
+    if resource not in Resource.values:
+        errors["resource"] = [_("Unknown resource %(r)r: card, core or gib.") % {"r": resource}]
+    elif resource != Resource.CARD and tier == Tier.RESERVED:
+        # The reserved fee is on guaranteed cards, not on what jobs ran: no CPU or memory in it.
+        errors["resource"] = [
+            _("Core-hours and GiB-hours are priced in quota and on loan, not as a reserved fee.")
+        ]
     if price is None or price < 0:
         errors["price"] = [_("A price is zero or more.")]
     if currency != settings.GPUPOOL["CURRENCY"]:
@@ -60,22 +70,27 @@ def rate_validate(*, flavor: Flavor, tier: str, price: Decimal, valid_from: date
             errors["valid_from"] = [
                 _("%(m)s is closed: a new rate starts after it.") % {"m": month_label(last.month)}
             ]
-        elif Rate.objects.filter(flavor=flavor, tier=tier, valid_from=valid_from).exists():
-            errors["valid_from"] = [_("A rate of this flavor and tier already starts then.")]
+        elif Rate.objects.filter(flavor=flavor, tier=tier, resource=resource, valid_from=valid_from).exists():
+            errors["valid_from"] = [_("A rate of this flavor, tier and resource already starts then.")]
     if errors:
         raise ValidationError(errors)
 
 
 def rate_create(
-    *, actor: User | None, flavor: Flavor, tier: str, price: Decimal, valid_from: datetime, note: str = ""
+    *, actor: User | None, flavor: Flavor, tier: str, price: Decimal, valid_from: datetime, note: str = "",
+    resource: str = Resource.CARD,
 ) -> Rate:
-    """A new price from ``valid_from`` on. Rates are never edited: billed months keep theirs."""
+    """A new price from ``valid_from`` on — per card-hour, or (``resource`` core / gib) per
+    core-hour / GiB-hour beyond the share. Rates are never edited: billed months keep theirs."""
     _require_platform(actor)
     currency = settings.GPUPOOL["CURRENCY"]
-    rate_validate(flavor=flavor, tier=tier, price=price, valid_from=valid_from, currency=currency)
+    rate_validate(
+        flavor=flavor, tier=tier, price=price, valid_from=valid_from, currency=currency, resource=resource
+    )
     return Rate.objects.create(
         flavor=flavor,
         tier=tier,
+        resource=resource,
         price=price,
         currency=currency,
         valid_from=valid_from,
@@ -127,6 +142,7 @@ def _check_order(month: date) -> MonthClose | None:
 
 
 def _unpriced(lines: dict[int, list[pricing.Line]]) -> list[str]:
+    # Only card lines can be unpriced: CPU / memory without a rate of theirs are not billed.
     names = dict(Flavor.objects.values_list("pk", "name"))
     zone = site_zone()  # the zone every page and the rates' start hours are read in
     missing = {
@@ -181,7 +197,12 @@ _LINE_COLUMNS = {
     "normalised_card_seconds": "numeric",
     "normalised_card_hours": "numeric",
     "amount": "numeric",
-    "manual_id": "bigint",  # manual lines (billing.manual.ManualLine): the adjustment billed
+    "manual_id": "bigint",
+    "resource": "text",  # card, or CPU / memory beyond the share (DESIGN §15)
+    "core_seconds": "numeric",
+    "core_hours": "numeric",
+    "mib_seconds": "numeric",
+    "gib_hours": "numeric",  # manual lines (billing.manual.ManualLine): the adjustment billed
 }
 _INSERT_LINES = (
     f"INSERT INTO billing_statementline ({', '.join(_LINE_COLUMNS)}) SELECT * FROM unnest("  # noqa: S608
@@ -214,6 +235,11 @@ def _line_values(statement_id: int, line: pricing.Line) -> tuple:
         line.normalised_card_hours,
         line.amount,
         getattr(line, "manual_id", None),
+        line.resource,
+        line.core_seconds,
+        line.core_hours,
+        line.mib_seconds,
+        line.gib_hours,
     )
 
 

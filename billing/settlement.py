@@ -45,7 +45,7 @@ PLACES = Decimal("0.000001")
 def settlement_usages(month: date, schedules: Schedules, *, until: datetime, through: int | None) -> list:
     """Usages (for ``pricing.price``) of lender credits and reserved fees of ``month``, for the
     hours before ``until``."""
-    reserved = {f for (f, tier) in schedules if tier == Tier.RESERVED}
+    reserved = {key[0] for key in schedules if key[1:] == (Tier.RESERVED,)}  # card schedules only
     settle = settings.BILLING["INTERNAL_SETTLEMENT"]
     if not reserved and not settle:
         return []

@@ -5,6 +5,9 @@ department, project, user, flavor, job kind and priority class.
 Every figure is one GROUP BY in PostgreSQL limited by the viewer's scope (``ReportScope``, from
 ``portal.selectors.scope_for``), as on the reports page:
 
+* core-hours and GiB-hours (DESIGN §15): the CPU and memory those rows' allocations held, from
+  the same rows; their cost is in ``cost`` where a core-hour / GiB-hour rate prices the part
+  beyond the share (as on the statement).
 * card-hours and normalised card-hours (标准卡时, DESIGN §14): the ledger rows whose local hour
   lies in [start, end). The range is whole local days and the ledger is cut at local hours, so
   the cut is exact. Ledger rows are grouped by what they were billed to (department, project,
@@ -44,7 +47,7 @@ from quotas.models import Flavor
 from quotas.selectors import site_zone
 
 from . import pricing
-from .lines import EARLIEST, prices_normalised, rate_schedules
+from .lines import EARLIEST, prices_normalised, rate_schedules, schedule_of
 from .meter import meter_state
 from .periods import HOUR, month_of
 from .reports import ReportScope
@@ -84,6 +87,8 @@ class UsageRow:
     labels: tuple[str, ...] = ()
     card_seconds: Decimal = Decimal(0)
     normalised_seconds: Decimal = Decimal(0)
+    core_seconds: Decimal = Decimal(0)  # the CPU and memory the allocations held (DESIGN §15)
+    mib_seconds: Decimal = Decimal(0)
     cost: Decimal | None = None  # None: no money shown, or nothing priced
     unpriced: bool = False  # some usage of the row has no rate
     sampled_card_hours: Decimal | None = None
@@ -99,6 +104,14 @@ class UsageRow:
     @property
     def normalised_card_hours(self) -> Decimal:
         return pricing.display_hours(self.normalised_seconds)
+
+    @property
+    def core_hours(self) -> Decimal:
+        return pricing.display_hours(self.core_seconds)
+
+    @property
+    def gib_hours(self) -> Decimal:
+        return pricing.display_hours(self.mib_seconds / pricing.MIB_PER_GIB)
 
     @property
     def utilisation_pct(self) -> Decimal | None:
@@ -142,16 +155,19 @@ def _keys(group_by: tuple[str, ...], which: int) -> list[str]:
 # (a day's sum cannot be split at the change). Both halves name their columns alike.
 _DAYS = """
 SELECT {keys}, u.department_id, u.project_id, u.user_id, u.flavor_id, u.tier, u.month,
-       min(u.first_hour), max(u.last_hour), sum(u.card_seconds), sum(u.normalised_seconds)
+       min(u.first_hour), max(u.last_hour), sum(u.card_seconds), sum(u.normalised_seconds),
+       sum(u.core_seconds), sum(u.mib_seconds), sum(u.extra_core_seconds), sum(u.extra_mib_seconds)
 FROM billing_usageday u
 WHERE u.day >= %(first_day)s AND u.day < %(end_day)s AND u.day <> ALL(%(split_days)s::date[]) AND {where}
 GROUP BY {keys}, u.department_id, u.project_id, u.user_id, u.flavor_id, u.tier, u.month,
          width_bucket(u.first_hour, %(thresholds)s::timestamptz[])
-HAVING sum(u.card_seconds) <> 0 OR sum(u.normalised_seconds) <> 0
+HAVING sum(u.card_seconds) <> 0 OR sum(u.normalised_seconds) <> 0 OR sum(u.core_seconds) <> 0
+    OR sum(u.mib_seconds) <> 0
 """
 _SPLIT_DAYS = """
 SELECT {keys}, u.department_id, u.project_id, u.user_id, u.flavor_id, u.tier, u.month,
-       min(u.hour_start), max(u.hour_start), sum(u.card_seconds), sum(u.card_seconds * u.relative_throughput)
+       min(u.hour_start), max(u.hour_start), sum(u.card_seconds), sum(u.card_seconds * u.relative_throughput),
+       sum(u.core_seconds), sum(u.mib_seconds), sum(u.extra_core_seconds), sum(u.extra_mib_seconds)
 FROM (SELECT r.*, j.kind FROM billing_usagerecord r JOIN jobs_job j ON j.id = r.job_id
       WHERE r.month >= %(first_month)s AND r.month <= %(last_month)s
         AND (r.hour_start AT TIME ZONE %(tz)s)::date = ANY(%(split_days)s::date[])) u
@@ -159,6 +175,7 @@ WHERE u.hour_start >= %(start)s AND u.hour_start < %(end)s AND {where}
 GROUP BY {keys}, u.department_id, u.project_id, u.user_id, u.flavor_id, u.tier, u.month,
          width_bucket(u.hour_start, %(thresholds)s::timestamptz[])
 HAVING sum(u.card_seconds) <> 0 OR sum(u.card_seconds * u.relative_throughput) <> 0
+    OR sum(u.core_seconds) <> 0 OR sum(u.mib_seconds) <> 0
 """
 
 # Sampled and effective card-hours: each minute's sample holds ``gpus`` devices of the job's
@@ -282,31 +299,34 @@ def _ledger(scope, query: UsageQuery, rows: dict, total: UsageRow, money_departm
         found += _fetch(_SPLIT_DAYS.format(keys=keys, where=where), params)
     usages = []
     for record in found:
-        key, (dept, project, user, flavor, tier, month, first, last, seconds, normalised) = (
+        key, (dept, project, user, flavor, tier, month, first, last, seconds, normalised, *machine) = (
             tuple(record[:levels]),
             record[levels:],
         )
+        cores, mib, extra_cores, extra_mib = machine
         row = _row(rows, key)
-        row.card_seconds += seconds
-        row.normalised_seconds += normalised
-        total.card_seconds += seconds
-        total.normalised_seconds += normalised
+        for figures in (row, total):
+            figures.card_seconds += seconds
+            figures.normalised_seconds += normalised
+            figures.core_seconds += cores
+            figures.mib_seconds += mib
         if money_departments is None or dept in money_departments:
-            usages.append(
-                pricing.Usage(
-                    key=(key, dept, project, user, flavor, tier, month),
-                    schedule=(flavor, tier),
-                    start=first,
-                    end=last + HOUR,
-                    card_seconds=seconds,
-                    normalised_seconds=normalised,
-                )
-            )
+            line = (key, dept, project, user, flavor, tier, month)
+            if seconds or normalised:
+                usages.append(pricing.Usage(line, (flavor, tier), first, last + HOUR, seconds, normalised))
+            # CPU / memory beyond the share, priced as the statement prices it (billing.lines).
+            for resource, extra in ((pricing.CORE, extra_cores), (pricing.GIB, extra_mib)):
+                schedule = schedule_of(flavor, tier, resource)
+                if extra and schedule in schedules:
+                    usages.append(pricing.Usage((*line, resource), schedule, first, last + HOUR, Decimal(0),
+                                                None, resource, extra))
     if money_departments is not None and not money_departments:
         return  # no money for this viewer: cost stays None
     total.cost = Decimal("0.00")
     for line in pricing.price(usages, schedules, normalised=prices_normalised()):
         row = rows[line.key[0]]
+        if line.amount is None and line.resource != pricing.CARD:
+            continue  # CPU / memory in hours no rate of theirs covers: not billed
         if line.amount is None:
             row.unpriced = total.unpriced = True
             continue
@@ -415,11 +435,12 @@ def range_days(start: datetime, end: datetime) -> tuple[date, date]:
 
 _JOB_LEDGER = """
 SELECT u.flavor_id, u.tier, min(u.hour_start), max(u.hour_start), sum(u.card_seconds),
-       sum(u.card_seconds * u.relative_throughput)
+       sum(u.card_seconds * u.relative_throughput), sum(u.extra_core_seconds), sum(u.extra_mib_seconds)
 FROM billing_usagerecord u
 WHERE u.job_id = %(job)s
 GROUP BY u.flavor_id, u.tier, u.month, width_bucket(u.hour_start, %(thresholds)s::timestamptz[])
 HAVING sum(u.card_seconds) <> 0 OR sum(u.card_seconds * u.relative_throughput) <> 0
+    OR sum(u.extra_core_seconds) <> 0 OR sum(u.extra_mib_seconds) <> 0
 """
 
 
@@ -437,18 +458,25 @@ class JobCost:
 
 
 def job_cost_so_far(job, now: datetime) -> JobCost | None:
-    """The job's cost so far: its ledger rows priced as statement lines are, plus — while it
+    """The job's cost so far: its ledger rows priced as statement lines are (CPU and memory beyond
+    the share included, DESIGN §15), plus — while it
     runs — the time since the meter's cursor (or its start, if later) at the rate of its tier in
     force now, rounded by the one rule. None when nothing is priced (no rate, no usage)."""
     schedules = rate_schedules()
     thresholds = [EARLIEST, *sorted({p.valid_from for ps in schedules.values() for p in ps})]
-    usages = [
-        pricing.Usage(key=(flavor, tier), schedule=(flavor, tier), start=first, end=last + HOUR,
-                      card_seconds=seconds, normalised_seconds=normalised)
-        for flavor, tier, first, last, seconds, normalised in _fetch(
-            _JOB_LEDGER, {"job": job.pk, "thresholds": thresholds})
-    ]
-    lines = pricing.price(usages, schedules, normalised=prices_normalised())
+    usages = []
+    for flavor, tier, first, last, seconds, normalised, cores, mib in _fetch(
+        _JOB_LEDGER, {"job": job.pk, "thresholds": thresholds}
+    ):
+        usages.append(pricing.Usage((flavor, tier), (flavor, tier), first, last + HOUR, seconds, normalised))
+        # CPU / memory beyond the share where a rate prices it, as the statement does (billing.lines).
+        for resource, extra in ((pricing.CORE, cores), (pricing.GIB, mib)):
+            schedule = schedule_of(flavor, tier, resource)
+            if extra and schedule in schedules:
+                usages.append(pricing.Usage((flavor, tier, resource), schedule, first, last + HOUR,
+                                            Decimal(0), None, resource, extra))
+    lines = [line for line in pricing.price(usages, schedules, normalised=prices_normalised())
+             if line.resource == pricing.CARD or line.period is not None]
     unpriced = any(line.amount is None for line in lines)
     metered = pricing.total(lines)
     through = meter_state().metered_through

@@ -115,7 +115,14 @@ def _report(user: User, scope: reports.ReportScope, report: reports.ReportFilter
     split = reports.external_split(scope, report)
     split_title = _("Card-hours of portal and external jobs by department, %(month)s") % {
         "month": month_label(report.month)}
+    machine = reports.machine_hours(scope, report)
+    machine_title = _("Core-hours and GiB-hours by department, %(month)s") % {
+        "month": month_label(report.month)}
     return {
+        "machine": {
+            "figure": charts.machine_hours(machine, names, machine_title),
+            "title": machine_title,
+        } if machine else None,
         "external_split": {
             "figure": charts.external_split(split, names, split_title),
             "title": split_title,

@@ -54,7 +54,7 @@ from quotas.effective import Limits, LoanSpan, Window, effective_limits
 from quotas.models import Flavor, Loan, LoanState, QuotaNode, QuotaWindow
 from quotas.selectors import site_zone
 
-from .models import Rate, Tier, WhatIfChange, WhatIfRun, WhatIfState
+from .models import Rate, Resource, Tier, WhatIfChange, WhatIfRun, WhatIfState
 from .periods import month_bounds
 from .pricing import cost
 
@@ -269,7 +269,9 @@ def replay(inp: Inputs) -> dict:
 def current_prices(at: datetime) -> dict[tuple[str, str], Decimal]:
     """(flavor name, tier) -> the price per card-hour valid at ``at``."""
     rows = (
-        Rate.objects.filter(valid_from__lte=at, tier__in=[Tier.STANDARD, Tier.ON_LOAN])
+        Rate.objects.filter(
+            valid_from__lte=at, tier__in=[Tier.STANDARD, Tier.ON_LOAN], resource=Resource.CARD
+        )
         .order_by("flavor_id", "tier", "-valid_from")
         .distinct("flavor_id", "tier")
         .values_list("flavor__name", "tier", "price")

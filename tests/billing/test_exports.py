@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 NOV = date(2026, 11, 1)
 HEADER = (
     "month,department_code,cost_centre,project,user,flavor,tier,card_hours,rate,amount,currency,"
-    "line_type,original_month,covers,reason,attachment,normalised_card_hours"
+    "line_type,original_month,covers,reason,attachment,normalised_card_hours,resource,core_hours,gib_hours"
 )
 
 
@@ -66,6 +66,9 @@ EXPECTED = [
         "",
         "",
         "4.000000",  # flavors at relative throughput 1.0
+        "card",  # issue 33: card-hour lines
+        "",
+        "",
     ],
     [
         "2026-11",
@@ -85,6 +88,9 @@ EXPECTED = [
         "",
         "",
         "1.000000",  # flavors at relative throughput 1.0
+        "card",  # issue 33: card-hour lines
+        "",
+        "",
     ],
     [
         "2026-11",
@@ -104,6 +110,9 @@ EXPECTED = [
         "",
         "",
         "0.500000",  # flavors at relative throughput 1.0
+        "card",  # issue 33: card-hour lines
+        "",
+        "",
     ],
 ]
 

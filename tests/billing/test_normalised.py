@@ -110,9 +110,9 @@ def test_a_correction_reverses_at_the_charge_factor_and_recharges_at_the_current
     assert net == Decimal(3600) * Decimal("0.8")  # the 10:00 hour, charged before the edit, stays
 
 
-def test_the_chargeback_file_has_both_columns_with_normalised_at_the_end(fleet):
+def test_the_chargeback_file_has_both_columns_with_normalised_after_finances_columns(fleet):
     statement_close_month(month=NOV, now=local(2026, 12, 2))
-    assert exports.COLUMNS[-1] == "normalised_card_hours"
+    assert exports.COLUMNS[16] == "normalised_card_hours"  # issue 33 added columns after it
     assert exports.COLUMNS[:16][-2:] == ("reason", "attachment")  # finance's order is kept
     out = io.StringIO()
     exports.write_csv(exports.chargeback_rows(NOV), out, bom=False)
