@@ -61,18 +61,20 @@ def quota_gpus(value) -> float:
 
 def engine_nodes(nodes: Sequence[TraceNode]) -> tuple[Node, ...]:
     """Engine nodes, in leaves/spines numbered per flavor in list order (a node that names its
-    own leaf keeps its real topology)."""
+    own leaf keeps its real topology), with the node's CPU and memory when the trace has them."""
     seen: dict[str, int] = defaultdict(int)
     out = []
     for n in nodes:
+        res = {"cpu_millicores": n.cpu_milli, "memory_mib": n.memory_mib}
         if n.leaf:
-            out.append(Node(n.name, n.model, n.gpus, n.zone or "z0", n.spine or f"{n.model}-s0", n.leaf))
+            out.append(Node(n.name, n.model, n.gpus, n.zone or "z0", n.spine or f"{n.model}-s0", n.leaf,
+                            **res))
             continue
         i = seen[n.model]
         seen[n.model] += 1
         leaf = i // max(1, n.nodes_per_leaf)
         spine = leaf // max(1, n.leaves_per_spine)
-        out.append(Node(n.name, n.model, n.gpus, "z0", f"{n.model}-s{spine}", f"{n.model}-l{leaf}"))
+        out.append(Node(n.name, n.model, n.gpus, "z0", f"{n.model}-s{spine}", f"{n.model}-l{leaf}", **res))
     return tuple(out)
 
 
