@@ -95,3 +95,21 @@ def test_replay_command_queueing_options(files):
     spec.write_text(json.dumps({**data, "queueing": {"a/x": "lifo"}}))
     with pytest.raises(CommandError, match="queueing of 'a/x'"):
         call_command("replay", str(trace), "--cluster", str(spec), "--quiet")
+
+
+@pytest.mark.usefixtures("openb")
+def test_replay_command_places_the_alibaba_cpu_and_memory_unless_told_not_to(tmp_path):
+    """The Alibaba trace's CPU and memory go to the engine by default (the result says so and
+    carries the stranded GPUs); ``--no-resources`` replays GPUs only."""
+    from jobs.whatif.replay.paths import alibaba_dir
+
+    out = tmp_path / "out.json"
+    pods = alibaba_dir() / "csv" / "openb_pod_list_gpushare20.csv"
+    common = ("replay", str(pods), "--out", str(out), "--quiet", "--start", "12000000")
+    call_command(*common)
+    result = json.loads(out.read_text())
+    assert result["resources"] is True and result["jobs"] > 0
+    assert {"stranded_gpus_mean", "stranded_gpus_max", "stranded_gpu_hours"} <= set(result)
+    call_command(*common, "--no-resources")
+    result = json.loads(out.read_text())
+    assert result["resources"] is False and result["stranded_gpus_max"] == 0
