@@ -33,18 +33,32 @@ def load_spec(path: str | Path) -> tuple[list[TraceNode], Quotas | None]:
     nodes: list[TraceNode] = []
     for group in data.get("nodes", ()):
         flavor = group["flavor"]
+        res = _node_resources(group, path)
         if group.get("name"):  # one node with its real topology (an exported inventory)
             nodes.append(TraceNode(str(group["name"]), int(group["gpus_per_node"]), flavor,
                                    zone=str(group.get("zone", "")), spine=str(group.get("spine", "")),
-                                   leaf=str(group.get("leaf", ""))))
+                                   leaf=str(group.get("leaf", "")), **res))
             continue
         for i in range(int(group.get("count", 1))):
             nodes.append(TraceNode(f"{flavor}-{i:05d}", int(group["gpus_per_node"]), flavor,
                                    int(group.get("nodes_per_leaf", 16)),
-                                   int(group.get("leaves_per_spine", 8))))
+                                   int(group.get("leaves_per_spine", 8)), **res))
     if not nodes:
         raise ValueError(f"{path}: no nodes")
     return nodes, spec_quotas(data) or None
+
+
+def _node_resources(group: Mapping, path) -> dict:
+    """A node entry's optional ``cpu_milli`` / ``memory_mib`` (allocatable; absent: not reported)."""
+    out = {}
+    for key in ("cpu_milli", "memory_mib"):
+        value = group.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{path}: node {key} must be a whole number > 0, not {value!r}")
+        out[key] = value
+    return out
 
 
 def spec_quotas(data: Mapping) -> dict[str, dict[str, int]]:
