@@ -3,7 +3,7 @@
 Contract (the ``replay --mode packing`` command calls this)::
 
     run(pods_csv, nodes_csv, *, policy="fgd", seeds=tuple(range(42, 52)), progress=None,
-        upto=1.0, cpu_mem=True, published_csv=None) -> dict
+        upto=1.0, resources=None, published_csv=None) -> dict
 
     policy    "fgd"     fragmentation gradient descent (jobs.scheduler.placement.plan_fgd) as the paper's
                         simulator runs it: its target workload, integer scores, ties by one
@@ -14,20 +14,30 @@ Contract (the ``replay --mode packing`` command calls this)::
     seeds     pod orders: each seed shuffles the pod list (random.Random(seed)); None = trace order
     progress  optional callable(str) told after each seed
     upto      stop when the arrived GPU demand reaches this share of capacity (the paper: 1.3)
+    resources "engine"  nodes' CPU / memory in the engine pools, pods placed as the live engine
+                        places a request (issue 33 item 7; the default when the node list has them)
+              "fit"     the paper simulator's own fit beside the pools (a pod fits where its CPU and
+                        memory are free): the protocol comparable with the published figures
+              "none"    GPUs only (the default when the node list has no CPU / memory)
 
 Result keys: ``mode, policy, workload, nodes, gpus, pods, gpu_pods, seeds, runs`` (per seed:
-``seed, allocation_at_100pct, placed, failed, arrived, curve``), ``allocation_at_100pct``
+``seed, allocation_at_100pct, stranded_gpus_at_100pct, stranded_gpus_mean, placed, failed,
+arrived, curve, stranded_curve``), ``allocation_at_100pct``
 (mean over seeds, %), ``allocation_min``, ``allocation_max``, ``allocation_std``, ``published``
 (per published policy: mean/min/max at 100 % from ``analysis_allo_discrete.csv`` for this
-workload), ``wall_seconds``. Allocations are percentages of the cluster's GPUs.
+workload), ``resources``, ``stranded_gpus_at_100pct`` / ``stranded_gpus_mean`` (means over seeds),
+``wall_seconds``. Allocations are percentages of the cluster's GPUs; stranded GPUs are whole free
+GPUs their node's free CPU or memory cannot feed at its share (``Pool.whole`` − ``Pool.free``,
+engine mode; 0 otherwise), at the 100 % arrival and averaged over the 1 % steps.
 
 The experiment (README of the trace, "How FGD used it"): every node of the node list is one
 server of its GPU model (one :class:`~jobs.scheduler.engine.pool.Pool` per model); pods arrive one by one,
 never leave, and the list is extended by pods sampled again (same seed) until the arrived GPU
 demand reaches ``upto``. One pod = one worker of ``num_gpu`` whole GPUs, or one shared slice of
-``gpu_milli`` on one GPU; ``gpu_spec`` restricts the pools. With ``cpu_mem`` (default, as the
-paper's simulator) each node also has ``cpu_milli`` / ``memory_mib`` and a pod needs its own, so
-CPU-only pods take no GPU but do take CPU and memory on the GPU nodes and can block them. A pod
+``gpu_milli`` on one GPU; ``gpu_spec`` restricts the pools. With resources (``engine`` or ``fit``,
+as the paper's simulator) each node also has ``cpu_milli`` / ``memory_mib`` and a pod needs its own,
+so CPU-only pods take no GPU but do take CPU and memory on the GPU nodes and can block them (in
+engine mode through ``Pool.take``, so the GPUs they leave unfed are stranded). A pod
 that fits nowhere is skipped (failed) and the next one tries. ``allocation_at_100pct`` is the
 share of GPUs (milli summed) allocated at the first arrival where the arrived GPU demand
 reaches 100 % of capacity.
