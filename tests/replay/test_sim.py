@@ -276,3 +276,14 @@ def test_a_flavor_whose_share_cannot_feed_the_worker_is_not_assigned():
     assert assign_flavors([TraceJob("k", 0, 10, 1)], nodes) == {"k": "L"}  # balanced: ties by name
     assert assign_flavors([TraceJob("m", 0, 10, 1, gpu_types=("S",))], nodes) == {"m": "S"}
     assert assign_flavors([TraceJob("h", 0, 10, 1, cpu_milli=16000, gpu_types=("S",))], nodes) == {}
+
+
+def test_a_rebuilt_engine_keeps_the_running_jobs_memory():
+    """A limit change rebuilds the engine from a snapshot of the running jobs (World.changes): big's
+    90 GiB go with it (RunningJob.requests), so small still waits for them; counted as its GPU's
+    share only, small would start at 10."""
+    jobs, nodes = memory_trace()
+    tree, limits = tenant_tree({"a/x"}, {"a/x": {F: 4000}})
+    world = sim.World(tree, limits, changes=((5.0, limits),))
+    r = simulate(jobs, nodes, options=Options(policy="pooled"), world=world)
+    assert r["max_queue_delay_s"] == 90 and r["stranded_gpus_max"] == 3

@@ -359,7 +359,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     last_submit = max((j.submit_time for j in runnable), default=0.0)
     # For a rebuild (world.changes): what the engine was told, as a snapshot would list it.
     waiting: dict[str, QueuedJob] = {}  # queued, not admitted
-    holding: dict[str, tuple[QueuedJob, float, tuple]] = {}  # admitted -> (job, admitted at, slots)
+    # admitted -> (job, admitted at, slots, per worker (node, cpu, memory, disk) when it asks any)
+    holding: dict[str, tuple[QueuedJob, float, tuple, tuple]] = {}
     signalled: dict[str, float] = {}  # preemption victims not yet exited -> signal time
     loan_flag: dict[str, bool] = {}
     ran_on: dict[str, str] = {}  # admitted job -> the flavor the engine chose for it
@@ -386,8 +387,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
             RunningJob(jid, q.project_id, q.flavor, q.priority, q.preemptible, _dt(at),
                        q.max_runtime_seconds, slots, terminating=jid in signalled,
                        terminating_since=_dt(signalled[jid]) if jid in signalled else None,
-                       submitted_at=q.submitted_at)
-            for jid, (q, at, slots) in holding.items())
+                       submitted_at=q.submitted_at, requests=reqs)
+            for jid, (q, at, slots, reqs) in holding.items())
         return Snapshot(_dt(t), enodes, tree, limits, running, tuple(waiting.values()),
                         priority_classes=classes, **strategies)
 
@@ -485,7 +486,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
             ran_on[a.job_id] = a.flavor
             if track:
                 q = replace(waiting.pop(a.job_id), flavor=a.flavor, flavors=())  # runs on one flavor
-                holding[a.job_id] = (q, batch_t, tuple(s for w in a.placement for s in w))
+                holding[a.job_id] = (q, batch_t, tuple(s for w in a.placement for s in w),
+                                     _worker_requests(q, a.placement))
             delay = max(options.grace if a.preempts else 0.0, options.start_latency)
             if delay > 0:
                 push(batch_t + delay, START, a.job_id)
@@ -534,6 +536,15 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         "wall_seconds": round(time.perf_counter() - wall0, 3),
     })
     return out
+
+
+def _worker_requests(q: QueuedJob, placement) -> tuple[tuple[str, int, int, int], ...]:
+    """``RunningJob.requests`` of an admitted job (a rebuilt engine gives its nodes' CPU and memory
+    to it again, as jobs/scheduling/snapshot.py does for a portal job); () when it asks nothing."""
+    if q.cpu_millicores is None and q.memory_mib is None and q.local_disk_gib is None:
+        return ()
+    return tuple((w[0][0], q.cpu_millicores or 0, q.memory_mib or 0, q.local_disk_gib or 0)
+                 for w in placement if w)
 
 
 def stranded_gpus(engine: Engine) -> int:
