@@ -13,7 +13,9 @@ Per resources mode and policy: mean / min / max / std of ``allocation_at_100pct`
 steps), next to the published table (``fgd-expected-results/analysis_allo_discrete.csv``,
 workload ``openb_pod_list_default``). Resources modes (docs/replay.md, "Packing mode"):
 ``engine`` (default) = nodes' CPU and memory and pods' requests in the engine's pools, placed as
-the live engine places a request; ``fit`` = the paper simulator's own fit beside the pools (the
+the live engine places a request; ``engine-by-size`` = the same with one flavor per node size (GPU
+model, GPUs, CPU, memory), so no flavor's share is set by a smaller node; ``fit`` = the paper
+simulator's own fit beside the pools (the
 figure before issue 33); ``none`` = GPUs only. The trace is read in place from the shared traces
 folder (``GPUPOOL_TRACES_DIR``, default ``../shared/traces`` beside the checkout; ``--trace DIR``).
 """
@@ -51,7 +53,7 @@ def main() -> None:
     ap.add_argument("--seeds", default=None, help="comma-separated seeds (default 42-51)")
     ap.add_argument("--workload", default="openb_pod_list_default")
     ap.add_argument("--trace", default=str(TRACE))
-    ap.add_argument("--resources", default="engine", help="comma-separated: engine, fit, none")
+    ap.add_argument("--resources", default="engine", help="comma-separated: " + ", ".join(packing.RESOURCES))
     ap.add_argument("--no-resources", action="store_true", help="GPUs only (ignore CPU and memory)")
     args = ap.parse_args()
     last = 44 if args.quick else 52

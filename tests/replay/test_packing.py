@@ -194,12 +194,16 @@ def test_cpu_blocks_a_node_under_the_simulators_fit():
 def test_the_engine_places_by_the_flavors_share_so_a_small_node_refuses_everywhere():
     """Engine mode: a flavor's share is its smallest node's (1 core per GPU on "small"), so a worker
     asking 4 cores takes a footprint of 4 GPUs — more than any node of the flavor has: it fits
-    nowhere, as a portal job of that flavor would not (docs/resources.md)."""
+    nowhere, as a portal job of that flavor would not (docs/resources.md). With a flavor per node
+    size it fits on "big"."""
     nodes = [NodeRow("small", 2000, 1 << 20, 2, "A"), NodeRow("big", 64000, 1 << 20, 2, "A")]
     pods = [_pod(0, 1, 1000, cpu=4000), _pod(1, 1, 1000, cpu=4000)]
     for policy in packing.POLICIES:
         res = packing.simulate(nodes, pods, policy=policy, seed=None)
         assert (res["allocation_at_100pct"], res["placed"]) == (0.0, 0), policy
+        # one flavor per node size: "big" has its own share (32 cores per GPU) and takes both
+        sized = packing.simulate(nodes, pods, policy=policy, seed=None, resources="engine-by-size")
+        assert (sized["allocation_at_100pct"], sized["placed"]) == (50.0, 2), policy
 
 
 def test_memory_strands_gpus_the_simulators_fit_would_still_use():

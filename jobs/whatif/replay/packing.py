@@ -16,6 +16,7 @@ Contract (the ``replay --mode packing`` command calls this)::
     upto      stop when the arrived GPU demand reaches this share of capacity (the paper: 1.3)
     resources "engine"  nodes' CPU / memory in the engine pools, pods placed as the live engine
                         places a request (issue 33 item 7; the default when the node list has them)
+              "engine-by-size"  the same with one pool (flavor) per node size, not per GPU model
               "fit"     the paper simulator's own fit beside the pools (a pod fits where its CPU and
                         memory are free): the protocol comparable with the published figures
               "none"    GPUs only (the default when the node list has no CPU / memory)
@@ -70,7 +71,7 @@ from jobs.whatif.replay.paths import published_fgd_csv
 __all__ = ["POLICIES", "RESOURCES", "has_resources", "published", "run", "simulate", "typical_of"]
 
 POLICIES = ("fgd", "bestfit", "ours", "random")
-RESOURCES = ("engine", "fit", "none")
+RESOURCES = ("engine", "engine-by-size", "fit", "none")
 NODES_PER_LEAF, LEAVES_PER_SPINE = 16, 8
 
 
@@ -107,16 +108,23 @@ def _host_ok(state, tag) -> bool:
 class _Cluster:
     """Pools per GPU model and the CPU and memory of each node: in the engine pools themselves
     (``resources="engine"``: ``Node.cpu_millicores`` / ``memory_mib``, ``Pool.res``), or beside
-    them (``"fit"``: the simulator's own fit, ``cpu`` / ``mem``), or nowhere (``"none"``)."""
+    them (``"fit"``: the simulator's own fit, ``cpu`` / ``mem``), or nowhere (``"none"``).
+    ``"engine-by-size"``: as ``engine`` with one pool (flavor) per node size — GPU model, GPUs,
+    CPU and memory — so each pool's share is its own nodes' (``models`` are then pool keys and
+    ``model_of`` their GPU model)."""
 
     def __init__(self, nodes: list[NodeRow], resources: str = "engine") -> None:
         if resources not in RESOURCES:
             raise ValueError(f"unknown resources mode {resources!r} (one of {', '.join(RESOURCES)})")
-        self.engine = resources == "engine"
+        self.engine = resources.startswith("engine")
+        by_size = resources == "engine-by-size"
         by_model: dict[str, list[NodeRow]] = {}
+        self.model_of: dict[str, str] = {}
         for n in nodes:
             if n.gpus > 0:
-                by_model.setdefault(n.model, []).append(n)
+                key = f"{n.model}:{n.gpus}x{n.cpu_milli}x{n.memory_mib}" if by_size else n.model
+                by_model.setdefault(key, []).append(n)
+                self.model_of[key] = n.model
         self.models = sorted(by_model)
         self.pools: dict[str, Pool] = {}
         self.cpu: dict[str, list[int]] = {}
@@ -152,7 +160,7 @@ class _Cluster:
             self.rank[m][i] = r
 
     def candidates(self, pod: PodRow) -> list[str]:
-        return [m for m in self.models if not pod.gpu_types or m in pod.gpu_types]
+        return [m for m in self.models if not pod.gpu_types or self.model_of[m] in pod.gpu_types]
 
     def cpu_left(self, model: str, i: int) -> int:
         """Node ``i``'s free CPU (millicores): the engine pool's own figure in engine mode."""
@@ -257,7 +265,8 @@ def _place_fgd(cl: _Cluster, pod: PodRow, milli: int, typical, rng: random.Rando
             if not cl.fits_side(model, i, pod) or pool.free[i] < units:
                 return None
             cpu = cl.cpu_left(model, i)
-            return (model, cpu), (model, cpu - pod.cpu_milli)
+            gpu_model = cl.model_of[model]
+            return (gpu_model, cpu), (gpu_model, cpu - pod.cpu_milli)
 
         rank = None if cl.rank is None else cl.rank[model]
         found = plan_fgd(cl.pools[model], 1, milli, typical=typical, side=side, host_ok=_host_ok,
@@ -335,8 +344,9 @@ def _cpu_pod_increase(cl: _Cluster, pod: PodRow, typical, m: str, i: int) -> flo
     """How much node ``i`` of pool ``m`` fragments when a CPU-only pod takes its CPU."""
     free = tuple(sorted(FULL - u for u in cl.pools[m].used[i]))
     cpu = cl.cpu_left(m, i)
-    before = frag_cached(free, (m, cpu), typical, _host_ok, cl.frag_cache)
-    after = frag_cached(free, (m, cpu - pod.cpu_milli), typical, _host_ok, cl.frag_cache)
+    gpu_model = cl.model_of[m]
+    before = frag_cached(free, (gpu_model, cpu), typical, _host_ok, cl.frag_cache)
+    after = frag_cached(free, (gpu_model, cpu - pod.cpu_milli), typical, _host_ok, cl.frag_cache)
     return after - before
 
 
