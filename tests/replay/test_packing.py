@@ -263,3 +263,22 @@ def test_published_table_and_random_policy_on_the_real_trace():
     assert (res["nodes"], res["gpus"], res["pods"], res["gpu_pods"]) == (1213, 6212, 8152, 7064)
     assert 84 < res["allocation_at_100pct"] < 89  # the simulator's fit: comparable with the paper's
     assert res["published"]["FGD"]["mean"] == 95.23
+
+
+def test_fgd_breaks_a_whole_gpu_for_a_slice_only_where_the_node_can_feed_it():
+    """As the engine's shared placement: a slice may go onto a partly used GPU of a node whose
+    memory is short, but it breaks a whole GPU only on a node with usable GPUs (Pool.free)."""
+    pool = Pool("A", [Node("a", "A", 2, memory_mib=2000), Node("b", "A", 2, memory_mib=2000)])
+    pool.take(0, (0, 1500, 0))  # a: 500 MiB left, under one GPU's share (1,000): both GPUs stranded
+    assert (pool.whole, pool.free) == ([2, 2], [0, 2])
+    for rng in (None, random.Random(3)):
+        found = plan_fgd(pool, 1, 500, typical=TYPICAL, rng=rng)
+        assert found[1][0][0][0] == 1  # b, not a's stranded GPUs
+    pool.occupy(0, 1, 300)  # a now has a partly used GPU with 700 free
+
+    def only_a(i):
+        return (None, None) if i == 0 else None
+
+    for rng in (None, random.Random(3)):
+        found = plan_fgd(pool, 1, 500, typical=TYPICAL, rng=rng, side=only_a)
+        assert found[1] == [((0, 1, 500),)]  # on a only the partly used GPU 1, never GPU 0
