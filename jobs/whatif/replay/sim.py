@@ -222,16 +222,25 @@ def _holds(nodes: Sequence[TraceNode]) -> Callable[[TraceJob, str], bool]:
         by_flavor[n.model].append(n)
     shares = {f: share_of(NodeSize(n.gpus, n.cpu_milli, n.memory_mib) for n in ns)
               for f, ns in by_flavor.items()}
+    known: dict[tuple, bool] = {}  # a trace has few shapes: each (shape, flavor) is judged once
 
     def holds(j: TraceJob, f: str) -> bool:
         if biggest[f] < j.num_gpus:
             return False
-        req = Request(j.cpu_milli, j.memory_mib)
-        if j.num_gpus == 1 and j.gpu_milli < 1000:
-            return any((not j.cpu_milli or n.cpu_milli is None or n.cpu_milli >= j.cpu_milli)
-                       and (not j.memory_mib or n.memory_mib is None or n.memory_mib >= j.memory_mib)
-                       for n in by_flavor[f])
-        return footprint_units(j.num_gpus, req, shares[f]) <= biggest[f]
+        if not j.cpu_milli and not j.memory_mib:
+            return True
+        shared = j.num_gpus == 1 and j.gpu_milli < 1000
+        key = (j.num_gpus, shared, j.cpu_milli, j.memory_mib, f)
+        hit = known.get(key)
+        if hit is None:
+            if shared:
+                hit = any((not j.cpu_milli or n.cpu_milli is None or n.cpu_milli >= j.cpu_milli)
+                          and (not j.memory_mib or n.memory_mib is None or n.memory_mib >= j.memory_mib)
+                          for n in by_flavor[f])
+            else:
+                hit = footprint_units(j.num_gpus, Request(j.cpu_milli, j.memory_mib), shares[f]) <= biggest[f]
+            known[key] = hit
+        return hit
 
     return holds
 
@@ -239,8 +248,10 @@ def _holds(nodes: Sequence[TraceNode]) -> Callable[[TraceJob, str], bool]:
 def without_resources(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode]
                       ) -> tuple[list[TraceJob], list[TraceNode]]:
     """The trace with its CPU and memory dropped: GPUs only (``Options.resources`` False)."""
-    return ([replace(j, cpu_milli=None, memory_mib=None) for j in jobs],
-            [replace(n, cpu_milli=None, memory_mib=None) for n in nodes])
+    def bare(x):
+        return replace(x, cpu_milli=None, memory_mib=None) if x.cpu_milli or x.memory_mib else x
+
+    return [bare(j) for j in jobs], [bare(n) for n in nodes]
 
 
 def assign_flavors(jobs: Iterable[TraceJob], nodes: Sequence[TraceNode]) -> dict[str, str]:
