@@ -4,10 +4,12 @@
     python bench/replay.py --quick            # the trace once (7,064 jobs): a before/after in a minute
     python bench/replay.py --repeat 2 --policy static --scale 1
     python bench/replay.py --repeat 1 --start 10013436 --overlay 10 --scale 100 --tenants hash:8   # loaded
+    python bench/replay.py --quick --no-resources   # GPUs only: the trace's CPU and memory left out
 
 The dynamic replay of :mod:`jobs.whatif.replay.sim` on the production engine, without Django:
 ``jobs`` replayed, ``wall_seconds`` (loading, replay and metrics), and the result metrics
-(per-tenant rows left out). Progress lines go to stderr. The bar: 100,000 jobs in ≤ 300 s.
+(per-tenant rows left out; ``resources`` and the stranded GPUs say whether the trace's CPU and
+memory were placed). Progress lines go to stderr. The bar: 100,000 jobs in ≤ 300 s.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ def main() -> None:
     ap.add_argument("--policy", choices=("pooled", "static"), default="pooled")
     ap.add_argument("--quotas", choices=("demand", "equal"), default="demand",
                     help="derived quotas: proportional to demand, or equal per tenant")
+    ap.add_argument("--no-resources", action="store_true",
+                    help="GPUs only: leave the trace's CPU and memory out of the engine")
     ap.add_argument("--profile", action="store_true", help="cProfile, top functions to stderr")
     args = ap.parse_args()
     if args.repeat is None:
@@ -47,7 +51,8 @@ def main() -> None:
     jobs, nodes, quotas = sim.load(args.trace, alibaba_dir=args.alibaba)
     jobs = sim.prepare(jobs, tenants=args.tenants, start=args.start, overlay=args.overlay,
                        repeat=args.repeat, scale=args.scale)
-    options = sim.Options(policy=args.policy, progress_every=5.0, quota_split=args.quotas)
+    options = sim.Options(policy=args.policy, progress_every=5.0, quota_split=args.quotas,
+                          resources=not args.no_resources)
     if args.profile:
         import cProfile
         import pstats

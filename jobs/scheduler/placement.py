@@ -525,8 +525,8 @@ def _fgd_nodes(pool: Pool, g: int, m: int, side, cluster: int | None = None):
         if m == FULL:
             if pool.free[i] < g:
                 continue
-        elif not pool.free[i] and min(row) > FULL - m:
-            continue
+        elif not pool.free[i] and not any(0 < u <= FULL - m for u in row):
+            continue  # no usable whole GPU (Pool.free) and no partly used one with room
         states = side(i) if side is not None else (None, None)
         if states is None:
             continue
@@ -547,7 +547,8 @@ def _fgd_worker(pool: Pool, g: int, m: int, typical, side, host_ok, cache, rng=N
             seen = set()
             choices = []
             for x, f in enumerate(free):
-                if f >= m and f not in seen:
+                # a whole GPU only where the node can use it (its CPU / memory: Pool.free)
+                if f >= m and f not in seen and (f < FULL or pool.free[i]):
                     seen.add(f)
                     choices.append([x])
         for gpus in choices:
@@ -574,7 +575,7 @@ def _fgd_worker_sim(pool: Pool, g: int, m: int, typical, side, host_ok, cache, r
         if m == FULL:
             candidates = [[x for x, f in enumerate(free) if f == FULL][:g]]
         else:
-            candidates = [[x] for x, f in enumerate(free) if f >= m]
+            candidates = [[x] for x, f in enumerate(free) if f >= m and (f < FULL or pool.free[i])]
         for gpus in candidates:
             after = free[:]
             for x in gpus:

@@ -95,3 +95,46 @@ def test_replay_command_queueing_options(files):
     spec.write_text(json.dumps({**data, "queueing": {"a/x": "lifo"}}))
     with pytest.raises(CommandError, match="queueing of 'a/x'"):
         call_command("replay", str(trace), "--cluster", str(spec), "--quiet")
+
+
+@pytest.mark.usefixtures("openb")
+def test_replay_command_places_the_alibaba_cpu_and_memory_unless_told_not_to(tmp_path):
+    """The Alibaba trace's CPU and memory go to the engine by default (the result says so and
+    carries the stranded GPUs); ``--no-resources`` replays GPUs only."""
+    from jobs.whatif.replay.paths import alibaba_dir
+
+    out = tmp_path / "out.json"
+    pods = alibaba_dir() / "csv" / "openb_pod_list_gpushare20.csv"
+    common = ("replay", str(pods), "--out", str(out), "--quiet", "--start", "12000000")
+    call_command(*common)
+    result = json.loads(out.read_text())
+    assert result["resources"] is True and result["jobs"] > 0
+    assert {"stranded_gpus_mean", "stranded_gpus_max", "stranded_gpu_hours"} <= set(result)
+    call_command(*common, "--no-resources")
+    result = json.loads(out.read_text())
+    assert result["resources"] is False and result["stranded_gpus_max"] == 0
+
+
+def test_a_generic_trace_and_spec_with_memory_replay_it(tmp_path):
+    """The generic CSV's cpu_milli / memory_mib and a SPEC node's: the 90 GiB job strands the node's
+    other 3 GPUs and the 20 GiB one waits for it (as in tests/replay/test_sim.py)."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("job_id,submit_time,duration,num_gpus,tenant,cpu_milli,memory_mib\n"
+                     "big,0,100,1,a/x,1000,92160\nsmall,10,10,1,a/x,,20480\n")
+    spec = tmp_path / "spec.json"
+    node = {"flavor": "F", "count": 1, "gpus_per_node": 4, "cpu_milli": 64000, "memory_mib": 102400}
+    spec.write_text(json.dumps({"nodes": [node], "quotas": {"a/x": {"F": 4}}}))
+    out = tmp_path / "out.json"
+    call_command("replay", str(trace), "--cluster", str(spec), "--out", str(out), "--quiet")
+    result = json.loads(out.read_text())
+    assert (result["resources"], result["max_queue_delay_s"], result["stranded_gpus_max"]) == (True, 90, 3)
+    call_command("replay", str(trace), "--cluster", str(spec), "--out", str(out), "--quiet", "--no-resources")
+    result = json.loads(out.read_text())
+    assert (result["resources"], result["max_queue_delay_s"], result["stranded_gpus_max"]) == (False, 0, 0)
+    spec.write_text(json.dumps({"nodes": [{**node, "memory_mib": "lots"}], "quotas": {"a/x": {"F": 4}}}))
+    with pytest.raises(CommandError, match="memory_mib must be a whole number"):
+        call_command("replay", str(trace), "--cluster", str(spec), "--quiet")
+    trace.write_text("job_id,submit_time,duration,num_gpus,memory_mib\nj,0,1,1,-5\n")
+    spec.write_text(json.dumps({"nodes": [node], "quotas": {"a/x": {"F": 4}}}))
+    with pytest.raises(CommandError, match="line 2"):
+        call_command("replay", str(trace), "--cluster", str(spec), "--quiet")

@@ -128,7 +128,7 @@ def test_the_simulator_rule_breaks_ties_by_one_node_order_per_run():
     pods = [_pod(k, 1, 1000) for k in range(6)]
 
     def fill_order(seed):
-        cl = packing._Cluster(nodes, cpu_mem=True)
+        cl = packing._Cluster(nodes)
         cl.shuffle_ranks(random.Random(seed))
         typical = packing.typical_of(pods)
         taken = []
@@ -147,7 +147,7 @@ def test_the_simulator_rule_breaks_ties_by_one_node_order_per_run():
 
 def test_cpu_only_pods_by_the_simulators_score_then_rank():
     nodes = [NodeRow("a", 8000, 1 << 20, 2, "A"), NodeRow("b", 8000, 1 << 20, 2, "A")]
-    cl = packing._Cluster(nodes, cpu_mem=True)
+    cl = packing._Cluster(nodes, "fit")  # the simulator's fit: its CPU figures beside the pools
     cl.rank = {"A": [1, 0]}
     typical = [(1.0, 1, 1000, (4000, ()))]  # whole GPUs that need 4 cores each
     cpu_pod = _pod(9, 0, 0, cpu=3000)
@@ -157,32 +157,88 @@ def test_cpu_only_pods_by_the_simulators_score_then_rank():
 
 
 def test_placement_flag_changes_packing():
+    """GPUs only: the fragmentation flag of the production placement changes where pods go (with
+    resources the engine places a shared worker where its request fits, whatever the flag)."""
     nodes = _nodes(4, 4, 4)
     pods = [_pod(0, 2, 1000), _pod(1, 2, 1000), _pod(2, 1, 300), _pod(3, 1, 700), _pod(4, 1, 500),
             _pod(5, 1, 700)]
-    plain = packing.simulate(nodes, pods, policy="bestfit", seed=None)["allocation_at_100pct"]
-    aware = packing.simulate(nodes, pods, policy="ours", seed=None)["allocation_at_100pct"]
-    assert plain != aware
+    plain = packing.simulate(nodes, pods, policy="bestfit", seed=None, resources="none")
+    aware = packing.simulate(nodes, pods, policy="ours", seed=None, resources="none")
+    assert plain["allocation_at_100pct"] != aware["allocation_at_100pct"]
 
 
-def test_packing_calls_the_production_placement(monkeypatch):
+@pytest.mark.parametrize(("resources", "planner", "refuse"), [
+    ("engine", "_plan_shared_res", lambda pool, milli, req: None),
+    ("none", "_plan_shared", lambda pool, milli, frag: None),
+])
+def test_packing_calls_the_production_placement(monkeypatch, resources, planner, refuse):
     nodes = _nodes(2, 2)
     pods = [_pod(0, 1, 500), _pod(1, 1, 1000)]
-    before = packing.simulate(nodes, pods, policy="ours", seed=None)
+    before = packing.simulate(nodes, pods, policy="ours", seed=None, resources=resources)
     assert before["allocation_at_100pct"] == 100.0
-    monkeypatch.setattr(placement, "_plan_shared", lambda pool, milli, frag: None)
-    after = packing.simulate(nodes, pods, policy="ours", seed=None)
+    monkeypatch.setattr(placement, planner, refuse)
+    after = packing.simulate(nodes, pods, policy="ours", seed=None, resources=resources)
     assert after["allocation_at_100pct"] < 100.0 and after["failed"] > 0
 
 
-def test_cpu_blocks_a_node():
+def test_cpu_blocks_a_node_under_the_simulators_fit():
     nodes = [NodeRow("small", 2000, 1 << 20, 2, "A"), NodeRow("big", 64000, 1 << 20, 2, "A")]
     pods = [_pod(0, 1, 1000, cpu=4000), _pod(1, 1, 1000, cpu=4000), _pod(2, 1, 1000, cpu=4000)]
     for policy in packing.POLICIES:
-        res = packing.simulate(nodes, pods, policy=policy, seed=None)
+        res = packing.simulate(nodes, pods, policy=policy, seed=None, resources="fit")
         assert res["allocation_at_100pct"] == 50.0, policy  # only "big" can host them
-    free = packing.simulate(nodes, pods, policy="bestfit", seed=None, cpu_mem=False)
+    free = packing.simulate(nodes, pods, policy="bestfit", seed=None, resources="none")
     assert free["allocation_at_100pct"] == 100.0
+
+
+def test_the_engine_places_by_the_flavors_share_so_a_small_node_refuses_everywhere():
+    """Engine mode: a flavor's share is its smallest node's (1 core per GPU on "small"), so a worker
+    asking 4 cores takes a footprint of 4 GPUs — more than any node of the flavor has: it fits
+    nowhere, as a portal job of that flavor would not (docs/resources.md). With a flavor per node
+    size it fits on "big"."""
+    nodes = [NodeRow("small", 2000, 1 << 20, 2, "A"), NodeRow("big", 64000, 1 << 20, 2, "A")]
+    pods = [_pod(0, 1, 1000, cpu=4000), _pod(1, 1, 1000, cpu=4000)]
+    for policy in packing.POLICIES:
+        res = packing.simulate(nodes, pods, policy=policy, seed=None)
+        assert (res["allocation_at_100pct"], res["placed"]) == (0.0, 0), policy
+        # one flavor per node size: "big" has its own share (32 cores per GPU) and takes both
+        sized = packing.simulate(nodes, pods, policy=policy, seed=None, resources="engine-by-size")
+        assert (sized["allocation_at_100pct"], sized["placed"]) == (50.0, 2), policy
+
+
+def test_memory_strands_gpus_the_simulators_fit_would_still_use():
+    """One node of 4 GPUs and 4,000 MiB (1,000 MiB per GPU). A pod asking 3,000 MiB takes one GPU
+    and leaves 1,000 MiB: at the share that feeds one GPU, so two free GPUs are stranded; the
+    next pod takes the last usable GPU and the two after it fail. The simulator's fit (a pod fits
+    where its own request is free) places all four."""
+    nodes = [NodeRow("n", 64000, 4000, 4, "A")]
+    pods = [PodRow("big", 1000, 3000, 1, 1000, (), "LS", "", None, None)] + [
+        PodRow(f"p{k}", 1000, 100, 1, 1000, (), "LS", "", None, None) for k in range(3)]
+    for policy in packing.POLICIES:
+        res = packing.simulate(nodes, pods, policy=policy, seed=None)
+        got = (res["allocation_at_100pct"], res["stranded_gpus_at_100pct"], res["failed"])
+        assert got == (50.0, 2, 2), policy
+        assert res["stranded_curve"][100] == 2 and res["stranded_gpus_mean"] > 0
+        fit = packing.simulate(nodes, pods, policy=policy, seed=None, resources="fit")
+        assert (fit["allocation_at_100pct"], fit["stranded_gpus_at_100pct"]) == (100.0, 0), policy
+
+
+def test_a_cpu_only_pod_takes_its_cpu_from_the_engine_pool():
+    """A CPU-only pod holds no GPU, but its CPU is taken from the engine's node (Pool.take), so
+    the GPUs its CPU leaves unfed are stranded and the next GPU pod fails."""
+    nodes = [NodeRow("n", 4000, 1 << 20, 2, "A")]  # 2,000 millicores per GPU
+    pods = [PodRow("cpu", 3000, 100, 0, 0, (), "LS", "", None, None),
+            PodRow("g0", 500, 100, 1, 1000, (), "LS", "", None, None),
+            PodRow("g1", 500, 100, 1, 1000, (), "LS", "", None, None)]
+    res = packing.simulate(nodes, pods, policy="bestfit", seed=None)
+    assert (res["allocation_at_100pct"], res["stranded_gpus_at_100pct"], res["placed"]) == (0.0, 2, 0)
+    none = packing.simulate(nodes, pods, policy="bestfit", seed=None, resources="none")
+    assert none["allocation_at_100pct"] == 100.0
+
+
+def test_unknown_resources_mode():
+    with pytest.raises(ValueError):
+        packing.simulate(_nodes(2), [_pod(0, 1, 1000)], resources="nope")
 
 
 def test_gpu_spec_restricts_models():
@@ -203,7 +259,26 @@ def test_published_table_and_random_policy_on_the_real_trace():
     pub = packing.published()
     assert pub["FGD"]["mean"] == 95.23 and pub["BestFit"]["mean"] == 92.86 and pub["Random"]["mean"] == 86.3
     res = packing.run(TRACE / "csv/openb_pod_list_default.csv", TRACE / "csv/openb_node_list_gpu_node.csv",
-                      policy="random", seeds=[42])
+                      policy="random", seeds=[42], resources="fit")
     assert (res["nodes"], res["gpus"], res["pods"], res["gpu_pods"]) == (1213, 6212, 8152, 7064)
-    assert 84 < res["allocation_at_100pct"] < 89
+    assert 84 < res["allocation_at_100pct"] < 89  # the simulator's fit: comparable with the paper's
     assert res["published"]["FGD"]["mean"] == 95.23
+
+
+def test_fgd_breaks_a_whole_gpu_for_a_slice_only_where_the_node_can_feed_it():
+    """As the engine's shared placement: a slice may go onto a partly used GPU of a node whose
+    memory is short, but it breaks a whole GPU only on a node with usable GPUs (Pool.free)."""
+    pool = Pool("A", [Node("a", "A", 2, memory_mib=2000), Node("b", "A", 2, memory_mib=2000)])
+    pool.take(0, (0, 1500, 0))  # a: 500 MiB left, under one GPU's share (1,000): both GPUs stranded
+    assert (pool.whole, pool.free) == ([2, 2], [0, 2])
+    for rng in (None, random.Random(3)):
+        found = plan_fgd(pool, 1, 500, typical=TYPICAL, rng=rng)
+        assert found[1][0][0][0] == 1  # b, not a's stranded GPUs
+    pool.occupy(0, 1, 300)  # a now has a partly used GPU with 700 free
+
+    def only_a(i):
+        return (None, None) if i == 0 else None
+
+    for rng in (None, random.Random(3)):
+        found = plan_fgd(pool, 1, 500, typical=TYPICAL, rng=rng, side=only_a)
+        assert found[1] == [((0, 1, 500),)]  # on a only the partly used GPU 1, never GPU 0

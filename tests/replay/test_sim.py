@@ -229,3 +229,61 @@ def test_an_observer_sees_snapshots_and_starts_and_the_forecast_of_a_sample_come
     found = forecast(first, borrowing=False)
     assert {j: (at - first.now).total_seconds() for j, at in found.starts.items()} == {"b": 200, "c": 260}
     assert watch.starts == {"a": 0, "b": 100, "c": 130}  # earlier: jobs end before their limits
+
+
+# -- CPU and memory (issue 33 item 7) --------------------------------------------------------
+GIB = 1024
+
+
+def memory_trace():
+    # One node of 4 GPUs and 100 GiB (25 GiB per GPU). "big" asks 1 GPU and 90 GiB for 100 s: its
+    # footprint is 4 GPUs' share, it takes its 1 GPU and 90 GiB, and the 10 GiB left feed no GPU at
+    # the share — 3 free GPUs stranded. "small" (1 GPU, 20 GiB) at t=10 waits for big's memory.
+    nodes = [TraceNode("n0", 4, F, cpu_milli=64000, memory_mib=100 * GIB)]
+    jobs = [TraceJob("big", 0, 100, 1, tenant="a/x", memory_mib=90 * GIB),
+            TraceJob("small", 10, 10, 1, tenant="a/x", memory_mib=20 * GIB)]
+    return jobs, nodes
+
+
+def test_memory_binds_a_job_waits_beside_free_gpus_and_they_count_as_stranded():
+    jobs, nodes = memory_trace()
+    r = simulate(jobs, nodes, {"a/x": {F: 4000}}, Options(policy="pooled"))
+    assert r["resources"] is True
+    assert (r["finished"], r["never_started"]) == (2, 0)
+    assert r["max_queue_delay_s"] == 90  # small starts when big ends at 100, not at 10
+    assert r["makespan_s"] == 110
+    # 3 GPUs stranded from 0 to 100 (then small's 20 GiB leave 80: 3 usable of 3 free)
+    assert r["stranded_gpus_max"] == 3
+    assert r["stranded_gpu_hours"] == pytest.approx(3 * 100 / 3600)
+    assert r["stranded_gpus_mean"] == pytest.approx(300 / 110)
+
+
+def test_without_resources_the_same_trace_places_gpus_only():
+    jobs, nodes = memory_trace()
+    r = simulate(jobs, nodes, {"a/x": {F: 4000}}, Options(policy="pooled", resources=False))
+    assert r["resources"] is False
+    assert r["max_queue_delay_s"] == 0 and r["makespan_s"] == 100
+    assert (r["stranded_gpus_max"], r["stranded_gpu_hours"]) == (0, 0)
+
+
+def test_a_flavor_whose_share_cannot_feed_the_worker_is_not_assigned():
+    # "S" has 4 cores per GPU: a 1-GPU worker asking 16 cores would take 4 GPUs' share, more than
+    # its 2-GPU node has; "L" (32 cores per GPU) holds it. Without the request S is the choice.
+    nodes = [TraceNode("s0", 2, "S", cpu_milli=8000, memory_mib=64 * GIB),
+             TraceNode("l0", 2, "L", cpu_milli=64000, memory_mib=64 * GIB)]
+    hungry = TraceJob("j", 0, 10, 1, cpu_milli=16000)
+    assert assign_flavors([hungry], nodes) == {"j": "L"}
+    assert assign_flavors([TraceJob("k", 0, 10, 1)], nodes) == {"k": "L"}  # balanced: ties by name
+    assert assign_flavors([TraceJob("m", 0, 10, 1, gpu_types=("S",))], nodes) == {"m": "S"}
+    assert assign_flavors([TraceJob("h", 0, 10, 1, cpu_milli=16000, gpu_types=("S",))], nodes) == {}
+
+
+def test_a_rebuilt_engine_keeps_the_running_jobs_memory():
+    """A limit change rebuilds the engine from a snapshot of the running jobs (World.changes): big's
+    90 GiB go with it (RunningJob.requests), so small still waits for them; counted as its GPU's
+    share only, small would start at 10."""
+    jobs, nodes = memory_trace()
+    tree, limits = tenant_tree({"a/x"}, {"a/x": {F: 4000}})
+    world = sim.World(tree, limits, changes=((5.0, limits),))
+    r = simulate(jobs, nodes, options=Options(policy="pooled"), world=world)
+    assert r["max_queue_delay_s"] == 90 and r["stranded_gpus_max"] == 3

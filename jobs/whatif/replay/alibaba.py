@@ -15,6 +15,8 @@ Mapping to :class:`~jobs.whatif.replay.trace.TraceJob`:
   ``gpu_milli == 0``);
 * ``gpu_types`` = ``gpu_spec`` split on ``|`` (empty: any model);
 * ``tenant`` = ``"<qos>/default"`` (the QoS class LS / BE / Burstable / Guaranteed is the tenant);
+* ``cpu_milli`` / ``memory_mib`` = the pod's (one worker's) request, and a node's allocatable
+  figures on :class:`TraceNode` (0 or missing: None, nothing asked / not reported);
 * ``submit_time`` = ``creation_time``; ``duration`` = ``deletion_time - creation_time`` (None when
   the deletion time is missing); ``kind`` = ``"inference"`` for LS pods, else ``"training"``.
 
@@ -84,7 +86,9 @@ def read_node_rows(path: str | Path) -> list[NodeRow]:
 
 def read_nodes(path: str | Path) -> list[TraceNode]:
     """The GPU nodes of an ``openb_node_list_*.csv`` (file order)."""
-    return [TraceNode(name=n.name, gpus=n.gpus, model=n.model) for n in read_node_rows(path) if n.gpus > 0]
+    return [TraceNode(name=n.name, gpus=n.gpus, model=n.model, cpu_milli=n.cpu_milli or None,
+                      memory_mib=n.memory_mib or None)
+            for n in read_node_rows(path) if n.gpus > 0]
 
 
 def read_pod_rows(path: str | Path) -> list[PodRow]:
@@ -115,7 +119,8 @@ def _job(p: PodRow) -> TraceJob:
     return TraceJob(job_id=p.name, submit_time=p.creation_time or 0.0, duration=duration,
                     num_gpus=p.num_gpu, gpu_milli=p.gpu_milli, gpu_types=p.gpu_types,
                     tenant=f"{p.qos or 'unknown'}/default",
-                    kind="inference" if p.qos == "LS" else "training", workers=1)
+                    kind="inference" if p.qos == "LS" else "training", workers=1,
+                    cpu_milli=p.cpu_milli or None, memory_mib=p.memory_mib or None)
 
 
 def read_pods(path: str | Path, *, gpu_only: bool = True) -> list[TraceJob]:

@@ -100,6 +100,11 @@ class Recorder:
         self.preemptions = 0
         self.lost_s = 0.0  # milli-seconds of victims' work lost (restarted from zero)
         self.window: tuple[float, float] | None = None  # (t, alloc integral) at the window's end
+        # Stranded GPUs (free, but their node's free CPU / memory cannot feed them), set after every
+        # cycle by a replay with resources: now, the most seen, and their time integral (GPU-seconds).
+        self.stranded_now = 0
+        self.stranded_max = 0
+        self.stranded_int = 0.0
 
     def mark_window(self, t: float) -> None:
         """Close the arrival window at ``t`` (the last submit): the ``window_*`` figures."""
@@ -115,6 +120,7 @@ class Recorder:
         dt = t - self.t
         if dt > 0:
             self.alloc_int += self.alloc * dt
+            self.stranded_int += self.stranded_now * dt
             self.reuse.advance(dt)
             self.today.advance(dt)
             self.t = t
@@ -175,6 +181,12 @@ class Recorder:
         else:
             self.waiting_since[job] = t
 
+    def stranded(self, t: float, gpus: int) -> None:
+        """From ``t`` on, ``gpus`` whole free GPUs are stranded (the engine's pools after a cycle)."""
+        self._advance(t)
+        self.stranded_now = gpus
+        self.stranded_max = max(self.stranded_max, gpus)
+
     def preempted(self) -> None:
         self.preemptions += 1
 
@@ -214,6 +226,9 @@ class Recorder:
             "preemptions": self.preemptions,
             "preempted_gpu_hours_lost": self.lost_s / 1000 / 3600,
             "makespan_s": span,
+            "stranded_gpus_mean": self.stranded_int / span if span > 0 else 0.0,
+            "stranded_gpus_max": self.stranded_max,
+            "stranded_gpu_hours": self.stranded_int / 3600,
         }
         if self.window is not None and self.t_first is not None:
             wt, wa = self.window

@@ -3,7 +3,7 @@
 Contract (the ``replay --mode packing`` command calls this)::
 
     run(pods_csv, nodes_csv, *, policy="fgd", seeds=tuple(range(42, 52)), progress=None,
-        upto=1.0, cpu_mem=True, published_csv=None) -> dict
+        upto=1.0, resources=None, published_csv=None) -> dict
 
     policy    "fgd"     fragmentation gradient descent (jobs.scheduler.placement.plan_fgd) as the paper's
                         simulator runs it: its target workload, integer scores, ties by one
@@ -14,20 +14,31 @@ Contract (the ``replay --mode packing`` command calls this)::
     seeds     pod orders: each seed shuffles the pod list (random.Random(seed)); None = trace order
     progress  optional callable(str) told after each seed
     upto      stop when the arrived GPU demand reaches this share of capacity (the paper: 1.3)
+    resources "engine"  nodes' CPU / memory in the engine pools, pods placed as the live engine
+                        places a request (issue 33 item 7; the default when the node list has them)
+              "engine-by-size"  the same with one pool (flavor) per node size, not per GPU model
+              "fit"     the paper simulator's own fit beside the pools (a pod fits where its CPU and
+                        memory are free): the protocol comparable with the published figures
+              "none"    GPUs only (the default when the node list has no CPU / memory)
 
 Result keys: ``mode, policy, workload, nodes, gpus, pods, gpu_pods, seeds, runs`` (per seed:
-``seed, allocation_at_100pct, placed, failed, arrived, curve``), ``allocation_at_100pct``
+``seed, allocation_at_100pct, stranded_gpus_at_100pct, stranded_gpus_mean, placed, failed,
+arrived, curve, stranded_curve``), ``allocation_at_100pct``
 (mean over seeds, %), ``allocation_min``, ``allocation_max``, ``allocation_std``, ``published``
 (per published policy: mean/min/max at 100 % from ``analysis_allo_discrete.csv`` for this
-workload), ``wall_seconds``. Allocations are percentages of the cluster's GPUs.
+workload), ``resources``, ``stranded_gpus_at_100pct`` / ``stranded_gpus_mean`` (means over seeds),
+``wall_seconds``. Allocations are percentages of the cluster's GPUs; stranded GPUs are whole free
+GPUs their node's free CPU or memory cannot feed at its share (``Pool.whole`` − ``Pool.free``,
+engine mode; 0 otherwise), at the 100 % arrival and averaged over the 1 % steps.
 
 The experiment (README of the trace, "How FGD used it"): every node of the node list is one
 server of its GPU model (one :class:`~jobs.scheduler.engine.pool.Pool` per model); pods arrive one by one,
 never leave, and the list is extended by pods sampled again (same seed) until the arrived GPU
 demand reaches ``upto``. One pod = one worker of ``num_gpu`` whole GPUs, or one shared slice of
-``gpu_milli`` on one GPU; ``gpu_spec`` restricts the pools. With ``cpu_mem`` (default, as the
-paper's simulator) each node also has ``cpu_milli`` / ``memory_mib`` and a pod needs its own, so
-CPU-only pods take no GPU but do take CPU and memory on the GPU nodes and can block them. A pod
+``gpu_milli`` on one GPU; ``gpu_spec`` restricts the pools. With resources (``engine`` or ``fit``,
+as the paper's simulator) each node also has ``cpu_milli`` / ``memory_mib`` and a pod needs its own,
+so CPU-only pods take no GPU but do take CPU and memory on the GPU nodes and can block them (in
+engine mode through ``Pool.take``, so the GPUs they leave unfed are stranded). A pod
 that fits nowhere is skipped (failed) and the next one tries. ``allocation_at_100pct`` is the
 share of GPUs (milli summed) allocated at the first arrival where the arrived GPU demand
 reaches 100 % of capacity.
@@ -57,9 +68,10 @@ from jobs.scheduler.placement import commit, fgd_score, frag_cached, plan, plan_
 from jobs.whatif.replay.alibaba import NodeRow, PodRow, read_node_rows, read_pod_rows
 from jobs.whatif.replay.paths import published_fgd_csv
 
-__all__ = ["POLICIES", "published", "run", "simulate", "typical_of"]
+__all__ = ["POLICIES", "RESOURCES", "has_resources", "published", "run", "simulate", "typical_of"]
 
 POLICIES = ("fgd", "bestfit", "ours", "random")
+RESOURCES = ("engine", "engine-by-size", "fit", "none")
 NODES_PER_LEAF, LEAVES_PER_SPINE = 16, 8
 
 
@@ -94,13 +106,25 @@ def _host_ok(state, tag) -> bool:
 
 
 class _Cluster:
-    """Pools per GPU model plus the non-GPU resources of each node."""
+    """Pools per GPU model and the CPU and memory of each node: in the engine pools themselves
+    (``resources="engine"``: ``Node.cpu_millicores`` / ``memory_mib``, ``Pool.res``), or beside
+    them (``"fit"``: the simulator's own fit, ``cpu`` / ``mem``), or nowhere (``"none"``).
+    ``"engine-by-size"``: as ``engine`` with one pool (flavor) per node size — GPU model, GPUs,
+    CPU and memory — so each pool's share is its own nodes' (``models`` are then pool keys and
+    ``model_of`` their GPU model)."""
 
-    def __init__(self, nodes: list[NodeRow], cpu_mem: bool) -> None:
+    def __init__(self, nodes: list[NodeRow], resources: str = "engine") -> None:
+        if resources not in RESOURCES:
+            raise ValueError(f"unknown resources mode {resources!r} (one of {', '.join(RESOURCES)})")
+        self.engine = resources.startswith("engine")
+        by_size = resources == "engine-by-size"
         by_model: dict[str, list[NodeRow]] = {}
+        self.model_of: dict[str, str] = {}
         for n in nodes:
             if n.gpus > 0:
-                by_model.setdefault(n.model, []).append(n)
+                key = f"{n.model}:{n.gpus}x{n.cpu_milli}x{n.memory_mib}" if by_size else n.model
+                by_model.setdefault(key, []).append(n)
+                self.model_of[key] = n.model
         self.models = sorted(by_model)
         self.pools: dict[str, Pool] = {}
         self.cpu: dict[str, list[int]] = {}
@@ -110,12 +134,16 @@ class _Cluster:
             rows = by_model[model]
             engine_nodes = [Node(id=f"{k:06d}:{n.name}", flavor=model, gpus=n.gpus,
                                  spine=f"{k // (NODES_PER_LEAF * LEAVES_PER_SPINE):05d}",
-                                 leaf=f"{k // NODES_PER_LEAF:05d}") for k, n in enumerate(rows)]
+                                 leaf=f"{k // NODES_PER_LEAF:05d}",
+                                 cpu_millicores=(n.cpu_milli or None) if self.engine else None,
+                                 memory_mib=(n.memory_mib or None) if self.engine else None)
+                            for k, n in enumerate(rows)]
             pool = self.pools[model] = Pool(model, engine_nodes)
             # Pool orders nodes by topology path; the zero-padded ids keep file order.
             ordered = [rows[int(nid.split(":")[0])] for nid in pool.ids]
-            self.cpu[model] = [n.cpu_milli if cpu_mem else big for n in ordered]
-            self.mem[model] = [n.memory_mib if cpu_mem else big for n in ordered]
+            fit = resources == "fit"
+            self.cpu[model] = [n.cpu_milli if fit else big for n in ordered]
+            self.mem[model] = [n.memory_mib if fit else big for n in ordered]
         self.capacity = sum(p.capacity for p in self.pools.values())
         self.used = 0
         self.frag_cache: dict = {}
@@ -124,25 +152,60 @@ class _Cluster:
     def shuffle_ranks(self, rng: random.Random) -> None:
         """A random order of all the nodes, fixed for the run: the simulator prefixes every
         node's name with a random permutation per run, and ties go by it (docs/replay.md)."""
-        nodes = [(m, i) for m in self.models for i in range(len(self.cpu[m]))]
+        nodes = [(m, i) for m in self.models for i in range(len(self.pools[m].ids))]
         order = list(range(len(nodes)))
         rng.shuffle(order)
-        self.rank = {m: [0] * len(self.cpu[m]) for m in self.models}
+        self.rank = {m: [0] * len(self.pools[m].ids) for m in self.models}
         for (m, i), r in zip(nodes, order, strict=True):
             self.rank[m][i] = r
 
     def candidates(self, pod: PodRow) -> list[str]:
-        return [m for m in self.models if not pod.gpu_types or m in pod.gpu_types]
+        return [m for m in self.models if not pod.gpu_types or self.model_of[m] in pod.gpu_types]
+
+    def cpu_left(self, model: str, i: int) -> int:
+        """Node ``i``'s free CPU (millicores): the engine pool's own figure in engine mode."""
+        res = self.pools[model].res if self.engine else None
+        return res[i][0] if res is not None else self.cpu[model][i]
 
     def fits_side(self, model: str, i: int, pod: PodRow) -> bool:
+        if self.engine:
+            return self.pools[model].fits_res(i, _req(pod))
         return self.cpu[model][i] >= pod.cpu_milli and self.mem[model][i] >= pod.memory_mib
 
-    def take(self, model: str, placement, pod: PodRow) -> None:
-        i = placement[0][0][0]
-        commit(self.pools[model], placement)
+    def take_side(self, model: str, i: int, pod: PodRow) -> None:
+        """Node ``i`` gives the pod its CPU and memory (in engine mode ``Pool.take``, the call the
+        engine makes for a running job's request, which updates the node's usable GPUs)."""
+        if self.engine:
+            self.pools[model].take(i, _req(pod))
+            return
         self.cpu[model][i] -= pod.cpu_milli
         self.mem[model][i] -= pod.memory_mib
+
+    def take(self, model: str, placement, pod: PodRow) -> None:
+        commit(self.pools[model], placement)
+        self.take_side(model, placement[0][0][0], pod)
         self.used += sum(s[2] for w in placement for s in w)
+
+    def stranded(self) -> int:
+        """Whole free GPUs their node's free CPU or memory cannot feed at its share (engine mode;
+        ``Pool.whole`` − ``Pool.free``); 0 without resources in the pools."""
+        return sum(sum(p.whole) - sum(p.free) for p in self.pools.values() if p.whole is not None)
+
+
+def _req(pod: PodRow) -> tuple[int, int, int]:
+    """A pod's request as the engine pool takes it: (CPU millicores, memory MiB, disk GiB)."""
+    return (pod.cpu_milli, pod.memory_mib, 0)
+
+
+def _engine_plan(pool: Pool, milli: int, req, frag: bool):
+    """One worker as the engine's ``Cycle.place`` places it: on a node with room for its
+    footprint (``Pool.demand``: more GPUs when it asks more CPU or memory than its share), keeping
+    only its own GPUs; a shared worker on a node with its request free (``plan(req=...)``)."""
+    pm = pool.demand(milli, req)
+    found = plan(pool, 1, pm, frag=frag, req=req)
+    if found is None or pm == milli:
+        return found
+    return [worker[: milli // FULL] for worker in found]
 
 
 def _hide(pool: Pool, i: int) -> list[tuple[int, int, int]]:
@@ -156,6 +219,11 @@ def _place_production(cl: _Cluster, pod: PodRow, milli: int, frag: bool):
     best = None
     for model in cl.candidates(pod):
         pool = cl.pools[model]
+        if cl.engine:
+            found = _engine_plan(pool, milli, _req(pod), frag)
+            if found is not None:
+                best = _better(best, pool, model, found, milli)
+            continue
         hidden: list = []
         try:
             while True:
@@ -169,15 +237,17 @@ def _place_production(cl: _Cluster, pod: PodRow, milli: int, frag: bool):
         finally:
             if hidden:
                 pool.release_slots(hidden)
-        if found is None:
-            continue
-        i = found[0][0][0]
-        # across models, the same best-fit rule: the node left with the fewest free GPUs/milli
-        key = (pool.free[i], sum(FULL - u for u in pool.used[i])) if milli >= FULL else \
-            (sum(FULL - u for u in pool.used[i]),)
-        if best is None or key < best[0]:
-            best = (key, model, found)
+        if found is not None:
+            best = _better(best, pool, model, found, milli)
     return None if best is None else best[1:]
+
+
+def _better(best, pool: Pool, model: str, found, milli: int):
+    """Across models, the same best-fit rule: the node left with the fewest free GPUs/milli."""
+    i = found[0][0][0]
+    key = (pool.free[i], sum(FULL - u for u in pool.used[i])) if milli >= FULL else \
+        (sum(FULL - u for u in pool.used[i]),)
+    return (key, model, found) if best is None or key < best[0] else best
 
 
 def _place_fgd(cl: _Cluster, pod: PodRow, milli: int, typical, rng: random.Random | None = None):
@@ -187,12 +257,16 @@ def _place_fgd(cl: _Cluster, pod: PodRow, milli: int, typical, rng: random.Rando
     best = None
     ties = 0
     for model in cl.candidates(pod):
-        cpu, mem = cl.cpu[model], cl.mem[model]
+        pool = cl.pools[model]
+        # engine mode: a node with room for the pod's footprint (whole GPUs) and its request free
+        units = pool.demand(milli, _req(pod)) // FULL if cl.engine and milli >= FULL else 0
 
-        def side(i, model=model, cpu=cpu, mem=mem):
-            if cpu[i] < pod.cpu_milli or mem[i] < pod.memory_mib:
+        def side(i, model=model, pool=pool, units=units):
+            if not cl.fits_side(model, i, pod) or pool.free[i] < units:
                 return None
-            return (model, cpu[i]), (model, cpu[i] - pod.cpu_milli)
+            cpu = cl.cpu_left(model, i)
+            gpu_model = cl.model_of[model]
+            return (gpu_model, cpu), (gpu_model, cpu - pod.cpu_milli)
 
         rank = None if cl.rank is None else cl.rank[model]
         found = plan_fgd(cl.pools[model], 1, milli, typical=typical, side=side, host_ok=_host_ok,
@@ -223,12 +297,15 @@ def _place_random(cl: _Cluster, pod: PodRow, milli: int, rng: random.Random):
     options = []
     for model in cl.candidates(pod):
         pool = cl.pools[model]
+        units = pool.demand(milli, _req(pod)) // FULL if cl.engine and m == FULL else 0
         for i, row in enumerate(pool.used):
-            if not cl.fits_side(model, i, pod):
+            if not cl.fits_side(model, i, pod) or pool.free[i] < units:
                 continue
             gpus = [x for x, u in enumerate(row) if FULL - u >= m]
             if m == FULL:
                 gpus = [x for x in gpus if row[x] == 0]
+            elif not pool.free[i]:  # a shared pod breaks a whole GPU only where it is usable
+                gpus = [x for x in gpus if row[x] > 0]
             if len(gpus) >= g:
                 options.append((model, i, gpus))
     if not options:
@@ -244,7 +321,7 @@ def _place_cpu_only(cl: _Cluster, pod: PodRow, policy: str, typical, rng: random
     do not block free GPUs; FGD ranks by the fragmentation increase first (less CPU can strand
     GPUs), with the same tie-break; with node ranks (the simulator's rule) FGD's integer score of
     that increase, ties to the lowest rank."""
-    options = [(m, i) for m in cl.models for i in range(len(cl.cpu[m])) if cl.fits_side(m, i, pod)]
+    options = [(m, i) for m in cl.models for i in range(len(cl.pools[m].ids)) if cl.fits_side(m, i, pod)]
     if not options:
         return None
     if policy == "random":
@@ -252,7 +329,7 @@ def _place_cpu_only(cl: _Cluster, pod: PodRow, policy: str, typical, rng: random
 
     def fit(opt):
         m, i = opt
-        return sum(FULL - u for u in cl.pools[m].used[i]), cl.cpu[m][i]
+        return sum(FULL - u for u in cl.pools[m].used[i]), cl.cpu_left(m, i)
 
     if policy == "fgd" and cl.rank is not None:
         rank = cl.rank
@@ -266,8 +343,10 @@ def _place_cpu_only(cl: _Cluster, pod: PodRow, policy: str, typical, rng: random
 def _cpu_pod_increase(cl: _Cluster, pod: PodRow, typical, m: str, i: int) -> float:
     """How much node ``i`` of pool ``m`` fragments when a CPU-only pod takes its CPU."""
     free = tuple(sorted(FULL - u for u in cl.pools[m].used[i]))
-    before = frag_cached(free, (m, cl.cpu[m][i]), typical, _host_ok, cl.frag_cache)
-    after = frag_cached(free, (m, cl.cpu[m][i] - pod.cpu_milli), typical, _host_ok, cl.frag_cache)
+    cpu = cl.cpu_left(m, i)
+    gpu_model = cl.model_of[m]
+    before = frag_cached(free, (gpu_model, cpu), typical, _host_ok, cl.frag_cache)
+    after = frag_cached(free, (gpu_model, cpu - pod.cpu_milli), typical, _host_ok, cl.frag_cache)
     return after - before
 
 
@@ -277,12 +356,13 @@ def simulator_typical(pods: list[PodRow]) -> list[tuple[float, int, int, tuple]]
 
 
 def simulate(nodes: list[NodeRow], pods: list[PodRow], *, policy: str = "fgd", seed: int | None = 42,
-             upto: float = 1.0, cpu_mem: bool = True, typical=None, sim_rule: bool = True) -> dict:
+             upto: float = 1.0, resources: str = "engine", typical=None, sim_rule: bool = True) -> dict:
     """One run: the pods (shuffled by ``seed``, trace order when None) arrive until the GPU
-    demand reaches ``upto`` × capacity; returns allocation figures (percent of GPUs)."""
+    demand reaches ``upto`` × capacity; returns allocation figures (percent of GPUs) and the
+    stranded GPUs (engine mode)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown packing policy {policy!r} (one of {', '.join(POLICIES)})")
-    cl = _Cluster(nodes, cpu_mem)
+    cl = _Cluster(nodes, resources)
     fgd_sim = policy == "fgd" and sim_rule
     if fgd_sim:
         cl.shuffle_ranks(random.Random((seed or 0) * 7919 + 13))  # noqa: S311 (simulation)
@@ -295,8 +375,9 @@ def simulate(nodes: list[NodeRow], pods: list[PodRow], *, policy: str = "fgd", s
     place_rng = random.Random((seed or 0) + 1_000_003)  # noqa: S311
     cap = cl.capacity
     arrived = placed = failed = 0
-    at_100 = None
+    at_100 = stranded_100 = None
     curve: dict[int, float] = {}
+    stranded: dict[int, int] = {}  # per arrived-demand percent, as curve
     next_pct = 1
     k = 0
     gpu_pods = [p for p in pods if p.num_gpu > 0]
@@ -308,11 +389,9 @@ def simulate(nodes: list[NodeRow], pods: list[PodRow], *, policy: str = "fgd", s
         k += 1
         milli = pod.num_gpu * FULL if pod.gpu_milli >= FULL else pod.gpu_milli
         if pod.num_gpu == 0:
-            spot = _place_cpu_only(cl, pod, policy, typical, place_rng) if cpu_mem else None
+            spot = _place_cpu_only(cl, pod, policy, typical, place_rng) if resources != "none" else None
             if spot is not None:
-                m, i = spot
-                cl.cpu[m][i] -= pod.cpu_milli
-                cl.mem[m][i] -= pod.memory_mib
+                cl.take_side(*spot, pod)
             continue
         if policy == "fgd":
             got = _place_fgd(cl, pod, milli, typical, place_rng if sim_rule else None)
@@ -328,12 +407,26 @@ def simulate(nodes: list[NodeRow], pods: list[PodRow], *, policy: str = "fgd", s
         arrived += milli
         while next_pct <= int(upto * 100) and arrived >= next_pct * cap / 100:
             curve[next_pct] = round(100 * cl.used / cap, 3)
+            stranded[next_pct] = cl.stranded()
             next_pct += 1
         if at_100 is None and arrived >= cap:
             at_100 = 100 * cl.used / cap
+            stranded_100 = cl.stranded()
     return {"seed": seed, "allocation_at_100pct": None if at_100 is None else round(at_100, 3),
+            "stranded_gpus_at_100pct": stranded_100,
+            "stranded_gpus_mean": round(statistics.fmean(stranded.values()), 3) if stranded else 0.0,
             "placed": placed, "failed": failed, "arrived_pct": round(100 * arrived / cap, 3) if cap else 0,
-            "allocated_gpus": round(cl.used / FULL, 3), "curve": curve}
+            "allocated_gpus": round(cl.used / FULL, 3), "curve": curve, "stranded_curve": stranded}
+
+
+def has_resources(nodes: list[NodeRow]) -> bool:
+    """Does the node list carry CPU and memory (then ``run`` places them by default)?"""
+    return any(n.cpu_milli or n.memory_mib for n in nodes if n.gpus > 0)
+
+
+def _mean_of(runs: list[dict], key: str) -> float | None:
+    vals = [r[key] for r in runs if r[key] is not None]
+    return round(statistics.fmean(vals), 3) if vals else None
 
 
 def published(path: str | Path | None = None, workload: str = "openb_pod_list_default",
@@ -354,28 +447,34 @@ def published(path: str | Path | None = None, workload: str = "openb_pod_list_de
 
 
 def run(pods_csv, nodes_csv, *, policy: str = "fgd", seeds=tuple(range(42, 52)), progress=None,
-        upto: float = 1.0, cpu_mem: bool = True, published_csv=None) -> dict:
+        upto: float = 1.0, resources: str | None = None, published_csv=None) -> dict:
     """The experiment over ``seeds`` (see the module docstring for the result keys)."""
     t0 = time.perf_counter()
     nodes = [n for n in read_node_rows(nodes_csv) if n.gpus > 0]
     pods = read_pod_rows(pods_csv)
+    if resources is None:  # with resources when the trace has them
+        resources = "engine" if has_resources(nodes) else "none"
     typical = simulator_typical(pods) if policy == "fgd" else typical_of(pods)
     runs = []
     for seed in ([None] if seeds is None else list(seeds)):
-        runs.append(simulate(nodes, pods, policy=policy, seed=seed, upto=upto, cpu_mem=cpu_mem,
+        runs.append(simulate(nodes, pods, policy=policy, seed=seed, upto=upto, resources=resources,
                              typical=typical))
         if progress is not None:
-            progress(f"packing {policy} seed={seed}: {runs[-1]['allocation_at_100pct']}% at 100%")
+            last = runs[-1]
+            progress(f"packing {policy} ({resources}) seed={seed}: {last['allocation_at_100pct']}% at 100%, "
+                     f"{last['stranded_gpus_at_100pct']} GPUs stranded")
     vals = [r["allocation_at_100pct"] for r in runs if r["allocation_at_100pct"] is not None]
     workload = Path(pods_csv).stem
     return {
         "mode": "packing", "policy": policy, "workload": workload,
         "nodes": len(nodes), "gpus": sum(n.gpus for n in nodes), "pods": len(pods),
-        "gpu_pods": sum(1 for p in pods if p.num_gpu > 0), "cpu_mem": cpu_mem,
+        "gpu_pods": sum(1 for p in pods if p.num_gpu > 0), "resources": resources,
         "seeds": None if seeds is None else list(seeds), "runs": runs,
         "allocation_at_100pct": round(statistics.fmean(vals), 3) if vals else None,
         "allocation_min": min(vals, default=None), "allocation_max": max(vals, default=None),
         "allocation_std": round(statistics.pstdev(vals), 3) if len(vals) > 1 else 0.0,
+        "stranded_gpus_at_100pct": _mean_of(runs, "stranded_gpus_at_100pct"),
+        "stranded_gpus_mean": _mean_of(runs, "stranded_gpus_mean"),
         "published": published(published_csv, workload),
         "wall_seconds": round(time.perf_counter() - t0, 3),
     }

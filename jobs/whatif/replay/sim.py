@@ -33,6 +33,14 @@ seconds of the earliest are applied together, then ONE cycle runs at the latest 
   the short pods all land on the small flavors (openb: 625 pods on the 2-GPU A10, 317 on the
   4,392-GPU G2), which queue as soon as arrivals are compressed. Jobs no flavor can hold, and
   jobs asking 0 GPUs, are skipped and counted.
+* **CPU and memory** (DESIGN §15; Alibaba 2023 has them: pods' and nodes' ``cpu_milli`` /
+  ``memory_mib``): with ``Options.resources`` (the default) each engine node carries its CPU and
+  memory and each job asks its own per worker (``QueuedJob.cpu_millicores`` / ``memory_mib``), so
+  the engine places them as it places a portal job's request (its footprint, docs/resources.md);
+  a flavor is assigned only where one worker's footprint fits a node. After every cycle the
+  replay reads the engine's pools for the *stranded GPUs* — whole free GPUs that their node's free
+  CPU or memory cannot feed at its share — and the result carries their time mean, maximum and
+  GPU-hours (metrics.py). A trace without the columns places GPUs only, as before.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+from jobs.scheduler.footprint import NodeSize, Request, footprint_units, share_of
 from jobs.scheduler.scheduler import (
     Engine,
     Limits,
@@ -107,6 +116,9 @@ class Options:
     # Seconds from admission until the backend starts a job (its GPUs are held meanwhile, and its
     # queue delay runs until the start, as the portal records it); 0: it starts when admitted.
     start_latency: float = 0.0
+    # Nodes' CPU / memory and jobs' requests from the trace (when it has them) go to the engine;
+    # False: GPUs only (what the figures were before issue 33, to compare).
+    resources: bool = True
 
 
 @dataclass(frozen=True)
@@ -199,18 +211,59 @@ def prepare(jobs: Sequence[TraceJob], *, tenants: str = "trace", start: float | 
     return repeat_jobs(overlay_jobs(out, overlay), repeat, scale)
 
 
-def assign_flavors(jobs: Iterable[TraceJob], nodes: Sequence[TraceNode]) -> dict[str, str]:
-    cap = capacity(nodes)
+def _holds(nodes: Sequence[TraceNode]) -> Callable[[TraceJob, str], bool]:
+    """``holds(job, flavor)``: one worker of the job fits some node of the flavor — its GPUs, and
+    with CPU / memory its footprint at the flavor's share (a whole-GPU worker, as the engine's
+    ``Pool.demand`` counts it) or its request on one node (a shared worker)."""
     biggest: dict[str, int] = defaultdict(int)
+    by_flavor: dict[str, list[TraceNode]] = defaultdict(list)
     for n in nodes:
         biggest[n.model] = max(biggest[n.model], n.gpus)
+        by_flavor[n.model].append(n)
+    shares = {f: share_of(NodeSize(n.gpus, n.cpu_milli, n.memory_mib) for n in ns)
+              for f, ns in by_flavor.items()}
+    known: dict[tuple, bool] = {}  # a trace has few shapes: each (shape, flavor) is judged once
+
+    def holds(j: TraceJob, f: str) -> bool:
+        if biggest[f] < j.num_gpus:
+            return False
+        if not j.cpu_milli and not j.memory_mib:
+            return True
+        shared = j.num_gpus == 1 and j.gpu_milli < 1000
+        key = (j.num_gpus, shared, j.cpu_milli, j.memory_mib, f)
+        hit = known.get(key)
+        if hit is None:
+            if shared:
+                hit = any((not j.cpu_milli or n.cpu_milli is None or n.cpu_milli >= j.cpu_milli)
+                          and (not j.memory_mib or n.memory_mib is None or n.memory_mib >= j.memory_mib)
+                          for n in by_flavor[f])
+            else:
+                hit = footprint_units(j.num_gpus, Request(j.cpu_milli, j.memory_mib), shares[f]) <= biggest[f]
+            known[key] = hit
+        return hit
+
+    return holds
+
+
+def without_resources(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode]
+                      ) -> tuple[list[TraceJob], list[TraceNode]]:
+    """The trace with its CPU and memory dropped: GPUs only (``Options.resources`` False)."""
+    def bare(x):
+        return replace(x, cpu_milli=None, memory_mib=None) if x.cpu_milli or x.memory_mib else x
+
+    return [bare(j) for j in jobs], [bare(n) for n in nodes]
+
+
+def assign_flavors(jobs: Iterable[TraceJob], nodes: Sequence[TraceNode]) -> dict[str, str]:
+    cap = capacity(nodes)
+    holds = _holds(nodes)
     # requested milli-GPUs per flavor so far (NOT GPU-seconds: see the module docstring)
     assigned: dict[str, int] = defaultdict(int)
     out = {}
     for j in jobs:
         if j.num_gpus <= 0:
             continue
-        ok = [f for f in sorted(cap) if biggest[f] >= j.num_gpus and cap[f] > 0]
+        ok = [f for f in sorted(cap) if cap[f] > 0 and holds(j, f)]
         d = demand_milli(j)
         if j.gpu_types:
             allowed = [f for f in ok if f in j.gpu_types]
@@ -230,12 +283,10 @@ def alternatives(jobs: Iterable[TraceJob], nodes: Sequence[TraceNode]) -> dict[s
     """Jobs listing two or more models that can hold one of their workers: those models, in
     the trace's order (the job's preference)."""
     cap = capacity(nodes)
-    biggest: dict[str, int] = defaultdict(int)
-    for n in nodes:
-        biggest[n.model] = max(biggest[n.model], n.gpus)
+    holds = _holds(nodes)
     out = {}
     for j in jobs:
-        ok = tuple(f for f in dict.fromkeys(j.gpu_types) if cap.get(f, 0) > 0 and biggest[f] >= j.num_gpus)
+        ok = tuple(f for f in dict.fromkeys(j.gpu_types) if cap.get(f, 0) > 0 and holds(j, f))
         if len(ok) > 1 and j.num_gpus > 0:
             out[j.job_id] = ok
     return out
@@ -262,6 +313,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     wall0 = time.perf_counter()
     if options.policy not in ("pooled", "static"):
         raise ValueError(f"unknown policy {options.policy!r}")
+    if not options.resources:
+        jobs, nodes = without_resources(jobs, nodes)
     flavors = assign_flavors(jobs, nodes)
     choices = alternatives(jobs, nodes) if options.alternatives else {}
     flavors.update((jid, fs[0]) for jid, fs in choices.items())
@@ -280,6 +333,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     priorities = sorted({j.priority for j in runnable})
     t_first = min((j.submit_time for j in runnable), default=0.0)
     enodes = world.nodes if world is not None and world.nodes else engine_nodes(nodes)
+    if not options.resources:
+        enodes = tuple(replace(n, cpu_millicores=None, memory_mib=None, local_disk_gib=None) for n in enodes)
     classes = tuple(PriorityClass(str(p), p, True, math.ceil(options.grace)) for p in priorities)
     strategies = _queueing(tree, options)
     snap = Snapshot(_dt(t_first), enodes, tree, limits, priority_classes=classes, **strategies)
@@ -289,6 +344,7 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     engine = engine_factory(snap, **flags)
     reference = world.reference_quotas if world is not None else None
     rec = Recorder(quotas, cap, wait_bound=options.wait_bound_s, reference=reference)
+    resourced = any(n.cpu_millicores is not None or n.memory_mib is not None for n in enodes)
 
     heap: list[tuple[float, int, int, str, int]] = []
     seq = 0
@@ -314,7 +370,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     last_submit = max((j.submit_time for j in runnable), default=0.0)
     # For a rebuild (world.changes): what the engine was told, as a snapshot would list it.
     waiting: dict[str, QueuedJob] = {}  # queued, not admitted
-    holding: dict[str, tuple[QueuedJob, float, tuple]] = {}  # admitted -> (job, admitted at, slots)
+    # admitted -> (job, admitted at, slots, per worker (node, cpu, memory, disk) when it asks any)
+    holding: dict[str, tuple[QueuedJob, float, tuple, tuple]] = {}
     signalled: dict[str, float] = {}  # preemption victims not yet exited -> signal time
     loan_flag: dict[str, bool] = {}
     ran_on: dict[str, str] = {}  # admitted job -> the flavor the engine chose for it
@@ -334,15 +391,15 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         return QueuedJob(jid, j.tenant, flavors[jid], _dt(j.submit_time), j.workers, None,
                          j.num_gpus, j.gpu_milli if shared else None, j.priority, True,
                          None if rem is None else max(1, math.ceil(rem * options.limit_factor)), False,
-                         choices.get(jid, ()))
+                         choices.get(jid, ()), cpu_millicores=j.cpu_milli, memory_mib=j.memory_mib)
 
     def world_snapshot(t: float) -> Snapshot:
         running = tuple(
             RunningJob(jid, q.project_id, q.flavor, q.priority, q.preemptible, _dt(at),
                        q.max_runtime_seconds, slots, terminating=jid in signalled,
                        terminating_since=_dt(signalled[jid]) if jid in signalled else None,
-                       submitted_at=q.submitted_at)
-            for jid, (q, at, slots) in holding.items())
+                       submitted_at=q.submitted_at, requests=reqs)
+            for jid, (q, at, slots, reqs) in holding.items())
         return Snapshot(_dt(t), enodes, tree, limits, running, tuple(waiting.values()),
                         priority_classes=classes, **strategies)
 
@@ -420,6 +477,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
             engine.submit(fresh)
         result = engine.cycle(_dt(batch_t))
         cycles += 1
+        if resourced:
+            rec.stranded(batch_t, stranded_gpus(engine))
         if clock_only and (result.admissions or result.preemptions):
             t_end = max(t_end, batch_t)
         for p in result.preemptions:
@@ -438,7 +497,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
             ran_on[a.job_id] = a.flavor
             if track:
                 q = replace(waiting.pop(a.job_id), flavor=a.flavor, flavors=())  # runs on one flavor
-                holding[a.job_id] = (q, batch_t, tuple(s for w in a.placement for s in w))
+                holding[a.job_id] = (q, batch_t, tuple(s for w in a.placement for s in w),
+                                     _worker_requests(q, a.placement))
             delay = max(options.grace if a.preempts else 0.0, options.start_latency)
             if delay > 0:
                 push(batch_t + delay, START, a.job_id)
@@ -478,6 +538,7 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         "queueing": options.queueing,
         "queueing_by_tenant": dict(sorted(options.queueing_by_tenant.items())),
         "aging_bound_s": options.aging_bound_s,
+        "resources": resourced,
         "skipped_cpu_only": cpu_only,
         "skipped_no_flavor": len(jobs) - cpu_only - len(runnable),
         "nodes": len(nodes),
@@ -486,6 +547,21 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         "wall_seconds": round(time.perf_counter() - wall0, 3),
     })
     return out
+
+
+def _worker_requests(q: QueuedJob, placement) -> tuple[tuple[str, int, int, int], ...]:
+    """``RunningJob.requests`` of an admitted job (a rebuilt engine gives its nodes' CPU and memory
+    to it again, as jobs/scheduling/snapshot.py does for a portal job); () when it asks nothing."""
+    if q.cpu_millicores is None and q.memory_mib is None and q.local_disk_gib is None:
+        return ()
+    return tuple((w[0][0], q.cpu_millicores or 0, q.memory_mib or 0, q.local_disk_gib or 0)
+                 for w in placement if w)
+
+
+def stranded_gpus(engine: Engine) -> int:
+    """Whole free GPUs the engine's pools cannot use now because their node's free CPU, memory or
+    disk cannot feed them at its share (``Pool.whole`` − ``Pool.free``, docs/resources.md)."""
+    return sum(sum(p.whole) - sum(p.free) for p in engine.state.pools.values() if p.whole is not None)
 
 
 def _queueing(tree: Sequence[TreeNode], options: Options) -> dict:

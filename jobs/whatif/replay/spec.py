@@ -33,18 +33,32 @@ def load_spec(path: str | Path) -> tuple[list[TraceNode], Quotas | None]:
     nodes: list[TraceNode] = []
     for group in data.get("nodes", ()):
         flavor = group["flavor"]
+        res = _node_resources(group, path)
         if group.get("name"):  # one node with its real topology (an exported inventory)
             nodes.append(TraceNode(str(group["name"]), int(group["gpus_per_node"]), flavor,
                                    zone=str(group.get("zone", "")), spine=str(group.get("spine", "")),
-                                   leaf=str(group.get("leaf", ""))))
+                                   leaf=str(group.get("leaf", "")), **res))
             continue
         for i in range(int(group.get("count", 1))):
             nodes.append(TraceNode(f"{flavor}-{i:05d}", int(group["gpus_per_node"]), flavor,
                                    int(group.get("nodes_per_leaf", 16)),
-                                   int(group.get("leaves_per_spine", 8))))
+                                   int(group.get("leaves_per_spine", 8)), **res))
     if not nodes:
         raise ValueError(f"{path}: no nodes")
     return nodes, spec_quotas(data) or None
+
+
+def _node_resources(group: Mapping, path) -> dict:
+    """A node entry's optional ``cpu_milli`` / ``memory_mib`` (allocatable; absent: not reported)."""
+    out = {}
+    for key in ("cpu_milli", "memory_mib"):
+        value = group.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{path}: node {key} must be a whole number > 0, not {value!r}")
+        out[key] = value
+    return out
 
 
 def spec_quotas(data: Mapping) -> dict[str, dict[str, int]]:
@@ -61,18 +75,20 @@ def quota_gpus(value) -> float:
 
 def engine_nodes(nodes: Sequence[TraceNode]) -> tuple[Node, ...]:
     """Engine nodes, in leaves/spines numbered per flavor in list order (a node that names its
-    own leaf keeps its real topology)."""
+    own leaf keeps its real topology), with the node's CPU and memory when the trace has them."""
     seen: dict[str, int] = defaultdict(int)
     out = []
     for n in nodes:
+        res = {"cpu_millicores": n.cpu_milli, "memory_mib": n.memory_mib}
         if n.leaf:
-            out.append(Node(n.name, n.model, n.gpus, n.zone or "z0", n.spine or f"{n.model}-s0", n.leaf))
+            out.append(Node(n.name, n.model, n.gpus, n.zone or "z0", n.spine or f"{n.model}-s0", n.leaf,
+                            **res))
             continue
         i = seen[n.model]
         seen[n.model] += 1
         leaf = i // max(1, n.nodes_per_leaf)
         spine = leaf // max(1, n.leaves_per_spine)
-        out.append(Node(n.name, n.model, n.gpus, "z0", f"{n.model}-s{spine}", f"{n.model}-l{leaf}"))
+        out.append(Node(n.name, n.model, n.gpus, "z0", f"{n.model}-s{spine}", f"{n.model}-l{leaf}", **res))
     return tuple(out)
 
 

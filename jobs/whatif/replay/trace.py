@@ -2,7 +2,9 @@
 
 Times are seconds from the trace start; ``gpu_milli`` is per-GPU thousandths for a shared GPU
 (``num_gpus == 1`` and ``gpu_milli < 1000``), else 1000; ``gpu_types`` lists the GPU models a job
-may run on (empty: any); ``tenant`` is a ``/``-separated department/project path."""
+may run on (empty: any); ``tenant`` is a ``/``-separated department/project path; ``cpu_milli`` /
+``memory_mib`` are a worker's request and a node's allocatable CPU and memory (None: not in the
+trace)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,9 @@ class TraceJob:
     kind: str = "training"
     priority: int = 100
     workers: int = 1
+    # What each worker asks of its node besides GPUs (DESIGN §15); None: nothing (the trace has none).
+    cpu_milli: int | None = None
+    memory_mib: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,3 +40,7 @@ class TraceNode:
     zone: str = ""
     spine: str = ""
     leaf: str = ""
+    # Allocatable CPU and memory (Alibaba 2023's node list has them); None: not in the trace, only
+    # GPUs are placed.
+    cpu_milli: int | None = None
+    memory_mib: int | None = None

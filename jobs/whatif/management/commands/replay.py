@@ -54,6 +54,8 @@ class Command(BaseCommand):
             type=_seeds,
             help="packing mode: shuffle seeds, comma-separated (default 42..51, as the paper), or 'trace'",
         )
+        parser.add_argument("--no-resources", action="store_true",
+                            help="GPUs only: leave the trace's CPU and memory out (both modes)")
         parser.add_argument("--no-borrowing", action="store_true")
         parser.add_argument("--no-backfill", action="store_true")
         parser.add_argument("--plain-best-fit", action="store_true", help="no fragmentation-aware placement")
@@ -122,7 +124,7 @@ class Command(BaseCommand):
                     fragmentation_aware=not o["plain_best_fit"], coalesce=o["coalesce"], grace=o["grace"],
                     checkpointing=o["checkpointing"], progress_every=0 if o["quiet"] else 5.0,
                     quota_split=o["quotas"], alternatives=alternatives, period=o["period"],
-                    start_latency=o["start_latency"], **self._queueing(o))
+                    start_latency=o["start_latency"], resources=not o["no_resources"], **self._queueing(o))
                 # Windows, loans and borrow / lend limits of the SPEC (jobs.whatif.replay.limits):
                 # the limits then change over the virtual clock by the portal's own rules.
                 # With a policy on top (jobs.whatif.replay.policy), at every instant the limits in force
@@ -166,4 +168,5 @@ class Command(BaseCommand):
             raise CommandError("packing mode needs the Alibaba trace (openb_pod_list_*.csv or --alibaba DIR)")
         progress = None if o["quiet"] else (lambda msg: print(f"replay: {msg}", file=sys.stderr, flush=True))
         seeds = None if o["seeds"] == "trace" else [int(x) for x in o["seeds"].split(",")]
-        return packing.run(paths[0], paths[1], policy=o["packing_policy"], seeds=seeds, progress=progress)
+        return packing.run(paths[0], paths[1], policy=o["packing_policy"], seeds=seeds, progress=progress,
+                           resources="none" if o["no_resources"] else None)
