@@ -68,7 +68,9 @@ class Res:
             if got:
                 for d in range(3):
                     need[d] = max(0, need[d] - got[d])
-            held = tuple(max(0, min(need[d], pool.res[i][d])) for d in range(3))
+            free = pool.res[i]
+            held = (max(0, min(need[0], free[0])), max(0, min(need[1], free[1])),
+                    max(0, min(need[2], free[2])))
             self.applied_res[i] = held
             pool.take(i, held)
 

@@ -508,7 +508,8 @@ class Cycle:
         run.fresh = True
         if p.req is not None and s.pools[p.flavor].res is not None:
             run.req = p.req
-            run.res = tuple((worker[0][0], p.req) for worker in placement)
+            req = p.req
+            run.res = tuple([(worker[0][0], req) for worker in placement])
         else:
             run.res = s.pools[p.flavor].implied(slots)
         s.add_run(run, in_quota)

@@ -247,8 +247,7 @@ class State:
                 raise ValueError(f"running job {job.id!r} listed twice")
             for run in self.make_runs(job):
                 pool = self.pools[run.flavor]
-                pool.occupy_slots(run.slots)
-                pool.take_all(run.res)
+                pool.occupy_slots(run.slots, run.res)
                 self.running[run.id] = run
                 self.timelines[run.flavor].track(run.id, run.slots, run.end, run.res)
                 self.by_proj.setdefault((run.proj, run.flavor), {})[run.id] = run
@@ -412,8 +411,7 @@ class State:
     def add_run(self, run: Run, in_quota: bool | None = None) -> None:
         """Count ``run`` (its GPUs and, when ``in_quota`` is given, its quota usage)."""
         pool = self.pools[run.flavor]
-        pool.occupy_slots(run.slots)
-        pool.take_all(run.res)
+        pool.occupy_slots(run.slots, run.res)
         self.index(run)
         if in_quota is not None:
             self.count(run, in_quota)
@@ -458,9 +456,17 @@ class State:
             return
         held = self.loan_res.setdefault(run.flavor, {})
         for i, req in run.res:
-            row = held.setdefault(i, [0, 0, 0])
-            for d in range(3):
-                row[d] += sign * req[d]
+            row = held.get(i)
+            if row is None:
+                row = held[i] = [0, 0, 0]
+            if sign > 0:
+                row[0] += req[0]
+                row[1] += req[1]
+                row[2] += req[2]
+            else:
+                row[0] -= req[0]
+                row[1] -= req[1]
+                row[2] -= req[2]
 
     def drop_run(self, run: Run) -> None:
         """Forget a live job entirely: quota usage, GPUs and indexes."""
@@ -473,15 +479,13 @@ class State:
         self.shares.pop(run.proj, None)
         self.ledgers[run.flavor].remove(run.path, run.r, run.in_quota, run.root_r)
         pool = self.pools[run.flavor]
-        pool.release_slots(run.slots)
-        pool.take_all(run.res, -1)
+        pool.release_slots(run.slots, run.res)
 
     def unlift(self, run: Run) -> None:
         self.shares.pop(run.proj, None)
         self.ledgers[run.flavor].add(run.path, run.r, run.in_quota, run.root_r)
         pool = self.pools[run.flavor]
-        pool.occupy_slots(run.slots)
-        pool.take_all(run.res)
+        pool.occupy_slots(run.slots, run.res)
 
     def forget(self, run: Run) -> None:
         """Drop a lifted job from the indexes."""
@@ -536,9 +540,7 @@ class State:
 
     def release_ghost(self, run: Run) -> None:
         pool = self.pools[run.flavor]
-        for i, g, m in run.ghost:
-            pool.release(i, g, m)
-        pool.take_all(run.ghost_res, -1)
+        pool.release_slots(run.ghost, run.ghost_res)
         self.timelines[run.flavor].untrack(("ghost", run.id), run.ghost, run.ghost_res)
         run.ghost = []
         run.ghost_res = []

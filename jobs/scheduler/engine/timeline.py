@@ -87,27 +87,36 @@ class Timeline:
     def _usable_row(self, i: int) -> list[float]:
         """When each usable unit of node ``i`` comes free (see the module docstring): free GPUs
         count as they come free, and the node's CPU, memory and disk grow by what each occupant
-        holds at its end."""
+        holds at its end.
+
+        Both counts only grow with time (occupants hold nothing negative), so the ``j``-th unit
+        is usable at the later of when its GPU comes free (``gpus[j]``) and when the node's CPU,
+        memory and disk first feed ``j + 1`` units: one pass over the leavers in time order,
+        none at all when what is free now already feeds every GPU (the usual case)."""
         pool = self.pool
         gpus = sorted(self._busy(i))
-        share, free = pool.rshare[i], list(pool.res[i])
-        leaving = sorted((until, held) for _, until, held in self.occ[i].values() if held)
-        times = sorted(set(gpus) | {until for until, _ in leaving})
-        out: list[float] = []
-        k, units = 0, len(gpus)
-        for t in times:
-            while k < len(leaving) and leaving[k][0] <= t:
-                for d in range(3):
-                    free[d] += leaving[k][1][d]
-                k += 1
-            usable = bisect_right(gpus, t)
-            for d in range(3):
-                s = share[d]
-                if s is not None:
-                    usable = min(usable, free[d] // s if s else 0)
-            while len(out) < min(usable, units):
-                out.append(t)
-        return out + [NEVER] * (units - len(out))
+        units = len(gpus)
+        dims = pool.rdims[i]
+        free = pool.res[i]
+        j = _fed(free, dims, units)
+        if j >= units:
+            return gpus
+        j = max(j, 0)
+        free = list(free)
+        for until, held in sorted([(until, held) for _, until, held in self.occ[i].values() if held],
+                                  key=_first):
+            free[0] += held[0]
+            free[1] += held[1]
+            free[2] += held[2]
+            fed = _fed(free, dims, units)
+            while j < fed:
+                if gpus[j] < until:
+                    gpus[j] = until
+                j += 1
+            if j >= units:
+                return gpus
+        gpus[j:] = [NEVER] * (units - j)
+        return gpus
 
     def earliest(self, workers: int, g: int, now: float) -> float | None:
         """Earliest time ``workers`` × ``g`` whole GPUs are free (None: never)."""
@@ -144,7 +153,24 @@ def _wth(workers: int, g: int, maxg: int, times) -> float:
     return nsmallest(workers, vals)[-1]
 
 
+def _fed(free, dims, units: int) -> int:
+    """How many units (at most ``units``) ``free`` CPU, memory and disk feed at the node's share
+    (``dims``: its reported (dimension, share) pairs; as :meth:`Pool._usable`)."""
+    for d, s in dims:
+        q = free[d] // s if s else 0
+        if q < units:
+            units = q
+    return units
+
+
+def _first(pair):
+    return pair[0]
+
+
 def _per_node(res) -> dict[int, tuple[int, int, int]]:
+    one = dict(res)
+    if len(one) == len(res):  # one worker per node (the usual case): nothing to add up
+        return one
     per: dict[int, list[int]] = {}
     for i, req in res:
         row = per.setdefault(i, [0, 0, 0])
