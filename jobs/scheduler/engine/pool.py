@@ -275,9 +275,9 @@ class Pool:
     def _apply_with_res(self, slots, sign: int, res) -> None:
         """:meth:`_apply_slots` and :meth:`take_all` in one pass: the whole GPUs and free CPU,
         memory and disk of every node touched change first, then its usable count is computed
-        once (a node's usable count depends only on them, so the result is the same as one
-        update after another)."""
-        used, whole, touched = self.used, self.whole, []
+        once (it depends only on them, so the result is that of one update after another).
+        Written without calls: this runs on every admission and end."""
+        used, whole = self.used, self.whole
         for i, g, m in slots:
             row = used[i]
             old = row[g]
@@ -285,12 +285,8 @@ class Pool:
             row[g] = new
             if old == 0 and new > 0:
                 whole[i] -= 1
-                if not touched or touched[-1] != i:
-                    touched.append(i)
             elif new == 0 and old > 0:
                 whole[i] += 1
-                if not touched or touched[-1] != i:
-                    touched.append(i)
             if (0 < old < FULL) or (0 < new < FULL):
                 self._repart(i, g, old, new)
         rres = self.res
@@ -305,20 +301,23 @@ class Pool:
                     f[0] += req[0]
                     f[1] += req[1]
                     f[2] += req[2]
-                if not touched or touched[-1] != i:
-                    touched.append(i)
-        free, rdims = self.free, self.rdims
-        for i in touched:
-            usable = whole[i]  # _usable inlined: this runs on every admission and end
-            f = rres[i]
-            for d, s in rdims[i]:
-                q = f[d] // s if s else 0
-                if q < usable:
-                    usable = q
-            if usable < 0:
-                usable = 0
-            if usable != free[i]:
-                self._set_free(i, usable)
+        free, rdims, last = self.free, self.rdims, -1
+        for seq in (slots, res):
+            for entry in seq:
+                i = entry[0]
+                if i == last:  # slots and requests come grouped by node
+                    continue
+                last = i
+                usable = whole[i]  # as _usable
+                f = rres[i]
+                for d, s in rdims[i]:
+                    q = f[d] // s if s else 0
+                    if q < usable:
+                        usable = q
+                if usable < 0:
+                    usable = 0
+                if usable != free[i]:
+                    self._set_free(i, usable)
 
     def _set_free(self, i: int, new: int) -> None:
         free = self.free
@@ -425,9 +424,10 @@ class Pool:
         if self.res is None or not req or milli < FULL:
             return milli
         key = (milli, req)
-        hit = self._demand.get(key)
-        if hit is None:
-            hit = self._demand[key] = self._footprint(milli, req)
+        cache = self._demand
+        if key in cache:
+            return cache[key]
+        hit = cache[key] = self._footprint(milli, req)
         return hit
 
     def _footprint(self, milli: int, req) -> int:

@@ -112,7 +112,7 @@ class Pending:
         """One worker's milli as placement sees it on the flavor being tried (``milli`` counts
         for quota; this for the nodes)."""
         pms = self.pms
-        return pms.get(self.flavor, self.milli) if pms else self.milli
+        return pms[self.flavor] if pms and self.flavor in pms else self.milli
 
 
 class SubQueue:
@@ -454,10 +454,13 @@ class State:
         """CPU, memory and disk on-loan jobs hold per node: what reclaim could give back there."""
         if not run.res:
             return
-        held = self.loan_res.setdefault(run.flavor, {})
+        held = self.loan_res.get(run.flavor)
+        if held is None:
+            held = self.loan_res[run.flavor] = {}
         for i, req in run.res:
-            row = held.get(i)
-            if row is None:
+            if i in held:
+                row = held[i]
+            else:
                 row = held[i] = [0, 0, 0]
             if sign > 0:
                 row[0] += req[0]
@@ -531,7 +534,8 @@ class State:
         if run.res:
             free = pool.res
             for i, req in run.res:
-                kept = tuple(max(0, min(req[d], free[i][d])) for d in range(3))
+                f = free[i]
+                kept = (max(0, min(req[0], f[0])), max(0, min(req[1], f[1])), max(0, min(req[2], f[2])))
                 if any(kept):
                     pool.take(i, kept)
                     run.ghost_res.append((i, kept))
