@@ -240,16 +240,20 @@ class Pool:
     def occupy_slots(self, slots, res=()) -> None:
         """``occupy`` for many slots, updating the indexes once per node (gang workers); with
         ``res`` (:meth:`take_all`'s argument) the workers' CPU, memory and disk taken too."""
-        self._apply_slots(slots, 1, res)
+        if self.whole is None:
+            self._apply_slots(slots, 1)
+        else:
+            self._apply_with_res(slots, 1, res)
 
     def release_slots(self, slots, res=()) -> None:
-        self._apply_slots(slots, -1, res)
+        if self.whole is None:
+            self._apply_slots(slots, -1)
+        else:
+            self._apply_with_res(slots, -1, res)
 
-    def _apply_slots(self, slots, sign: int, res=()) -> None:
+    def _apply_slots(self, slots, sign: int) -> None:
         used = self.used
         self.version += 1
-        if self.whole is not None:
-            return self._apply_with_res(slots, sign, res)
         # Without resources a node's free count is its whole free GPUs: set it directly (no extra
         # call on the hot path of every admission and end).
         free = self.free
@@ -277,6 +281,7 @@ class Pool:
         memory and disk of every node touched change first, then its usable count is computed
         once (it depends only on them, so the result is that of one update after another).
         Written without calls: this runs on every admission and end."""
+        self.version += 1
         used, whole = self.used, self.whole
         for i, g, m in slots:
             row = used[i]
