@@ -230,16 +230,10 @@ class Pool:
                 out.append((i, req))
         return tuple(out)
 
-    def take_all(self, res, sign: int = 1) -> None:
-        """:meth:`take` for ``res``: ``(node index, (cpu, memory, disk))`` per worker."""
-        if self.res is None or not res:
-            return
-        for i, req in res:
-            self.take(i, req, sign)
-
     def occupy_slots(self, slots, res=()) -> None:
         """``occupy`` for many slots, updating the indexes once per node (gang workers); with
-        ``res`` (:meth:`take_all`'s argument) the workers' CPU, memory and disk taken too."""
+        ``res`` (``(node index, (cpu, memory, disk))`` per worker, as :meth:`take` takes them) the
+        workers' CPU, memory and disk taken too."""
         if self.whole is None:
             self._apply_slots(slots, 1)
         else:
@@ -277,7 +271,7 @@ class Pool:
             self._set_free(node, free[node] + delta)
 
     def _apply_with_res(self, slots, sign: int, res) -> None:
-        """:meth:`_apply_slots` and :meth:`take_all` in one pass: the whole GPUs and free CPU,
+        """:meth:`_apply_slots` and :meth:`take` for every request in one pass: the whole GPUs and free CPU,
         memory and disk of every node touched change first, then its usable count is computed
         once (it depends only on them, so the result is that of one update after another).
         Written without calls: this runs on every admission and end."""
