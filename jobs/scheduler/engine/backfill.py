@@ -51,10 +51,14 @@ class Res:
         ``start``, so need less now."""
         used = pool.used
         for key, need in self.need.items():
-            need = max(0, need - taken.get(key, 0))
-            self.need[key] = need
+            if taken and key in taken:
+                need -= taken[key]
+                if need < 0:
+                    need = 0
+                self.need[key] = need
             i, g = key
-            amount = min(need, FULL - used[i][g])
+            room = FULL - used[i][g]
+            amount = need if need < room else room
             self.applied[key] = amount
             if amount:
                 pool.occupy(i, g, amount)
@@ -68,7 +72,9 @@ class Res:
             if got:
                 for d in range(3):
                     need[d] = max(0, need[d] - got[d])
-            held = tuple(max(0, min(need[d], pool.res[i][d])) for d in range(3))
+            free = pool.res[i]
+            held = tuple([(n if n < f else f) if n > 0 and f > 0 else 0
+                          for n, f in zip(need, free, strict=True)])
             self.applied_res[i] = held
             pool.take(i, held)
 
@@ -111,9 +117,13 @@ def _lifted_fits(reservations, which, pool: Pool, workers: int, milli: float) ->
             if amount:
                 lifted[key] = lifted.get(key, 0) + amount
         for i, held in reservations[k].applied_res.items():
-            row = lifted_res.setdefault(i, [0, 0, 0])
-            for d in range(3):
-                row[d] += held[d]
+            if i in lifted_res:
+                row = lifted_res[i]
+            else:
+                row = lifted_res[i] = [0, 0, 0]
+            row[0] += held[0]
+            row[1] += held[1]
+            row[2] += held[2]
     used = pool.used
     if milli < FULL:
         return pool.max_shared_free() >= milli or any(
@@ -166,9 +176,12 @@ def admit_short(cycle, p: Pending) -> bool:
         for i, g, m in run.slots:
             taken[(i, g)] = taken.get((i, g), 0) + m
         for i, req in run.res:
-            row = taken_res.setdefault(i, [0, 0, 0])
-            for d in range(3):
-                row[d] += req[d]
+            row = taken_res.get(i)
+            if row is None:
+                row = taken_res[i] = [0, 0, 0]
+            row[0] += req[0]
+            row[1] += req[1]
+            row[2] += req[2]
     for r in lifted:
         r.reapply(pool, taken, taken_res)
     return promised or placement is not None

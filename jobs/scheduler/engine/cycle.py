@@ -498,7 +498,8 @@ class Cycle:
         in_quota = r <= ledger.in_quota_room(p.path) and r <= ledger.tree_cap_room(p.path)
         ids = s.pools[p.flavor].ids
         workers = tuple([tuple([(ids[i], g, m) for i, g, m in worker]) for worker in placement])
-        if len(placement) == 1:
+        one = len(placement) == 1
+        if one:
             flat, slots = workers[0], placement[0]
         else:
             flat = tuple([x for worker in workers for x in worker])
@@ -507,8 +508,8 @@ class Cycle:
                   s.now, s.now + p.runtime, flat, slots)
         run.fresh = True
         if p.req is not None and s.pools[p.flavor].res is not None:
-            run.req = p.req
-            run.res = tuple((worker[0][0], p.req) for worker in placement)
+            run.req = req = p.req  # one worker's request, on the node of its first GPU
+            run.res = ((slots[0][0], req),) if one else tuple([(worker[0][0], req) for worker in placement])
         else:
             run.res = s.pools[p.flavor].implied(slots)
         s.add_run(run, in_quota)

@@ -40,7 +40,7 @@ class Pool:
         "leaf_hist", "leaf_rank", "spine_leaves", "bucket", "hist",
         "maxg", "part", "pkeys", "capacity", "version", "_caps", "full_leaves", "cluster",
         "clusters", "cluster_of", "leaf_cluster", "chist", "_gcaps", "_size_caps",
-        "res", "rshare", "rdims", "whole", "share", "cuda",
+        "res", "rshare", "rdims", "whole", "share", "cuda", "_demand",
     )
 
     def __init__(self, flavor: str, nodes) -> None:
@@ -63,6 +63,7 @@ class Pool:
         self._caps: dict[int, tuple[int, int]] = {}
         self._gcaps: dict[int, tuple[int, list[int]]] = {}
         self._size_caps: dict[int, int] = {}
+        self._demand: dict[tuple, int] = {}  # (milli, request) -> footprint: the shares never change
         self._index_topology(ordered)
         self._index_resources(ordered)
         self.part: dict[int, set[tuple[int, int]]] = {}
@@ -229,33 +230,32 @@ class Pool:
                 out.append((i, req))
         return tuple(out)
 
-    def take_all(self, res, sign: int = 1) -> None:
-        """:meth:`take` for ``res``: ``(node index, (cpu, memory, disk))`` per worker."""
-        if self.res is None:
-            return
-        for i, req in res:
-            self.take(i, req, sign)
+    def occupy_slots(self, slots, res=()) -> None:
+        """``occupy`` for many slots, updating the indexes once per node (gang workers); with
+        ``res`` (``(node index, (cpu, memory, disk))`` per worker, as :meth:`take` takes them) the
+        workers' CPU, memory and disk taken too."""
+        if self.whole is None:
+            self._apply_slots(slots, 1)
+        else:
+            self._apply_with_res(slots, 1, res)
 
-    def occupy_slots(self, slots) -> None:
-        """``occupy`` for many slots, updating the indexes once per node (gang workers)."""
-        self._apply_slots(slots, 1)
-
-    def release_slots(self, slots) -> None:
-        self._apply_slots(slots, -1)
+    def release_slots(self, slots, res=()) -> None:
+        if self.whole is None:
+            self._apply_slots(slots, -1)
+        else:
+            self._apply_with_res(slots, -1, res)
 
     def _apply_slots(self, slots, sign: int) -> None:
         used = self.used
         self.version += 1
         # Without resources a node's free count is its whole free GPUs: set it directly (no extra
         # call on the hot path of every admission and end).
-        plain, free = self.whole is None, self.free
+        free = self.free
         node, delta = -1, 0
         for i, g, m in slots:
             if i != node:
-                if delta and plain:
+                if delta:
                     self._set_free(node, free[node] + delta)
-                elif delta:
-                    self._whole_delta(node, delta)
                 node, delta = i, 0
             row = used[i]
             old = row[g]
@@ -267,10 +267,56 @@ class Pool:
                 delta += 1
             if (0 < old < FULL) or (0 < new < FULL):
                 self._repart(i, g, old, new)
-        if delta and plain:
+        if delta:
             self._set_free(node, free[node] + delta)
-        elif delta:
-            self._whole_delta(node, delta)
+
+    def _apply_with_res(self, slots, sign: int, res) -> None:
+        """:meth:`_apply_slots` and :meth:`take` for every request in one pass: the whole GPUs and free CPU,
+        memory and disk of every node touched change first, then its usable count is computed
+        once (it depends only on them, so the result is that of one update after another).
+        Written without calls: this runs on every admission and end."""
+        self.version += 1
+        used, whole = self.used, self.whole
+        for i, g, m in slots:
+            row = used[i]
+            old = row[g]
+            new = old + sign * m
+            row[g] = new
+            if old == 0 and new > 0:
+                whole[i] -= 1
+            elif new == 0 and old > 0:
+                whole[i] += 1
+            if (0 < old < FULL) or (0 < new < FULL):
+                self._repart(i, g, old, new)
+        rres = self.res
+        for i, req in res:
+            if req:
+                f = rres[i]
+                if sign > 0:
+                    f[0] -= req[0]
+                    f[1] -= req[1]
+                    f[2] -= req[2]
+                else:
+                    f[0] += req[0]
+                    f[1] += req[1]
+                    f[2] += req[2]
+        free, rdims, last = self.free, self.rdims, -1
+        for seq in (slots, res):
+            for entry in seq:
+                i = entry[0]
+                if i == last:  # slots and requests come grouped by node
+                    continue
+                last = i
+                usable = whole[i]  # as _usable
+                f = rres[i]
+                for d, s in rdims[i]:
+                    q = f[d] // s if s else 0
+                    if q < usable:
+                        usable = q
+                if usable < 0:
+                    usable = 0
+                if usable != free[i]:
+                    self._set_free(i, usable)
 
     def _set_free(self, i: int, new: int) -> None:
         free = self.free
@@ -376,6 +422,14 @@ class Pool:
         are checked where it is placed)."""
         if self.res is None or not req or milli < FULL:
             return milli
+        key = (milli, req)
+        cache = self._demand
+        if key in cache:
+            return cache[key]
+        hit = cache[key] = self._footprint(milli, req)
+        return hit
+
+    def _footprint(self, milli: int, req) -> int:
         units = milli // FULL
         for d in range(DIMS):
             s, asked = self.share[d], req[d]
@@ -396,12 +450,12 @@ class Pool:
         if self.whole is None:
             return self.free[i] + gpus
         usable = self.whole[i] + gpus
-        free, share = self.res[i], self.rshare[i]
-        for d in range(DIMS):
-            s = share[d]
-            if s is not None:
-                usable = min(usable, (free[d] + (res[d] if res else 0)) // s if s else 0)
-        return max(usable, 0)
+        free = self.res[i]
+        for d, s in self.rdims[i]:
+            q = (free[d] + (res[d] if res else 0)) // s if s else 0
+            if q < usable:
+                usable = q
+        return usable if usable > 0 else 0
 
     def free_gpus(self, i: int, count: int) -> list[int]:
         """The first ``count`` whole free GPU indices of node ``i``."""
@@ -448,6 +502,7 @@ class Pool:
         twin._caps = {}
         twin._gcaps = {}
         twin.share, twin.rshare, twin.rdims, twin.cuda = self.share, self.rshare, self.rdims, self.cuda
+        twin._demand = self._demand
         twin.res = None if self.res is None else [row[:] for row in self.res]
         twin.whole = None if self.whole is None else self.whole[:]
         return twin

@@ -112,7 +112,7 @@ class Pending:
         """One worker's milli as placement sees it on the flavor being tried (``milli`` counts
         for quota; this for the nodes)."""
         pms = self.pms
-        return pms.get(self.flavor, self.milli) if pms else self.milli
+        return pms[self.flavor] if pms and self.flavor in pms else self.milli
 
 
 class SubQueue:
@@ -247,8 +247,7 @@ class State:
                 raise ValueError(f"running job {job.id!r} listed twice")
             for run in self.make_runs(job):
                 pool = self.pools[run.flavor]
-                pool.occupy_slots(run.slots)
-                pool.take_all(run.res)
+                pool.occupy_slots(run.slots, run.res)
                 self.running[run.id] = run
                 self.timelines[run.flavor].track(run.id, run.slots, run.end, run.res)
                 self.by_proj.setdefault((run.proj, run.flavor), {})[run.id] = run
@@ -412,8 +411,7 @@ class State:
     def add_run(self, run: Run, in_quota: bool | None = None) -> None:
         """Count ``run`` (its GPUs and, when ``in_quota`` is given, its quota usage)."""
         pool = self.pools[run.flavor]
-        pool.occupy_slots(run.slots)
-        pool.take_all(run.res)
+        pool.occupy_slots(run.slots, run.res)
         self.index(run)
         if in_quota is not None:
             self.count(run, in_quota)
@@ -456,11 +454,22 @@ class State:
         """CPU, memory and disk on-loan jobs hold per node: what reclaim could give back there."""
         if not run.res:
             return
-        held = self.loan_res.setdefault(run.flavor, {})
+        held = self.loan_res.get(run.flavor)
+        if held is None:
+            held = self.loan_res[run.flavor] = {}
         for i, req in run.res:
-            row = held.setdefault(i, [0, 0, 0])
-            for d in range(3):
-                row[d] += sign * req[d]
+            if i in held:
+                row = held[i]
+            else:
+                row = held[i] = [0, 0, 0]
+            if sign > 0:
+                row[0] += req[0]
+                row[1] += req[1]
+                row[2] += req[2]
+            else:
+                row[0] -= req[0]
+                row[1] -= req[1]
+                row[2] -= req[2]
 
     def drop_run(self, run: Run) -> None:
         """Forget a live job entirely: quota usage, GPUs and indexes."""
@@ -473,15 +482,13 @@ class State:
         self.shares.pop(run.proj, None)
         self.ledgers[run.flavor].remove(run.path, run.r, run.in_quota, run.root_r)
         pool = self.pools[run.flavor]
-        pool.release_slots(run.slots)
-        pool.take_all(run.res, -1)
+        pool.release_slots(run.slots, run.res)
 
     def unlift(self, run: Run) -> None:
         self.shares.pop(run.proj, None)
         self.ledgers[run.flavor].add(run.path, run.r, run.in_quota, run.root_r)
         pool = self.pools[run.flavor]
-        pool.occupy_slots(run.slots)
-        pool.take_all(run.res)
+        pool.occupy_slots(run.slots, run.res)
 
     def forget(self, run: Run) -> None:
         """Drop a lifted job from the indexes."""
@@ -527,7 +534,8 @@ class State:
         if run.res:
             free = pool.res
             for i, req in run.res:
-                kept = tuple(max(0, min(req[d], free[i][d])) for d in range(3))
+                f = free[i]
+                kept = (max(0, min(req[0], f[0])), max(0, min(req[1], f[1])), max(0, min(req[2], f[2])))
                 if any(kept):
                     pool.take(i, kept)
                     run.ghost_res.append((i, kept))
@@ -536,9 +544,7 @@ class State:
 
     def release_ghost(self, run: Run) -> None:
         pool = self.pools[run.flavor]
-        for i, g, m in run.ghost:
-            pool.release(i, g, m)
-        pool.take_all(run.ghost_res, -1)
+        pool.release_slots(run.ghost, run.ghost_res)
         self.timelines[run.flavor].untrack(("ghost", run.id), run.ghost, run.ghost_res)
         run.ghost = []
         run.ghost_res = []

@@ -44,13 +44,13 @@ class Timeline:
         per = _per_node(res) if res else None
         for i, _, _ in slots:
             if i != last:  # slots come grouped by node; a repeat only rewrites the same entry
-                occ[i][key] = (slots, until, per.get(i) if per else None)
+                occ[i][key] = (slots, until, per[i] if per and i in per else None)
                 dirty.add(i)
                 last = i
         if per:
-            for i, held in per.items():
+            for i in per:
                 if key not in occ[i]:  # CPU, memory or disk on a node where it holds no GPU
-                    occ[i][key] = ((), until, held)
+                    occ[i][key] = ((), until, per[i])
                     dirty.add(i)
 
     def untrack(self, key, slots, res=()) -> None:
@@ -87,27 +87,57 @@ class Timeline:
     def _usable_row(self, i: int) -> list[float]:
         """When each usable unit of node ``i`` comes free (see the module docstring): free GPUs
         count as they come free, and the node's CPU, memory and disk grow by what each occupant
-        holds at its end."""
+        holds at its end.
+
+        Both counts only grow with time (occupants hold nothing negative), so the ``j``-th unit
+        is usable at the later of when its GPU comes free (``gpus[j]``) and when the node's CPU,
+        memory and disk first feed ``j + 1`` units: one pass over the leavers in time order,
+        none when what is free now already feeds every GPU. No calls in the loop: this runs
+        for every changed node before a reservation is planned."""
         pool = self.pool
-        gpus = sorted(self._busy(i))
-        share, free = pool.rshare[i], list(pool.res[i])
-        leaving = sorted((until, held) for _, until, held in self.occ[i].values() if held)
-        times = sorted(set(gpus) | {until for until, _ in leaving})
-        out: list[float] = []
-        k, units = 0, len(gpus)
-        for t in times:
-            while k < len(leaving) and leaving[k][0] <= t:
-                for d in range(3):
-                    free[d] += leaving[k][1][d]
-                k += 1
-            usable = bisect_right(gpus, t)
-            for d in range(3):
-                s = share[d]
-                if s is not None:
-                    usable = min(usable, free[d] // s if s else 0)
-            while len(out) < min(usable, units):
-                out.append(t)
-        return out + [NEVER] * (units - len(out))
+        occ = self.occ[i].values()
+        used = pool.used[i]
+        units = len(used)
+        gpus = [0.0] * units  # _busy(i), inlined
+        for slots, until, _ in occ:
+            for j, x, _ in slots:
+                if j == i and until > gpus[x]:
+                    gpus[x] = until
+        for x in range(units):
+            if used[x] and not gpus[x]:
+                gpus[x] = NEVER
+        gpus.sort()
+        dims = pool.rdims[i]
+        free = pool.res[i]
+        j = units
+        for d, s in dims:  # units what is free now feeds (as Pool._usable)
+            q = free[d] // s if s else 0
+            if q < j:
+                j = q
+        if j >= units:
+            return gpus
+        if j < 0:
+            j = 0
+        free = free[:]
+        leaving = [(until, held) for _, until, held in occ if held]
+        leaving.sort()
+        for until, held in leaving:
+            free[0] += held[0]
+            free[1] += held[1]
+            free[2] += held[2]
+            fed = units
+            for d, s in dims:
+                q = free[d] // s if s else 0
+                if q < fed:
+                    fed = q
+            while j < fed:
+                if gpus[j] < until:
+                    gpus[j] = until
+                j += 1
+            if j >= units:
+                return gpus
+        gpus[j:] = [NEVER] * (units - j)
+        return gpus
 
     def earliest(self, workers: int, g: int, now: float, skip: frozenset = frozenset()) -> float | None:
         """Earliest time ``workers`` × ``g`` whole GPUs are free (None: never), on nodes not in
@@ -151,9 +181,12 @@ def _wth(workers: int, g: int, maxg: int, times) -> float:
 
 
 def _per_node(res) -> dict[int, tuple[int, int, int]]:
-    per: dict[int, list[int]] = {}
+    """What ``res`` holds per node (one worker's request as it is; several on a node summed)."""
+    per: dict[int, tuple[int, int, int]] = {}
     for i, req in res:
-        row = per.setdefault(i, [0, 0, 0])
-        for d in range(3):
-            row[d] += req[d]
-    return {i: tuple(row) for i, row in per.items()}
+        if i in per:
+            row = per[i]
+            per[i] = (row[0] + req[0], row[1] + req[1], row[2] + req[2])
+        else:
+            per[i] = req
+    return per
