@@ -42,9 +42,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from jobs.requests import Request, Share, default_request, filled, flavor_share
+from jobs.requests import Request, Share, default_request, filled, flavor_shares
 from jobs.states import JobState
-from quotas.models import Flavor
 from quotas.selectors import site_zone
 
 from . import allocation, rollup
@@ -440,12 +439,12 @@ def _machine(rows: list[tuple], shares: dict[int, Share]) -> dict[int, tuple[int
     now: an external job has none stored). A dimension the share does not know includes nothing
     and prices nothing beyond it: nothing says the request is beyond the share."""
     found = {}
+    # The flavors' shares now, for jobs submitted without one stored: all read at once.
+    shares.update(flavor_shares({row[3] for row in rows if not row[8]} - shares.keys()))
     for pk, _workers, _project, flavor_id, units, milli, cpu, mem, stored, share_cpu, share_mem in rows:
         if stored:
             share = Share(cpu_millicores=share_cpu, memory_mib=share_mem)
         else:
-            if flavor_id not in shares:
-                shares[flavor_id] = flavor_share(Flavor.objects.get(pk=flavor_id))
             share = shares[flavor_id]
         asked = filled(Request(cpu, mem), share, units=units or 0, milli=milli)
         included = default_request(share, units=units or 0, milli=milli)

@@ -67,6 +67,19 @@ def flavor_share(flavor: Flavor, sizes: list[NodeSize] | None = None) -> Share:
     return Share(**out)
 
 
+def flavor_shares(flavor_ids) -> dict[int, Share]:
+    """``flavor_share`` of several flavors in two statements (their profiles, their nodes)."""
+    ids = set(flavor_ids)
+    if not ids:
+        return {}
+    sizes: dict[int, list[NodeSize]] = {pk: [] for pk in ids}
+    for flavor_id, *size in Node.objects.filter(flavor_id__in=ids).values_list(
+        "flavor_id", "gpu_count", "cpu_millicores", "memory_mib", "local_disk_gib"
+    ):
+        sizes[flavor_id].append(NodeSize(*size))
+    return {f.pk: flavor_share(f, sizes[f.pk]) for f in Flavor.objects.filter(pk__in=ids)}
+
+
 def effective_request(job, share: Share | None = None) -> Request:
     """What one worker of ``job`` asks: its own figures, the rest from its share at submission
     (``Job.unit_share``), else the flavor's share now."""

@@ -257,11 +257,13 @@ def _jobs(start: datetime, end: datetime, tenants: dict[int, str], counts: dict)
             "gpus_per_worker",
             "gpu_milli",
             "checkpointing",
+            "cpu_millicores",
+            "memory_mib",
         )
     )
     lives = _lives(candidates.values("id"))
     trace, recorded = [], []
-    for jid, project, kind, flavor, priority, workers, gpus, gpu_milli, checkpointing in rows:
+    for jid, project, kind, flavor, priority, workers, gpus, gpu_milli, checkpointing, cpu, mem in rows:
         life = lives.get(jid)
         if life is None or not _in_range(life, start, end, counts):
             continue
@@ -283,6 +285,9 @@ def _jobs(start: datetime, end: datetime, tenants: dict[int, str], counts: dict)
                 "kind": kind,
                 "priority": priority,
                 "workers": workers,
+                # What each worker asked besides GPUs; empty: its GPUs' share (as live).
+                "cpu_milli": "" if cpu is None else cpu,
+                "memory_mib": "" if mem is None else mem,
             }
         )
         queue, admit = _delays(life, start, end)
@@ -425,6 +430,9 @@ def _nodes(start: datetime) -> tuple[list[dict], list[str]]:
                 "zone": n.zone,
                 "spine": n.spine,
                 "leaf": n.leaf,
+                # Allocatable CPU and memory where the backend reports them (SPEC's optional keys).
+                **({"cpu_milli": n.cpu_millicores} if n.cpu_millicores else {}),
+                **({"memory_mib": n.memory_mib} if n.memory_mib else {}),
             }
         )
     return out, left

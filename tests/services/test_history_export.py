@@ -31,7 +31,7 @@ from jobs.whatif import history
 from jobs.whatif.replay.csvtrace import read_trace
 from jobs.whatif.replay.limits import world as spec_world
 from jobs.whatif.replay.spec import load_spec
-from quotas.models import Loan, LoanState, QuotaWindow
+from quotas.models import Loan, LoanState, Node, QuotaWindow
 from tests import factories as fx
 from tests.external_world import external_world
 
@@ -154,6 +154,8 @@ def test_jobs_of_the_range_become_trace_rows(scene):
         "kind": "training",
         "priority": 100,
         "workers": 1,
+        "cpu_milli": "",
+        "memory_mib": "",
     }
     assert (
         recorded[str(j["plain"].pk)]["queue_delay_s"],
@@ -186,6 +188,22 @@ def test_jobs_of_the_range_become_trace_rows(scene):
         1,
     )
     assert (m["running_at_end"], m["waiting_at_end"]) == (2, 2)  # a portal and an external job each
+
+
+def test_a_jobs_cpu_and_memory_and_the_nodes_figures_are_exported_for_the_replay(scene):
+    """What a job asked besides GPUs, and what its nodes can give, reach the what-if (issue 33
+    item 7): a row without a request stays empty (its GPUs' share), as live."""
+    plain = scene["jobs"]["plain"]
+    Job.objects.filter(pk=plain.pk).update(cpu_millicores=48000, memory_mib=393216)
+    Node.objects.filter(name="n0").update(cpu_millicores=96000, memory_mib=1015808)
+    export = history.history_export(start=scene["start"], end=scene["end"])
+    trace, _ = _rows(export)
+    assert (trace[str(plain.pk)]["cpu_milli"], trace[str(plain.pk)]["memory_mib"]) == (48000, 393216)
+    carried = trace[str(scene["jobs"]["carried"].pk)]
+    assert (carried["cpu_milli"], carried["memory_mib"]) == ("", "")
+    nodes = {n["name"]: n for n in export.cluster["nodes"]}
+    assert (nodes["c1/n0"]["cpu_milli"], nodes["c1/n0"]["memory_mib"]) == (96000, 1015808)
+    assert "cpu_milli" not in nodes["c1/n1"] and "memory_mib" not in nodes["c1/n1"]
 
 
 def test_the_spec_has_the_nodes_quotas_windows_and_loans_in_force(scene):
