@@ -69,8 +69,8 @@ def test_platform_admin_gets_a_zip_of_the_four_files(world, api, job):
         assert sorted(z.namelist()) == ["cluster.json", "manifest.json", "recorded.csv", "trace.csv"]
         trace = z.read("trace.csv").decode().splitlines()
         assert (
-            trace[0] == "job_id,submit_time,duration,num_gpus,gpu_milli,gpu_type,tenant,kind,priority,workers,"
-            "cpu_milli,memory_mib"
+            trace[0] == "job_id,submit_time,duration,num_gpus,gpu_milli,gpu_type,tenant,kind,priority,"
+            "workers,cpu_milli,memory_mib"
         )
         assert trace[1].split(",")[0] == str(job.pk) and ",B/pb," in trace[1]
         assert json.loads(z.read("manifest.json"))["jobs"] == 1
