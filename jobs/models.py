@@ -243,6 +243,12 @@ class Job(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     message = models.CharField(max_length=500, blank=True)
     idle_since = models.DateTimeField(null=True, blank=True)  # flagged by the metrics poll
+    # The idle policy (jobs.idle_service): when the job was warned (cleared when it is busy again),
+    # when the policy acted on it (once: stopped or made preemptible), and since when it is
+    # preemptible by the policy's hand whatever its priority class says (the scheduler's snapshot).
+    idle_warned_at = models.DateTimeField(null=True, blank=True)
+    idle_acted_at = models.DateTimeField(null=True, blank=True)
+    idle_preemptible_at = models.DateTimeField(null=True, blank=True)
     # Elastic scaling (docs/scheduling.md): the worker count the grow pass aims for (None: workers),
     # the grow times of the last len(grown_at) workers of placement (ISO strings, oldest first),
     # and the outbox claim of a resize the backend has not confirmed yet.
@@ -416,7 +422,10 @@ class JobGpuSample(models.Model):
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="gpu_samples")
     minute = models.DateTimeField()
-    gpu_util_pct = models.FloatField()
+    gpu_util_pct = models.FloatField()  # the mean of the job's cards
+    # The busiest card's minute (the idle policy: every card under the threshold). Empty on rows
+    # written before it was polled, or when the exporter gave no per-card figure.
+    gpu_util_max_pct = models.FloatField(null=True, blank=True)
     fb_used_mib = models.FloatField()
     gpus = models.PositiveIntegerField()  # GPU series seen (a gap in a series shows as fewer)
 
@@ -668,4 +677,5 @@ class JobTemplate(models.Model):
         return self.name
 
 
+from jobs.idle_models import IdleAction, IdleExemption, IdlePolicy  # noqa: E402,F401  (issue 34)
 from jobs.rule_models import Packing, RuleChangeEvent, SchedulerSettings  # noqa: E402,F401  (issue 25)

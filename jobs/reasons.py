@@ -98,3 +98,14 @@ def reason_text(reason_value: str, reason_message: Message | None) -> str:
     if not reason_value:
         return ""
     return pgettext(CONTEXT, reason_value)
+
+# The idle policy (jobs.idle_service): ``minutes`` as written by ``jobs.idle_service.duration``.
+IDLE_WARNED = pgettext_noop(
+    "job event", "warned by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s"
+)
+IDLE_STOPPED = pgettext_noop(
+    "job event", "stopped by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s"
+)
+IDLE_PREEMPTIBLE = pgettext_noop(
+    "job event", "made preemptible by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s"
+)

@@ -310,6 +310,7 @@ class ApprovalKind(models.TextChoices):
     QUOTA = "quota", _("Quota request")
     LOAN = "loan", _("Loan request")
     POLICY = "policy", _("Rule change")
+    IDLE_EXEMPTION = "idle_exemption", _("Idle-policy exemption")
 
 
 class ApprovalState(models.TextChoices):

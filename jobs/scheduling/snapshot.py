@@ -26,9 +26,11 @@ _CHOICES_SQL = """
 # with, for the ones it left empty (``_request``).
 _REQUEST_SQL = "j.min_cuda_version, j.cpu_millicores, j.memory_mib, j.local_disk_gib, j.unit_share::text"
 _REQUEST_COLUMNS = 4  # the last four; the CUDA version is the one before them
+# Preemptible by its class, or made so by the idle policy (jobs.idle_service) whatever its class says.
+_PREEMPTIBLE_SQL = "(pc.preemptible OR j.idle_preemptible_at IS NOT NULL)"
 # Raw SQL rather than the ORM: at 50,000 queued jobs the ORM's per-row converters cost ~1 s a cycle.
 _JOBS_SQL = f"""
-    SELECT j.id, j.project_id, f.name, pc.value, pc.preemptible, j.workers, j.min_workers,
+    SELECT j.id, j.project_id, f.name, pc.value, {_PREEMPTIBLE_SQL}, j.workers, j.min_workers,
            j.gpus_per_worker, j.gpu_milli, j.submitted_at, j.max_runtime_seconds, j.approved,
            j.admitted_at, j.started_at, j.placement, j.terminating_since, {_CHOICES_SQL}, {_REQUEST_SQL}
     FROM jobs_job j
@@ -53,7 +55,7 @@ GROW_TO_SQL = """
          THEN COALESCE(j.target_workers, j.workers) ELSE 0 END
 """
 _HOLDING_SQL = f"""
-    SELECT j.id, j.project_id, f.name, pc.value, pc.preemptible, j.workers, j.min_workers,
+    SELECT j.id, j.project_id, f.name, pc.value, {_PREEMPTIBLE_SQL}, j.workers, j.min_workers,
            j.gpus_per_worker, j.gpu_milli, j.submitted_at, j.max_runtime_seconds, j.approved,
            j.admitted_at, j.started_at, j.placement, j.terminating_since, j.grown_at, {GROW_TO_SQL},
            j.kind = 'external', {_CHOICES_SQL}, {_REQUEST_SQL}
@@ -196,14 +198,15 @@ def elastic_job_states() -> list[tuple[int, int, int, int, int | None, datetime]
         return cursor.fetchall()
 
 
-def live_job_states() -> list[tuple[int, str, bool, datetime | None, bool]]:
-    """(id, state, terminating, admitted_at, approved) of every queued or GPU-holding job: the
-    cheap per-cycle read from which a warm engine derives what changed since its last cycle (the
-    admission time tells one run of a job from the next; ``approved`` a queued job that went to
-    approval and came back between two cycles)."""
+def live_job_states() -> list[tuple[int, str, bool, datetime | None, bool, bool]]:
+    """(id, state, terminating, admitted_at, approved, made preemptible by the idle policy) of every
+    queued or GPU-holding job: the cheap per-cycle read from which a warm engine derives what
+    changed since its last cycle (the admission time tells one run of a job from the next;
+    ``approved`` a queued job that went to approval and came back between two cycles)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT id, state, terminating_since IS NOT NULL, admitted_at, approved FROM jobs_job"
+            "SELECT id, state, terminating_since IS NOT NULL, admitted_at, approved,"
+            " idle_preemptible_at IS NOT NULL FROM jobs_job"
             " WHERE state = ANY(%s) AND NOT (state = 'queued' AND kind = 'external')",
             [[JobState.QUEUED.value, *(s.value for s in HOLDING)]],
         )

@@ -29,6 +29,9 @@ EVENT_KIND_LABELS = {
     "scale_target": _("Target changed"),
     "on_loan": _("In quota / on loan"),
     "idle_flagged": _("Flagged as idle"),
+    "idle_warned": _("Warned: GPUs idle"),
+    "idle_stopped": _("Stopped by the idle policy"),
+    "idle_preemptible": _("Made preemptible by the idle policy"),
     "expire_requested": _("Stop at the runtime limit"),
     "cancel_requested": _("Cancel requested"),
 }
