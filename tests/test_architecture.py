@@ -75,6 +75,7 @@ PURE_MODULES_ELSEWHERE = [
     "quotas.drift",
     "billing.pricing",
     "billing.forecast",
+    "jobs.idle_policy",
 ]
 
 
