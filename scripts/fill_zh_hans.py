@@ -502,6 +502,59 @@ GLOSSARY = {
     'Off baseline: %(reason)s': '偏离基线：%(reason)s',
     'Expected': '期望',
     'Reported by the node': '节点上报',
+    # The idle policy (issue 34 item 2).
+    'not watched': '不监测',
+    'warn only': '仅提醒',
+    'warn, then stop': '先提醒，再停止',
+    'warn, then make preemptible': '先提醒，再改为可抢占',
+    "Empty: the centre's policy, for every other class.": '留空：中心的策略，适用于其他所有优先级类别。',
+    'utilisation threshold (%)': '利用率阈值（%）',
+    'A minute is idle when the busiest card of the job is below this utilisation.': '任务利用率最高的卡低于此利用率时，该分钟计为低利用率。',
+    'idle minutes before the warning': '提醒前的低利用率分钟数',
+    'grace minutes before the action': '处置前的宽限分钟数',
+    'development jobs': '开发调试任务',
+    'training jobs': '训练任务',
+    'inference jobs': '推理任务',
+    'idle policy': '低利用率策略',
+    'idle policies': '低利用率策略',
+    'until': '截止',
+    'granted at': '批准时间',
+    'idle-policy exemption': '低利用率策略豁免',
+    'idle-policy exemptions': '低利用率策略豁免',
+    'Idle-policy exemption': '低利用率策略豁免',
+    'Only a job that has not ended, submitted through the portal, can be exempted from the idle policy.': '只有通过门户提交且尚未结束的任务才能豁免低利用率策略。',
+    'Must be in the future.': '必须是将来的时间。',
+    'Say why the job may hold its GPUs while they are idle.': '请说明该任务为何可以在 GPU 低利用率时继续占用它们。',
+    'Exempt job %(name)s in %(project)s from the idle policy': '豁免 %(project)s 中的任务 %(name)s 的低利用率策略',
+    'The requested period is already over.': '申请的时段已经结束。',
+    '"idle_exemption" (on POST /approvals/)': '"idle_exemption"（用于 POST /approvals/）',
+    'The job to leave alone (one you can see).': '不受处置的任务（须为您可见的任务）。',
+    "When the exemption ends (empty: for the job's life).": '豁免的结束时间（留空：任务结束为止）。',
+    'This body is a %(kind)s request.': '此请求体是 %(kind)s 申请。',
+    'No such job.': '没有这个任务。',
+    'Job %(name)s (#%(id)s) has used less than %(threshold)s%% of its GPUs for %(minutes)s. The idle policy stops it in %(grace)s unless its GPUs are used again or an exemption is approved.': '任务 %(name)s（#%(id)s）的 GPU 利用率已低于 %(threshold)s%% 持续 %(minutes)s。除非其 GPU 重新被使用或豁免获批，低利用率策略将在 %(grace)s 后停止它。',
+    'Job %(name)s (#%(id)s) has used less than %(threshold)s%% of its GPUs for %(minutes)s. The idle policy makes it preemptible in %(grace)s unless its GPUs are used again or an exemption is approved.': '任务 %(name)s（#%(id)s）的 GPU 利用率已低于 %(threshold)s%% 持续 %(minutes)s。除非其 GPU 重新被使用或豁免获批，低利用率策略将在 %(grace)s 后把它改为可抢占。',
+    'Job %(name)s (#%(id)s) has used less than %(threshold)s%% of its GPUs for %(minutes)s. Please stop it if it is not needed: idle cards are still billed.': '任务 %(name)s（#%(id)s）的 GPU 利用率已低于 %(threshold)s%% 持续 %(minutes)s。如不再需要请停止它：低利用率的卡仍会计费。',
+    'Job %(name)s (#%(id)s) was stopped by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s.': '任务 %(name)s（#%(id)s）已被低利用率策略停止：GPU 利用率低于 %(threshold)s%% 持续 %(minutes)s。',
+    'Job %(name)s (#%(id)s) was made preemptible by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s. Any waiting job may now take its GPUs.': '任务 %(name)s（#%(id)s）已被低利用率策略改为可抢占：GPU 利用率低于 %(threshold)s%% 持续 %(minutes)s。任何等待中的任务现在都可以占用它的 GPU。',
+    'Warned: GPUs idle': '已提醒：GPU 低利用率',
+    'Stopped by the idle policy': '被低利用率策略停止',
+    'Made preemptible by the idle policy': '被低利用率策略改为可抢占',
+    'preemptible since %(since)s: made so by the idle policy': '自 %(since)s 起可抢占：由低利用率策略设置',
+    'Warned by the idle policy at %(since)s: its GPUs are idle. Use them, stop the job, or ask for an exemption.': '低利用率策略已于 %(since)s 提醒：该任务的 GPU 利用率过低。请使用它们、停止任务或申请豁免。',
+    'Left alone by the idle policy until': '不受低利用率策略处置，截止',
+    'the job ends': '任务结束',
+}
+
+
+# Messages with a context (``pgettext``): filled only under their own context.
+CONTEXT_GLOSSARY = {
+    ("job event", "warned by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s"):
+        "低利用率策略已提醒：GPU 利用率低于 %(threshold)s%% 持续 %(minutes)s",
+    ("job event", "stopped by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s"):
+        "被低利用率策略停止：GPU 利用率低于 %(threshold)s%% 持续 %(minutes)s",
+    ("job event", "made preemptible by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s"):
+        "被低利用率策略改为可抢占：GPU 利用率低于 %(threshold)s%% 持续 %(minutes)s",
 }
 
 
@@ -518,6 +571,10 @@ def fill(path: str) -> list[str]:
                 entry.flags.remove("fuzzy")
         elif entry.msgid in GLOSSARY and not entry.msgctxt:
             entry.msgstr = GLOSSARY[entry.msgid]
+            if "fuzzy" in entry.flags:
+                entry.flags.remove("fuzzy")
+        elif (entry.msgctxt, entry.msgid) in CONTEXT_GLOSSARY:
+            entry.msgstr = CONTEXT_GLOSSARY[(entry.msgctxt, entry.msgid)]
             if "fuzzy" in entry.flags:
                 entry.flags.remove("fuzzy")
         elif not (entry.msgstr or all(entry.msgstr_plural.values() or [""])):

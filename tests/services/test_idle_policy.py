@@ -283,3 +283,21 @@ def test_a_warm_engine_rebuilds_when_the_policy_makes_a_running_job_preemptible(
     run_idle_policy(now + timedelta(minutes=T + GRACE))
     warm.cycle(now + timedelta(minutes=T + GRACE))
     assert warm.rebuilds == 2 and warm.engine.state.running[str(job.pk)].preemptible is True
+
+
+def test_the_policy_s_events_read_in_chinese(pool):
+    """Needs the catalogue made from scripts/fill_zh_hans.py (makemessages, fill, compilemessages)."""
+    f, proj, now = pool
+    job = _running(proj, f, kind="dev", name="zh", at=now)
+    _samples(job, now, T + GRACE)
+    run_idle_policy(now + timedelta(minutes=T - 1))
+    run_idle_policy(now + timedelta(minutes=T + GRACE - 1))
+    client = Client()
+    client.force_login(job.submitted_by)
+    with translation.override("zh-hans"):
+        page = client.get(reverse("job-detail", args=[job.pk]), HTTP_ACCEPT_LANGUAGE="zh-hans")
+    page = page.content.decode()
+    for text in ("已提醒：GPU 低利用率", "被低利用率策略停止",
+                 "低利用率策略已提醒：GPU 利用率低于 5% 持续 2 h",
+                 "被低利用率策略停止：GPU 利用率低于 5% 持续 3 h"):
+        assert text in page, text
