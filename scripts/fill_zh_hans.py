@@ -544,6 +544,12 @@ GLOSSARY = {
     'Warned by the idle policy at %(since)s: its GPUs are idle. Use them, stop the job, or ask for an exemption.': '低利用率策略已于 %(since)s 提醒：该任务的 GPU 利用率过低。请使用它们、停止任务或申请豁免。',
     'Left alone by the idle policy until': '不受低利用率策略处置，截止',
     'the job ends': '任务结束',
+    'Until': '截止',
+    'Reason': '原因',
+    "Empty: for the job's life.": '留空：任务结束为止。',
+    'Ask for an exemption from the idle policy': '申请豁免低利用率策略',
+    'Ask for approval': '提交审批',
+    'Your exemption request for %(name)s waits for approval.': '%(name)s 的豁免申请正在等待审批。',
 }
 
 

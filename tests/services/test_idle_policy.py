@@ -301,3 +301,22 @@ def test_the_policy_s_events_read_in_chinese(pool):
                  "低利用率策略已提醒：GPU 利用率低于 5% 持续 2 h",
                  "被低利用率策略停止：GPU 利用率低于 5% 持续 3 h"):
         assert text in page, text
+
+
+def test_the_job_page_asks_for_an_exemption_and_bad_input_changes_nothing(pool):
+    f, proj, now = pool
+    job = _running(proj, f, kind="dev", name="page-ask", at=now)
+    client = Client()
+    client.force_login(job.submitted_by)
+    page = client.get(reverse("job-detail", args=[job.pk])).content.decode()
+    url = reverse("job-idle-exemption", args=[job.pk])
+    assert url in page
+    for bad in ({"reason": ""}, {"reason": "x", "until": "not a date"},
+                {"reason": "x", "until": (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")}):
+        assert client.post(url, bad).status_code == 302
+        assert not ApprovalRequest.objects.exists(), bad
+    answer = client.post(url, {"reason": "a long evaluation", "until": ""})
+    request = ApprovalRequest.objects.get(kind=ApprovalKind.IDLE_EXEMPTION, subject_id=job.pk)
+    assert answer.status_code == 302 and answer.url == reverse("approval-detail", args=[request.pk])
+    shown = client.get(answer.url)
+    assert shown.status_code == 200 and "page-ask" in shown.content.decode()
