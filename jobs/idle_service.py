@@ -22,7 +22,7 @@ from django.utils.translation import gettext_noop
 
 from jobs.idle_exemptions import exempt_job_ids
 from jobs.idle_models import IdlePolicy
-from jobs.idle_policy import Action, Decision, JobFacts, Policy, Sample, Step, decide
+from jobs.idle_policy import Action, Decision, JobFacts, Policy, Sample, Step, decide, idle_run_minutes
 from jobs.models import Job, JobEvent, JobGpuSample, JobKind
 from jobs.reasons import IDLE_PREEMPTIBLE, IDLE_STOPPED, IDLE_WARNED, event_reason, reason
 from jobs.services import job_cancel_by_centre
@@ -107,6 +107,20 @@ def _samples(jobs: list[_Running], since: datetime) -> dict[int, list[Sample]]:
     return out
 
 
+def _worth_a_look(jobs: list[_Running], centre: Policy, by_class: dict[int, Policy],
+                  now: datetime) -> list[_Running]:
+    """The jobs a decision could change: the warned ones (a warning may clear or lead to the action)
+    and those whose idle run reaches now — read from the last two minutes of samples only, so the
+    busy majority never has its hours of samples read."""
+    recent = _samples(jobs, (now - timedelta(minutes=1)).replace(second=0, microsecond=0))
+    return [
+        j for j in jobs
+        if j.warned_at is not None
+        or idle_run_minutes(recent.get(j.pk, ()), by_class.get(j.priority_class_id, centre).threshold_pct,
+                            now, j.started_at) > 0
+    ]
+
+
 def run_idle_policy(now: datetime | None = None) -> dict[str, int]:
     """One pass over the running jobs; returns how many were warned, cleared, stopped and made
     preemptible. Idempotent: a second pass at the same instant changes nothing."""
@@ -114,6 +128,9 @@ def run_idle_policy(now: datetime | None = None) -> dict[str, int]:
     centre, by_class = policies()
     jobs = _running_jobs()
     counts = {str(step): 0 for step in Step if step != Step.NONE}
+    if not jobs:
+        return counts
+    jobs = _worth_a_look(jobs, centre, by_class, now)
     if not jobs:
         return counts
     longest = max(p.idle_minutes + p.grace_minutes for p in (centre, *by_class.values()))
@@ -172,7 +189,7 @@ _ACTED = {
 
 
 def _notify(job: _Running, msgid: str, policy: Policy, decision: Decision) -> None:
-    from portal.models import User
+    from portal.models import Project, User
 
     notify(
         recipients=User.objects.filter(pk=job.submitted_by_id),
@@ -180,7 +197,7 @@ def _notify(job: _Running, msgid: str, policy: Policy, decision: Decision) -> No
                      minutes=duration(decision.idle_minutes), grace=duration(policy.grace_minutes)),
         link=reverse("job-detail", args=[job.pk]),
         topic=NotificationTopic.OTHER,
-        project=None,
+        project=Project.objects.filter(pk=job.project_id).first(),  # the project's webhooks get it too
     )
 
 
