@@ -320,3 +320,24 @@ def test_the_job_page_asks_for_an_exemption_and_bad_input_changes_nothing(pool):
     assert answer.status_code == 302 and answer.url == reverse("approval-detail", args=[request.pk])
     shown = client.get(answer.url)
     assert shown.status_code == 200 and "page-ask" in shown.content.decode()
+
+
+def test_two_workers_with_the_same_read_warn_once_and_stop_once(pool):
+    """Two passes that read the job before either wrote (the race of two workers): the second one's
+    conditional update matches nothing, so it writes no event, no notification and no second stop."""
+    from jobs import idle_service
+    from jobs.idle_policy import Decision, Step
+
+    f, proj, now = pool
+    job = _running(proj, f, kind="dev", name="raced", at=now)
+    policy, _ = idle_service.policies()
+    [read] = idle_service._running_jobs()
+    assert idle_service._warn(read, policy, Decision(Step.WARN, T), now) is True
+    assert idle_service._warn(read, policy, Decision(Step.WARN, T), now) is False
+    [read] = idle_service._running_jobs()  # both read it warned
+    later = now + timedelta(minutes=T + GRACE)
+    assert idle_service._stop(read, policy, Decision(Step.STOP, T + GRACE), later) is True
+    assert idle_service._stop(read, policy, Decision(Step.STOP, T + GRACE), later) is False
+    assert idle_service._preemptible(read, policy, Decision(Step.PREEMPTIBLE, T + GRACE), later) is False
+    assert [len(_events(job, k)) for k in ("idle_warned", "idle_stopped", "cancel_requested")] == [1, 1, 1]
+    assert Notification.objects.filter(recipient=job.submitted_by).count() == 2
