@@ -152,6 +152,8 @@ def test_warm_engine_with_elastic_jobs_decides_like_a_cold_one(seed):
 
 
 def test_the_random_worlds_grow_shrink_and_preempt_grown_jobs_whole():
-    seen = [run_world(seed) for seed in (23, 47, 65)]
+    # Seeds where whole preemptions of grown jobs happen; since grown workers go before whole
+    # jobs in the victim order (preempt.victim_key), seed 65 shrinks its job instead.
+    seen = [run_world(seed) for seed in (23, 47, 88)]
     assert all(s["growths"] for s in seen)
     assert sum(s["shrinks"] for s in seen) and all(s["whole"] for s in seen)

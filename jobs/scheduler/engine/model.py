@@ -71,6 +71,9 @@ class PriorityClass:
     value: int
     preemptible: bool = True
     grace_seconds: int = 0
+    # A job of the class is never a victim (rule 5, rule 6, borrowing within the cohort) until it
+    # has run this long since ``started_at`` (Slurm ``PreemptExemptTime``; DESIGN §16).
+    min_runtime_seconds: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,11 @@ class RunningJob:
     # DESIGN §11). It counts for quotas and holds its GPUs like any job, but no cycle ever
     # chooses it as a victim (rule 5 or 6) — the portal did not start it and cannot requeue it.
     pinned: bool = False
+    # What a preemption would cost it (the victim order, jobs/scheduler/engine/preempt.py):
+    # a checkpointing job saves on the preemption signal (DESIGN §4) and loses nothing but its
+    # restart; another loses its work since ``last_checkpoint_at`` (None: since it started).
+    checkpointing: bool = False
+    last_checkpoint_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +132,7 @@ class QueuedJob:
     memory_mib: int | None = None
     local_disk_gib: int | None = None
     min_cuda: tuple[int, ...] = ()  # nodes reporting a lower CUDA version are never chosen
+    checkpointing: bool = False  # once running, as RunningJob.checkpointing
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +256,7 @@ REASONS = (
     "reclaimed",     # admitted earlier in this cycle, then reclaimed by an in-quota job
     "invalid",       # can never run here (e.g. worker larger than any node of the flavor)
     "fifo",          # an earlier job of its project blocks it (strict FIFO, or over its aging bound)
+    "min_runtime",   # the jobs it could preempt have not yet run their class's minimum runtime
 )
 
 

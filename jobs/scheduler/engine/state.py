@@ -32,7 +32,7 @@ class Run:
                  "preemptible", "started", "end", "slots", "placement", "in_quota",
                  "terminating", "fresh", "ghost", "ghost_until", "key",
                  "job", "base", "units", "wmilli", "grow_to", "submitted", "workers", "pinned",
-                 "res", "req", "ghost_res")
+                 "res", "req", "ghost_res", "saved")
 
     def __init__(self, rid, project_id, proj, path, flavor, r, priority, preemptible, started,
                  end, placement, slots):
@@ -68,6 +68,9 @@ class Run:
         self.res: tuple = ()
         self.req: tuple | None = None
         self.ghost_res: list = []
+        # Since when a preemption would lose its work (the victim order, preempt.victim_key):
+        # None when it saves on the preemption signal (checkpointing) or lost nothing yet.
+        self.saved: float | None = started
 
 
 class Pending:
@@ -75,7 +78,7 @@ class Pending:
 
     __slots__ = ("id", "project_id", "proj", "path", "flavor", "workers", "min_workers", "milli",
                  "priority", "preemptible", "submitted", "runtime", "approved", "job", "flavors",
-                 "home", "req", "pms", "min_cuda")
+                 "home", "req", "pms", "min_cuda", "checkpointing")
 
     def __init__(self, job: QueuedJob, proj: int, path: tuple[int, ...]):
         self.job = job
@@ -106,6 +109,7 @@ class Pending:
         # from ``milli``: it asks more CPU, memory or disk than its units' share there.
         self.pms: dict[str, int] = {}
         self.min_cuda = tuple(job.min_cuda)
+        self.checkpointing = job.checkpointing
 
     @property
     def pmilli(self) -> int:
@@ -196,6 +200,9 @@ class State:
         self.now = snap.now.timestamp()
         self.tree = QuotaTree(snap.tree)
         self.grace = {pc.value: pc.grace_seconds for pc in snap.priority_classes}
+        # Minimum runtime before a job may be preempted, per priority value (DESIGN §16).
+        self.min_runtime = {pc.value: float(pc.min_runtime_seconds) for pc in snap.priority_classes
+                            if pc.min_runtime_seconds > 0}
         self.over_budget = {self.tree.index[t] for t in snap.over_budget_tenants
                             if t in self.tree.index}
         self.budget_exempt = {self.tree.index[t] for t in snap.budget_exempt if t in self.tree.index}
@@ -277,6 +284,10 @@ class State:
         run = Run(job.id, job.project_id, proj, path, job.flavor, r, job.priority,
                   job.preemptible and not job.pinned, started, end, job.placement, slots)
         run.pinned = job.pinned
+        if job.checkpointing:
+            run.saved = None
+        elif job.last_checkpoint_at is not None:
+            run.saved = max(started, job.last_checkpoint_at.timestamp())
         if job.requests:
             run.res = self._res(pool, job.requests)
             run.req = job.requests[0][1:]
@@ -330,6 +341,7 @@ class State:
                    base.priority, base.preemptible, started, base.end, tuple(placement), slots)
         unit.job, unit.base = base.id, base
         unit.req = base.req
+        unit.saved = None  # its job goes on without it: shrinking loses no work
         if requests:
             unit.res = self._res(pool, requests)
         elif base.req and slots and pool.res is not None:
@@ -597,6 +609,19 @@ class State:
                 ledger.remove(run.path, run.r, True, run.root_r)
                 ledger.add(run.path, run.r, False, run.root_r)
                 run.in_quota = False
+
+    def exempt_until(self, run: Run) -> float:
+        """When ``run`` may first be preempted: its job's start + its class's minimum runtime
+        (a grown worker counts from its job's start: the job is what the minimum protects)."""
+        minimum = self.min_runtime.get(run.priority)
+        if not minimum:
+            return 0.0
+        job = run.base if run.base is not None else run
+        return job.started + minimum
+
+    def exempt(self, run: Run) -> bool:
+        """Is ``run`` still within its class's minimum runtime (never a victim now)?"""
+        return bool(self.min_runtime) and self.now < self.exempt_until(run)
 
     # -- fair share ----------------------------------------------------------------------
     def share(self, proj: int) -> float:
