@@ -24,8 +24,11 @@ _CHOICES_SQL = """
            ) END"""
 # What each worker asks besides GPUs (DESIGN §15): its own figures and the share it was submitted
 # with, for the ones it left empty (``_request``).
-_REQUEST_SQL = "j.min_cuda_version, j.cpu_millicores, j.memory_mib, j.local_disk_gib, j.unit_share::text"
+# Whether it checkpoints (what a preemption costs it, the engine's victim order) comes first.
+_REQUEST_SQL = ("j.checkpointing, j.min_cuda_version, j.cpu_millicores, j.memory_mib, j.local_disk_gib, "
+                "j.unit_share::text")
 _REQUEST_COLUMNS = 4  # the last four; the CUDA version is the one before them
+_CHECKPOINTING = -_REQUEST_COLUMNS - 2  # its column
 # Raw SQL rather than the ORM: at 50,000 queued jobs the ORM's per-row converters cost ~1 s a cycle.
 _JOBS_SQL = f"""
     SELECT j.id, j.project_id, f.name, pc.value, pc.preemptible, j.workers, j.min_workers,
@@ -90,7 +93,7 @@ def _running(row: tuple) -> RunningJob:
         started_at=admitted_at or started_at, max_runtime_seconds=max_runtime, placement=slots,
         terminating=terminating_since is not None, terminating_since=terminating_since,
         worker_milli=wm, grow_to=grow_to, grown=grown, submitted_at=submitted, pinned=pinned,
-        requests=requests,
+        requests=requests, checkpointing=bool(row[_CHECKPOINTING]),
     )
 
 
@@ -128,6 +131,7 @@ def _as_queued(row: tuple, choices) -> QueuedJob:
         preemptible=preemptible, max_runtime_seconds=runtime, approved=ok,
         flavors=choices if len(choices) > 1 else (),
         cpu_millicores=cpu, memory_mib=memory, local_disk_gib=disk, min_cuda=min_cuda,
+        checkpointing=bool(row[_CHECKPOINTING]),
     )
 
 
