@@ -91,3 +91,25 @@ def test_a_young_borrower_is_not_reclaimed_until_its_minimum_runtime_and_explain
     report = schedule_once(t0 + timedelta(seconds=601))
     assert report.admitted == 1 and report.preempted == 1
     assert JobEvent.objects.get(job=loaned, kind="preemption_signal").reason == f"reclaim for job {a1.pk}"
+
+
+def test_a_higher_priority_borrower_takes_a_lower_priority_borrowers_gpus():
+    """One 8-GPU node lent by idle A; E (best effort, no quota) borrows it; B's inference job
+    (no quota either) takes it back for itself: borrowing within the cohort, lower priority."""
+    f = fx.flavor()
+    fx.nodes(f, 1)
+    a, b, e = fx.department("A"), fx.department("B"), fx.department("E")
+    pa, pb, pe = fx.project("pa", a), fx.project("pb", b), fx.project("pe", e)
+    fx.quota(f, a, 8), fx.quota(f, pa, 8)
+    for owner in (b, e, pb, pe):
+        fx.quota(f, owner, 0)
+    low, high = fx.priority("best-effort", 0), fx.priority("inference-online", 1000)
+    e1 = fx.submit(pe, f, name="e1", prio=low)
+    assert schedule_once().admitted == 1
+    b1 = fx.submit(pb, f, name="b1", prio=high)
+    report = schedule_once()
+    assert report.admitted == 1 and report.preempted == 1
+    b1.refresh_from_db()
+    assert b1.state == "admitted" and b1.on_loan
+    signal = JobEvent.objects.get(job=e1, kind="preemption_signal")
+    assert signal.reason == f"borrowed capacity for job {b1.pk} of a higher priority"
