@@ -33,6 +33,7 @@ chose them or not, and they share its grace period.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import takewhile
 
 from jobs.scheduler.engine import backfill
 from jobs.scheduler.engine.model import Preemption
@@ -99,7 +100,7 @@ def borrow(cycle, p: Pending) -> bool:
     if not borrow_possible(cycle, p.flavor, p.priority) or _borrow_shape(p) in cycle.no_reclaim:
         return False
     need = p.min_workers * p.milli
-    lower = [e[3] for e in cycle.s.loan_sorted[p.flavor] if e[0] < p.priority]
+    lower = [e[3] for e in takewhile(lambda e: e[0] < p.priority, cycle.s.loan_sorted[p.flavor])]
     now = cycle.s.now
     lower.sort(key=lambda v: victim_key(v, need, now))
     return _take_on_loan(cycle, p, iter(lower), _borrow_shape(p), "borrow", [])
