@@ -387,7 +387,7 @@ def _apply_on_loan(result: CycleResult, now: datetime) -> None:
 
 
 # Figures of an explanation that count things rather than milli-units of a flavor.
-EXPLAIN_COUNTS = frozenset({"workers", "nodes_with_gpus", "nodes_below"})
+EXPLAIN_COUNTS = frozenset({"workers", "nodes_with_gpus", "nodes_below", "cap_jobs", "running_jobs"})
 
 
 def explain_to_dict(e: Explain, at: datetime) -> dict:

@@ -452,6 +452,8 @@ class Cycle:
         else:
             phys = pool.gang_capacity(pm // FULL)  # the most ONE cluster takes
         cap = min(p.workers, phys)
+        if self.s.caps:
+            cap = min(cap, self.s.user_room(p) // d)
         return min(cap, room_in // d), min(cap, room // d)
 
     def admit_now(self, p: Pending, preempts: tuple[str, ...] = ()) -> bool:
@@ -507,6 +509,7 @@ class Cycle:
         run = Run(p.id, p.project_id, p.proj, p.path, p.flavor, r, p.priority, p.preemptible,
                   s.now, s.now + p.runtime, flat, slots)
         run.fresh = True
+        run.user = p.user
         if p.req is not None and s.pools[p.flavor].res is not None:
             run.req = req = p.req  # one worker's request, on the node of its first GPU
             run.res = ((slots[0][0], req),) if one else tuple([(worker[0][0], req) for worker in placement])
