@@ -10,6 +10,12 @@ import sys
 import polib
 
 GLOSSARY = {
+    "The per-user cap of %(cap)s GPUs in %(node)s is reached: its submitter's running jobs hold %(usage)s + %(request)s requested.": '已达到 %(node)s 的每用户上限 %(cap)s 卡：提交者的运行中作业占用 %(usage)s，再申请 %(request)s 将超出。',
+    'The per-user cap of %(cap_jobs)s running jobs in %(node)s is reached: its submitter runs %(running_jobs)s.': '已达到 %(node)s 的每用户运行作业上限 %(cap_jobs)s 个：提交者正在运行 %(running_jobs)s 个。',
+    'GPUs per user': '每用户 GPU 上限',
+    'running jobs per user': '每用户运行作业上限',
+    "The most GPUs one user's running jobs of the project may hold. Empty: no cap.": '单个用户在本项目中运行的作业最多可占用的 GPU 数。留空：不设上限。',
+    'The most jobs one user may run in the project at once. Empty: no cap.': '单个用户在本项目中可同时运行的作业数上限。留空：不设上限。',
     '%(nodes)s nodes, %(gpus)s GPUs: %(free)s free on ready nodes (%(usable)s usable, %(stranded)s stranded), %(used)s in use, %(idle)s flagged idle.': '%(nodes)s 个节点，%(gpus)s 块 GPU：就绪节点上空闲 %(free)s 块（可用 %(usable)s 块，搁置 %(stranded)s 块），使用中 %(used)s 块，低利用率 %(idle)s 块。',
     "Stranded: free GPUs that their node's free CPU, memory or local disk cannot feed at its share; no job can use them until the node has that room again.": '搁置：节点空闲的 CPU、内存或本地磁盘不足以按其配比支撑的空闲 GPU；在节点重新有这些余量之前，任何任务都无法使用它们。',
     '%(usable)s usable, %(stranded)s stranded': '可用 %(usable)s 块，搁置 %(stranded)s 块',

@@ -22,6 +22,14 @@ HIDDEN_LEVEL = gettext_lazy("a department above your project")
 # blocking level's name ("node") and the flavor. Two reasons read differently with other numbers.
 _TEXTS = {
     "budget": gettext_lazy("%(node)s is over its budget: the job waits for an approval."),
+    "user_cap": gettext_lazy(
+        "The per-user cap of %(cap)s GPUs in %(node)s is reached: its submitter's running jobs hold "
+        "%(usage)s + %(request)s requested."
+    ),
+    "user_cap_jobs": gettext_lazy(
+        "The per-user cap of %(cap_jobs)s running jobs in %(node)s is reached: its submitter runs "
+        "%(running_jobs)s."
+    ),
     "quota": gettext_lazy(
         "Not in quota at %(node)s: in-quota usage %(in_quota_usage)s + %(request)s requested > "
         "quota %(quota)s, and it may not borrow."
@@ -134,6 +142,8 @@ def _reason_text(explain: dict, node_name: str | None) -> str:
         reason = "fifo_aging"
     if reason == "invalid" and explain.get("resource"):
         reason = "invalid_resource"
+    if reason == "user_cap" and "cap_jobs" in (explain.get("numbers") or {}):
+        reason = "user_cap_jobs"
     if reason not in _TEXTS:
         return ""
     values = {key: quantity(v) for key, v in (explain.get("numbers") or {}).items()}

@@ -469,6 +469,8 @@ class Cycle:
         else:
             phys = pool.gang_capacity(pm // FULL)  # the most ONE cluster takes
         cap = min(p.workers, phys)
+        if self.s.caps:
+            cap = min(cap, self.s.user_room(p) // d)
         return min(cap, room_in // d), min(cap, room // d)
 
     def admit_now(self, p: Pending, preempts: tuple[str, ...] = ()) -> bool:
@@ -524,6 +526,7 @@ class Cycle:
         run = Run(p.id, p.project_id, p.proj, p.path, p.flavor, r, p.priority, p.preemptible,
                   s.now, s.now + p.runtime, flat, slots)
         run.fresh = True
+        run.user = p.user
         if p.checkpointing:
             run.saved = None
         if p.req is not None and s.pools[p.flavor].res is not None:

@@ -117,12 +117,28 @@ def _explain_flavors(cycle, p: Pending, position: int) -> Explain:
     return replace(each[0], message=message, alternatives=tuple(each))
 
 
+def _user_cap(p: Pending, position: int, kind: str, cap: int, used: int) -> Explain:
+    """Its user's running jobs of the project are at a per-user cap (DESIGN §16)."""
+    if kind == "jobs":
+        return Explain(position, "user_cap", p.flavor, p.project_id,
+                       numbers=(("cap_jobs", cap), ("running_jobs", used)),
+                       message=f"user {p.user} runs {used} job(s) in {p.project_id}: the cap is {cap}")
+    r = p.min_workers * p.milli
+    return Explain(position, "user_cap", p.flavor, p.project_id,
+                   numbers=(("cap", cap), ("usage", used), ("request", r)),
+                   message=f"user {p.user} holds {_u(used)} + {_u(r)} requested > the user cap "
+                           f"{_u(cap)} in {p.project_id}")
+
+
 def _explain(cycle, p: Pending, position: int) -> Explain:
     s, f = cycle.s, p.flavor
-    if s.held(p):
+    if s.budget_held(p):
         node = next(n for n in p.path if n in s.over_budget)
         return Explain(position, "budget", f, s.tree.ids[node],
                        message=f"{s.tree.ids[node]} is over budget; held for approval")
+    capped = s.capped(p) if s.caps else None
+    if capped is not None:
+        return _user_cap(p, position, *capped)
     if p.id in cycle.reclaimed:
         by = cycle.reclaimed[p.id]
         return Explain(position, "reclaimed", f, message=(

@@ -76,7 +76,7 @@ def _one_more(cycle, b: Run) -> tuple | None:
     ledger, pool = s.ledgers[b.flavor], s.pools[b.flavor]
     d, path = b.wmilli, b.path
     cap = ledger.tree_cap_room(path)
-    if d > cap or d > ledger.root_room():
+    if d > cap or d > ledger.root_room() or s.grow_capped(b, d):
         return None
     if b.in_quota and d <= ledger.in_quota_room(path):
         in_quota = True

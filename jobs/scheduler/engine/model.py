@@ -96,6 +96,7 @@ class RunningJob:
     # ``(node id, cpu millicores, memory MiB, local disk GiB)`` per worker (0: nothing); empty:
     # nothing asked. A grown worker's entry follows the same order as its slots.
     requests: tuple[tuple[str, int, int, int], ...] = ()
+    user: str = ""  # who submitted it (per-user caps, DESIGN §16); "": nobody's cap counts it
     # Not the portal's to stop: a job submitted to the backend directly (``sbatch``, ``kubectl``,
     # DESIGN §11). It counts for quotas and holds its GPUs like any job, but no cycle ever
     # chooses it as a victim (rule 5 or 6) — the portal did not start it and cannot requeue it.
@@ -132,6 +133,7 @@ class QueuedJob:
     memory_mib: int | None = None
     local_disk_gib: int | None = None
     min_cuda: tuple[int, ...] = ()  # nodes reporting a lower CUDA version are never chosen
+    user: str = ""  # who submitted it (per-user caps, DESIGN §16); "": no cap applies
     checkpointing: bool = False  # once running, as RunningJob.checkpointing
 
 
@@ -146,6 +148,9 @@ class Snapshot:
     over_budget_tenants: frozenset[str] = frozenset()  # tree node ids (departments/projects)
     # Projects whose approval policy lets jobs through a spent budget (policy.over_budget off).
     budget_exempt: frozenset[str] = frozenset()
+    # Per-user caps inside a project (DESIGN §16): project tree id -> (GPU milli, running jobs)
+    # one user's running jobs of that project may hold at most (None: no cap of that kind).
+    user_caps: Mapping[str, tuple[int | None, int | None]] = field(default_factory=dict)
     priority_classes: tuple[PriorityClass, ...] = ()  # grace periods of terminating jobs
     # Queueing strategy per project (docs/scheduling.md, "Queueing strategies"). Under strict
     # FIFO a job that cannot be admitted blocks the later jobs of its project in its priority
@@ -245,6 +250,7 @@ class Explain:
 
 REASONS = (
     "budget",        # tenant over budget and the job not approved (§3 rule 9)
+    "user_cap",      # its user's running jobs in the project are at a per-user cap (§16)
     "quota",         # not in-quota and borrowing disabled
     "borrow_limit",  # rule 2 cap at a tree node
     "lend_limit",    # rule 4: capacity held back by siblings' lend limits
