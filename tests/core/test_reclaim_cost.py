@@ -231,3 +231,13 @@ def test_a_lend_limit_of_0_never_makes_its_own_jobs_wait_longer(seed):
         return r["tenants"]["pt"]["avg_queue_delay_s"]
 
     assert training_wait(0) <= training_wait(None)
+
+
+def test_priority_preemption_also_takes_the_victim_that_loses_the_least_work():
+    tl = tree({"D": (16, {"p": 16})})
+    saver = replace(running("x", "p", "n000", 8, priority=0, age_s=7200), checkpointing=True)
+    plain = running("y", "p", "n001", 8, priority=0, age_s=3600)
+    snap = snapshot(cluster(2), tl, [saver, plain], [queued("j", "p", 8, priority=1000)],
+                    priority_classes=CLASSES)
+    result = schedule(snap)
+    assert [(p.victim_id, p.reason) for p in result.preemptions] == [("x", "priority")]

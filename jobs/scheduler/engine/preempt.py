@@ -15,7 +15,8 @@ without loops*): a reclaim never takes a higher-priority job of the reclaimer's 
 (:func:`reclaim_order`), and a job behind a reservation never takes victims on the GPUs that
 reservation counts on unless it ends before it starts (:func:`_reserved`).
 
-Which victims first: :func:`victim_key` (docs/scheduling.md, *Victim order*) — lowest priority,
+Which victims first (rule 5 inside each tier of the tree, and rule 6):
+:func:`victim_key` (docs/scheduling.md, *Victim order*) — lowest priority,
 then grown workers (the job shrinks, nothing stops), then victims no larger than the need, then
 the least work lost (GPU-hours since the last checkpoint). A job younger than its priority
 class's minimum runtime is never a victim (:meth:`State.exempt`); when only such jobs stand in
@@ -351,6 +352,8 @@ def by_priority(cycle, p: Pending) -> bool:
     if cycle.no_priority.get(key) == cycle.loosen:
         return False
     candidates = priority_victims(runs.values(), p.priority)
+    need, now = p.min_workers * p.milli, s.now
+    candidates.sort(key=lambda v: victim_key(v, need, now))  # what costs least first, as rule 5
     reserved = _reserved(cycle, p)
     kept = [v for v in candidates if not _on(v, reserved)] if reserved else candidates
     exempt = [v for v in kept if s.exempt(v)] if s.min_runtime else []
