@@ -194,6 +194,15 @@ class Engine:
             s.timelines[res.flavor].untrack(("res", res.job_id), res.slots, tuple(res.applied_res.items()))
         for v in c.fresh_ghosts:
             s.release_ghost(v)
+        # A victim signalled in this cycle took as ghost only what its preemptor left; when that
+        # preemptor was itself reclaimed (a fresh ghost, just released) the victim still runs
+        # on those GPUs: it takes them again, as a cold engine's ``add_terminating`` would.
+        for pre in c.preemptions:
+            v = s.terminating.get(pre.victim_id) if pre.worker is None else None
+            if v is not None:
+                until = v.ghost_until
+                s.release_ghost(v)
+                s.retire(v, until)
         for p, run, _, _ in c.admitted.values():
             run.fresh = False
             s.pending.pop(p.id, None)
