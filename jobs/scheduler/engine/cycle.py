@@ -82,7 +82,9 @@ class Cycle:
     def _level(self, queues: list[SubQueue]) -> None:
         self.head_done = False
         self.level_queues = {}
-        share, shares = self.s.share, self.s.shares  # a cached share is a dict hit
+        s = self.s
+        fair = s.fair
+        share, shares = (s.turn, {}) if fair else (s.share, s.shares)  # a cached share is a dict hit
         heap = []
         for sq in queues:
             self.level_queues.setdefault(sq.proj, []).append(sq)
@@ -102,7 +104,7 @@ class Cycle:
                 continue
             now = shares.get(sq.proj)
             if (now if now is not None else share(sq.proj)) != key:
-                self._push(sq)  # its share grew since it was queued: later turn
+                self._push(sq)  # its share (or fair key) grew since it was queued: later turn
                 continue
             p = sq.jobs[sq.pos][2]
             if self.s.fifo and self._fifo_turn(sq, p):
@@ -175,7 +177,7 @@ class Cycle:
     def _push(self, sq: SubQueue) -> None:
         sq.epoch += 1
         p = sq.head()
-        heappush(self.heap, (self.s.share(sq.proj), p.submitted, p.id, sq.seq, sq.epoch, sq))
+        heappush(self.heap, (self.s.turn(sq.proj), p.submitted, p.id, sq.seq, sq.epoch, sq))
 
     def requeue_project(self, proj: int) -> None:
         """A victim's project lost usage: its share dropped, so its turn may come earlier."""
@@ -507,6 +509,9 @@ class Cycle:
         run = Run(p.id, p.project_id, p.proj, p.path, p.flavor, r, p.priority, p.preemptible,
                   s.now, s.now + p.runtime, flat, slots)
         run.fresh = True
+        if s.fair and p.id not in self.tent.charged:  # a promised job was charged at its promise
+            self.tent.charged.add(p.id)
+            s.fair_charge(p.proj, r)
         if p.req is not None and s.pools[p.flavor].res is not None:
             run.req = req = p.req  # one worker's request, on the node of its first GPU
             run.res = ((slots[0][0], req),) if one else tuple([(worker[0][0], req) for worker in placement])
