@@ -345,7 +345,7 @@ def reclaim_order(cycle, p: Pending, shielded: list[Run] | None = None) -> Itera
     s = cycle.s
     inner = None
     for anc in p.path:
-        for e in s.loan_sub.get((p.flavor, anc), ()):
+        for e in _most_over_share_first(s, s.loan_sub.get((p.flavor, anc), ())):
             v = e[3]
             if inner is None:  # p's own project
                 if v.priority > p.priority:
@@ -356,9 +356,20 @@ def reclaim_order(cycle, p: Pending, shielded: list[Run] | None = None) -> Itera
             elif inner not in v.path:
                 yield v
         inner = anc
-    for e in s.loan_sorted[p.flavor]:
+    for e in _most_over_share_first(s, s.loan_sorted[p.flavor]):
         if inner not in e[3].path:
             yield e[3]
+
+
+def _most_over_share_first(s, entries):
+    """Fair share's one say in reclaim (DESIGN §16): among victims of equal priority, the jobs
+    of the tenant most over its share (largest Fair Tree key) go first; otherwise the order is
+    unchanged (most recently started first). Without fair share: ``entries`` as they are."""
+    if not s.fair or not entries:
+        return entries
+    out = sorted(entries, key=lambda e: s.fair_key(e[3].proj), reverse=True)  # stable
+    out.sort(key=lambda e: e[0])  # priority, lowest first
+    return out
 
 
 def _admit_over(cycle, p: Pending, victims: list[Run], reason: str) -> bool:
