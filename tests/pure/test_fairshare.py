@@ -56,7 +56,8 @@ def test_a_node_without_shares_is_last_even_without_usage():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1000), st.integers(1, 5)), min_size=2, max_size=8))
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1000), st.integers(1, 5)),
+                min_size=2, max_size=8))
 def test_the_engine_key_orders_projects_as_the_fair_tree_ranks_do(spec):
     tree = [TreeNode(f"D{d}", None, "department") for d in range(3)]
     usage, shares = {}, {f"D{d}": d + 1 for d in range(3)}
@@ -81,7 +82,8 @@ def test_decayed_usage_is_the_exact_integral():
     assert decayed_card_seconds(3, 10, 20, 1000, 0) == 30
     assert decayed_card_seconds(3, 50, None, 40, h) == 0.0
     # one half-life later, the same allocation counts half
-    assert decayed_card_seconds(1, 0, 100, 100 + h, h) == pytest.approx(decayed_card_seconds(1, 0, 100, 100, h) / 2)
+    fresh = decayed_card_seconds(1, 0, 100, 100, h)
+    assert decayed_card_seconds(1, 0, 100, 100 + h, h) == pytest.approx(fresh / 2)
 
 
 @given(st.floats(0, 10**6), st.floats(0, 10**6), st.floats(1, 10**6), st.integers(1, 8))
