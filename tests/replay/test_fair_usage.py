@@ -24,7 +24,7 @@ T0 = 1_672_531_200.0
 def test_the_meter_equals_the_sum_over_allocations(h, allocs, after):
     meter = DecayedUsage(h, T0)
     events = []
-    for k, (p, units, start, length, ends) in enumerate(allocs):
+    for k, (_, _, start, length, ends) in enumerate(allocs):
         events.append((T0 + start, 0, k))
         if ends:
             events.append((T0 + start + length, 1, k))
