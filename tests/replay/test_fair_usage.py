@@ -85,3 +85,32 @@ def test_the_half_life_is_the_replays_own_parameter():
 def test_bad_shares_are_refused_with_a_clear_message(bad):
     with pytest.raises(ValueError, match="shares"):
         limits.world({**SPEC, "shares": bad}, {j.tenant for j in JOBS}, 1000)
+
+
+@pytest.mark.parametrize("flag", ["--half-life", "--fair-entry"])
+def test_replay_command_refuses_a_negative_fair_share_time(tmp_path, flag):
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="--half-life and --fair-entry"):
+        call_command("replay", str(tmp_path / "t.csv"), flag, "-1")
+
+
+def test_replay_command_passes_the_half_life_and_can_switch_fair_share_off(tmp_path):
+    import json
+
+    from django.core.management import call_command
+
+    trace = tmp_path / "t.csv"
+    rows = [f"{j.job_id},{j.submit_time},{j.duration},{j.num_gpus},{j.tenant}" for j in JOBS]
+    trace.write_text("\n".join(["job_id,submit_time,duration,num_gpus,tenant", *rows]) + "\n")
+    cluster = tmp_path / "c.json"
+    cluster.write_text(json.dumps({**SPEC, "shares": {"d": 8, "d/a": 4, "d/b": 4}}))
+    out = tmp_path / "r.json"
+    call_command("replay", str(trace), "--cluster", str(cluster), "--quiet", "--half-life", "3600",
+                 "--out", str(out))
+    fair = json.loads(out.read_text())
+    assert fair["fair_half_life_s"] == 3600.0 and fair["jobs"] == 3
+    call_command("replay", str(trace), "--cluster", str(cluster), "--quiet", "--no-fair-share",
+                 "--out", str(out))
+    assert json.loads(out.read_text())["fair_share"] is False

@@ -1,9 +1,11 @@
 """One scheduling cycle (DESIGN §5) over a :class:`~jobs.scheduler.engine.state.State`.
 
 Order: priority level desc; inside a level the sub-queues (project × flavor) are merged by the
-project's current dominant share (re-read after every admission, so tenants take turns), then
-submit time, then id. Each job at its turn: budget hold → quota rules (§3) → placement →
-preemption (rule 5 reclaim if in-quota, then rule 6) → else it waits; the first job of a level
+project's Fair Tree key when the snapshot has fair-share maps (DESIGN §16; each admission charges
+its project at once, see State.fair_charge), then its current dominant share (both re-read after
+every admission, so tenants take turns), then submit time, then id. Each job at its turn: budget
+hold → quota rules (§3) → placement → preemption (rule 5 reclaim if in-quota, then rule 6) → else
+it waits; the first job of a level
 that waits for capacity or placement becomes the level's head and gets a reservation (EASY).
 Borrowers are promised their room and placed after the last level (:mod:`jobs.scheduler.engine.borrow`);
 then running elastic jobs grow with what is left (:mod:`jobs.scheduler.engine.grow`).
@@ -56,6 +58,9 @@ class Cycle:
         self.tried: dict[str, Pending] = {}  # jobs with alternatives evaluated in this cycle
         self.blockers = fifo.Blockers()  # strict FIFO / aging (jobs/scheduler/engine/fifo.py)
         self.own_reservations = 0  # of blockers that are not their level's head (capped)
+        # A sub-queue's place in its level: the dominant share, led by the Fair Tree key when
+        # the snapshot has fair-share maps (State.turn); without, the share itself (no wrapper).
+        self.turn = state.turn if state.fair else state.share
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> None:
@@ -83,8 +88,7 @@ class Cycle:
         self.head_done = False
         self.level_queues = {}
         s = self.s
-        fair = s.fair
-        share, shares = (s.turn, {}) if fair else (s.share, s.shares)  # a cached share is a dict hit
+        share, shares = (self.turn, {}) if s.fair else (s.share, s.shares)  # a cached share is a dict hit
         heap = []
         for sq in queues:
             self.level_queues.setdefault(sq.proj, []).append(sq)
@@ -177,7 +181,7 @@ class Cycle:
     def _push(self, sq: SubQueue) -> None:
         sq.epoch += 1
         p = sq.head()
-        heappush(self.heap, (self.s.turn(sq.proj), p.submitted, p.id, sq.seq, sq.epoch, sq))
+        heappush(self.heap, (self.turn(sq.proj), p.submitted, p.id, sq.seq, sq.epoch, sq))
 
     def requeue_project(self, proj: int) -> None:
         """A victim's project lost usage: its share dropped, so its turn may come earlier."""

@@ -126,6 +126,9 @@ class Options:
     fair_share: bool = True
     fair_half_life_s: float = 604800.0  # Slurm's PriorityDecayHalfLife default, 7 days
     fair_entry_s: float = 3600.0  # what an admission charges at once (Snapshot.fair_entry_s)
+    # Without shares in the input: each node's quota in cards, summed over flavors (the portal's
+    # default shares) — for benches and studies on traces whose SPEC has none (bench/replay.py).
+    fair_shares_from_quotas: bool = False
 
 
 @dataclass(frozen=True)
@@ -347,6 +350,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     classes = tuple(PriorityClass(str(p), p, True, math.ceil(options.grace)) for p in priorities)
     strategies = _queueing(tree, options)
     shares = dict(world.fair_shares) if world is not None and options.fair_share else {}
+    if options.fair_share and not shares and options.fair_shares_from_quotas:
+        shares = quota_shares(limits)
     meter = DecayedUsage(options.fair_half_life_s, t_first) if shares else None
     if meter is not None:
         strategies = {**strategies, "fair_shares": shares, "fair_entry_s": options.fair_entry_s}
@@ -571,6 +576,14 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         "wall_seconds": round(time.perf_counter() - wall0, 3),
     })
     return out
+
+
+def quota_shares(limits: Mapping[tuple[str, str], Limits]) -> dict[str, float]:
+    """Default fair-share shares: each tree node's quota in cards, summed over flavors."""
+    out: dict[str, float] = defaultdict(float)
+    for (node, _), lim in limits.items():
+        out[node] += lim.quota / 1000
+    return dict(out)
 
 
 def _worker_requests(q: QueuedJob, placement) -> tuple[tuple[str, int, int, int], ...]:
