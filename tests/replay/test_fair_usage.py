@@ -114,3 +114,10 @@ def test_replay_command_passes_the_half_life_and_can_switch_fair_share_off(tmp_p
     call_command("replay", str(trace), "--cluster", str(cluster), "--quiet", "--no-fair-share",
                  "--out", str(out))
     assert json.loads(out.read_text())["fair_share"] is False
+
+
+def test_shares_from_quotas_turn_fair_share_on_for_a_spec_without_shares():
+    # bench/replay.py --fair-share: each node's quota as its shares (d/a 4, d/b 4 cards).
+    fair = replay(SPEC, fair_shares_from_quotas=True)
+    assert fair["fair_share"] is True
+    assert fair["job_queue_delay_s"]["b2"] == 0 and fair["job_queue_delay_s"]["a2"] > 0
