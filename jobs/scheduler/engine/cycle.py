@@ -1,9 +1,11 @@
 """One scheduling cycle (DESIGN §5) over a :class:`~jobs.scheduler.engine.state.State`.
 
 Order: priority level desc; inside a level the sub-queues (project × flavor) are merged by the
-project's current dominant share (re-read after every admission, so tenants take turns), then
-submit time, then id. Each job at its turn: budget hold → quota rules (§3) → placement →
-preemption (rule 5 reclaim if in-quota, then rule 6) → else it waits; the first job of a level
+project's Fair Tree key when the snapshot has fair-share maps (DESIGN §16; each admission charges
+its project at once, see State.fair_charge), then its current dominant share (both re-read after
+every admission, so tenants take turns), then submit time, then id. Each job at its turn: budget
+hold → quota rules (§3) → placement → preemption (rule 5 reclaim if in-quota, then rule 6) → else
+it waits; the first job of a level
 that waits for capacity or placement becomes the level's head and gets a reservation (EASY).
 Borrowers are promised their room and placed after the last level (:mod:`jobs.scheduler.engine.borrow`);
 then running elastic jobs grow with what is left (:mod:`jobs.scheduler.engine.grow`).
@@ -59,6 +61,9 @@ class Cycle:
         # Jobs that wait only for victims within their class's minimum runtime (preempt.py):
         # job id -> (when the last victim it needs becomes preemptible, those victims).
         self.exempt_waits: dict[str, tuple[float, tuple[Run, ...]]] = {}
+        # A sub-queue's place in its level: the dominant share, led by the Fair Tree key when
+        # the snapshot has fair-share maps (State.turn); without, the share itself (no wrapper).
+        self.turn = state.turn if state.fair else state.share
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> None:
@@ -85,7 +90,8 @@ class Cycle:
     def _level(self, queues: list[SubQueue]) -> None:
         self.head_done = False
         self.level_queues = {}
-        share, shares = self.s.share, self.s.shares  # a cached share is a dict hit
+        s = self.s
+        share, shares = (self.turn, {}) if s.fair else (s.share, s.shares)  # a cached share is a dict hit
         heap = []
         for sq in queues:
             self.level_queues.setdefault(sq.proj, []).append(sq)
@@ -105,7 +111,7 @@ class Cycle:
                 continue
             now = shares.get(sq.proj)
             if (now if now is not None else share(sq.proj)) != key:
-                self._push(sq)  # its share grew since it was queued: later turn
+                self._push(sq)  # its share (or fair key) grew since it was queued: later turn
                 continue
             p = sq.jobs[sq.pos][2]
             if self.s.fifo and self._fifo_turn(sq, p):
@@ -183,7 +189,7 @@ class Cycle:
     def _push(self, sq: SubQueue) -> None:
         sq.epoch += 1
         p = sq.head()
-        heappush(self.heap, (self.s.share(sq.proj), p.submitted, p.id, sq.seq, sq.epoch, sq))
+        heappush(self.heap, (self.turn(sq.proj), p.submitted, p.id, sq.seq, sq.epoch, sq))
 
     def requeue_project(self, proj: int) -> None:
         """A victim's project lost usage: its share dropped, so its turn may come earlier."""
@@ -529,6 +535,9 @@ class Cycle:
         run.user = p.user
         if p.checkpointing:
             run.saved = None
+        if s.fair and p.id not in self.tent.charged:  # a promised job was charged at its promise
+            self.tent.charged.add(p.id)
+            s.fair_charge(p.proj, r)
         if p.req is not None and s.pools[p.flavor].res is not None:
             run.req = req = p.req  # one worker's request, on the node of its first GPU
             run.res = ((slots[0][0], req),) if one else tuple([(worker[0][0], req) for worker in placement])

@@ -39,7 +39,7 @@ class Explanations(Mapping):
         if self._ids is None:
             s, admitted = self._cycle.s, self._cycle.admitted
             waiting = [p for p in s.pending.values() if p.id not in admitted]
-            waiting.sort(key=lambda p: (-p.priority, s.share(p.proj), p.submitted, p.id))
+            waiting.sort(key=lambda p: (-p.priority, s.turn(p.proj), p.submitted, p.id))
             self._ids = [p.id for p in waiting]
             self._pos = {jid: k for k, jid in enumerate(self._ids, 1)}
         return self._ids

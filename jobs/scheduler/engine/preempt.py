@@ -154,21 +154,25 @@ def _take_on_loan(cycle, p: Pending, order: Iterator[Run], shape: tuple, reason:
     return _admit_over(cycle, p, victims, reason)
 
 
-def victim_key(v: Run, need: int, now: float) -> tuple:
+def victim_key(v: Run, need: int, now: float, fair=None) -> tuple:
     """The victim order inside one tier of rule 5 (and for borrowing within the cohort): what a
     preemption of ``v`` costs, cheapest first, for a job that needs ``need`` milli.
 
     1. lowest priority (rule 5);
     2. a grown worker before a whole job: the job shrinks towards its minimum and runs on;
-    3. no larger than the need before larger, then the smallest excess: a job larger than the
-       need stops GPUs nobody asked for (a 256-GPU gang for one 8-GPU replica);
-    4. the least work lost: its GPUs × seconds since its last checkpoint (0 for a job that
+    3. no larger than the need before larger (a 256-GPU gang is never stopped for one 8-GPU
+       replica while smaller victims exist);
+    4. with fair share (``fair``: project → Fair Tree key), the tenant most over its share first
+       (DESIGN §16) — after 3, so fairness never makes a reclaim stop more than it needs;
+    5. the smallest excess: a job larger than the need stops GPUs nobody asked for;
+    6. the least work lost: its GPUs × seconds since its last checkpoint (0 for a job that
        checkpoints on the preemption signal, or a worker whose job runs on);
-    5. most recently started, then id (deterministic)."""
+    7. most recently started, then id (deterministic)."""
     whole = v.r + sum(u.r for u in v.units) if v.base is None else v.r
     excess = whole - need if whole > need else 0
     lost = 0.0 if v.saved is None or v.base is not None else whole * max(0.0, now - v.saved)
-    return (v.priority, v.base is None, excess, lost, -v.started, v.id)
+    over = () if fair is None else tuple([-x for x in fair(v.proj)])  # most over its share first
+    return (v.priority, v.base is None, excess > 0, over, excess, lost, -v.started, v.id)
 
 
 def _note_exempt(cycle, p: Pending, paper: _Paper, exempt: list[Run]) -> None:
@@ -465,8 +469,10 @@ def reclaim_order(cycle, p: Pending, shielded: list[Run] | None = None) -> Itera
     s = cycle.s
     need, now = p.min_workers * p.milli, s.now
 
+    fair = s.fair_key if s.fair else None
+
     def key(v: Run) -> tuple:
-        return victim_key(v, need, now)
+        return victim_key(v, need, now, fair)
 
     inner = None
     for anc in p.path:

@@ -8,13 +8,14 @@ compare numbers, not datetimes and strings. The state outlives one cycle in the 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 
 from jobs.scheduler.engine.model import QueuedJob, RunningJob, Snapshot
 from jobs.scheduler.engine.pool import FULL, Pool
 from jobs.scheduler.engine.timeline import Timeline
+from jobs.scheduler.fairshare import cost
 from quotas.admission import Ledger, QuotaTree
 
 NEVER = float("inf")
@@ -253,6 +254,11 @@ class State:
             since = job.terminating_since.timestamp() if job.terminating_since else self.now
             self.add_terminating(self.make_run(job), since)
         self.submit(snap.queued)
+        # Fair share (DESIGN §16, jobs/scheduler/fairshare.py): per tree node index the usage given
+        # (subtree sums) and shares; ``fair_u`` is that usage plus this cycle's entry charges.
+        self.fair = False
+        self.fair_entry = float(snap.fair_entry_s)
+        self.set_fair(snap.fair_usage, snap.fair_shares)
         # The rule-1 split is computed when a cycle starts (Engine._settle).
 
     def _ingest(self, jobs: list[RunningJob]) -> None:
@@ -647,6 +653,55 @@ class State:
         return bool(self.min_runtime) and self.now < self.exempt_until(run)
 
     # -- fair share ----------------------------------------------------------------------
+    def set_fair(self, usage: Mapping[str, float], shares: Mapping[str, float]) -> None:
+        """New fair-share maps (projects' decayed usage, shares per node); both empty: off."""
+        tree = self.tree
+        n = len(tree.ids)
+        base = [0.0] * n
+        for pid, u in usage.items():
+            i = tree.index.get(pid)
+            if i is None or tree.kind[i] != "project" or not u:
+                continue  # a department's usage is its projects'
+            for a in tree.path(i):
+                base[a] += float(u)
+        self.fair_base = base
+        self.fair_s = [float(shares.get(nid, 0.0)) for nid in tree.ids]
+        self.fair = bool(usage or shares)
+        self.fair_reset()
+
+    def fair_reset(self) -> None:
+        """A cycle starts from the given usage: entry charges last one cycle (the caller's next
+        usage counts the admitted jobs' time)."""
+        self.fair_u = list(self.fair_base)
+        self.fair_keys: dict[int, tuple[float, ...]] = {}
+
+    def fair_charge(self, proj: int, milli: int) -> None:
+        """A job of ``proj`` was admitted, promised or grown by ``milli``: it counts at once, for
+        ``fair_entry_s`` seconds of its cards (so a burst cannot pass on one stale factor)."""
+        if not self.fair or milli <= 0:
+            return
+        amount = milli / FULL * self.fair_entry
+        u = self.fair_u
+        for a in self.tree.path(proj):
+            u[a] += amount
+        self.fair_keys.clear()  # the keys of its siblings' subtrees moved too
+
+    def fair_key(self, proj: int) -> tuple[float, ...]:
+        """Fair Tree key of a project: ``u/s`` of its ancestors, top down (smaller first; see
+        jobs/scheduler/fairshare.py). It only grows during a cycle (usage is only charged)."""
+        key = self.fair_keys.get(proj)
+        if key is None:
+            u, sh = self.fair_u, self.fair_s
+            key = self.fair_keys[proj] = tuple([cost(u[a], sh[a]) for a in reversed(self.tree.path(proj))])
+        return key
+
+    def turn(self, proj: int):
+        """A project's place in a priority level: its dominant share, led by its Fair Tree key
+        when fair share is on."""
+        if self.fair:
+            return (self.fair_key(proj), self.share(proj))
+        return self.share(proj)
+
     def share(self, proj: int) -> float:
         """Dominant share of a project: max over flavors of usage ÷ quota (§5.1)."""
         best = self.shares.get(proj)
