@@ -24,6 +24,7 @@ class PriorityClassAdmin(PlatformModelAdmin):
         "value",
         "preemptible",
         "grace_seconds",
+        "min_runtime_seconds",
         "allowed_kinds",
         "min_role",
         "approval_below_role",

@@ -10,6 +10,12 @@ import sys
 import polib
 
 GLOSSARY = {
+    "The per-user cap of %(cap)s GPUs in %(node)s is reached: its submitter's running jobs hold %(usage)s + %(request)s requested.": '已达到 %(node)s 的每用户上限 %(cap)s 卡：提交者的运行中作业占用 %(usage)s，再申请 %(request)s 将超出。',
+    'The per-user cap of %(cap_jobs)s running jobs in %(node)s is reached: its submitter runs %(running_jobs)s.': '已达到 %(node)s 的每用户运行作业上限 %(cap_jobs)s 个：提交者正在运行 %(running_jobs)s 个。',
+    'GPUs per user': '每用户 GPU 上限',
+    'running jobs per user': '每用户运行作业上限',
+    "The most GPUs one user's running jobs of the project may hold. Empty: no cap.": '单个用户在本项目中运行的作业最多可占用的 GPU 数。留空：不设上限。',
+    'The most jobs one user may run in the project at once. Empty: no cap.': '单个用户在本项目中可同时运行的作业数上限。留空：不设上限。',
     '%(nodes)s nodes, %(gpus)s GPUs: %(free)s free on ready nodes (%(usable)s usable, %(stranded)s stranded), %(used)s in use, %(idle)s flagged idle.': '%(nodes)s 个节点，%(gpus)s 块 GPU：就绪节点上空闲 %(free)s 块（可用 %(usable)s 块，搁置 %(stranded)s 块），使用中 %(used)s 块，低利用率 %(idle)s 块。',
     "Stranded: free GPUs that their node's free CPU, memory or local disk cannot feed at its share; no job can use them until the node has that room again.": '搁置：节点空闲的 CPU、内存或本地磁盘不足以按其配比支撑的空闲 GPU；在节点重新有这些余量之前，任何任务都无法使用它们。',
     '%(usable)s usable, %(stranded)s stranded': '可用 %(usable)s 块，搁置 %(stranded)s 块',
@@ -550,11 +556,28 @@ GLOSSARY = {
     'Ask for an exemption from the idle policy': '申请豁免低利用率策略',
     'Ask for approval': '提交审批',
     'Your exemption request for %(name)s waits for approval.': '%(name)s 的豁免申请正在等待审批。',
+    # Issue 34 item 5: minimum runtime before preemption, borrowing within the cohort.
+    'minimum runtime before preemption (s)': '抢占前最短运行时间（秒）',
+    'A job of this class is not preempted before it has run this long. 0: no minimum.':
+        '此优先级的任务运行满这么长时间之前不会被抢占。0：不设下限。',
+    'Minimum runtime': '最短运行时间',
+    'The queue is ordered by priority class first. A job of a preemptible class may be preempted by a '
+    'higher-priority job of its own project; with checkpointing it gets the grace period to save its state. '
+    "No job is preempted before it has run its class's minimum runtime.":
+        '队列首先按优先级排序。可抢占优先级的任务可能被同一项目中更高优先级的任务抢占；启用断点(checkpoint)的任务可在宽限期内保存状态。'
+        '任务运行满其优先级的最短运行时间之前不会被抢占。',
+    'The jobs it may preempt have not yet run the minimum runtime of their priority class '
+    '(%(min_runtime)s): the last of them it needs may be preempted in %(exempt_for)s.':
+        '它可抢占的任务尚未运行满其优先级的最短运行时间（%(min_runtime)s）：所需的最后一个任务在 %(exempt_for)s 后可被抢占。',
+    'The jobs it may preempt have not run their minimum runtime yet': '可抢占的任务尚未运行满最短运行时间',
+    'minimum runtime (s)': '最短运行时间（秒）',
+    'preemptible in (s)': '距可抢占（秒）',
 }
 
-
-# Messages with a context (``pgettext``): filled only under their own context.
-CONTEXT_GLOSSARY = {
+# Messages with a context (msgctxt) that the glossary above does not fill: (context, msgid) → 中文.
+GLOSSARY_IN_CONTEXT = {
+    ("job event", "borrowed capacity for job %(job)s of a higher priority"): "借用的资源被更高优先级的任务 #%(job)s 抢占",
+    # The idle policy (issue 34 item 2).
     ("job event", "warned by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s"):
         "低利用率策略已提醒：GPU 利用率低于 %(threshold)s%% 持续 %(minutes)s",
     ("job event", "stopped by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s"):
@@ -579,8 +602,8 @@ def fill(path: str) -> list[str]:
             entry.msgstr = GLOSSARY[entry.msgid]
             if "fuzzy" in entry.flags:
                 entry.flags.remove("fuzzy")
-        elif (entry.msgctxt, entry.msgid) in CONTEXT_GLOSSARY:
-            entry.msgstr = CONTEXT_GLOSSARY[(entry.msgctxt, entry.msgid)]
+        elif (entry.msgctxt, entry.msgid) in GLOSSARY_IN_CONTEXT:
+            entry.msgstr = GLOSSARY_IN_CONTEXT[(entry.msgctxt, entry.msgid)]
             if "fuzzy" in entry.flags:
                 entry.flags.remove("fuzzy")
         elif not (entry.msgstr or all(entry.msgstr_plural.values() or [""])):

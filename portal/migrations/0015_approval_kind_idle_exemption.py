@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('portal', '0013_user_directory_synced_at_label'),
+        ('portal', '0014_project_user_caps'),
     ]
 
     operations = [

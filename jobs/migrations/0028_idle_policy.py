@@ -14,8 +14,8 @@ def create_centre_policy(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0026_whole_machine'),
-        ('portal', '0014_approval_kind_idle_exemption'),
+        ('jobs', '0027_priority_class_min_runtime'),
+        ('portal', '0015_approval_kind_idle_exemption'),
     ]
 
     operations = [
