@@ -136,7 +136,7 @@ def test_an_idle_training_job_becomes_preemptible_and_the_snapshot_sees_it(pool,
     assert running.preemptible is True
     client = Client()
     client.force_login(job.submitted_by)
-    page = client.get(reverse("job-detail", args=[job.pk])).content.decode()
+    page = client.get(reverse("job-detail", args=[job.pk]), HTTP_ACCEPT_LANGUAGE="en").content.decode()
     assert "made so by the idle policy" in page and "Made preemptible by the idle policy" in page
 
 

@@ -56,7 +56,8 @@ class Run:
         self.fresh = False
         self.ghost: list[tuple[int, int, int]] = []
         self.ghost_until = 0.0
-        self.key = (-priority, started, rid)  # rule 1 order
+        # Rule 1 order; ids compare as numbers do ("99" before "100": the portal's ids are decimal)
+        self.key = (-priority, started, len(rid), rid)
         self.job = rid
         self.base: Run | None = None
         self.units: list[Run] | tuple = ()  # a list once it has units (most jobs never do)
