@@ -16,7 +16,7 @@ import logging
 import os
 from collections import defaultdict
 from datetime import datetime, timedelta
-from decimal import ROUND_FLOOR, Decimal
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -32,6 +32,7 @@ from jobs.scheduling.config import over_budget_providers
 from portal.enqueue import send
 from portal.models import PROJECT_ROLES, Department, Membership, Project, User
 from quotas.models import Cluster, ClusterKind, Flavor, FlavorKind, Loan, QuotaNode, QuotaWindow, SlurmSyncRun
+from quotas.queues import share_weight
 from quotas.selectors import effective_limits_map
 from quotas.slurm_accounts import (
     CPU_TRES,
@@ -145,7 +146,8 @@ def portal_state(cluster: Cluster, now: datetime) -> PortalState:
 
 def fair_shares(nodes: list[QuotaNode], flavors: dict, effective: dict) -> tuple[tuple[str, str, int], ...]:
     """Each department's and project's Slurm ``Fairshare``: its effective quota in whole normalised
-    cards (quota × the flavor's relative throughput), summed over its GPU flavors; at least 1.
+    cards (quota × card fraction × relative throughput), summed over its GPU flavors; at least 1
+    (``quotas.queues.share_weight``, as the Kueue / Volcano / YuniKorn renderings).
     Admin weights (DESIGN §16) are to replace this default where set: this is the one place."""
     cards: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
     for n in nodes:
@@ -153,11 +155,9 @@ def fair_shares(nodes: list[QuotaNode], flavors: dict, effective: dict) -> tuple
         if flavor.kind == FlavorKind.CPU:
             continue
         key = ("project", n.project.code) if n.project_id else ("department", n.department.code)
-        cards[key] += effective[n.pk].quota * flavor.relative_throughput
-    return tuple(
-        (kind, code, max(1, int(total.to_integral_value(ROUND_FLOOR))))
-        for (kind, code), total in sorted(cards.items())
-    )
+        per_unit = flavor.relative_throughput * flavor.fraction_numerator / flavor.fraction_denominator
+        cards[key] += effective[n.pk].quota * per_unit
+    return tuple((kind, code, share_weight(total)) for (kind, code), total in sorted(cards.items()))
 
 
 def max_wall_minutes(priority_class: PriorityClass) -> int | None:
