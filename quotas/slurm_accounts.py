@@ -3,6 +3,12 @@ accounts, user associations and QOS; the difference between that and what Slurm 
 ``sacctmgr`` commands; the same state as a ``sacctmgr load`` flat file. Pure: fed plain values
 (limits already *effective* at the sync's instant), no Django, no subprocess.
 
+The sharing policy (issue 34 item 4, DESIGN §16) is part of the same state: owners' accounts hold
+the quota; borrowing beyond it runs in a mirror tree of borrow accounts (the borrow room) whose
+jobs run in one preemptible QOS that every class QOS may preempt; Fairshare from the tree's
+shares; GrpSubmitJobs=0 on a tenant whose budget is spent; per-user MaxJobs and GrpTRES on the
+members' associations; the dev class's MaxWall; PreemptExemptTime from the minimum runtime.
+
 Ownership: the sync owns exactly the accounts and QOS whose name starts with the prefix, and the
 user associations on those accounts. Everything else in Slurm is neither changed nor reported.
 The rules and the names are documented in docs/backends.md, "Native Slurm users: accounts and
