@@ -22,6 +22,7 @@ class PriorityClassAdmin(PlatformModelAdmin):
         "value",
         "preemptible",
         "grace_seconds",
+        "min_runtime_seconds",
         "allowed_kinds",
         "min_role",
         "approval_below_role",

@@ -510,6 +510,7 @@ class PriorityClassForm(forms.ModelForm):
             "value",
             "preemptible",
             "grace_seconds",
+            "min_runtime_seconds",
             "description",
             "allowed_kinds",
             "min_role",

@@ -91,12 +91,24 @@ class KindsField(ArrayField):
         return models.Field.formfield(self, **defaults)
 
 
+MAX_MIN_RUNTIME_SECONDS = 7 * 86400
+
+
 class PriorityClass(models.Model):
     name = models.CharField(_("name"), max_length=40, unique=True, validators=[name_validator])
     value = models.IntegerField(_("value"), validators=[MinValueValidator(-1000), MaxValueValidator(100000)])
     preemptible = models.BooleanField(_("preemptible"), default=True)
     grace_seconds = models.PositiveIntegerField(
         _("grace period (s)"), default=30, validators=[MaxValueValidator(86400)]
+    )
+    # DESIGN §16, like Slurm's PreemptExemptTime: a job of the class is never preempted (reclaim,
+    # borrowing within the cohort, priority) before it has run this long. At most a week: longer
+    # would let a borrower keep a lender's quota for good.
+    min_runtime_seconds = models.PositiveIntegerField(
+        _("minimum runtime before preemption (s)"),
+        default=0,
+        validators=[MaxValueValidator(MAX_MIN_RUNTIME_SECONDS)],
+        help_text=_("A job of this class is not preempted before it has run this long. 0: no minimum."),
     )
     description = models.CharField(_("description"), max_length=200, blank=True)
     # Who may use the class (issue 18 item 5). The defaults let everybody use it for every kind,

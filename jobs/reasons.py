@@ -59,6 +59,8 @@ NODE_DRAINED = pgettext_noop("job event", "requeued off node %(node)s (drained: 
 PREEMPTED_FOR = {
     "reclaim": pgettext_noop("job event", "reclaim for job %(job)s"),
     "priority": pgettext_noop("job event", "priority for job %(job)s"),
+    # Borrowing within the cohort: a higher-priority borrower took this borrower's GPUs.
+    "borrow": pgettext_noop("job event", "borrowed capacity for job %(job)s of a higher priority"),
 }
 IDLE = pgettext_noop("job event", "GPU utilisation below %(threshold)s%% for %(window)s")
 

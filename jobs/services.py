@@ -288,6 +288,7 @@ def priority_class_create(
     preemptible: bool = True,
     grace_seconds: int = 30,
     description: str = "",
+    min_runtime_seconds: int = 0,
     **usage_rules,
 ) -> PriorityClass:
     perm.require(scope_for(actor).platform_admin)
@@ -297,6 +298,7 @@ def priority_class_create(
         value=value,
         preemptible=preemptible,
         grace_seconds=grace_seconds,
+        min_runtime_seconds=min_runtime_seconds,
         description=description,
         **usage_rules,
     )
@@ -313,6 +315,7 @@ def priority_class_update(
     preemptible: bool,
     grace_seconds: int,
     description: str = "",
+    min_runtime_seconds: int | None = None,
     **usage_rules,
 ) -> PriorityClass:
     """Change a class's value, preemption policy or who may use it. The name stays: jobs and API
@@ -324,10 +327,13 @@ def priority_class_update(
     pc = PriorityClass.objects.get(pk=priority_class.pk)
     pc.value, pc.preemptible, pc.grace_seconds = value, preemptible, grace_seconds
     pc.description = description
+    if min_runtime_seconds is not None:  # None: left as it is
+        pc.min_runtime_seconds = min_runtime_seconds
     for field, rule in usage_rules.items():
         setattr(pc, field, rule)
     pc.full_clean()
-    pc.save(update_fields=["value", "preemptible", "grace_seconds", "description", *usage_rules])
+    pc.save(update_fields=["value", "preemptible", "grace_seconds", "min_runtime_seconds", "description",
+                           *usage_rules])
     request_cycle()
     return pc
 

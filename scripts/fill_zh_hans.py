@@ -508,6 +508,27 @@ GLOSSARY = {
     'Off baseline: %(reason)s': '偏离基线：%(reason)s',
     'Expected': '期望',
     'Reported by the node': '节点上报',
+    # Issue 34 item 5: minimum runtime before preemption, borrowing within the cohort.
+    'minimum runtime before preemption (s)': '抢占前最短运行时间（秒）',
+    'A job of this class is not preempted before it has run this long. 0: no minimum.':
+        '此优先级的任务运行满这么长时间之前不会被抢占。0：不设下限。',
+    'Minimum runtime': '最短运行时间',
+    'The queue is ordered by priority class first. A job of a preemptible class may be preempted by a '
+    'higher-priority job of its own project; with checkpointing it gets the grace period to save its state. '
+    "No job is preempted before it has run its class's minimum runtime.":
+        '队列首先按优先级排序。可抢占优先级的任务可能被同一项目中更高优先级的任务抢占；启用断点(checkpoint)的任务可在宽限期内保存状态。'
+        '任务运行满其优先级的最短运行时间之前不会被抢占。',
+    'The jobs it may preempt have not yet run the minimum runtime of their priority class '
+    '(%(min_runtime)s): the last of them it needs may be preempted in %(exempt_for)s.':
+        '它可抢占的任务尚未运行满其优先级的最短运行时间（%(min_runtime)s）：所需的最后一个任务在 %(exempt_for)s 后可被抢占。',
+    'The jobs it may preempt have not run their minimum runtime yet': '可抢占的任务尚未运行满最短运行时间',
+    'minimum runtime (s)': '最短运行时间（秒）',
+    'preemptible in (s)': '距可抢占（秒）',
+}
+
+# Messages with a context (msgctxt) that the glossary above does not fill: (context, msgid) → 中文.
+GLOSSARY_IN_CONTEXT = {
+    ("job event", "borrowed capacity for job %(job)s of a higher priority"): "借用的资源被更高优先级的任务 #%(job)s 抢占",
 }
 
 
@@ -524,6 +545,10 @@ def fill(path: str) -> list[str]:
                 entry.flags.remove("fuzzy")
         elif entry.msgid in GLOSSARY and not entry.msgctxt:
             entry.msgstr = GLOSSARY[entry.msgid]
+            if "fuzzy" in entry.flags:
+                entry.flags.remove("fuzzy")
+        elif (entry.msgctxt, entry.msgid) in GLOSSARY_IN_CONTEXT:
+            entry.msgstr = GLOSSARY_IN_CONTEXT[(entry.msgctxt, entry.msgid)]
             if "fuzzy" in entry.flags:
                 entry.flags.remove("fuzzy")
         elif not (entry.msgstr or all(entry.msgstr_plural.values() or [""])):

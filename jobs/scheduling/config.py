@@ -79,7 +79,7 @@ class Config:
 # as text (Decimal, exactly), times and instants as ISO text. Orders are the ones the ORM reads
 # used (Node's and the tree's Meta orderings, id last), so the engine sees everything as before.
 _PARTS = (
-    ("name, value, preemptible, grace_seconds", "jobs_priorityclass", "id"),
+    ("name, value, preemptible, grace_seconds, min_runtime_seconds", "jobs_priorityclass", "id"),
     ("name", "quotas_flavor WHERE active", "name"),
     ("backfill, packing", "jobs_schedulersettings WHERE id = 1", "id"),
     ("n.id, f.name, n.gpu_count, n.zone, n.spine, n.leaf, n.state, n.cluster_id, n.cpu_millicores, "

@@ -70,6 +70,10 @@ _TEXTS = {
         "version and are never chosen, and the others have no room for %(workers)s × %(per_worker)s now."
     ),
     "admissible": gettext_lazy("It is admitted at the next scheduling cycle."),
+    "min_runtime": gettext_lazy(
+        "The jobs it may preempt have not yet run the minimum runtime of their priority class "
+        "(%(min_runtime)s): the last of them it needs may be preempted in %(exempt_for)s."
+    ),
     "fifo": gettext_lazy(
         "It waits behind job #%(behind)s of its project, which cannot start yet: the project queues "
         "in strict FIFO order."
@@ -113,6 +117,13 @@ def explain_text(explain: dict, node_name: str | None) -> str:
     return text
 
 
+def _duration(seconds) -> str:
+    """Seconds as people read them (``duration`` of the templates: "9 min", "1 h 30 min")."""
+    from jobs.templatetags.jobs_ui import duration
+
+    return str(duration(int(Decimal(seconds or 0))))
+
+
 def _hours(seconds) -> str:
     return format(Decimal(seconds / 3600).quantize(Decimal("0.1")).normalize(), "f")
 
@@ -144,6 +155,9 @@ def _reason_text(explain: dict, node_name: str | None) -> str:
         values["message"] = explain["message"]  # the backend's own word (Slurm's Reason), as it is
     if explain.get("behind") is not None:
         values["behind"] = explain["behind"]
+    if reason == "min_runtime":  # seconds, for people
+        values["min_runtime"] = _duration(values.get("min_runtime_s"))
+        values["exempt_for"] = _duration(values.get("exempt_for_s"))
     reservation = explain.get("reservation") or {}
     if reservation.get("job"):
         values["job"] = reservation["job"]

@@ -27,12 +27,14 @@ _CHOICES_SQL = """
 _REQUEST_SQL = "j.min_cuda_version, j.cpu_millicores, j.memory_mib, j.local_disk_gib, j.unit_share::text"
 _REQUEST_COLUMNS = 4  # the last four; the CUDA version is the one before them, the submitter before it
 _USER = -_REQUEST_COLUMNS - 2
+# Whether it checkpoints (what a preemption costs it: the engine's victim order), before the submitter.
+_CHECKPOINTING = _USER - 1
 # Raw SQL rather than the ORM: at 50,000 queued jobs the ORM's per-row converters cost ~1 s a cycle.
 _JOBS_SQL = f"""
     SELECT j.id, j.project_id, f.name, pc.value, pc.preemptible, j.workers, j.min_workers,
            j.gpus_per_worker, j.gpu_milli, j.submitted_at, j.max_runtime_seconds, j.approved,
-           j.admitted_at, j.started_at, j.placement, j.terminating_since, {_CHOICES_SQL}, j.submitted_by_id,
-           {_REQUEST_SQL}
+           j.admitted_at, j.started_at, j.placement, j.terminating_since, {_CHOICES_SQL}, j.checkpointing,
+           j.submitted_by_id, {_REQUEST_SQL}
     FROM jobs_job j
     JOIN quotas_flavor f ON f.id = j.flavor_id
     JOIN jobs_priorityclass pc ON pc.id = j.priority_class_id
@@ -58,7 +60,7 @@ _HOLDING_SQL = f"""
     SELECT j.id, j.project_id, f.name, pc.value, pc.preemptible, j.workers, j.min_workers,
            j.gpus_per_worker, j.gpu_milli, j.submitted_at, j.max_runtime_seconds, j.approved,
            j.admitted_at, j.started_at, j.placement, j.terminating_since, j.grown_at, {GROW_TO_SQL},
-           j.kind = 'external', {_CHOICES_SQL}, j.submitted_by_id, {_REQUEST_SQL}
+           j.kind = 'external', {_CHOICES_SQL}, j.checkpointing, j.submitted_by_id, {_REQUEST_SQL}
     FROM jobs_job j
     JOIN quotas_flavor f ON f.id = j.flavor_id
     JOIN jobs_priorityclass pc ON pc.id = j.priority_class_id
@@ -92,7 +94,7 @@ def _running(row: tuple) -> RunningJob:
         started_at=admitted_at or started_at, max_runtime_seconds=max_runtime, placement=slots,
         terminating=terminating_since is not None, terminating_since=terminating_since,
         worker_milli=wm, grow_to=grow_to, grown=grown, submitted_at=submitted, pinned=pinned,
-        requests=requests, user=f"u{row[_USER]}",
+        requests=requests, user=f"u{row[_USER]}", checkpointing=bool(row[_CHECKPOINTING]),
     )
 
 
@@ -130,7 +132,7 @@ def _as_queued(row: tuple, choices) -> QueuedJob:
         preemptible=preemptible, max_runtime_seconds=runtime, approved=ok,
         flavors=choices if len(choices) > 1 else (),
         cpu_millicores=cpu, memory_mib=memory, local_disk_gib=disk, min_cuda=min_cuda,
-        user=f"u{row[_USER]}",
+        user=f"u{row[_USER]}", checkpointing=bool(row[_CHECKPOINTING]),
     )
 
 

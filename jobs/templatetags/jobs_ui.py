@@ -47,6 +47,7 @@ REASON_LABELS = {
     "reclaimed": _("Reclaimed by an in-quota job; retried next cycle"),
     "invalid": _("Can never run: no node of the flavor is big enough"),
     "fifo": _("Waits behind an earlier job of its project (FIFO)"),
+    "min_runtime": _("The jobs it may preempt have not run their minimum runtime yet"),
     "admissible": _("Admitted at the next cycle"),
     "external": _("Waiting in its cluster's own queue"),
 }
@@ -67,6 +68,8 @@ NUMBER_LABELS = {
     "nodes_with_gpus": _("nodes with the GPUs free"),
     "nodes_below": _("nodes below its CUDA version"),
     "largest_free_cluster": _("largest free room in one cluster"),
+    "min_runtime_s": _("minimum runtime (s)"),
+    "exempt_for_s": _("preemptible in (s)"),
 }
 
 

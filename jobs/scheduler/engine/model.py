@@ -71,6 +71,9 @@ class PriorityClass:
     value: int
     preemptible: bool = True
     grace_seconds: int = 0
+    # A job of the class is never a victim (rule 5, rule 6, borrowing within the cohort) until it
+    # has run this long since ``started_at`` (Slurm ``PreemptExemptTime``; DESIGN §16).
+    min_runtime_seconds: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +101,11 @@ class RunningJob:
     # DESIGN §11). It counts for quotas and holds its GPUs like any job, but no cycle ever
     # chooses it as a victim (rule 5 or 6) — the portal did not start it and cannot requeue it.
     pinned: bool = False
+    # What a preemption would cost it (the victim order, jobs/scheduler/engine/preempt.py):
+    # a checkpointing job saves on the preemption signal (DESIGN §4) and loses nothing but its
+    # restart; another loses its work since ``last_checkpoint_at`` (None: since it started).
+    checkpointing: bool = False
+    last_checkpoint_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +134,7 @@ class QueuedJob:
     local_disk_gib: int | None = None
     min_cuda: tuple[int, ...] = ()  # nodes reporting a lower CUDA version are never chosen
     user: str = ""  # who submitted it (per-user caps, DESIGN §16); "": no cap applies
+    checkpointing: bool = False  # once running, as RunningJob.checkpointing
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +161,11 @@ class Snapshot:
     strict_fifo: frozenset[str] = frozenset()
     aging_bound_s: Mapping[str, int] = field(default_factory=dict)
     default_aging_bound_s: int | None = None
+    # Fair share (DESIGN §16): decayed normalised card-seconds per project and shares per tree
+    # node. Empty: no fair share (today's order by dominant share alone).
+    fair_usage: Mapping[str, float] = field(default_factory=dict)
+    fair_shares: Mapping[str, float] = field(default_factory=dict)
+    fair_entry_s: float = 3600.0
 
 
 # -- results ---------------------------------------------------------------------------
@@ -253,6 +267,7 @@ REASONS = (
     "reclaimed",     # admitted earlier in this cycle, then reclaimed by an in-quota job
     "invalid",       # can never run here (e.g. worker larger than any node of the flavor)
     "fifo",          # an earlier job of its project blocks it (strict FIFO, or over its aging bound)
+    "min_runtime",   # the jobs it could preempt have not yet run their class's minimum runtime
 )
 
 

@@ -8,13 +8,14 @@ compare numbers, not datetimes and strings. The state outlives one cycle in the 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 
 from jobs.scheduler.engine.model import QueuedJob, RunningJob, Snapshot
 from jobs.scheduler.engine.pool import FULL, Pool
 from jobs.scheduler.engine.timeline import Timeline
+from jobs.scheduler.fairshare import cost
 from quotas.admission import Ledger, QuotaTree
 
 NEVER = float("inf")
@@ -33,7 +34,7 @@ class Run:
                  "preemptible", "started", "end", "slots", "placement", "in_quota",
                  "terminating", "fresh", "ghost", "ghost_until", "key",
                  "job", "base", "units", "wmilli", "grow_to", "submitted", "workers", "pinned",
-                 "res", "req", "ghost_res", "user")
+                 "res", "req", "ghost_res", "user", "saved")
 
     def __init__(self, rid, project_id, proj, path, flavor, r, priority, preemptible, started,
                  end, placement, slots):
@@ -70,6 +71,9 @@ class Run:
         self.req: tuple | None = None
         self.ghost_res: list = []
         self.user = ""  # who submitted it: counts for its project's per-user caps
+        # Since when a preemption would lose its work (the victim order, preempt.victim_key):
+        # None when it saves on the preemption signal (checkpointing) or lost nothing yet.
+        self.saved: float | None = started
 
 
 class Pending:
@@ -77,7 +81,7 @@ class Pending:
 
     __slots__ = ("id", "project_id", "proj", "path", "flavor", "workers", "min_workers", "milli",
                  "priority", "preemptible", "submitted", "runtime", "approved", "job", "flavors",
-                 "home", "req", "pms", "min_cuda", "user")
+                 "home", "req", "pms", "min_cuda", "user", "checkpointing")
 
     def __init__(self, job: QueuedJob, proj: int, path: tuple[int, ...]):
         self.job = job
@@ -109,6 +113,7 @@ class Pending:
         self.pms: dict[str, int] = {}
         self.min_cuda = tuple(job.min_cuda)
         self.user = job.user
+        self.checkpointing = job.checkpointing
 
     @property
     def pmilli(self) -> int:
@@ -199,6 +204,9 @@ class State:
         self.now = snap.now.timestamp()
         self.tree = QuotaTree(snap.tree)
         self.grace = {pc.value: pc.grace_seconds for pc in snap.priority_classes}
+        # Minimum runtime before a job may be preempted, per priority value (DESIGN §16).
+        self.min_runtime = {pc.value: float(pc.min_runtime_seconds) for pc in snap.priority_classes
+                            if pc.min_runtime_seconds > 0}
         self.over_budget = {self.tree.index[t] for t in snap.over_budget_tenants
                             if t in self.tree.index}
         self.budget_exempt = {self.tree.index[t] for t in snap.budget_exempt if t in self.tree.index}
@@ -246,6 +254,11 @@ class State:
             since = job.terminating_since.timestamp() if job.terminating_since else self.now
             self.add_terminating(self.make_run(job), since)
         self.submit(snap.queued)
+        # Fair share (DESIGN §16, jobs/scheduler/fairshare.py): per tree node index the usage given
+        # (subtree sums) and shares; ``fair_u`` is that usage plus this cycle's entry charges.
+        self.fair = False
+        self.fair_entry = float(snap.fair_entry_s)
+        self.set_fair(snap.fair_usage, snap.fair_shares)
         # The rule-1 split is computed when a cycle starts (Engine._settle).
 
     def _ingest(self, jobs: list[RunningJob]) -> None:
@@ -287,6 +300,10 @@ class State:
                   job.preemptible and not job.pinned, started, end, job.placement, slots)
         run.pinned = job.pinned
         run.user = job.user
+        if job.checkpointing:
+            run.saved = None
+        elif job.last_checkpoint_at is not None:
+            run.saved = max(started, job.last_checkpoint_at.timestamp())
         if job.requests:
             run.res = self._res(pool, job.requests)
             run.req = job.requests[0][1:]
@@ -341,6 +358,7 @@ class State:
         unit.job, unit.base = base.id, base
         unit.req = base.req
         unit.user = base.user
+        unit.saved = None  # its job goes on without it: shrinking loses no work
         if requests:
             unit.res = self._res(pool, requests)
         elif base.req and slots and pool.res is not None:
@@ -621,7 +639,69 @@ class State:
                 ledger.add(run.path, run.r, False, run.root_r)
                 run.in_quota = False
 
+    def exempt_until(self, run: Run) -> float:
+        """When ``run`` may first be preempted: its job's start + its class's minimum runtime
+        (a grown worker counts from its job's start: the job is what the minimum protects)."""
+        minimum = self.min_runtime.get(run.priority)
+        if not minimum:
+            return 0.0
+        job = run.base if run.base is not None else run
+        return job.started + minimum
+
+    def exempt(self, run: Run) -> bool:
+        """Is ``run`` still within its class's minimum runtime (never a victim now)?"""
+        return bool(self.min_runtime) and self.now < self.exempt_until(run)
+
     # -- fair share ----------------------------------------------------------------------
+    def set_fair(self, usage: Mapping[str, float], shares: Mapping[str, float]) -> None:
+        """New fair-share maps (projects' decayed usage, shares per node); both empty: off."""
+        tree = self.tree
+        n = len(tree.ids)
+        base = [0.0] * n
+        for pid, u in usage.items():
+            i = tree.index.get(pid)
+            if i is None or tree.kind[i] != "project" or not u:
+                continue  # a department's usage is its projects'
+            for a in tree.path(i):
+                base[a] += float(u)
+        self.fair_base = base
+        self.fair_s = [float(shares.get(nid, 0.0)) for nid in tree.ids]
+        self.fair = bool(usage or shares)
+        self.fair_reset()
+
+    def fair_reset(self) -> None:
+        """A cycle starts from the given usage: entry charges last one cycle (the caller's next
+        usage counts the admitted jobs' time)."""
+        self.fair_u = list(self.fair_base)
+        self.fair_keys: dict[int, tuple[float, ...]] = {}
+
+    def fair_charge(self, proj: int, milli: int) -> None:
+        """A job of ``proj`` was admitted, promised or grown by ``milli``: it counts at once, for
+        ``fair_entry_s`` seconds of its cards (so a burst cannot pass on one stale factor)."""
+        if not self.fair or milli <= 0:
+            return
+        amount = milli / FULL * self.fair_entry
+        u = self.fair_u
+        for a in self.tree.path(proj):
+            u[a] += amount
+        self.fair_keys.clear()  # the keys of its siblings' subtrees moved too
+
+    def fair_key(self, proj: int) -> tuple[float, ...]:
+        """Fair Tree key of a project: ``u/s`` of its ancestors, top down (smaller first; see
+        jobs/scheduler/fairshare.py). It only grows during a cycle (usage is only charged)."""
+        key = self.fair_keys.get(proj)
+        if key is None:
+            u, sh = self.fair_u, self.fair_s
+            key = self.fair_keys[proj] = tuple([cost(u[a], sh[a]) for a in reversed(self.tree.path(proj))])
+        return key
+
+    def turn(self, proj: int):
+        """A project's place in a priority level: its dominant share, led by its Fair Tree key
+        when fair share is on."""
+        if self.fair:
+            return (self.fair_key(proj), self.share(proj))
+        return self.share(proj)
+
     def share(self, proj: int) -> float:
         """Dominant share of a project: max over flavors of usage ÷ quota (§5.1)."""
         best = self.shares.get(proj)
