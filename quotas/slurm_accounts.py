@@ -7,7 +7,8 @@ The sharing policy (issue 34 item 4, DESIGN §16) is part of the same state: own
 the quota; borrowing beyond it runs in a mirror tree of borrow accounts (the borrow room) whose
 jobs run in one preemptible QOS that every class QOS may preempt; Fairshare from the tree's
 shares; GrpSubmitJobs=0 on a tenant whose budget is spent; per-user MaxJobs and GrpTRES on the
-members' associations; the dev class's MaxWall; PreemptExemptTime from the minimum runtime.
+members' associations; the dev class's MaxWall; PreemptExemptTime from the classes' minimum
+runtime.
 
 Ownership: the sync owns exactly the accounts and QOS whose name starts with the prefix, and the
 user associations on those accounts. Everything else in Slurm is neither changed nor reported.
@@ -72,6 +73,7 @@ class ClassRef:
     preemptible: bool
     min_rank: int = 0  # the least role rank that may use the class without approval
     max_wall_minutes: int | None = None  # the longest a job of the class may run (the dev class)
+    min_runtime_seconds: int = 0  # run at least this long before preemption (PreemptExemptTime)
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,9 @@ class PortalState:
     blocked: frozenset[tuple[str, str]] = frozenset()
     # project code → (GPUs per user, running jobs per user); None: no cap.
     user_caps: tuple[tuple[str, int | None, int | None], ...] = ()
-    # A borrowing job runs at least this long before it may be preempted (Slurm PreemptExemptTime).
+    # A borrowing job (the borrow QOS) runs at least this long before it may be preempted (Slurm
+    # PreemptExemptTime): the caller gives the default class's minimum, the class a native job
+    # lands in unless it asks for another.
     preempt_exempt_seconds: int = 0
 
 
@@ -327,7 +331,6 @@ def _qos(state: PortalState, naming: Naming, out: SlurmState) -> dict[str, Class
             continue
         usable[name] = found[0]
     lending = out.borrowing
-    exempt = state.preempt_exempt_seconds or None
     for name, c in usable.items():
         lower = frozenset(n for n, o in usable.items() if o.value < c.value and o.preemptible)
         out.qos[name] = Qos(
@@ -336,9 +339,10 @@ def _qos(state: PortalState, naming: Naming, out: SlurmState) -> dict[str, Class
             lower | ({naming.borrow_qos()} if lending else frozenset()),
             "requeue" if c.preemptible else "cluster",
             c.max_wall_minutes,
-            exempt if c.preemptible else None,
+            (c.min_runtime_seconds or None) if c.preemptible else None,
         )
     if lending:
+        exempt = state.preempt_exempt_seconds or None
         out.qos[naming.borrow_qos()] = Qos(naming.borrow_qos(), 0, frozenset(), "requeue", None, exempt)
     return usable
 

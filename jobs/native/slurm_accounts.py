@@ -36,6 +36,7 @@ from quotas.queues import share_weight
 from quotas.selectors import effective_limits_map
 from quotas.slurm_accounts import (
     CPU_TRES,
+    DEFAULT_CLASS,
     MEM_TRES,
     ClassRef,
     Member,
@@ -122,14 +123,18 @@ def portal_state(cluster: Cluster, now: datetime) -> PortalState:
         if tres[n.flavor_id]
     )
     projects = list(Project.objects.filter(active=True).select_related("department"))
+    classes = list(PriorityClass.objects.all())
     return PortalState(
         departments=tuple(Department.objects.values_list("code", "parent__code")),
         projects=tuple((p.code, p.department.code) for p in projects),
         limits=limits,
         members=_members(),
         classes=tuple(
-            ClassRef(c.name, c.value, c.preemptible, USAGE_ROLE_RANK.get(c.min_role, 0), max_wall_minutes(c))
-            for c in PriorityClass.objects.all()
+            ClassRef(
+                c.name, c.value, c.preemptible, USAGE_ROLE_RANK.get(c.min_role, 0), max_wall_minutes(c),
+                c.min_runtime_seconds,
+            )
+            for c in classes
         ),
         tres=frozenset(t for t in tres.values() if t) | machine_tres(shares.values()),
         notes=tuple(notes),
@@ -140,7 +145,7 @@ def portal_state(cluster: Cluster, now: datetime) -> PortalState:
             for p in projects
             if p.user_gpu_cap is not None or p.user_running_jobs_cap is not None
         ),
-        preempt_exempt_seconds=settings.GPUPOOL["SLURM_PREEMPT_EXEMPT_SECONDS"],
+        preempt_exempt_seconds=borrow_min_runtime(classes),
     )
 
 
@@ -158,6 +163,13 @@ def fair_shares(nodes: list[QuotaNode], flavors: dict, effective: dict) -> tuple
         per_unit = flavor.relative_throughput * flavor.fraction_numerator / flavor.fraction_denominator
         cards[key] += effective[n.pk].quota * per_unit
     return tuple((kind, code, share_weight(total)) for (kind, code), total in sorted(cards.items()))
+
+
+def borrow_min_runtime(classes: list[PriorityClass]) -> int:
+    """The borrow QOS's minimum runtime before preemption: a borrowing native job runs in that one
+    QOS whatever its class, so it gets the default class's (``training``, each association's
+    DefaultQOS and the submit form's default) — 0 without such a class."""
+    return next((c.min_runtime_seconds for c in classes if c.name == DEFAULT_CLASS), 0)
 
 
 def max_wall_minutes(priority_class: PriorityClass) -> int | None:

@@ -354,11 +354,6 @@ GPUPOOL = {
     "SLURM_ACCOUNT_PREFIX": env_str("GPUPOOL_SLURM_ACCOUNT_PREFIX", "gp_"),
     "SLURM_PARENT_ACCOUNT": env_str("GPUPOOL_SLURM_PARENT_ACCOUNT", "root"),
     "SLURM_ACCOUNTS_INTERVAL_SECONDS": env_int("SLURM_ACCOUNTS_INTERVAL_SECONDS", 300, min_value=10),
-    # A borrowing native job (the borrow QOS) or one of a preemptible class runs at least this long
-    # before Slurm may preempt it (QOS PreemptExemptTime). 0: no minimum. The centre's minimum
-    # runtime before preemption (DESIGN §16, per priority class in the portal) should feed it.
-    "SLURM_PREEMPT_EXEMPT_SECONDS": env_int("GPUPOOL_SLURM_PREEMPT_EXEMPT_SECONDS", 0, min_value=0,
-                                            max_value=7 * 86400),
     # DESIGN §12: what happens to the jobs of a user the directory disabled ("keep" or "stop").
     "DEPROVISION_JOBS": env_str("GPUPOOL_DEPROVISION_JOBS", "keep"),
     # DESIGN §13: the registries jobs may pull from — hosts ("registry.centre.cn", "docker.io")

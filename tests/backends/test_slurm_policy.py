@@ -68,12 +68,12 @@ def _forget_owned(slurm) -> None:
 def world(site, settings):
     """Department L (4 A100, no borrowing) → project PL, LENDER a member; department B (none of
     its own, may borrow 4) → project PB (borrow 4), BORROWER a member."""
+    from jobs.models import PriorityClass
     from portal.models import Membership, Role, User
     from quotas.models import Cluster as PortalCluster
     from tests import factories as fx
 
-    settings.GPUPOOL = {**settings.GPUPOOL, "SLURM_ACCOUNT_PREFIX": PREFIX,
-                        "SLURM_PREEMPT_EXEMPT_SECONDS": EXEMPT_SECONDS}
+    settings.GPUPOOL = {**settings.GPUPOOL, "SLURM_ACCOUNT_PREFIX": PREFIX}
     flavor = fx.flavor("A100-slurm")
     flavor.slurm_gres = "gpu:a100"
     flavor.save()
@@ -91,7 +91,10 @@ def world(site, settings):
     for name, project in ((LENDER, lender_project), (BORROWER, borrower_project)):
         user = User.objects.create(username=name)
         Membership.objects.create(user=user, role=Role.MEMBER, project=project)
-    fx.priority("training", 100, True)
+    # The default class's minimum runtime: its QOS's and the borrow QOS's PreemptExemptTime.
+    PriorityClass.objects.filter(pk=fx.priority("training", 100, True).pk).update(
+        min_runtime_seconds=EXEMPT_SECONDS
+    )
     yield {
         "cluster": portal_cluster, "lender_project": lender_project,
         "lender_account": f"{PREFIX}pl{TAG}", "borrow_account": f"{PREFIX}borrow.pb{TAG}",

@@ -92,8 +92,12 @@ def test_borrowing_is_a_mirror_tree_capped_at_the_borrow_room_in_one_preemptible
     assert (borrow.priority, borrow.preempt, borrow.preempt_mode) == (0, frozenset(), "requeue")
     assert all("gp_borrow" in q.preempt for name, q in d.qos.items() if name != "gp_borrow")
     assert borrow.preempt_exempt_seconds is None  # no minimum runtime: Slurm's default
-    d = desired_state(state(preempt_exempt_seconds=600), N)
-    assert d.qos["gp_borrow"].preempt_exempt_seconds == d.qos["gp_training"].preempt_exempt_seconds == 600
+    # Each class QOS its class's minimum runtime; the borrow QOS the one the caller gives.
+    classes = tuple(replace(c, min_runtime_seconds=600) for c in CLASSES)
+    d = desired_state(state(classes=classes, preempt_exempt_seconds=300), N)
+    exempt = {name: q.preempt_exempt_seconds for name, q in d.qos.items()}
+    assert exempt["gp_training"] == exempt["gp_best-effort"] == 600
+    assert d.qos["gp_borrow"].preempt_exempt_seconds == 300
     assert d.qos["gp_inference-online"].preempt_exempt_seconds is None  # never preempted anyway
 
 
@@ -485,7 +489,7 @@ def test_a_gpu_cap_needs_gres_gpu_tracked_else_a_note():
 
 
 def test_the_dev_class_qos_gets_max_wall_and_the_minimum_runtime_is_written_as_a_clock():
-    classes = (*CLASSES, ClassRef("dev", 50, True, 0, 72 * 60))
+    classes = (*CLASSES, ClassRef("dev", 50, True, 0, 72 * 60, 90))
     d = desired_state(state(classes=classes, preempt_exempt_seconds=90), N)
     assert d.qos["gp_dev"].max_wall_minutes == 72 * 60 and d.qos["gp_training"].max_wall_minutes is None
     cmds = plan(d, SlurmState(tres=d.tres), "c1", N).commands

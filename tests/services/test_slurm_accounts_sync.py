@@ -175,18 +175,19 @@ def test_a_budget_written_asks_for_a_sync(tree, django_capture_on_commit_callbac
     assert requests(callbacks) == 1
 
 
-def test_per_user_caps_and_the_dev_class_max_wall_come_from_the_portal(tree, settings):
+def test_per_user_caps_the_dev_class_max_wall_and_minimum_runtimes_come_from_the_portal(tree, settings):
     from jobs.models import PriorityClass
 
     cluster = slurm_cluster()
     tree["project"].user_gpu_cap, tree["project"].user_running_jobs_cap = 8, 3
     tree["project"].save()
-    fx.priority("training", 100)
+    PriorityClass.objects.filter(pk=fx.priority("training", 100).pk).update(min_runtime_seconds=600)
     dev = fx.priority("interactive", 50)
-    PriorityClass.objects.filter(pk=dev.pk).update(allowed_kinds=["dev"])
+    PriorityClass.objects.filter(pk=dev.pk).update(allowed_kinds=["dev"], min_runtime_seconds=60)
     runtimes = {**settings.GPUPOOL["MAX_RUNTIME_HOURS"], "dev": 12}
     settings.GPUPOOL = {**settings.GPUPOOL, "MAX_RUNTIME_HOURS": runtimes}
     state = portal_state(cluster, NOON)
     assert state.user_caps == (("px", 8, 3),)
-    walls = {c.name: c.max_wall_minutes for c in state.classes}
-    assert walls == {"training": None, "interactive": 12 * 60}
+    walls = {c.name: (c.max_wall_minutes, c.min_runtime_seconds) for c in state.classes}
+    assert walls == {"training": (None, 600), "interactive": (12 * 60, 60)}
+    assert state.preempt_exempt_seconds == 600  # the borrow QOS: the default class's minimum
