@@ -71,6 +71,9 @@ class FlavorRef:
     # cpu_millicores, memory_mib, local_disk_gib. Pods ask them (requests == limits), so the
     # queues give each node of the tree its quota's worth of them too; () renders GPUs only.
     per_unit: tuple[tuple[str, int], ...] = ()
+    # Normalised cards one unit is (DESIGN §14): its card fraction (a MIG slice 1/7) × its relative
+    # throughput against the centre's reference card; what the fair-share weights count.
+    normalised_per_unit: Decimal = Decimal(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +238,26 @@ def shares(snapshot: TreeSnapshot, now: datetime) -> dict[tuple[str, str, str], 
     return result
 
 
+def share_weight(cards: Decimal) -> int:
+    """A department's or project's fair-share weight (DESIGN §16) from its effective quota in
+    normalised cards (quota × card fraction × relative throughput, summed over its GPU flavors):
+    whole cards, at least 1 — a weight of 0 would mean "never ahead" in Slurm and Kueue alike.
+    The Slurm sync (``Fairshare``) and the Kueue / Volcano / YuniKorn renderings all use it, so
+    they carry the same number; admin weights are to replace this default where set."""
+    return max(1, int(cards.to_integral_value(ROUND_FLOOR)))
+
+
+def fair_share_weights(snapshot: TreeSnapshot, table: dict) -> dict[tuple[str, str], int]:
+    """(kind, code) → :func:`share_weight` of the effective quotas in ``table`` (:func:`shares`);
+    an owner holding no GPU quota is absent (weight 1)."""
+    flavors = {f.name: f for f in snapshot.flavors}
+    cards: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+    for (name, kind, code), s in table.items():
+        if device_resource(flavors[name]) is not None:
+            cards[(kind, code)] += s.limits.quota * flavors[name].normalised_per_unit
+    return {key: share_weight(total) for key, total in cards.items()}
+
+
 def _effective(snapshot: TreeSnapshot, flavor: str, now: datetime) -> dict[tuple[str, str], Limits]:
     return {
         (q.kind, q.code): effective_limits(
@@ -372,6 +395,7 @@ def render_kueue(snapshot: TreeSnapshot, now: datetime) -> list[dict]:
         (f, _kueue_resource(f, pool_remainder(snapshot, table, f))) for f in flavors
     )
     objects.append(_cohort(ROOT_COHORT, None, root_groups, owner=None))
+    weights = fair_share_weights(snapshot, table)
     for code, parent in _departments_top_down(snapshot):
         held = _held(table, flavors, "department", code)
         groups = _resource_groups((f, _kueue_resource(f, s.remainder, s)) for f, s in held)
@@ -381,10 +405,14 @@ def render_kueue(snapshot: TreeSnapshot, now: datetime) -> list[dict]:
                 department_queue_name(parent) if parent else ROOT_COHORT,
                 groups,
                 owner=code,
+                weight=weights.get(("department", code), 1),
             )
         )
     for code, department in sorted(snapshot.projects):
-        objects.append(_cluster_queue(snapshot, code, department, _held(table, flavors, "project", code)))
+        queue = _cluster_queue(snapshot, code, department, _held(table, flavors, "project", code))
+        # Kueue's fair sharing (its FairSharing config on) divides what siblings borrow by weight.
+        queue["spec"]["fairSharing"] = {"weight": weights.get(("project", code), 1)}
+        objects.append(queue)
         objects.append(
             {
                 "apiVersion": KUEUE,
@@ -396,10 +424,14 @@ def render_kueue(snapshot: TreeSnapshot, now: datetime) -> list[dict]:
     return objects
 
 
-def _cohort(name: str, parent: str | None, groups: list[dict], *, owner: str | None) -> dict:
+def _cohort(
+    name: str, parent: str | None, groups: list[dict], *, owner: str | None, weight: int | None = None
+) -> dict:
     spec: dict = {}
     if parent:
         spec["parent"] = parent
+    if weight is not None:
+        spec["fairSharing"] = {"weight": weight}
     if groups:
         spec["resourceGroups"] = groups
     return {"apiVersion": KUEUE_COHORT, "kind": "Cohort", "metadata": _meta(name, owner), "spec": spec}
@@ -453,7 +485,9 @@ def _add(target: dict[str, Decimal], resource: str, value: Decimal) -> None:
     target[resource] = target.get(resource, Decimal(0)) + value
 
 
-def _volcano_queue(name: str, parent: str, owner: str, held: list[tuple[FlavorRef, Share]]) -> dict:
+def _volcano_queue(
+    name: str, parent: str, owner: str, held: list[tuple[FlavorRef, Share]], weight: int = 1
+) -> dict:
     deserved: dict[str, Decimal] = {}
     guarantee: dict[str, Decimal] = {}
     capability: dict[str, Decimal] = {}
@@ -473,7 +507,7 @@ def _volcano_queue(name: str, parent: str, owner: str, held: list[tuple[FlavorRe
             if units > 0 or target is not guarantee:
                 for resource, amount in machine_amounts(flavor, units).items():
                     _add(target, resource, amount)
-    spec: dict = {"parent": parent, "weight": 1, "reclaimable": True}
+    spec: dict = {"parent": parent, "weight": weight, "reclaimable": True}
     if deserved:
         spec["deserved"] = _volcano_quantities(deserved)
         spec["capability"] = _volcano_quantities(capability)
@@ -490,6 +524,7 @@ def _volcano_quantities(amounts: dict[str, Decimal]) -> dict[str, int | str]:
 def render_volcano(snapshot: TreeSnapshot, now: datetime) -> list[dict]:
     table = shares(snapshot, now)
     flavors = sorted(snapshot.flavors, key=lambda f: f.name)
+    weights = fair_share_weights(snapshot, table)
 
     objects = [
         _volcano_queue(
@@ -497,6 +532,7 @@ def render_volcano(snapshot: TreeSnapshot, now: datetime) -> list[dict]:
             department_queue_name(parent) if parent else VOLCANO_ROOT,
             code,
             _held(table, flavors, "department", code),
+            weights.get(("department", code), 1),
         )
         for code, parent in _departments_top_down(snapshot)
     ]
@@ -506,6 +542,7 @@ def render_volcano(snapshot: TreeSnapshot, now: datetime) -> list[dict]:
             department_queue_name(department),
             code,
             _held(table, flavors, "project", code),
+            weights.get(("project", code), 1),
         )
         for code, department in sorted(snapshot.projects)
     ]

@@ -3,6 +3,13 @@ accounts, user associations and QOS; the difference between that and what Slurm 
 ``sacctmgr`` commands; the same state as a ``sacctmgr load`` flat file. Pure: fed plain values
 (limits already *effective* at the sync's instant), no Django, no subprocess.
 
+The sharing policy (issue 34 item 4, DESIGN §16) is part of the same state: owners' accounts hold
+the quota; borrowing beyond it runs in a mirror tree of borrow accounts (the borrow room) whose
+jobs run in one preemptible QOS that every class QOS may preempt; Fairshare from the tree's
+shares; GrpSubmitJobs=0 on a tenant whose budget is spent; per-user MaxJobs and GrpTRES on the
+members' associations; the dev class's MaxWall; PreemptExemptTime from the classes' minimum
+runtime.
+
 Ownership: the sync owns exactly the accounts and QOS whose name starts with the prefix, and the
 user associations on those accounts. Everything else in Slurm is neither changed nor reported.
 The rules and the names are documented in docs/backends.md, "Native Slurm users: accounts and
@@ -27,6 +34,8 @@ PREFIX_RE = re.compile(r"^[a-z][a-z0-9_]{0,19}$")
 USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 NO_LIMIT = None
 BATCH = 200  # commands per sacctmgr process (stdin)
+BORROW = "borrow"  # the borrow QOS and the root of the borrow accounts: <prefix>borrow
+GPU_TRES = "gres/gpu"  # every GPU whatever its type: what a per-user GPU cap limits
 
 
 # ---- inputs -------------------------------------------------------------------------------------
@@ -63,6 +72,8 @@ class ClassRef:
     value: int
     preemptible: bool
     min_rank: int = 0  # the least role rank that may use the class without approval
+    max_wall_minutes: int | None = None  # the longest a job of the class may run (the dev class)
+    min_runtime_seconds: int = 0  # run at least this long before preemption (PreemptExemptTime)
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,16 @@ class PortalState:
     classes: tuple[ClassRef, ...]
     tres: frozenset[str]  # every TRES the portal's flavors name on this cluster
     notes: tuple[str, ...] = ()  # what the caller already skipped (flavors without GRES, users)
+    # (kind, code) → Slurm Fairshare: the node's shares of the tree (absent: 1, Slurm's default).
+    shares: tuple[tuple[str, str, int], ...] = ()
+    # (kind, code) of the departments and projects whose budget is spent: no new native jobs.
+    blocked: frozenset[tuple[str, str]] = frozenset()
+    # project code → (GPUs per user, running jobs per user); None: no cap.
+    user_caps: tuple[tuple[str, int | None, int | None], ...] = ()
+    # A borrowing job (the borrow QOS) runs at least this long before it may be preempted (Slurm
+    # PreemptExemptTime): the caller gives the default class's minimum, the class a native job
+    # lands in unless it asks for another.
+    preempt_exempt_seconds: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +115,17 @@ class Naming:
     def owns(self, name: str) -> bool:
         return name.startswith(self.prefix) and name != self.parent
 
+    # Borrowing (docs/backends.md "Borrowing"): a mirror of the tree whose jobs run in one
+    # preemptible QOS; its accounts' usage is apart from the owners', so it never blocks them.
+    def borrow_qos(self) -> str:
+        return f"{self.prefix}{BORROW}"
+
+    def borrow_root(self) -> str:
+        return f"{self.prefix}{BORROW}"
+
+    def borrow_account(self, code: str) -> str:
+        return f"{self.prefix}{BORROW}.{code.lower()}"
+
 
 # ---- the state, desired or current --------------------------------------------------------------
 
@@ -104,6 +136,8 @@ class Account:
     parent: str
     limits: tuple[tuple[str, int | None], ...] = ()  # (tres, whole GPUs or None), sorted
     description: str = ""
+    fairshare: int = 1  # Slurm's default share
+    grp_submit_jobs: int | None = None  # 0: the budget is spent, no new job; None: no limit
 
     def limit_map(self) -> dict[str, int | None]:
         return dict(self.limits)
@@ -115,6 +149,8 @@ class Association:
     user: str
     qos: frozenset[str] | None = None  # None: not managed (no priority classes)
     default_qos: str | None = None
+    max_jobs: int | None = None  # the project's running jobs per user
+    limits: tuple[tuple[str, int | None], ...] = ()  # GrpTRES (gres/gpu: the GPUs per user), sorted
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +159,8 @@ class Qos:
     priority: int
     preempt: frozenset[str] = frozenset()
     preempt_mode: str = "cluster"  # Slurm shows OFF as "cluster"; "requeue" for preemptible classes
+    max_wall_minutes: int | None = None
+    preempt_exempt_seconds: int | None = None  # None: Slurm's default (the slurm.conf value)
 
 
 @dataclass
@@ -133,6 +171,7 @@ class SlurmState:
     default_accounts: dict[str, str] = field(default_factory=dict)  # user → default account
     notes: list[str] = field(default_factory=list)
     tres: frozenset[str] = frozenset()  # the TRES whose limits the sync manages
+    borrowing: bool = False  # the borrow tree and QOS are desired (their names are free)
 
 
 # ---- desired ------------------------------------------------------------------------------------
@@ -146,24 +185,36 @@ def desired_state(state: PortalState, naming: Naming, tracked: frozenset[str] | 
     for tres in sorted(state.tres - managed):
         out.notes.append(f"{tres} is not in the cluster's AccountingStorageTRES: not limited in Slurm")
     out.tres = frozenset(managed)
-    limits = _limits(state.limits, managed, out.notes)
-    _accounts(state, naming, limits, out)
-    classes = _qos(state.classes, naming, out)
-    _associations(state, naming, classes, out)
+    quotas = _limits(state.limits, managed, out.notes, lambda row: row.quota)
+    borrow = _limits(state.limits, managed, out.notes, _borrow_room)
+    _accounts(state, naming, quotas, borrow, out)
+    classes = _qos(state, naming, out)
+    _associations(state, naming, classes, tracked, out)
     return out
 
 
-def _limits(rows: Iterable[QuotaLimit], managed: frozenset[str], notes: list[str]) -> dict:
-    """(kind, code) → {tres: whole units or None}. Flavors sharing a TRES add up; any of them
-    without a cap leaves the TRES uncapped. A fractional cap is rounded down, with a note: Slurm
-    counts whole GRES, and rounding up would let Slurm give more than the portal allows. Where
-    ``cpu`` and ``mem`` are managed, each flavor's cap brings its units' share of them (a flavor
-    without the figure leaves them uncapped)."""
+def _borrow_room(row: QuotaLimit) -> Decimal | None:
+    """What a node may hold beyond its quota, in borrowing jobs: a project its borrow limit; a
+    department its quota and borrow limit (its projects borrow its idle quota too — Slurm counts
+    the borrow tree apart, so this bounds the department's borrowing, not its total). None: no cap."""
+    if row.borrow_limit is None:
+        return None
+    if row.kind == "project":
+        return max(Decimal(0), row.borrow_limit)
+    return max(Decimal(0), row.quota + row.borrow_limit)
+
+
+def _limits(rows: Iterable[QuotaLimit], managed: frozenset[str], notes: list[str], cap_of) -> dict:
+    """(kind, code) → {tres: whole units or None}, ``cap_of(row)`` each flavor's part. Flavors
+    sharing a TRES add up; any of them without a cap leaves the TRES uncapped. A fractional cap is
+    rounded down, with a note: Slurm counts whole GRES, and rounding up would let Slurm give more
+    than the portal allows. Where ``cpu`` and ``mem`` are managed, each flavor's cap brings its
+    units' share of them (a flavor without the figure leaves them uncapped)."""
     sums: dict[tuple[str, str], dict[str, Decimal | None]] = defaultdict(dict)
     for row in rows:
         if row.tres not in managed:
             continue
-        cap = None if row.borrow_limit is None else max(Decimal(0), row.quota + row.borrow_limit)
+        cap = cap_of(row)
         per = sums[(row.kind, row.code)]
         for tres, value in _contributions(row, cap, managed):
             if tres not in per:
@@ -179,7 +230,9 @@ def _limits(rows: Iterable[QuotaLimit], managed: frozenset[str], notes: list[str
             whole = None if cap is None else int(cap.to_integral_value(ROUND_FLOOR))
             if cap is not None and whole != cap:
                 unit = {CPU_TRES: "cores", MEM_TRES: "MiB"}.get(tres, "GRES")
-                notes.append(f"{key[0]} {key[1]}: {tres} cap {cap} rounded down to {whole} (whole {unit})")
+                note = f"{key[0]} {key[1]}: {tres} cap {cap} rounded down to {whole} (whole {unit})"
+                if note not in notes:
+                    notes.append(note)
             out[key][tres] = whole
     return out
 
@@ -196,7 +249,9 @@ def _contributions(row: QuotaLimit, cap: Decimal | None, managed: frozenset[str]
         yield MEM_TRES, None if cap is None or per is None else cap * per
 
 
-def _accounts(state: PortalState, naming: Naming, limits: dict, out: SlurmState) -> None:
+def _accounts(state: PortalState, naming: Naming, quotas: dict, borrow: dict, out: SlurmState) -> None:
+    """The owners' tree (``GrpTRES`` = quota, ``Fairshare`` = shares) and its borrow mirror
+    (``GrpTRES`` = the borrow room) under ``<prefix>borrow``; a spent budget blocks both."""
     owners: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for code, _parent in state.departments:
         owners[naming.account(code)].append(("department", code))
@@ -212,54 +267,92 @@ def _accounts(state: PortalState, naming: Naming, limits: dict, out: SlurmState)
     projects: dict[str, list[str]] = defaultdict(list)
     for code, dept in state.projects:
         projects[dept].append(code)
+    shares = {(kind, code): n for kind, code, n in state.shares}
+    lending = _borrow_usable(naming, owners, out)
 
-    def add(kind: str, code: str, parent: str) -> bool:
+    def add(kind: str, code: str, parent: str, borrow_parent: str | None) -> bool:
         name = naming.account(code)
         if name in clashing:
             return False
-        lim = limits.get((kind, code), {})
+        blocked = 0 if (kind, code) in state.blocked else None
+        lim = quotas.get((kind, code), {})
         values = tuple(sorted((t, lim.get(t, NO_LIMIT)) for t in out.tres))
-        out.accounts[name] = Account(name, parent, values, f"gpupool {kind} {code}")
+        out.accounts[name] = Account(
+            name, parent, values, f"gpupool {kind} {code}", max(1, shares.get((kind, code), 1)), blocked
+        )
+        mirror = naming.borrow_account(code)
+        if borrow_parent is not None and NAME_RE.match(mirror) and mirror not in owners:
+            room = borrow.get((kind, code), {})
+            values = tuple(sorted((t, room.get(t, NO_LIMIT)) for t in out.tres))
+            out.accounts[mirror] = Account(
+                mirror, borrow_parent, values, f"gpupool borrowing {kind} {code}", 1, blocked
+            )
         return True
 
-    def walk(dept: str | None, parent_account: str) -> None:
+    def walk(dept: str | None, parent_account: str, borrow_parent: str | None) -> None:
         for code in sorted(children[dept]):
-            if not add("department", code, parent_account):
+            if not add("department", code, parent_account, borrow_parent):
                 out.notes.append(f"department {code}'s sub-departments and projects are skipped with it")
                 continue
             account = naming.account(code)
+            mirror = naming.borrow_account(code)
+            below = mirror if mirror in out.accounts else None
             for project in sorted(projects[code]):
-                add("project", project, account)
-            walk(code, account)
+                add("project", project, account, below)
+            walk(code, account, below)
 
-    walk(None, naming.parent)
+    out.borrowing = lending
+    if lending:
+        root = naming.borrow_root()
+        out.accounts[root] = Account(root, naming.parent, tuple((t, NO_LIMIT) for t in sorted(out.tres)),
+                                     "gpupool borrowing", 1)
+    walk(None, naming.parent, naming.borrow_root() if lending else None)
 
 
-def _qos(classes: tuple[ClassRef, ...], naming: Naming, out: SlurmState) -> dict[str, ClassRef]:
-    """QOS name → class, for the classes that become QOS."""
+def _borrow_usable(naming: Naming, owners: dict, out: SlurmState) -> bool:
+    """The borrow tree needs its root's name free (a department coded "borrow" would take it)."""
+    if naming.borrow_root() in owners:
+        taken = naming.borrow_root()
+        out.notes.append(f"account {taken} is a department's or project's: no borrowing in Slurm")
+        return False
+    return True
+
+
+def _qos(state: PortalState, naming: Naming, out: SlurmState) -> dict[str, ClassRef]:
+    """QOS name → class, for the classes that become QOS; and the borrow QOS, which every class
+    QOS may preempt (requeue), after the minimum runtime."""
     by_name: dict[str, list[ClassRef]] = defaultdict(list)
-    for c in classes:
+    for c in state.classes:
         by_name[naming.qos(c.name)].append(c)
     usable: dict[str, ClassRef] = {}
     for name, found in sorted(by_name.items()):
-        if len(found) > 1 or not NAME_RE.match(name):
+        if len(found) > 1 or not NAME_RE.match(name) or name == naming.borrow_qos():
             out.notes.append(f"QOS {name}: priority classes clash or the name is not valid in Slurm; skipped")
             continue
         usable[name] = found[0]
+    lending = out.borrowing
     for name, c in usable.items():
         lower = frozenset(n for n, o in usable.items() if o.value < c.value and o.preemptible)
         out.qos[name] = Qos(
             name,
             max(0, c.value + PRIORITY_OFFSET),
-            lower,
+            lower | ({naming.borrow_qos()} if lending else frozenset()),
             "requeue" if c.preemptible else "cluster",
+            c.max_wall_minutes,
+            (c.min_runtime_seconds or None) if c.preemptible else None,
         )
+    if lending:
+        exempt = state.preempt_exempt_seconds or None
+        out.qos[naming.borrow_qos()] = Qos(naming.borrow_qos(), 0, frozenset(), "requeue", None, exempt)
     return usable
 
 
-def _associations(state: PortalState, naming: Naming, classes: dict[str, ClassRef], out: SlurmState) -> None:
+def _associations(
+    state: PortalState, naming: Naming, classes: dict[str, ClassRef], tracked: frozenset[str] | None,
+    out: SlurmState,
+) -> None:
     ranks: dict[tuple[str, str], int] = {}
-    projects = {naming.account(code) for code, _dept in state.projects}
+    projects = {naming.account(code): code for code, _dept in state.projects}
     for m in state.members:
         account = naming.account(m.project)
         if account not in projects or account not in out.accounts:
@@ -269,6 +362,7 @@ def _associations(state: PortalState, naming: Naming, classes: dict[str, ClassRe
             continue
         key = (account, m.user)
         ranks[key] = max(ranks.get(key, m.rank), m.rank)
+    caps = _user_caps(state, tracked, out.notes)
     for (account, user), rank in sorted(ranks.items()):
         allowed = None
         default = None
@@ -281,14 +375,36 @@ def _associations(state: PortalState, naming: Naming, classes: dict[str, ClassRe
             default = naming.qos(DEFAULT_CLASS)
             if default not in mine:
                 default = min(mine, key=lambda n: (mine[n].value, n))
-        out.associations[(account, user)] = Association(account, user, allowed, default)
+        max_jobs, limits = caps.get(projects[account], (None, ()))
+        out.associations[(account, user)] = Association(account, user, allowed, default, max_jobs, limits)
         out.default_accounts.setdefault(user, account)  # sorted: the first project account by name
+        mirror = naming.borrow_account(projects[account])
+        if mirror in out.accounts:
+            borrow = frozenset({naming.borrow_qos()})
+            out.associations[(mirror, user)] = Association(mirror, user, borrow, naming.borrow_qos(),
+                                                           max_jobs, limits)
+
+
+def _user_caps(state: PortalState, tracked: frozenset[str] | None, notes: list[str]) -> dict:
+    """project code → (MaxJobs, GrpTRES) of each member's association. A GPU cap counts every
+    GPU (``gres/gpu``), so it needs that TRES in the cluster's accounting."""
+    gpu_tracked = tracked is None or GPU_TRES in tracked
+    out = {}
+    for code, gpus, jobs in state.user_caps:
+        limits: tuple[tuple[str, int | None], ...] = ()
+        if gpus is not None and gpu_tracked:
+            limits = ((GPU_TRES, gpus),)
+        elif gpus is not None:
+            notes.append(f"project {code}: {GPU_TRES} is not in AccountingStorageTRES: its GPUs per user "
+                         "are not limited in Slurm")
+        out[code] = (jobs, limits)
+    return out
 
 
 # ---- parsing sacctmgr -P -n output ---------------------------------------------------------------
 
-ASSOC_FORMAT = "account,user,parentname,grptres,qos,defaultqos"
-QOS_FORMAT = "name,priority,preempt,preemptmode"
+ASSOC_FORMAT = "account,user,parentname,grptres,qos,defaultqos,fairshare,grpsubmitjobs,maxjobs"
+QOS_FORMAT = "name,priority,preempt,preemptmode,maxwall,preemptexempttime"
 USER_FORMAT = "user,defaultaccount,account"
 
 
@@ -312,6 +428,29 @@ def _names(text: str) -> frozenset[str]:
     return frozenset(n for n in text.split(",") if n)
 
 
+def _int(text: str) -> int | None:
+    return int(text) if text.strip().lstrip("-").isdigit() and int(text) >= 0 else None
+
+
+def parse_duration(text: str) -> int | None:
+    """sacctmgr's ``[days-]hours:minutes:seconds`` (or ``minutes:seconds``) → seconds; empty → None."""
+    text = text.strip()
+    if not text or text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    hours, minutes, seconds = parts[-3:]
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def _fields(line: str, count: int) -> list[str]:
+    """A ``-P`` line padded to ``count`` fields (an older format without the newer columns)."""
+    parts = line.split("|")
+    return (parts + [""] * count)[:count]
+
+
 def parse_current(
     assoc_text: str, qos_text: str, user_text: str, naming: Naming, tres: frozenset[str]
 ) -> SlurmState:
@@ -320,21 +459,28 @@ def parse_current(
     for line in assoc_text.splitlines():
         if not line.strip():
             continue
-        account, user, parent, grptres, qos, default_qos = line.split("|")[:6]
+        account, user, parent, grptres, qos, default_qos, share, submit, max_jobs = _fields(line, 9)
         if not naming.owns(account):
             continue
+        given = parse_tres(grptres)
         if user:
-            out.associations[(account, user)] = Association(account, user, _names(qos), default_qos or None)
+            gpus = ((GPU_TRES, given[GPU_TRES]),) if GPU_TRES in given else ()
+            out.associations[(account, user)] = Association(
+                account, user, _names(qos), default_qos or None, _int(max_jobs), gpus
+            )
         else:
-            given = parse_tres(grptres)
             values = tuple(sorted((t, given.get(t)) for t in tres))
-            out.accounts[account] = Account(account, parent, values)
+            out.accounts[account] = Account(account, parent, values, "", _int(share) or 1, _int(submit))
     for line in qos_text.splitlines():
         if not line.strip():
             continue
-        name, priority, preempt, mode = line.split("|")[:4]
+        name, priority, preempt, mode, wall, exempt = _fields(line, 6)
         if naming.owns(name):
-            out.qos[name] = Qos(name, int(priority or 0), _names(preempt), mode.lower() or "cluster")
+            seconds = parse_duration(wall)
+            out.qos[name] = Qos(
+                name, int(priority or 0), _names(preempt), mode.lower() or "cluster",
+                None if seconds is None else seconds // 60, parse_duration(exempt),
+            )
     for line in user_text.splitlines():
         if line.strip():
             user, default, _account = line.split("|")[:3]
@@ -397,7 +543,12 @@ def _q(value: str) -> str:
 
 
 def _qos_view(q: Qos) -> dict:
-    return {"priority": q.priority, "preempt": sorted(q.preempt), "preempt_mode": q.preempt_mode}
+    return {"priority": q.priority, "preempt": sorted(q.preempt), "preempt_mode": q.preempt_mode,
+            "max_wall_minutes": q.max_wall_minutes, "preempt_exempt_seconds": q.preempt_exempt_seconds}
+
+
+def _limit(value: int | None) -> str:
+    return "-1" if value is None else str(value)
 
 
 def _plan_qos(desired: SlurmState, current: SlurmState, p: Plan) -> None:
@@ -413,6 +564,12 @@ def _plan_qos(desired: SlurmState, current: SlurmState, p: Plan) -> None:
             sets.append(f"priority={want.priority}")
         if have is None or have.preempt_mode != want.preempt_mode:
             sets.append(f"preemptmode={want.preempt_mode}")
+        if (have.max_wall_minutes if have else None) != want.max_wall_minutes:
+            sets.append(f"maxwall={_limit(want.max_wall_minutes)}")
+        if (have.preempt_exempt_seconds if have else None) != want.preempt_exempt_seconds:
+            # Slurm reads a bare number as minutes: seconds are written as a clock.
+            exempt = want.preempt_exempt_seconds
+            sets.append(f"preemptexempttime={-1 if exempt is None else _clock(exempt)}")
         if have is None:
             p.commands.append(f"add qos {name} " + " ".join(sets))
         elif sets:
@@ -421,6 +578,12 @@ def _plan_qos(desired: SlurmState, current: SlurmState, p: Plan) -> None:
             # After every QOS exists: a preempt list names other QOS.
             preempts.append(f"modify qos where name={name} set preempt={','.join(sorted(want.preempt))}")
     p.commands.extend(preempts)
+
+
+def _clock(seconds: int) -> str:
+    days, rest = divmod(seconds, 86400)
+    text = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{text}" if days else text
 
 
 def _tres_text(values: Iterable[tuple[str, int | None]]) -> str:
@@ -446,7 +609,18 @@ def _top_down(accounts: dict[str, Account]) -> list[Account]:
 
 
 def _account_view(a: Account) -> dict:
-    return {"parent": a.parent, "grptres": {t: v for t, v in a.limits}}
+    return {"parent": a.parent, "grptres": {t: v for t, v in a.limits}, "fairshare": a.fairshare,
+            "grp_submit_jobs": a.grp_submit_jobs}
+
+
+def _account_sets(want: Account, have: Account | None) -> list[str]:
+    """Fairshare and GrpSubmitJobs where they differ (a new account: where not Slurm's default)."""
+    sets = []
+    if (have.fairshare if have else 1) != want.fairshare:
+        sets.append(f"fairshare={want.fairshare}")
+    if (have.grp_submit_jobs if have else None) != want.grp_submit_jobs:
+        sets.append(f"grpsubmitjobs={_limit(want.grp_submit_jobs)}")
+    return sets
 
 
 def _plan_accounts(desired: SlurmState, current: SlurmState, cluster: str, p: Plan) -> None:
@@ -457,32 +631,41 @@ def _plan_accounts(desired: SlurmState, current: SlurmState, cluster: str, p: Pl
             capped = [(t, v) for t, v in want.limits if v is not None]
             cmd = f"add account {want.name} cluster={cluster} parent={want.parent}"
             cmd += f" description={_q(want.description)}"
-            p.commands.append(cmd + (f" grptres={_tres_text(capped)}" if capped else ""))
+            cmd += f" grptres={_tres_text(capped)}" if capped else ""
+            p.commands.append(" ".join([cmd, *_account_sets(want, None)]))
             continue
         moved = have.parent != want.parent
         differing = [(t, v) for t, v in want.limits if have.limit_map().get(t) != v]
-        if not moved and not differing:
+        others = _account_sets(want, have)
+        if not moved and not differing and not others:
             continue
         p.changes.append(Change("account", want.name, "modify", _account_view(have), _account_view(want)))
         where = f"modify account where name={want.name} cluster={cluster} set"
         if moved:
             p.commands.append(f"{where} parent={want.parent}")
         if differing:
-            p.commands.append(f"{where} grptres={_tres_text(differing)}")
+            others.insert(0, f"grptres={_tres_text(differing)}")
+        if others:
+            p.commands.append(f"{where} {' '.join(others)}")
 
 
 def _assoc_view(a: Association) -> dict:
-    return {"qos": None if a.qos is None else sorted(a.qos), "default_qos": a.default_qos}
+    return {"qos": None if a.qos is None else sorted(a.qos), "default_qos": a.default_qos,
+            "max_jobs": a.max_jobs, "grptres": {t: v for t, v in a.limits}}
 
 
 def _qos_sets(want: Association, have: Association | None) -> str:
-    if want.qos is None:
-        return ""
     parts = []
-    if have is None or have.qos != want.qos:
+    if want.qos is not None and (have is None or have.qos != want.qos):
         parts.append(f"qos={','.join(sorted(want.qos))}")
-    if have is None or have.default_qos != want.default_qos:
+    if want.qos is not None and (have is None or have.default_qos != want.default_qos):
         parts.append(f"defaultqos={want.default_qos}")
+    if (have.max_jobs if have else None) != want.max_jobs:
+        parts.append(f"maxjobs={_limit(want.max_jobs)}")
+    wanted, held = dict(want.limits), dict(have.limits) if have else {}
+    changed = sorted((t, wanted.get(t)) for t in set(wanted) | set(held) if wanted.get(t) != held.get(t))
+    if changed:
+        parts.append(f"grptres={_tres_text(changed)}")
     return " ".join(parts)
 
 
@@ -556,6 +739,10 @@ def flat_file(desired: SlurmState, cluster: str, naming: Naming) -> str:
                 capped = [(t, v) for t, v in account.limits if v is not None]
                 if capped:
                     fields.append(f"GrpTRES='{_tres_text(capped)}'")
+                if account.fairshare != 1:
+                    fields.append(f"Fairshare={account.fairshare}")
+                if account.grp_submit_jobs is not None:
+                    fields.append(f"GrpSubmitJobs={account.grp_submit_jobs}")
                 lines.append(":".join(fields))
         if users.get(parent):
             lines.append(f"Parent - '{parent}'")
@@ -566,6 +753,10 @@ def flat_file(desired: SlurmState, cluster: str, naming: Naming) -> str:
                     fields.append(f"DefaultAccount='{default}'")
                 if assoc.qos is not None:
                     fields += [f"DefaultQOS='{assoc.default_qos}'", f"QOS='{','.join(sorted(assoc.qos))}'"]
+                if assoc.max_jobs is not None:
+                    fields.append(f"MaxJobs={assoc.max_jobs}")
+                if assoc.limits:
+                    fields.append(f"GrpTRES='{_tres_text(assoc.limits)}'")
                 lines.append(":".join(fields))
     return "\n".join(lines) + "\n"
 

@@ -58,6 +58,7 @@ from .queues import (
     _held,
     department_queue_name,
     device_resource,
+    fair_share_weights,
     machine_amounts,
     shares,
 )
@@ -129,6 +130,8 @@ def _capped(own: Max, inherited: Amounts) -> Amounts:
     return out
 
 
+WEIGHT_PROPERTY = "gpupool.io/fair-share-weight"
+
 # Kubernetes' machine resources as YuniKorn names them, with the suffix of the unit
 # quotas.queues.machine_amounts counts them in (millicores, MiB, GiB).
 YUNIKORN_NAMES = {"cpu": "vcore"}
@@ -157,6 +160,7 @@ def _resources(guaranteed: Amounts, maximum: Amounts) -> dict:
 class _Builder:
     def __init__(self, snapshot: TreeSnapshot, now: datetime, namespaces: dict[str, list[str]]) -> None:
         self.table = shares(snapshot, now)
+        self.weights = fair_share_weights(snapshot, self.table)
         self.flavors = sorted(snapshot.flavors, key=lambda f: f.name)
         self.children = _children(snapshot)
         self.namespaces = namespaces  # project code → its namespaces
@@ -169,6 +173,10 @@ class _Builder:
         maximum = _capped(own_max, inherited)
         below = {**inherited, **maximum}
         queue: dict = {"name": name, "parent": True}
+        # YuniKorn has no queue weight: it orders sibling queues by usage over ``guaranteed``,
+        # which is the quota share already. The weight is carried for the reader and for the
+        # day admin weights differ from the quota (docs/backends.md "YuniKorn").
+        queue["properties"] = {WEIGHT_PROPERTY: str(self.weights.get((kind, code), 1))}
         resources = _resources(guaranteed, maximum)
         if resources:
             queue["resources"] = resources

@@ -202,7 +202,15 @@ AccountingStorageEnforce=associations,limits,qos
 JobCompType=jobcomp/filetxt
 JobCompLoc=$RUN/log/jobcomp.txt
 SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=5
+# QOS preemption (docs/backends.md "Native Slurm users"): a job of a QOS that lists another in its
+# Preempt= requeues that QOS's jobs when it needs their resources — the borrow QOS (<prefix>borrow)
+# is listed by every class QOS, so a lender's own jobs take back GPUs lent to borrowers. The
+# minimum runtime before preemption is per QOS (PreemptExemptTime, written by the sync). The
+# portal's own jobs run in QOS normal, which preempts nothing and is never preempted.
+PreemptType=preempt/qos
+PreemptMode=REQUEUE
+# preempt_youngest_first: of the jobs a preemptor may take, the youngest go first (the least work lost).
+SchedulerParameters=bf_interval=5,preempt_youngest_first
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 # Memory is a consumable resource (CR_Core_Memory). Without a default a job that asks no --mem

@@ -76,7 +76,8 @@ def snapshot(*, flavor_names: list[str] | None = None, namespace: str = JOBS_NAM
         flavors = flavors.filter(name__in=flavor_names)
     capacity = capacity_by_flavor()
     refs = tuple(
-        FlavorRef(f.name, f.k8s_resource_name, capacity.get(f.pk, 0), f.shareable, per_unit(f))
+        FlavorRef(f.name, f.k8s_resource_name, capacity.get(f.pk, 0), f.shareable, per_unit(f),
+                  f.relative_throughput * f.fraction_numerator / f.fraction_denominator)
         for f in flavors.order_by("name")
     )
     nodes = list(

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import defaultdict
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -26,12 +28,15 @@ from jobs.clusters.backends.registry import is_simulated
 from jobs.models import USAGE_ROLE_RANK, PriorityClass
 from jobs.native.backends.sacctmgr import Sacctmgr
 from jobs.requests import flavor_share
+from jobs.scheduling.config import over_budget_providers
 from portal.enqueue import send
 from portal.models import PROJECT_ROLES, Department, Membership, Project, User
 from quotas.models import Cluster, ClusterKind, Flavor, FlavorKind, Loan, QuotaNode, QuotaWindow, SlurmSyncRun
+from quotas.queues import share_weight
 from quotas.selectors import effective_limits_map
 from quotas.slurm_accounts import (
     CPU_TRES,
+    DEFAULT_CLASS,
     MEM_TRES,
     ClassRef,
     Member,
@@ -117,17 +122,77 @@ def portal_state(cluster: Cluster, now: datetime) -> PortalState:
         for n in nodes
         if tres[n.flavor_id]
     )
+    projects = list(Project.objects.filter(active=True).select_related("department"))
+    classes = list(PriorityClass.objects.all())
     return PortalState(
         departments=tuple(Department.objects.values_list("code", "parent__code")),
-        projects=tuple(Project.objects.filter(active=True).values_list("code", "department__code")),
+        projects=tuple((p.code, p.department.code) for p in projects),
         limits=limits,
         members=_members(),
         classes=tuple(
-            ClassRef(c.name, c.value, c.preemptible, USAGE_ROLE_RANK.get(c.min_role, 0))
-            for c in PriorityClass.objects.all()
+            ClassRef(
+                c.name, c.value, c.preemptible, USAGE_ROLE_RANK.get(c.min_role, 0), max_wall_minutes(c),
+                c.min_runtime_seconds,
+            )
+            for c in classes
         ),
         tres=frozenset(t for t in tres.values() if t) | machine_tres(shares.values()),
         notes=tuple(notes),
+        shares=fair_shares(nodes, flavors, effective_limits_map(nodes, now)),
+        blocked=over_budget(now),
+        user_caps=tuple(
+            (p.code, p.user_gpu_cap, p.user_running_jobs_cap)
+            for p in projects
+            if p.user_gpu_cap is not None or p.user_running_jobs_cap is not None
+        ),
+        preempt_exempt_seconds=borrow_min_runtime(classes),
+    )
+
+
+def fair_shares(nodes: list[QuotaNode], flavors: dict, effective: dict) -> tuple[tuple[str, str, int], ...]:
+    """Each department's and project's Slurm ``Fairshare``: its effective quota in whole normalised
+    cards (quota × card fraction × relative throughput), summed over its GPU flavors; at least 1
+    (``quotas.queues.share_weight``, as the Kueue / Volcano / YuniKorn renderings).
+    Admin weights (DESIGN §16) are to replace this default where set: this is the one place."""
+    cards: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+    for n in nodes:
+        flavor = flavors[n.flavor_id]
+        if flavor.kind == FlavorKind.CPU:
+            continue
+        key = ("project", n.project.code) if n.project_id else ("department", n.department.code)
+        per_unit = flavor.relative_throughput * flavor.fraction_numerator / flavor.fraction_denominator
+        cards[key] += effective[n.pk].quota * per_unit
+    return tuple((kind, code, share_weight(total)) for (kind, code), total in sorted(cards.items()))
+
+
+def borrow_min_runtime(classes: list[PriorityClass]) -> int:
+    """The borrow QOS's minimum runtime before preemption: a borrowing native job runs in that one
+    QOS whatever its class, so it gets the default class's (``training``, each association's
+    DefaultQOS and the submit form's default) — 0 without such a class."""
+    return next((c.min_runtime_seconds for c in classes if c.name == DEFAULT_CLASS), 0)
+
+
+def max_wall_minutes(priority_class: PriorityClass) -> int | None:
+    """The dev class — the one only dev jobs may use (``allowed_kinds`` = dev), or named ``dev``
+    — gets the centre's longest dev runtime (``MAX_RUNTIME_HOURS["dev"]``; 0: none) as ``MaxWall``."""
+    kinds = set(priority_class.allowed_kinds or ())
+    if not (kinds == {"dev"} or (priority_class.name == "dev" and not kinds)):
+        return None
+    hours = settings.GPUPOOL["MAX_RUNTIME_HOURS"].get("dev") or 0
+    return hours * 60 or None
+
+
+def over_budget(now: datetime) -> frozenset[tuple[str, str]]:
+    """(kind, code) of the departments and projects whose budget is spent (the scheduler's own
+    providers, ``jobs.scheduling.config.over_budget_providers``: billing registers one)."""
+    ids = {t for provider in over_budget_providers for t in provider(now)}
+    if not ids:
+        return frozenset()
+    dept_ids = [int(t[1:]) for t in ids if t.startswith("d")]
+    project_ids = [int(t[1:]) for t in ids if t.startswith("p")]
+    return frozenset(
+        [("department", c) for c in Department.objects.filter(pk__in=dept_ids).values_list("code", flat=True)]
+        + [("project", c) for c in Project.objects.filter(pk__in=project_ids).values_list("code", flat=True)]
     )
 
 
@@ -258,9 +323,15 @@ def request_sync(**_signal_kwargs) -> None:
 
 
 def connect_signals() -> None:
+    from django.apps import apps
     from django.db.models.signals import post_delete, post_save
 
-    for model in (QuotaNode, Loan, QuotaWindow, Membership, PriorityClass, Department, Project, Flavor):
+    # billing sits above jobs: its model by name, not by import.
+    budget = [apps.get_model("billing", "Budget")] if apps.is_installed("billing") else []
+    # A budget topped up (or lowered) unblocks (or blocks) native submissions at once; usage that
+    # spends a budget is seen by the beat run.
+    models = (QuotaNode, Loan, QuotaWindow, Membership, PriorityClass, Department, Project, Flavor, *budget)
+    for model in models:
         uid = f"slurm-accounts-{model.__name__}"
         post_save.connect(request_sync, sender=model, dispatch_uid=f"{uid}-save")
         post_delete.connect(request_sync, sender=model, dispatch_uid=f"{uid}-delete")

@@ -198,6 +198,8 @@ def test_demo_kueue_objects_are_valid_and_carry_the_hand_checked_values(demo_tre
     assert svc["metadata"] == {"name": "gpd-svc", "labels": {**MANAGED, "gpupool.io/owner": "svc"}}
     assert svc["spec"] == {
         "parent": "gpupool",
+        # A100 32 + H800 24 + 112 MIG slices of 1/7 card + T4 16, all of throughput 1 in the demo.
+        "fairSharing": {"weight": 32 + 24 + 16 + 16},
         "resourceGroups": [
             gpu_group(
                 flavor("gp-a100-80g", 0, lendingLimit=16), flavor("gp-h800", 0), flavor("gp-t4-shared", 0)
@@ -213,8 +215,10 @@ def test_demo_kueue_objects_are_valid_and_carry_the_hand_checked_values(demo_tre
         flavor("gp-a100-80g", 0, borrowingLimit=0)
     )
     # ai-nlp: share 68 of quota 96, lend limit 32 → never-lent 64 → 68 − 64 = 4 lendable.
+    # Weights (fair sharing): the effective quota in normalised cards, A100 96 + H800 32 + Ascend 32.
     assert objects[("Cohort", "gpd-ai-nlp")]["spec"] == {
         "parent": "gpd-ai",
+        "fairSharing": {"weight": 160},
         "resourceGroups": [
             {
                 "coveredResources": ["huawei.com/Ascend910"],
@@ -235,6 +239,7 @@ def test_demo_kueue_objects_are_valid_and_carry_the_hand_checked_values(demo_tre
             "resourceGroups": [
                 gpu_group(flavor("gp-a100-80g", 45, borrowingLimit=83), flavor("gp-h800", 32))
             ],
+            "fairSharing": {"weight": 64 + 32},  # its quotas, not its shares (45 + 32)
         },
     }
     assert objects[("ClusterQueue", "gp-nlp-asr")]["spec"]["resourceGroups"][-1] == gpu_group(
@@ -270,7 +275,7 @@ def test_demo_volcano_queues_are_valid_and_carry_the_hand_checked_values(demo_tr
         "metadata": {"name": "gp-nlp-llm", "labels": {**MANAGED, "gpupool.io/owner": "nlp-llm"}},
         "spec": {
             "parent": "gpd-ai-nlp",
-            "weight": 1,
+            "weight": 64 + 32,  # normalised cards of its quotas, as the Kueue and Slurm weights
             "reclaimable": True,
             "deserved": {"nvidia.com/gpu": 77},
             "capability": {"nvidia.com/gpu": 184},

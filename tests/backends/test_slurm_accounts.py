@@ -21,7 +21,15 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from quotas.slurm_accounts import ASSOC_FORMAT, Naming, desired_state, parse_current, parse_tres, plan
+from quotas.slurm_accounts import (
+    ASSOC_FORMAT,
+    QOS_FORMAT,
+    Naming,
+    desired_state,
+    parse_current,
+    parse_tres,
+    plan,
+)
 from tests.backends.test_slurm import _sh, cluster  # noqa: F401 - the module's Slurm cluster
 from tests.waiting import wait_until
 
@@ -182,15 +190,20 @@ def test_a_quota_changed_in_the_portal_is_the_limit_after_one_sync(site, world):
     quota_node_update(actor=fx.platform_admin(), node=world["node"], quota=Decimal(5))
     run = _sync(world)
     assert _grptres(site, world["project_account"]) == "gres/gpu:a100=5"
+    # Its Fairshare is its quota in whole normalised cards: it follows.
+    view = {"parent": world["dept_account"], "grp_submit_jobs": None}
     assert [c for c in run.drift if c["kind"] == "account"] == [{
         "kind": "account", "name": world["project_account"], "action": "modify",
-        "before": {"parent": world["dept_account"], "grptres": {"gres/gpu:a100": 2}},
-        "after": {"parent": world["dept_account"], "grptres": {"gres/gpu:a100": 5}},
+        "before": view | {"grptres": {"gres/gpu:a100": 2}, "fairshare": 2},
+        "after": view | {"grptres": {"gres/gpu:a100": 5}, "fairshare": 5},
     }]
-    # No borrow limit: no limit in Slurm either.
+    # No borrow limit: no limit on its borrowing (its borrow account); its quota stays the limit.
+    borrow_account = world["project_account"].replace(PREFIX, f"{PREFIX}borrow.")
+    assert _grptres(site, borrow_account) == "gres/gpu:a100=0"
     quota_node_update(actor=fx.platform_admin(), node=world["node"], borrow_limit=None)
     _sync(world)
-    assert _grptres(site, world["project_account"]) == ""
+    assert _grptres(site, world["project_account"]) == "gres/gpu:a100=5"
+    assert _grptres(site, borrow_account) == ""
 
 
 def test_drift_made_by_hand_is_reported_and_repaired_and_the_sites_own_account_is_untouched(site, world):
@@ -229,7 +242,7 @@ def test_dry_run_prints_the_commands_and_changes_nothing(site, world):
     out = io.StringIO()
     call_command("sync_slurm", "--dry-run", "--cluster", "slurm-acc", stdout=out)
     expected = (f"sacctmgr -i modify account where name={world['project_account']} "
-                f"cluster={site.cluster_name} set grptres=gres/gpu:a100=3")
+                f"cluster={site.cluster_name} set grptres=gres/gpu:a100=3 fairshare=3")
     assert expected in out.getvalue()
     assert _grptres(site, world["project_account"]) == "gres/gpu:a100=2"
     recorded = SlurmSyncRun.objects.filter(cluster=world["cluster"]).first()
@@ -252,14 +265,16 @@ def test_the_dump_loads_into_a_fresh_cluster_as_the_desired_state(site, world, t
         assert "Problem" not in loaded.stdout + loaded.stderr, loaded.stdout + loaded.stderr
         fields = ["show", "assoc", f"cluster={fresh}", f"format={ASSOC_FORMAT}"]
         assoc = _sh(["sacctmgr", "-n", "-P", *fields], site.env).stdout
-        qos = _sh(["sacctmgr", "-n", "-P", "show", "qos", "format=name,priority,preempt,preemptmode"],
-                  site.env).stdout
+        qos = _sh(["sacctmgr", "-n", "-P", "show", "qos", f"format={QOS_FORMAT}"], site.env).stdout
         users = _sh(["sacctmgr", "-n", "-P", "show", "user", "withassoc", "where", f"cluster={fresh}",
                      "format=user,defaultaccount,account"], site.env).stdout
         naming: Naming = world["naming"]
         desired = desired_state(portal_state(world["cluster"], timezone.now()), naming)
         current = parse_current(assoc, qos, users, naming, desired.tres)
-        assert set(current.accounts) == {world["dept_account"], world["project_account"]}
+        assert set(current.accounts) == {
+            world["dept_account"], world["project_account"], f"{PREFIX}borrow", f"{PREFIX}borrow.d{TAG}",
+            f"{PREFIX}borrow.p{TAG}",
+        }
         assert plan(desired, current, fresh, naming).commands == []
     finally:
         subprocess.run(["sacctmgr", "-i", "delete", "cluster", fresh], env=site.env, check=False)

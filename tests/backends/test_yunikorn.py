@@ -48,7 +48,7 @@ from quotas.models import Cluster, QuotaNode
 from quotas.queues import FlavorRef, QuotaRef, TreeSnapshot
 from quotas.services import quota_node_update
 from quotas.slurm_accounts import Naming, PortalState, QuotaLimit, desired_state
-from quotas.yunikorn import ZERO_MAX_GUARD, dump, render_yunikorn
+from quotas.yunikorn import WEIGHT_PROPERTY, ZERO_MAX_GUARD, dump, render_yunikorn
 from tests.backends import k8s_standin, test_queues
 from tests.backends.test_kubernetes import K8S_VERSION, make_spec
 from tests.backends.test_queues import DAY, at_local, drop_sync_requests
@@ -274,7 +274,11 @@ def test_item15_a_fractional_cap_is_rounded_down_as_slurm_does_and_zero_stays_ze
         cap = Decimal(quota) + Decimal(borrow)
         held = enforced_max(config, f"root.gpd-d.gp-{code}")[GPU]
         assert held <= cap, f"YuniKorn lets {code} hold {held} devices over its cap {cap}"
-        assert held == slurm.accounts[f"gp_{code}"].limit_map()["gres/gpu"], code
+        # Slurm holds the quota in the project's account and the borrow limit in its borrow
+        # account, each rounded down: together never more than YuniKorn's q + b.
+        accounts = (f"gp_{code}", f"gp_borrow.{code}")
+        in_slurm = sum(slurm.accounts[name].limit_map()["gres/gpu"] for name in accounts)
+        assert in_slurm <= held, code
     assert enforced_max(config, "root.gpd-d") == {GPU: 6}  # 6.8 → 6
     assert queues_by_path(config)["root.gpd-d.gp-s"]["resources"]["max"] == {GPU: "0", ZERO_MAX_GUARD: "1"}
 
@@ -601,3 +605,40 @@ def test_the_documented_rbac_grants_exactly_what_the_sync_uses():
                for v in rule["verbs"]}
     assert granted == {(g, r, v) for g, r, verbs in RULES for v in verbs}
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
+
+
+def test_the_fair_share_weights_are_the_same_numbers_in_kueue_volcano_and_yunikorn():
+    """Issue 34 item 4: a department's or project's weight is its effective quota in whole
+    normalised cards (card fraction × relative throughput, summed over flavors) — the number the
+    Slurm sync writes as ``Fairshare`` (quotas.queues.share_weight) — in every rendering, each
+    valid against its schema."""
+    tree = TreeSnapshot(
+        flavors=(
+            FlavorRef("A100", GPU, Decimal(64)),
+            FlavorRef("H800", GPU, Decimal(16), normalised_per_unit=Decimal("2.5")),
+            FlavorRef("MIG", MIG, Decimal(56), normalised_per_unit=Decimal(1) / 7),
+        ),
+        departments=(("d", None), ("e", None)),
+        projects=(("big", "d"), ("small", "d")),
+        quotas=(
+            q("A100", "department", "d", 24), q("H800", "department", "d", 4),
+            q("MIG", "department", "d", 14),
+            q("A100", "project", "big", 16), q("A100", "project", "small", 8),
+            q("H800", "project", "big", 4), q("MIG", "project", "small", 14),
+        ),
+        zone=SHANGHAI,
+    )
+    # big: 16 + 4 × 2.5 = 26; small: 8 + 14 slices of 1/7 = 10; d: 24 + 10 + 2 = 36; e holds none: 1.
+    kueue = test_queues.render(tree, "kueue", NOON)
+    cohorts = [kueue[("Cohort", f"gpd-{c}")]["spec"]["fairSharing"] for c in "de"]
+    assert cohorts == [{"weight": 36}, {"weight": 1}]
+    assert "fairSharing" not in kueue[("Cohort", "gpupool")]["spec"]
+    queues = [kueue[("ClusterQueue", f"gp-{c}")]["spec"]["fairSharing"] for c in ("big", "small")]
+    assert queues == [{"weight": 26}, {"weight": 10}]
+    volcano = test_queues.render(tree, "volcano", NOON)
+    assert [volcano[("Queue", n)]["spec"]["weight"] for n in ("gpd-d", "gp-big", "gp-small")] == [36, 26, 10]
+    yunikorn = queues_by_path(rendered(tree, NOON, ()))
+    paths = ("root.gpd-d", "root.gpd-d.gp-big", "root.gpd-d.gp-small")
+    assert [yunikorn[p]["properties"] for p in paths] == [
+        {WEIGHT_PROPERTY: "36"}, {WEIGHT_PROPERTY: "26"}, {WEIGHT_PROPERTY: "10"}
+    ]

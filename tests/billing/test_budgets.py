@@ -718,3 +718,24 @@ def test_a_submissions_budget_check_reads_the_department_tree_once(world, runnin
     assert _bound(("department", world.A.pk), pinned_now) >= 5
     assert _tree_reads(lambda: budget_reason(world.pa1, Decimal(1))) == 1  # bound over: the exact figure
     assert _tree_reads(lambda: budget_reason(world.pa1, Decimal(1))) == 1  # decided by the recent figure
+
+
+def test_issue34_a_spent_budget_blocks_native_slurm_submissions_and_a_top_up_lifts_it(
+    world, holding, pinned_now
+):
+    """Issue 34 item 4: the Slurm accounts sync reads billing's own over-budget provider (no
+    stand-in): the spent department's account (and its borrow account) gets GrpSubmitJobs=0;
+    raised, it is cleared."""
+    from jobs.native.slurm_accounts import naming, portal_state
+    from quotas.models import Cluster
+    from quotas.slurm_accounts import desired_state
+
+    cluster = Cluster.objects.create(name="s1", kind="slurm", config={"slurm_conf": "/nonexistent"})
+    budget_set(actor=None, card_hours="2", department=world.A)  # pa1's ≈ 4 card-hours spend it
+    state = portal_state(cluster, pinned_now)
+    assert ("department", world.A.code) in state.blocked
+    accounts = desired_state(state, naming()).accounts
+    assert accounts[naming().account(world.A.code)].grp_submit_jobs == 0
+    assert accounts[naming().borrow_account(world.A.code)].grp_submit_jobs == 0
+    budget_set(actor=None, card_hours="1000", department=world.A)  # a top-up
+    assert portal_state(cluster, pinned_now).blocked == frozenset()

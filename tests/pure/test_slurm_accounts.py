@@ -58,18 +58,54 @@ def state(**kw) -> PortalState:
 
 def test_departments_and_projects_become_a_tree_of_prefixed_lowercase_accounts():
     d = desired_state(state(), N)
-    assert {a.name: a.parent for a in d.accounts.values()} == {
+    assert {a.name: a.parent for a in d.accounts.values() if not a.name.startswith("gp_borrow")} == {
         "gp_ai": "root", "gp_cv": "gp_ai", "gp_nlp": "gp_ai", "gp_vision1": "gp_cv", "gp_chat": "gp_nlp",
     }
 
 
-def test_grptres_is_quota_plus_borrow_limit_and_no_borrow_limit_is_no_limit():
+def test_grptres_is_the_quota_and_no_quota_node_is_no_limit():
     d = desired_state(state(), N)
     assert d.accounts["gp_ai"].limit_map() == {A100: 16}
-    assert d.accounts["gp_cv"].limit_map() == {A100: 12}
-    assert d.accounts["gp_vision1"].limit_map() == {A100: 10}
-    assert d.accounts["gp_chat"].limit_map() == {A100: None}  # b = None: no cap
+    assert d.accounts["gp_cv"].limit_map() == {A100: 8}
+    assert d.accounts["gp_vision1"].limit_map() == {A100: 8}
+    assert d.accounts["gp_chat"].limit_map() == {A100: 4}  # however much it may borrow
     assert d.accounts["gp_nlp"].limit_map() == {A100: None}  # no quota node: no cap (DESIGN §3 rule 2)
+
+
+def test_borrowing_is_a_mirror_tree_capped_at_the_borrow_room_in_one_preemptible_qos():
+    d = desired_state(state(), N)
+    mirror = {
+        a.name: (a.parent, a.limit_map()) for a in d.accounts.values() if a.name.startswith("gp_borrow")
+    }
+    assert mirror == {
+        "gp_borrow": ("root", {A100: None}),
+        "gp_borrow.ai": ("gp_borrow", {A100: 16}),  # a department: its quota and borrow limit
+        "gp_borrow.cv": ("gp_borrow.ai", {A100: 12}),
+        "gp_borrow.vision1": ("gp_borrow.cv", {A100: 2}),  # a project: its borrow limit
+        "gp_borrow.nlp": ("gp_borrow.ai", {A100: None}),
+        "gp_borrow.chat": ("gp_borrow.nlp", {A100: None}),  # no borrow limit: no cap of its own
+    }
+    alice = d.associations[("gp_borrow.vision1", "alice")]
+    assert (alice.qos, alice.default_qos) == ({"gp_borrow"}, "gp_borrow")
+    assert d.default_accounts["alice"] == "gp_chat"  # never a borrow account
+    borrow = d.qos["gp_borrow"]
+    assert (borrow.priority, borrow.preempt, borrow.preempt_mode) == (0, frozenset(), "requeue")
+    assert all("gp_borrow" in q.preempt for name, q in d.qos.items() if name != "gp_borrow")
+    assert borrow.preempt_exempt_seconds is None  # no minimum runtime: Slurm's default
+    # Each class QOS its class's minimum runtime; the borrow QOS the one the caller gives.
+    classes = tuple(replace(c, min_runtime_seconds=600) for c in CLASSES)
+    d = desired_state(state(classes=classes, preempt_exempt_seconds=300), N)
+    exempt = {name: q.preempt_exempt_seconds for name, q in d.qos.items()}
+    assert exempt["gp_training"] == exempt["gp_best-effort"] == 600
+    assert d.qos["gp_borrow"].preempt_exempt_seconds == 300
+    assert d.qos["gp_inference-online"].preempt_exempt_seconds is None  # never preempted anyway
+
+
+def test_a_department_named_borrow_takes_the_name_and_borrowing_is_off_with_a_note():
+    d = desired_state(state(departments=(("AI", None), ("cv", "AI"), ("nlp", "AI"), ("borrow", None))), N)
+    assert d.accounts["gp_borrow"].description == "gpupool department borrow"
+    assert not any(name.startswith("gp_borrow.") for name in d.accounts) and "gp_borrow" not in d.qos
+    assert any("no borrowing" in n for n in d.notes)
 
 
 def test_a_fractional_cap_is_rounded_down_and_said_so():
@@ -87,15 +123,17 @@ def test_flavors_sharing_a_tres_add_up_and_an_uncapped_one_uncaps_it():
         QuotaLimit("project", "Vision1", A100, Decimal(4), None),
     )
     d = desired_state(state(limits=limits), N)
-    assert d.accounts["gp_chat"].limit_map() == {A100: 7}
-    assert d.accounts["gp_vision1"].limit_map() == {A100: None}
+    assert d.accounts["gp_chat"].limit_map() == {A100: 6}
+    assert d.accounts["gp_borrow.chat"].limit_map() == {A100: 1}
+    assert d.accounts["gp_vision1"].limit_map() == {A100: 6}
+    assert d.accounts["gp_borrow.vision1"].limit_map() == {A100: None}
 
 
 def test_a_tres_the_cluster_does_not_track_is_left_out_with_a_note():
     limits = (*state().limits, QuotaLimit("project", "chat", H800, Decimal(8), Decimal(0)))
     d = desired_state(state(limits=limits, tres=frozenset({A100, H800})), N, tracked=frozenset({"cpu", A100}))
     assert d.tres == frozenset({A100})
-    assert d.accounts["gp_chat"].limit_map() == {A100: None}
+    assert d.accounts["gp_chat"].limit_map() == {A100: 4}
     assert any(H800 in n for n in d.notes)
 
 
@@ -125,7 +163,7 @@ def test_a_user_in_two_projects_defaults_to_the_first_account_by_name():
 
 def test_users_who_cannot_be_slurm_users_are_noted_not_associated():
     d = desired_state(state(members=(Member("chat", "Alice Smith", 0), Member("chat", "carol", 0))), N)
-    assert list(d.associations) == [("gp_chat", "carol")]
+    assert list(d.associations) == [("gp_chat", "carol"), ("gp_borrow.chat", "carol")]
     assert any("Alice Smith" in n for n in d.notes)
 
 
@@ -133,9 +171,9 @@ def test_priority_classes_become_qos_that_preempt_the_lower_preemptible_ones():
     d = desired_state(state(), N)
     assert d.qos["gp_inference-online"].priority == 2000
     assert d.qos["gp_best-effort"].priority == 990  # value + 1000: Slurm's priority is unsigned
-    assert d.qos["gp_inference-online"].preempt == {"gp_training", "gp_best-effort"}
-    assert d.qos["gp_training"].preempt == {"gp_best-effort"}
-    assert d.qos["gp_best-effort"].preempt == frozenset()
+    assert d.qos["gp_inference-online"].preempt == {"gp_training", "gp_best-effort", "gp_borrow"}
+    assert d.qos["gp_training"].preempt == {"gp_best-effort", "gp_borrow"}
+    assert d.qos["gp_best-effort"].preempt == {"gp_borrow"}  # any job within its quota reclaims
     assert d.qos["gp_training"].preempt_mode == "requeue"
     assert d.qos["gp_inference-online"].preempt_mode == "cluster"  # not preemptible (Slurm's OFF)
 
@@ -162,7 +200,7 @@ def test_from_scratch_every_object_is_added_parents_first_and_preempt_lists_afte
     last_qos_add = max(i for i, c in enumerate(cmds) if c.startswith("add qos"))
     assert all(i > last_qos_add for i, c in enumerate(cmds) if "set preempt=" in c)
     assert "add account gp_vision1 cluster=c1 parent=gp_cv description='gpupool project Vision1' " \
-           "grptres=gres/gpu:a100=10" in cmds
+           "grptres=gres/gpu:a100=8" in cmds
     assert "add user alice account=gp_vision1 cluster=c1 qos=gp_best-effort,gp_training " \
            "defaultqos=gp_training" in cmds
     assert "modify user where name=alice cluster=c1 set defaultaccount=gp_chat" in cmds
@@ -181,12 +219,13 @@ def test_drift_is_reported_with_before_and_after_and_repaired():
     )
     p = plan(d, current, "c1", N)
     assert p.commands == [
-        "modify account where name=gp_cv cluster=c1 set grptres=gres/gpu:a100=12",
+        "modify account where name=gp_cv cluster=c1 set grptres=gres/gpu:a100=8",
         "delete user where name=mallory account=gp_chat cluster=c1",
     ]
     changed = {(c.kind, c.name, c.action): (c.before, c.after) for c in p.changes}
+    view = {"parent": "gp_ai", "fairshare": 1, "grp_submit_jobs": None}
     assert changed[("account", "gp_cv", "modify")] == (
-        {"parent": "gp_ai", "grptres": {A100: 99}}, {"parent": "gp_ai", "grptres": {A100: 12}}
+        view | {"grptres": {A100: 99}}, view | {"grptres": {A100: 8}}
     )
     assert changed[("association", "gp_chat/mallory", "delete")][1] is None
 
@@ -195,9 +234,9 @@ def test_a_limit_to_clear_is_set_to_minus_one():
     d = desired_state(state(), N)
     current = SlurmState(accounts=dict(d.accounts), associations=dict(d.associations), qos=dict(d.qos),
                          default_accounts=dict(d.default_accounts), tres=d.tres)
-    current.accounts["gp_chat"] = replace(d.accounts["gp_chat"], limits=((A100, 4),))
+    current.accounts["gp_nlp"] = replace(d.accounts["gp_nlp"], limits=((A100, 4),))
     assert plan(d, current, "c1", N).commands == [
-        "modify account where name=gp_chat cluster=c1 set grptres=gres/gpu:a100=-1"
+        "modify account where name=gp_nlp cluster=c1 set grptres=gres/gpu:a100=-1"
     ]
 
 
@@ -276,7 +315,7 @@ def test_a_non_owned_account_never_appears_in_the_plan():
 def test_the_flat_file_reads_back_as_the_desired_state():
     d = desired_state(state(), N)
     text = flat_file(d, "c1", N)
-    assert "GrpTRES='gres/gpu:a100=10'" in text  # quoted: ':' splits fields
+    assert "GrpTRES='gres/gpu:a100=8'" in text  # quoted: ':' splits fields
     cluster, accounts, users = parse_flat_file(text)
     assert cluster == "c1"
     assert {name: parent for name, (parent, _f) in accounts.items()} == {
@@ -288,6 +327,9 @@ def test_the_flat_file_reads_back_as_the_desired_state():
     assert set(users) == set(d.associations)
     assert users[("gp_vision1", "alice")] == {
         "DefaultAccount": "gp_chat", "DefaultQOS": "gp_training", "QOS": "gp_best-effort,gp_training"
+    }
+    assert users[("gp_borrow.vision1", "alice")] == {
+        "DefaultAccount": "gp_chat", "DefaultQOS": "gp_borrow", "QOS": "gp_borrow"
     }
 
 
@@ -311,11 +353,12 @@ def machine_state(**kw) -> PortalState:
 
 def test_cpu_and_memory_caps_are_the_flavors_share_times_its_gpu_cap():
     d = desired_state(machine_state(), N)
-    # Vision1: 8 GPUs + 2 it may borrow = 10 GPUs' worth of cores and memory.
-    assert d.accounts["gp_vision1"].limit_map() == {A100: 10, "cpu": 120, "mem": 10 * 126_976}
+    # Vision1: a quota of 8 GPUs' worth of cores and memory; the 2 it may borrow in the mirror.
+    assert d.accounts["gp_vision1"].limit_map() == {A100: 8, "cpu": 96, "mem": 8 * 126_976}
+    assert d.accounts["gp_borrow.vision1"].limit_map() == {A100: 2, "cpu": 24, "mem": 2 * 126_976}
     assert d.accounts["gp_ai"].limit_map() == {A100: 16, "cpu": 192, "mem": 16 * 126_976}
-    # No cap on the GPUs (no borrow limit): none on what comes with them.
-    assert d.accounts["gp_chat"].limit_map() == {A100: None, "cpu": None, "mem": None}
+    # No cap on the borrowed GPUs (no borrow limit): none on what comes with them.
+    assert d.accounts["gp_borrow.chat"].limit_map() == {A100: None, "cpu": None, "mem": None}
 
 
 def test_a_flavor_without_machine_figures_leaves_cpu_and_memory_uncapped():
@@ -347,18 +390,18 @@ def test_grptres_carries_cpu_and_memory_in_mib_and_their_drift_is_repaired():
     d = desired_state(machine_state(), N)
     scratch = plan(d, SlurmState(tres=d.tres), "c1", N).commands
     assert "add account gp_vision1 cluster=c1 parent=gp_cv description='gpupool project Vision1' " \
-           "grptres=cpu=120,gres/gpu:a100=10,mem=1269760M" in scratch
+           "grptres=cpu=96,gres/gpu:a100=8,mem=1015808M" in scratch
     # Slurm shows memory with a unit; a cap changed behind the portal's back is drift.
-    assoc = "gp_vision1||gp_cv|cpu=100,gres/gpu:a100=10,mem=1000G||\n"
+    assoc = "gp_vision1||gp_cv|cpu=100,gres/gpu:a100=8,mem=1000G||\n"
     current = parse_current(assoc, "", "", N, d.tres)
-    assert current.accounts["gp_vision1"].limit_map() == {A100: 10, "cpu": 100, "mem": 1000 * 1024}
+    assert current.accounts["gp_vision1"].limit_map() == {A100: 8, "cpu": 100, "mem": 1000 * 1024}
     current.accounts.update({k: v for k, v in d.accounts.items() if k != "gp_vision1"})
     current.associations, current.qos = dict(d.associations), dict(d.qos)
     current.default_accounts = dict(d.default_accounts)
     p = plan(d, current, "c1", N)
-    assert p.commands == ["modify account where name=gp_vision1 cluster=c1 set grptres=cpu=120,mem=1269760M"]
+    assert p.commands == ["modify account where name=gp_vision1 cluster=c1 set grptres=cpu=96,mem=1015808M"]
     [change] = p.changes
-    assert (change.before["grptres"]["cpu"], change.after["grptres"]["cpu"]) == (100, 120)
+    assert (change.before["grptres"]["cpu"], change.after["grptres"]["cpu"]) == (100, 96)
 
 
 def test_without_machine_figures_cpu_and_memory_limits_are_the_sites():
@@ -372,4 +415,118 @@ def test_without_machine_figures_cpu_and_memory_limits_are_the_sites():
 def test_the_flat_file_carries_cpu_and_memory():
     d = desired_state(machine_state(), N)
     _cluster, accounts, _users = parse_flat_file(flat_file(d, "c1", N))
-    assert accounts["gp_vision1"][1]["GrpTRES"] == "cpu=120,gres/gpu:a100=10,mem=1269760M"
+    assert accounts["gp_vision1"][1]["GrpTRES"] == "cpu=96,gres/gpu:a100=8,mem=1015808M"
+
+
+# -- the same policy for native users (issue 34 item 4): shares, budgets, per-user caps, dev MaxWall
+
+
+def _matching(d: SlurmState) -> SlurmState:
+    return SlurmState(accounts=dict(d.accounts), associations=dict(d.associations), qos=dict(d.qos),
+                      default_accounts=dict(d.default_accounts), tres=d.tres)
+
+
+def test_each_owned_account_gets_the_trees_shares_as_fairshare():
+    shares = (("department", "AI", 16), ("project", "Vision1", 8), ("project", "chat", 0))
+    d = desired_state(state(shares=shares), N)
+    assert d.accounts["gp_ai"].fairshare == 16 and d.accounts["gp_vision1"].fairshare == 8
+    assert d.accounts["gp_chat"].fairshare == 1  # Slurm's least: 0 would be "no share at all"
+    assert d.accounts["gp_cv"].fairshare == 1  # not given: Slurm's default
+    cmds = plan(d, SlurmState(tres=d.tres), "c1", N).commands
+    assert "add account gp_ai cluster=c1 parent=root description='gpupool department AI' " \
+           "grptres=gres/gpu:a100=16 fairshare=16" in cmds
+    current = _matching(d)
+    current.accounts["gp_vision1"] = replace(d.accounts["gp_vision1"], fairshare=3)
+    p = plan(d, current, "c1", N)
+    assert p.commands == ["modify account where name=gp_vision1 cluster=c1 set fairshare=8"]
+    assert (p.changes[0].before["fairshare"], p.changes[0].after["fairshare"]) == (3, 8)
+
+
+def test_a_spent_budget_blocks_new_submissions_on_the_account_and_its_borrow_mirror_and_lifts():
+    d = desired_state(state(blocked=frozenset({("project", "chat")})), N)
+    assert d.accounts["gp_chat"].grp_submit_jobs == 0 and d.accounts["gp_borrow.chat"].grp_submit_jobs == 0
+    assert d.accounts["gp_vision1"].grp_submit_jobs is None
+    open_ = desired_state(state(), N)
+    p = plan(d, _matching(open_), "c1", N)
+    assert sorted(p.commands) == [
+        "modify account where name=gp_borrow.chat cluster=c1 set grpsubmitjobs=0",
+        "modify account where name=gp_chat cluster=c1 set grpsubmitjobs=0",
+    ]
+    assert {(c.name, c.before["grp_submit_jobs"], c.after["grp_submit_jobs"]) for c in p.changes} == {
+        ("gp_chat", None, 0), ("gp_borrow.chat", None, 0)
+    }
+    # The budget allows again: the limit is cleared (-1), not left at 0.
+    assert sorted(plan(open_, _matching(d), "c1", N).commands) == [
+        "modify account where name=gp_borrow.chat cluster=c1 set grpsubmitjobs=-1",
+        "modify account where name=gp_chat cluster=c1 set grpsubmitjobs=-1",
+    ]
+
+
+def test_per_user_caps_go_on_each_members_associations_and_a_cap_lifted_is_cleared():
+    d = desired_state(state(user_caps=(("Vision1", 16, 2),)), N)
+    alice = d.associations[("gp_vision1", "alice")]
+    assert (alice.max_jobs, alice.limits) == (2, (("gres/gpu", 16),))
+    assert d.associations[("gp_borrow.vision1", "alice")].max_jobs == 2
+    assert d.associations[("gp_chat", "alice")].max_jobs is None  # chat has no cap
+    cmds = plan(d, SlurmState(tres=d.tres), "c1", N).commands
+    assert "add user alice account=gp_vision1 cluster=c1 qos=gp_best-effort,gp_training " \
+           "defaultqos=gp_training maxjobs=2 grptres=gres/gpu=16" in cmds
+    uncapped = desired_state(state(), N)
+    p = plan(uncapped, _matching(d), "c1", N)
+    assert "modify user where name=alice account=gp_vision1 cluster=c1 set maxjobs=-1 grptres=gres/gpu=-1" \
+        in p.commands
+    change = next(c for c in p.changes if c.name == "gp_vision1/alice")
+    assert change.before["max_jobs"] == 2 and change.after == {
+        "qos": ["gp_best-effort", "gp_training"], "default_qos": "gp_training", "max_jobs": None,
+        "grptres": {},
+    }
+
+
+def test_a_gpu_cap_needs_gres_gpu_tracked_else_a_note():
+    d = desired_state(state(user_caps=(("Vision1", 16, None),)), N, tracked=frozenset({A100}))
+    assert d.associations[("gp_vision1", "alice")].limits == ()
+    assert any("gres/gpu is not in AccountingStorageTRES" in n for n in d.notes)
+
+
+def test_the_dev_class_qos_gets_max_wall_and_the_minimum_runtime_is_written_as_a_clock():
+    classes = (*CLASSES, ClassRef("dev", 50, True, 0, 72 * 60, 90))
+    d = desired_state(state(classes=classes, preempt_exempt_seconds=90), N)
+    assert d.qos["gp_dev"].max_wall_minutes == 72 * 60 and d.qos["gp_training"].max_wall_minutes is None
+    cmds = plan(d, SlurmState(tres=d.tres), "c1", N).commands
+    assert "add qos gp_dev priority=1050 preemptmode=requeue maxwall=4320 preemptexempttime=00:01:30" in cmds
+    assert "add qos gp_borrow priority=0 preemptmode=requeue preemptexempttime=00:01:30" in cmds
+    current = _matching(d)
+    current.qos["gp_dev"] = replace(d.qos["gp_dev"], max_wall_minutes=None, preempt_exempt_seconds=None)
+    p = plan(d, current, "c1", N)
+    assert p.commands == ["modify qos where name=gp_dev set maxwall=4320 preemptexempttime=00:01:30"]
+    assert p.changes[0].after["max_wall_minutes"] == 4320
+
+
+NEW_ASSOC = """gp_ai||root|gres/gpu:a100=16|normal||16|0|
+gp_vision1|alice||gres/gpu=4|gp_training|gp_training|1||2
+gp_chat|alice|||gp_training|gp_training|parent||
+"""
+NEW_QOS = """gp_dev|1050|gp_borrow|requeue|3-00:00:00|00:01:30
+gp_borrow|0||requeue||
+"""
+
+
+def test_the_new_columns_read_back():
+    cur = parse_current(NEW_ASSOC, NEW_QOS, "", N, frozenset({A100}))
+    assert (cur.accounts["gp_ai"].fairshare, cur.accounts["gp_ai"].grp_submit_jobs) == (16, 0)
+    alice = cur.associations[("gp_vision1", "alice")]
+    assert (alice.max_jobs, alice.limits) == (2, (("gres/gpu", 4),))
+    assert cur.associations[("gp_chat", "alice")].max_jobs is None
+    assert (cur.qos["gp_dev"].max_wall_minutes, cur.qos["gp_dev"].preempt_exempt_seconds) == (4320, 90)
+    borrow = cur.qos["gp_borrow"]
+    assert (borrow.max_wall_minutes, borrow.preempt_exempt_seconds) == (None, None)
+
+
+def test_the_flat_file_carries_shares_blocks_and_caps():
+    d = desired_state(state(shares=(("department", "AI", 16),), blocked=frozenset({("project", "chat")}),
+                            user_caps=(("Vision1", 4, 2),)), N)
+    _cluster, accounts, users = parse_flat_file(flat_file(d, "c1", N))
+    assert accounts["gp_ai"][1]["Fairshare"] == "16"
+    assert accounts["gp_chat"][1]["GrpSubmitJobs"] == "0"
+    assert users[("gp_vision1", "alice")]["MaxJobs"] == "2"
+    assert users[("gp_vision1", "alice")]["GrpTRES"] == "gres/gpu=4"

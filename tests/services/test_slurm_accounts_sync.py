@@ -97,12 +97,15 @@ def test_the_limits_are_the_effective_quota_at_the_instant_with_windows_and_loan
 
     def caps(at):
         d = desired_state(portal_state(cluster, at), naming)
-        return {name: a.limit_map()[TRES] for name, a in d.accounts.items()}
+        owners = {name: a for name, a in d.accounts.items() if not name.startswith("gp_borrow")}
+        return {name: a.limit_map()[TRES] for name, a in owners.items()}
 
-    # px: 4 + 2 borrow + 2 on loan; py: window 3 − 2 lent.
-    assert caps(NOON) == {"gp_dx": 16, "gp_px": 8, "gp_py": 1}
+    # px: 4 + 2 on loan (its borrow limit of 2 is its borrow account's); py: window 3 − 2 lent.
+    assert caps(NOON) == {"gp_dx": 16, "gp_px": 6, "gp_py": 1}
+    borrowing = desired_state(portal_state(cluster, NOON), naming).accounts
+    assert borrowing["gp_borrow.px"].limit_map()[TRES] == 2
     # Evening: the window closed, the loan returned.
-    assert caps(NOON + timedelta(hours=8)) == {"gp_dx": 16, "gp_px": 6, "gp_py": 8}
+    assert caps(NOON + timedelta(hours=8)) == {"gp_dx": 16, "gp_px": 4, "gp_py": 8}
 
 
 def test_members_of_inactive_projects_and_inactive_users_get_no_association(tree):
@@ -114,8 +117,8 @@ def test_members_of_inactive_projects_and_inactive_users_get_no_association(tree
                               project=fx.project("old", tree["dept"]))
     tree["project"].department.projects.filter(code="old").update(active=False)
     d = desired_state(portal_state(cluster, NOON), Naming("gp_", "root"))
-    assert set(d.associations) == {("gp_px", "ann")}
-    assert "gp_old" not in d.accounts
+    assert set(d.associations) == {("gp_px", "ann"), ("gp_borrow.px", "ann")}
+    assert "gp_old" not in d.accounts and "gp_borrow.old" not in d.accounts
 
 
 def test_a_flavor_without_a_slurm_gres_is_noted(tree):
@@ -132,3 +135,59 @@ def test_a_cluster_whose_sacctmgr_fails_is_recorded_with_the_error(tree):
     [run] = sync_all()
     assert run.cluster == cluster and run.error and "slurm.conf" in run.error
     assert SlurmSyncRun.objects.get().finished_at is not None
+
+
+# -- the same policy for native users (issue 34 item 4)
+
+
+def test_shares_are_whole_normalised_cards_of_the_effective_quota_summed_over_gpu_flavors(tree):
+    cluster = slurm_cluster()
+    fast = fx.flavor("H800-s")
+    fast.slurm_gres, fast.relative_throughput = "gpu:h800", Decimal("2.5")
+    fast.save()
+    fx.nodes(fast, 1, 8)
+    fx.quota(fast, tree["project"], 3, borrow=0)  # 7.5 normalised cards
+    shares = {(k, c): n for k, c, n in portal_state(cluster, NOON).shares}
+    assert shares == {("department", "Dx"): 16, ("project", "px"): 4 + 7, ("project", "py"): 8}
+    d = desired_state(portal_state(cluster, NOON), Naming("gp_", "root"))
+    assert d.accounts["gp_px"].fairshare == 11
+
+
+def test_over_budget_tenants_block_their_accounts(tree):
+    from jobs.scheduling import config
+
+    cluster = slurm_cluster()
+    config.over_budget_providers.append(lambda _now: [f"p{tree['project'].pk}", f"d{tree['dept'].pk}"])
+    try:
+        state = portal_state(cluster, NOON)
+    finally:
+        config.over_budget_providers.pop()
+    assert state.blocked == {("project", "px"), ("department", "Dx")}
+    assert portal_state(cluster, NOON).blocked == frozenset()
+
+
+def test_a_budget_written_asks_for_a_sync(tree, django_capture_on_commit_callbacks):
+    from billing.models import Budget
+
+    slurm_cluster()
+    with django_capture_on_commit_callbacks() as callbacks:
+        Budget.objects.create(project=tree["project"], card_hours=Decimal(10))
+    assert requests(callbacks) == 1
+
+
+def test_per_user_caps_the_dev_class_max_wall_and_minimum_runtimes_come_from_the_portal(tree, settings):
+    from jobs.models import PriorityClass
+
+    cluster = slurm_cluster()
+    tree["project"].user_gpu_cap, tree["project"].user_running_jobs_cap = 8, 3
+    tree["project"].save()
+    PriorityClass.objects.filter(pk=fx.priority("training", 100).pk).update(min_runtime_seconds=600)
+    dev = fx.priority("interactive", 50)
+    PriorityClass.objects.filter(pk=dev.pk).update(allowed_kinds=["dev"], min_runtime_seconds=60)
+    runtimes = {**settings.GPUPOOL["MAX_RUNTIME_HOURS"], "dev": 12}
+    settings.GPUPOOL = {**settings.GPUPOOL, "MAX_RUNTIME_HOURS": runtimes}
+    state = portal_state(cluster, NOON)
+    assert state.user_caps == (("px", 8, 3),)
+    walls = {c.name: (c.max_wall_minutes, c.min_runtime_seconds) for c in state.classes}
+    assert walls == {"training": (None, 600), "interactive": (12 * 60, 60)}
+    assert state.preempt_exempt_seconds == 600  # the borrow QOS: the default class's minimum
