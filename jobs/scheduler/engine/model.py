@@ -147,6 +147,11 @@ class Snapshot:
     strict_fifo: frozenset[str] = frozenset()
     aging_bound_s: Mapping[str, int] = field(default_factory=dict)
     default_aging_bound_s: int | None = None
+    # Fair share (DESIGN §16): decayed normalised card-seconds per project and shares per tree
+    # node. Empty: no fair share (today's order by dominant share alone).
+    fair_usage: Mapping[str, float] = field(default_factory=dict)
+    fair_shares: Mapping[str, float] = field(default_factory=dict)
+    fair_entry_s: float = 3600.0
 
 
 # -- results ---------------------------------------------------------------------------
