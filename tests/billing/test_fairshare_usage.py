@@ -115,3 +115,10 @@ def test_a_long_running_job_admitted_before_the_horizon_still_counts(world, hist
     _run(history, world.pa1, world.F, NOW - 20 * HOUR, None)
     usage = project_usage(NOW, H)
     assert usage[world.pa1.pk].decayed_card_seconds == pytest.approx(H / log(2) * (1 - 0.5 ** 20), rel=1e-9)
+
+
+def test_the_scheduling_config_reads_it_through_the_hook_billing_fills(world, history):
+    from jobs.scheduling.config import fair_usage as config_fair_usage
+
+    _run(history, world.pb, world.F, NOW - HOUR, NOW)
+    assert config_fair_usage(NOW, H) == {f"p{world.pb.pk}": pytest.approx(_full_hour(), rel=1e-9)}
