@@ -444,7 +444,8 @@ def lines(entry: dict, depts: dict[str, str] | None = None) -> list[dict]:
         out = []
         if "fair_share_half_life_seconds" in entry:
             out.append(_m(gettext_noop("Fair-share half-life: %(old)s s → %(new)s s"),
-                          old=before["fair_share_half_life_seconds"], new=entry["fair_share_half_life_seconds"]))
+                          old=before["fair_share_half_life_seconds"],
+                          new=entry["fair_share_half_life_seconds"]))
         if "fair_share_entry_seconds" in entry:
             out.append(_m(gettext_noop("Fair-share entry time: %(old)s s → %(new)s s"),
                           old=before["fair_share_entry_seconds"], new=entry["fair_share_entry_seconds"]))

@@ -34,9 +34,11 @@ class SchedulerSettings(models.Model):
     fair_share_half_life_seconds = models.PositiveIntegerField(
         _("fair-share half-life (s)"), default=FAIR_HALF_LIFE_DEFAULT_SECONDS,
         db_default=FAIR_HALF_LIFE_DEFAULT_SECONDS,
-        validators=[MinValueValidator(FAIR_HALF_LIFE_MIN_SECONDS), MaxValueValidator(FAIR_HALF_LIFE_MAX_SECONDS)])
+        validators=[MinValueValidator(FAIR_HALF_LIFE_MIN_SECONDS),
+                    MaxValueValidator(FAIR_HALF_LIFE_MAX_SECONDS)])
     fair_share_entry_seconds = models.PositiveIntegerField(
-        _("fair-share entry time (s)"), default=FAIR_ENTRY_DEFAULT_SECONDS, db_default=FAIR_ENTRY_DEFAULT_SECONDS,
+        _("fair-share entry time (s)"), default=FAIR_ENTRY_DEFAULT_SECONDS,
+        db_default=FAIR_ENTRY_DEFAULT_SECONDS,
         validators=[MaxValueValidator(FAIR_ENTRY_MAX_SECONDS)])
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -34,6 +34,7 @@ from portal.models import Queueing
 from quotas.admission import Limits, TreeNode
 from quotas.effective import Limits as BaseLimits
 from quotas.effective import LoanSpan, Window, effective_limits
+from quotas.fairtree import shares_of
 from quotas.models import LoanState, NodeState
 from quotas.selectors import site_zone
 
@@ -108,7 +109,8 @@ _PARTS = (
     ("department_id, over_budget", "jobs_approvalpolicy", "department_id"),
     # Fair share: each flavor's normalised cards per unit (§14: its relative throughput × the card
     # fraction of a unit) and the admins' weights.
-    ("name, (relative_throughput * fraction_numerator / fraction_denominator)::text", "quotas_flavor", "name"),
+    ("name, (relative_throughput * fraction_numerator / fraction_denominator)::text", "quotas_flavor",
+     "name"),
     ("department_id, project_id, weight::text", "quotas_fairshareweight", "id"),
 )
 
@@ -251,18 +253,17 @@ class Rows:
         return True  # no policy: a spent budget holds (DESIGN §3.9)
 
 
-def fair_shares(departments: list, projects: list, quota: list, norms: list, weights: list) -> dict[str, float]:
-    """Every department's and project's shares: an admin's weight, else the node's own quota in
-    normalised cards summed over its flavors (0 without any)."""
-    norm = {name: Decimal(factor) for name, factor in norms}
-    shares = {f"d{pk}": Decimal(0) for pk, _up in departments}
-    shares.update({f"p{pk}": Decimal(0) for pk, *_rest in projects})
-    for _pk, dept, project, flavor, q, _borrow, _lend in quota:
-        key = f"p{project}" if project else f"d{dept}"
-        shares[key] = shares.get(key, Decimal(0)) + Decimal(q) * norm.get(flavor, Decimal(1))
-    for dept, project, weight in weights:
-        shares[f"p{project}" if project else f"d{dept}"] = Decimal(weight)
-    return {key: float(value) for key, value in shares.items()}
+def fair_shares(departments: list, projects: list, quota: list, norms: list,
+                weights: list) -> dict[str, float]:
+    """Every department's and project's shares from the configuration's rows (``shares_of``)."""
+    nodes = [f"d{pk}" for pk, _up in departments] + [f"p{pk}" for pk, *_rest in projects]
+    return shares_of(
+        nodes,
+        ((f"p{project}" if project else f"d{dept}", flavor, Decimal(q))
+         for _pk, dept, project, flavor, q, *_ in quota),
+        {name: Decimal(factor) for name, factor in norms},
+        {f"p{project}" if project else f"d{dept}": Decimal(weight) for dept, project, weight in weights},
+    )
 
 
 def fair_usage(now: datetime, half_life_s: int) -> dict[str, float]:

@@ -24,6 +24,7 @@ from quotas.models import QuotaWindow
 from tests import factories as fx
 
 pytestmark = pytest.mark.django_db
+_HL = "fair_share_half_life_seconds"
 
 
 @pytest.fixture(autouse=True)
@@ -114,11 +115,11 @@ def test_a_value_changed_meanwhile_refuses_the_approval_and_changes_nothing(worl
       "borrow_limit": 1}, "unknown key(s): borrow_limit"),
     ({"type": "priority_grace", "priority_class": "gold", "grace_seconds": 5}, "unknown priority class"),
     ({"type": "priority_grace", "priority_class": "normal", "grace_seconds": 86401}, "grace_seconds"),
-    ({"type": "scheduler_fair_share", "fair_share_half_life_seconds": 0}, "fair_share_half_life_seconds: a whole"),
-    ({"type": "scheduler_fair_share", "fair_share_half_life_seconds": 3599}, "from 3600 to 31536000"),
-    ({"type": "scheduler_fair_share", "fair_share_half_life_seconds": 10**12}, "fair_share_half_life_seconds"),
-    ({"type": "scheduler_fair_share", "fair_share_half_life_seconds": "7d"}, "fair_share_half_life_seconds"),
-    ({"type": "scheduler_fair_share", "fair_share_half_life_seconds": 86400.5}, "fair_share_half_life_seconds"),
+    ({"type": "scheduler_fair_share", _HL: 0}, "fair_share_half_life_seconds: a whole"),
+    ({"type": "scheduler_fair_share", _HL: 3599}, "from 3600 to 31536000"),
+    ({"type": "scheduler_fair_share", _HL: 10**12}, _HL),
+    ({"type": "scheduler_fair_share", _HL: "7d"}, _HL),
+    ({"type": "scheduler_fair_share", _HL: 86400.5}, _HL),
     ({"type": "scheduler_fair_share", "fair_share_entry_seconds": -1}, "fair_share_entry_seconds: a whole"),
     ({"type": "scheduler_fair_share", "fair_share_entry_seconds": True}, "fair_share_entry_seconds"),
     ({"type": "scheduler_fair_share", "fair_share_entry_seconds": 3600}, "nothing to change"),
