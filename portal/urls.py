@@ -36,6 +36,7 @@ from portal.health import healthz
 from quotas import api as quotas_api
 from quotas import api_approvals as quotas_approvals_api
 from quotas import api_baselines as quotas_baselines_api
+from quotas import api_fair_share as quotas_fair_share_api
 from quotas import views as quotas_views
 
 api_v1 = [
@@ -72,6 +73,8 @@ api_v1 = [
     path("quota-nodes/", quotas_api.QuotaNodeListApi.as_view(), name="quotanode-list"),
     path("quota-nodes/<int:pk>/", quotas_api.QuotaNodeDetailApi.as_view(), name="quotanode-detail"),
     path("quota-tree/", quotas_api.QuotaTreeApi.as_view(), name="quota-tree"),
+    path("quota-tree/<str:kind>/<int:pk>/fair-share/", quotas_fair_share_api.FairShareApi.as_view(),
+         name="quota-fair-share"),
     path("loans/", quotas_api.LoanListApi.as_view(), name="loan-list"),
     path("loans/<int:pk>/", quotas_api.LoanDetailApi.as_view(), name="loan-detail"),
     path("loans/<int:pk>/cancel/", quotas_api.LoanCancelApi.as_view(), name="loan-cancel"),
