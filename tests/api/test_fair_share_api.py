@@ -23,7 +23,8 @@ def test_the_default_is_the_quota_in_normalised_cards(world, api):
     r = api(world.users["platform"]).get(_url("project", world.pb.pk))
     assert r.status_code == 200, r.content
     body = r.json()
-    assert (body["default_shares"], body["shares"], body["weight"], body["weighted"]) == (13.0, 13.0, None, False)
+    assert (body["default_shares"], body["shares"]) == (13.0, 13.0)
+    assert (body["weight"], body["weighted"]) == (None, False)
     assert (body["kind"], body["id"], body["code"]) == ("project", world.pb.pk, "pb")
 
 
