@@ -78,8 +78,10 @@ def _tree():
     return departments, projects, parents
 
 
-def fair_share_report(user: User, now: datetime) -> Report:
-    require_report(user)
+def fair_share_report(user: User | None, now: datetime) -> Report:
+    """``user`` None: the operator's whole tree (``manage.py sshare``)."""
+    if user is not None:
+        require_report(user)
     half_life, _entry = fair_share_settings()
     departments, projects, parents = _tree()
     shares, weights = all_shares()
@@ -88,7 +90,7 @@ def fair_share_report(user: User, now: datetime) -> Report:
     raw = fair_tree(parents, shares, {f"p{pk}": u.window_card_seconds for pk, u in usage.items()})
     labels = {f"d{pk}": ("department", pk, code, name) for pk, _up, code, name in departments}
     labels.update({f"p{pk}": ("project", pk, code, name) for pk, _d, code, name in projects})
-    shown = _visible_ids(user)
+    shown = None if user is None else _visible_ids(user)
     rows: list[Row] = []
 
     def walk(parent: str | None, depth: int) -> None:
