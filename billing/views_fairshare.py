@@ -28,7 +28,7 @@ def usage_against_share(history: dict) -> str | None:
                                  mode="lines", line={"dash": "dot"}, legendgroup=code,
                                  name=_("%(dept)s share") % {"dept": code}))
     layout = _layout(_("Usage share against share, per department (among its siblings)"), _("Day"),
-                     _("% of siblings"))
+                     _("Percent of its siblings"))
     return go.Figure(traces, layout=layout).to_json()
 
 
