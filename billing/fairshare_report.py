@@ -7,9 +7,9 @@ Who sees it: platform admins and auditors the whole tree, department admins thei
 the one visibility selector); anyone else is refused. Ranks and factors are always computed over the
 whole tree — a subtree's view shows where its projects stand among everyone's.
 
-The chart's history is recomputed from the event log at each day's ``now`` (the same provider, one
-statement per day) with today's shares: weights and quotas are not kept by date, so a share line is
-today's, not the one in force that day."""
+The chart's history is recomputed from the event log at each day's ``now`` (the same runs, read
+once, summed at the 30 instants: ``billing.fairshare.decayed_series``) with today's shares: weights
+and quotas are not kept by date, so a share line is today's, not the one in force that day."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from portal.selectors import scope_for, visible_departments, visible_projects
 from quotas.fair_weights import all_shares
 from quotas.fairtree import Fair, fair_tree
 
-from .fairshare import project_usage
+from .fairshare import decayed_series, project_usage
 
 CHART_DAYS = 30
 
@@ -119,9 +119,9 @@ def share_history(user: User, now: datetime, days: int = CHART_DAYS) -> dict[str
     instants = [now - timedelta(days=d) for d in range(days - 1, -1, -1)]
     points: dict[int, list[float]] = {pk: [] for pk, _code in wanted}
     today = None
+    series = decayed_series(instants, half_life)  # one statement for every day
     for at in instants:
-        usage = project_usage(at, half_life)
-        today = fair_tree(parents, shares, {f"p{pk}": u.decayed_card_seconds for pk, u in usage.items()})
+        today = fair_tree(parents, shares, {f"p{pk}": u for pk, u in series[at].items()})
         for pk, _code in wanted:
             points[pk].append(today[f"d{pk}"].usage_norm)
     series = [(code, points[pk], today[f"d{pk}"].shares_norm if today else 0.0) for pk, code in sorted(

@@ -7,7 +7,7 @@ from math import log
 
 import pytest
 
-from billing.fairshare import fair_usage, project_usage
+from billing.fairshare import decayed_series, fair_usage, project_usage
 from quotas.models import Flavor
 
 pytestmark = pytest.mark.django_db
@@ -122,3 +122,46 @@ def test_the_scheduling_config_reads_it_through_the_hook_billing_fills(world, hi
 
     _run(history, world.pb, world.F, NOW - HOUR, NOW)
     assert config_fair_usage(NOW, H) == {f"p{world.pb.pk}": pytest.approx(_full_hour(), rel=1e-9)}
+
+
+def test_with_the_default_half_life_a_run_ended_seven_days_ago_counts_half(world, history):
+    week = timedelta(days=7)
+    _run(history, world.pa1, world.F, NOW - week - HOUR, NOW - week, gpus=4)
+    _run(history, world.pb, world.F, NOW - HOUR, NOW, gpus=4)
+    usage = project_usage(NOW, 7 * 86400)
+    assert usage[world.pa1.pk].decayed_card_seconds == pytest.approx(
+        usage[world.pb.pk].decayed_card_seconds / 2, rel=1e-9)
+    # close to undecayed for an hour of a week's half-life: 4 cards × 3600 s × (1 − ε)
+    assert usage[world.pb.pk].decayed_card_seconds == pytest.approx(4 * 3600, rel=3e-3)
+
+
+def test_as_of_an_earlier_instant_a_job_running_now_counts_only_its_run_open_then(world, history):
+    job = history.job(world.pa1, world.F, submitted=NOW - 5 * HOUR)
+    history.admit(job, NOW - 4 * HOUR, flavor=world.F)  # run 1: [−4 h, −3 h)
+    history.start(job, NOW - 4 * HOUR)
+    history.end(job, NOW - 3 * HOUR, state="preempted")
+    history.admit(job, NOW - HOUR, flavor=world.F)  # run 2: [−1 h, …), still running
+    history.start(job, NOW - HOUR)
+    at = NOW - 2 * HOUR  # between the runs: only run 1, ended a half-life before
+    assert project_usage(at, H)[world.pa1.pk].decayed_card_seconds == pytest.approx(_full_hour(1), rel=1e-9)
+    assert project_usage(NOW, H)[world.pa1.pk].decayed_card_seconds == pytest.approx(
+        _full_hour(3) + _full_hour(0), rel=1e-9)
+
+
+def test_a_series_of_instants_is_each_instant_on_its_own(world, history):
+    job = history.job(world.pa1, world.F, submitted=NOW - 9 * HOUR)
+    history.admit(job, NOW - 8 * HOUR, flavor=world.F)
+    history.start(job, NOW - 8 * HOUR)
+    history.end(job, NOW - 5 * HOUR, state="preempted")
+    history.admit(job, NOW - 2 * HOUR, flavor=world.F)
+    history.start(job, NOW - 2 * HOUR)
+    _run(history, world.pb, world.F, NOW - 14 * HOUR, NOW - 13 * HOUR, gpus=2)
+    _run(history, world.pa, world.F, NOW - 3 * HOUR, NOW + HOUR, gpus=3, milli=None)
+    _run(history, world.pa, world.F, NOW - 7 * HOUR, NOW - 6 * HOUR, gpus=5)
+    instants = [NOW - k * HOUR / 2 for k in (25, 24, 12, 7, 6, 3, 1, 0)]
+    series = decayed_series(instants, H)
+    assert list(series) == instants
+    for at in instants:
+        each = {pk: u.decayed_card_seconds for pk, u in project_usage(at, H).items()}
+        assert series[at] == pytest.approx(each, rel=1e-9), at
+    assert world.pb.pk in series[NOW - 12 * HOUR] and world.pb.pk not in series[NOW]  # past its horizon
