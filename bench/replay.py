@@ -5,6 +5,7 @@
     python bench/replay.py --repeat 2 --policy static --scale 1
     python bench/replay.py --repeat 1 --start 10013436 --overlay 10 --scale 100 --tenants hash:8   # loaded
     python bench/replay.py --quick --no-resources   # GPUs only: the trace's CPU and memory left out
+    python bench/replay.py --quick --fair-share    # fair share, shares = each node's quota (DESIGN §16)
 
 The dynamic replay of :mod:`jobs.whatif.replay.sim` on the production engine, without Django:
 ``jobs`` replayed, ``wall_seconds`` (loading, replay and metrics), and the result metrics
@@ -44,6 +45,8 @@ def main() -> None:
     ap.add_argument("--no-resources", action="store_true",
                     help="GPUs only: leave the trace's CPU and memory out of the engine")
     ap.add_argument("--profile", action="store_true", help="cProfile, top functions to stderr")
+    ap.add_argument("--fair-share", action="store_true",
+                    help="fair share with each node's quota as its shares (DESIGN §16)")
     args = ap.parse_args()
     if args.repeat is None:
         args.repeat = 1 if args.quick else 15
@@ -52,7 +55,7 @@ def main() -> None:
     jobs = sim.prepare(jobs, tenants=args.tenants, start=args.start, overlay=args.overlay,
                        repeat=args.repeat, scale=args.scale)
     options = sim.Options(policy=args.policy, progress_every=5.0, quota_split=args.quotas,
-                          resources=not args.no_resources)
+                          resources=not args.no_resources, fair_shares_from_quotas=args.fair_share)
     if args.profile:
         import cProfile
         import pstats

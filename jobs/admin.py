@@ -3,6 +3,8 @@ from django.utils.translation import gettext_lazy as _
 
 from jobs.models import (
     ApprovalPolicy,
+    IdleExemption,
+    IdlePolicy,
     Job,
     JobEvent,
     JobTemplate,
@@ -22,6 +24,7 @@ class PriorityClassAdmin(PlatformModelAdmin):
         "value",
         "preemptible",
         "grace_seconds",
+        "min_runtime_seconds",
         "allowed_kinds",
         "min_role",
         "approval_below_role",
@@ -115,3 +118,25 @@ class SchedulerSettingsAdmin(ReadOnlyAdmin):
 class RuleChangeEventAdmin(ReadOnlyAdmin):
     list_display = ["at", "type", "target", "old", "new", "actor", "request"]
     list_filter = ["type"]
+
+
+@admin.register(IdlePolicy)
+class IdlePolicyAdmin(PlatformModelAdmin):
+    """The idle policy (docs/scheduling.md, "Idle policy"): the centre's row (no priority class),
+    and overrides for one class. The model's validators make a bad value a form error."""
+
+    list_display = ["priority_class", "threshold_pct", "idle_minutes", "grace_minutes", "dev_action",
+                    "training_action", "inference_action", "updated_at"]
+
+    def has_delete_permission(self, request, obj=None):
+        # The centre's row is the default every job falls back on: change it, never delete it.
+        if obj is not None and obj.priority_class_id is None:
+            return False
+        return super().has_delete_permission(request, obj)
+
+
+@admin.register(IdleExemption)
+class IdleExemptionAdmin(ReadOnlyAdmin):
+    """Granted only by an approved ``idle_exemption`` request."""
+
+    list_display = ["job", "ends_at", "request", "created_at"]

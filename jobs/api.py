@@ -638,7 +638,8 @@ class JobUtilisationOut(serializers.Serializer):
 
 class JobUtilisationApi(APIView):
     """Per-minute GPU utilisation of the job (from Prometheus/DCGM); minutes without data are
-    absent, not zero. ``idle_since`` is set when the job was flagged idle."""
+    absent, not zero. ``idle_since`` is set when the idle policy warned the job (emptied when it is
+    busy again; docs/scheduling.md, "Idle policy")."""
 
     @extend_schema(responses=JobUtilisationOut)
     def get(self, request, pk):

@@ -15,6 +15,10 @@ class JobsConfig(AppConfig):
 
         register_rule_change_kind()
 
+        from jobs.idle_exemption_kind import register as register_idle_exemption_kind
+
+        register_idle_exemption_kind()
+
         from jobs.approval_context import approval_context
         from portal.approvals import context_providers
 

@@ -510,6 +510,7 @@ class PriorityClassForm(forms.ModelForm):
             "value",
             "preemptible",
             "grace_seconds",
+            "min_runtime_seconds",
             "description",
             "allowed_kinds",
             "min_role",
@@ -539,3 +540,14 @@ class AutoscaleForm(forms.Form):
     )
     target = _autoscale_target_field()
     cooldown_seconds = _autoscale_cooldown_field()
+
+
+class IdleExemptionForm(forms.Form):
+    """Ask that the idle policy leave a job alone (``jobs.idle_exemptions``; the service checks the
+    job, the permission and that ``until`` is in the future)."""
+
+    until = forms.DateTimeField(
+        label=_("Until"), required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+        help_text=_("Empty: for the job's life."),
+    )
+    reason = forms.CharField(label=_("Reason"), max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))

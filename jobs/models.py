@@ -91,12 +91,24 @@ class KindsField(ArrayField):
         return models.Field.formfield(self, **defaults)
 
 
+MAX_MIN_RUNTIME_SECONDS = 7 * 86400
+
+
 class PriorityClass(models.Model):
     name = models.CharField(_("name"), max_length=40, unique=True, validators=[name_validator])
     value = models.IntegerField(_("value"), validators=[MinValueValidator(-1000), MaxValueValidator(100000)])
     preemptible = models.BooleanField(_("preemptible"), default=True)
     grace_seconds = models.PositiveIntegerField(
         _("grace period (s)"), default=30, validators=[MaxValueValidator(86400)]
+    )
+    # DESIGN §16, like Slurm's PreemptExemptTime: a job of the class is never preempted (reclaim,
+    # borrowing within the cohort, priority) before it has run this long. At most a week: longer
+    # would let a borrower keep a lender's quota for good.
+    min_runtime_seconds = models.PositiveIntegerField(
+        _("minimum runtime before preemption (s)"),
+        default=0,
+        validators=[MaxValueValidator(MAX_MIN_RUNTIME_SECONDS)],
+        help_text=_("A job of this class is not preempted before it has run this long. 0: no minimum."),
     )
     description = models.CharField(_("description"), max_length=200, blank=True)
     # Who may use the class (issue 18 item 5). The defaults let everybody use it for every kind,
@@ -243,6 +255,12 @@ class Job(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     message = models.CharField(max_length=500, blank=True)
     idle_since = models.DateTimeField(null=True, blank=True)  # flagged by the metrics poll
+    # The idle policy (jobs.idle_service): when the job was warned (cleared when it is busy again),
+    # when the policy acted on it (once: stopped or made preemptible), and since when it is
+    # preemptible by the policy's hand whatever its priority class says (the scheduler's snapshot).
+    idle_warned_at = models.DateTimeField(null=True, blank=True)
+    idle_acted_at = models.DateTimeField(null=True, blank=True)
+    idle_preemptible_at = models.DateTimeField(null=True, blank=True)
     # Elastic scaling (docs/scheduling.md): the worker count the grow pass aims for (None: workers),
     # the grow times of the last len(grown_at) workers of placement (ISO strings, oldest first),
     # and the outbox claim of a resize the backend has not confirmed yet.
@@ -416,7 +434,10 @@ class JobGpuSample(models.Model):
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="gpu_samples")
     minute = models.DateTimeField()
-    gpu_util_pct = models.FloatField()
+    gpu_util_pct = models.FloatField()  # the mean of the job's cards
+    # The busiest card's minute (the idle policy: every card under the threshold). Empty on rows
+    # written before it was polled, or when the exporter gave no per-card figure.
+    gpu_util_max_pct = models.FloatField(null=True, blank=True)
     fb_used_mib = models.FloatField()
     gpus = models.PositiveIntegerField()  # GPU series seen (a gap in a series shows as fewer)
 
@@ -668,4 +689,5 @@ class JobTemplate(models.Model):
         return self.name
 
 
+from jobs.idle_models import IdleAction, IdleExemption, IdlePolicy  # noqa: E402,F401  (issue 34)
 from jobs.rule_models import Packing, RuleChangeEvent, SchedulerSettings  # noqa: E402,F401  (issue 25)

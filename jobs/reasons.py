@@ -59,6 +59,8 @@ NODE_DRAINED = pgettext_noop("job event", "requeued off node %(node)s (drained: 
 PREEMPTED_FOR = {
     "reclaim": pgettext_noop("job event", "reclaim for job %(job)s"),
     "priority": pgettext_noop("job event", "priority for job %(job)s"),
+    # Borrowing within the cohort: a higher-priority borrower took this borrower's GPUs.
+    "borrow": pgettext_noop("job event", "borrowed capacity for job %(job)s of a higher priority"),
 }
 IDLE = pgettext_noop("job event", "GPU utilisation below %(threshold)s%% for %(window)s")
 
@@ -98,3 +100,14 @@ def reason_text(reason_value: str, reason_message: Message | None) -> str:
     if not reason_value:
         return ""
     return pgettext(CONTEXT, reason_value)
+
+# The idle policy (jobs.idle_service): ``minutes`` as written by ``jobs.idle_service.duration``.
+IDLE_WARNED = pgettext_noop(
+    "job event", "warned by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s"
+)
+IDLE_STOPPED = pgettext_noop(
+    "job event", "stopped by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s"
+)
+IDLE_PREEMPTIBLE = pgettext_noop(
+    "job event", "made preemptible by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s"
+)

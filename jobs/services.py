@@ -23,6 +23,7 @@ from jobs.models import (
     JobKind,
     PriorityClass,
 )
+from jobs.reasons import event_reason
 from jobs.scheduler.footprint import Request
 from jobs.states import HOLDING, TERMINAL, JobState
 from jobs.transitions import job_transition, request_cycle
@@ -30,6 +31,7 @@ from portal import permissions as perm
 from portal.enqueue import enqueue
 from portal.models import Project, User
 from portal.selectors import scope_for
+from portal.texts import Message
 from quotas.models import Flavor
 
 __all__ = ["job_transition"]  # re-exported: the transition primitive lives in jobs.transitions
@@ -217,10 +219,12 @@ def job_cancel(*, actor: User, job: Job) -> Job:
     return _cancel(job, actor, "cancelled by user")
 
 
-def _cancel(job: Job, actor: User | None, reason: str) -> Job:
+def _cancel(job: Job, actor: User | None, reason: str | Message) -> Job:
+    """``reason``: English text or a message of ``jobs.reasons``; a job on the cluster keeps it on
+    its ``cancel_requested`` event and its final transition (``jobs.clusters.dispatch``)."""
     for _attempt in range(3):  # the scheduler may move the job between our read and our update
         if job.state in HOLDING and job.dispatched_at is not None:
-            return _request_stop(job, actor)
+            return _request_stop(job, actor, reason)
         was_waiting = job.state == JobState.PENDING_APPROVAL
         if job_transition(job, JobState.CANCELLED, reason=reason, actor=actor, finished_at=timezone.now()):
             if was_waiting:
@@ -230,6 +234,12 @@ def _cancel(job: Job, actor: User | None, reason: str) -> Job:
         if job.state in TERMINAL:
             break
     raise ValidationError(_("A %(state)s job cannot be cancelled.") % {"state": job.state})
+
+
+def job_cancel_by_centre(job: Job, reason: str | Message) -> Job:
+    """The centre cancels a job (no user acts: the idle policy), with ``reason`` on its events.
+    ValidationError when it can no longer be cancelled (it ended meanwhile)."""
+    return _cancel(job, None, reason)
 
 
 def stop_jobs_of_deactivated_user(user_id: int) -> int:
@@ -251,7 +261,7 @@ def stop_jobs_of_deactivated_user(user_id: int) -> int:
     return stopped
 
 
-def _request_stop(job: Job, actor: User | None) -> Job:
+def _request_stop(job: Job, actor: User | None, reason: str | Message = "cancelled by user") -> Job:
     now = timezone.now()
     # One transaction: the row stays locked until the event is in, so a status sync moving the
     # job on (admitted → running) logs its transition after this note, not before it.
@@ -264,7 +274,7 @@ def _request_stop(job: Job, actor: User | None) -> Job:
                 kind="cancel_requested",
                 from_state=job.state,
                 to_state=job.state,
-                reason="cancelled by user",
+                **event_reason(reason),
                 actor=actor,
                 occurred_at=now,
             )
@@ -288,6 +298,7 @@ def priority_class_create(
     preemptible: bool = True,
     grace_seconds: int = 30,
     description: str = "",
+    min_runtime_seconds: int = 0,
     **usage_rules,
 ) -> PriorityClass:
     perm.require(scope_for(actor).platform_admin)
@@ -297,6 +308,7 @@ def priority_class_create(
         value=value,
         preemptible=preemptible,
         grace_seconds=grace_seconds,
+        min_runtime_seconds=min_runtime_seconds,
         description=description,
         **usage_rules,
     )
@@ -313,6 +325,7 @@ def priority_class_update(
     preemptible: bool,
     grace_seconds: int,
     description: str = "",
+    min_runtime_seconds: int | None = None,
     **usage_rules,
 ) -> PriorityClass:
     """Change a class's value, preemption policy or who may use it. The name stays: jobs and API
@@ -324,10 +337,13 @@ def priority_class_update(
     pc = PriorityClass.objects.get(pk=priority_class.pk)
     pc.value, pc.preemptible, pc.grace_seconds = value, preemptible, grace_seconds
     pc.description = description
+    if min_runtime_seconds is not None:  # None: left as it is
+        pc.min_runtime_seconds = min_runtime_seconds
     for field, rule in usage_rules.items():
         setattr(pc, field, rule)
     pc.full_clean()
-    pc.save(update_fields=["value", "preemptible", "grace_seconds", "description", *usage_rules])
+    pc.save(update_fields=["value", "preemptible", "grace_seconds", "min_runtime_seconds", "description",
+                           *usage_rules])
     request_cycle()
     return pc
 

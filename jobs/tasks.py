@@ -32,3 +32,12 @@ def estimate_starts() -> None:
     """Estimated starts of the waiting jobs (issue 24), off the request path: idempotent (a
     second run overwrites the cache; one running already makes it return at once)."""
     start_estimates_refresh()
+
+
+@shared_task(name="jobs.idle_policy", ignore_result=True)
+def idle_policy() -> dict[str, int]:
+    """The idle policy's pass (jobs.idle_service): warn idle jobs, then stop or make them preemptible.
+    Safe to run twice or at once in two workers: every step is a conditional update."""
+    from jobs.idle_service import run_idle_policy
+
+    return run_idle_policy()

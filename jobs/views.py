@@ -31,8 +31,17 @@ from jobs import (
     views_templates,
 )
 from jobs.approvals import approval_request_of
-from jobs.forms import ALL_STATES, QUEUE_STATES, AutoscaleForm, JobFilterForm, JobForm, PriorityClassForm
+from jobs.forms import (
+    ALL_STATES,
+    QUEUE_STATES,
+    AutoscaleForm,
+    IdleExemptionForm,
+    JobFilterForm,
+    JobForm,
+    PriorityClassForm,
+)
 from jobs.hooks import job_page_context
+from jobs.idle_exemptions import idle_exemption_request_create
 from jobs.models import Job, JobKind, PriorityClass, backend_name
 from jobs.quota_tree import quota_borrowers, quota_grid
 from jobs.requests import queued_request
@@ -193,6 +202,8 @@ def job_detail(request, pk: int):
             "samples": len(samples),
             "chart": charts.utilisation(samples) if samples else None,
             "can_cancel": selectors.can_cancel(request.user, job),
+            # Who may cancel a live job may ask that the idle policy leave it alone.
+            "idle_exemption_form": IdleExemptionForm() if selectors.can_cancel(request.user, job) else None,
             "backend": _backend_info(job),
             "external": job.kind == JobKind.EXTERNAL,
             **_autoscale_context(request.user, job),
@@ -275,6 +286,28 @@ def _backend_info(job) -> dict:
         with contextlib.suppress(KeyError, IndexError, ValueError):
             info["log_url"] = template.format(name=name, backend_id=job.backend_id, job=job.pk)
     return info
+
+
+@login_required
+@require_POST
+def job_idle_exemption(request, pk: int):
+    """The job page's "ask for an exemption from the idle policy" (docs/scheduling.md, "Idle policy")."""
+    job = get_visible(selectors.visible_jobs(request.user), pk=pk)
+    form = IdleExemptionForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, " ".join(m for errors in form.errors.values() for m in errors))
+        return redirect("job-detail", pk=job.pk)
+    try:
+        approval = idle_exemption_request_create(
+            actor=request.user, job=job, until=form.cleaned_data["until"], reason=form.cleaned_data["reason"]
+        )
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return redirect("job-detail", pk=job.pk)
+    messages.success(
+        request, _("Your exemption request for %(name)s waits for approval.") % {"name": job.name}
+    )
+    return redirect("approval-detail", pk=approval.pk)
 
 
 @login_required

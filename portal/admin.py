@@ -41,7 +41,8 @@ class DepartmentAdmin(PlatformModelAdmin):
 
 @admin.register(Project)
 class ProjectAdmin(PlatformModelAdmin):
-    list_display = ["code", "name", "department", "active", "queueing", "aging_bound_seconds"]
+    list_display = ["code", "name", "department", "active", "queueing", "aging_bound_seconds", "user_gpu_cap",
+                    "user_running_jobs_cap"]
     list_filter = ["active", "department", "queueing"]
     search_fields = ["code", "name"]
 

@@ -22,6 +22,7 @@ from .api_base import DetailApi, ListCreateApi
 from .models import (
     AGING_BOUND_MAX_SECONDS,
     AGING_BOUND_MIN_SECONDS,
+    USER_CAP_MAX,
     Department,
     Directory,
     DirectoryRule,
@@ -103,7 +104,7 @@ class ProjectOut(serializers.ModelSerializer):
     class Meta:
         model = Project
         fields = ["id", "code", "name", "department", "description", "active", "queueing",
-                  "aging_bound_seconds", "created_at"]
+                  "aging_bound_seconds", "user_gpu_cap", "user_running_jobs_cap", "created_at"]
 
 
 class ProjectIn(serializers.Serializer):
@@ -118,6 +119,15 @@ class ProjectIn(serializers.Serializer):
         required=False, allow_null=True, min_value=AGING_BOUND_MIN_SECONDS, max_value=AGING_BOUND_MAX_SECONDS,
         help_text="Seconds a job may wait before it blocks the project's later jobs; null: the centre's "
                   "default.",
+    )
+    # DESIGN §16: what one user's running jobs of the project may hold (null: no cap).
+    user_gpu_cap = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=USER_CAP_MAX,
+        help_text="GPUs one user's running jobs of the project may hold; null: no cap.",
+    )
+    user_running_jobs_cap = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=USER_CAP_MAX,
+        help_text="Jobs one user may run in the project at once; null: no cap.",
     )
 
 
@@ -137,6 +147,8 @@ class ProjectListApi(ListCreateApi):
             description=data.get("description", ""),
             queueing=data.get("queueing", Queueing.BEST_EFFORT),
             aging_bound_seconds=data.get("aging_bound_seconds"),
+            user_gpu_cap=data.get("user_gpu_cap"),
+            user_running_jobs_cap=data.get("user_running_jobs_cap"),
         )
 
 

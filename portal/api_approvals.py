@@ -210,9 +210,11 @@ _FLAGS = [
 
 
 class ApprovalListApi(generics.ListAPIView):
-    """Visible approval requests, newest first. ``POST`` makes a quota, loan or rule-change
-    request (``{"kind": "quota"|"loan"|"policy", …}``; rule changes: platform admins only, 403 for
-    anyone else before the body is read); jobs ask for approval when they are submitted."""
+    """Visible approval requests, newest first. ``POST`` makes a quota, loan, rule-change or
+    idle-policy exemption request (``{"kind": "quota"|"loan"|"policy"|"idle_exemption", …}``; rule
+    changes: platform admins only, 403 for anyone else before the body is read; an exemption:
+    ``{"job": id, "until": instant or null, "reason": …}`` by the job's owner or a project admin);
+    jobs ask for approval when they are submitted."""
 
     serializer_class = ApprovalOut
     filterset_fields = ["state", "kind", "project", "department"]

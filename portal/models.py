@@ -101,6 +101,7 @@ class Queueing(models.TextChoices):
     STRICT_FIFO = "strict_fifo", _("strict FIFO")
 
 
+USER_CAP_MAX = 1_000_000  # beyond any centre: a typo, not a cap
 AGING_BOUND_MIN_SECONDS = 60
 AGING_BOUND_MAX_SECONDS = 90 * 86400
 
@@ -146,6 +147,21 @@ class Project(models.Model):
             "A job that has waited longer than this blocks the project's later jobs and gets a "
             "reservation, as under strict FIFO. Empty: the centre's default."
         ),
+    )
+    # Per-user caps (DESIGN §16): what one user's running jobs of the project may hold. Null: none.
+    user_gpu_cap = models.PositiveIntegerField(
+        _("GPUs per user"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(USER_CAP_MAX)],
+        help_text=_("The most GPUs one user's running jobs of the project may hold. Empty: no cap."),
+    )
+    user_running_jobs_cap = models.PositiveIntegerField(
+        _("running jobs per user"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(USER_CAP_MAX)],
+        help_text=_("The most jobs one user may run in the project at once. Empty: no cap."),
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -310,6 +326,7 @@ class ApprovalKind(models.TextChoices):
     QUOTA = "quota", _("Quota request")
     LOAN = "loan", _("Loan request")
     POLICY = "policy", _("Rule change")
+    IDLE_EXEMPTION = "idle_exemption", _("Idle-policy exemption")
 
 
 class ApprovalState(models.TextChoices):

@@ -71,16 +71,20 @@ def department_delete(*, actor: User, department: Department) -> None:
     department.delete()
 
 
-QUEUEING_FIELDS = ("queueing", "aging_bound_seconds")
+# Set, like the quota, by the admin of the project's department: a strict or aged job holds a
+# reservation that binds other projects' jobs, and a cap decides what the project's users may run.
+QUEUEING_FIELDS = ("queueing", "aging_bound_seconds", "user_gpu_cap", "user_running_jobs_cap")
 
 
 def project_create(
     *, actor: User, code: str, name: str, department: Department, description: str = "",
     queueing: str = Queueing.BEST_EFFORT, aging_bound_seconds: int | None = None,
+    user_gpu_cap: int | None = None, user_running_jobs_cap: int | None = None,
 ) -> Project:
     perm.require(perm.can_manage_projects_of(scope_for(actor), department.pk))
     project = Project(code=code, name=name, department=department, description=description,
-                      queueing=queueing, aging_bound_seconds=aging_bound_seconds)
+                      queueing=queueing, aging_bound_seconds=aging_bound_seconds,
+                      user_gpu_cap=user_gpu_cap, user_running_jobs_cap=user_running_jobs_cap)
     _full_clean(project)
     project.save()
     return project

@@ -249,6 +249,7 @@ urlpatterns = [
     path("jobs/queue/table/", jobs_views.job_queue_table, name="job-queue-table"),
     path("jobs/<int:pk>/", jobs_views.job_detail, name="job-detail"),
     path("jobs/<int:pk>/cancel/", jobs_views.job_cancel, name="job-cancel"),
+    path("jobs/<int:pk>/idle-exemption/", jobs_views.job_idle_exemption, name="job-idle-exemption"),
     path("jobs/<int:pk>/autoscale/", jobs_views.job_autoscale, name="job-autoscale-form"),
     # The job's log and a dev job's port (DESIGN §13, issue 22).
     path("jobs/<int:pk>/log/", log_views.job_log, name="job-log"),

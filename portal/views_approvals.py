@@ -169,6 +169,8 @@ def _details(req: ApprovalRequest) -> dict:
             "starts_at": _when(payload.get("starts_at")),
             "ends_at": _when(payload.get("ends_at")),
         }
+    if req.kind == ApprovalKind.IDLE_EXEMPTION:
+        return {**payload, "until": _when(payload.get("until"))}
     if req.kind == ApprovalKind.JOB:
         devices = (payload.get("workers") or 0) * (payload.get("gpus_per_worker") or 0)
         return {**payload, "devices": devices}

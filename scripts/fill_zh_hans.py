@@ -10,6 +10,12 @@ import sys
 import polib
 
 GLOSSARY = {
+    "The per-user cap of %(cap)s GPUs in %(node)s is reached: its submitter's running jobs hold %(usage)s + %(request)s requested.": '已达到 %(node)s 的每用户上限 %(cap)s 卡：提交者的运行中作业占用 %(usage)s，再申请 %(request)s 将超出。',
+    'The per-user cap of %(cap_jobs)s running jobs in %(node)s is reached: its submitter runs %(running_jobs)s.': '已达到 %(node)s 的每用户运行作业上限 %(cap_jobs)s 个：提交者正在运行 %(running_jobs)s 个。',
+    'GPUs per user': '每用户 GPU 上限',
+    'running jobs per user': '每用户运行作业上限',
+    "The most GPUs one user's running jobs of the project may hold. Empty: no cap.": '单个用户在本项目中运行的作业最多可占用的 GPU 数。留空：不设上限。',
+    'The most jobs one user may run in the project at once. Empty: no cap.': '单个用户在本项目中可同时运行的作业数上限。留空：不设上限。',
     '%(nodes)s nodes, %(gpus)s GPUs: %(free)s free on ready nodes (%(usable)s usable, %(stranded)s stranded), %(used)s in use, %(idle)s flagged idle.': '%(nodes)s 个节点，%(gpus)s 块 GPU：就绪节点上空闲 %(free)s 块（可用 %(usable)s 块，搁置 %(stranded)s 块），使用中 %(used)s 块，低利用率 %(idle)s 块。',
     "Stranded: free GPUs that their node's free CPU, memory or local disk cannot feed at its share; no job can use them until the node has that room again.": '搁置：节点空闲的 CPU、内存或本地磁盘不足以按其配比支撑的空闲 GPU；在节点重新有这些余量之前，任何任务都无法使用它们。',
     '%(usable)s usable, %(stranded)s stranded': '可用 %(usable)s 块，搁置 %(stranded)s 块',
@@ -542,6 +548,82 @@ GLOSSARY = {
     'Default shares (its quota in normalised cards): %(d)s.': '默认份额（其配额折合标准卡数）: %(d)s。',
     'Weight in use: %(w)s, set by %(who)s at %(at)s.': '当前权重: %(w)s，由 %(who)s 于 %(at)s 设置。',
     'No weight is set: the default applies.': '未设置权重：使用默认份额。',
+    # The idle policy (issue 34 item 2).
+    'not watched': '不监测',
+    'warn only': '仅提醒',
+    'warn, then stop': '先提醒，再停止',
+    'warn, then make preemptible': '先提醒，再改为可抢占',
+    "Empty: the centre's policy, for every other class.": '留空：中心的策略，适用于其他所有优先级类别。',
+    'utilisation threshold (%)': '利用率阈值（%）',
+    'A minute is idle when the busiest card of the job is below this utilisation.': '任务利用率最高的卡低于此利用率时，该分钟计为低利用率。',
+    'idle minutes before the warning': '提醒前的低利用率分钟数',
+    'grace minutes before the action': '处置前的宽限分钟数',
+    'development jobs': '开发调试任务',
+    'training jobs': '训练任务',
+    'inference jobs': '推理任务',
+    'idle policy': '低利用率策略',
+    'idle policies': '低利用率策略',
+    'until': '截止',
+    'granted at': '批准时间',
+    'idle-policy exemption': '低利用率策略豁免',
+    'idle-policy exemptions': '低利用率策略豁免',
+    'Idle-policy exemption': '低利用率策略豁免',
+    'Only a job that has not ended, submitted through the portal, can be exempted from the idle policy.': '只有通过门户提交且尚未结束的任务才能豁免低利用率策略。',
+    'Must be in the future.': '必须是将来的时间。',
+    'Say why the job may hold its GPUs while they are idle.': '请说明该任务为何可以在 GPU 低利用率时继续占用它们。',
+    'Exempt job %(name)s in %(project)s from the idle policy': '豁免 %(project)s 中的任务 %(name)s 的低利用率策略',
+    'The requested period is already over.': '申请的时段已经结束。',
+    '"idle_exemption" (on POST /approvals/)': '"idle_exemption"（用于 POST /approvals/）',
+    'The job to leave alone (one you can see).': '不受处置的任务（须为您可见的任务）。',
+    "When the exemption ends (empty: for the job's life).": '豁免的结束时间（留空：任务结束为止）。',
+    'This body is a %(kind)s request.': '此请求体是 %(kind)s 申请。',
+    'No such job.': '没有这个任务。',
+    'Job %(name)s (#%(id)s) has used less than %(threshold)s%% of its GPUs for %(minutes)s. The idle policy stops it in %(grace)s unless its GPUs are used again or an exemption is approved.': '任务 %(name)s（#%(id)s）的 GPU 利用率已低于 %(threshold)s%% 持续 %(minutes)s。除非其 GPU 重新被使用或豁免获批，低利用率策略将在 %(grace)s 后停止它。',
+    'Job %(name)s (#%(id)s) has used less than %(threshold)s%% of its GPUs for %(minutes)s. The idle policy makes it preemptible in %(grace)s unless its GPUs are used again or an exemption is approved.': '任务 %(name)s（#%(id)s）的 GPU 利用率已低于 %(threshold)s%% 持续 %(minutes)s。除非其 GPU 重新被使用或豁免获批，低利用率策略将在 %(grace)s 后把它改为可抢占。',
+    'Job %(name)s (#%(id)s) has used less than %(threshold)s%% of its GPUs for %(minutes)s. Please stop it if it is not needed: idle cards are still billed.': '任务 %(name)s（#%(id)s）的 GPU 利用率已低于 %(threshold)s%% 持续 %(minutes)s。如不再需要请停止它：低利用率的卡仍会计费。',
+    'Job %(name)s (#%(id)s) was stopped by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s.': '任务 %(name)s（#%(id)s）已被低利用率策略停止：GPU 利用率低于 %(threshold)s%% 持续 %(minutes)s。',
+    'Job %(name)s (#%(id)s) was made preemptible by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s. Any waiting job may now take its GPUs.': '任务 %(name)s（#%(id)s）已被低利用率策略改为可抢占：GPU 利用率低于 %(threshold)s%% 持续 %(minutes)s。任何等待中的任务现在都可以占用它的 GPU。',
+    'Warned: GPUs idle': '已提醒：GPU 低利用率',
+    'Stopped by the idle policy': '被低利用率策略停止',
+    'Made preemptible by the idle policy': '被低利用率策略改为可抢占',
+    'preemptible since %(since)s: made so by the idle policy': '自 %(since)s 起可抢占：由低利用率策略设置',
+    'Warned by the idle policy at %(since)s: its GPUs are idle. Use them, stop the job, or ask for an exemption.': '低利用率策略已于 %(since)s 提醒：该任务的 GPU 利用率过低。请使用它们、停止任务或申请豁免。',
+    'Left alone by the idle policy until': '不受低利用率策略处置，截止',
+    'the job ends': '任务结束',
+    'Until': '截止',
+    'Reason': '原因',
+    "Empty: for the job's life.": '留空：任务结束为止。',
+    'Ask for an exemption from the idle policy': '申请豁免低利用率策略',
+    'Ask for approval': '提交审批',
+    'Your exemption request for %(name)s waits for approval.': '%(name)s 的豁免申请正在等待审批。',
+    # Issue 34 item 5: minimum runtime before preemption, borrowing within the cohort.
+    'minimum runtime before preemption (s)': '抢占前最短运行时间（秒）',
+    'A job of this class is not preempted before it has run this long. 0: no minimum.':
+        '此优先级的任务运行满这么长时间之前不会被抢占。0：不设下限。',
+    'Minimum runtime': '最短运行时间',
+    'The queue is ordered by priority class first. A job of a preemptible class may be preempted by a '
+    'higher-priority job of its own project; with checkpointing it gets the grace period to save its state. '
+    "No job is preempted before it has run its class's minimum runtime.":
+        '队列首先按优先级排序。可抢占优先级的任务可能被同一项目中更高优先级的任务抢占；启用断点(checkpoint)的任务可在宽限期内保存状态。'
+        '任务运行满其优先级的最短运行时间之前不会被抢占。',
+    'The jobs it may preempt have not yet run the minimum runtime of their priority class '
+    '(%(min_runtime)s): the last of them it needs may be preempted in %(exempt_for)s.':
+        '它可抢占的任务尚未运行满其优先级的最短运行时间（%(min_runtime)s）：所需的最后一个任务在 %(exempt_for)s 后可被抢占。',
+    'The jobs it may preempt have not run their minimum runtime yet': '可抢占的任务尚未运行满最短运行时间',
+    'minimum runtime (s)': '最短运行时间（秒）',
+    'preemptible in (s)': '距可抢占（秒）',
+}
+
+# Messages with a context (msgctxt) that the glossary above does not fill: (context, msgid) → 中文.
+GLOSSARY_IN_CONTEXT = {
+    ("job event", "borrowed capacity for job %(job)s of a higher priority"): "借用的资源被更高优先级的任务 #%(job)s 抢占",
+    # The idle policy (issue 34 item 2).
+    ("job event", "warned by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s"):
+        "低利用率策略已提醒：GPU 利用率低于 %(threshold)s%% 持续 %(minutes)s",
+    ("job event", "stopped by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s"):
+        "被低利用率策略停止：GPU 利用率低于 %(threshold)s%% 持续 %(minutes)s",
+    ("job event", "made preemptible by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s"):
+        "被低利用率策略改为可抢占：GPU 利用率低于 %(threshold)s%% 持续 %(minutes)s",
 }
 
 
@@ -558,6 +640,10 @@ def fill(path: str) -> list[str]:
                 entry.flags.remove("fuzzy")
         elif entry.msgid in GLOSSARY and not entry.msgctxt:
             entry.msgstr = GLOSSARY[entry.msgid]
+            if "fuzzy" in entry.flags:
+                entry.flags.remove("fuzzy")
+        elif (entry.msgctxt, entry.msgid) in GLOSSARY_IN_CONTEXT:
+            entry.msgstr = GLOSSARY_IN_CONTEXT[(entry.msgctxt, entry.msgid)]
             if "fuzzy" in entry.flags:
                 entry.flags.remove("fuzzy")
         elif not (entry.msgstr or all(entry.msgstr_plural.values() or [""])):

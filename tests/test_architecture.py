@@ -76,6 +76,7 @@ PURE_MODULES_ELSEWHERE = [
     "quotas.fairtree",
     "billing.pricing",
     "billing.forecast",
+    "jobs.idle_policy",
 ]
 
 

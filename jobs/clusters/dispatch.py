@@ -27,6 +27,7 @@ from jobs.requests import effective_request
 from jobs.scheduling.snapshot import MILLI
 from jobs.states import HOLDING, JobState
 from jobs.transitions import job_transition
+from portal.texts import Message
 from quotas.models import Cluster, FlavorKind, Node
 
 log = logging.getLogger(__name__)
@@ -326,11 +327,21 @@ def _start(job: Job, st: base.JobStatus) -> None:
         job_transition(job, JobState.RUNNING, reason="started", **when)
 
 
+def _cancel_reason(job: Job) -> str | Message:
+    """The reason its cancellation was asked with (the user's, the idle policy's), as written on
+    the ``cancel_requested`` event."""
+    row = (JobEvent.objects.filter(job=job, kind="cancel_requested").order_by("-id")
+           .values_list("reason", "reason_message").first())
+    if row is None:
+        return "cancelled by user"
+    return row[1] or row[0] or "cancelled by user"
+
+
 def _finish(job: Job, st: base.JobStatus) -> str:
     end = _backend_clock(st.finished_at, st) or {"finished_at": timezone.now()}
     ended = {**end, "exit_code": st.exit_code, "message": st.message[:500]}
     if job.cancel_requested_at and st.phase in (base.CANCELLED, base.FAILED, base.LOST):
-        job_transition(job, JobState.CANCELLED, reason="cancelled by user", **ended)
+        job_transition(job, JobState.CANCELLED, reason=_cancel_reason(job), **ended)
         return "cancelled"
     if _overran(job, st):
         state = JobState.EXPIRED if job.kind == "dev" else JobState.FAILED

@@ -1,5 +1,6 @@
 """GPU metrics: poll Prometheus (DCGM exporter series) for running jobs, store per-minute
-samples, flag idle jobs; and the portal's own metrics in Prometheus text format.
+samples (the idle policy, ``jobs.idle_service``, reads them); and the portal's own metrics in
+Prometheus text format.
 
 Metering is allocation-based (billing reads job events), so nothing here affects cost: a
 Prometheus outage only leaves gaps in utilisation, and gaps are never stored as zeros.
@@ -8,16 +9,14 @@ Prometheus outage only leaves gaps in utilisation, and gaps are never stored as 
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
-from django.core.mail import send_mail
 from django.db import connection
-from django.db.models import Count, Max
+from django.db.models import Count
 from django.utils import timezone
 
-from jobs.models import Job, JobEvent, JobGpuSample, backend_name
-from jobs.reasons import IDLE, event_reason, reason
+from jobs.models import Job, JobEvent, backend_name
 from jobs.states import HOLDING, JobState
 from quotas.models import ClusterKind
 from quotas.queues import JOBS_NAMESPACE
@@ -47,6 +46,10 @@ _POD_QUERIES = (
     + _OWNER.format(inner="avg_over_time(" + _POD_SELECTOR.format(names=_MEMORY_NAMES) + "[1m])")
     + ")",
     "count by (namespace, gp_job) (" + _OWNER.format(inner=_POD_SELECTOR.format(names=_UTIL_NAMES)) + ")",
+    # The busiest card's minute: the idle policy needs every card under its threshold, not the mean.
+    "max by (namespace, gp_job) ("
+    + _OWNER.format(inner="avg_over_time(" + _POD_SELECTOR.format(names=_UTIL_NAMES) + "[1m])")
+    + ")",
 )
 
 
@@ -79,17 +82,20 @@ _QUERIES = (
     "avg by ({label}) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{selector}[1m]))",
     "sum by ({label}) (avg_over_time(DCGM_FI_DEV_FB_USED{selector}[1m]))",
     "count by ({label}) (DCGM_FI_DEV_GPU_UTIL{selector})",
+    "max by ({label}) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{selector}[1m]))",
 )
 # The minute's samples of every job in one statement: the triggers that keep the hourly sums
 # (jobs.sample_hours) run once per statement — a statement per job paid them per job (0.35 ms a
 # row, twice that for an overwrite). One row per job, so no key is upserted twice.
 _UPSERT_SAMPLES = """
-    INSERT INTO jobs_jobgpusample (job_id, minute, gpu_util_pct, fb_used_mib, gpus)
-    SELECT s.job_id, %(minute)s, s.util, s.fb, s.gpus
-    FROM unnest(%(jobs)s::bigint[], %(util)s::float8[], %(fb)s::float8[], %(gpus)s::int[])
-         AS s(job_id, util, fb, gpus)
+    INSERT INTO jobs_jobgpusample (job_id, minute, gpu_util_pct, fb_used_mib, gpus, gpu_util_max_pct)
+    SELECT s.job_id, %(minute)s, s.util, s.fb, s.gpus, s.busiest
+    FROM unnest(%(jobs)s::bigint[], %(util)s::float8[], %(fb)s::float8[], %(gpus)s::int[],
+                %(busiest)s::float8[])
+         AS s(job_id, util, fb, gpus, busiest)
     ON CONFLICT (job_id, minute) DO UPDATE
-    SET gpu_util_pct = EXCLUDED.gpu_util_pct, fb_used_mib = EXCLUDED.fb_used_mib, gpus = EXCLUDED.gpus
+    SET gpu_util_pct = EXCLUDED.gpu_util_pct, fb_used_mib = EXCLUDED.fb_used_mib, gpus = EXCLUDED.gpus,
+        gpu_util_max_pct = EXCLUDED.gpu_util_max_pct
 """
 
 
@@ -102,27 +108,31 @@ def poll_gpu_metrics(now: datetime | None = None) -> int:
     running = {backend_name(pk): pk for pk, _kind, _config in jobs}
     if not running:
         return 0
-    samples: dict[int, tuple[float, float, int]] = {}
-    util, memory, count = (_per_job(query) for query in _QUERIES)
+    samples: dict[int, tuple[float, float, int, float | None]] = {}
+    util, memory, count, busiest = (_per_job(query) for query in _QUERIES)
     for name, value in util.items():
         if name in running:
-            samples[running[name]] = (value, memory.get(name, 0.0), int(count.get(name, 0)))
+            samples[running[name]] = (
+                value, memory.get(name, 0.0), int(count.get(name, 0)), busiest.get(name)
+            )
     pods = _kubernetes_jobs(jobs)
     if pods:
-        util_of, memory_of, count_of = (_per_pod_owner(query) for query in _POD_QUERIES)
+        util_of, memory_of, count_of, busiest_of = (_per_pod_owner(query) for query in _POD_QUERIES)
         for key, value in util_of.items():
             # The job-id label wins where both exist: one sample per job, never a sum of two.
             if key in pods and pods[key] not in samples:
-                samples[pods[key]] = (value, memory_of.get(key, 0.0), int(count_of.get(key, 0)))
+                samples[pods[key]] = (
+                    value, memory_of.get(key, 0.0), int(count_of.get(key, 0)), busiest_of.get(key)
+                )
     if samples:
         minute = (now or timezone.now()).replace(second=0, microsecond=0)
         upsert_samples(minute, samples)
     return len(samples)
 
 
-def upsert_samples(minute: datetime, samples: dict[int, tuple[float, float, int]]) -> None:
-    """Each job's sample of ``minute`` (utilisation %, framebuffer MiB, GPU series), written or
-    overwritten, in one statement."""
+def upsert_samples(minute: datetime, samples: dict[int, tuple]) -> None:
+    """Each job's sample of ``minute`` (utilisation %, framebuffer MiB, GPU series and optionally the
+    busiest card's utilisation %), written or overwritten, in one statement."""
     with connection.cursor() as cursor:
         cursor.execute(_UPSERT_SAMPLES, {
             "minute": minute,
@@ -130,55 +140,8 @@ def upsert_samples(minute: datetime, samples: dict[int, tuple[float, float, int]
             "util": [s[0] for s in samples.values()],
             "fb": [s[1] for s in samples.values()],
             "gpus": [s[2] for s in samples.values()],
+            "busiest": [s[3] if len(s) > 3 else None for s in samples.values()],
         })
-
-
-def flag_idle_jobs(now: datetime | None = None) -> list[int]:
-    """A running job is idle when, over the last window, it has samples for most minutes and
-    every one is below the threshold. Flag it once, with an event and a mail to its owner."""
-    now = now or timezone.now()
-    window = timedelta(minutes=settings.GPUPOOL["IDLE_WINDOW_MINUTES"])
-    threshold = settings.GPUPOOL["IDLE_THRESHOLD_PCT"]
-    since = now - window
-    stats = (
-        JobGpuSample.objects.filter(
-            job__state=JobState.RUNNING,
-            job__idle_since__isnull=True,
-            job__started_at__lte=since,
-            minute__gte=since,
-        )
-        .values("job_id")
-        .annotate(n=Count("id"), peak=Max("gpu_util_pct"))
-    )
-    needed = int(window.total_seconds() // 60 * 0.8)  # tolerate a few missing minutes
-    flagged = [s["job_id"] for s in stats if s["n"] >= needed and s["peak"] < threshold]
-    for job in Job.objects.filter(pk__in=flagged).select_related("submitted_by"):
-        if Job.objects.filter(pk=job.pk, idle_since__isnull=True).update(idle_since=now):
-            JobEvent.objects.create(
-                job=job,
-                kind="idle_flagged",
-                from_state=job.state,
-                to_state=job.state,
-                **event_reason(reason(IDLE, threshold=threshold, window=str(window))),
-                occurred_at=now,
-            )
-            _notify_idle(job, threshold, window)
-    return flagged
-
-
-def _notify_idle(job: Job, threshold: float, window: timedelta) -> None:
-    if not job.submitted_by.email:
-        return
-    send_mail(
-        subject=f"[gpupool] job {job.name} (#{job.pk}) looks idle",
-        message=(
-            f"Your job {job.name} has used less than {threshold}% of its GPUs for {window}. "
-            "Please stop it if it is not needed: idle cards are still billed."
-        ),
-        from_email=None,
-        recipient_list=[job.submitted_by.email],
-        fail_silently=True,
-    )
 
 
 # --- the portal's own /metrics ------------------------------------------------------------

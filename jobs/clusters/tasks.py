@@ -105,10 +105,9 @@ def _guard_key(step: str, job_id: int, submitted_at) -> str:
 
 @shared_task(name="jobs.poll_metrics", ignore_result=True)
 def poll_metrics() -> None:
-    from jobs.clusters.metrics import flag_idle_jobs, poll_gpu_metrics
+    from jobs.clusters.metrics import poll_gpu_metrics
 
     poll_gpu_metrics()
-    flag_idle_jobs()
 
 
 @shared_task(name="jobs.expire_jobs", ignore_result=True)

@@ -19,8 +19,10 @@ How a cycle decides (details in :mod:`jobs.scheduler.engine.cycle` and the modul
 
 1. Rule 1 is recomputed over the running jobs (in-quota / on-loan split).
 2. Priority levels, highest first; inside a level the (project, flavor) sub-queues are merged
-   by the project's current dominant share (usage ÷ quota, max over flavors, re-read after
-   every admission so tenants take turns), then submit time, then id.
+   by the project's Fair Tree key when the snapshot carries fair-share maps (DESIGN §16,
+   :mod:`jobs.scheduler.fairshare`; each admission charges its project at once), then the
+   project's current dominant share (usage ÷ quota, max over flavors; both re-read after every
+   admission so tenants take turns), then submit time, then id.
 3. Each job at its turn: budget hold → quota rules (§3) → placement → preemption (rule 5
    reclaim when in-quota, else rule 6) → it waits. The first job of a level that waits for
    capacity or placement gets the level's reservation (EASY backfill; jobs behind it may only
@@ -53,7 +55,7 @@ by id, so the same snapshot gives the same decisions whatever the order of its t
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -141,12 +143,18 @@ class Engine:
         believes; a job that shrank outside the engine needs a fresh engine instead."""
         self._targets[job_id] = (grow_to, worker_milli, submitted_at)
 
+    def set_fair(self, usage: Mapping[str, float], shares: Mapping[str, float]) -> None:
+        """Fair-share maps for the next cycles (DESIGN §16; the Snapshot's ``fair_usage`` and
+        ``fair_shares``): the caller refreshes them between cycles. Both empty: fair share off."""
+        self.state.set_fair(usage, shares)
+
     def cycle(self, now: datetime | None = None) -> CycleResult:
         with _no_cyclic_gc():
             return self._cycle(now)
 
     def _cycle(self, now: datetime | None) -> CycleResult:
         self._settle(now)
+        self.state.fair_reset()  # entry charges last one cycle, as in a cold engine
         c = Cycle(self.state, **self._opts)
         c.run()
         s = self.state
@@ -194,6 +202,15 @@ class Engine:
             s.timelines[res.flavor].untrack(("res", res.job_id), res.slots, tuple(res.applied_res.items()))
         for v in c.fresh_ghosts:
             s.release_ghost(v)
+        # A victim signalled in this cycle took as ghost only what its preemptor left; when that
+        # preemptor was itself reclaimed (a fresh ghost, just released) the victim still runs
+        # on those GPUs: it takes them again, as a cold engine's ``add_terminating`` would.
+        for pre in c.preemptions:
+            v = s.terminating.get(pre.victim_id) if pre.worker is None else None
+            if v is not None:
+                until = v.ghost_until
+                s.release_ghost(v)
+                s.retire(v, until)
         for p, run, _, _ in c.admitted.values():
             run.fresh = False
             s.pending.pop(p.id, None)

@@ -76,6 +76,8 @@ class Config:
     strict_fifo: frozenset[str] = frozenset()
     aging_bounds: tuple[tuple[str, int], ...] = ()
     default_aging_bound: int | None = None
+    # Per-user caps (DESIGN §16): (project tree id, (GPU milli, running jobs)) of capped projects.
+    user_caps: tuple[tuple[str, tuple[int | None, int | None]], ...] = ()
     # The operator's engine settings (jobs.scheduling.settings): a change rebuilds a warm engine.
     fragmentation_aware: bool = True
     backfill: bool = True
@@ -90,7 +92,7 @@ class Config:
 # as text (Decimal, exactly), times and instants as ISO text. Orders are the ones the ORM reads
 # used (Node's and the tree's Meta orderings, id last), so the engine sees everything as before.
 _PARTS = (
-    ("name, value, preemptible, grace_seconds", "jobs_priorityclass", "id"),
+    ("name, value, preemptible, grace_seconds, min_runtime_seconds", "jobs_priorityclass", "id"),
     ("name", "quotas_flavor WHERE active", "name"),
     ("backfill, packing, fair_share_half_life_seconds, fair_share_entry_seconds",
      "jobs_schedulersettings WHERE id = 1", "id"),
@@ -99,7 +101,8 @@ _PARTS = (
      "quotas_node n JOIN quotas_flavor f ON f.id = n.flavor_id JOIN quotas_cluster c ON c.id = n.cluster_id"
      " WHERE c.active", "n.cluster_id, n.zone, n.spine, n.leaf, n.name, n.id"),
     ("id, parent_id", "portal_department", "code, id"),
-    ("id, department_id, queueing, aging_bound_seconds", "portal_project", "code, id"),
+    ("id, department_id, queueing, aging_bound_seconds, user_gpu_cap, user_running_jobs_cap",
+     "portal_project", "code, id"),
     ("q.id, q.department_id, q.project_id, f.name, q.quota::text, q.borrow_limit::text, q.lend_limit::text",
      "quotas_quotanode q JOIN quotas_flavor f ON f.id = q.flavor_id", "q.id"),
     ("quota_node_id, weekdays, start_time::text, end_time::text, quota::text, lend_limit::text",
@@ -193,6 +196,7 @@ class Rows:
     policies: dict[int, bool]
     parents: dict[int, int | None]
     projects: tuple[tuple[int, int], ...]  # (id, department id)
+    user_caps: tuple[tuple[str, tuple[int | None, int | None]], ...] = ()
     exempt: frozenset[str] | None = field(default=None)  # computed when first needed
 
     @classmethod
@@ -217,10 +221,10 @@ class Rows:
             ),
             tree=tuple(
                 [TreeNode(f"d{pk}", f"d{up}" if up else None, "department") for pk, up in departments]
-                + [TreeNode(f"p{pk}", f"d{dept}", "project") for pk, dept, _q, _b in projects]
+                + [TreeNode(f"p{pk}", f"d{dept}", "project") for pk, dept, *_ in projects]
             ),
-            strict=frozenset(f"p{pk}" for pk, _d, q, _b in projects if q == Queueing.STRICT_FIFO),
-            bounds=tuple((f"p{pk}", b) for pk, _d, _q, b in sorted(projects) if b is not None),
+            strict=frozenset(f"p{pk}" for pk, _d, q, *_ in projects if q == Queueing.STRICT_FIFO),
+            bounds=tuple((f"p{pk}", b) for pk, _d, _q, b, *_ in sorted(projects) if b is not None),
             quota=tuple(
                 QuotaRow(
                     (f"p{project}" if project else f"d{dept}", flavor),
@@ -233,7 +237,10 @@ class Rows:
             loans=spans,
             policies=dict(policies),
             parents=dict(departments),
-            projects=tuple((pk, dept) for pk, dept, _q, _b in projects),
+            projects=tuple((pk, dept) for pk, dept, *_ in projects),
+            user_caps=tuple((f"p{pk}", (None if gpus is None else gpus * MILLI, jobs))
+                            for pk, _d, _q, _b, gpus, jobs in projects
+                            if gpus is not None or jobs is not None),
         )
 
     def budget_exempt(self) -> frozenset[str]:
@@ -298,7 +305,7 @@ class ConfigReader:
             rows.nodes, rows.tree, self._limits_at(now), rows.classes, over_budget,
             rows.budget_exempt() if over_budget else frozenset(), rows.active, rows.strict, rows.bounds,
             settings.GPUPOOL["AGING_BOUND_SECONDS"] or None,
-            fragmentation_aware=fragmentation_aware, backfill=backfill,
+            user_caps=rows.user_caps, fragmentation_aware=fragmentation_aware, backfill=backfill,
             fair_half_life_s=rows.fair[0], fair_entry_s=rows.fair[1], fair_shares=rows.shares,
         )
 

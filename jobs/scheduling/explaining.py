@@ -22,6 +22,14 @@ HIDDEN_LEVEL = gettext_lazy("a department above your project")
 # blocking level's name ("node") and the flavor. Two reasons read differently with other numbers.
 _TEXTS = {
     "budget": gettext_lazy("%(node)s is over its budget: the job waits for an approval."),
+    "user_cap": gettext_lazy(
+        "The per-user cap of %(cap)s GPUs in %(node)s is reached: its submitter's running jobs hold "
+        "%(usage)s + %(request)s requested."
+    ),
+    "user_cap_jobs": gettext_lazy(
+        "The per-user cap of %(cap_jobs)s running jobs in %(node)s is reached: its submitter runs "
+        "%(running_jobs)s."
+    ),
     "quota": gettext_lazy(
         "Not in quota at %(node)s: in-quota usage %(in_quota_usage)s + %(request)s requested > "
         "quota %(quota)s, and it may not borrow."
@@ -62,6 +70,10 @@ _TEXTS = {
         "version and are never chosen, and the others have no room for %(workers)s × %(per_worker)s now."
     ),
     "admissible": gettext_lazy("It is admitted at the next scheduling cycle."),
+    "min_runtime": gettext_lazy(
+        "The jobs it may preempt have not yet run the minimum runtime of their priority class "
+        "(%(min_runtime)s): the last of them it needs may be preempted in %(exempt_for)s."
+    ),
     "fifo": gettext_lazy(
         "It waits behind job #%(behind)s of its project, which cannot start yet: the project queues "
         "in strict FIFO order."
@@ -105,6 +117,13 @@ def explain_text(explain: dict, node_name: str | None) -> str:
     return text
 
 
+def _duration(seconds) -> str:
+    """Seconds as people read them (``duration`` of the templates: "9 min", "1 h 30 min")."""
+    from jobs.templatetags.jobs_ui import duration
+
+    return str(duration(int(Decimal(seconds or 0))))
+
+
 def _hours(seconds) -> str:
     return format(Decimal(seconds / 3600).quantize(Decimal("0.1")).normalize(), "f")
 
@@ -123,6 +142,8 @@ def _reason_text(explain: dict, node_name: str | None) -> str:
         reason = "fifo_aging"
     if reason == "invalid" and explain.get("resource"):
         reason = "invalid_resource"
+    if reason == "user_cap" and "cap_jobs" in (explain.get("numbers") or {}):
+        reason = "user_cap_jobs"
     if reason not in _TEXTS:
         return ""
     values = {key: quantity(v) for key, v in (explain.get("numbers") or {}).items()}
@@ -134,6 +155,9 @@ def _reason_text(explain: dict, node_name: str | None) -> str:
         values["message"] = explain["message"]  # the backend's own word (Slurm's Reason), as it is
     if explain.get("behind") is not None:
         values["behind"] = explain["behind"]
+    if reason == "min_runtime":  # seconds, for people
+        values["min_runtime"] = _duration(values.get("min_runtime_s"))
+        values["exempt_for"] = _duration(values.get("exempt_for_s"))
     reservation = explain.get("reservation") or {}
     if reservation.get("job"):
         values["job"] = reservation["job"]

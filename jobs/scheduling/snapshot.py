@@ -25,12 +25,18 @@ _CHOICES_SQL = """
 # What each worker asks besides GPUs (DESIGN §15): its own figures and the share it was submitted
 # with, for the ones it left empty (``_request``).
 _REQUEST_SQL = "j.min_cuda_version, j.cpu_millicores, j.memory_mib, j.local_disk_gib, j.unit_share::text"
-_REQUEST_COLUMNS = 4  # the last four; the CUDA version is the one before them
+_REQUEST_COLUMNS = 4  # the last four; the CUDA version is the one before them, the submitter before it
+_USER = -_REQUEST_COLUMNS - 2
+# Whether it checkpoints (what a preemption costs it: the engine's victim order), before the submitter.
+_CHECKPOINTING = _USER - 1
+# Preemptible by its class, or made so by the idle policy (jobs.idle_service) whatever its class says.
+_PREEMPTIBLE_SQL = "(pc.preemptible OR j.idle_preemptible_at IS NOT NULL)"
 # Raw SQL rather than the ORM: at 50,000 queued jobs the ORM's per-row converters cost ~1 s a cycle.
 _JOBS_SQL = f"""
-    SELECT j.id, j.project_id, f.name, pc.value, pc.preemptible, j.workers, j.min_workers,
+    SELECT j.id, j.project_id, f.name, pc.value, {_PREEMPTIBLE_SQL}, j.workers, j.min_workers,
            j.gpus_per_worker, j.gpu_milli, j.submitted_at, j.max_runtime_seconds, j.approved,
-           j.admitted_at, j.started_at, j.placement, j.terminating_since, {_CHOICES_SQL}, {_REQUEST_SQL}
+           j.admitted_at, j.started_at, j.placement, j.terminating_since, {_CHOICES_SQL}, j.checkpointing,
+           j.submitted_by_id, {_REQUEST_SQL}
     FROM jobs_job j
     JOIN quotas_flavor f ON f.id = j.flavor_id
     JOIN jobs_priorityclass pc ON pc.id = j.priority_class_id
@@ -53,10 +59,10 @@ GROW_TO_SQL = """
          THEN COALESCE(j.target_workers, j.workers) ELSE 0 END
 """
 _HOLDING_SQL = f"""
-    SELECT j.id, j.project_id, f.name, pc.value, pc.preemptible, j.workers, j.min_workers,
+    SELECT j.id, j.project_id, f.name, pc.value, {_PREEMPTIBLE_SQL}, j.workers, j.min_workers,
            j.gpus_per_worker, j.gpu_milli, j.submitted_at, j.max_runtime_seconds, j.approved,
            j.admitted_at, j.started_at, j.placement, j.terminating_since, j.grown_at, {GROW_TO_SQL},
-           j.kind = 'external', {_CHOICES_SQL}, {_REQUEST_SQL}
+           j.kind = 'external', {_CHOICES_SQL}, j.checkpointing, j.submitted_by_id, {_REQUEST_SQL}
     FROM jobs_job j
     JOIN quotas_flavor f ON f.id = j.flavor_id
     JOIN jobs_priorityclass pc ON pc.id = j.priority_class_id
@@ -90,7 +96,7 @@ def _running(row: tuple) -> RunningJob:
         started_at=admitted_at or started_at, max_runtime_seconds=max_runtime, placement=slots,
         terminating=terminating_since is not None, terminating_since=terminating_since,
         worker_milli=wm, grow_to=grow_to, grown=grown, submitted_at=submitted, pinned=pinned,
-        requests=requests,
+        requests=requests, user=f"u{row[_USER]}", checkpointing=bool(row[_CHECKPOINTING]),
     )
 
 
@@ -128,6 +134,7 @@ def _as_queued(row: tuple, choices) -> QueuedJob:
         preemptible=preemptible, max_runtime_seconds=runtime, approved=ok,
         flavors=choices if len(choices) > 1 else (),
         cpu_millicores=cpu, memory_mib=memory, local_disk_gib=disk, min_cuda=min_cuda,
+        user=f"u{row[_USER]}", checkpointing=bool(row[_CHECKPOINTING]),
     )
 
 
@@ -175,6 +182,7 @@ def _snapshot(now: datetime, config: Config | None, holding: list[tuple]) -> Sna
         aging_bound_s=dict(config.aging_bounds), default_aging_bound_s=config.default_aging_bound,
         fair_usage=fair_usage(now, config.fair_half_life_s), fair_shares=dict(config.fair_shares),
         fair_entry_s=float(config.fair_entry_s),
+        user_caps=dict(config.user_caps),
     )
 
 
@@ -198,14 +206,15 @@ def elastic_job_states() -> list[tuple[int, int, int, int, int | None, datetime]
         return cursor.fetchall()
 
 
-def live_job_states() -> list[tuple[int, str, bool, datetime | None, bool]]:
-    """(id, state, terminating, admitted_at, approved) of every queued or GPU-holding job: the
-    cheap per-cycle read from which a warm engine derives what changed since its last cycle (the
-    admission time tells one run of a job from the next; ``approved`` a queued job that went to
-    approval and came back between two cycles)."""
+def live_job_states() -> list[tuple[int, str, bool, datetime | None, bool, bool]]:
+    """(id, state, terminating, admitted_at, approved, made preemptible by the idle policy) of every
+    queued or GPU-holding job: the cheap per-cycle read from which a warm engine derives what
+    changed since its last cycle (the admission time tells one run of a job from the next;
+    ``approved`` a queued job that went to approval and came back between two cycles)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT id, state, terminating_since IS NOT NULL, admitted_at, approved FROM jobs_job"
+            "SELECT id, state, terminating_since IS NOT NULL, admitted_at, approved,"
+            " idle_preemptible_at IS NOT NULL FROM jobs_job"
             " WHERE state = ANY(%s) AND NOT (state = 'queued' AND kind = 'external')",
             [[JobState.QUEUED.value, *(s.value for s in HOLDING)]],
         )

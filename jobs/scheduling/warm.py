@@ -10,6 +10,7 @@ classes, budget holds) — never from messages that could be lost or reordered:
   ran a cycle, or an operator intervened) → rebuild;
 * a decision of the last cycle did not apply in full (a job was cancelled meanwhile) → rebuild;
 * a job ended while a preemption victim is still in its grace period → rebuild (see _catch_up);
+* the idle policy made a running job preemptible that the engine holds as not → rebuild;
 * an elastic job holds another number of workers than the engine believes (its owner scaled it
   down, a growth did not apply) → rebuild; only its growth target changed → ``retarget``;
 * otherwise: queued jobs the engine does not know are submitted, known pending jobs no longer
@@ -66,8 +67,11 @@ class WarmEngine:
         terminating = set(state.terminating) | self.signalled
         queued, held, ending, approval = set(), set(), set(), set()
         admitted_at: dict[str, datetime | None] = {}
-        for job_id, job_state, is_terminating, at, approved in live_job_states():
+        for job_id, job_state, is_terminating, at, approved, made_preemptible in live_job_states():
             key = str(job_id)
+            run = state.running.get(key)
+            if made_preemptible and run is not None and not run.preemptible:
+                return False  # the idle policy made a running job preemptible: rebuild
             if job_state == JobState.QUEUED:
                 queued.add(key)
                 known = state.pending.get(key)

@@ -29,6 +29,9 @@ EVENT_KIND_LABELS = {
     "scale_target": _("Target changed"),
     "on_loan": _("In quota / on loan"),
     "idle_flagged": _("Flagged as idle"),
+    "idle_warned": _("Warned: GPUs idle"),
+    "idle_stopped": _("Stopped by the idle policy"),
+    "idle_preemptible": _("Made preemptible by the idle policy"),
     "expire_requested": _("Stop at the runtime limit"),
     "cancel_requested": _("Cancel requested"),
 }
@@ -47,6 +50,7 @@ REASON_LABELS = {
     "reclaimed": _("Reclaimed by an in-quota job; retried next cycle"),
     "invalid": _("Can never run: no node of the flavor is big enough"),
     "fifo": _("Waits behind an earlier job of its project (FIFO)"),
+    "min_runtime": _("The jobs it may preempt have not run their minimum runtime yet"),
     "admissible": _("Admitted at the next cycle"),
     "external": _("Waiting in its cluster's own queue"),
 }
@@ -67,6 +71,8 @@ NUMBER_LABELS = {
     "nodes_with_gpus": _("nodes with the GPUs free"),
     "nodes_below": _("nodes below its CUDA version"),
     "largest_free_cluster": _("largest free room in one cluster"),
+    "min_runtime_s": _("minimum runtime (s)"),
+    "exempt_for_s": _("preemptible in (s)"),
 }
 
 

@@ -57,7 +57,7 @@ from jobs.states import TERMINAL, JobState
 from jobs.whatif.replay.csvtrace import COLUMNS
 from portal.daterange import OUT_OF_RANGE, in_range
 from portal.models import Department, Project
-from quotas.models import Loan, LoanState, Node, NodeEvent, NodeState, QuotaNode, QuotaWindow
+from quotas.models import Flavor, Loan, LoanState, Node, NodeEvent, NodeState, QuotaNode, QuotaWindow
 from quotas.selectors import site_zone
 
 FILES = ("trace.csv", "cluster.json", "recorded.csv", "manifest.json")
@@ -359,6 +359,18 @@ def _quotas(depts: dict[int, str], projects: dict[int, str], start: datetime) ->
     return {t: dict(sorted(per.items())) for t, per in sorted(out.items())}, keys, sorted(changed)
 
 
+def default_shares(quotas: dict) -> dict[str, float]:
+    """Fair-share shares per tree node as the portal defaults them (DESIGN §16): the node's
+    quota in normalised cards — each flavor's quota × its relative throughput (§14) — summed
+    over flavors. ``quotas``: the SPEC's, as :func:`_quotas` gives them."""
+    throughput = dict(Flavor.objects.values_list("name", "relative_throughput"))
+    out = {}
+    for path, per in quotas.items():
+        cards = [Decimal(str(e["quota"])) * throughput.get(f, Decimal(1)) for f, e in per.items()]
+        out[path] = float(sum(cards, Decimal(0)))
+    return out
+
+
 def _windows(keys: dict) -> list[dict]:
     out = []
     for w in QuotaWindow.objects.filter(active=True).order_by("id"):
@@ -438,8 +450,14 @@ def _nodes(start: datetime) -> tuple[list[dict], list[str]]:
     return out, left
 
 
-def history_export(*, start: datetime, end: datetime, now: datetime | None = None) -> HistoryExport:
-    """The trace, SPEC, recorded delays and manifest of ``[start, end)``."""
+def history_export(*, start: datetime, end: datetime, now: datetime | None = None,
+                   shares: bool | None = None) -> HistoryExport:
+    """The trace, SPEC, recorded delays and manifest of ``[start, end)``.
+
+    ``shares``: write the fair-share shares (:func:`default_shares`) into the SPEC, so its replay
+    orders by fair share as the service does (docs/replay.md); None: when the service applies
+    fair share (``GPUPOOL["FAIR_SHARE"]``). Without them the replay runs without fair share —
+    what the service did before it had any, so the recorded delays stay comparable."""
     now = now or timezone.now()
     zone = site_zone()
     depts, projects = _tenant_paths()
@@ -460,6 +478,8 @@ def history_export(*, start: datetime, end: datetime, now: datetime | None = Non
         "windows": _windows(keys),
         "loans": _loans(keys, start, end),
     }
+    if shares if shares is not None else settings.GPUPOOL.get("FAIR_SHARE", False):
+        cluster["shares"] = default_shares(quotas)
     manifest = {
         "format": "gpupool-history/1",
         "start": start.astimezone(zone).isoformat(),

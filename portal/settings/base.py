@@ -142,6 +142,10 @@ CELERY_BEAT_SCHEDULE = {
                   "options": {"expires": 250}},
     "expire-jobs": {"task": "jobs.expire_jobs", "schedule": 60.0, "options": {"expires": 50}},
     "gpu-metrics": {"task": "jobs.poll_metrics", "schedule": 60.0, "options": {"expires": 50}},
+    # DESIGN §16: idle jobs are warned, then stopped or made preemptible (docs/scheduling.md "Idle policy").
+    "idle-policy": {"task": "jobs.idle_policy",
+                    "schedule": env_int("IDLE_POLICY_INTERVAL_SECONDS", 60, min_value=10),
+                    "options": {"expires": 50}},
     # Inference jobs with an autoscale query follow their load (docs/scheduling.md "Autoscaling").
     "autoscale": {"task": "jobs.autoscale", "schedule": env_int("AUTOSCALE_INTERVAL_SECONDS", 30),
                   "options": {"expires": 25}},
@@ -318,8 +322,6 @@ GPUPOOL = {
     # The DCGM label naming the job on a GPU series: dcgm-exporter's HPC job mapping writes
     # hpc_job (our simulator too); a Kubernetes setup may relabel pod names into it.
     "METRICS_JOB_LABEL": env_str("GPUPOOL_METRICS_JOB_LABEL", "hpc_job"),
-    "IDLE_THRESHOLD_PCT": env_int("GPUPOOL_IDLE_THRESHOLD_PCT", 5),
-    "IDLE_WINDOW_MINUTES": env_int("GPUPOOL_IDLE_WINDOW_MINUTES", 120),
     # GET /metrics (its labels name departments) answers a request with "Authorization: Bearer
     # <token>" or from one of the networks (client address as portal.security.client_address);
     # with neither set (dev, tests) anyone. Production refuses to start with neither.

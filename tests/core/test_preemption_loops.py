@@ -53,17 +53,21 @@ def test_same_project_equal_or_lower_priority_on_loan_jobs_are_still_reclaimed()
     assert [(p.victim_id, p.reason) for p in result.preemptions] == [("a_loan", "reclaim")]
 
 
-@pytest.mark.parametrize(("runtime_h", "reclaims"), [
-    (10, False),  # would hold n000 for 10 h: the gang's reservation at +2 h would slip
-    (1.5, True),  # gone before the reservation starts: EASY lets it
+@pytest.mark.parametrize(("runtime_h", "head_in_quota", "reclaims"), [
+    (10, True, False),  # would hold n000 for 10 h: the gang's reservation at +2 h would slip
+    (1.5, True, True),  # gone before the reservation starts: EASY lets it
+    # A head on loan holds no reservation against an in-quota job: Q could reclaim it the
+    # moment it started (rule 5), so waiting for it only delays the quota's owner (issue 34).
+    (10, False, True),
 ])
-def test_preemption_behind_a_reservation_does_not_take_the_reserved_gpus(runtime_h, reclaims):
-    """Two 8-GPU nodes. The high-priority gang H (2 × 8, on loan) waits; its reservation
-    starts at +2 h on both nodes, when R1 (on loan, ends at +1 h) and R2 (b's in-quota job,
-    ends at +2 h) have ended. Q, of a lower priority and in quota (a: 8), finds no room: the
-    4 free GPUs of n001 are blocked for H. Reclaiming R1 would put Q on n000 — a GPU H counts
-    on — so only a Q that ends before H starts may do it."""
-    tl = tree({"D": (8, {"a": 8}), "E": (4, {"b": 4}), "Z": (0, {"h": 0, "z": 0})})
+def test_preemption_behind_a_reservation_does_not_take_the_reserved_gpus(runtime_h, head_in_quota, reclaims):
+    """Two 8-GPU nodes. The high-priority gang H (2 × 8) waits; its reservation starts at
+    +2 h on both nodes, when R1 (on loan, ends at +1 h) and R2 (b's in-quota job, ends at
+    +2 h) have ended. Q, of a lower priority and in quota (a: 8), finds no room: the 4 free
+    GPUs of n001 are blocked for H. Reclaiming R1 would put Q on n000 — a GPU H counts on —
+    so only a Q that ends before H starts may do it, unless H itself could only run on loan."""
+    h = 16 if head_in_quota else 0
+    tl = tree({"D": (8, {"a": 8}), "E": (4, {"b": 4}), "Z": (h, {"h": h, "z": 0})})
     run = [running("R1", "z", "n000", 8, age_s=HOUR, runtime=2 * HOUR),
            running("R2", "b", "n001", 4, age_s=HOUR, runtime=3 * HOUR)]
     queue = [queued("H", "h", 8, workers=2, priority=500, runtime=4 * HOUR),

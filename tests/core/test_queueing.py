@@ -71,6 +71,18 @@ def test_a_job_that_can_never_run_or_is_held_by_a_budget_blocks_nobody():
     assert _admitted(result) == {"fine"} and result.explanations["held"].reason == "budget"
 
 
+def test_a_strict_job_promised_room_on_loan_is_not_passed_by_a_later_in_quota_job():
+    """Under strict FIFO, p's first job (on loan only: 8 > quota 4) is promised the idle node,
+    to be placed after in-quota demand; p's later 4-GPU job is in quota and would be placed
+    first, taking half of that room. It waits behind the first instead."""
+    tl = tree({"D": (8, {"p": 4, "z": 4})})
+    jobs = [queued("first", "p", 8, age_s=120), queued("later", "p", 4, age_s=60)]
+    strict = schedule(snapshot(cluster(1), tl, [], jobs, strict_fifo=frozenset({"p"})))
+    assert _admitted(strict) == {"first"}
+    best = schedule(snapshot(cluster(1), tl, [], jobs))
+    assert _admitted(best) == {"later"}  # best effort: the later job goes ahead
+
+
 def test_a_strict_job_waiting_for_capacity_gets_a_reservation_of_its_own():
     # Two 8-GPU nodes, each project runs 8 in quota: p's ends in 600 s, q's in 1,200 s. Both
     # queue an 8-GPU job on loan (shares tie; q's is older: the level's head, reserving node

@@ -41,6 +41,14 @@ def _stop_controller(cluster) -> None:  # noqa: F811 - the fixture's name
     wait_until(lambda: not Path(f"/proc/{pid}").exists(), "slurmctld to exit")
 
 
+def _commands_running(up: Path, *names: str) -> bool:
+    """A job Slurm reports RUNNING may still be in its batch script, before ``srun`` has created
+    the step that runs its command: step creation asks slurmctld, and with slurmctld gone that
+    srun fails and the job ends FAILED (seen in CI). The outage this test stages starts once the
+    commands run, so every step already exists, as for a job that has been running a while."""
+    return all((up / name).exists() for name in names)
+
+
 def _slurm_view(cluster, ids) -> str:  # noqa: F811 - the fixture's name
     """What the portal and Slurm say, for a failure message."""
     portal = {job.name: (job.state, job.message) for job in Job.objects.filter(pk__in=ids)}
@@ -61,9 +69,14 @@ def _api_answers(client: APIClient, job_ids: list[int]) -> None:
 
 def test_the_slurm_controller_down_for_a_minute_fails_no_job(tmp_path, cluster, portal_on_slurm):  # noqa: F811
     flavor, _, project = portal_on_slurm
+    # Each command leaves a mark once it runs: see _commands_running.
+    up = tmp_path / "up"
+    up.mkdir()
     # 30 s: it starts before the outage and ends inside it, with 30 s for a slow start.
-    ends_inside = fx.submit(project, flavor, gpus=8, name="ends-inside", command="sleep 30")
-    outlives = fx.submit(project, flavor, gpus=8, name="outlives", command=f"sleep {OUTAGE + 5}")
+    ends_inside = fx.submit(project, flavor, gpus=8, name="ends-inside",
+                            command=f"touch {up}/ends-inside; sleep 30")
+    outlives = fx.submit(project, flavor, gpus=8, name="outlives",
+                         command=f"touch {up}/outlives; sleep {OUTAGE + 5}")
     queue = private_queue()
     celery = Celery(queue, tmp_path, SYNC_INTERVAL_SECONDS="2")
     celery.start()
@@ -71,6 +84,7 @@ def test_the_slurm_controller_down_for_a_minute_fails_no_job(tmp_path, cluster, 
     client.force_authenticate(fx.platform_admin())
     try:
         wait_until(lambda: {_state(ends_inside), _state(outlives)} <= UP, "both jobs to start")
+        wait_until(lambda: _commands_running(up, "ends-inside", "outlives"), "both commands to run")
         _stop_controller(cluster)
         stopped = time.monotonic()
         answer = client.post("/api/v1/jobs/", {

@@ -55,3 +55,21 @@ def test_without_the_periodic_cycle_and_the_start_latency_the_replay_drifts(expo
     plain = fidelity.replay_export(folder, fidelity.export_options(folder, period=0.0, start_latency=0.0))
     cmp = fidelity.compare(fidelity.read_recorded(folder), plain)
     assert cmp["max_abs_error_s"] > TOLERANCE_S
+
+
+def test_an_export_carries_fair_share_shares_only_when_asked_and_its_replay_uses_them(exported, tmp_path):
+    """The service has no fair share yet (GPUPOOL["FAIR_SHARE"] unset): the export carries no
+    shares and its replay none either (the delays above stay comparable). Asked for, the SPEC
+    gets each node's quota in normalised cards and the replay orders by fair share."""
+    rec, export, _folder = exported
+    assert "shares" not in export.cluster
+    asked = history.history_export(start=rec.start, end=rec.end, shares=True)
+    quotas = asked.cluster["quotas"]
+    assert set(asked.cluster["shares"]) == set(quotas)
+    for node, per in quotas.items():  # the scenario's flavors keep relative throughput 1.0
+        assert asked.cluster["shares"][node] == sum(float(e["quota"]) for e in per.values())
+    history.write_dir(asked, tmp_path)
+    result = fidelity.replay_export(tmp_path, fidelity.export_options(tmp_path, period=PERIOD))
+    assert result["fair_share"] is True
+    plain = fidelity.replay_export(_folder, fidelity.export_options(_folder, period=PERIOD))
+    assert plain["fair_share"] is False

@@ -1,5 +1,6 @@
 """GPU utilisation flows from the simulator's DCGM exporter through a real Prometheus into the
-portal; an idle job is flagged; a Prometheus outage leaves gaps, not zeros."""
+portal (the mean and the busiest card); the idle policy warns an idle job; a Prometheus outage
+leaves gaps, not zeros."""
 
 from datetime import timedelta
 
@@ -9,8 +10,9 @@ from django.test import override_settings
 from django.utils import timezone
 
 from jobs.clusters import dispatch
-from jobs.clusters.metrics import flag_idle_jobs, poll_gpu_metrics, portal_metrics
-from jobs.models import JobGpuSample
+from jobs.clusters.metrics import poll_gpu_metrics, portal_metrics
+from jobs.idle_service import run_idle_policy
+from jobs.models import IdlePolicy, JobGpuSample
 from jobs.scheduling.cycle import schedule_once
 from tests import factories as fx
 from tests.waiting import settle
@@ -34,21 +36,24 @@ def test_utilisation_of_running_jobs_reaches_the_portal(sim_pool, prometheus_for
     _running(cluster, busy, idle)
     prom = prometheus_for([sim.url.removeprefix("http://")])
     prom.wait_for_scrapes(3)
-    with override_settings(GPUPOOL={**_gpupool(), "PROMETHEUS_URL": prom.url, "IDLE_WINDOW_MINUTES": 2}):
+    with override_settings(GPUPOOL={**_gpupool(), "PROMETHEUS_URL": prom.url}):
         now = timezone.now()
         assert poll_gpu_metrics(now) == 2
         assert poll_gpu_metrics(now) == 2  # the same minute again overwrites, never duplicates
-        for minute in (1, 2):  # two more minutes of samples make a full idle window
+        for minute in (1, 2, 3, 4):  # four more minutes of samples make a full idle window of 5
             poll_gpu_metrics(now - timedelta(minutes=minute))
         samples = {
             s.job_id: s for s in JobGpuSample.objects.filter(minute=now.replace(second=0, microsecond=0))
         }
         assert samples[busy.pk].gpus == 4 and samples[busy.pk].gpu_util_pct > 20
         assert samples[idle.pk].gpus == 2 and samples[idle.pk].gpu_util_pct < 5
-        assert JobGpuSample.objects.filter(job=busy).count() == 3
+        assert samples[idle.pk].gpu_util_max_pct < 5  # every card of it, not only their mean
+        assert samples[busy.pk].gpu_util_max_pct >= samples[busy.pk].gpu_util_pct > 20
+        assert JobGpuSample.objects.filter(job=busy).count() == 5
         type(busy).objects.filter(pk__in=[busy.pk, idle.pk]).update(started_at=now - timedelta(hours=1))
-        assert flag_idle_jobs(now) == [idle.pk]
-        assert flag_idle_jobs(now) == []  # flagged once
+        IdlePolicy.objects.filter(priority_class=None).update(idle_minutes=5)
+        assert run_idle_policy(now)["warn"] == 1
+        assert run_idle_policy(now)["warn"] == 0  # warned once
     text = portal_metrics()
     assert "gpupool_idle_jobs 1" in text
     # 16 ready devices, 4 + 2 held, the 2 of the idle job idle while allocated.
@@ -63,7 +68,7 @@ def test_utilisation_of_running_jobs_reaches_the_portal(sim_pool, prometheus_for
     client = APIClient()
     client.force_authenticate(fx.platform_admin())
     shown = client.get(f"/api/v1/jobs/{busy.pk}/utilisation/").json()
-    assert len(shown["samples"]) == 3 and shown["samples"][-1]["gpu_util_pct"] > 20
+    assert len(shown["samples"]) == 5 and shown["samples"][-1]["gpu_util_pct"] > 20
     assert shown["idle_since"] is None
     assert client.get(f"/api/v1/jobs/{idle.pk}/utilisation/").json()["idle_since"] is not None
 

@@ -9,6 +9,13 @@ must leave alone (GPUs still busy now are freed by ``T`` by definition).
 A later job that ends by ``T`` (``now + max_runtime <= T``) may use the blocked GPUs — it is
 gone before the reservation starts; a job without ``max_runtime`` never may. Reservations are
 physical only (quota is re-checked when the head's turn comes) and last one cycle.
+
+A head that could run only on loan (a borrower, DESIGN §3 rule 4) holds a reservation against
+other borrowers and jobs of lower priority, but never against an in-quota job (``Res.loan``):
+that job could reclaim the borrower the moment it started (rule 5), so holding it back only
+makes the owner of the quota wait for the borrower's sake. That was the lend-limit anomaly of
+issue 34: with a lend limit, the lender's idle GPUs stayed free, a borrowing head reserved them,
+and the lender's own in-quota jobs queued behind that reservation (docs/scheduling.md).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from jobs.scheduler.placement import plan_at
 
 class Res:
     __slots__ = ("job_id", "flavor", "start", "end", "slots", "need", "applied", "nodes",
-                 "need_res", "applied_res")
+                 "need_res", "applied_res", "loan")
 
     def __init__(self, job_id, flavor, start, end, slots, need, applied, nodes):
         self.job_id = job_id
@@ -38,6 +45,7 @@ class Res:
         # running past ``start`` on the node's other GPUs must not take what the head will need.
         self.need_res: dict[int, list[int]] = {}
         self.applied_res: dict[int, tuple[int, int, int]] = {}
+        self.loan = False  # its head could run only on loan: in-quota jobs pass it (module doc)
 
     def lift(self, pool: Pool) -> None:
         for (i, g), amount in self.applied.items():
@@ -86,17 +94,24 @@ class Res:
         return Reservation(self.job_id, self.flavor, self.nodes, at)
 
 
-def short_within(cycle, flavor: str, runtime: float) -> bool:
-    """Would a job of ``runtime`` seconds end before some reservation of ``flavor`` starts?"""
+def passes(r: Res, limit: float, in_quota: bool) -> bool:
+    """May a job that ends at ``limit`` (in quota or not) use the GPUs ``r`` blocks?"""
+    return limit <= r.start or (in_quota and r.loan)
+
+
+def short_within(cycle, flavor: str, runtime: float, in_quota: bool = False) -> bool:
+    """Would a job of ``runtime`` seconds end before some reservation of ``flavor`` starts (or,
+    in quota, is some reservation a borrower's)?"""
     limit = cycle.s.now + runtime
-    return any(limit <= r.start for r in cycle.res_by_flavor.get(flavor, ()))
+    return any(passes(r, limit, in_quota) for r in cycle.res_by_flavor.get(flavor, ()))
 
 
-def lifted_fits(cycle, flavor: str, runtime: float, workers: int, milli: float) -> bool:
+def lifted_fits(cycle, flavor: str, runtime: float, workers: int, milli: float,
+                in_quota: bool = False) -> bool:
     """Cheap necessary test: could ``workers`` × ``milli`` be placed once the reservations that
-    a job of ``runtime`` outlives no longer are blocked?"""
+    a job of ``runtime`` (in quota or not) may pass no longer are blocked?"""
     limit = cycle.s.now + runtime
-    which = tuple(k for k, r in enumerate(cycle.res_by_flavor.get(flavor, ())) if limit <= r.start)
+    which = tuple(k for k, r in enumerate(cycle.res_by_flavor.get(flavor, ())) if passes(r, limit, in_quota))
     if not which:
         return False
     pool = cycle.s.pools[flavor]
@@ -146,18 +161,19 @@ def _lifted_fits(reservations, which, pool: Pool, workers: int, milli: float) ->
     return max(caps) >= workers
 
 
-def short_for(cycle, p: Pending) -> bool:
-    """Might ``p`` backfill onto blocked GPUs of reservations it ends before?"""
-    return lifted_fits(cycle, p.flavor, p.runtime, p.min_workers, p.pmilli)
+def short_for(cycle, p: Pending, in_quota: bool = False) -> bool:
+    """Might ``p`` backfill onto blocked GPUs of reservations it may pass (:func:`passes`)?"""
+    return lifted_fits(cycle, p.flavor, p.runtime, p.min_workers, p.pmilli, in_quota)
 
 
-def admit_short(cycle, p: Pending) -> bool:
-    """Backfill a job that ends before some reservations start onto their blocked GPUs (in
-    the in-quota pass a borrower is promised its room, as in ``Cycle.admit_now``)."""
-    if not short_for(cycle, p):
+def admit_short(cycle, p: Pending, in_quota: bool = False) -> bool:
+    """Backfill a job onto the blocked GPUs of the reservations it may pass: those it ends
+    before, and, ``in_quota``, borrowers' (in the in-quota pass a borrower is promised its
+    room, as in ``Cycle.admit_now``)."""
+    if not short_for(cycle, p, in_quota):
         return False
     limit = cycle.s.now + p.runtime
-    lifted = [r for r in cycle.res_by_flavor.get(p.flavor, ()) if limit <= r.start]
+    lifted = [r for r in cycle.res_by_flavor.get(p.flavor, ()) if passes(r, limit, in_quota)]
     pool = cycle.s.pools[p.flavor]
     for r in lifted:
         r.lift(pool)
@@ -219,6 +235,7 @@ def reserve(cycle, p: Pending) -> None:
     slots = tuple((i, x, milli) for worker in placement for i, x, _ in worker)
     nodes = tuple(sorted({pool.ids[i] for i, _, _ in slots}))
     res = Res(p.id, p.flavor, start, start + p.runtime, slots, need, applied, nodes)
+    res.loan = cycle.gate(p.flavor, p.path, p.min_workers * p.milli)[0] == "loan"
     if p.req is not None and pool.res is not None:
         for worker in placement:
             i = worker[0][0]

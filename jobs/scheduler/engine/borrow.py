@@ -19,13 +19,14 @@ from jobs.scheduler.engine.state import Pending
 class Tentative:
     """On-loan admissions promised in the in-quota pass (milli per flavor, per tree node)."""
 
-    __slots__ = ("root", "node", "jobs", "state")
+    __slots__ = ("root", "node", "jobs", "state", "charged")
 
     def __init__(self, state) -> None:
         self.state = state
         self.root: dict[str, int] = {}
         self.node: dict[tuple[str, int], int] = {}
         self.jobs: list[Pending] = []
+        self.charged: set[str] = set()  # promised jobs whose fair usage was charged (DESIGN §16)
 
     def promise(self, p: Pending, r: int) -> None:
         self.jobs.append(p)
@@ -35,6 +36,9 @@ class Tentative:
         key = (p.flavor, p.proj)
         self.state.tentative[key] = self.state.tentative.get(key, 0) + r
         self.state.shares.pop(p.proj, None)
+        if self.state.fair and p.id not in self.charged:
+            self.charged.add(p.id)
+            self.state.fair_charge(p.proj, r)
 
     def tree_room(self, flavor: str, path, tcap: int) -> int:
         """Rule-2 room below the root left to a borrower after the promises."""

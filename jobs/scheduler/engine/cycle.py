@@ -1,9 +1,11 @@
 """One scheduling cycle (DESIGN §5) over a :class:`~jobs.scheduler.engine.state.State`.
 
 Order: priority level desc; inside a level the sub-queues (project × flavor) are merged by the
-project's current dominant share (re-read after every admission, so tenants take turns), then
-submit time, then id. Each job at its turn: budget hold → quota rules (§3) → placement →
-preemption (rule 5 reclaim if in-quota, then rule 6) → else it waits; the first job of a level
+project's Fair Tree key when the snapshot has fair-share maps (DESIGN §16; each admission charges
+its project at once, see State.fair_charge), then its current dominant share (both re-read after
+every admission, so tenants take turns), then submit time, then id. Each job at its turn: budget
+hold → quota rules (§3) → placement → preemption (rule 5 reclaim if in-quota, then rule 6) → else
+it waits; the first job of a level
 that waits for capacity or placement becomes the level's head and gets a reservation (EASY).
 Borrowers are promised their room and placed after the last level (:mod:`jobs.scheduler.engine.borrow`);
 then running elastic jobs grow with what is left (:mod:`jobs.scheduler.engine.grow`).
@@ -56,6 +58,12 @@ class Cycle:
         self.tried: dict[str, Pending] = {}  # jobs with alternatives evaluated in this cycle
         self.blockers = fifo.Blockers()  # strict FIFO / aging (jobs/scheduler/engine/fifo.py)
         self.own_reservations = 0  # of blockers that are not their level's head (capped)
+        # Jobs that wait only for victims within their class's minimum runtime (preempt.py):
+        # job id -> (when the last victim it needs becomes preemptible, those victims).
+        self.exempt_waits: dict[str, tuple[float, tuple[Run, ...]]] = {}
+        # A sub-queue's place in its level: the dominant share, led by the Fair Tree key when
+        # the snapshot has fair-share maps (State.turn); without, the share itself (no wrapper).
+        self.turn = state.turn if state.fair else state.share
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> None:
@@ -82,7 +90,8 @@ class Cycle:
     def _level(self, queues: list[SubQueue]) -> None:
         self.head_done = False
         self.level_queues = {}
-        share, shares = self.s.share, self.s.shares  # a cached share is a dict hit
+        s = self.s
+        share, shares = (self.turn, {}) if s.fair else (s.share, s.shares)  # a cached share is a dict hit
         heap = []
         for sq in queues:
             self.level_queues.setdefault(sq.proj, []).append(sq)
@@ -102,7 +111,7 @@ class Cycle:
                 continue
             now = shares.get(sq.proj)
             if (now if now is not None else share(sq.proj)) != key:
-                self._push(sq)  # its share grew since it was queued: later turn
+                self._push(sq)  # its share (or fair key) grew since it was queued: later turn
                 continue
             p = sq.jobs[sq.pos][2]
             if self.s.fifo and self._fifo_turn(sq, p):
@@ -163,19 +172,24 @@ class Cycle:
         k = sq.pos
         r, g, m = sq.suf_r[k], sq.suf_g[k], sq.suf_shared[k]
         root, maxfree, shared, short_until, lifted_free, lifted_shared = fa
+        lifted = g <= lifted_free or m <= lifted_shared
         if r <= root and ((g <= maxfree or m <= shared) or self.s.over_budget or (
-                sq.suf_rt[k] <= short_until and (g <= lifted_free or m <= lifted_shared))):
-            return self._queue_stuck(sq)
+                (sq.suf_rt[k] <= short_until or self._borrower_reserved(sq.flavor)) and lifted)):
+            return self._queue_stuck(sq)  # (an in-quota job may pass a borrower's reservation)
         s = self.s
-        if s.ledgers[sq.flavor].loan > 0 and \
-                self.gate(sq.flavor, s.tree.path(sq.proj), r)[0] == "in":
-            return False
+        if s.ledgers[sq.flavor].loan > 0:
+            mode = self.gate(sq.flavor, s.tree.path(sq.proj), r)[0]
+            if mode == "in" or (mode == "loan" and preempt.borrow_possible(self, sq.flavor, sq.priority)):
+                return False
         return not self._rule6_may(sq, k)
+
+    def _borrower_reserved(self, f: str) -> bool:
+        return any(r.loan for r in self.res_by_flavor.get(f, ()))
 
     def _push(self, sq: SubQueue) -> None:
         sq.epoch += 1
         p = sq.head()
-        heappush(self.heap, (self.s.share(sq.proj), p.submitted, p.id, sq.seq, sq.epoch, sq))
+        heappush(self.heap, (self.turn(sq.proj), p.submitted, p.id, sq.seq, sq.epoch, sq))
 
     def requeue_project(self, proj: int) -> None:
         """A victim's project lost usage: its share dropped, so its turn may come earlier."""
@@ -217,7 +231,11 @@ class Cycle:
         if why is None or s.held(p):
             return False
         outcome = self._fifo_outcome(p)
-        if outcome in ("quota", "capacity") and not fifo.hopeless(self, p):
+        # A job only promised its room on loan (placed in the borrowing phase, borrow.py) is not
+        # admitted yet: a later in-quota job of its project would be placed first and could take
+        # that room, passing it. It blocks its project like a job that waits.
+        promised = outcome == "admitted" and p.id not in self.admitted
+        if (promised or outcome in ("quota", "capacity")) and not fifo.hopeless(self, p):
             self.blockers.add(sq, p, why)
             sq.pos = len(sq.jobs)
             sq.epoch += 1  # entries pushed while it was processed are stale now
@@ -307,11 +325,13 @@ class Cycle:
             if (g <= pool.maxg and pool.whole_capacity(int(g)) >= 1) \
                     or (m <= FULL and pool.max_shared_free() >= m):
                 return False
-            if not self.head_done or (self.res_by_flavor and self._short_may_fit(sq, k)):
+            if not self.head_done or (self.res_by_flavor and self._short_may_fit(sq, k, mode == "in")):
                 return False
         elif not self.head_done:
             return False
         if mode == "in" and ledger.loan > 0:
+            return False
+        if mode == "loan" and preempt.borrow_possible(self, f, sq.priority):
             return False
         return not self._rule6_may(sq, k)
 
@@ -325,14 +345,14 @@ class Cycle:
             return self.no_priority.get(key) != self.loosen
         return True
 
-    def _short_may_fit(self, sq: SubQueue, k: int) -> bool:
+    def _short_may_fit(self, sq: SubQueue, k: int, in_quota: bool) -> bool:
         rt = sq.suf_rt[k]
-        if not backfill.short_within(self, sq.flavor, rt):
+        if not backfill.short_within(self, sq.flavor, rt, in_quota):
             return False
         g, m = sq.suf_g[k], sq.suf_shared[k]
         return (g <= self.s.pools[sq.flavor].maxg
-                and backfill.lifted_fits(self, sq.flavor, rt, 1, g * FULL)) \
-            or (m <= FULL and backfill.lifted_fits(self, sq.flavor, rt, 1, m))
+                and backfill.lifted_fits(self, sq.flavor, rt, 1, g * FULL, in_quota)) \
+            or (m <= FULL and backfill.lifted_fits(self, sq.flavor, rt, 1, m, in_quota))
 
     # -- evaluation ----------------------------------------------------------------------
     def gate(self, flavor: str, path: tuple[int, ...], r: int) -> tuple[str | None, str]:
@@ -389,7 +409,7 @@ class Cycle:
             return None if preempt.possible(self, p, mode) else "capacity"
         if plan_fits(self.s.pools[p.flavor], p.min_workers, p.pmilli):
             return None
-        if backfill.short_for(self, p) or preempt.possible(self, p, mode):
+        if backfill.short_for(self, p, mode == "in") or preempt.possible(self, p, mode):
             return None
         return "capacity"
 
@@ -401,9 +421,11 @@ class Cycle:
             return "quota"
         mode, _ = self.gate(p.flavor, p.path, p.min_workers * p.milli)
         if mode is not None:
-            if self.admit_now(p) or backfill.admit_short(self, p):
+            if self.admit_now(p) or backfill.admit_short(self, p, mode == "in"):
                 return "admitted"
             if mode == "in" and preempt.reclaim(self, p):
+                return "admitted"
+            if mode == "loan" and preempt.borrow(self, p):
                 return "admitted"
         if preempt.by_priority(self, p):
             return "admitted"
@@ -420,14 +442,15 @@ class Cycle:
         for f in p.flavors:
             p.flavor = f
             mode = None if self.invalid(p) else self.gate(f, p.path, p.min_workers * p.milli)[0]
-            if mode is not None and (self.admit_now(p) or backfill.admit_short(self, p)):
+            if mode is not None and (self.admit_now(p) or backfill.admit_short(self, p, mode == "in")):
                 return "admitted"
             modes.append(mode)
         for f, mode in zip(p.flavors, modes, strict=True):
             p.flavor = f
             if self.invalid(p):
                 continue
-            if (mode == "in" and preempt.reclaim(self, p)) or preempt.by_priority(self, p):
+            if (mode == "in" and preempt.reclaim(self, p)) or (
+                    mode == "loan" and preempt.borrow(self, p)) or preempt.by_priority(self, p):
                 return "admitted"
         room = [f for f, mode in zip(p.flavors, modes, strict=True) if mode is not None]
         p.flavor = room[0] if room else p.flavors[0]
@@ -452,6 +475,8 @@ class Cycle:
         else:
             phys = pool.gang_capacity(pm // FULL)  # the most ONE cluster takes
         cap = min(p.workers, phys)
+        if self.s.caps:
+            cap = min(cap, self.s.user_room(p) // d)
         return min(cap, room_in // d), min(cap, room // d)
 
     def admit_now(self, p: Pending, preempts: tuple[str, ...] = ()) -> bool:
@@ -507,6 +532,12 @@ class Cycle:
         run = Run(p.id, p.project_id, p.proj, p.path, p.flavor, r, p.priority, p.preemptible,
                   s.now, s.now + p.runtime, flat, slots)
         run.fresh = True
+        run.user = p.user
+        if p.checkpointing:
+            run.saved = None
+        if s.fair and p.id not in self.tent.charged:  # a promised job was charged at its promise
+            self.tent.charged.add(p.id)
+            s.fair_charge(p.proj, r)
         if p.req is not None and s.pools[p.flavor].res is not None:
             run.req = req = p.req  # one worker's request, on the node of its first GPU
             run.res = ((slots[0][0], req),) if one else tuple([(worker[0][0], req) for worker in placement])

@@ -39,7 +39,7 @@ class Explanations(Mapping):
         if self._ids is None:
             s, admitted = self._cycle.s, self._cycle.admitted
             waiting = [p for p in s.pending.values() if p.id not in admitted]
-            waiting.sort(key=lambda p: (-p.priority, s.share(p.proj), p.submitted, p.id))
+            waiting.sort(key=lambda p: (-p.priority, s.turn(p.proj), p.submitted, p.id))
             self._ids = [p.id for p in waiting]
             self._pos = {jid: k for k, jid in enumerate(self._ids, 1)}
         return self._ids
@@ -117,12 +117,28 @@ def _explain_flavors(cycle, p: Pending, position: int) -> Explain:
     return replace(each[0], message=message, alternatives=tuple(each))
 
 
+def _user_cap(p: Pending, position: int, kind: str, cap: int, used: int) -> Explain:
+    """Its user's running jobs of the project are at a per-user cap (DESIGN §16)."""
+    if kind == "jobs":
+        return Explain(position, "user_cap", p.flavor, p.project_id,
+                       numbers=(("cap_jobs", cap), ("running_jobs", used)),
+                       message=f"user {p.user} runs {used} job(s) in {p.project_id}: the cap is {cap}")
+    r = p.min_workers * p.milli
+    return Explain(position, "user_cap", p.flavor, p.project_id,
+                   numbers=(("cap", cap), ("usage", used), ("request", r)),
+                   message=f"user {p.user} holds {_u(used)} + {_u(r)} requested > the user cap "
+                           f"{_u(cap)} in {p.project_id}")
+
+
 def _explain(cycle, p: Pending, position: int) -> Explain:
     s, f = cycle.s, p.flavor
-    if s.held(p):
+    if s.budget_held(p):
         node = next(n for n in p.path if n in s.over_budget)
         return Explain(position, "budget", f, s.tree.ids[node],
                        message=f"{s.tree.ids[node]} is over budget; held for approval")
+    capped = s.capped(p) if s.caps else None
+    if capped is not None:
+        return _user_cap(p, position, *capped)
     if p.id in cycle.reclaimed:
         by = cycle.reclaimed[p.id]
         return Explain(position, "reclaimed", f, message=(
@@ -136,10 +152,28 @@ def _explain(cycle, p: Pending, position: int) -> Explain:
         return Explain(position, "invalid", f, numbers=(("per_worker", p.pmilli),
                        ("largest_node", largest)), message=message, resource=dim)
     r = p.min_workers * p.milli
+    wait = cycle.exempt_waits.get(p.id)
+    if wait is not None:
+        return _min_runtime(cycle, p, r, wait, position)
     mode, code = cycle.gate(f, p.path, r)
     if mode is None:
         return _quota(cycle, p, r, code, position)
     return _physical(cycle, p, r, mode, position)
+
+
+def _min_runtime(cycle, p: Pending, r: int, wait: tuple, position: int) -> Explain:
+    """The jobs it could preempt (reclaim, borrowing within the cohort, rule 6) have not yet
+    run their priority class's minimum runtime (DESIGN §16): it waits for the last it needs."""
+    s = cycle.s
+    until, victims = wait
+    left = max(0, int(-(-(until - s.now) // 1)))
+    minimum = max(int(s.min_runtime.get(v.priority, 0)) for v in victims)
+    holders = tuple(Holder(v.job, v.project_id, v.r) for v in victims[:MAX_HOLDERS])
+    nums = (("request", r), ("min_runtime_s", minimum), ("exempt_for_s", left))
+    names = ", ".join(v.job for v in victims[:MAX_HOLDERS])
+    return Explain(position, "min_runtime", p.flavor, None, nums, holders,
+                   f"the jobs it may preempt ({names}) are within their minimum runtime of "
+                   f"{minimum} s; the last becomes preemptible in {left} s")
 
 
 def _quota(cycle, p: Pending, r: int, code: str, position: int) -> Explain:

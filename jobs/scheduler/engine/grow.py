@@ -49,13 +49,13 @@ def grow(cycle) -> list[Growth]:
     if not cands:
         return []
     blocked = _waiting_for_room(cycle, {b.flavor for b in cands}, min(b.priority for b in cands))
-    heap = [(-b.priority, s.share(b.proj), b.submitted, b.id, b) for b in cands
+    heap = [(-b.priority, s.turn(b.proj), b.submitted, b.id, b) for b in cands
             if b.priority > blocked.get(b.flavor, NONE)]
     heapify(heap)
     added: dict[str, tuple[Run, list]] = {}
     while heap:
         prio, share, submitted, bid, b = heappop(heap)
-        now = s.share(b.proj)
+        now = s.turn(b.proj)
         if now != share:  # its share grew since it was queued: a later turn
             heappush(heap, (prio, now, submitted, bid, b))
             continue
@@ -64,7 +64,7 @@ def grow(cycle) -> list[Growth]:
             continue
         added.setdefault(b.id, (b, []))[1].append(worker)
         if b.workers < b.grow_to:
-            heappush(heap, (prio, s.share(b.proj), submitted, bid, b))
+            heappush(heap, (prio, s.turn(b.proj), submitted, bid, b))
         else:
             s.elastic.pop(b.id, None)
     return [Growth(b.id, b.workers, tuple(workers)) for b, workers in added.values()]
@@ -76,7 +76,7 @@ def _one_more(cycle, b: Run) -> tuple | None:
     ledger, pool = s.ledgers[b.flavor], s.pools[b.flavor]
     d, path = b.wmilli, b.path
     cap = ledger.tree_cap_room(path)
-    if d > cap or d > ledger.root_room():
+    if d > cap or d > ledger.root_room() or s.grow_capped(b, d):
         return None
     if b.in_quota and d <= ledger.in_quota_room(path):
         in_quota = True
@@ -94,6 +94,7 @@ def _one_more(cycle, b: Run) -> tuple | None:
     nodes = tuple((pool.ids[i], g, m) for i, g, m in slots)
     unit = s.make_unit(b, b.workers, nodes, s.now)
     s.add_run(unit, in_quota)
+    s.fair_charge(b.proj, d)
     b.workers += 1
     return nodes
 

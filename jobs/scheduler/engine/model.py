@@ -71,6 +71,9 @@ class PriorityClass:
     value: int
     preemptible: bool = True
     grace_seconds: int = 0
+    # A job of the class is never a victim (rule 5, rule 6, borrowing within the cohort) until it
+    # has run this long since ``started_at`` (Slurm ``PreemptExemptTime``; DESIGN §16).
+    min_runtime_seconds: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +96,16 @@ class RunningJob:
     # ``(node id, cpu millicores, memory MiB, local disk GiB)`` per worker (0: nothing); empty:
     # nothing asked. A grown worker's entry follows the same order as its slots.
     requests: tuple[tuple[str, int, int, int], ...] = ()
+    user: str = ""  # who submitted it (per-user caps, DESIGN §16); "": nobody's cap counts it
     # Not the portal's to stop: a job submitted to the backend directly (``sbatch``, ``kubectl``,
     # DESIGN §11). It counts for quotas and holds its GPUs like any job, but no cycle ever
     # chooses it as a victim (rule 5 or 6) — the portal did not start it and cannot requeue it.
     pinned: bool = False
+    # What a preemption would cost it (the victim order, jobs/scheduler/engine/preempt.py):
+    # a checkpointing job saves on the preemption signal (DESIGN §4) and loses nothing but its
+    # restart; another loses its work since ``last_checkpoint_at`` (None: since it started).
+    checkpointing: bool = False
+    last_checkpoint_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +133,8 @@ class QueuedJob:
     memory_mib: int | None = None
     local_disk_gib: int | None = None
     min_cuda: tuple[int, ...] = ()  # nodes reporting a lower CUDA version are never chosen
+    user: str = ""  # who submitted it (per-user caps, DESIGN §16); "": no cap applies
+    checkpointing: bool = False  # once running, as RunningJob.checkpointing
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +148,9 @@ class Snapshot:
     over_budget_tenants: frozenset[str] = frozenset()  # tree node ids (departments/projects)
     # Projects whose approval policy lets jobs through a spent budget (policy.over_budget off).
     budget_exempt: frozenset[str] = frozenset()
+    # Per-user caps inside a project (DESIGN §16): project tree id -> (GPU milli, running jobs)
+    # one user's running jobs of that project may hold at most (None: no cap of that kind).
+    user_caps: Mapping[str, tuple[int | None, int | None]] = field(default_factory=dict)
     priority_classes: tuple[PriorityClass, ...] = ()  # grace periods of terminating jobs
     # Queueing strategy per project (docs/scheduling.md, "Queueing strategies"). Under strict
     # FIFO a job that cannot be admitted blocks the later jobs of its project in its priority
@@ -241,6 +255,7 @@ class Explain:
 
 REASONS = (
     "budget",        # tenant over budget and the job not approved (§3 rule 9)
+    "user_cap",      # its user's running jobs in the project are at a per-user cap (§16)
     "quota",         # not in-quota and borrowing disabled
     "borrow_limit",  # rule 2 cap at a tree node
     "lend_limit",    # rule 4: capacity held back by siblings' lend limits
@@ -252,6 +267,7 @@ REASONS = (
     "reclaimed",     # admitted earlier in this cycle, then reclaimed by an in-quota job
     "invalid",       # can never run here (e.g. worker larger than any node of the flavor)
     "fifo",          # an earlier job of its project blocks it (strict FIFO, or over its aging bound)
+    "min_runtime",   # the jobs it could preempt have not yet run their class's minimum runtime
 )
 
 

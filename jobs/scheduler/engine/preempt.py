@@ -15,6 +15,16 @@ without loops*): a reclaim never takes a higher-priority job of the reclaimer's 
 (:func:`reclaim_order`), and a job behind a reservation never takes victims on the GPUs that
 reservation counts on unless it ends before it starts (:func:`_reserved`).
 
+Which victims first (rule 5 inside each tier of the tree, and rule 6):
+:func:`victim_key` (docs/scheduling.md, *Victim order*) — lowest priority,
+then grown workers (the job shrinks, nothing stops), then victims no larger than the need, then
+the least work lost (GPU-hours since the last checkpoint). A job younger than its priority
+class's minimum runtime is never a victim (:meth:`State.exempt`); when only such jobs stand in
+the way, the waiting job's explanation says so (``cycle.exempt_waits``).
+
+A borrower may also take on-loan GPUs from borrowers of lower priority (:func:`borrow`, like
+Kueue's ``borrowWithinCohort`` with ``LowerPriority``).
+
 Grown workers (units, see :mod:`jobs.scheduler.engine.grow`) are victims of their own: a unit taken alone
 shrinks its job at once (its GPUs are free from the next cycle, no grace period: the job goes
 on with its other workers). A job taken as a whole takes its units with it, whether the search
@@ -24,7 +34,9 @@ chose them or not, and they share its grace period.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import takewhile
 
+from jobs.scheduler.engine import backfill
 from jobs.scheduler.engine.model import Preemption
 from jobs.scheduler.engine.pool import FULL
 from jobs.scheduler.engine.state import Pending, Run
@@ -53,6 +65,9 @@ def possible(cycle, p: Pending, mode: str) -> bool:
     s = cycle.s
     if mode == "in" and s.ledgers[p.flavor].loan > 0 and _shape(p) not in cycle.no_reclaim:
         return True
+    if mode == "loan" and borrow_possible(cycle, p.flavor, p.priority) \
+            and _borrow_shape(p) not in cycle.no_reclaim:
+        return True
     if cycle.no_priority.get(_rule6_key(p)) == cycle.loosen:
         return False
     return rule6_possible(cycle, p.proj, p.flavor, p.priority)
@@ -66,38 +81,111 @@ def reclaim(cycle, p: Pending) -> bool:
     s = cycle.s
     if s.ledgers[p.flavor].loan <= 0 or _shape(p) in cycle.no_reclaim:
         return False
-    paper = _Paper(cycle, p)
+    shielded: list[Run] = []  # filled by the order too (higher priorities of p's project)
+    return _take_on_loan(cycle, p, reclaim_order(cycle, p, shielded), _shape(p), "reclaim", shielded)
+
+
+def borrow_possible(cycle, flavor: str, priority: int) -> bool:
+    """Is some job on loan in ``flavor`` of a priority below ``priority``? (``loan_sorted``
+    starts with the lowest priority.)"""
+    loans = cycle.s.loan_sorted.get(flavor)
+    return cycle.borrowing and bool(loans) and loans[0][0] < priority
+
+
+def borrow(cycle, p: Pending) -> bool:
+    """Borrowing within the cohort: ``p`` (on loan only) takes GPUs from running on-loan jobs of
+    lower priority, anywhere in the tree, in :func:`victim_key` order (Kueue's
+    ``borrowWithinCohort`` with ``LowerPriority``). The rules for a borrower stay: its caps and
+    the siblings' hold-backs (rule 4) count on paper as in :func:`_fits`. Victims of equal or
+    higher priority are never taken, so two borrowers cannot take turns preempting each other."""
+    if not borrow_possible(cycle, p.flavor, p.priority) or _borrow_shape(p) in cycle.no_reclaim:
+        return False
+    need = p.min_workers * p.milli
+    lower = [e[3] for e in takewhile(lambda e: e[0] < p.priority, cycle.s.loan_sorted[p.flavor])]
+    now = cycle.s.now
+    lower.sort(key=lambda v: victim_key(v, need, now))
+    return _take_on_loan(cycle, p, iter(lower), _borrow_shape(p), "borrow", [])
+
+
+def _take_on_loan(cycle, p: Pending, order: Iterator[Run], shape: tuple, reason: str,
+                  shielded: list[Run]) -> bool:
+    """Rule 5 (``reason`` "reclaim", ``p`` in quota) or borrowing within the cohort ("borrow",
+    ``p`` on loan): take on-loan victims from ``order`` on paper until ``p`` fits, keep a
+    minimal set, then lift them for real and confirm."""
+    s = cycle.s
+    loan = reason == "borrow"
+    paper = _Paper(cycle, p, loan=loan)
     chosen = []
     helps = _helper(cycle, p, paper)
-    shielded: list[Run] = []
-    reserved = _reserved(cycle, p)
-    for v in reclaim_order(cycle, p, shielded):
+    exempt: list[Run] = []
+    reserved = _reserved(cycle, p, in_quota=not loan)
+    for v in order:
         if helps is not None and not helps(v):
             continue
         if reserved and _on(v, reserved):
             shielded.append(v)
+            continue
+        if s.exempt(v):
+            exempt.append(v)
             continue
         paper.take(v)
         chosen.append(v)
         if paper.fits():
             break
     else:
-        if not shielded and not paper.room.fits(p.min_workers):
+        if exempt:
+            _note_exempt(cycle, p, paper, exempt)
+        elif not shielded and not paper.room.fits(p.min_workers):
             # Even with every on-loan job gone it would not fit, and within a cycle GPUs only
             # get scarcer (admissions, reservations, victims' grace): skip this shape now on.
-            # Not when some were shielded from ``p`` alone: another project could take them.
-            cycle.no_reclaim.add(_shape(p))
+            # Not when some were shielded from ``p`` alone: another project could take them;
+            # nor when some are exempt (minimum runtime): explain names them.
+            cycle.no_reclaim.add(shape)
         return False
     chosen = paper.useful(chosen)
-    paper = _Paper(cycle, p)
+    paper = _Paper(cycle, p, loan=loan)
     victims = _with_units(minimal_victim_set(chosen, paper.take, paper.give, paper.fits))
     for v in victims:
         s.lift(v)
-    if not _fits(cycle, p, in_quota=True):
+    if not _fits(cycle, p, in_quota=not loan):
         for v in victims:
             s.unlift(v)
         return False
-    return _admit_over(cycle, p, victims, "reclaim")
+    return _admit_over(cycle, p, victims, reason)
+
+
+def victim_key(v: Run, need: int, now: float, fair=None) -> tuple:
+    """The victim order inside one tier of rule 5 (and for borrowing within the cohort): what a
+    preemption of ``v`` costs, cheapest first, for a job that needs ``need`` milli.
+
+    1. lowest priority (rule 5);
+    2. a grown worker before a whole job: the job shrinks towards its minimum and runs on;
+    3. no larger than the need before larger (a 256-GPU gang is never stopped for one 8-GPU
+       replica while smaller victims exist);
+    4. with fair share (``fair``: project → Fair Tree key), the tenant most over its share first
+       (DESIGN §16) — after 3, so fairness never makes a reclaim stop more than it needs;
+    5. the smallest excess: a job larger than the need stops GPUs nobody asked for;
+    6. the least work lost: its GPUs × seconds since its last checkpoint (0 for a job that
+       checkpoints on the preemption signal, or a worker whose job runs on);
+    7. most recently started, then id (deterministic)."""
+    whole = v.r + sum(u.r for u in v.units) if v.base is None else v.r
+    excess = whole - need if whole > need else 0
+    lost = 0.0 if v.saved is None or v.base is not None else whole * max(0.0, now - v.saved)
+    over = () if fair is None else tuple([-x for x in fair(v.proj)])  # most over its share first
+    return (v.priority, v.base is None, excess > 0, over, excess, lost, -v.started, v.id)
+
+
+def _note_exempt(cycle, p: Pending, paper: _Paper, exempt: list[Run]) -> None:
+    """``p`` could not take what it needs: would it with the exempt jobs too? Then it waits for
+    their minimum runtime; record when the last one it needs becomes preemptible."""
+    s = cycle.s
+    taken = []
+    for v in sorted(exempt, key=lambda v: (s.exempt_until(v), v.id)):
+        paper.take(v)
+        taken.append(v)
+        if paper.fits():
+            cycle.exempt_waits[p.id] = (s.exempt_until(v), tuple(taken))
+            return
 
 
 def _helper(cycle, p: Pending, paper: _Paper):
@@ -124,12 +212,17 @@ class _Paper:
 
     __slots__ = ("need", "workers", "root", "short", "room")
 
-    def __init__(self, cycle, p: Pending):
+    def __init__(self, cycle, p: Pending, *, loan: bool = False):
         ledger = cycle.s.ledgers[p.flavor]
         self.need = p.min_workers * p.milli
         self.workers = p.min_workers
         self.root = ledger.root_room()
         self.short = {n: self.need - (ledger.cap[n] - ledger.used(n)) for n in p.path}
+        if loan:  # a borrower: the promises made before it and the siblings' hold-backs count
+            tent = cycle.tent
+            self.root -= tent.root_taken(p.flavor) + ledger.sibling_hold(p.path)
+            for n in p.path:
+                self.short[n] += tent.node.get((p.flavor, n), 0)
         self.room = _Room(cycle.s.pools[p.flavor], p.pmilli)
 
     def take(self, v: Run) -> None:
@@ -263,14 +356,21 @@ def by_priority(cycle, p: Pending) -> bool:
     if cycle.no_priority.get(key) == cycle.loosen:
         return False
     candidates = priority_victims(runs.values(), p.priority)
+    need, now = p.min_workers * p.milli, s.now
+    candidates.sort(key=lambda v: victim_key(v, need, now))  # what costs least first, as rule 5
     reserved = _reserved(cycle, p)
     kept = [v for v in candidates if not _on(v, reserved)] if reserved else candidates
-    if not kept:
+    exempt = [v for v in kept if s.exempt(v)] if s.min_runtime else []
+    if exempt:
+        kept = [v for v in kept if not s.exempt(v)]
+    if not kept and not exempt:
         return False
     victims = minimal_victim_set(kept, s.lift, s.unlift,
-                                 lambda: _fits(cycle, p, in_quota=False))
+                                 lambda: _fits(cycle, p, in_quota=False)) if kept else None
     if victims is None:
-        if len(kept) == len(candidates):  # else a shorter job of the same shape might pass
+        if exempt:
+            _note_exempt_live(cycle, p, kept + exempt, exempt)
+        elif len(kept) == len(candidates):  # else a shorter job of the same shape might pass
             cycle.no_priority[key] = cycle.loosen
         return False
     whole = _with_units(victims)
@@ -279,7 +379,25 @@ def by_priority(cycle, p: Pending) -> bool:
     return _admit_over(cycle, p, whole, "priority")
 
 
-def _reserved(cycle, p: Pending) -> set[tuple[int, int]]:
+def _note_exempt_live(cycle, p: Pending, every: list[Run], exempt: list[Run]) -> None:
+    """Rule 6's :func:`_note_exempt`, on the live state (lifted and put back)."""
+    s = cycle.s
+    exempt = sorted(exempt, key=lambda v: (s.exempt_until(v), v.id))
+    pool = [v for v in every if v not in exempt]
+    for v in pool:
+        s.lift(v)
+    taken: list[Run] = []
+    for v in exempt:
+        s.lift(v)
+        taken.append(v)
+        if _fits(cycle, p, in_quota=False):
+            cycle.exempt_waits[p.id] = (s.exempt_until(v), tuple(taken))
+            break
+    for v in pool + taken:
+        s.unlift(v)
+
+
+def _reserved(cycle, p: Pending, in_quota: bool = False) -> set[tuple[int, int]]:
     """GPUs the reservations made earlier in this cycle count on and ``p`` would outlast.
 
     A reservation blocks the GPUs that are free now; the busy ones it needs are freed by its
@@ -287,11 +405,12 @@ def _reserved(cycle, p: Pending) -> set[tuple[int, int]]:
     which may run past that start: the head's start slips, cycle after cycle (soak: gangs
     that waited for days). So a job behind a reservation (same level after the head, or a
     lower level) may preempt only jobs off the reserved GPUs — unless it ends before the
-    reservation starts, as EASY lets any job behind the head do."""
+    reservation starts, as EASY lets any job behind the head do. A reclaim (``in_quota``)
+    passes a borrower's reservation as backfill does (jobs/scheduler/engine/backfill.py)."""
     limit = cycle.s.now + p.runtime
     out: set[tuple[int, int]] = set()
     for res in cycle.res_by_flavor.get(p.flavor, ()):
-        if limit > res.start:
+        if not backfill.passes(res, limit, in_quota):
             out.update((i, x) for i, x, _ in res.slots)
     return out
 
@@ -311,6 +430,11 @@ def _with_units(victims: list[Run]) -> list[Run]:
 # a failed search stays failed until a preemption gives quota back (``cycle.loosen``).
 def _shape(p: Pending) -> tuple:
     return (p.flavor, p.milli, p.pmilli, p.min_workers)
+
+
+def _borrow_shape(p: Pending) -> tuple:
+    # Borrowing within the cohort: its candidates depend on its priority.
+    return ("borrow", p.priority, *_shape(p))
 
 
 def _rule6_key(p: Pending) -> tuple:
@@ -333,7 +457,7 @@ def _fits(cycle, p: Pending, *, in_quota: bool) -> bool:
 
 def reclaim_order(cycle, p: Pending, shielded: list[Run] | None = None) -> Iterator[Run]:
     """Rule 5 order: same project, then each enclosing department outwards, then the rest;
-    inside a level lowest priority first, then most recently started.
+    inside a level by :func:`victim_key` (lowest priority first, then what costs least).
 
     A job of ``p``'s own project with a higher priority is never a victim (it goes to
     ``shielded``): inside a project rule 6 ranks jobs by priority, and that job may well have
@@ -343,8 +467,16 @@ def reclaim_order(cycle, p: Pending, shielded: list[Run] | None = None) -> Itera
     stay its nearest victims: they cannot preempt ``p`` back (rule 6 needs a higher priority,
     and ``p`` comes first in rule 1 once it runs)."""
     s = cycle.s
+    need, now = p.min_workers * p.milli, s.now
+
+    fair = s.fair_key if s.fair else None
+
+    def key(v: Run) -> tuple:
+        return victim_key(v, need, now, fair)
+
     inner = None
     for anc in p.path:
+        tier = []
         for e in s.loan_sub.get((p.flavor, anc), ()):
             v = e[3]
             if inner is None:  # p's own project
@@ -352,13 +484,15 @@ def reclaim_order(cycle, p: Pending, shielded: list[Run] | None = None) -> Itera
                     if shielded is not None:
                         shielded.append(v)
                     continue
-                yield v
+                tier.append(v)
             elif inner not in v.path:
-                yield v
+                tier.append(v)
+        tier.sort(key=key)
+        yield from tier
         inner = anc
-    for e in s.loan_sorted[p.flavor]:
-        if inner not in e[3].path:
-            yield e[3]
+    rest = [e[3] for e in s.loan_sorted[p.flavor] if inner not in e[3].path]
+    rest.sort(key=key)
+    yield from rest
 
 
 def _admit_over(cycle, p: Pending, victims: list[Run], reason: str) -> bool:

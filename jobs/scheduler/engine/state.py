@@ -8,16 +8,18 @@ compare numbers, not datetimes and strings. The state outlives one cycle in the 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 
 from jobs.scheduler.engine.model import QueuedJob, RunningJob, Snapshot
 from jobs.scheduler.engine.pool import FULL, Pool
 from jobs.scheduler.engine.timeline import Timeline
+from jobs.scheduler.fairshare import cost
 from quotas.admission import Ledger, QuotaTree
 
 NEVER = float("inf")
+NEVER_MILLI = 1 << 62  # no cap: more than any pool
 
 
 class Run:
@@ -32,7 +34,7 @@ class Run:
                  "preemptible", "started", "end", "slots", "placement", "in_quota",
                  "terminating", "fresh", "ghost", "ghost_until", "key",
                  "job", "base", "units", "wmilli", "grow_to", "submitted", "workers", "pinned",
-                 "res", "req", "ghost_res")
+                 "res", "req", "ghost_res", "user", "saved")
 
     def __init__(self, rid, project_id, proj, path, flavor, r, priority, preemptible, started,
                  end, placement, slots):
@@ -68,6 +70,10 @@ class Run:
         self.res: tuple = ()
         self.req: tuple | None = None
         self.ghost_res: list = []
+        self.user = ""  # who submitted it: counts for its project's per-user caps
+        # Since when a preemption would lose its work (the victim order, preempt.victim_key):
+        # None when it saves on the preemption signal (checkpointing) or lost nothing yet.
+        self.saved: float | None = started
 
 
 class Pending:
@@ -75,7 +81,7 @@ class Pending:
 
     __slots__ = ("id", "project_id", "proj", "path", "flavor", "workers", "min_workers", "milli",
                  "priority", "preemptible", "submitted", "runtime", "approved", "job", "flavors",
-                 "home", "req", "pms", "min_cuda")
+                 "home", "req", "pms", "min_cuda", "user", "checkpointing")
 
     def __init__(self, job: QueuedJob, proj: int, path: tuple[int, ...]):
         self.job = job
@@ -106,6 +112,8 @@ class Pending:
         # from ``milli``: it asks more CPU, memory or disk than its units' share there.
         self.pms: dict[str, int] = {}
         self.min_cuda = tuple(job.min_cuda)
+        self.user = job.user
+        self.checkpointing = job.checkpointing
 
     @property
     def pmilli(self) -> int:
@@ -196,6 +204,9 @@ class State:
         self.now = snap.now.timestamp()
         self.tree = QuotaTree(snap.tree)
         self.grace = {pc.value: pc.grace_seconds for pc in snap.priority_classes}
+        # Minimum runtime before a job may be preempted, per priority value (DESIGN §16).
+        self.min_runtime = {pc.value: float(pc.min_runtime_seconds) for pc in snap.priority_classes
+                            if pc.min_runtime_seconds > 0}
         self.over_budget = {self.tree.index[t] for t in snap.over_budget_tenants
                             if t in self.tree.index}
         self.budget_exempt = {self.tree.index[t] for t in snap.budget_exempt if t in self.tree.index}
@@ -233,11 +244,21 @@ class State:
         self.tentative: dict[tuple[str, int], int] = {}  # (flavor, project) promised on loan
         self.units: dict[str, Run] = {}  # every live unit (a worker added by the grow pass)
         self.elastic: dict[str, Run] = {}  # bases that may grow (grow_to above their workers)
+        # Per-user caps (DESIGN §16): project index -> (GPU milli, running jobs); what each
+        # capped (project, user) holds now, [milli, jobs], kept as jobs enter and leave ``running``.
+        self.caps = {self.tree.index[t]: cap for t, cap in snap.user_caps.items()
+                     if t in self.tree.index and cap != (None, None)}
+        self.user_used: dict[tuple[int, str], list[int]] = {}
         self._ingest([j for j in snap.running if not j.terminating])
         for job in sorted((j for j in snap.running if j.terminating), key=lambda j: j.id):
             since = job.terminating_since.timestamp() if job.terminating_since else self.now
             self.add_terminating(self.make_run(job), since)
         self.submit(snap.queued)
+        # Fair share (DESIGN §16, jobs/scheduler/fairshare.py): per tree node index the usage given
+        # (subtree sums) and shares; ``fair_u`` is that usage plus this cycle's entry charges.
+        self.fair = False
+        self.fair_entry = float(snap.fair_entry_s)
+        self.set_fair(snap.fair_usage, snap.fair_shares)
         # The rule-1 split is computed when a cycle starts (Engine._settle).
 
     def _ingest(self, jobs: list[RunningJob]) -> None:
@@ -254,6 +275,7 @@ class State:
                 self.order[run.flavor].append((run.key, run))
                 if run.end < NEVER:
                     self.ends[run.flavor].append((run.end, run.id, run))
+                self._count_user(run, 1)
         for f in self.pools:
             self.order[f].sort()
             self.ends[f].sort()
@@ -277,6 +299,11 @@ class State:
         run = Run(job.id, job.project_id, proj, path, job.flavor, r, job.priority,
                   job.preemptible and not job.pinned, started, end, job.placement, slots)
         run.pinned = job.pinned
+        run.user = job.user
+        if job.checkpointing:
+            run.saved = None
+        elif job.last_checkpoint_at is not None:
+            run.saved = max(started, job.last_checkpoint_at.timestamp())
         if job.requests:
             run.res = self._res(pool, job.requests)
             run.req = job.requests[0][1:]
@@ -330,6 +357,8 @@ class State:
                    base.priority, base.preemptible, started, base.end, tuple(placement), slots)
         unit.job, unit.base = base.id, base
         unit.req = base.req
+        unit.user = base.user
+        unit.saved = None  # its job goes on without it: shrinking loses no work
         if requests:
             unit.res = self._res(pool, requests)
         elif base.req and slots and pool.res is not None:
@@ -423,6 +452,17 @@ class State:
         if run.end < NEVER:
             insort(self.ends[run.flavor], (run.end, run.id, run))
         self.by_proj.setdefault((run.proj, run.flavor), {})[run.id] = run
+        self._count_user(run, 1)
+
+    def _count_user(self, run: Run, sign: int) -> None:
+        """What ``run`` adds to (or, ``sign`` -1, takes from) its user's figures under a cap: its
+        GPUs, and one job for a job's first Run (a grown worker is not a job of its own)."""
+        if not self.caps or not run.user or run.proj not in self.caps:
+            return
+        used = self.user_used.setdefault((run.proj, run.user), [0, 0])
+        used[0] += sign * run.r
+        if run.base is None:
+            used[1] += sign
 
     def reindex(self, run: Run) -> None:
         """Undo :meth:`forget` (the job is counted again by :meth:`unlift`)."""
@@ -511,6 +551,7 @@ class State:
             ends = self.ends[run.flavor]
             del ends[bisect_left(ends, (run.end, run.id))]
         del self.by_proj[(run.proj, run.flavor)][run.id]
+        self._count_user(run, -1)
 
     def add_terminating(self, run: Run, since: float) -> None:
         """A victim in its grace period (from the snapshot): signalled at ``since``, it exits by
@@ -598,7 +639,69 @@ class State:
                 ledger.add(run.path, run.r, False, run.root_r)
                 run.in_quota = False
 
+    def exempt_until(self, run: Run) -> float:
+        """When ``run`` may first be preempted: its job's start + its class's minimum runtime
+        (a grown worker counts from its job's start: the job is what the minimum protects)."""
+        minimum = self.min_runtime.get(run.priority)
+        if not minimum:
+            return 0.0
+        job = run.base if run.base is not None else run
+        return job.started + minimum
+
+    def exempt(self, run: Run) -> bool:
+        """Is ``run`` still within its class's minimum runtime (never a victim now)?"""
+        return bool(self.min_runtime) and self.now < self.exempt_until(run)
+
     # -- fair share ----------------------------------------------------------------------
+    def set_fair(self, usage: Mapping[str, float], shares: Mapping[str, float]) -> None:
+        """New fair-share maps (projects' decayed usage, shares per node); both empty: off."""
+        tree = self.tree
+        n = len(tree.ids)
+        base = [0.0] * n
+        for pid, u in usage.items():
+            i = tree.index.get(pid)
+            if i is None or tree.kind[i] != "project" or not u:
+                continue  # a department's usage is its projects'
+            for a in tree.path(i):
+                base[a] += float(u)
+        self.fair_base = base
+        self.fair_s = [float(shares.get(nid, 0.0)) for nid in tree.ids]
+        self.fair = bool(usage or shares)
+        self.fair_reset()
+
+    def fair_reset(self) -> None:
+        """A cycle starts from the given usage: entry charges last one cycle (the caller's next
+        usage counts the admitted jobs' time)."""
+        self.fair_u = list(self.fair_base)
+        self.fair_keys: dict[int, tuple[float, ...]] = {}
+
+    def fair_charge(self, proj: int, milli: int) -> None:
+        """A job of ``proj`` was admitted, promised or grown by ``milli``: it counts at once, for
+        ``fair_entry_s`` seconds of its cards (so a burst cannot pass on one stale factor)."""
+        if not self.fair or milli <= 0:
+            return
+        amount = milli / FULL * self.fair_entry
+        u = self.fair_u
+        for a in self.tree.path(proj):
+            u[a] += amount
+        self.fair_keys.clear()  # the keys of its siblings' subtrees moved too
+
+    def fair_key(self, proj: int) -> tuple[float, ...]:
+        """Fair Tree key of a project: ``u/s`` of its ancestors, top down (smaller first; see
+        jobs/scheduler/fairshare.py). It only grows during a cycle (usage is only charged)."""
+        key = self.fair_keys.get(proj)
+        if key is None:
+            u, sh = self.fair_u, self.fair_s
+            key = self.fair_keys[proj] = tuple([cost(u[a], sh[a]) for a in reversed(self.tree.path(proj))])
+        return key
+
+    def turn(self, proj: int):
+        """A project's place in a priority level: its dominant share, led by its Fair Tree key
+        when fair share is on."""
+        if self.fair:
+            return (self.fair_key(proj), self.share(proj))
+        return self.share(proj)
+
     def share(self, proj: int) -> float:
         """Dominant share of a project: max over flavors of usage ÷ quota (§5.1)."""
         best = self.shares.get(proj)
@@ -623,13 +726,46 @@ class State:
         return self.bounds.get(proj, self.default_bound)
 
     def held(self, p: Pending) -> bool:
+        """Not considered at all now: held by a spent budget, or its user is at a cap. Either
+        only tightens as the cycle admits jobs, so a held job blocks nobody and heads no level."""
+        return self.budget_held(p) or (bool(self.caps) and self.capped(p) is not None)
+
+    def budget_held(self, p: Pending) -> bool:
         """Budget hold (§3 rule 9): the tenant or an ancestor is over budget, not approved."""
         if p.approved or not self.over_budget or p.proj in self.budget_exempt:
             return False
         return any(n in self.over_budget for n in p.path)
 
+    def capped(self, p: Pending) -> tuple[str, int, int] | None:
+        """The per-user cap of its project that admitting ``p`` (at its minimum size) would
+        break: ("gpus", cap milli, held milli) or ("jobs", cap, running jobs); None when none."""
+        cap = self.caps.get(p.proj)
+        if cap is None or not p.user:
+            return None
+        milli, jobs = self.user_used.get((p.proj, p.user), (0, 0))
+        if cap[1] is not None and jobs + 1 > cap[1]:
+            return "jobs", cap[1], jobs
+        if cap[0] is not None and milli + p.min_workers * p.milli > cap[0]:
+            return "gpus", cap[0], milli
+        return None
+
+    def user_room(self, p: Pending) -> int:
+        """The GPU milli ``p``'s user may still take in its project (an elastic job's grant)."""
+        cap = self.caps.get(p.proj)
+        if cap is None or cap[0] is None or not p.user:
+            return NEVER_MILLI
+        return cap[0] - self.user_used.get((p.proj, p.user), (0, 0))[0]
+
+    def grow_capped(self, base: Run, milli: int) -> bool:
+        """Would ``milli`` more for running job ``base`` break its user's GPU cap?"""
+        cap = self.caps.get(base.proj) if self.caps and base.user else None
+        if cap is None or cap[0] is None:
+            return False
+        return self.user_used.get((base.proj, base.user), (0, 0))[0] + milli > cap[0]
+
     def held_ids(self) -> tuple[str, ...]:
         """The waiting jobs a spent budget holds, in id order."""
         if not self.over_budget:
             return ()
-        return tuple(sorted((p.id for p in self.pending.values() if self.held(p)), key=lambda j: (len(j), j)))
+        return tuple(sorted((p.id for p in self.pending.values() if self.budget_held(p)),
+                            key=lambda j: (len(j), j)))

@@ -23,6 +23,7 @@ which the replay rebuilds its engine as the service's warm engine does. Nothing 
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -98,7 +99,28 @@ def _clock(value, what: str) -> time:
 def needs_world(data: Mapping) -> bool:
     """True when the SPEC says more than plain quotas (the replay then runs on a World)."""
     objects = any(isinstance(v, Mapping) for per in (data.get("quotas") or {}).values() for v in per.values())
-    return bool(data.get("windows") or data.get("loans") or objects)
+    return bool(data.get("windows") or data.get("loans") or objects or data.get("shares"))
+
+
+def fair_shares(data: Mapping, known: Iterable[str]) -> dict[str, float]:
+    """The SPEC's ``shares`` (fair share, DESIGN §16): tree node → a number ≥ 0. Absent or
+    empty: no fair share (an export made before shares existed replays as it did)."""
+    raw = data.get("shares") or {}
+    if not isinstance(raw, Mapping):
+        raise ValueError("shares: an object of tree node → number")
+    known = set(known)
+    out = {}
+    for node, value in raw.items():
+        if node not in known:
+            raise ValueError(f"shares: {node!r} is not a node of the SPEC's tree")
+        try:
+            v = float(value)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"shares[{node}]: not a number: {value!r}") from exc
+        if not math.isfinite(v) or v < 0:
+            raise ValueError(f"shares[{node}]: must be a number ≥ 0, not {value!r}")
+        out[node] = v
+    return out
 
 
 def parse(data: Mapping) -> SpecLimits:
@@ -185,6 +207,7 @@ def world(data: Mapping, tenants: Iterable[str], horizon: float, policy: Mapping
     spec = parse(data)
     tree, derived = tenant_tree(set(tenants), spec_quotas(data))
     known = {n.id for n in tree}
+    shares = fair_shares(data, known)
     for key in (*spec.windows, *spec.loans_out, *spec.loans_in):
         if key[0] not in known:
             raise ValueError(f"{key[0]!r}: a window or loan names a tenant the SPEC does not have")
@@ -196,7 +219,7 @@ def world(data: Mapping, tenants: Iterable[str], horizon: float, policy: Mapping
     if policy is None:
         first, changes = limit_schedule(lambda at: spec.at(at, keys, base), spec.origin,
                                         spec.instants(horizon), horizon)
-        return World(tree, first, (), changes)
+        return World(tree, first, (), changes, fair_shares=shares)
     from jobs.whatif.replay import policy as rules
 
     checked = rules.check(policy)
@@ -211,7 +234,7 @@ def world(data: Mapping, tenants: Iterable[str], horizon: float, policy: Mapping
     first, changes = limit_schedule(limits_at, spec.origin, spec.instants(horizon, clocks), horizon)
     # idle-quota reuse is also judged against the projects' quotas as recorded (docs/advisor.md)
     today = project_quotas(tree, spec.at(spec.origin, keys, base))
-    return World(tree, first, (), changes, reference_quotas=today)
+    return World(tree, first, (), changes, reference_quotas=today, fair_shares=shares)
 
 
 def load_world(path, jobs: Iterable, policy: Mapping | None = None) -> World | None:

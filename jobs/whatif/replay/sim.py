@@ -65,6 +65,7 @@ from jobs.scheduler.scheduler import (
     Snapshot,
     TreeNode,
 )
+from jobs.whatif.replay.fair import DecayedUsage
 from jobs.whatif.replay.metrics import Recorder
 from jobs.whatif.replay.spec import (
     Quotas,
@@ -119,6 +120,15 @@ class Options:
     # Nodes' CPU / memory and jobs' requests from the trace (when it has them) go to the engine;
     # False: GPUs only (what the figures were before issue 33, to compare).
     resources: bool = True
+    # Fair share (DESIGN §16): on when the World carries shares (``World.fair_shares``, from the
+    # SPEC's ``shares``; an input without them replays without fair share, as before). The
+    # engine gets the replay's own decayed usage (jobs/whatif/replay/fair.py) before each cycle.
+    fair_share: bool = True
+    fair_half_life_s: float = 604800.0  # Slurm's PriorityDecayHalfLife default, 7 days
+    fair_entry_s: float = 3600.0  # what an admission charges at once (Snapshot.fair_entry_s)
+    # Without shares in the input: each node's quota in cards, summed over flavors (the portal's
+    # default shares) — for benches and studies on traces whose SPEC has none (bench/replay.py).
+    fair_shares_from_quotas: bool = False
 
 
 @dataclass(frozen=True)
@@ -140,6 +150,8 @@ class World:
     # Project quotas (milli-GPUs per flavor) that idle-quota reuse is also judged against — today's,
     # when a what-if changed them (the advisor's overcommit ratio; metrics.Recorder); None: these.
     reference_quotas: Mapping[str, Mapping[str, int]] | None = None
+    # Fair-share shares per tree node (the SPEC's ``shares``); empty: no fair share.
+    fair_shares: Mapping[str, float] = field(default_factory=dict)
 
 
 def project_quotas(tree: Sequence[TreeNode], limits: Mapping[tuple[str, str], Limits]
@@ -337,6 +349,12 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         enodes = tuple(replace(n, cpu_millicores=None, memory_mib=None, local_disk_gib=None) for n in enodes)
     classes = tuple(PriorityClass(str(p), p, True, math.ceil(options.grace)) for p in priorities)
     strategies = _queueing(tree, options)
+    shares = dict(world.fair_shares) if world is not None and options.fair_share else {}
+    if options.fair_share and not shares and options.fair_shares_from_quotas:
+        shares = quota_shares(limits)
+    meter = DecayedUsage(options.fair_half_life_s, t_first) if shares else None
+    if meter is not None:
+        strategies = {**strategies, "fair_shares": shares, "fair_entry_s": options.fair_entry_s}
     snap = Snapshot(_dt(t_first), enodes, tree, limits, priority_classes=classes, **strategies)
     borrowing = options.policy == "pooled" and options.borrowing
     flags = {"fragmentation_aware": options.fragmentation_aware, "backfill": options.backfill,
@@ -400,8 +418,9 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
                        terminating_since=_dt(signalled[jid]) if jid in signalled else None,
                        submitted_at=q.submitted_at, requests=reqs)
             for jid, (q, at, slots, reqs) in holding.items())
+        usage = {"fair_usage": meter.at(t)} if meter is not None else {}
         return Snapshot(_dt(t), enodes, tree, limits, running, tuple(waiting.values()),
-                        priority_classes=classes, **strategies)
+                        priority_classes=classes, **strategies, **usage)
 
     def begin(jid: str, t: float) -> None:
         started[jid] = t
@@ -447,10 +466,14 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
                 continue
             elif kind == FINISH:
                 rec.released(jid, t, finished=True)
+                if meter is not None:
+                    meter.end(jid, t)
                 del started[jid], admitted_at[jid], ends[jid]
                 holding.pop(jid, None)
                 finished.append(jid)
             else:  # EXIT of a victim: free its GPUs, queue it again
+                if meter is not None:
+                    meter.end(jid, t)
                 if jid in started:
                     ran = t - started.pop(jid)
                     rec.released(jid, t, finished=False, lost=not options.checkpointing)
@@ -475,6 +498,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         else:
             engine.finish(finished)
             engine.submit(fresh)
+        if meter is not None:
+            engine.set_fair(meter.at(batch_t), shares)
         result = engine.cycle(_dt(batch_t))
         cycles += 1
         if resourced:
@@ -495,6 +520,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         for a in result.admissions:
             admitted_at[a.job_id] = batch_t
             ran_on[a.job_id] = a.flavor
+            if meter is not None:  # a job counts from admission (DESIGN §16)
+                meter.start(a.job_id, by_id[a.job_id].tenant, demand_milli(by_id[a.job_id]) / 1000, batch_t)
             if track:
                 q = replace(waiting.pop(a.job_id), flavor=a.flavor, flavors=())  # runs on one flavor
                 holding[a.job_id] = (q, batch_t, tuple(s for w in a.placement for s in w),
@@ -538,6 +565,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         "queueing": options.queueing,
         "queueing_by_tenant": dict(sorted(options.queueing_by_tenant.items())),
         "aging_bound_s": options.aging_bound_s,
+        "fair_share": meter is not None,
+        "fair_half_life_s": options.fair_half_life_s if meter is not None else None,
         "resources": resourced,
         "skipped_cpu_only": cpu_only,
         "skipped_no_flavor": len(jobs) - cpu_only - len(runnable),
@@ -547,6 +576,14 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         "wall_seconds": round(time.perf_counter() - wall0, 3),
     })
     return out
+
+
+def quota_shares(limits: Mapping[tuple[str, str], Limits]) -> dict[str, float]:
+    """Default fair-share shares: each tree node's quota in cards, summed over flavors."""
+    out: dict[str, float] = defaultdict(float)
+    for (node, _), lim in limits.items():
+        out[node] += lim.quota / 1000
+    return dict(out)
 
 
 def _worker_requests(q: QueuedJob, placement) -> tuple[tuple[str, int, int, int], ...]:

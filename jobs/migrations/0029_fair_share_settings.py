@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0026_whole_machine'),
+        ('jobs', '0028_idle_policy'),
     ]
 
     operations = [

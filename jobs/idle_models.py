@@ -1,0 +1,88 @@
+"""The idle policy's settings and its approved exemptions (DESIGN §16; docs/scheduling.md, "Idle
+policy"). The decision is ``jobs.idle_policy`` (pure), run by ``jobs.idle_service``."""
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from portal.models import ApprovalRequest
+
+
+class IdleAction(models.TextChoices):
+    """``jobs.idle_policy.Action``'s values, as a field's choices."""
+
+    OFF = "off", _("not watched")
+    WARN = "warn", _("warn only")
+    STOP = "stop", _("warn, then stop")
+    PREEMPTIBLE = "preemptible", _("warn, then make preemptible")
+
+
+IDLE_MINUTES_MAX = 7 * 24 * 60  # a week
+
+
+class IdlePolicy(models.Model):
+    """The centre's idle policy (``priority_class`` empty: one row, made by the migration with the
+    defaults), and optional overrides for the jobs of one priority class. Edited by platform admins
+    in the admin."""
+
+    priority_class = models.OneToOneField(
+        "jobs.PriorityClass", null=True, blank=True, on_delete=models.CASCADE, related_name="idle_policy",
+        verbose_name=_("priority class"), help_text=_("Empty: the centre's policy, for every other class."),
+    )
+    threshold_pct = models.PositiveSmallIntegerField(
+        _("utilisation threshold (%)"), default=5, validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text=_("A minute is idle when the busiest card of the job is below this utilisation."),
+    )
+    idle_minutes = models.PositiveIntegerField(
+        _("idle minutes before the warning"), default=120,
+        validators=[MinValueValidator(5), MaxValueValidator(IDLE_MINUTES_MAX)],
+    )
+    grace_minutes = models.PositiveIntegerField(
+        _("grace minutes before the action"), default=60,
+        validators=[MinValueValidator(0), MaxValueValidator(IDLE_MINUTES_MAX)],
+    )
+    dev_action = models.CharField(
+        _("development jobs"), max_length=12, choices=IdleAction.choices, default=IdleAction.STOP
+    )
+    training_action = models.CharField(
+        _("training jobs"), max_length=12, choices=IdleAction.choices, default=IdleAction.PREEMPTIBLE
+    )
+    inference_action = models.CharField(
+        _("inference jobs"), max_length=12, choices=IdleAction.choices, default=IdleAction.WARN
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = _("idle policy")
+        verbose_name_plural = _("idle policies")
+        constraints = [
+            # One centre row (NULL class) and at most one row per class.
+            models.UniqueConstraint(
+                fields=["priority_class"], nulls_distinct=False, name="idle_policy_one_per_class"
+            ),
+            models.CheckConstraint(condition=models.Q(threshold_pct__gte=1, threshold_pct__lte=100),
+                                   name="idle_policy_threshold_pct"),
+            models.CheckConstraint(condition=models.Q(idle_minutes__gte=5), name="idle_policy_idle_minutes"),
+        ]
+
+    def __str__(self):
+        return f"{self.priority_class.name if self.priority_class_id else 'centre'}: <{self.threshold_pct}%"
+
+
+class IdleExemption(models.Model):
+    """An approved exemption of one job from the idle policy (an ``idle_exemption`` approval
+    request, ``jobs.idle_exemptions``), until ``ends_at`` (empty: for the job's life)."""
+
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="idle_exemptions")
+    ends_at = models.DateTimeField(_("until"), null=True, blank=True)
+    request = models.ForeignKey(ApprovalRequest, null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="+")
+    created_at = models.DateTimeField(_("granted at"))
+
+    class Meta:
+        ordering = ["job_id", "created_at"]
+        verbose_name = _("idle-policy exemption")
+        verbose_name_plural = _("idle-policy exemptions")
+
+    def __str__(self):
+        return f"job {self.job_id} until {self.ends_at or '—'}"
