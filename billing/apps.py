@@ -12,11 +12,12 @@ class BillingConfig(AppConfig):
         # jobs offers.
         from jobs.approvals import budget_checks
         from jobs.estimates import cost_estimators, job_cost_providers, price_lists
-        from jobs.scheduling.config import over_budget_providers
+        from jobs.scheduling.config import fair_usage_providers, over_budget_providers
         from portal.approvals import context_providers
         from portal.hooks import project_move_checks
 
         from .budgets import budget_context, budget_reason, over_budget_tenants
+        from .fairshare import fair_usage
         from .project_moves import check_project_move
         from .selectors import standard_cost, standard_pricers
         from .usage import job_cost_so_far
@@ -25,6 +26,8 @@ class BillingConfig(AppConfig):
             budget_checks.append(budget_reason)
         if over_budget_tenants not in over_budget_providers:
             over_budget_providers.append(over_budget_tenants)
+        if fair_usage not in fair_usage_providers:
+            fair_usage_providers.append(fair_usage)
         if standard_cost not in cost_estimators:
             cost_estimators.append(standard_cost)
         if standard_pricers not in price_lists:

@@ -5,7 +5,11 @@ projects that use its idle quota and their on-loan jobs.
 Everything is computed from the usage aggregate the scheduler's snapshot counts (jobs holding
 GPUs, summed in SQL per flavor, project and on-loan flag) and the whole department tree, so the
 number of queries does not depend on the number of jobs. Attribution needs the whole tree, not
-only the rows the viewer sees; what is shown is then cut to the viewer's scope (one selector)."""
+only the rows the viewer sees; what is shown is then cut to the viewer's scope (one selector).
+
+Each row also shows the node's fair share (DESIGN §16): its shares (an admin's weight or its quota
+in normalised cards), its decayed usage (the scheduling cycle's provider) and its factor
+(``quotas.fairtree``; a department shows its level fair share instead)."""
 
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from jobs.models import Job
+from jobs.scheduling.config import fair_usage
+from jobs.scheduling.settings import fair_share_settings
 from jobs.selectors import (
     _external_by_node,
     _holding_usage,
@@ -28,6 +34,8 @@ from jobs.selectors import (
 from jobs.states import HOLDING
 from portal.models import Department, Project, User
 from portal.selectors import visible_projects
+from quotas.fair_weights import all_shares
+from quotas.fairtree import Fair, fair_tree
 from quotas.lending import Lending, Level, attribute
 from quotas.models import Flavor, QuotaNode
 from quotas.selectors import capacity_by_flavor, effective_limits_map, visible_quota_nodes
@@ -87,6 +95,7 @@ class GridRow:
     owner: object  # Department or Project
     cells: list  # Cell | None per flavor, in the order asked
     has_children: bool = False
+    fair: FairCell | None = None
 
     @property
     def kind(self) -> str:
@@ -154,6 +163,28 @@ class _World:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class FairCell:
+    figures: Fair
+    weighted: bool  # the shares are an admin's weight (else the default)
+
+    @property
+    def level_fs_text(self) -> str:
+        return "∞" if self.figures.level_fs == float("inf") else f"{self.figures.level_fs:.3f}"
+
+
+def fair_cells(at: datetime) -> dict[Key, FairCell]:
+    """Every node's fair-share figures (the whole tree: ranks are everyone's)."""
+    half_life, _entry = fair_share_settings()
+    parents: dict[str, str | None] = {
+        f"d{pk}": (f"d{up}" if up else None) for pk, up in Department.objects.values_list("pk", "parent_id")}
+    parents.update({f"p{pk}": f"d{dept}" for pk, dept in Project.objects.values_list("pk", "department_id")})
+    shares, weights = all_shares()
+    fair = fair_tree(parents, shares, fair_usage(at, half_life))
+    return {("project" if node[0] == "p" else "department", int(node[1:])): FairCell(f, node in weights)
+            for node, f in fair.items()}
+
+
 def _level(key: Key, parent: Key | None, limits: dict) -> Level:
     found = limits.get(key)
     return Level(key, parent, found.quota, found.lend_limit) if found else Level(key, parent)
@@ -178,6 +209,7 @@ def quota_grid(user: User, flavors: list[Flavor], at: datetime | None = None) ->
         by_owner.setdefault(_key(node), {})[node.flavor_id] = node
         owners[_key(node)] = node.owner
     parents = {key: _visible_parent(key, by_owner, world) for key in by_owner}
+    fair = fair_cells(at)
     children: dict[Key | None, list[Key]] = {}
     for key, parent in parents.items():
         children.setdefault(parent, []).append(key)
@@ -186,7 +218,8 @@ def quota_grid(user: User, flavors: list[Flavor], at: datetime | None = None) ->
     def walk(parent: Key | None, depth: int) -> None:
         for key in sorted(children.get(parent, []), key=lambda k: (k[0] == "project", str(owners[k]))):
             cells = [world.cell(by_owner[key][f]) if f in by_owner[key] else None for f in ids]
-            rows.append(GridRow(key, parent, depth, owners[key], cells, bool(children.get(key))))
+            rows.append(GridRow(key, parent, depth, owners[key], cells, bool(children.get(key)),
+                                fair.get(key)))
             walk(key, depth + 1)
 
     walk(None, 0)

@@ -1,7 +1,7 @@
 """Rule-change requests (策略变更, issue 25): a kind of the generic approval engine that changes
 scheduling rules — a project's queueing strategy, a quota node's borrow / lend limits, a quota
-window, a priority class's grace period, the scheduler's backfill and packing (docs/approvals.md,
-"Rule changes").
+window, a priority class's grace period, the scheduler's backfill and packing, the fair-share
+half-life and entry time (docs/approvals.md, "Rule changes").
 
 One request carries a list of changes. Each change names its target and the new values, and
 holds the values it expects to replace (``before``: given by the requester, or read when the
@@ -22,6 +22,8 @@ quota_window          project or department, flavor, name      start_hour, end_h
 priority_grace        priority_class (name)                    grace_seconds
 scheduler_backfill    —                                        backfill
 scheduler_packing     —                                        packing
+scheduler_fair_share  —                                        fair_share_half_life_seconds,
+                                                               fair_share_entry_seconds
 ====================  =======================================  =====================================
 """
 
@@ -39,7 +41,14 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from jobs.models import PriorityClass
-from jobs.rule_models import Packing, RuleChangeEvent, SchedulerSettings
+from jobs.rule_models import (
+    FAIR_ENTRY_MAX_SECONDS,
+    FAIR_HALF_LIFE_MAX_SECONDS,
+    FAIR_HALF_LIFE_MIN_SECONDS,
+    Packing,
+    RuleChangeEvent,
+    SchedulerSettings,
+)
 from portal import permissions as perm
 from portal.approvals import StepSpec, approval_request_create
 from portal.models import (
@@ -72,6 +81,7 @@ TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "priority_grace": (("priority_class",), ("grace_seconds",)),
     "scheduler_backfill": ((), ("backfill",)),
     "scheduler_packing": ((), ("packing",)),
+    "scheduler_fair_share": ((), ("fair_share_half_life_seconds", "fair_share_entry_seconds")),
 }
 _REQUIRED_VALUES = {"quota_window": ("start_hour", "end_hour")}
 
@@ -188,6 +198,8 @@ def current(entry: dict, *, lock: bool = False) -> dict | None:
     if kind == "priority_grace":
         return {"grace_seconds": _class(entry, lock).grace_seconds}
     row = _settings(lock)
+    if kind == "scheduler_fair_share":
+        return {k: getattr(row, k) for k in keys}
     return {"backfill": row.backfill} if kind == "scheduler_backfill" else {"packing": row.packing}
 
 
@@ -271,6 +283,14 @@ def _clean_entry(raw) -> dict:
         if not isinstance(raw["backfill"], bool):
             raise _Bad(_("backfill: true or false"))
         out["backfill"] = raw["backfill"]
+    elif kind == "scheduler_fair_share":
+        if "fair_share_half_life_seconds" in raw:
+            out["fair_share_half_life_seconds"] = _whole(
+                "fair_share_half_life_seconds", raw["fair_share_half_life_seconds"],
+                FAIR_HALF_LIFE_MIN_SECONDS, FAIR_HALF_LIFE_MAX_SECONDS)
+        if "fair_share_entry_seconds" in raw:
+            out["fair_share_entry_seconds"] = _whole(
+                "fair_share_entry_seconds", raw["fair_share_entry_seconds"], 0, FAIR_ENTRY_MAX_SECONDS)
     else:
         if raw["packing"] not in Packing.values:
             raise _Bad(_("packing: one of %(c)s") % {"c": ", ".join(Packing.values)})
@@ -420,6 +440,16 @@ def lines(entry: dict, depts: dict[str, str] | None = None) -> list[dict]:
         on, off = gettext_noop("on"), gettext_noop("off")
         return [_m(gettext_noop("Scheduler EASY backfill: %(old)s → %(new)s"),
                    old=_m(on if before["backfill"] else off), new=_m(on if entry["backfill"] else off))]
+    if kind == "scheduler_fair_share":
+        out = []
+        if "fair_share_half_life_seconds" in entry:
+            out.append(_m(gettext_noop("Fair-share half-life: %(old)s s → %(new)s s"),
+                          old=before["fair_share_half_life_seconds"],
+                          new=entry["fair_share_half_life_seconds"]))
+        if "fair_share_entry_seconds" in entry:
+            out.append(_m(gettext_noop("Fair-share entry time: %(old)s s → %(new)s s"),
+                          old=before["fair_share_entry_seconds"], new=entry["fair_share_entry_seconds"]))
+        return out
     return [_m(gettext_noop("Scheduler packing: %(old)s → %(new)s"),
                old=_m(_PACKING[before["packing"]]), new=_m(_PACKING[entry["packing"]]))]
 

@@ -2,6 +2,7 @@
 of every rule change made through a rule-change request (issue 25; docs/scheduling.md, "Engine
 settings", and docs/approvals.md, "Rule changes")."""
 
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
@@ -13,6 +14,16 @@ class Packing(models.TextChoices):
     BEST_FIT = "best_fit", _("best fit")
 
 
+# Fair share (DESIGN §16): the half-life of decayed usage (Slurm's PriorityDecayHalfLife, 7 days by
+# default), between an hour and a year — shorter forgets a day's work within the day, longer never
+# forgets; and how long a tenant's new usage counts before it is compared (entry time).
+FAIR_HALF_LIFE_DEFAULT_SECONDS = 7 * 86400
+FAIR_HALF_LIFE_MIN_SECONDS = 3600
+FAIR_HALF_LIFE_MAX_SECONDS = 365 * 86400
+FAIR_ENTRY_DEFAULT_SECONDS = 3600
+FAIR_ENTRY_MAX_SECONDS = 7 * 86400
+
+
 class SchedulerSettings(models.Model):
     """One row (pk 1): what the production engine is run with. Created by the migration with the
     engine's defaults; changed only through a rule-change request (``jobs.rule_changes``)."""
@@ -20,12 +31,29 @@ class SchedulerSettings(models.Model):
     backfill = models.BooleanField(_("EASY backfill"), default=True)
     packing = models.CharField(_("packing"), max_length=24, choices=Packing.choices,
                                default=Packing.FRAGMENTATION_AWARE)
+    fair_share_half_life_seconds = models.PositiveIntegerField(
+        _("fair-share half-life (s)"), default=FAIR_HALF_LIFE_DEFAULT_SECONDS,
+        db_default=FAIR_HALF_LIFE_DEFAULT_SECONDS,
+        validators=[MinValueValidator(FAIR_HALF_LIFE_MIN_SECONDS),
+                    MaxValueValidator(FAIR_HALF_LIFE_MAX_SECONDS)])
+    fair_share_entry_seconds = models.PositiveIntegerField(
+        _("fair-share entry time (s)"), default=FAIR_ENTRY_DEFAULT_SECONDS,
+        db_default=FAIR_ENTRY_DEFAULT_SECONDS,
+        validators=[MaxValueValidator(FAIR_ENTRY_MAX_SECONDS)])
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         verbose_name = _("scheduler settings")
         verbose_name_plural = _("scheduler settings")
-        constraints = [models.CheckConstraint(condition=models.Q(pk=1), name="scheduler_settings_one_row")]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(pk=1), name="scheduler_settings_one_row"),
+            models.CheckConstraint(
+                condition=models.Q(fair_share_half_life_seconds__gte=FAIR_HALF_LIFE_MIN_SECONDS,
+                                   fair_share_half_life_seconds__lte=FAIR_HALF_LIFE_MAX_SECONDS),
+                name="scheduler_settings_half_life_range"),
+            models.CheckConstraint(condition=models.Q(fair_share_entry_seconds__lte=FAIR_ENTRY_MAX_SECONDS),
+                                   name="scheduler_settings_entry_range"),
+        ]
 
     def __str__(self):
         return f"backfill={self.backfill} packing={self.packing}"

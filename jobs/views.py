@@ -74,6 +74,7 @@ def quota_tree(request):
         chosen = next((f for f in flavors if f.pk == default), flavors[0] if flavors else None)
     columns = flavors if show_all else [chosen] if chosen else []
     grid = quota_grid(request.user, columns)
+    scope = scope_for(request.user)
     if show_all:  # only the flavors in which the viewer sees some quota
         held = [i for i in range(len(columns)) if any(r.cells[i] for r in grid["rows"])]
         columns = [columns[i] for i in held]
@@ -89,6 +90,8 @@ def quota_tree(request):
             "columns": columns,
             "rows": grid["rows"],
             "capacity": grid["capacity"].get(chosen.pk, 0) if chosen else 0,
+            "can_edit_fair": scope.platform_admin,
+            "can_see_fair_report": scope.sees_everything or bool(scope.admin_departments),
         },
     )
 

@@ -5,6 +5,8 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularSwaggerSplitView
 
 from billing import api as billing_api
+from billing import api_fairshare as billing_fairshare_api
+from billing import views_fairshare as billing_fairshare_views
 from jobs import api as jobs_api
 from jobs import api_approvals as jobs_approvals_api
 from jobs import api_autoscale as jobs_autoscale_api
@@ -36,7 +38,9 @@ from portal.health import healthz
 from quotas import api as quotas_api
 from quotas import api_approvals as quotas_approvals_api
 from quotas import api_baselines as quotas_baselines_api
+from quotas import api_fair_share as quotas_fair_share_api
 from quotas import views as quotas_views
+from quotas import views_fair_share as quotas_fair_share_views
 
 api_v1 = [
     path("me/", portal_api.MeApi.as_view(), name="me"),
@@ -72,6 +76,8 @@ api_v1 = [
     path("quota-nodes/", quotas_api.QuotaNodeListApi.as_view(), name="quotanode-list"),
     path("quota-nodes/<int:pk>/", quotas_api.QuotaNodeDetailApi.as_view(), name="quotanode-detail"),
     path("quota-tree/", quotas_api.QuotaTreeApi.as_view(), name="quota-tree"),
+    path("quota-tree/<str:kind>/<int:pk>/fair-share/", quotas_fair_share_api.FairShareApi.as_view(),
+         name="quota-fair-share"),
     path("loans/", quotas_api.LoanListApi.as_view(), name="loan-list"),
     path("loans/<int:pk>/", quotas_api.LoanDetailApi.as_view(), name="loan-detail"),
     path("loans/<int:pk>/cancel/", quotas_api.LoanCancelApi.as_view(), name="loan-cancel"),
@@ -129,6 +135,7 @@ api_v1 = [
     path("statements/estimate/", billing_api.StatementEstimateApi.as_view(), name="statement-estimate"),
     path("statements/<int:pk>/", billing_api.StatementDetailApi.as_view(), name="statement-detail"),
     path("usage/", billing_api.UsageApi.as_view(), name="usage"),
+    path("fair-share/", billing_fairshare_api.FairShareReportApi.as_view(), name="fair-share"),
     # History as a trace (issue 25): platform admins export a range of jobs and the pool.
     path("history/export/", jobs_history_api.HistoryExportApi.as_view(), name="history-export"),
     path("chargeback/", billing_api.ChargebackApi.as_view(), name="chargeback"),
@@ -219,6 +226,10 @@ urlpatterns = [
     path("account/api-tokens/<int:pk>/revoke/", token_views.api_token_revoke, name="api-token-revoke"),
     path("", dashboard.dashboard, name="dashboard"),
     path("quotas/", jobs_views.quota_tree, name="quota-tree"),
+    # Fair share (DESIGN §16): the sshare-like report and a node's weight.
+    path("quotas/fair-share/", billing_fairshare_views.fair_share_report_page, name="fair-share-report"),
+    path("quotas/fair-share/<str:kind>/<int:pk>/weight/", quotas_fair_share_views.fair_share_weight,
+         name="fair-share-weight"),
     path("quotas/nodes/<int:pk>/borrowers/", jobs_views.quota_borrowers_view, name="quota-borrowers"),
     path("inventory/", quotas_views.inventory, name="inventory"),
     path("inventory/baselines/", quotas_views.baseline_list, name="baseline-list"),

@@ -542,3 +542,33 @@ class SlurmSyncRun(models.Model):
 
     def __str__(self):
         return f"{self.cluster} {self.started_at:%Y-%m-%d %H:%M:%S}"
+
+
+FAIR_WEIGHT_MAX = Decimal("1000000")
+
+
+class FairShareWeight(models.Model):
+    """An admin's fair-share weight for one node of the tree (DESIGN §16): the node's ``shares``
+    instead of its default (its quota in normalised cards, summed over flavors). No row: the
+    default. One row per department or project; deleting it returns the node to the default."""
+
+    department = models.OneToOneField(Department, null=True, blank=True, on_delete=models.CASCADE,
+                                      related_name="fair_share_weight")
+    project = models.OneToOneField(Project, null=True, blank=True, on_delete=models.CASCADE,
+                                   related_name="fair_share_weight")
+    weight = models.DecimalField(_("fair-share weight"), **QUANTITY)
+    set_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    set_at = models.DateTimeField(_("set at"))
+
+    class Meta:
+        verbose_name = _("fair-share weight")
+        verbose_name_plural = _("fair-share weights")
+        constraints = [
+            models.CheckConstraint(condition=Q(department__isnull=True) ^ Q(project__isnull=True),
+                                   name="fairshareweight_one_owner"),
+            models.CheckConstraint(condition=Q(weight__gt=0, weight__lte=FAIR_WEIGHT_MAX),
+                                   name="fairshareweight_positive"),
+        ]
+
+    def __str__(self):
+        return f"{self.department or self.project}: {self.weight}"

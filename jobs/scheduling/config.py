@@ -11,7 +11,11 @@ matching digest.
 
 Only the columns the engine uses are read (a node's ``last_seen_at``, touched by every inventory
 sync, changes nothing). The over-budget tenants depend on usage, not on these rows: the providers
-run every cycle."""
+run every cycle.
+
+Fair share (DESIGN §16): the shares of every node (an admin's weight, else its quota in normalised
+cards) come from these rows, so a weight edit rebuilds a warm engine like a quota edit; the decayed
+usage changes every instant and is read apart (:func:`fair_usage`), by the hooks billing fills."""
 
 from __future__ import annotations
 
@@ -23,13 +27,14 @@ from decimal import Decimal
 from django.conf import settings
 from django.db import connection
 
-from jobs.rule_models import Packing
+from jobs.rule_models import FAIR_ENTRY_DEFAULT_SECONDS, FAIR_HALF_LIFE_DEFAULT_SECONDS, Packing
 from jobs.scheduler.engine.model import Node as CoreNode
 from jobs.scheduler.engine.model import PriorityClass as CorePriorityClass
 from portal.models import Queueing
 from quotas.admission import Limits, TreeNode
 from quotas.effective import Limits as BaseLimits
 from quotas.effective import LoanSpan, Window, effective_limits
+from quotas.fairtree import shares_of
 from quotas.models import LoanState, NodeState
 from quotas.selectors import site_zone
 
@@ -37,6 +42,9 @@ MILLI = 1000
 # Hooks through which apps above `jobs` add to the configuration without `jobs` importing them:
 # callables ``provider(now) -> Iterable[tree node id]`` of tenants over budget (billing).
 over_budget_providers: list = []
+# callables ``provider(now, half_life_s) -> Mapping[project tree id, decayed normalised
+# card-seconds]`` (billing.fairshare): the fair share's usage. None registered: no usage.
+fair_usage_providers: list = []
 
 
 def cuda_version(text: str | None) -> tuple[int, ...]:
@@ -73,6 +81,11 @@ class Config:
     # The operator's engine settings (jobs.scheduling.settings): a change rebuilds a warm engine.
     fragmentation_aware: bool = True
     backfill: bool = True
+    # Fair share (DESIGN §16): the centre's half-life and entry time, and every department's and
+    # project's shares (tree id → normalised cards or an admin's weight).
+    fair_half_life_s: int = FAIR_HALF_LIFE_DEFAULT_SECONDS
+    fair_entry_s: int = FAIR_ENTRY_DEFAULT_SECONDS
+    fair_shares: dict = field(default_factory=dict)
 
 
 # The configuration's parts, in the order Rows.parse reads them: (columns, rows, order). Numbers
@@ -81,7 +94,8 @@ class Config:
 _PARTS = (
     ("name, value, preemptible, grace_seconds, min_runtime_seconds", "jobs_priorityclass", "id"),
     ("name", "quotas_flavor WHERE active", "name"),
-    ("backfill, packing", "jobs_schedulersettings WHERE id = 1", "id"),
+    ("backfill, packing, fair_share_half_life_seconds, fair_share_entry_seconds",
+     "jobs_schedulersettings WHERE id = 1", "id"),
     ("n.id, f.name, n.gpu_count, n.zone, n.spine, n.leaf, n.state, n.cluster_id, n.cpu_millicores, "
      "n.memory_mib, n.local_disk_gib, n.cuda_version",
      "quotas_node n JOIN quotas_flavor f ON f.id = n.flavor_id JOIN quotas_cluster c ON c.id = n.cluster_id"
@@ -96,6 +110,11 @@ _PARTS = (
     ("lender_id, borrower_id, amount::text, starts_at, ends_at",
      f"quotas_loan WHERE state = '{LoanState.ACTIVE.value}'", "id"),
     ("department_id, over_budget", "jobs_approvalpolicy", "department_id"),
+    # Fair share: each flavor's normalised cards per unit (§14: its relative throughput × the card
+    # fraction of a unit) and the admins' weights.
+    ("name, (relative_throughput * fraction_numerator / fraction_denominator)::text", "quotas_flavor",
+     "name"),
+    ("department_id, project_id, weight::text", "quotas_fairshareweight", "id"),
 )
 
 
@@ -165,6 +184,8 @@ class Rows:
     classes: tuple[CorePriorityClass, ...]
     active: frozenset[str]
     flags: tuple[bool, bool]  # (fragmentation_aware, backfill)
+    fair: tuple[int, int]  # (half-life, entry time) in seconds
+    shares: dict[str, float]  # tree id → fair-share shares
     nodes: tuple[CoreNode, ...]
     tree: tuple[TreeNode, ...]
     strict: frozenset[str]
@@ -180,15 +201,18 @@ class Rows:
 
     @classmethod
     def parse(cls, doc: str) -> Rows:
-        classes, active, flags, nodes, departments, projects, quota, windows, loans, policies = (
-            json.loads(doc))
-        backfill, packing = flags[0] if flags else (True, Packing.FRAGMENTATION_AWARE)
+        (classes, active, flags, nodes, departments, projects, quota, windows, loans, policies, norms,
+         weights) = json.loads(doc)
+        backfill, packing, half_life, entry = flags[0] if flags else (
+            True, Packing.FRAGMENTATION_AWARE, FAIR_HALF_LIFE_DEFAULT_SECONDS, FAIR_ENTRY_DEFAULT_SECONDS)
         by_node = _windows(windows)
         spans, out_of, into = _loans(loans)
         return cls(
             classes=tuple(CorePriorityClass(*row) for row in classes),
             active=frozenset(name for (name,) in active),
             flags=(packing == Packing.FRAGMENTATION_AWARE, backfill),
+            fair=(half_life, entry),
+            shares=fair_shares(departments, projects, quota, norms, weights),
             nodes=tuple(
                 CoreNode(f"n{pk}", flavor, gpus, zone, spine, leaf, schedulable=(state == NodeState.READY),
                          cluster=f"c{cluster}", cpu_millicores=cpu, memory_mib=memory,
@@ -236,6 +260,29 @@ class Rows:
         return True  # no policy: a spent budget holds (DESIGN §3.9)
 
 
+def fair_shares(departments: list, projects: list, quota: list, norms: list,
+                weights: list) -> dict[str, float]:
+    """Every department's and project's shares from the configuration's rows (``shares_of``)."""
+    nodes = [f"d{pk}" for pk, _up in departments] + [f"p{pk}" for pk, *_rest in projects]
+    return shares_of(
+        nodes,
+        ((f"p{project}" if project else f"d{dept}", flavor, Decimal(q))
+         for _pk, dept, project, flavor, q, *_ in quota),
+        {name: Decimal(factor) for name, factor in norms},
+        {f"p{project}" if project else f"d{dept}": Decimal(weight) for dept, project, weight in weights},
+    )
+
+
+def fair_usage(now: datetime, half_life_s: int) -> dict[str, float]:
+    """The decayed normalised card-seconds of every project with recent usage (tree id →), from
+    the registered providers (billing's one statement); empty when none is registered."""
+    usage: dict[str, float] = {}
+    for provider in fair_usage_providers:
+        for key, value in provider(now, half_life_s).items():
+            usage[key] = usage.get(key, 0.0) + value
+    return usage
+
+
 class ConfigReader:
     """Reads the configuration each cycle: the digest of its rows, and the rows themselves only
     when it changed; computes the effective limits again only when a window or a loan starts or
@@ -259,6 +306,7 @@ class ConfigReader:
             rows.budget_exempt() if over_budget else frozenset(), rows.active, rows.strict, rows.bounds,
             settings.GPUPOOL["AGING_BOUND_SECONDS"] or None,
             user_caps=rows.user_caps, fragmentation_aware=fragmentation_aware, backfill=backfill,
+            fair_half_life_s=rows.fair[0], fair_entry_s=rows.fair[1], fair_shares=rows.shares,
         )
 
     def _limits_at(self, now: datetime) -> dict[tuple[str, str], Limits]:

@@ -9,7 +9,12 @@ the migration) means the defaults, there too."""
 
 from __future__ import annotations
 
-from jobs.rule_models import Packing, SchedulerSettings
+from jobs.rule_models import (
+    FAIR_ENTRY_DEFAULT_SECONDS,
+    FAIR_HALF_LIFE_DEFAULT_SECONDS,
+    Packing,
+    SchedulerSettings,
+)
 
 DEFAULT_FLAGS = {"fragmentation_aware": True, "backfill": True}
 
@@ -21,3 +26,10 @@ def engine_flags() -> dict[str, bool]:
         return dict(DEFAULT_FLAGS)
     backfill, packing = row
     return {"fragmentation_aware": packing == Packing.FRAGMENTATION_AWARE, "backfill": backfill}
+
+
+def fair_share_settings() -> tuple[int, int]:
+    """(half-life, entry time) in seconds, from the settings row (the defaults without one)."""
+    row = SchedulerSettings.objects.filter(pk=1).values_list(
+        "fair_share_half_life_seconds", "fair_share_entry_seconds").first()
+    return row or (FAIR_HALF_LIFE_DEFAULT_SECONDS, FAIR_ENTRY_DEFAULT_SECONDS)

@@ -13,7 +13,7 @@ from django.db import connection
 
 from jobs.scheduler.engine.model import QueuedJob, RunningJob, Snapshot
 from jobs.scheduler.footprint import Request, filled, share_from
-from jobs.scheduling.config import MILLI, Config, cuda_version, read_config
+from jobs.scheduling.config import MILLI, Config, cuda_version, fair_usage, read_config
 from jobs.states import HOLDING, JobState
 
 # A job's acceptable flavors in its order, the still-active ones (None: only its flavor).
@@ -180,6 +180,8 @@ def _snapshot(now: datetime, config: Config | None, holding: list[tuple]) -> Sna
         over_budget_tenants=config.over_budget, budget_exempt=config.budget_exempt,
         priority_classes=config.classes, strict_fifo=config.strict_fifo,
         aging_bound_s=dict(config.aging_bounds), default_aging_bound_s=config.default_aging_bound,
+        fair_usage=fair_usage(now, config.fair_half_life_s), fair_shares=dict(config.fair_shares),
+        fair_entry_s=float(config.fair_entry_s),
         user_caps=dict(config.user_caps),
     )
 

@@ -243,6 +243,9 @@ OTHER |= {"apitoken-list", "apitoken-detail"}
 # Software baselines (issue 33 item 6): read by every signed-in user, written by platform admins;
 # the drift report for platform admins and auditors — every persona in tests/api/test_baselines_api.py.
 OTHER |= {"baseline-list", "baseline-detail", "node-drift"}
+# Fair share (issue 34): a node's weight and the report, every persona in
+# tests/api/test_fair_share_api.py and tests/billing/test_fairshare_report.py.
+OTHER |= {"quota-fair-share", "fair-share"}
 
 
 def _api_route_names():

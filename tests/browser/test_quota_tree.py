@@ -84,7 +84,8 @@ def test_flavors_folding_over_quota_and_borrowers(world, borrowing, browser_for,
         page.select_option("select[name=flavor]", value="all")
     assert page.url.endswith("?flavor=all")
     heads = page.locator("table.tree thead th").all_inner_texts()
-    assert heads[1:] == ["F", "S-slice"]
+    assert heads[1:-1] == ["F", "S-slice"]  # then the fair-share column (issue 34)
+    assert page.locator("table.tree thead th").last.get_attribute("class") == "fair-share"
     assert "0 / 7" in _row(page, a).inner_text() and "6 / 8" in _row(page, a).inner_text()
     assert "over-quota" in _row(page, pa).get_attribute("class")
     shot(page, f"quota-tree-all-{lang}")

@@ -79,6 +79,13 @@ RULES: dict[str, Page] = {
     "quota-tree": Page(STD, (NAMES["pa1"], NAMES["pb"])),
     # Who borrows pa1's idle quota (issue 24): a quota node is an object of its tenant.
     "quota-borrowers": Page(A_OBJECT, (NAMES["pa1"], NAMES["pb"])),
+    # The fair-share report (DESIGN §16): platform admins and auditors the whole tree, department
+    # admins their subtree, nobody else; a node's weight form: platform admins only (403 for the
+    # others who see the node, 404 for those who do not).
+    "fair-share-report": Page({**dict.fromkeys(PERSONAS, 403), "platform": AB, "auditor": AB, "a_admin": A,
+                               "b_admin": B}, (NAMES["pa1"], NAMES["pb"])),
+    "fair-share-weight": Page({p: (A if p == "platform" else 403 if A_OBJECT[p] == A else 404)
+                               for p in PERSONAS}, (NAMES["pa1"], NAMES["pb"])),
     "inventory": Page(GLOBAL, (NAMES["A1"], NAMES["B"])),
     "job-list": Page(STD, ("job:a", "job:b")),
     # The project choices are the projects the persona may submit into (finance and auditors: none).
@@ -443,6 +450,8 @@ SUBJECT = {
 
 
 def _url(name, objs, prio):
+    if name == "fair-share-weight":  # a tree node: its kind and id
+        return reverse(name, args=["project", objs["proj:a"].pk])
     subject = SUBJECT.get(name)
     if subject is None:
         return reverse(name)

@@ -127,3 +127,23 @@ def test_a_kept_reader_follows_changes_and_time(world):
                MONDAY_NOON + timedelta(days=5)):
         assert reader.read(at).limits == _expected_limits(at), at
     assert reader.digest == digest
+
+
+def test_fair_shares_are_quota_in_normalised_cards_or_an_admins_weight_and_a_kept_reader_follows(world):
+    """Shares (DESIGN §16): top 24 A100 = 24; p3 2.5 H800 at throughput 2 = 5; p2 holds no quota = 0;
+    an admin's weight replaces the default, and its edit is seen through the kept digest."""
+    from jobs.scheduling.snapshot import build_snapshot
+    from quotas.models import FairShareWeight
+
+    Flavor.objects.filter(name="H800").update(relative_throughput=Decimal(2))
+    top, p2, p3 = (Department.objects.get(code="top"), Project.objects.get(code="p2"),
+                   Project.objects.get(code="p3"))
+    reader = ConfigReader()
+    shares = reader.read(MONDAY_NOON).fair_shares
+    assert shares[f"d{top.pk}"] == 24 and shares[f"p{p3.pk}"] == 5 and shares[f"p{p2.pk}"] == 0
+    assert set(shares) == {n.id for n in reader.read(MONDAY_NOON).tree}
+    FairShareWeight.objects.create(project=p2, weight=Decimal("7.5"), set_at=MONDAY_NOON)
+    assert reader.read(MONDAY_NOON).fair_shares[f"p{p2.pk}"] == 7.5
+    snap = build_snapshot(MONDAY_NOON, reader.read(MONDAY_NOON))
+    assert snap.fair_shares[f"p{p2.pk}"] == 7.5 and snap.fair_entry_s == 3600.0
+    assert snap.fair_usage == {}  # nothing ran

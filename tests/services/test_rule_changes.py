@@ -10,7 +10,7 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.test import Client
 from django.urls import reverse
-from django.utils import translation
+from django.utils import timezone, translation
 
 from jobs.models import Job, PriorityClass, RuleChangeEvent, SchedulerSettings
 from jobs.rule_changes import rule_change_request_create
@@ -24,6 +24,7 @@ from quotas.models import QuotaWindow
 from tests import factories as fx
 
 pytestmark = pytest.mark.django_db
+_HL = "fair_share_half_life_seconds"
 
 
 @pytest.fixture(autouse=True)
@@ -114,6 +115,14 @@ def test_a_value_changed_meanwhile_refuses_the_approval_and_changes_nothing(worl
       "borrow_limit": 1}, "unknown key(s): borrow_limit"),
     ({"type": "priority_grace", "priority_class": "gold", "grace_seconds": 5}, "unknown priority class"),
     ({"type": "priority_grace", "priority_class": "normal", "grace_seconds": 86401}, "grace_seconds"),
+    ({"type": "scheduler_fair_share", _HL: 0}, "fair_share_half_life_seconds: a whole"),
+    ({"type": "scheduler_fair_share", _HL: 3599}, "from 3600 to 31536000"),
+    ({"type": "scheduler_fair_share", _HL: 10**12}, _HL),
+    ({"type": "scheduler_fair_share", _HL: "7d"}, _HL),
+    ({"type": "scheduler_fair_share", _HL: 86400.5}, _HL),
+    ({"type": "scheduler_fair_share", "fair_share_entry_seconds": -1}, "fair_share_entry_seconds: a whole"),
+    ({"type": "scheduler_fair_share", "fair_share_entry_seconds": True}, "fair_share_entry_seconds"),
+    ({"type": "scheduler_fair_share", "fair_share_entry_seconds": 3600}, "nothing to change"),
     ({"type": "scheduler_backfill", "backfill": "no"}, "backfill: true or false"),
     ({"type": "scheduler_packing", "packing": "worst_fit"}, "packing: one of"),
     ({"type": "scheduler_packing", "packing": "best_fit", "before": {"packing": "best_fit"}}, "before is"),
@@ -318,3 +327,37 @@ def test_a_quantity_before_may_be_given_as_a_number(world):
               "before": {"lend_limit": 2.0}}
     req = rule_change_request_create(actor=world.users["platform"], changes=[change])
     assert req.payload["changes"][0]["before"] == {"lend_limit": "2"}
+
+
+# -- fair share (DESIGN §16): the half-life and entry time --------------------------------------
+
+
+def test_a_fair_share_change_is_applied_and_seen_by_the_next_cycles_configuration(world):
+    from jobs.scheduling.config import ConfigReader
+
+    reader = ConfigReader()
+    now = timezone.now()
+    before = reader.read(now)
+    assert (before.fair_half_life_s, before.fair_entry_s) == (7 * 86400, 3600)
+    req = rule_change_request_create(actor=world.users["platform"], changes=[
+        {"type": "scheduler_fair_share", "fair_share_half_life_seconds": 2 * 86400,
+         "fair_share_entry_seconds": 0}])
+    with translation.override("en"):
+        assert render_data(req.payload)["lines"] == ["Fair-share half-life: 604800 s → 172800 s",
+                                                     "Fair-share entry time: 3600 s → 0 s"]
+    approval_decide(actor=_second_admin(), step_or_request=req, approve=True)
+    row = SchedulerSettings.objects.get()
+    assert (row.fair_share_half_life_seconds, row.fair_share_entry_seconds) == (2 * 86400, 0)
+    event = RuleChangeEvent.objects.get(type="scheduler_fair_share")
+    assert event.old == {"fair_share_half_life_seconds": 604800, "fair_share_entry_seconds": 3600}
+    after = reader.read(now)  # the same kept reader: the digest must notice the settings row
+    assert (after.fair_half_life_s, after.fair_entry_s) == (2 * 86400, 0)
+    assert after != before
+
+
+def test_a_missing_settings_row_reads_the_fair_share_defaults(world):
+    from jobs.scheduling.config import read_config
+
+    SchedulerSettings.objects.all().delete()
+    config = read_config(timezone.now())
+    assert (config.fair_half_life_s, config.fair_entry_s) == (7 * 86400, 3600)
