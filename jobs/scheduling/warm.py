@@ -28,7 +28,7 @@ from datetime import datetime
 
 from jobs.scheduler.engine.model import CycleResult
 from jobs.scheduler.scheduler import Engine
-from jobs.scheduling.config import Config, ConfigReader
+from jobs.scheduling.config import Config, ConfigReader, fair_usage
 from jobs.scheduling.snapshot import build_snapshot, elastic_job_states, live_job_states, queued_jobs
 from jobs.states import JobState
 
@@ -53,6 +53,8 @@ class WarmEngine:
                                  backfill=config.backfill)
             self.config = config
             self.rebuilds += 1
+        else:  # usage moves every instant (not part of the configuration): read it afresh
+            self.engine.set_fair(fair_usage(now, config.fair_half_life_s), config.fair_shares)
         result = self.engine.cycle(now)
         self.admitted = {a.job_id for a in result.admissions}
         self.signalled = {p.victim_id for p in result.preemptions}

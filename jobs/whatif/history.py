@@ -53,6 +53,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from jobs.models import Job, JobEvent
+from jobs.scheduling.config import fair_usage, read_config
 from jobs.states import TERMINAL, JobState
 from jobs.whatif.replay.csvtrace import COLUMNS
 from portal.daterange import OUT_OF_RANGE, in_range
@@ -359,15 +360,33 @@ def _quotas(depts: dict[int, str], projects: dict[int, str], start: datetime) ->
     return {t: dict(sorted(per.items())) for t, per in sorted(out.items())}, keys, sorted(changed)
 
 
-def default_shares(quotas: dict) -> dict[str, float]:
-    """Fair-share shares per tree node as the portal defaults them (DESIGN §16): the node's
-    quota in normalised cards — each flavor's quota × its relative throughput (§14) — summed
-    over flavors. ``quotas``: the SPEC's, as :func:`_quotas` gives them."""
-    throughput = dict(Flavor.objects.values_list("name", "relative_throughput"))
-    out = {}
-    for path, per in quotas.items():
-        cards = [Decimal(str(e["quota"])) * throughput.get(f, Decimal(1)) for f, e in per.items()]
-        out[path] = float(sum(cards, Decimal(0)))
+def fair_share_spec(depts: dict[int, str], projects: dict[int, str], wanted: set[str],
+                    start: datetime) -> tuple[dict[str, float], dict]:
+    """The SPEC's ``shares`` and ``fair_share`` block: what the service's fair share (DESIGN §16)
+    worked with at ``start`` — each node's shares (an admin's weight, else its quota in normalised
+    cards), the half-life and entry charge, each flavor's normalised cards per unit, and each
+    project's decayed usage at ``start`` (so the replay starts from the same past). Only the nodes
+    the replay's tree has (``wanted``: the SPEC's quota nodes and the trace's tenants)."""
+    config = read_config(start)
+    ids = {f"d{pk}": path for pk, path in depts.items()} | {f"p{pk}": path for pk, path in projects.items()}
+    shares = {ids[t]: float(v) for t, v in config.fair_shares.items() if ids.get(t) in wanted}
+    usage = fair_usage(start, config.fair_half_life_s)
+    norms = {name: float(throughput * num / den) for name, throughput, num, den in Flavor.objects.values_list(
+        "name", "relative_throughput", "fraction_numerator", "fraction_denominator")}
+    block = {
+        "half_life_s": config.fair_half_life_s,
+        "entry_s": config.fair_entry_s,
+        "norms": norms,
+        "usage_at_start": {ids[t]: v for t, v in sorted(usage.items()) if ids.get(t) in wanted and v > 0},
+    }
+    return shares, block
+
+
+def _with_ancestors(paths: Iterable[str]) -> set[str]:
+    out = set()
+    for path in paths:
+        parts = path.split("/")
+        out.update("/".join(parts[:k]) for k in range(1, len(parts) + 1))
     return out
 
 
@@ -454,10 +473,9 @@ def history_export(*, start: datetime, end: datetime, now: datetime | None = Non
                    shares: bool | None = None) -> HistoryExport:
     """The trace, SPEC, recorded delays and manifest of ``[start, end)``.
 
-    ``shares``: write the fair-share shares (:func:`default_shares`) into the SPEC, so its replay
-    orders by fair share as the service does (docs/replay.md); None: when the service applies
-    fair share (``GPUPOOL["FAIR_SHARE"]``). Without them the replay runs without fair share —
-    what the service did before it had any, so the recorded delays stay comparable."""
+    The SPEC carries the service's fair share (:func:`fair_share_spec`), so its replay orders as
+    the service did (docs/replay.md); ``shares=False`` leaves it out (the replay then orders by
+    dominant share alone, as the service did before it had fair share)."""
     now = now or timezone.now()
     zone = site_zone()
     depts, projects = _tenant_paths()
@@ -478,8 +496,9 @@ def history_export(*, start: datetime, end: datetime, now: datetime | None = Non
         "windows": _windows(keys),
         "loans": _loans(keys, start, end),
     }
-    if shares if shares is not None else settings.GPUPOOL.get("FAIR_SHARE", False):
-        cluster["shares"] = default_shares(quotas)
+    if shares is not False:
+        wanted = _with_ancestors([*quotas, *(row["tenant"] for row in trace)])
+        cluster["shares"], cluster["fair_share"] = fair_share_spec(depts, projects, wanted, start)
     manifest = {
         "format": "gpupool-history/1",
         "start": start.astimezone(zone).isoformat(),

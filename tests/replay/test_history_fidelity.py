@@ -57,19 +57,22 @@ def test_without_the_periodic_cycle_and_the_start_latency_the_replay_drifts(expo
     assert cmp["max_abs_error_s"] > TOLERANCE_S
 
 
-def test_an_export_carries_fair_share_shares_only_when_asked_and_its_replay_uses_them(exported, tmp_path):
-    """The service has no fair share yet (GPUPOOL["FAIR_SHARE"] unset): the export carries no
-    shares and its replay none either (the delays above stay comparable). Asked for, the SPEC
-    gets each node's quota in normalised cards and the replay orders by fair share."""
-    rec, export, _folder = exported
-    assert "shares" not in export.cluster
-    asked = history.history_export(start=rec.start, end=rec.end, shares=True)
-    quotas = asked.cluster["quotas"]
-    assert set(asked.cluster["shares"]) == set(quotas)
+def test_the_export_carries_the_services_fair_share_and_its_replay_uses_it(exported, tmp_path):
+    """The service orders by fair share (DESIGN §16): the export carries each node's shares (its
+    quota in normalised cards here: no admin weights), the service's half-life and entry charge,
+    and the replay of it orders by fair share — the recorded delays above are reproduced with it.
+    ``shares=False`` leaves it out: that replay orders by dominant share alone."""
+    rec, export, folder = exported
+    quotas = export.cluster["quotas"]
+    assert set(quotas) <= set(export.cluster["shares"])
     for node, per in quotas.items():  # the scenario's flavors keep relative throughput 1.0
-        assert asked.cluster["shares"][node] == sum(float(e["quota"]) for e in per.values())
-    history.write_dir(asked, tmp_path)
-    result = fidelity.replay_export(tmp_path, fidelity.export_options(tmp_path, period=PERIOD))
-    assert result["fair_share"] is True
-    plain = fidelity.replay_export(_folder, fidelity.export_options(_folder, period=PERIOD))
-    assert plain["fair_share"] is False
+        assert export.cluster["shares"][node] == sum(float(e["quota"]) for e in per.values())
+    block = export.cluster["fair_share"]
+    assert (block["half_life_s"], block["entry_s"]) == (604800, 3600)
+    replayed = fidelity.replay_export(folder, fidelity.export_options(folder, period=PERIOD))
+    assert replayed["fair_share"] is True
+    plain = history.history_export(start=rec.start, end=rec.end, shares=False)
+    assert "shares" not in plain.cluster and "fair_share" not in plain.cluster
+    history.write_dir(plain, tmp_path)
+    replayed = fidelity.replay_export(tmp_path, fidelity.export_options(tmp_path, period=PERIOD))
+    assert replayed["fair_share"] is False

@@ -54,6 +54,17 @@ class DecayedUsage:
         self.r[project] = self.r.get(project, 0.0) + units
         self.c[project] = self.c.get(project, 0.0) - units * e
 
+    def seed(self, project: str, value: float, t: float) -> None:
+        """``value`` decayed card-seconds of ``project`` at ``t`` from before the replay began (a
+        history export's usage at its start): it decays from ``t`` on like any past allocation."""
+        if value <= 0:
+            return
+        if self.h <= 0:
+            self.c[project] = self.c.get(project, 0.0) + value
+            return
+        e = self._e(t)  # first: a rebase rescales ``c``
+        self.c[project] = self.c.get(project, 0.0) + value * e * LN2 / self.h
+
     def end(self, key: str, t: float) -> None:
         found = self.running.pop(key, None)
         if found is None:

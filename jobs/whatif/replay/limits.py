@@ -123,6 +123,50 @@ def fair_shares(data: Mapping, known: Iterable[str]) -> dict[str, float]:
     return out
 
 
+def fair_settings(data: Mapping, known: Iterable[str]) -> dict:
+    """The SPEC's ``fair_share`` block (a history export writes it, docs/replay.md) as World
+    keyword arguments: ``half_life_s``, ``entry_s``, ``norms`` (flavor → normalised cards per
+    unit) and ``usage_at_start`` (tree node → decayed card-seconds). Absent: {}."""
+    raw = data.get("fair_share")
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ValueError("fair_share: an object")
+    known = set(known)
+    out: dict = {}
+    for key, name in (("half_life_s", "fair_half_life_s"), ("entry_s", "fair_entry_s")):
+        if raw.get(key) is not None:
+            out[name] = _number(f"fair_share.{key}", raw[key])
+    out["fair_norms"] = {str(f): _number(f"fair_share.norms[{f}]", v)
+                         for f, v in _mapping("fair_share.norms", raw.get("norms")).items()}
+    usage = _mapping("fair_share.usage_at_start", raw.get("usage_at_start"))
+    for node in usage:
+        if node not in known:
+            raise ValueError(f"fair_share.usage_at_start: {node!r} is not a node of the SPEC's tree")
+    out["fair_usage_at_start"] = {n: _number(f"fair_share.usage_at_start[{n}]", v) for n, v in usage.items()}
+    return out
+
+
+def _mapping(what: str, value) -> Mapping:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{what}: an object")
+    return value
+
+
+def _number(what: str, value) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{what}: not a number: {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what}: not a number: {value!r}") from exc
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"{what}: must be a number ≥ 0, not {value!r}")
+    return v
+
+
 def parse(data: Mapping) -> SpecLimits:
     try:
         return _parse(data)
@@ -208,6 +252,7 @@ def world(data: Mapping, tenants: Iterable[str], horizon: float, policy: Mapping
     tree, derived = tenant_tree(set(tenants), spec_quotas(data))
     known = {n.id for n in tree}
     shares = fair_shares(data, known)
+    fair = fair_settings(data, known) if shares else {}
     for key in (*spec.windows, *spec.loans_out, *spec.loans_in):
         if key[0] not in known:
             raise ValueError(f"{key[0]!r}: a window or loan names a tenant the SPEC does not have")
@@ -219,7 +264,7 @@ def world(data: Mapping, tenants: Iterable[str], horizon: float, policy: Mapping
     if policy is None:
         first, changes = limit_schedule(lambda at: spec.at(at, keys, base), spec.origin,
                                         spec.instants(horizon), horizon)
-        return World(tree, first, (), changes, fair_shares=shares)
+        return World(tree, first, (), changes, fair_shares=shares, **fair)
     from jobs.whatif.replay import policy as rules
 
     checked = rules.check(policy)
@@ -234,7 +279,7 @@ def world(data: Mapping, tenants: Iterable[str], horizon: float, policy: Mapping
     first, changes = limit_schedule(limits_at, spec.origin, spec.instants(horizon, clocks), horizon)
     # idle-quota reuse is also judged against the projects' quotas as recorded (docs/advisor.md)
     today = project_quotas(tree, spec.at(spec.origin, keys, base))
-    return World(tree, first, (), changes, reference_quotas=today, fair_shares=shares)
+    return World(tree, first, (), changes, reference_quotas=today, fair_shares=shares, **fair)
 
 
 def load_world(path, jobs: Iterable, policy: Mapping | None = None) -> World | None:

@@ -129,6 +129,9 @@ class Options:
     # Without shares in the input: each node's quota in cards, summed over flavors (the portal's
     # default shares) — for benches and studies on traces whose SPEC has none (bench/replay.py).
     fair_shares_from_quotas: bool = False
+    # False: the half-life and entry charge above win over a history export's own (the replay
+    # command's --half-life / --fair-entry).
+    fair_from_spec: bool = True
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,13 @@ class World:
     reference_quotas: Mapping[str, Mapping[str, int]] | None = None
     # Fair-share shares per tree node (the SPEC's ``shares``); empty: no fair share.
     fair_shares: Mapping[str, float] = field(default_factory=dict)
+    # The SPEC's ``fair_share`` (a history export's, docs/replay.md): the service's half-life and
+    # entry charge (None: the Options'), each flavor's normalised card per unit (relative
+    # throughput × card fraction; absent: 1) and each project's decayed usage at the start.
+    fair_half_life_s: float | None = None
+    fair_entry_s: float | None = None
+    fair_norms: Mapping[str, float] = field(default_factory=dict)
+    fair_usage_at_start: Mapping[str, float] = field(default_factory=dict)
 
 
 def project_quotas(tree: Sequence[TreeNode], limits: Mapping[tuple[str, str], Limits]
@@ -352,9 +362,12 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     shares = dict(world.fair_shares) if world is not None and options.fair_share else {}
     if options.fair_share and not shares and options.fair_shares_from_quotas:
         shares = quota_shares(limits)
-    meter = DecayedUsage(options.fair_half_life_s, t_first) if shares else None
+    half_life, entry, norms = _fair_settings(world, options)
+    meter = DecayedUsage(half_life, t_first) if shares else None
     if meter is not None:
-        strategies = {**strategies, "fair_shares": shares, "fair_entry_s": options.fair_entry_s}
+        strategies = {**strategies, "fair_shares": shares, "fair_entry_s": entry}
+        for project, value in (world.fair_usage_at_start if world is not None else {}).items():
+            meter.seed(project, value, t_first)
     snap = Snapshot(_dt(t_first), enodes, tree, limits, priority_classes=classes, **strategies)
     borrowing = options.policy == "pooled" and options.borrowing
     flags = {"fragmentation_aware": options.fragmentation_aware, "backfill": options.backfill,
@@ -521,7 +534,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
             admitted_at[a.job_id] = batch_t
             ran_on[a.job_id] = a.flavor
             if meter is not None:  # a job counts from admission (DESIGN §16)
-                meter.start(a.job_id, by_id[a.job_id].tenant, demand_milli(by_id[a.job_id]) / 1000, batch_t)
+                units = demand_milli(by_id[a.job_id]) / 1000 * norms.get(a.flavor, 1.0)
+                meter.start(a.job_id, by_id[a.job_id].tenant, units, batch_t)
             if track:
                 q = replace(waiting.pop(a.job_id), flavor=a.flavor, flavors=())  # runs on one flavor
                 holding[a.job_id] = (q, batch_t, tuple(s for w in a.placement for s in w),
@@ -566,7 +580,7 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         "queueing_by_tenant": dict(sorted(options.queueing_by_tenant.items())),
         "aging_bound_s": options.aging_bound_s,
         "fair_share": meter is not None,
-        "fair_half_life_s": options.fair_half_life_s if meter is not None else None,
+        "fair_half_life_s": half_life if meter is not None else None,
         "resources": resourced,
         "skipped_cpu_only": cpu_only,
         "skipped_no_flavor": len(jobs) - cpu_only - len(runnable),
@@ -576,6 +590,18 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         "wall_seconds": round(time.perf_counter() - wall0, 3),
     })
     return out
+
+
+def _fair_settings(world: World | None, options: Options) -> tuple[float, float, Mapping[str, float]]:
+    """(half-life, entry charge, normalisation per flavor) of the replay's fair share: a history
+    export's own (the service's settings when it was made), else the Options'."""
+    if world is None:
+        return options.fair_half_life_s, options.fair_entry_s, {}
+    if not options.fair_from_spec:
+        return options.fair_half_life_s, options.fair_entry_s, world.fair_norms
+    half_life = world.fair_half_life_s if world.fair_half_life_s is not None else options.fair_half_life_s
+    entry = world.fair_entry_s if world.fair_entry_s is not None else options.fair_entry_s
+    return half_life, entry, world.fair_norms
 
 
 def quota_shares(limits: Mapping[tuple[str, str], Limits]) -> dict[str, float]:

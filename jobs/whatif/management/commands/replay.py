@@ -91,11 +91,12 @@ class Command(BaseCommand):
                             help="aging bound in seconds (overrides the SPEC's aging_bound_s)")
         parser.add_argument("--wait-bound", type=float, default=3600.0, metavar="S",
                             help="waited_over_bound counts the jobs queued longer than S seconds (3600)")
-        parser.add_argument("--half-life", type=float, default=604800.0, metavar="S",
-                            help="fair share: half-life of past usage in seconds (7 days); fair share is on "
-                            "when the SPEC has \"shares\"")
-        parser.add_argument("--fair-entry", type=float, default=3600.0, metavar="S",
-                            help="fair share: seconds of its cards an admission charges at once (3600)")
+        parser.add_argument("--half-life", type=float, default=None, metavar="S",
+                            help="fair share: half-life of past usage in seconds (the SPEC's fair_share, "
+                            "else 7 days); fair share is on when the SPEC has \"shares\"")
+        parser.add_argument("--fair-entry", type=float, default=None, metavar="S",
+                            help="fair share: seconds of its cards an admission charges at once (the SPEC's, "
+                            "else 3600)")
         parser.add_argument("--no-fair-share", action="store_true",
                             help="ignore the SPEC's \"shares\" (order by dominant share alone)")
         parser.add_argument("--policy-file", metavar="JSON",
@@ -107,8 +108,7 @@ class Command(BaseCommand):
             raise CommandError("--repeat and --overlay must be ≥ 1 and --scale > 0")
         if o["period"] < 0 or o["start_latency"] < 0:
             raise CommandError("--period and --start-latency must be ≥ 0")
-        if not (0 <= o["half_life"] < float("inf") and 0 <= o["fair_entry"] < float("inf")):
-            raise CommandError("--half-life and --fair-entry must be seconds ≥ 0")
+        fair = self._fair(o)
         if o["trace_file"]:
             if o["trace"]:
                 raise CommandError("give the trace once: as an argument or with --trace")
@@ -134,8 +134,7 @@ class Command(BaseCommand):
                     checkpointing=o["checkpointing"], progress_every=0 if o["quiet"] else 5.0,
                     quota_split=o["quotas"], alternatives=alternatives, period=o["period"],
                     start_latency=o["start_latency"], resources=not o["no_resources"],
-                    fair_share=not o["no_fair_share"], fair_half_life_s=o["half_life"],
-                    fair_entry_s=o["fair_entry"], **self._queueing(o))
+                    fair_share=not o["no_fair_share"], **fair, **self._queueing(o))
                 # Windows, loans and borrow / lend limits of the SPEC (jobs.whatif.replay.limits):
                 # the limits then change over the virtual clock by the portal's own rules.
                 # With a policy on top (jobs.whatif.replay.policy), at every instant the limits in force
@@ -159,6 +158,19 @@ class Command(BaseCommand):
                 fh.write(text + "\n")
         else:
             self.stdout.write(text)
+
+    @staticmethod
+    def _fair(o) -> dict:
+        """Fair-share options: a half-life or entry charge given here wins over the SPEC's."""
+        given = {k: o[k] for k in ("half_life", "fair_entry") if o[k] is not None}
+        if not all(0 <= v < float("inf") for v in given.values()):
+            raise CommandError("--half-life and --fair-entry must be seconds ≥ 0")
+        out = {"fair_from_spec": not given}
+        if "half_life" in given:
+            out["fair_half_life_s"] = given["half_life"]
+        if "fair_entry" in given:
+            out["fair_entry_s"] = given["fair_entry"]
+        return out
 
     @staticmethod
     def _queueing(o) -> dict:
