@@ -31,7 +31,17 @@ from jobs.requests import flavor_share
 from jobs.scheduling.config import over_budget_providers
 from portal.enqueue import send
 from portal.models import PROJECT_ROLES, Department, Membership, Project, User
-from quotas.models import Cluster, ClusterKind, Flavor, FlavorKind, Loan, QuotaNode, QuotaWindow, SlurmSyncRun
+from quotas.models import (
+    Cluster,
+    ClusterKind,
+    FairShareWeight,
+    Flavor,
+    FlavorKind,
+    Loan,
+    QuotaNode,
+    QuotaWindow,
+    SlurmSyncRun,
+)
 from quotas.queues import share_weight
 from quotas.selectors import effective_limits_map
 from quotas.slurm_accounts import (
@@ -153,7 +163,8 @@ def fair_shares(nodes: list[QuotaNode], flavors: dict, effective: dict) -> tuple
     """Each department's and project's Slurm ``Fairshare``: its effective quota in whole normalised
     cards (quota × card fraction × relative throughput), summed over its GPU flavors; at least 1
     (``quotas.queues.share_weight``, as the Kueue / Volcano / YuniKorn renderings).
-    Admin weights (DESIGN §16) are to replace this default where set: this is the one place."""
+    An admin's weight (``quotas.FairShareWeight``, DESIGN §16) replaces it where set, in whole
+    shares too (Slurm's ``Fairshare`` is an integer)."""
     cards: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
     for n in nodes:
         flavor = flavors[n.flavor_id]
@@ -162,6 +173,9 @@ def fair_shares(nodes: list[QuotaNode], flavors: dict, effective: dict) -> tuple
         key = ("project", n.project.code) if n.project_id else ("department", n.department.code)
         per_unit = flavor.relative_throughput * flavor.fraction_numerator / flavor.fraction_denominator
         cards[key] += effective[n.pk].quota * per_unit
+    for w in FairShareWeight.objects.select_related("department", "project"):
+        key = ("project", w.project.code) if w.project_id else ("department", w.department.code)
+        cards[key] = w.weight
     return tuple((kind, code, share_weight(total)) for (kind, code), total in sorted(cards.items()))
 
 

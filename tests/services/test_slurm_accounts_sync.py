@@ -14,7 +14,7 @@ from django.db import connection
 from jobs.native import slurm_accounts
 from jobs.native.slurm_accounts import portal_state, sync_all
 from portal.models import Membership, Role, User
-from quotas.models import Cluster, Loan, LoanState, QuotaWindow, SlurmSyncRun
+from quotas.models import Cluster, FairShareWeight, Loan, LoanState, QuotaWindow, SlurmSyncRun
 from quotas.services import quota_node_update
 from quotas.slurm_accounts import Naming, desired_state
 from tests import factories as fx
@@ -191,3 +191,13 @@ def test_per_user_caps_the_dev_class_max_wall_and_minimum_runtimes_come_from_the
     walls = {c.name: (c.max_wall_minutes, c.min_runtime_seconds) for c in state.classes}
     assert walls == {"training": (None, 600), "interactive": (12 * 60, 60)}
     assert state.preempt_exempt_seconds == 600  # the borrow QOS: the default class's minimum
+
+
+def test_an_admins_fair_share_weight_replaces_the_default_shares_in_slurm(tree):
+    cluster = slurm_cluster()
+    FairShareWeight.objects.create(project=tree["project"], weight=Decimal("40.5"), set_at=NOON)
+    shares = {(k, c): n for k, c, n in portal_state(cluster, NOON).shares}
+    assert shares[("project", "px")] == 40  # whole shares: Slurm's Fairshare is an integer
+    assert shares[("department", "Dx")] == 16  # the others keep their quota's
+    d = desired_state(portal_state(cluster, NOON), Naming("gp_", "root"))
+    assert d.accounts["gp_px"].fairshare == 40
