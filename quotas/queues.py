@@ -99,6 +99,9 @@ class TreeSnapshot:
     # ClusterQueue is StrictFIFO (mutable in place since Kueue 0.7, kueue#1873), the rest
     # BestEffortFIFO. Kueue has no aging bound; the portal's engine applies it to its own jobs.
     strict_fifo: frozenset[str] = frozenset()
+    # Admins' fair-share weights (DESIGN §16, ``quotas.FairShareWeight``): ((kind, code), weight)
+    # pairs, used instead of the quota's normalised cards where set.
+    weights: tuple[tuple[tuple[str, str], Decimal], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,13 +251,14 @@ def share_weight(cards: Decimal) -> int:
 
 
 def fair_share_weights(snapshot: TreeSnapshot, table: dict) -> dict[tuple[str, str], int]:
-    """(kind, code) → :func:`share_weight` of the effective quotas in ``table`` (:func:`shares`);
-    an owner holding no GPU quota is absent (weight 1)."""
+    """(kind, code) → :func:`share_weight` of the effective quotas in ``table`` (:func:`shares`),
+    or of an admin's weight where one is set; an owner with neither is absent (weight 1)."""
     flavors = {f.name: f for f in snapshot.flavors}
     cards: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
     for (name, kind, code), s in table.items():
         if device_resource(flavors[name]) is not None:
             cards[(kind, code)] += s.limits.quota * flavors[name].normalised_per_unit
+    cards.update(dict(snapshot.weights))
     return {key: share_weight(total) for key, total in cards.items()}
 
 

@@ -30,7 +30,17 @@ from jobs.scheduler.footprint import DIMENSIONS
 from portal.enqueue import send
 from portal.models import Department, Project, Queueing
 from quotas.effective import Limits, LoanSpan, Window
-from quotas.models import Cluster, ClusterKind, Flavor, FlavorKind, Loan, LoanState, QuotaNode, QuotaWindow
+from quotas.models import (
+    Cluster,
+    ClusterKind,
+    FairShareWeight,
+    Flavor,
+    FlavorKind,
+    Loan,
+    LoanState,
+    QuotaNode,
+    QuotaWindow,
+)
 from quotas.queues import FORMATS, JOBS_NAMESPACE, FlavorRef, QuotaRef, TreeSnapshot, render
 from quotas.selectors import capacity_by_flavor, site_zone
 from quotas.yunikorn import dump, render_yunikorn
@@ -95,6 +105,10 @@ def snapshot(*, flavor_names: list[str] | None = None, namespace: str = JOBS_NAM
         strict_fifo=frozenset(
             Project.objects.filter(active=True, queueing=Queueing.STRICT_FIFO).values_list("code", flat=True)
         ),
+        weights=tuple(sorted(
+            (("project", w.project.code) if w.project_id else ("department", w.department.code), w.weight)
+            for w in FairShareWeight.objects.select_related("department", "project")
+        )),
     )
 
 

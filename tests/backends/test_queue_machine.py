@@ -98,6 +98,21 @@ def test_the_sync_snapshot_carries_each_flavors_share(db):
     assert refs["T4-q"].per_unit == ()
 
 
+def test_the_sync_snapshot_carries_the_admins_fair_share_weights(db):
+    from django.utils import timezone
+
+    from jobs.native import queue_sync
+    from quotas.models import FairShareWeight
+    from tests import factories as fx
+
+    dept = fx.department("W")
+    project = fx.project("wp", dept)
+    FairShareWeight.objects.create(project=project, weight="12.5", set_at=timezone.now())
+    FairShareWeight.objects.create(department=dept, weight="3", set_at=timezone.now())
+    weights = dict(queue_sync.snapshot().weights)
+    assert weights == {("project", "wp"): Decimal("12.5"), ("department", "W"): Decimal("3")}
+
+
 # -- a cpu flavor (docs/resources.md "CPU-only work"): its units are the machine's cpu, never a
 # second "cpu" resource beside it
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import io
+from dataclasses import replace
 from datetime import datetime, time, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -642,3 +643,11 @@ def test_the_fair_share_weights_are_the_same_numbers_in_kueue_volcano_and_yuniko
     assert [yunikorn[p]["properties"] for p in paths] == [
         {WEIGHT_PROPERTY: "36"}, {WEIGHT_PROPERTY: "26"}, {WEIGHT_PROPERTY: "10"}
     ]
+    # An admin's weight replaces the quota's cards, in every rendering alike (whole shares).
+    weighted = replace(tree, weights=((("project", "small"), Decimal("40.7")),))
+    kueue = test_queues.render(weighted, "kueue", NOON)
+    assert kueue[("ClusterQueue", "gp-small")]["spec"]["fairSharing"] == {"weight": 40}
+    volcano = test_queues.render(weighted, "volcano", NOON)
+    assert volcano[("Queue", "gp-small")]["spec"]["weight"] == 40
+    yunikorn = queues_by_path(rendered(weighted, NOON, ()))
+    assert yunikorn["root.gpd-d.gp-small"]["properties"] == {WEIGHT_PROPERTY: "40"}
