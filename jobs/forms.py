@@ -525,9 +525,15 @@ class PriorityClassForm(forms.ModelForm):
         # Left out (a client that predates the usage rules): the class keeps its rule, a new
         # one gets the model's default (every member).
         self.fields["min_role"].required = False
+        # The same for the minimum runtime (a client that predates it): the class keeps its own.
+        self.fields["min_runtime_seconds"].required = False
 
     def clean_min_role(self) -> str:
         return self.cleaned_data.get("min_role") or self.instance.min_role
+
+    def clean_min_runtime_seconds(self) -> int:
+        value = self.cleaned_data.get("min_runtime_seconds")
+        return self.instance.min_runtime_seconds if value is None else value
 
 
 class AutoscaleForm(forms.Form):

@@ -187,6 +187,9 @@ NOT_SEEN = {p: (404, False) for p in ("outsider", "pb_member", "b_admin", "b_fin
 ACTIONS: dict[str, dict] = {
     "job-cancel": {**NOT_SEEN, "auditor": (403, False), "a_finance": (403, False),
                    "pa1_member": (302, True), "a_admin": (302, True), "platform": (302, True)},
+    # Asking for an exemption from the idle policy: the job's owner or whoever may edit its project.
+    "job-idle-exemption": {**NOT_SEEN, "auditor": (403, False), "a_finance": (403, False),
+                           "pa1_member": (302, True), "a_admin": (302, True), "platform": (302, True)},
     "approval-decide": {**NOT_SEEN, "auditor": (302, False), "a_finance": (302, False),
                         "pa1_member": (302, False), "a_admin": (302, True), "platform": (302, True)},
     "approval-cancel": {**NOT_SEEN, "auditor": (302, False), "a_finance": (302, False),
@@ -426,7 +429,8 @@ def _objs(world, prio):
 
 # The A-side object each object page and action is about.
 SUBJECT = {
-    "job-detail": "job:a", "job-cancel": "job:a", "job-log": "job:a", "job-log-download": "job:a",
+    "job-detail": "job:a", "job-cancel": "job:a", "job-idle-exemption": "job:a",
+    "job-log": "job:a", "job-log-download": "job:a",
     "job-open": "job:a", "quota-borrowers": "qn:a",
     "priority-class-edit": "prio",
     "approval-detail": "req:a", "approval-decide": "req:a", "approval-cancel": "req:a",
@@ -541,6 +545,8 @@ def _state(name, objs):
     """What the action would change, read back from the database."""
     if name == "job-cancel":
         return Job.objects.get(pk=objs["job:a"].pk).state
+    if name == "job-idle-exemption":
+        return ApprovalRequest.objects.filter(kind="idle_exemption", subject_id=objs["job:a"].pk).count()
     if name in ("approval-decide", "approval-cancel", "approval-bulk-decide"):
         req = ApprovalRequest.objects.get(pk=objs["req:a"].pk)
         return req.state, list(req.steps.values_list("state", flat=True))
@@ -582,6 +588,8 @@ def _state(name, objs):
 
 
 def _body_of(name, objs):
+    if name == "job-idle-exemption":
+        return {"reason": "zz-long evaluation", "until": ""}
     if name == "approval-bulk-decide":
         return {"ids": [objs["req:a"].pk], "decision": "approve", "comment": "ok"}
     if name == "approval-decide":
