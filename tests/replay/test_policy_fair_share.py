@@ -45,5 +45,5 @@ def test_the_policy_turns_fair_share_on_with_its_settings():
 @pytest.mark.parametrize("bad", [-1, "7d", None, True, float("nan"), 10**12])
 @pytest.mark.parametrize("key", ["fair_half_life_s", "fair_entry_s"])
 def test_a_bad_fair_setting_is_refused_naming_the_key(key, bad):
-    with pytest.raises(ValueError, match=f"policy.{key}"):
+    with pytest.raises(ValueError, match=rf"policy\.{key}"):
         policy.check({key: bad})
