@@ -66,12 +66,14 @@ def jain(xs: list[float]) -> float | None:
 
 def _spread(acc: dict, key, a: float, b: float, period: float, t0: float, weight: float) -> None:
     """Add ``weight`` × the length of [a, b) falling in each period to acc[(period index, key)]."""
+    k = int((a - t0) // period)
     while a < b:
-        k = int((a - t0) // period)
         edge = t0 + (k + 1) * period
-        cut = min(b, edge)
-        acc[(k, key)] += weight * (cut - a)
-        a = cut
+        if edge > a:  # (rounding can put ``a`` on the edge of the period before)
+            cut = min(b, edge)
+            acc[(k, key)] += weight * (cut - a)
+            a = cut
+        k += 1
 
 
 def figures(jobs: list, obs: Intervals, result: dict, period: float) -> dict:
