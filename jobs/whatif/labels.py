@@ -40,14 +40,18 @@ def change_label(key: str, value, bounds: Mapping) -> str:
         return _("EASY backfill: %(v)s") % {"v": _("on") if value else _("off")}
     if key == "packing":
         return _("Packing: %(v)s") % {"v": _(_PACKING.get(value, value))}
+    if key == "fair_half_life_s":
+        return _("Fair-share half-life: as the input has it") if value is None else \
+            _("Fair-share half-life: %(s)s s") % {"s": int(value)}
     if key.startswith("queueing:"):
         return _("Queueing of project %(project)s: %(v)s") % {
             "project": key.split(":", 1)[1], "v": _(_QUEUEING.get(value, value))}
     return f"{key} = {value}"  # a dimension without a label yet: its key, as before
 
 
+# as docs/advisor.md lists the dimensions; the projects' queueing last
 _ORDER = ("overcommit_ratio", "borrow_limit_ratio", "lend_limit_ratio", "night_lend_limit_ratio", "grace_s",
-          "backfill", "packing")  # as docs/advisor.md lists the dimensions; the projects' queueing last
+          "backfill", "packing", "fair_half_life_s")
 
 
 def change_labels(changes: Mapping, bounds: Mapping) -> list[str]:
@@ -67,6 +71,7 @@ _NAMES = {
     "grace_s": gettext_noop("Grace period"),
     "backfill": gettext_noop("EASY backfill"),
     "packing": gettext_noop("Packing"),
+    "fair_half_life_s": gettext_noop("Fair-share half-life"),
     "quota_limits": gettext_noop("Quota limits"),
     "quota_window": gettext_noop("Quota window"),
     "priority_grace": gettext_noop("Grace period"),

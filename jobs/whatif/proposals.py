@@ -183,7 +183,7 @@ def _rule_changes(changes: dict, bounds: dict) -> tuple[list[dict], list[dict]]:
     (its tenant path, :func:`_portal_projects`) maps onto the portal project of that path."""
     from jobs.models import PriorityClass
     from jobs.rule_changes import new_values, quantity_text, window_values
-    from jobs.scheduling.settings import engine_flags
+    from jobs.scheduling.settings import engine_flags, fair_share_settings
     from quotas.models import QuotaWindow
 
     entries, unmapped = [], []
@@ -251,6 +251,10 @@ def _rule_changes(changes: dict, bounds: dict) -> tuple[list[dict], list[dict]]:
         value = changes.pop("packing")
         if (value == "fragmentation_aware") != flags["fragmentation_aware"]:
             entries.append({"type": "scheduler_packing", "packing": value})
+    if "fair_half_life_s" in changes:
+        value = changes.pop("fair_half_life_s")  # None: the replay's input's own — nothing to set
+        if value is not None and int(value) != fair_share_settings()[0]:
+            entries.append({"type": "scheduler_fair_share", "fair_share_half_life_seconds": int(value)})
     _queueing(changes, entries, unmapped)
     for key in sorted(changes):
         unmapped.append({"change": key, "reason": _("no rule of this portal corresponds to it")})

@@ -144,7 +144,12 @@ def _take_on_loan(cycle, p: Pending, order: Iterator[Run], shape: tuple, reason:
         return False
     chosen = paper.useful(chosen)
     paper = _Paper(cycle, p, loan=loan)
-    victims = _with_units(minimal_victim_set(chosen, paper.take, paper.give, paper.fits))
+    victims = minimal_victim_set(chosen, paper.take, paper.give, paper.fits)
+    if victims is None:
+        # The paper fits with none of them: what blocks ``p`` is something it does not count
+        # (a shared request's cores on its fragment's node); taking nobody cannot help.
+        return False
+    victims = _with_units(victims)
     for v in victims:
         s.lift(v)
     if not _fits(cycle, p, in_quota=not loan):
@@ -334,7 +339,13 @@ class _Room:
                 return True
         if self.milli >= FULL:
             return any(self.free.get(i, 0) // g > free[i] // g for i, _ in res)
-        return False
+        # A shared worker needs one GPU's fragment AND its node's CPU / memory / disk: a victim
+        # whose cores sit on a node with such a fragment helps even if its own GPU slot does not.
+        return any(self._fragment_on(i) for i, _ in res)
+
+    def _fragment_on(self, i: int) -> bool:
+        used = self.pool.used[i]
+        return any(FULL - self.used.get((i, x), used[x]) >= self.milli for x in range(len(used)))
 
 
 def _per_node(res) -> dict[int, list[int]]:

@@ -16,6 +16,9 @@ dimension                  bounds (default)           replay input
 ``packing``                choices [frag.-aware, bf]  ``policy.packing``
 ``queueing``               choices [best_effort,      the replay's ``queueing`` key, one
                            strict_fifo]               dimension per project (``queueing:<p>``)
+``fair_half_life_s``       choices [null]             ``policy.fair_half_life_s`` (null: as the
+                           (whole s, 3,600–365 days;  input has it — no key); a value turns fair
+                           not searched)              share on with that half-life (DESIGN §16)
 =========================  =========================  ========================================
 
 The replay honours ``queueing`` through ``Options.queueing_by_tenant`` (jobs/scheduler/engine/fifo.py).
@@ -38,7 +41,10 @@ CHOICES = {
     "backfill": (True, False),
     "packing": ("fragmentation_aware", "best_fit"),
     "queueing": ("best_effort", "strict_fifo"),
+    "fair_half_life_s": "seconds_or_null",
 }
+# The portal's half-life setting's range (jobs/rule_models.py), so that "apply" can set what is found.
+FAIR_MIN_S, FAIR_MAX_S = 3600, 365 * 86_400
 DEFAULT_BOUNDS = {
     "overcommit_ratio": [0.6, 1.5],
     "borrow_limit_ratio": [None, 0.5, 1.0, 2.0],
@@ -49,11 +55,14 @@ DEFAULT_BOUNDS = {
     "backfill": [True, False],
     "packing": ["fragmentation_aware", "best_fit"],
     "queueing": ["best_effort", "strict_fifo"],
+    # Pinned by default (existing studies search what they did); e.g. [null, 86400, 604800, 2592000]
+    # lets the advisor weigh a day, Slurm's week and a month against the input's own.
+    "fair_half_life_s": [None],
 }
 TODAY = {
     "overcommit_ratio": 1.0, "borrow_limit_ratio": None, "lend_limit_ratio": None,
     "night_lend_limit_ratio": None, "grace_s": 0, "backfill": True, "packing": "fragmentation_aware",
-    "queueing": "best_effort",
+    "queueing": "best_effort", "fair_half_life_s": None,
 }
 
 
@@ -105,10 +114,16 @@ def _choices(name: str, value, allowed) -> list:
     if not isinstance(value, Sequence) or isinstance(value, str) or not value:
         raise ValueError(f"bounds.{name}: a non-empty list of choices")
     for v in value:
-        ratio = v is None or (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 100)
-        if (allowed == "ratio_or_null" and not ratio) or (allowed != "ratio_or_null" and v not in allowed):
-            what = ("null or ratios from 0 to 100" if allowed == "ratio_or_null"
-                    else ", ".join(map(str, allowed)))
+        number = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        ratio = v is None or (number and 0 <= v <= 100)
+        seconds = v is None or (number and v == int(v) and FAIR_MIN_S <= v <= FAIR_MAX_S)
+        if allowed == "ratio_or_null":
+            ok, what = ratio, "null or ratios from 0 to 100"
+        elif allowed == "seconds_or_null":
+            ok, what = seconds, f"null or whole seconds from {FAIR_MIN_S} to {FAIR_MAX_S}"
+        else:
+            ok, what = v in allowed, ", ".join(map(str, allowed))
+        if not ok:
             raise ValueError(f"bounds.{name}: choices must be {what}, not {v!r}")
     if len(set(map(repr, value))) != len(value):
         raise ValueError(f"bounds.{name}: a choice is listed twice")
@@ -122,7 +137,8 @@ def dimensions(bounds: Mapping, projects: Sequence[str]) -> list[Dimension]:
     for name in ("overcommit_ratio", "grace_s"):
         low, high = bounds[name]
         out.append(Dimension(name, low, high, integer=RANGES[name][2]))
-    for name in ("borrow_limit_ratio", "lend_limit_ratio", "night_lend_limit_ratio", "backfill", "packing"):
+    for name in ("borrow_limit_ratio", "lend_limit_ratio", "night_lend_limit_ratio", "backfill", "packing",
+                 "fair_half_life_s"):
         out.append(Dimension(name, choices=tuple(bounds[name])))
     out.extend(Dimension(f"queueing:{p}", choices=tuple(bounds["queueing"])) for p in sorted(projects))
     return out
@@ -151,6 +167,8 @@ def replay_inputs(params: Mapping, bounds: Mapping) -> dict:
         start, end = bounds["night_hours"]
         policy["night"] = {"start_hour": start, "end_hour": end,
                            "lend_limit_ratio": float(params["night_lend_limit_ratio"])}
+    if params.get("fair_half_life_s") is not None:
+        policy["fair_half_life_s"] = int(params["fair_half_life_s"])
     queueing = {k.split(":", 1)[1]: v for k, v in sorted(params.items())
                 if k.startswith("queueing:") and v == "strict_fifo"}
     return {"policy": policy, "queueing": queueing}

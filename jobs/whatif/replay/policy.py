@@ -12,7 +12,9 @@ key is optional and an absent key keeps what the replay does today::
                   "borrow_limit_ratio": null, "lend_limit_ratio": 1.0},
         "grace_s": 30,                  # every priority class's grace period
         "backfill": true,               # EASY backfill on / off
-        "packing": "fragmentation_aware" | "best_fit"}}
+        "packing": "fragmentation_aware" | "best_fit",
+        "fair_half_life_s": 86400,      # fair share on, usage decaying with this half-life (0: none)
+        "fair_entry_s": 3600}}          # what an admission charges at once (with fair share)
 
 Decisions (docs/advisor.md):
 
@@ -25,6 +27,11 @@ Decisions (docs/advisor.md):
   ``EPOCH`` + trace time, UTC. Its limits replace the day ones inside the window; limit changes
   are :class:`jobs.whatif.replay.sim.World` changes, so the engine is rebuilt at each edge exactly as
   the warm engine is when a window opens.
+* ``fair_half_life_s`` / ``fair_entry_s`` (DESIGN §16) turn fair share on for the replay with that
+  half-life / entry charge: the input's shares when it has them (a history export's), else each
+  tree node's quota (the portal's default shares). They win over a history export's own settings,
+  so the advisor can ask "what if the centre's half-life were a day?". From 0 (no decay / no
+  entry charge) to 3,650 days.
 """
 
 from __future__ import annotations
@@ -37,8 +44,9 @@ from jobs.scheduler.scheduler import Limits, TreeNode
 
 PACKING = {"fragmentation_aware": True, "best_fit": False}
 KEYS = ("overcommit_ratio", "borrow_limit_ratio", "lend_limit_ratio", "night", "grace_s", "backfill",
-        "packing")
+        "packing", "fair_half_life_s", "fair_entry_s")
 DAY = 86_400.0
+FAIR_MAX_S = 3650 * DAY  # ten years: longer is no decay at all, which 0 says
 
 
 def check(policy: Mapping) -> dict:
@@ -62,6 +70,9 @@ def check(policy: Mapping) -> dict:
         raise ValueError(f"policy.packing: one of {', '.join(PACKING)}")
     if "night" in out:
         out["night"] = _night(out["night"])
+    for key in ("fair_half_life_s", "fair_entry_s"):
+        if key in out:
+            _number(out, key, low=0.0, high=FAIR_MAX_S)
     return out
 
 
@@ -100,6 +111,12 @@ def engine_settings(policy: Mapping, options):
         changes["backfill"] = bool(policy["backfill"])
     if "packing" in policy:
         changes["fragmentation_aware"] = PACKING[policy["packing"]]
+    if "fair_half_life_s" in policy or "fair_entry_s" in policy:
+        # fair share on (quota shares when the input has none); the policy's settings win over
+        # a history export's own
+        changes.update(fair_share=True, fair_shares_from_quotas=True, fair_from_spec=False)
+        changes["fair_half_life_s"] = float(policy.get("fair_half_life_s", options.fair_half_life_s))
+        changes["fair_entry_s"] = float(policy.get("fair_entry_s", options.fair_entry_s))
     return replace(options, **changes)
 
 

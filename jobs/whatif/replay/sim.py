@@ -318,7 +318,9 @@ class Observer:
     """Looks at a replay without changing it (bench/estimates.py): ``sample(t, snapshot,
     requeue)`` every ``every`` virtual seconds (after the cycle at ``t``, the snapshot a cycle at
     ``t`` would be fed, and each GPU-holding job as the replay would queue it again if it were
-    preempted now), ``started(job_id, t)`` when a job gets its GPUs."""
+    preempted now), ``started(job_id, t)`` when a job gets its GPUs, ``released(job_id, t,
+    finished)`` when it gives them back (``finished`` False: a preemption victim that exited and
+    waits again) — bench/fairness.py's per-job start and end times."""
 
     every: float = 0.0
 
@@ -326,6 +328,9 @@ class Observer:
         pass
 
     def started(self, job_id: str, t: float) -> None:
+        pass
+
+    def released(self, job_id: str, t: float, finished: bool) -> None:
         pass
 
 
@@ -479,6 +484,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
                 continue
             elif kind == FINISH:
                 rec.released(jid, t, finished=True)
+                if observer is not None:
+                    observer.released(jid, t, True)
                 if meter is not None:
                     meter.end(jid, t)
                 del started[jid], admitted_at[jid], ends[jid]
@@ -490,6 +497,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
                 if jid in started:
                     ran = t - started.pop(jid)
                     rec.released(jid, t, finished=False, lost=not options.checkpointing)
+                    if observer is not None:
+                        observer.released(jid, t, False)
                     if options.checkpointing and remaining[jid] is not None:
                         remaining[jid] = max(0.0, remaining[jid] - ran)
                 ends.pop(jid, None)
