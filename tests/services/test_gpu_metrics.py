@@ -51,7 +51,8 @@ def test_utilisation_of_running_jobs_reaches_the_portal(sim_pool, prometheus_for
         assert samples[busy.pk].gpu_util_max_pct >= samples[busy.pk].gpu_util_pct > 20
         assert JobGpuSample.objects.filter(job=busy).count() == 5
         type(busy).objects.filter(pk__in=[busy.pk, idle.pk]).update(started_at=now - timedelta(hours=1))
-        IdlePolicy.objects.update_or_create(priority_class=None, defaults={"idle_minutes": 5})  # flushed: none
+        # update_or_create: a transactional test before this one flushed the migration's row
+        IdlePolicy.objects.update_or_create(priority_class=None, defaults={"idle_minutes": 5})
         assert run_idle_policy(now)["warn"] == 1
         assert run_idle_policy(now)["warn"] == 0  # warned once
     text = portal_metrics()
