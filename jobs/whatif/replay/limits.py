@@ -113,13 +113,7 @@ def fair_shares(data: Mapping, known: Iterable[str]) -> dict[str, float]:
     for node, value in raw.items():
         if node not in known:
             raise ValueError(f"shares: {node!r} is not a node of the SPEC's tree")
-        try:
-            v = float(value)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"shares[{node}]: not a number: {value!r}") from exc
-        if not math.isfinite(v) or v < 0:
-            raise ValueError(f"shares[{node}]: must be a number ≥ 0, not {value!r}")
-        out[node] = v
+        out[node] = _number(f"shares[{node}]", value)
     return out
 
 
