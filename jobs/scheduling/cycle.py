@@ -28,6 +28,7 @@ from django.utils import timezone
 from jobs import reasons
 from jobs.models import Job, JobKind
 from jobs.resize import drop_workers, record_scaled, request_resize
+from jobs.retries import waiting_out_backoff
 from jobs.scheduler.engine.model import CycleResult, Explain, Preemption
 from jobs.scheduler.scheduler import schedule
 from jobs.scheduling.cache_keys import EXPLAIN_KEY, LAST_CYCLE_KEY, QUEUE_KEY
@@ -468,6 +469,8 @@ def explain_job(job: Job) -> dict:
         return {"position": None, "reason": job.state, "message": "the job is not waiting"}
     if job.kind == JobKind.EXTERNAL:
         return explain_external(job)
+    if waiting_out_backoff(job, timezone.now()):
+        return explain_backoff(job)
     key = EXPLAIN_KEY.format(job.pk)
     cached = cache.get(key)
     if cached:
@@ -486,6 +489,27 @@ def explain_job(job: Job) -> dict:
         if cache.get(DRY_LOCK_KEY) is None:
             break  # it finished without this job: admissible now, or it failed
     return _dry_explanations(job)
+
+
+def explain_backoff(job: Job) -> dict:
+    """A job requeued after a failed run or a start timeout waits out its backoff (DESIGN §17):
+    not in the engine's queue before ``not_before``. ``retry`` of ``max_retries`` after a failure;
+    ``start_timeouts`` when the last requeue was a start timeout (that count is not a retry)."""
+    last = (job.events.filter(kind="transition", to_state=JobState.QUEUED).order_by("-occurred_at", "-id")
+            .values_list("data", flat=True).first()) or {}
+    answer = {
+        "position": None,
+        "reason": "backoff",
+        "until": job.not_before.isoformat(),
+        "message": f"waits out its backoff until {job.not_before.isoformat()}",
+        "computed_at": timezone.now().isoformat(),
+    }
+    if "start_timeout" in last:
+        answer["start_timeouts"] = job.start_timeouts
+        answer["backend_reason"] = last.get("why", "")
+    else:
+        answer.update(retry=job.retries, max_retries=job.max_retries)
+    return answer
 
 
 def explain_external(job: Job) -> dict:
