@@ -13,10 +13,9 @@ import pytest
 
 from jobs.clusters.backends.kubernetes import build_training_job, rendezvous_service
 from jobs.clusters.backends.rendezvous import COMPLETION_INDEX
-from tests.backends.test_k8s_resources import _node
 from tests.backends import k8s_standin
+from tests.backends.test_k8s_resources import _node
 from tests.backends.test_kubernetes import container, make_spec, validate
-
 
 k8s_api = k8s_standin.k8s_api
 
