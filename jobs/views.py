@@ -347,6 +347,7 @@ def _copy_initial(request) -> dict:
         "command",
         "max_runtime_seconds",
         "checkpointing",
+        "max_retries",
         "cpu_millicores",
         "memory_mib",
         "local_disk_gib",
