@@ -427,7 +427,7 @@ class KubernetesBackend:
         current = self._call(read, spec.name, self.namespace, missing_ok=True)
         if current is None:
             current = self._create(create, spec.name, manifest)
-        if manifest["kind"] == "Job" and rendezvous.needed(spec.workers):
+        if manifest["apiVersion"] == "batch/v1" and rendezvous.needed(spec.workers):
             self._ensure(self.core.read_namespaced_service, self.core.create_namespaced_service,
                          rendezvous_service(spec, self.namespace))
         if spec.kind == "dev" and spec.expose_port:
