@@ -117,7 +117,7 @@ class SchedulerSettingsAdmin(ReadOnlyAdmin):
 
 @admin.register(RetryPolicy)
 class RetryPolicyAdmin(PlatformModelAdmin):
-    """The centre's retry policy (DESIGN §17; docs/operations.md "Retries and start timeout"): one
+    """The centre's retry policy (DESIGN §17; docs/operator-guide.md "Retries and start timeout"): one
     row, changed and never deleted; the model's validators make a bad value a form error."""
 
     list_display = ["max_retries_limit", "final_exit_codes", "start_timeout_seconds", "max_start_timeouts",

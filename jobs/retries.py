@@ -1,4 +1,4 @@
-"""Retries and the start timeout (DESIGN §17; docs/scheduling.md "Retries and start timeout").
+"""Retries and the start timeout (DESIGN §17; docs/operator-guide.md "Retries and start timeout").
 
 A failed run with retries left goes back to the queue (running → queued, never through the
 terminal ``failed``) and waits out its backoff: it is not admitted before ``Job.not_before``. An

@@ -1,4 +1,4 @@
-"""The centre's retry policy (DESIGN §17 "Retries", "Start timeout"; docs/operations.md, "Retries
+"""The centre's retry policy (DESIGN §17 "Retries", "Start timeout"; docs/operator-guide.md, "Retries
 and start timeout"): one row (pk 1), edited by platform admins in the admin."""
 
 from django.contrib.postgres.fields import ArrayField

@@ -1,4 +1,4 @@
-"""The start timeout (DESIGN §17; docs/scheduling.md "Retries and start timeout"), like Kueue's
+"""The start timeout (DESIGN §17; docs/operator-guide.md "Retries and start timeout"), like Kueue's
 ``waitForPodsReady``: a job the portal dispatched that its backend has not started within the
 timeout (an image that does not pull, a pod nobody schedules, a Slurm job held by the
 controller) gives its GPUs back and is requeued with backoff, with the reason its backend gave —
