@@ -367,7 +367,7 @@ class JobIn(serializers.Serializer):
         min_value=60, max_value=services.MAX_RUNTIME, required=False, allow_null=True
     )
     checkpointing = serializers.BooleanField(default=False)
-    max_retries = serializers.IntegerField(
+    max_retries = StrictIntegerField(
         min_value=0, max_value=MAX_RETRIES_CEILING, default=0,
         help_text="Training jobs: how often a failed run is retried, with a backoff of 60 s × 2^(n−1) "
         "(at most 1 h) before retry n; exit codes the centre marks final are not retried (DESIGN §17). "
