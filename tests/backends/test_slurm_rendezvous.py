@@ -162,3 +162,44 @@ def test_a_final_exit_code_is_not_retried(portal_on_slurm):
     settle(portal_cluster, job, {"failed", "queued"})
     assert job.state == "failed" and job.retries == 0 and job.exit_code == 78
     assert _transitions(job) == ["queued", "admitted", "running", "failed"]
+
+
+def test_a_job_slurm_holds_back_is_requeued_after_the_start_timeout_with_slurms_reason(
+    portal_on_slurm, cluster
+):
+    """Issue 35 item 3: the start timeout on Slurm gives the controller's pending reason."""
+    from jobs.clusters import dispatch
+    from jobs.clusters.backends.slurm import SlurmBackend
+    from jobs.clusters.start_timeout import requeue_unstarted
+    from jobs.retries import retry_policy
+    from jobs.scheduling.cycle import schedule_once
+    from quotas.models import Node
+    from tests import factories as fx
+    from tests.backends.test_slurm import wait_for
+
+    flavor, _portal_cluster, project = portal_on_slurm
+    job = fx.submit(project, flavor, workers=1, gpus=8, name="held", command="true")
+    assert schedule_once().admitted == 1
+    job.refresh_from_db()
+    node = Node.objects.get(pk=job.placement[0][0][0]).name
+    # Slurm's own view of the node changes after the portal placed the job there.
+    cluster.scontrol("update", f"NodeName={node}", "State=DRAIN", "Reason=held-for-test")
+    try:
+        assert dispatch.dispatch_job(job.pk) == "dispatched"
+        job.refresh_from_db()
+        name, backend = f"gp-{job.pk}", SlurmBackend(cluster.conf)
+        pending = wait_for(lambda: (st := backend.status([name])[name]).message != "PENDING" and st,
+                           "slurmctld to give the job a pending reason")
+        assert pending.message.startswith("PENDING (ReqNodeNotAvail")
+        timeout = timedelta(seconds=retry_policy().start_timeout_seconds)
+        assert requeue_unstarted(now=job.dispatched_at + timeout) == {"requeued": 1}
+        job.refresh_from_db()
+        assert job.state == "queued" and job.start_timeouts == 1 and job.retries == 0
+        event = job.events.filter(kind="transition", from_state="admitted", to_state="queued").get()
+        assert event.reason.startswith(
+            f"not running after the start timeout of {timeout.seconds} s: PENDING (ReqNodeNotAvail")
+        # Taken off the cluster: no unfinished Slurm job of that name is left.
+        wait_for(lambda: backend.status([name])[name].phase != "pending", "scancel to reach slurmctld")
+        assert [st.phase for st in backend.status([name]).values()] == ["cancelled"]
+    finally:
+        cluster.scontrol("update", f"NodeName={node}", "State=RESUME")
