@@ -640,6 +640,7 @@ GLOSSARY = {
     'Retries': '重试',
     '%(used)s of %(most)s used': '已用 %(used)s 次，共 %(most)s 次',
     '%(n)s start timeout': '%(n)s 次启动超时',
+    'Waits out its backoff before it runs again': '退避等待中，之后再次运行',
 }
 
 # Messages with a context (msgctxt) that the glossary above does not fill: (context, msgid) → 中文.
