@@ -11,6 +11,7 @@ from jobs.models import (
     PriorityClass,
     ProjectSecret,
     ProjectStorage,
+    RetryPolicy,
     RuleChangeEvent,
     SchedulerSettings,
 )
@@ -112,6 +113,21 @@ class SchedulerSettingsAdmin(ReadOnlyAdmin):
     """Changed only by an approved rule-change request (docs/scheduling.md, "Engine settings")."""
 
     list_display = ["backfill", "packing", "updated_at"]
+
+
+@admin.register(RetryPolicy)
+class RetryPolicyAdmin(PlatformModelAdmin):
+    """The centre's retry policy (DESIGN §17; docs/operator-guide.md "Retries and start timeout"): one
+    row, changed and never deleted; the model's validators make a bad value a form error."""
+
+    list_display = ["max_retries_limit", "final_exit_codes", "start_timeout_seconds", "max_start_timeouts",
+                    "updated_at"]
+
+    def has_add_permission(self, request):
+        return super().has_add_permission(request) and not RetryPolicy.objects.exists()
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(RuleChangeEvent)

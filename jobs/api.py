@@ -28,6 +28,7 @@ from jobs.models import (
     name_validator,
 )
 from jobs.quota_tree import quota_usage_with_lending
+from jobs.retry_models import MAX_RETRIES_CEILING
 from jobs.scheduling import explaining, start_estimates
 from jobs.scheduling.cycle import explain_job
 from portal.api import VisibleRelatedField
@@ -224,6 +225,10 @@ class JobOut(serializers.ModelSerializer):
             "command",
             "max_runtime_seconds",
             "checkpointing",
+            "max_retries",
+            "retries",
+            "start_timeouts",
+            "not_before",
             "sim_duration_seconds",
             "state",
             "submitted_by",
@@ -362,6 +367,12 @@ class JobIn(serializers.Serializer):
         min_value=60, max_value=services.MAX_RUNTIME, required=False, allow_null=True
     )
     checkpointing = serializers.BooleanField(default=False)
+    max_retries = StrictIntegerField(
+        min_value=0, max_value=MAX_RETRIES_CEILING, default=0,
+        help_text="Training jobs: how often a failed run is retried, with a backoff of 60 s × 2^(n−1) "
+        "(at most 1 h) before retry n; exit codes the centre marks final are not retried (DESIGN §17). "
+        "More than the centre's maximum (its RetryPolicy) is a 400 that names it.",
+    )
     sim_duration_seconds = serializers.IntegerField(
         min_value=1, max_value=services.MAX_RUNTIME, required=False, allow_null=True
     )

@@ -21,6 +21,7 @@ from jobs.models import (
     image_validator,
     name_validator,
 )
+from jobs.retry_models import MAX_RETRIES_CEILING
 from jobs.states import JobState
 from jobs.templatetags.jobs_ui import STATE_LABELS
 from portal.models import Project, User
@@ -160,6 +161,14 @@ class JobForm(forms.Form):
     )
     checkpointing = forms.BooleanField(
         label=_("Checkpointing: the job saves a checkpoint and resumes after preemption"), required=False
+    )
+    max_retries = forms.IntegerField(
+        label=_("Retries after a failure"),
+        min_value=0,
+        max_value=MAX_RETRIES_CEILING,
+        required=False,
+        help_text=_("Training jobs: a failed run is run again after 1, 2, 4 … minutes (at most an hour). "
+                    "Empty: none."),
     )
     mounts = forms.ModelMultipleChoiceField(
         queryset=ProjectStorage.objects.none(),
@@ -420,6 +429,7 @@ class JobForm(forms.Form):
         if more:
             data["flavor"] = [data["flavor"], *more]
         data.setdefault("sim_duration_seconds", None)
+        data["max_retries"] = data.get("max_retries") or 0
         data["mounts"] = [storage.name for storage in data.get("mounts") or []]
         data.pop("env_text", None)
         data.pop("secret_env_text", None)

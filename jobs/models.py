@@ -243,6 +243,14 @@ class Job(models.Model):
     # Set when a preemption is signalled: the job keeps its GPUs until it has exited.
     terminating_since = models.DateTimeField(null=True, blank=True)
     requeue_count = models.PositiveIntegerField(default=0)
+    # Retries (DESIGN §17, jobs.retries): how many the submitter allows, how many runs were retried
+    # after a failure, how many admissions ran into the start timeout, and the instant before which
+    # a job waiting out its backoff is not admitted (None: no backoff).
+    # db_default: the external import inserts jobs with SQL of its own (jobs.native.external).
+    max_retries = models.PositiveSmallIntegerField(_("maximum retries"), default=0, db_default=0)
+    retries = models.PositiveSmallIntegerField(_("retries"), default=0, db_default=0)
+    start_timeouts = models.PositiveSmallIntegerField(default=0, db_default=0)
+    not_before = models.DateTimeField(_("not before"), null=True, blank=True)
     # Backend bookkeeping. The backend object is named backend_name(id); these fields are claims
     # (set by conditional updates) so a retried task never submits or stops a job twice.
     cluster = models.ForeignKey(Cluster, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs")
@@ -690,4 +698,5 @@ class JobTemplate(models.Model):
 
 
 from jobs.idle_models import IdleAction, IdleExemption, IdlePolicy  # noqa: E402,F401  (issue 34)
+from jobs.retry_models import RetryPolicy  # noqa: E402,F401  (issue 35)
 from jobs.rule_models import Packing, RuleChangeEvent, SchedulerSettings  # noqa: E402,F401  (issue 25)

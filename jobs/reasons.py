@@ -55,6 +55,10 @@ SCALED_FOR = pgettext_noop("job event", "scaled %(before)s→%(after)s: %(why)s"
 TARGET = pgettext_noop("job event", "target %(before)s→%(after)s")
 SCALED_BY_AUTOSCALER = pgettext_noop("job event", "scaled %(before)s→%(after)s by the autoscaler")
 TARGET_BY_AUTOSCALER = pgettext_noop("job event", "target %(before)s→%(after)s by the autoscaler")
+RETRY = pgettext_noop("job event", "retry %(retry)s of %(of)s after exit code %(exit_code)s")
+START_TIMEOUT = pgettext_noop("job event", "not running after the start timeout of %(timeout)s s: %(why)s")
+START_TIMEOUTS_EXHAUSTED = pgettext_noop(
+    "job event", "not running after %(count)s start timeouts: %(why)s")
 NODE_DRAINED = pgettext_noop("job event", "requeued off node %(node)s (drained: %(reason)s)")
 PREEMPTED_FOR = {
     "reclaim": pgettext_noop("job event", "reclaim for job %(job)s"),

@@ -62,6 +62,7 @@ def job_submit_check(
     memory_mib: int | None = None,
     local_disk_gib: int | None = None,
     min_cuda_version: str = "",
+    max_retries: int = 0,
 ) -> tuple[dict, int | None, bool]:
     """Every check of ``job_submit`` that does not depend on the jobs live at that moment (the
     dev-job limit): what a saved template must pass too. Returns the checked working environment
@@ -82,6 +83,7 @@ def job_submit_check(
         sub, image=image, command=command, mounts=mounts, env=env, expose_port=expose_port,
         autoscale=autoscale,
     )
+    submission.check_retries(kind, max_retries)
     return checked.job_fields, checked.runtime_seconds, checked.class_needs_approval
 
 
@@ -112,13 +114,15 @@ def job_submit(
     memory_mib: int | None = None,
     local_disk_gib: int | None = None,
     min_cuda_version: str = "",
+    max_retries: int = 0,
 ) -> Job:
     """``flavor``: one flavor, or the acceptable flavors in order of preference (DESIGN §14);
     the job is checked against each, and runs on the first the scheduler can place.
     ``autoscale``: an inference job's autoscaling from load, ``{"query", "target",
     "cooldown_seconds"}`` (docs/scheduling.md "Autoscaling"), set with the job.
     ``cpu_millicores``, ``memory_mib``, ``local_disk_gib``: what each worker asks of its node
-    besides its GPUs (None: its GPUs' share, docs/resources.md); ``min_cuda_version``: "12.4".
+    besides its GPUs (None: its GPUs' share, docs/resources.md); ``min_cuda_version``: "12.4";
+    ``max_retries``: how often a failed run is retried (DESIGN §17, ``jobs.retries``).
 
     One way down (``jobs.submission``): gather what the submission needs to know once, check it,
     decide the approval from it, create."""
@@ -138,6 +142,7 @@ def job_submit(
         sub, image=image, command=command, mounts=mounts, env=env, expose_port=expose_port,
         autoscale=autoscale,
     )
+    submission.check_retries(kind, max_retries)
     if kind == JobKind.DEV:
         _check_dev_limit(actor)
     # DESIGN §6: a job over its department's policy waits in pending_approval for a decision.
@@ -160,6 +165,7 @@ def job_submit(
         **sub.shape.fields(),
         max_runtime_seconds=checked.runtime_seconds,
         checkpointing=checkpointing,
+        max_retries=max_retries,
         sim_duration_seconds=_sim_duration(kind, sim_duration_seconds, checked.runtime_seconds),
         state=state,
         state_changed_at=now,

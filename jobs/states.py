@@ -25,9 +25,12 @@ S = JobState
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.PENDING_APPROVAL: frozenset({S.QUEUED, S.REJECTED, S.CANCELLED, S.EXPIRED}),
     S.QUEUED: frozenset({S.ADMITTED, S.CANCELLED, S.PENDING_APPROVAL}),
-    # An admitted job may be preempted before its backend start (its victim set changed).
-    S.ADMITTED: frozenset({S.RUNNING, S.PREEMPTED, S.CANCELLED, S.FAILED, S.LOST}),
-    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.EXPIRED, S.LOST}),
+    # An admitted job may be preempted before its backend start (its victim set changed), and
+    # goes back to the queue when it did not start within the start timeout (DESIGN §17).
+    S.ADMITTED: frozenset({S.RUNNING, S.PREEMPTED, S.CANCELLED, S.FAILED, S.LOST, S.QUEUED}),
+    # running → queued: a failed run with retries left is retried (DESIGN §17) — it never passes
+    # through failed, which is terminal; the event's data says which retry it is.
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.EXPIRED, S.LOST, S.QUEUED}),
     S.PREEMPTED: frozenset({S.QUEUED, S.CANCELLED}),
     S.LOST: frozenset({S.QUEUED, S.FAILED}),
     S.SUCCEEDED: frozenset(),

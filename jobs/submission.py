@@ -37,6 +37,7 @@ from jobs.models import (
     PriorityClass,
     image_validator,
 )
+from jobs.retries import retry_policy
 from jobs.scheduler.footprint import DIMENSIONS, NodeSize, Request, Share
 from jobs.scheduling import autoscale as autoscaling
 from portal import permissions as perm
@@ -193,6 +194,20 @@ def check(
         )
         checked = checked or Checked(job_fields, runtime, class_needs_approval)
     return checked
+
+
+def check_retries(kind: str, max_retries: int) -> None:
+    """DESIGN §17: a training job may ask to be retried after a failed run, up to the centre's
+    maximum (``RetryPolicy.max_retries_limit``). An inference service's replicas restart anyway
+    and a development job is a person's session: no retries for them."""
+    if max_retries == 0:
+        return
+    limit = retry_policy().max_retries_limit
+    if kind != JobKind.TRAINING:
+        raise ValidationError({"max_retries": [_("Only training jobs are retried.")]})
+    if not 0 <= max_retries <= limit:
+        raise ValidationError({"max_retries": [
+            _("Between 0 and %(limit)s (the centre's maximum).") % {"limit": limit}]})
 
 
 def _validate_shape(kind, flavor: Flavor, shape: Shape) -> None:

@@ -37,6 +37,7 @@ VALUE_TYPES = {
     "min_workers": _OPT_INT,
     "max_runtime_seconds": _OPT_INT,
     "checkpointing": _BOOL,
+    "max_retries": _INT,  # DESIGN §17; at most the centre's maximum
     "mounts": _LIST,
     "env": _LIST,
     "expose_port": _OPT_INT,
@@ -175,6 +176,7 @@ def job_values(job: Job) -> tuple[dict, list[str]]:
         "min_workers": job.min_workers,
         "max_runtime_seconds": job.max_runtime_seconds,
         "checkpointing": job.checkpointing,
+        "max_retries": job.max_retries,
         "mounts": [n for n in names if n in active],
         "env": list(job.env or ()),
         "expose_port": job.expose_port,

@@ -47,7 +47,7 @@ from jobs.quota_tree import quota_borrowers, quota_grid
 from jobs.requests import queued_request
 from jobs.scheduler.footprint import Request
 from jobs.scheduling import autoscale, explaining, start_estimates
-from jobs.scheduling.cycle import explain_job
+from jobs.scheduling.cycle import explain_backoffs, explain_job
 from jobs.states import JobState
 from portal.approvals.selectors import visible_approval_requests
 from portal.db import one_snapshot
@@ -136,6 +136,8 @@ def _queue_context(request) -> dict:
     # External jobs wait in their cluster's queue, not the engine's: their row shows the cluster's reason.
     queued = [job.pk for job in jobs if job.state == JobState.QUEUED and job.kind != JobKind.EXTERNAL]
     explanations = selectors.cached_explanations(queued)
+    # Jobs waiting out a retry backoff are not in the engine's queue: their answer, from one query.
+    explanations |= explain_backoffs([job for job in jobs if job.kind != JobKind.EXTERNAL], timezone.now())
     readable = explaining.for_reader(list(explanations.values()), request.user)
     explanations = dict(zip(explanations, readable, strict=True))
     starts = start_estimates.cached_start_estimates(jobs)  # one cache read, filled by the beat task
@@ -347,6 +349,7 @@ def _copy_initial(request) -> dict:
         "command",
         "max_runtime_seconds",
         "checkpointing",
+        "max_retries",
         "cpu_millicores",
         "memory_mib",
         "local_disk_gib",

@@ -30,6 +30,7 @@ _PLAIN = (
     "command",
     "max_runtime_seconds",
     "checkpointing",
+    "max_retries",
     "expose_port",
     "cpu_millicores",
     "memory_mib",

@@ -615,6 +615,32 @@ GLOSSARY = {
     'The jobs it may preempt have not run their minimum runtime yet': '可抢占的任务尚未运行满最短运行时间',
     'minimum runtime (s)': '最短运行时间（秒）',
     'preemptible in (s)': '距可抢占（秒）',
+    # Issue 35 item 3: retries with backoff and the start timeout (DESIGN §17).
+    'most retries a job may ask for': '任务可申请的最多重试次数',
+    'final exit codes': '不重试的退出码',
+    'A job that fails with one of these exit codes is never retried.': '以这些退出码失败的任务不会重试。',
+    'start timeout (s)': '启动超时（秒）',
+    "An admitted job not running after this long gives its GPUs back and is requeued. A cluster's "
+    'configuration may set its own (start_timeout_seconds).':
+        '已准入的任务超过这么长时间仍未运行，将归还 GPU 并重新排队。集群配置可设置自己的值（start_timeout_seconds）。',
+    'start timeouts before the job fails': '任务失败前允许的启动超时次数',
+    'retry policy': '重试策略',
+    'maximum retries': '最多重试次数',
+    'retries': '重试次数',
+    'not before': '最早准入时间',
+    'Only training jobs are retried.': '只有训练任务会重试。',
+    "Between 0 and %(limit)s (the centre's maximum).": '0 到 %(limit)s 之间（中心规定的上限）。',
+    'Retry %(retry)s of %(max_retries)s after backoff until %(until)s.':
+        '第 %(retry)s 次重试（共 %(max_retries)s 次），退避等待至 %(until)s。',
+    'It did not start within the start timeout (%(why)s): requeued, it waits out its backoff until %(until)s.':
+        '未在启动超时内开始运行（%(why)s）：已重新排队，退避等待至 %(until)s。',
+    'Retries after a failure': '失败后重试次数',
+    'Training jobs: a failed run is run again after 1, 2, 4 … minutes (at most an hour). Empty: none.':
+        '训练任务：运行失败后分别在 1、2、4……分钟后重新运行（最长一小时）。留空：不重试。',
+    'Retries': '重试',
+    '%(used)s of %(most)s used': '已用 %(used)s 次，共 %(most)s 次',
+    '%(n)s start timeout': '%(n)s 次启动超时',
+    'Waits out its backoff before it runs again': '退避等待中，之后再次运行',
 }
 
 # Messages with a context (msgctxt) that the glossary above does not fill: (context, msgid) → 中文.
@@ -627,6 +653,13 @@ GLOSSARY_IN_CONTEXT = {
         "被低利用率策略停止：GPU 利用率低于 %(threshold)s%% 持续 %(minutes)s",
     ("job event", "made preemptible by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s"):
         "被低利用率策略改为可抢占：GPU 利用率低于 %(threshold)s%% 持续 %(minutes)s",
+    # Issue 35 item 3 (DESIGN §17).
+    ("job event", "retry %(retry)s of %(of)s after exit code %(exit_code)s"):
+        "退出码 %(exit_code)s，第 %(retry)s 次重试（共 %(of)s 次）",
+    ("job event", "not running after the start timeout of %(timeout)s s: %(why)s"):
+        "超过 %(timeout)s 秒启动超时仍未运行：%(why)s",
+    ("job event", "not running after %(count)s start timeouts: %(why)s"): "%(count)s 次启动超时后仍未运行：%(why)s",
+    ("retries", "none"): "不重试",
 }
 
 

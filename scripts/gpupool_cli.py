@@ -58,6 +58,7 @@ JOB_FIELDS = (
     "command",
     "max_runtime_seconds",
     "checkpointing",
+    "max_retries",
     "sim_duration_seconds",
     "autoscale",
     "cpu_millicores",
@@ -221,6 +222,7 @@ def submission(client: Client, args) -> dict:
         "image": args.image,
         "command": args.command,
         "max_runtime_seconds": args.max_runtime,
+        "max_retries": args.max_retries,
         "sim_duration_seconds": args.sim_duration,
         "cpu_millicores": args.cpu_millicores,
         "memory_mib": args.memory_mib,
@@ -790,6 +792,7 @@ def parser() -> argparse.ArgumentParser:
     submit.add_argument("--command")
     submit.add_argument("--max-runtime", type=int, help="seconds")
     submit.add_argument("--checkpointing", action="store_true")
+    submit.add_argument("--max-retries", type=int, help="training: retry a failed run this often")
     submit.add_argument("--sim-duration", type=int, help="simulated cluster only: how long the job runs (s)")
     submit.add_argument(
         "--autoscale-query",

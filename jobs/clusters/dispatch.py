@@ -22,8 +22,9 @@ from jobs.clusters.backends import base
 from jobs.clusters.backends.registry import backend_for
 from jobs.clusters.inventory import refresh_node_states
 from jobs.models import Job, JobEvent, backend_name
-from jobs.reasons import SECRET_UNDECLARED, SUBMITTED_TO, event_reason, reason
+from jobs.reasons import RETRY, SECRET_UNDECLARED, SUBMITTED_TO, event_reason, reason
 from jobs.requests import effective_request
+from jobs.retries import backoff, retry_policy, retryable
 from jobs.scheduling.snapshot import MILLI
 from jobs.states import HOLDING, JobState
 from jobs.transitions import job_transition
@@ -360,8 +361,27 @@ def _finish(job: Job, st: base.JobStatus) -> str:
         job_transition(job, JobState.LOST, reason=st.message or "node failure", **ended)
         _requeue(job, "requeued from its checkpoint")
         return "requeued"
+    if not (st.node_failure or st.phase == base.LOST) and _retry(job, st, ended):
+        return "retried"
     job_transition(job, JobState.FAILED, reason=st.message or st.phase, **ended)
     return "failed"
+
+
+def _retry(job: Job, st: base.JobStatus, ended: dict) -> bool:
+    """A failed run with retries left goes straight back to the queue (running → queued: it never
+    passes through the terminal ``failed``) and is not admitted before its backoff has passed.
+    The event carries which retry it is, the exit code and the backend's message."""
+    if job.state != JobState.RUNNING or not retryable(job, st.exit_code, retry_policy()):
+        return False
+    attempt = job.retries + 1
+    not_before = timezone.now() + backoff(attempt)
+    code = "?" if st.exit_code is None else st.exit_code
+    data = {"retry": attempt, "max_retries": job.max_retries, "exit_code": st.exit_code,
+            "not_before": not_before.isoformat(), "backend_message": st.message[:300]}
+    return job_transition(
+        job, JobState.QUEUED, reason=reason(RETRY, retry=attempt, of=job.max_retries, exit_code=code),
+        data=data, **ended, **RELEASED, retries=attempt, not_before=not_before,
+    )
 
 
 def _overran(job: Job, st: base.JobStatus) -> bool:
@@ -433,21 +453,21 @@ def expire_overdue(now: datetime | None = None) -> list[int]:
     return claimed
 
 
+# What a job gives back when it leaves its run for the queue: its GPUs and the backend claims.
+RELEASED = {
+    "placement": [],
+    "granted_workers": None,
+    "on_loan": None,
+    "terminating_since": None,
+    "dispatch_claimed_at": None,
+    "dispatched_at": None,
+    "backend_id": "",
+    "stop_requested_at": None,
+    "cancel_requested_at": None,
+    "expire_requested_at": None,
+    "admitted_at": None,
+}
+
+
 def _requeue(job: Job, reason: str) -> None:
-    job_transition(
-        job,
-        JobState.QUEUED,
-        reason=reason,
-        placement=[],
-        granted_workers=None,
-        on_loan=None,
-        terminating_since=None,
-        dispatch_claimed_at=None,
-        dispatched_at=None,
-        backend_id="",
-        stop_requested_at=None,
-        cancel_requested_at=None,
-        expire_requested_at=None,
-        admitted_at=None,
-        requeue_count=job.requeue_count + 1,
-    )
+    job_transition(job, JobState.QUEUED, reason=reason, **RELEASED, requeue_count=job.requeue_count + 1)

@@ -116,6 +116,14 @@ def expire_jobs() -> None:
         stop_job.delay(job_id)
 
 
+@shared_task(name="jobs.start_timeouts", ignore_result=True)
+def start_timeouts() -> dict:
+    """DESIGN §17: dispatched jobs not running within the start timeout give their GPUs back."""
+    from jobs.clusters.start_timeout import requeue_unstarted
+
+    return requeue_unstarted()
+
+
 @shared_task(name="jobs.sync_inventory", ignore_result=True)
 def sync_inventory() -> None:
     """Nodes come from the backends (DESIGN §2); the simulator gets the portal's inventory."""

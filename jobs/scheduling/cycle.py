@@ -26,8 +26,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from jobs import reasons
-from jobs.models import Job, JobKind
+from jobs.models import Job, JobEvent, JobKind
 from jobs.resize import drop_workers, record_scaled, request_resize
+from jobs.retries import waiting_out_backoff
 from jobs.scheduler.engine.model import CycleResult, Explain, Preemption
 from jobs.scheduler.scheduler import schedule
 from jobs.scheduling.cache_keys import EXPLAIN_KEY, LAST_CYCLE_KEY, QUEUE_KEY
@@ -468,6 +469,8 @@ def explain_job(job: Job) -> dict:
         return {"position": None, "reason": job.state, "message": "the job is not waiting"}
     if job.kind == JobKind.EXTERNAL:
         return explain_external(job)
+    if waiting_out_backoff(job, timezone.now()):
+        return explain_backoff(job)
     key = EXPLAIN_KEY.format(job.pk)
     cached = cache.get(key)
     if cached:
@@ -486,6 +489,42 @@ def explain_job(job: Job) -> dict:
         if cache.get(DRY_LOCK_KEY) is None:
             break  # it finished without this job: admissible now, or it failed
     return _dry_explanations(job)
+
+
+def explain_backoff(job: Job) -> dict:
+    """A job requeued after a failed run or a start timeout waits out its backoff (DESIGN §17):
+    not in the engine's queue before ``not_before``."""
+    return explain_backoffs([job], timezone.now())[job.pk]
+
+
+def explain_backoffs(jobs: list[Job], now: datetime) -> dict[int, dict]:
+    """The answers of the jobs among ``jobs`` that wait out a backoff at ``now``, from one query
+    (the queue page shows a page of them): ``retry`` of ``max_retries`` after a failure, or
+    ``start_timeouts`` and the cluster's ``backend_reason`` when the last requeue was a start
+    timeout (that count is not a retry)."""
+    waiting = [j for j in jobs if j.state == JobState.QUEUED and waiting_out_backoff(j, now)]
+    if not waiting:
+        return {}
+    requeues = JobEvent.objects.filter(
+        job_id__in=[j.pk for j in waiting], kind="transition", to_state=JobState.QUEUED)
+    last = dict(requeues.order_by("job_id", "-occurred_at", "-id").distinct("job_id")
+                .values_list("job_id", "data"))
+    return {job.pk: _backoff_answer(job, last.get(job.pk) or {}, now) for job in waiting}
+
+
+def _backoff_answer(job: Job, requeue: dict, now: datetime) -> dict:
+    answer = {
+        "position": None,
+        "reason": "backoff",
+        "until": job.not_before.isoformat(),
+        "message": f"waits out its backoff until {job.not_before.isoformat()}",
+        "computed_at": now.isoformat(),
+    }
+    if "start_timeout" in requeue:
+        answer.update(start_timeouts=job.start_timeouts, backend_reason=requeue.get("why", ""))
+    else:
+        answer.update(retry=job.retries, max_retries=job.max_retries)
+    return answer
 
 
 def explain_external(job: Job) -> dict:

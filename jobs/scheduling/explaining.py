@@ -9,8 +9,10 @@ department above your project"."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 
+from django.utils.timezone import localtime
 from django.utils.translation import gettext_lazy
 
 from jobs.selectors import tree_node_names
@@ -87,6 +89,11 @@ _TEXTS = {
         "reason: %(message)s."
     ),
 }
+# DESIGN §17: a requeued job waiting out its backoff (``jobs.scheduling.cycle.explain_backoff``).
+BACKOFF_RETRY = gettext_lazy("Retry %(retry)s of %(max_retries)s after backoff until %(until)s.")
+BACKOFF_START = gettext_lazy(
+    "It did not start within the start timeout (%(why)s): requeued, it waits out its backoff until %(until)s."
+)
 _OTHERWISE = {
     "external": gettext_lazy(
         "An external job: it waits in its cluster's own queue, not the portal's; the cluster gave no reason."
@@ -136,8 +143,19 @@ RESOURCE_NAMES = {
 }
 
 
+def _backoff_text(explain: dict) -> str:
+    """"Retry 2 of 3 after backoff until 14:05": the instant in the reader's zone, to the minute."""
+    until = localtime(datetime.fromisoformat(explain["until"])).strftime("%H:%M")
+    if "start_timeouts" in explain:
+        return str(BACKOFF_START) % {"why": explain.get("backend_reason") or "?", "until": until}
+    return str(BACKOFF_RETRY) % {"retry": explain.get("retry"), "max_retries": explain.get("max_retries"),
+                                 "until": until}
+
+
 def _reason_text(explain: dict, node_name: str | None) -> str:
     reason = explain.get("reason") or ""
+    if reason == "backoff" and explain.get("until"):
+        return _backoff_text(explain)
     if reason == "fifo" and explain.get("behind_why") == "aging":
         reason = "fifo_aging"
     if reason == "invalid" and explain.get("resource"):

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from django.db import connection
+from django.utils import timezone
 
 from jobs.scheduler.engine.model import QueuedJob, RunningJob, Snapshot
 from jobs.scheduler.footprint import Request, filled, share_from
@@ -139,17 +140,18 @@ def _as_queued(row: tuple, choices) -> QueuedJob:
 
 
 
-def jobs_in(states: Iterable[str]) -> list[tuple]:
-    with connection.cursor() as cursor:
-        cursor.execute(_JOBS_SQL, [list(states)])
-        return cursor.fetchall()
+# A job waiting out its retry backoff (DESIGN §17, jobs.retries) is not in the engine's queue
+# before its instant: the warm engine asks again for it at every cycle until it is.
+_READY_SQL = " AND (j.not_before IS NULL OR j.not_before <= %s)"
 
 
-def queued_jobs(ids: Iterable[int] | None = None) -> tuple[QueuedJob, ...]:
-    if ids is None:
-        return tuple(_queued(r) for r in jobs_in([JobState.QUEUED]))
+def queued_jobs(ids: Iterable[int] | None = None, now: datetime | None = None) -> tuple[QueuedJob, ...]:
+    sql, params = _JOBS_SQL + _READY_SQL, [[JobState.QUEUED.value], now or timezone.now()]
+    if ids is not None:
+        sql += " AND j.id = ANY(%s)"
+        params.append(list(ids))
     with connection.cursor() as cursor:
-        cursor.execute(_JOBS_SQL + " AND j.id = ANY(%s)", [[JobState.QUEUED.value], list(ids)])
+        cursor.execute(sql, params)
         return tuple(_queued(r) for r in cursor.fetchall())
 
 
@@ -176,7 +178,7 @@ def _snapshot(now: datetime, config: Config | None, holding: list[tuple]) -> Sna
     config = config or read_config(now)
     return Snapshot(
         now=now, nodes=config.nodes, tree=config.tree, limits=config.limits,
-        running=tuple(_running(r) for r in holding), queued=queued_jobs(),
+        running=tuple(_running(r) for r in holding), queued=queued_jobs(now=now),
         over_budget_tenants=config.over_budget, budget_exempt=config.budget_exempt,
         priority_classes=config.classes, strict_fifo=config.strict_fifo,
         aging_bound_s=dict(config.aging_bounds), default_aging_bound_s=config.default_aging_bound,

@@ -48,7 +48,7 @@ class WarmEngine:
 
     def cycle(self, now: datetime) -> CycleResult:
         config = self.configs.read(now)
-        if self.engine is None or config != self.config or not self._catch_up():
+        if self.engine is None or config != self.config or not self._catch_up(now):
             self.engine = Engine(build_snapshot(now, config), fragmentation_aware=config.fragmentation_aware,
                                  backfill=config.backfill)
             self.config = config
@@ -60,7 +60,7 @@ class WarmEngine:
         self.signalled = {p.victim_id for p in result.preemptions}
         return result
 
-    def _catch_up(self) -> bool:
+    def _catch_up(self, now: datetime) -> bool:
         """Feed the engine what changed; False when only a rebuild can be trusted."""
         state = self.engine.state
         pending = set(state.pending) - self.admitted
@@ -96,7 +96,7 @@ class WarmEngine:
         self.engine.cancel(sorted((pending - queued) | approval))
         new = (queued - pending) | approval
         if new:
-            self.engine.submit(queued_jobs(int(j) for j in new))
+            self.engine.submit(queued_jobs((int(j) for j in new), now))
         return self._retarget()
 
     def _other_runs(self, admitted_at: dict[str, datetime | None]) -> bool:

@@ -53,6 +53,7 @@ REASON_LABELS = {
     "min_runtime": _("The jobs it may preempt have not run their minimum runtime yet"),
     "admissible": _("Admitted at the next cycle"),
     "external": _("Waiting in its cluster's own queue"),
+    "backoff": _("Waits out its backoff before it runs again"),
 }
 
 NUMBER_LABELS = {
@@ -212,6 +213,9 @@ def _why(job, explain: dict | None, url: str):
     if job.state == "queued":
         if not explain:
             return format_html('<a href="{}">{}</a>', url, gettext("see the job"))
+        if explain.get("reason") == "backoff":  # its sentence holds the instant (DESIGN §17)
+            return format_html('{}<small class="backoff">{}</small>', reason_label("backoff"),
+                               explain.get("text", ""))
         numbers = explain.get("numbers")
         small = format_html("<small>{}</small>", format_html_join(
             " · ", "{} {}", ((number_label(k), floatformat(v, "-3")) for k, v in numbers.items())

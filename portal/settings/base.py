@@ -141,6 +141,8 @@ CELERY_BEAT_SCHEDULE = {
     "inventory": {"task": "jobs.sync_inventory", "schedule": env_int("INVENTORY_INTERVAL_SECONDS", 300),
                   "options": {"expires": 250}},
     "expire-jobs": {"task": "jobs.expire_jobs", "schedule": 60.0, "options": {"expires": 50}},
+    # DESIGN §17: dispatched jobs their backend has not started within the start timeout are requeued.
+    "start-timeouts": {"task": "jobs.start_timeouts", "schedule": 60.0, "options": {"expires": 50}},
     "gpu-metrics": {"task": "jobs.poll_metrics", "schedule": 60.0, "options": {"expires": 50}},
     # DESIGN §16: idle jobs are warned, then stopped or made preemptible (docs/scheduling.md "Idle policy").
     "idle-policy": {"task": "jobs.idle_policy",

@@ -488,6 +488,24 @@ class StandIn:
         state = {"terminated": ended}
         self._put_pod(pod, owner, node, "Succeeded" if exit_code == 0 else "Failed", state, namespace)
 
+    def pod_pending(
+        self, pod: str, owner: str, *, waiting: tuple[str, str] | None = None,
+        unschedulable: str | None = None, namespace: str = JOBS_NAMESPACE,
+    ) -> None:
+        """A worker pod of ``owner`` that does not run: its container waits (``waiting``: the
+        kubelet's reason and message, e.g. ImagePullBackOff), or the scheduler found no node
+        (``unschedulable``: the PodScheduled condition's message)."""
+        state = {"waiting": {"reason": waiting[0], "message": waiting[1]}} if waiting else {}
+        self._put_pod(pod, owner, "", "Pending", state, namespace)
+        if unschedulable is not None:
+            with self._lock:
+                key = ("pods", namespace, pod)
+                status = self.objects[key]["status"]
+                status["containerStatuses"] = []
+                status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                         "message": unschedulable, "lastTransitionTime": _now()}]
+                self._modified(key)
+
     def _put_pod(
         self, pod: str, owner: str, node: str, phase: str, state: dict[str, Any], namespace: str
     ) -> None:

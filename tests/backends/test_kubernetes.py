@@ -216,7 +216,7 @@ JOBS = "/apis/batch/v1/namespaces/gpupool-jobs/jobs"
 
 
 def test_submit_is_idempotent(k8s_api, backend):
-    spec = make_spec("training")
+    spec = make_spec("training", workers=1)  # no rendezvous Service (test_k8s_rendezvous.py)
     assert backend.submit(spec) == "gp-42"
     assert k8s_api.calls() == [("GET", f"{JOBS}/gp-42"), ("POST", JOBS)]
     assert backend.submit(spec) == "gp-42"

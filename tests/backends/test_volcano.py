@@ -14,6 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from jobs.clusters.backends import rendezvous
 from jobs.clusters.backends.base import FAILED, PENDING, RUNNING, SUCCEEDED, JobSpec
 from jobs.clusters.backends.kubernetes import (
     KubernetesBackend,
@@ -66,6 +67,10 @@ def validate(manifest: dict) -> None:
         kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
 
 
+def without_rendezvous(env: list[dict]) -> list[dict]:
+    return [e for e in env if e["name"] not in rendezvous.VARIABLES]
+
+
 def elastic_spec(**kw) -> JobSpec:
     spec = make_spec("training", workers=4, gpus=8, nodes=("gpu-a", "gpu-b", "gpu-c", "gpu-d"), **kw)
     return replace(spec, min_workers=2, checkpointing=True)
@@ -83,7 +88,7 @@ def test_volcano_pods_carry_the_working_environment():
     for key in ("volumes", "imagePullSecrets"):
         assert pod[key] == batch_pod[key]
     assert container(pod)["volumeMounts"] == container(batch_pod)["volumeMounts"]
-    assert container(pod)["env"] == container(batch_pod)["env"]
+    assert container(pod)["env"] == without_rendezvous(container(batch_pod)["env"])
     assert [v["name"] for v in pod["volumes"]] == ["datasets", "scratch", "models", "ckpt-checkpoint"]
     assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "pa1-tokens", "key": "hf"}}} in (
         container(pod)["env"]
@@ -104,7 +109,10 @@ def test_volcano_training_manifest_is_valid_and_carries_the_batch_jobs_pod():
     [task] = s["tasks"]
     assert task["replicas"] == 3
     pod, batch_pod = task["template"]["spec"], build_training_job(spec, "ml")["spec"]["template"]["spec"]
-    assert pod["containers"] == batch_pod["containers"]  # same image, command, GPU limits
+    # Same image, command, GPU limits; a Volcano Job's pods are named by its own svc plugin, without
+    # the batch Job's rendezvous variables (DESIGN §17: Indexed Job, headless Service).
+    batch_pod["containers"][0]["env"] = without_rendezvous(batch_pod["containers"][0]["env"])
+    assert pod["containers"] == batch_pod["containers"]
     assert pod["affinity"] == batch_pod["affinity"] and hostnames(pod) == ["gpu-a", "gpu-b"]
     assert pod["restartPolicy"] == "Never"
     assert pod["activeDeadlineSeconds"] == 3600  # no job-level deadline in a Volcano Job

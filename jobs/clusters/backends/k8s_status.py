@@ -83,6 +83,26 @@ def exit_code_of(pods: Iterable[Any]) -> int | None:
     return nonzero[0] if nonzero else (codes[0] if codes else None)
 
 
+def pending_reason(pods: Iterable[Any]) -> str:
+    """Why the job's pods do not run yet, in the cluster's words (DESIGN §17, the start timeout):
+    a container's waiting reason other than the normal ``ContainerCreating`` (``ImagePullBackOff``,
+    ``ErrImagePull``, ``CreateContainerConfigError``) with its message, else a pod's
+    ``PodScheduled`` condition that is False (``Unschedulable: 0/4 nodes are available…``); ""
+    when no pod says anything (none created yet)."""
+    pods = list(pods)
+    for pod in pods:
+        for cs in (pod.status.container_statuses if pod.status else None) or []:
+            waiting = cs.state.waiting if cs.state else None
+            if waiting is not None and waiting.reason and waiting.reason != "ContainerCreating":
+                return f"{waiting.reason}: {waiting.message}" if waiting.message else waiting.reason
+    for pod in pods:
+        for cond in (pod.status.conditions if pod.status else None) or []:
+            if cond.type == "PodScheduled" and cond.status == "False":
+                return f"{cond.reason or 'Unschedulable'}: {cond.message}" if cond.message else (
+                    cond.reason or "Unschedulable")
+    return ""
+
+
 def _container_states(pods: Iterable[Any]) -> list[Any]:
     return [
         cs.state
@@ -141,7 +161,9 @@ def job_status(job: Any, pods: list[Any]) -> JobStatus:
     if job.metadata.deletion_timestamp is not None:
         return JobStatus(name, CANCELLED, finished_at=ended or job.metadata.deletion_timestamp, **common)
     running = bool(status and status.ready) or any(p.status and p.status.phase == "Running" for p in pods)
-    return JobStatus(name, RUNNING if running else PENDING, **common)
+    if running:
+        return JobStatus(name, RUNNING, **common)
+    return JobStatus(name, PENDING, message=pending_reason(pods), **common)
 
 
 def deployment_status(deployment: Any, pods: list[Any]) -> JobStatus:
@@ -175,7 +197,7 @@ def deployment_status(deployment: Any, pods: list[Any]) -> JobStatus:
             default=None,
         )
         return JobStatus(name, RUNNING, started_at=started, nodes=nodes)
-    return JobStatus(name, PENDING, nodes=nodes)
+    return JobStatus(name, PENDING, nodes=nodes, message=pending_reason(pods))
 
 
 def pod_status(pod: Any) -> JobStatus:
@@ -204,7 +226,7 @@ def pod_status(pod: Any) -> JobStatus:
     if phase == "Running":
         return JobStatus(name, RUNNING, started_at=started, nodes=nodes)
     if phase == "Pending":
-        return JobStatus(name, PENDING, nodes=nodes)
+        return JobStatus(name, PENDING, nodes=nodes, message=pending_reason([pod]))
     # "Unknown": the kubelet stopped reporting, so the pod's fate is unknown.
     return JobStatus(
         name, LOST, started_at=started, nodes=nodes, node_failure=True, message=f"pod phase {phase}"

@@ -40,7 +40,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from jobs.clusters.backends import k8s_logs, k8s_sharing, volcano
+from jobs.clusters.backends import k8s_logs, k8s_sharing, rendezvous, volcano
 from jobs.clusters.backends.base import (
     LOG_CHUNK_BYTES,
     LOST,
@@ -197,19 +197,34 @@ def _template(spec: JobSpec, pod: dict[str, Any], sharing: Sharing) -> dict[str,
 def build_training_job(
     spec: JobSpec, namespace: str = queues.JOBS_NAMESPACE, sharing: Sharing = k8s_sharing.DEFAULT
 ) -> dict[str, Any]:
+    pod = pod_spec(spec, restart_policy="Never", deadline=False, sharing=sharing)
+    if rendezvous.needed(spec.workers):
+        # DESIGN §17: the Indexed Job names its pods <job>-<index>; with the headless Service of
+        # the job's name as their subdomain each worker reaches worker 0 at <job>-0.<job>.
+        pod["subdomain"] = spec.name
+        container = pod["containers"][0]
+        # The portal's variables win over the job's own of the same name.
+        own = [e for e in container.get("env", []) if e["name"] not in rendezvous.VARIABLES]
+        container["env"] = own + rendezvous.k8s_env(spec.name, spec.workers)
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed",
         "completions": spec.workers,
         "parallelism": spec.workers,
         "backoffLimit": 0,
-        "template": _template(
-            spec, pod_spec(spec, restart_policy="Never", deadline=False, sharing=sharing), sharing
-        ),
+        "template": _template(spec, pod, sharing),
     }
     if spec.max_runtime_seconds:
         job_spec["activeDeadlineSeconds"] = int(spec.max_runtime_seconds)
     meta = _metadata(spec, namespace, sharing)
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": job_spec}
+
+
+def rendezvous_service(spec: JobSpec, namespace: str = queues.JOBS_NAMESPACE) -> dict[str, Any]:
+    """The headless Service of a multi-worker training Job (its pods' ``subdomain``); ``cancel``
+    deletes it with the job (a Service of the job's name)."""
+    labels = labels_for(spec)
+    selector = {MANAGED_BY: "gpupool", NAME_LABEL: spec.name}
+    return rendezvous.k8s_service(spec.name, namespace, labels, selector)
 
 
 def build_deployment(
@@ -412,6 +427,9 @@ class KubernetesBackend:
         current = self._call(read, spec.name, self.namespace, missing_ok=True)
         if current is None:
             current = self._create(create, spec.name, manifest)
+        if manifest["apiVersion"] == "batch/v1" and rendezvous.needed(spec.workers):
+            self._ensure(self.core.read_namespaced_service, self.core.create_namespaced_service,
+                         rendezvous_service(spec, self.namespace))
         if spec.kind == "dev" and spec.expose_port:
             if current is None:  # created meanwhile (409): its uid is needed for the owner references
                 current = self._call(read, spec.name, self.namespace, missing_ok=True)

@@ -33,6 +33,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from jobs.clusters.backends import rendezvous
+
 PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST = (
     "pending",
     "running",
@@ -235,6 +237,9 @@ class SimCluster:
         entry["runs"] += 1
         job["run"] = entry["runs"]
         lines = [f"== run {job['run']} ==", f"{iso(job['started_at'])} start {_describe(job)}"]
+        # DESIGN §17: what each worker of a multi-worker job is given to find worker 0.
+        lines += [f"{iso(job['started_at'])} worker {rank}: {rendezvous.describe(variables)}"
+                  for rank, variables in enumerate(_rendezvous(job))]
         if resumed:
             lines.append(
                 f"{iso(job['started_at'])} resumed from step {resumed} "
@@ -459,14 +464,16 @@ class SimCluster:
             self._advance(now)
         return self._view(job, now)
 
-    def crash(self, name: str) -> dict:
-        return self._run(self._crash, name)
+    def crash(self, name: str, exit_code: int = 137) -> dict:
+        return self._run(self._crash, name, exit_code)
 
-    def _crash(self, now, name):
+    def _crash(self, now, name, exit_code):
+        """The program dies: killed by signal 9 (137), or exits with ``exit_code`` on its own."""
         job = self._job(name)
         if job["phase"] in TERMINAL:
             raise ApiError(409, f"job {name} already {job['phase']}")
-        self._finish(job, now, FAILED, 137, "crashed (injected): killed by signal 9")
+        why = "killed by signal 9" if exit_code == 137 else f"exited with code {exit_code}"
+        self._finish(job, now, FAILED, exit_code, f"crashed (injected): {why}")
         return self._view(job, now)
 
     def resize(self, name: str, raw_placement, gpu_milli) -> dict:
@@ -546,6 +553,7 @@ class SimCluster:
             "resumed_from": job["start_step"],
             "ends_at": iso(_end_of(job)[0]) if job["phase"] == RUNNING else None,
             "load_rps": job["load_rps"],
+            "rendezvous": _rendezvous(job),
         }
 
     # -- logs and the dev page
@@ -618,6 +626,12 @@ class SimCluster:
         live = [n for n in nodes.values() if n["state"] != "down"]
         loaded = [j for j in self._active() if j["phase"] == RUNNING and j["load_rps"] is not None]
         return render_metrics(live, usage, now) + render_load(loaded, {n["name"] for n in live})
+
+
+def _rendezvous(job: dict) -> list[dict[str, str]]:
+    """Each worker's rendezvous variables, worker 0's node as MASTER_ADDR (the placement now: a
+    resized job's next run gets its new size)."""
+    return rendezvous.simulated([worker[0]["node"] for worker in job["placement"] if worker])
 
 
 def _slots(job: dict):
@@ -1028,7 +1042,11 @@ class Handler(BaseHTTPRequestHandler):
         self._json(200, self.cluster.cancel(name, grace))
 
     def post_crash(self, name):
-        self._json(200, self.cluster.crash(name))
+        body = self._body()
+        code = body.get("exit_code", 137) if isinstance(body, dict) else 137
+        if not isinstance(code, int) or isinstance(code, bool) or not 1 <= code <= 255:
+            raise ApiError(400, "exit_code must be an integer between 1 and 255")
+        self._json(200, self.cluster.crash(name, code))
 
     def post_slow_start(self, name):
         body = self._body()

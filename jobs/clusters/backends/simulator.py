@@ -130,8 +130,10 @@ class SimulatorBackend:
     def set_node_state(self, name: str, state: str) -> NodeInfo:
         return _node_info(self._call("POST", f"/nodes/{quote(name, safe='')}/state", {"state": state}))
 
-    def crash(self, name: str) -> JobStatus:
-        return _job_status(self._call("POST", f"/jobs/{quote(name, safe='')}/crash", {}))
+    def crash(self, name: str, exit_code: int = 137) -> JobStatus:
+        """The job's program dies: by signal 9 (137), or exiting with ``exit_code``."""
+        path = f"/jobs/{quote(name, safe='')}/crash"
+        return _job_status(self._call("POST", path, {"exit_code": exit_code}))
 
     def slow_start(self, name: str, seconds: float) -> None:
         """Keep the job pending ``seconds`` (simulated); works before the job is submitted too."""

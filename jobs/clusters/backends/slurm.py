@@ -54,6 +54,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from jobs.clusters.backends import rendezvous
 from jobs.clusters.backends.base import (
     CANCELLED,
     CPU_HINT,
@@ -482,12 +483,16 @@ class SlurmBackend:
         exports = [f"export {k}={shlex.quote(str(v))}" for k, v in env.items()]
         started = f'touch {shlex.quote(str(workdir))}/started-"$SLURM_JOB_ID"'  # see _output_file
         command = spec.command or "true"
+        meet = rendezvous.needed(spec.workers)  # DESIGN §17: workers find worker 0
+        if meet:
+            command = rendezvous.slurm_command(command)
         lines = [
             "#!/bin/bash",
             f"# gpupool job {spec.name} (generated)",
             started,
             *environment_lines(spec, secrets_dir=self.secrets_dir),
             *exports,
+            *(rendezvous.slurm_lines(spec.job_id, spec.workers) if meet else ()),
             # srun starts one task per worker; --kill-on-bad-exit ends the gang when one worker fails.
             f"srun --kill-on-bad-exit=1 {self._step_cpus(spec)}{self._step_gres(spec)}"
             f"/bin/bash -c {shlex.quote(command)}",
