@@ -96,7 +96,7 @@ def world(site, settings):
         min_runtime_seconds=EXEMPT_SECONDS
     )
     yield {
-        "cluster": portal_cluster, "lender_project": lender_project,
+        "cluster": portal_cluster, "lender_project": lender_project, "borrower_project": borrower_project,
         "lender_account": f"{PREFIX}pl{TAG}", "borrow_account": f"{PREFIX}borrow.pb{TAG}",
     }
     for user in (LENDER, BORROWER):
@@ -268,6 +268,31 @@ def test_a_user_over_the_per_user_caps_waits_with_slurms_reason(site, world):
     third = _submitted(_sbatch(site, LENDER, 1))
     wait_until(lambda: _squeue(site, third, "%T|%r") == "PENDING|AssocGrpGRES",
                "the third job to wait for the GPU cap", about=lambda: _squeue(site, third, "%T|%r"))
+
+
+def test_the_per_user_caps_are_counted_apart_in_the_owner_and_the_borrow_association(site, world):
+    """What Slurm cannot express, held as documented (docs/backends.md, the caps' row): a per-user
+    cap is a limit of each association, and a borrowing job runs in another account (and QOS)
+    than a job within the quota, so a user may hold the cap in each — never more in either."""
+    from quotas.models import QuotaNode
+
+    project = world["borrower_project"]
+    QuotaNode.objects.filter(department=project.department).update(quota=1, borrow_limit=3)
+    QuotaNode.objects.filter(project=project).update(quota=1, borrow_limit=3)
+    project.user_running_jobs_cap = 1
+    project.save()
+    run = _sync(world)
+    caps = {c["name"]: c["after"]["max_jobs"] for c in run.drift if c["kind"] == "association"}
+    own, borrow = f"{PREFIX}pb{TAG}", world["borrow_account"]
+    assert caps[f"{own}/{BORROWER}"] == caps[f"{borrow}/{BORROWER}"] == 1
+    mine = _submitted(_sbatch(site, BORROWER, 1))
+    wait_until(lambda: _squeue(site, mine, "%T") == "RUNNING", "the job within the quota to run")
+    lent = _submitted(_sbatch(site, BORROWER, 1, f"--account={borrow}"))
+    wait_until(lambda: _squeue(site, lent, "%T") == "RUNNING", "the borrowing job to run beside it",
+               about=lambda: _squeue(site, lent, "%T|%r"))
+    more = _submitted(_sbatch(site, BORROWER, 1, f"--account={borrow}"))
+    wait_until(lambda: _squeue(site, more, "%T|%r") == "PENDING|AssocMaxJobsLimit",
+               "a second borrowing job to wait for the cap", about=lambda: _squeue(site, more, "%T|%r"))
 
 
 def test_sshare_shows_the_trees_shares_and_the_dev_class_its_max_wall(site, world, settings):
