@@ -282,8 +282,10 @@ def _hold_spent(client: Sacctmgr, run: SlurmSyncRun, desired: SlurmState) -> Non
     """Hold what a spent budget's accounts had queued, release what the sync held once the budget
     allows (``quotas.slurm_accounts.budget_holds``); recorded among the run's commands. A job that
     started or ended between the listing and the command is noted, not an error of the run."""
-    pending = client.pending_jobs(naming().owns)
-    hold, release = budget_holds(blocked_accounts(desired), pending)
+    blocked = blocked_accounts(desired)
+    # Only a held job of an account that is not blocked may be the sync's to release.
+    pending = client.pending_jobs(naming().owns, lambda account: account not in blocked)
+    hold, release = budget_holds(blocked, pending)
     account = {j.job_id: j.account for j in pending}
     done = []
     for verb, job_id in [*(("hold", j) for j in hold), *(("release", j) for j in release)]:

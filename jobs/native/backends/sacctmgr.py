@@ -94,9 +94,10 @@ class Sacctmgr:
 
     # -- the jobs a spent budget holds (``quotas.slurm_accounts.budget_holds``)
 
-    def pending_jobs(self, owns) -> list[PendingJob]:
-        """Pending jobs of the accounts ``owns(account)`` accepts; a held one with its AdminComment
-        (``squeue`` cannot print it in Slurm 22.05: ``scontrol show job`` for those few)."""
+    def pending_jobs(self, owns, read_comment) -> list[PendingJob]:
+        """Pending jobs of the accounts ``owns(account)`` accepts; a held one of an account
+        ``read_comment(account)`` accepts with its AdminComment (``squeue`` cannot print it in
+        Slurm 22.05: one ``scontrol show job`` each, so only where the caller needs it)."""
         text = self._client(["squeue", "-h", "-t", "PD", "-o", "%i|%a|%r"])
         out = []
         for line in text.splitlines():
@@ -104,7 +105,8 @@ class Sacctmgr:
             if not owns(account):
                 continue
             held = reason == "JobHeldAdmin"
-            out.append(PendingJob(job_id, account, held, self._admin_comment(job_id) if held else ""))
+            comment = self._admin_comment(job_id) if held and read_comment(account) else ""
+            out.append(PendingJob(job_id, account, held, comment))
         return out
 
     def hold(self, job_id: str, comment: str) -> None:
