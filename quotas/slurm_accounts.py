@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal
 
@@ -318,18 +318,19 @@ def describe(base: str, blocked: int | None) -> str:
     return base if blocked is None else f"{base} - {BUDGET_SPENT}"  # no ":", the flat file's separator
 
 
-def blocked_accounts(desired: SlurmState) -> frozenset[str]:
-    """Accounts whose new jobs Slurm refuses for a spent budget: those with ``GrpSubmitJobs=0`` and
-    every account below one (Slurm counts a parent's limit over its subtree)."""
-    out = set()
+def blocked_accounts(desired: SlurmState) -> dict[str, str]:
+    """Accounts whose new jobs Slurm refuses for a spent budget — those with ``GrpSubmitJobs=0``
+    and every account below one (Slurm counts a parent's limit over its subtree) — each with the
+    nearest such account at or above it (whose budget is spent)."""
+    out = {}
     for name in desired.accounts:
         at: str | None = name
         while at in desired.accounts:
             if desired.accounts[at].grp_submit_jobs == 0:
-                out.add(name)
+                out[name] = at
                 break
             at = desired.accounts[at].parent
-    return frozenset(out)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,7 +343,7 @@ class PendingJob:
     admin_comment: str = ""
 
 
-def budget_holds(blocked: frozenset[str], pending: list[PendingJob]) -> tuple[list[str], list[str]]:
+def budget_holds(blocked: Mapping[str, str], pending: list[PendingJob]) -> tuple[list[str], list[str]]:
     """(jobs to hold, jobs to release). A spent budget also stops what its accounts had queued: the
     sync holds each of their pending jobs and says why in its AdminComment (users read it with
     ``scontrol show job``); when the budget allows again it releases the jobs it held — only those

@@ -286,12 +286,12 @@ def _hold_spent(client: Sacctmgr, run: SlurmSyncRun, desired: SlurmState) -> Non
     # Only a held job of an account that is not blocked may be the sync's to release.
     pending = client.pending_jobs(naming().owns, lambda account: account not in blocked)
     hold, release = budget_holds(blocked, pending)
-    account = {j.job_id: j.account for j in pending}
+    spent = {j.job_id: blocked.get(j.account, j.account) for j in pending}  # whose budget holds it
     done = []
     for verb, job_id in [*(("hold", j) for j in hold), *(("release", j) for j in release)]:
         try:
             if verb == "hold":
-                client.hold(job_id, hold_comment(account[job_id]))
+                client.hold(job_id, hold_comment(spent[job_id]))
             else:
                 client.release(job_id)
             done.append(f"scontrol {verb} {job_id}")

@@ -474,7 +474,10 @@ def test_a_spent_budget_blocks_new_submissions_on_the_account_and_its_borrow_mir
 def test_a_spent_departments_accounts_below_it_are_blocked_and_their_queued_jobs_held_then_released():
     d = desired_state(state(blocked=frozenset({("department", "nlp")})), N)
     blocked = blocked_accounts(d)
-    assert {"gp_nlp", "gp_chat", "gp_borrow.nlp", "gp_borrow.chat"} <= blocked
+    # each with the account whose budget is spent (what the held job's comment names)
+    assert {a: blocked[a] for a in ("gp_nlp", "gp_chat", "gp_borrow.nlp", "gp_borrow.chat")} == {
+        "gp_nlp": "gp_nlp", "gp_chat": "gp_nlp", "gp_borrow.nlp": "gp_borrow.nlp",
+        "gp_borrow.chat": "gp_borrow.nlp"}
     assert "gp_vision1" not in blocked and "gp_ai" not in blocked
     mine = hold_comment("gp_chat")
     pending = [PendingJob("1", "gp_chat", False), PendingJob("2", "gp_chat", True, mine),
