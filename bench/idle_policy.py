@@ -100,7 +100,7 @@ def main() -> None:
 
         from jobs import idle_service
 
-        policy, _ = idle_service.policies()
+        policy = idle_service.policies().centre
         minutes = policy.idle_minutes + policy.grace_minutes + 1
         now = timezone.now().replace(second=30, microsecond=0)
         start = (now - timedelta(minutes=minutes - 1)).replace(second=0)

@@ -1,7 +1,8 @@
 """The fair-share report, like Slurm's ``sshare`` (DESIGN §16): per node of the tree its shares (raw
 and normalised among its siblings), its usage (raw: normalised card-hours over the last half-life,
 undecayed; decayed: normalised card-seconds), its level fair share, and for projects their rank and
-factor (``quotas.fairtree``). The page, the API and ``manage.py sshare`` read this one selector.
+factor (``jobs.scheduler.fairshare``: the engine's own Fair Tree, so the report ranks projects in
+the order the engine serves them). The page, the API and ``manage.py sshare`` read this one selector.
 
 Who sees it: platform admins and auditors the whole tree, department admins their subtrees (through
 the one visibility selector); anyone else is refused. Ranks and factors are always computed over the
@@ -18,11 +19,12 @@ from datetime import datetime, timedelta
 
 from django.core.exceptions import PermissionDenied
 
+from jobs.quota_tree import tenant_tree
+from jobs.scheduler.fairshare import Fair, fair_figures
 from jobs.scheduling.settings import fair_share_settings
 from portal.models import Department, Project, User
 from portal.selectors import scope_for, visible_departments, visible_projects
 from quotas.fair_weights import all_shares
-from quotas.fairtree import Fair, fair_tree
 
 from .fairshare import decayed_series, project_usage
 
@@ -73,9 +75,7 @@ def _visible_ids(user: User) -> tuple[set[int], set[int]] | None:
 def _tree():
     departments = list(Department.objects.values_list("pk", "parent_id", "code", "name"))
     projects = list(Project.objects.values_list("pk", "department_id", "code", "name"))
-    parents = {f"d{pk}": (f"d{up}" if up else None) for pk, up, *_ in departments}
-    parents.update({f"p{pk}": f"d{dept}" for pk, dept, *_ in projects})
-    return departments, projects, parents
+    return departments, projects, tenant_tree()
 
 
 def fair_share_report(user: User | None, now: datetime) -> Report:
@@ -83,11 +83,12 @@ def fair_share_report(user: User | None, now: datetime) -> Report:
     if user is not None:
         require_report(user)
     half_life, _entry = fair_share_settings()
-    departments, projects, parents = _tree()
+    departments, projects, nodes = _tree()
+    parents = {n.id: n.parent_id for n in nodes}
     shares, weights = all_shares()
     usage = project_usage(now, half_life)
-    fair = fair_tree(parents, shares, {f"p{pk}": u.decayed_card_seconds for pk, u in usage.items()})
-    raw = fair_tree(parents, shares, {f"p{pk}": u.window_card_seconds for pk, u in usage.items()})
+    fair = fair_figures(nodes, {f"p{pk}": u.decayed_card_seconds for pk, u in usage.items()}, shares)
+    raw = fair_figures(nodes, {f"p{pk}": u.window_card_seconds for pk, u in usage.items()}, shares)
     labels = {f"d{pk}": ("department", pk, code, name) for pk, _up, code, name in departments}
     labels.update({f"p{pk}": ("project", pk, code, name) for pk, _d, code, name in projects})
     shown = None if user is None else _visible_ids(user)
@@ -112,7 +113,7 @@ def share_history(user: User, now: datetime, days: int = CHART_DAYS) -> dict[str
     shares_norm)]}."""
     require_report(user)
     half_life, _entry = fair_share_settings()
-    departments, _projects, parents = _tree()
+    departments, _projects, nodes = _tree()
     shares, _weights = all_shares()
     shown = _visible_ids(user)
     wanted = [(pk, code) for pk, _up, code, _name in departments if shown is None or pk in shown[0]]
@@ -121,7 +122,7 @@ def share_history(user: User, now: datetime, days: int = CHART_DAYS) -> dict[str
     today = None
     series = decayed_series(instants, half_life)  # one statement for every day
     for at in instants:
-        today = fair_tree(parents, shares, {f"p{pk}": u for pk, u in series[at].items()})
+        today = fair_figures(nodes, {f"p{pk}": u for pk, u in series[at].items()}, shares)
         for pk, _code in wanted:
             points[pk].append(today[f"d{pk}"].usage_norm)
     series = [(code, points[pk], today[f"d{pk}"].shares_norm if today else 0.0) for pk, code in sorted(

@@ -138,15 +138,17 @@ class RuleChangeEventAdmin(ReadOnlyAdmin):
 
 @admin.register(IdlePolicy)
 class IdlePolicyAdmin(PlatformModelAdmin):
-    """The idle policy (docs/scheduling.md, "Idle policy"): the centre's row (no priority class),
-    and overrides for one class. The model's validators make a bad value a form error."""
+    """The idle policy (docs/scheduling.md, "Idle policy"): the centre's row (no priority class, no
+    project), and overrides for one class or one project. The model's validators and ``clean`` make
+    a bad value a form error."""
 
-    list_display = ["priority_class", "threshold_pct", "idle_minutes", "grace_minutes", "dev_action",
-                    "training_action", "inference_action", "updated_at"]
+    list_display = ["priority_class", "project", "threshold_pct", "idle_minutes", "grace_minutes",
+                    "dev_action", "training_action", "inference_action", "updated_at"]
+    list_select_related = ["priority_class", "project"]
 
     def has_delete_permission(self, request, obj=None):
         # The centre's row is the default every job falls back on: change it, never delete it.
-        if obj is not None and obj.priority_class_id is None:
+        if obj is not None and obj.priority_class_id is None and obj.project_id is None:
             return False
         return super().has_delete_permission(request, obj)
 

@@ -111,6 +111,15 @@ class JobOut(serializers.ModelSerializer):
         "`submitted_by` is the portal user of that name, or the placeholder gpupool-external.",
     )
 
+    idle_warned_at = serializers.DateTimeField(
+        read_only=True, allow_null=True,
+        help_text="When the idle policy warned that its GPUs were idle (DESIGN §16); null: no warning "
+        "stands (never idle, busy again, or exempted).",
+    )
+    idle_preemptible_at = serializers.DateTimeField(
+        read_only=True, allow_null=True,
+        help_text="When the idle policy made it preemptible whatever its priority class; null: it did not.",
+    )
     mounts = serializers.SerializerMethodField()
     checkpoint_dir = serializers.SerializerMethodField()
     flavors = serializers.SerializerMethodField()
@@ -252,6 +261,8 @@ class JobOut(serializers.ModelSerializer):
             "framework",
             "min_operator_coverage",
             "start_estimate",
+            "idle_warned_at",
+            "idle_preemptible_at",
         ]
 
 

@@ -1,6 +1,7 @@
 """The idle policy's settings and its approved exemptions (DESIGN §16; docs/scheduling.md, "Idle
 policy"). The decision is ``jobs.idle_policy`` (pure), run by ``jobs.idle_service``."""
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
@@ -21,13 +22,20 @@ IDLE_MINUTES_MAX = 7 * 24 * 60  # a week
 
 
 class IdlePolicy(models.Model):
-    """The centre's idle policy (``priority_class`` empty: one row, made by the migration with the
-    defaults), and optional overrides for the jobs of one priority class. Edited by platform admins
-    in the admin."""
+    """The centre's idle policy (``priority_class`` and ``project`` empty: one row, made by the
+    migration with the defaults), and optional overrides for the jobs of one priority class or of
+    one project (a project's replaces both the class's and the centre's for its jobs). Edited by
+    platform admins in the admin; a project's also through its API (``jobs.idle_overrides``)."""
 
     priority_class = models.OneToOneField(
         "jobs.PriorityClass", null=True, blank=True, on_delete=models.CASCADE, related_name="idle_policy",
-        verbose_name=_("priority class"), help_text=_("Empty: the centre's policy, for every other class."),
+        verbose_name=_("priority class"),
+        help_text=_("Empty (and no project): the centre's policy, for every other job."),
+    )
+    project = models.OneToOneField(
+        "portal.Project", null=True, blank=True, on_delete=models.CASCADE, related_name="idle_policy",
+        verbose_name=_("project"),
+        help_text=_("The project's jobs follow this row whatever their priority class."),
     )
     threshold_pct = models.PositiveSmallIntegerField(
         _("utilisation threshold (%)"), default=5, validators=[MinValueValidator(1), MaxValueValidator(100)],
@@ -56,9 +64,13 @@ class IdlePolicy(models.Model):
         verbose_name = _("idle policy")
         verbose_name_plural = _("idle policies")
         constraints = [
-            # One centre row (NULL class) and at most one row per class.
+            # One centre row (no class, no project), at most one row per class and per project.
             models.UniqueConstraint(
-                fields=["priority_class"], nulls_distinct=False, name="idle_policy_one_per_class"
+                fields=["priority_class", "project"], nulls_distinct=False, name="idle_policy_one_per_scope"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(priority_class__isnull=True) | models.Q(project__isnull=True),
+                name="idle_policy_class_or_project",
             ),
             models.CheckConstraint(condition=models.Q(threshold_pct__gte=1, threshold_pct__lte=100),
                                    name="idle_policy_threshold_pct"),
@@ -66,7 +78,13 @@ class IdlePolicy(models.Model):
         ]
 
     def __str__(self):
-        return f"{self.priority_class.name if self.priority_class_id else 'centre'}: <{self.threshold_pct}%"
+        scope = self.priority_class.name if self.priority_class_id else (
+            f"project {self.project.code}" if self.project_id else "centre")
+        return f"{scope}: <{self.threshold_pct}%"
+
+    def clean(self):
+        if self.priority_class_id and self.project_id:
+            raise ValidationError(_("An override is for one priority class or one project, not both."))
 
 
 class IdleExemption(models.Model):

@@ -45,15 +45,33 @@ def as_policy(row: IdlePolicy) -> Policy:
     )
 
 
-def policies() -> tuple[Policy, dict[int, Policy]]:
-    """The centre's policy (the model's defaults if its row is gone) and the per-class overrides."""
-    centre, by_class = None, {}
+@dataclass(frozen=True)
+class Policies:
+    """The centre's policy and the overrides, per priority class and per project."""
+
+    centre: Policy
+    by_class: dict[int, Policy]
+    by_project: dict[int, Policy]
+
+    def of(self, project_id: int, priority_class_id: int) -> Policy:
+        """A job's policy: its project's override, else its class's, else the centre's."""
+        return self.by_project.get(project_id) or self.by_class.get(priority_class_id) or self.centre
+
+    def all(self) -> list[Policy]:
+        return [self.centre, *self.by_class.values(), *self.by_project.values()]
+
+
+def policies() -> Policies:
+    """The centre's policy (the model's defaults if its row is gone) and the overrides."""
+    centre, by_class, by_project = None, {}, {}
     for row in IdlePolicy.objects.all():
-        if row.priority_class_id is None:
-            centre = as_policy(row)
-        else:
+        if row.project_id is not None:
+            by_project[row.project_id] = as_policy(row)
+        elif row.priority_class_id is not None:
             by_class[row.priority_class_id] = as_policy(row)
-    return centre or as_policy(IdlePolicy()), by_class
+        else:
+            centre = as_policy(row)
+    return Policies(centre or as_policy(IdlePolicy()), by_class, by_project)
 
 
 def duration(minutes: int) -> str:
@@ -107,8 +125,7 @@ def _samples(jobs: list[_Running], since: datetime) -> dict[int, list[Sample]]:
     return out
 
 
-def _worth_a_look(jobs: list[_Running], centre: Policy, by_class: dict[int, Policy],
-                  now: datetime) -> list[_Running]:
+def _worth_a_look(jobs: list[_Running], rules: Policies, now: datetime) -> list[_Running]:
     """The jobs a decision could change: the warned ones (a warning may clear or lead to the action)
     and those whose idle run reaches now — read from the last two minutes of samples only, so the
     busy majority never has its hours of samples read."""
@@ -116,7 +133,7 @@ def _worth_a_look(jobs: list[_Running], centre: Policy, by_class: dict[int, Poli
     return [
         j for j in jobs
         if j.warned_at is not None
-        or idle_run_minutes(recent.get(j.pk, ()), by_class.get(j.priority_class_id, centre).threshold_pct,
+        or idle_run_minutes(recent.get(j.pk, ()), rules.of(j.project_id, j.priority_class_id).threshold_pct,
                             now, j.started_at) > 0
     ]
 
@@ -125,19 +142,19 @@ def run_idle_policy(now: datetime | None = None) -> dict[str, int]:
     """One pass over the running jobs; returns how many were warned, cleared, stopped and made
     preemptible. Idempotent: a second pass at the same instant changes nothing."""
     now = now or timezone.now()
-    centre, by_class = policies()
+    rules = policies()
     jobs = _running_jobs()
     counts = {str(step): 0 for step in Step if step != Step.NONE}
     if not jobs:
         return counts
-    jobs = _worth_a_look(jobs, centre, by_class, now)
+    jobs = _worth_a_look(jobs, rules, now)
     if not jobs:
         return counts
-    longest = max(p.idle_minutes + p.grace_minutes for p in (centre, *by_class.values()))
+    longest = max(p.idle_minutes + p.grace_minutes for p in rules.all())
     samples = _samples(jobs, now - timedelta(minutes=longest + 1))
     exempt = exempt_job_ids([j.pk for j in jobs], now)
     for job in jobs:
-        policy = by_class.get(job.priority_class_id, centre)
+        policy = rules.of(job.project_id, job.priority_class_id)
         facts = JobFacts(kind=job.kind, started_at=job.started_at, warned_at=job.warned_at, acted=False,
                          exempt=job.pk in exempt, samples=tuple(samples.get(job.pk, ())))
         decision = decide(policy, facts, now)

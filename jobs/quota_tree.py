@@ -9,7 +9,8 @@ only the rows the viewer sees; what is shown is then cut to the viewer's scope (
 
 Each row also shows the node's fair share (DESIGN §16): its shares (an admin's weight or its quota
 in normalised cards), its decayed usage (the scheduling cycle's provider) and its factor
-(``quotas.fairtree``; a department shows its level fair share instead)."""
+(``jobs.scheduler.fairshare``, the engine's own Fair Tree, so the page ranks as the engine serves;
+a department shows its level fair share instead)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from jobs.models import Job
+from jobs.scheduler.fairshare import Fair, fair_figures
 from jobs.scheduling.config import fair_usage
 from jobs.scheduling.settings import fair_share_settings
 from jobs.selectors import (
@@ -34,8 +36,8 @@ from jobs.selectors import (
 from jobs.states import HOLDING
 from portal.models import Department, Project, User
 from portal.selectors import visible_projects
+from quotas.admission import TreeNode
 from quotas.fair_weights import all_shares
-from quotas.fairtree import Fair, fair_tree
 from quotas.lending import Lending, Level, attribute
 from quotas.models import Flavor, QuotaNode
 from quotas.selectors import capacity_by_flavor, effective_limits_map, visible_quota_nodes
@@ -176,13 +178,18 @@ class FairCell:
 def fair_cells(at: datetime) -> dict[Key, FairCell]:
     """Every node's fair-share figures (the whole tree: ranks are everyone's)."""
     half_life, _entry = fair_share_settings()
-    parents: dict[str, str | None] = {
-        f"d{pk}": (f"d{up}" if up else None) for pk, up in Department.objects.values_list("pk", "parent_id")}
-    parents.update({f"p{pk}": f"d{dept}" for pk, dept in Project.objects.values_list("pk", "department_id")})
     shares, weights = all_shares()
-    fair = fair_tree(parents, shares, fair_usage(at, half_life))
+    fair = fair_figures(tenant_tree(), fair_usage(at, half_life), shares)
     return {("project" if node[0] == "p" else "department", int(node[1:])): FairCell(f, node in weights)
             for node, f in fair.items()}
+
+
+def tenant_tree() -> list[TreeNode]:
+    """Every department and project as the engine's tree names them (``d<id>``, ``p<id>``)."""
+    departments = Department.objects.values_list("pk", "parent_id")
+    projects = Project.objects.values_list("pk", "department_id")
+    return [TreeNode(f"d{pk}", f"d{up}" if up else None, "department") for pk, up in departments] + [
+        TreeNode(f"p{pk}", f"d{dept}", "project") for pk, dept in projects]
 
 
 def _level(key: Key, parent: Key | None, limits: dict) -> Level:

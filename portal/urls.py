@@ -10,6 +10,7 @@ from billing import views_fairshare as billing_fairshare_views
 from jobs import api as jobs_api
 from jobs import api_approvals as jobs_approvals_api
 from jobs import api_autoscale as jobs_autoscale_api
+from jobs import api_idle_policy as jobs_idle_policy_api
 from jobs import api_templates as jobs_templates_api
 from jobs import views as jobs_views
 from jobs import views_policies as policy_views
@@ -53,6 +54,8 @@ api_v1 = [
     path("projects/", portal_api.ProjectListApi.as_view(), name="project-list"),
     path("projects/<int:pk>/", portal_api.ProjectDetailApi.as_view(), name="project-detail"),
     path("projects/<int:pk>/move/", portal_api.ProjectMoveApi.as_view(), name="project-move"),
+    path("projects/<int:pk>/idle-policy/", jobs_idle_policy_api.ProjectIdlePolicyApi.as_view(),
+         name="project-idle-policy"),
     path("memberships/", portal_api.MembershipListApi.as_view(), name="membership-list"),
     path("memberships/<int:pk>/", portal_api.MembershipDetailApi.as_view(), name="membership-detail"),
     path("directory-rules/", portal_api.DirectoryRuleListApi.as_view(), name="directoryrule-list"),

@@ -20,7 +20,7 @@ from portal import permissions as perm
 from portal.models import Department, Project, User
 from portal.selectors import get_visible, scope_for, visible_departments, visible_projects
 
-from .fairtree import shares_of
+from .fair_shares import shares_of
 from .models import FAIR_WEIGHT_MAX, FairShareWeight, QuotaNode
 
 KINDS = ("department", "project")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal
 
@@ -34,6 +34,8 @@ PREFIX_RE = re.compile(r"^[a-z][a-z0-9_]{0,19}$")
 USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 NO_LIMIT = None
 BATCH = 200  # commands per sacctmgr process (stdin)
+BUDGET_SPENT = "budget spent (no new jobs until a top-up)"
+HOLD_MARK = "gpupool: the budget"  # starts the AdminComment of a job the sync held for a spent budget
 BORROW = "borrow"  # the borrow QOS and the root of the borrow accounts: <prefix>borrow
 GPU_TRES = "gres/gpu"  # every GPU whatever its type: what a per-user GPU cap limits
 
@@ -278,15 +280,15 @@ def _accounts(state: PortalState, naming: Naming, quotas: dict, borrow: dict, ou
         lim = quotas.get((kind, code), {})
         values = tuple(sorted((t, lim.get(t, NO_LIMIT)) for t in out.tres))
         out.accounts[name] = Account(
-            name, parent, values, f"gpupool {kind} {code}", max(1, shares.get((kind, code), 1)), blocked
+            name, parent, values, describe(f"gpupool {kind} {code}", blocked),
+            max(1, shares.get((kind, code), 1)), blocked,
         )
         mirror = naming.borrow_account(code)
         if borrow_parent is not None and NAME_RE.match(mirror) and mirror not in owners:
             room = borrow.get((kind, code), {})
             values = tuple(sorted((t, room.get(t, NO_LIMIT)) for t in out.tres))
-            out.accounts[mirror] = Account(
-                mirror, borrow_parent, values, f"gpupool borrowing {kind} {code}", 1, blocked
-            )
+            about = describe(f"gpupool borrowing {kind} {code}", blocked)
+            out.accounts[mirror] = Account(mirror, borrow_parent, values, about, 1, blocked)
         return True
 
     def walk(dept: str | None, parent_account: str, borrow_parent: str | None) -> None:
@@ -307,6 +309,53 @@ def _accounts(state: PortalState, naming: Naming, quotas: dict, borrow: dict, ou
         out.accounts[root] = Account(root, naming.parent, tuple((t, NO_LIMIT) for t in sorted(out.tres)),
                                      "gpupool borrowing", 1)
     walk(None, naming.parent, naming.borrow_root() if lending else None)
+
+
+def describe(base: str, blocked: int | None) -> str:
+    """An account's description. Slurm refuses a blocked account's ``sbatch`` with its generic "job
+    submit limit" and no way (short of a job_submit plugin on the controller) to say why, so the
+    reason is where a user can read it: ``sacctmgr show account <name> format=account,descr``."""
+    return base if blocked is None else f"{base} - {BUDGET_SPENT}"  # no ":", the flat file's separator
+
+
+def blocked_accounts(desired: SlurmState) -> dict[str, str]:
+    """Accounts whose new jobs Slurm refuses for a spent budget — those with ``GrpSubmitJobs=0``
+    and every account below one (Slurm counts a parent's limit over its subtree) — each with the
+    nearest such account at or above it (whose budget is spent)."""
+    out = {}
+    for name in desired.accounts:
+        at: str | None = name
+        while at in desired.accounts:
+            if desired.accounts[at].grp_submit_jobs == 0:
+                out[name] = at
+                break
+            at = desired.accounts[at].parent
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    """A pending job of an owned account (squeue), with its AdminComment where it is held."""
+
+    job_id: str
+    account: str
+    held: bool  # Slurm's reason is JobHeldAdmin
+    admin_comment: str = ""
+
+
+def budget_holds(blocked: Mapping[str, str], pending: list[PendingJob]) -> tuple[list[str], list[str]]:
+    """(jobs to hold, jobs to release). A spent budget also stops what its accounts had queued: the
+    sync holds each of their pending jobs and says why in its AdminComment (users read it with
+    ``scontrol show job``); when the budget allows again it releases the jobs it held — only those
+    its comment marks, never a hold an operator placed."""
+    hold = [j.job_id for j in pending if j.account in blocked and not j.held]
+    release = [j.job_id for j in pending
+               if j.account not in blocked and j.held and j.admin_comment.startswith(HOLD_MARK)]
+    return hold, release
+
+
+def hold_comment(account: str) -> str:
+    return f"{HOLD_MARK} of account {account} is spent: held until a top-up"
 
 
 def _borrow_usable(naming: Naming, owners: dict, out: SlurmState) -> bool:
@@ -620,6 +669,8 @@ def _account_sets(want: Account, have: Account | None) -> list[str]:
         sets.append(f"fairshare={want.fairshare}")
     if (have.grp_submit_jobs if have else None) != want.grp_submit_jobs:
         sets.append(f"grpsubmitjobs={_limit(want.grp_submit_jobs)}")
+        if have is not None:  # the description says why, in step with the block (``describe``)
+            sets.append(f"description={_q(want.description)}")
     return sets
 
 

@@ -73,7 +73,7 @@ PURE_MODULES_ELSEWHERE = [
     "quotas.slurm_accounts",
     "quotas.resource_quota",
     "quotas.drift",
-    "quotas.fairtree",
+    "quotas.fair_shares",
     "billing.pricing",
     "billing.forecast",
     "jobs.idle_policy",

@@ -54,8 +54,11 @@ from quotas.slurm_accounts import (
     PortalState,
     QuotaLimit,
     SlurmState,
+    blocked_accounts,
+    budget_holds,
     desired_state,
     flat_file,
+    hold_comment,
     parse_current,
     parse_tracked,
     plan,
@@ -267,8 +270,38 @@ def _sync(cluster: Cluster, run: SlurmSyncRun, now: datetime) -> None:
     todo = plan(desired, current, name, naming())
     run.commands = todo.commands
     run.drift = [c.to_json() for c in todo.changes]
-    if run.dry_run or not todo:
+    if run.dry_run:
         return
+    if todo:
+        _apply(cluster, client, run, name, desired, todo, now)
+    # Every run, not only when the block changes: a preempted borrowing job comes back pending.
+    _hold_spent(client, run, desired)
+
+
+def _hold_spent(client: Sacctmgr, run: SlurmSyncRun, desired: SlurmState) -> None:
+    """Hold what a spent budget's accounts had queued, release what the sync held once the budget
+    allows (``quotas.slurm_accounts.budget_holds``); recorded among the run's commands. A job that
+    started or ended between the listing and the command is noted, not an error of the run."""
+    blocked = blocked_accounts(desired)
+    # Only a held job of an account that is not blocked may be the sync's to release.
+    pending = client.pending_jobs(naming().owns, lambda account: account not in blocked)
+    hold, release = budget_holds(blocked, pending)
+    spent = {j.job_id: blocked.get(j.account, j.account) for j in pending}  # whose budget holds it
+    done = []
+    for verb, job_id in [*(("hold", j) for j in hold), *(("release", j) for j in release)]:
+        try:
+            if verb == "hold":
+                client.hold(job_id, hold_comment(spent[job_id]))
+            else:
+                client.release(job_id)
+            done.append(f"scontrol {verb} {job_id}")
+        except BackendError as exc:
+            run.notes = [*run.notes, f"job {job_id}: {verb} failed: {exc}"]
+    run.commands = [*run.commands, *done]
+
+
+def _apply(cluster: Cluster, client: Sacctmgr, run: SlurmSyncRun, name: str, desired: SlurmState, todo,
+           now: datetime) -> None:
     results = client.apply(todo.commands)
     # What sacctmgr printed says little per command: the state read back says what took.
     _name, _desired, after = _read(cluster, client, now)

@@ -10,33 +10,37 @@ projects its users.
 * **Level fair share** among siblings: ``LF = S / U`` with ``S = shares / Σ sibling shares`` and
   ``U = usage / parent usage``. ``S == 0`` → ``LF = 0`` (last); ``U == 0`` with ``S > 0`` →
   ``LF = inf`` (first: no recent usage). Higher ``LF`` goes first.
-* **Order**: compared level by level from the root, so if department A's LF beats department
-  B's, every project under A goes before every project under B. Ties: sibling projects with the
-  same LF share a rank; sibling departments with the same LF have their children merged.
-* **Factor** (what ``sshare`` shows as FairShare): walking the sorted tree depth first, a
-  project gets ``rank / number of projects``, rank counting down from the number of projects
-  (the first gets 1.0; tied projects share a rank). A department reports the factor of its
-  best-ranked project (Slurm gives accounts none; the report needs one per node).
+* **Order** (the engine's and the report's alike, :meth:`FairTree.key`): compared level by level
+  from the root, so if department A's LF beats department B's, every project under A goes before
+  every project under B. Among siblings ``LF_i = (Σu/Σs) × s_i/u_i`` — the factor in front is
+  common to the siblings, so ordering siblings by ``u_i / s_i`` ascending is ordering them by LF
+  descending. A project's key is the tuple of ``u/s`` of its ancestors and itself, top down; two
+  projects compare at the first level where their paths differ, which are siblings there.
+* **Rank and factor** (what ``sshare`` shows as FairShare): projects sorted by key; rank 1 is
+  served first, projects with equal keys share a rank (the next rank skips, as Slurm's tied users
+  do); ``factor = (projects − rank + 1) / projects``: 1.0 for the first. A department has a level
+  fair share but no rank or factor (as ``sshare`` shows for accounts).
 
-The engine's key (:func:`fair_key`): among siblings ``LF_i = (Σu/Σs) × s_i/u_i`` — the factor
-in front is common to the siblings, so ordering siblings by ``u_i / s_i`` ascending is ordering
-them by LF descending. A project's key is the tuple of ``u/s`` of its ancestors, top down; two
-projects compare at the first level where their ancestors differ, which are siblings there.
-The key of a project only grows when any project's usage grows (the cycle charges usage as it
-admits), which lets the cycle re-read it lazily like the dominant share. One deviation from
-Slurm: when sibling departments tie, their merged children are compared by ``u/s`` rather
-than by LF normalised within each department (they differ only when the departments' own
-``Σu/Σs`` differ); :func:`ranks` follows Slurm exactly.
+This is the one Fair Tree: the scheduling cycle orders by the same key (it keeps its own cache of
+the keys and charges usage as it admits, ``engine/state.py`` ``fair_key``), and the quota tree page
+and the fair-share report read :func:`fair_figures`, so what the report ranks is the order the
+engine serves. Deviations from Slurm, both from comparing keys rather than walking the tree: a
+project and a department tied among their siblings — the project's key is a prefix of the
+department's projects' keys, so it goes strictly first where Slurm lets it share a rank with the
+department's first project; and when sibling departments tie, their merged children are compared
+by ``u/s`` rather than by LF normalised within each department (they differ only when the
+departments' own ``Σu/Σs`` differ). Ties are exact: equal floats of ``u/s``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from quotas.admission import TreeNode
 
-__all__ = ["FairTree", "decayed_card_seconds", "fair_key", "level_fs"]
+__all__ = ["Fair", "FairTree", "decayed_card_seconds", "fair_figures", "fair_key", "level_fs"]
 
 INF = float("inf")
 LN2 = math.log(2.0)
@@ -83,10 +87,24 @@ def cost(usage: float, shares: float) -> float:
     return usage / shares if usage > 0 else 0.0
 
 
+@dataclass(frozen=True)
+class Fair:
+    """One node's figures for the report and the quota tree page."""
+
+    shares: float
+    shares_norm: float  # among its siblings
+    usage: float  # decayed normalised card-seconds, its subtree's
+    usage_norm: float  # among its siblings
+    level_fs: float  # shares_norm / usage_norm (inf: no usage)
+    rank: int | None  # projects: 1 = first served
+    factor: float | None  # projects: (projects − rank + 1) / projects
+
+
 class FairTree:
     """Fair Tree over ``tree`` with projects' ``usage`` and every node's ``shares`` (a node
-    missing from ``shares`` has 0). Read ``usage`` (subtree sums), ``level`` (LF), ``rank``
-    and ``factor`` per node id; ``key(project)`` is the engine's order key."""
+    missing from ``shares`` has 0). Read ``usage`` (subtree sums), ``shares_norm``,
+    ``usage_norm``, ``level`` (LF) per node, ``rank`` and ``factor`` per project;
+    ``key(project)`` is the engine's order key."""
 
     def __init__(self, tree: Iterable[TreeNode], usage: Mapping[str, float],
                  shares: Mapping[str, float]) -> None:
@@ -106,17 +124,19 @@ class FairTree:
             while nid is not None:
                 self.usage[nid] += u
                 nid = self.parent[nid]
+        self.shares_norm: dict[str, float] = {}
+        self.usage_norm: dict[str, float] = {}
         self.level: dict[str, float] = {}
         for parent, kids in self.children.items():
             s_sum = sum(self.shares[k] for k in kids)
             u_parent = self.usage[parent] if parent is not None else sum(self.usage[k] for k in kids)
             for k in kids:
-                s = self.shares[k] / s_sum if s_sum > 0 else 0.0
-                u = self.usage[k] / u_parent if u_parent > 0 else 0.0
+                s = self.shares_norm[k] = self.shares[k] / s_sum if s_sum > 0 else 0.0
+                u = self.usage_norm[k] = self.usage[k] / u_parent if u_parent > 0 else 0.0
                 self.level[k] = level_fs(s, u)
         self.rank: dict[str, int] = {}
         self.factor: dict[str, float] = {}
-        self._rank_tree()
+        self._rank()
 
     def key(self, project_id: str) -> tuple[float, ...]:
         path = []
@@ -126,49 +146,21 @@ class FairTree:
             nid = self.parent[nid]
         return fair_key(reversed(path))
 
-    # -- Slurm's _calc_tree_fs ---------------------------------------------------------------
-    def _rank_tree(self) -> None:
-        users = sum(1 for k in self.kind.values() if k == "project")
-        self._count = users
-        state = [users, users]  # rank, rank with no ties
-        self._walk(list(self.children.get(None, [])), state, False)
-        for nid in sorted(self.kind, key=lambda n: -self._depth(n)):
-            if self.kind[nid] != "project":
-                below = [self.factor[k] for k in self.children.get(nid, []) if k in self.factor]
-                if below:
-                    self.factor[nid] = max(below)
-                    self.rank[nid] = max(self.rank[k] for k in self.children.get(nid, []) if k in self.rank)
+    def _rank(self) -> None:
+        projects = sorted(((self.key(n), n) for n, k in self.kind.items() if k == "project"))
+        count = len(projects)
+        for i, (key, nid) in enumerate(projects):
+            tied = i > 0 and key == projects[i - 1][0]
+            self.rank[nid] = self.rank[projects[i - 1][1]] if tied else i + 1
+            self.factor[nid] = (count - self.rank[nid] + 1) / count
 
-    def _depth(self, nid: str) -> int:
-        d = 0
-        p = self.parent[nid]
-        while p is not None:
-            d, p = d + 1, self.parent[p]
-        return d
+    def figures(self) -> dict[str, Fair]:
+        return {nid: Fair(self.shares[nid], self.shares_norm[nid], self.usage[nid], self.usage_norm[nid],
+                          self.level[nid], self.rank.get(nid), self.factor.get(nid))
+                for nid in self.kind}
 
-    def _walk(self, siblings: list[str], state: list[int], account_tied: bool) -> None:
-        # Higher LF first; on a tie, projects before departments (Slurm's _cmp_level_fs); then id.
-        siblings.sort(key=lambda n: (-self.level[n], self.kind[n] != "project", n))
-        prev = None
-        i = 0
-        while i < len(siblings):
-            nid = siblings[i]
-            lf = self.level[nid]
-            tied = account_tied if i == 0 else prev == lf
-            if self.kind[nid] == "project":
-                if not tied:
-                    state[0] = state[1]
-                self.rank[nid] = state[0]
-                self.factor[nid] = state[0] / self._count
-                state[1] -= 1
-                i += 1
-            else:
-                j = i
-                while j + 1 < len(siblings) and self.kind[siblings[j + 1]] != "project" \
-                        and self.level[siblings[j + 1]] == lf:
-                    j += 1
-                merged = [c for d in siblings[i:j + 1] for c in self.children.get(d, [])]
-                if merged:
-                    self._walk(merged, state, tied)
-                i = j + 1
-            prev = lf
+
+def fair_figures(tree: Iterable[TreeNode], usage: Mapping[str, float],
+                 shares: Mapping[str, float]) -> dict[str, Fair]:
+    """Every node's figures (the report and the quota tree page)."""
+    return FairTree(tree, usage, shares).figures()

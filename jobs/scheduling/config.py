@@ -34,7 +34,7 @@ from portal.models import Queueing
 from quotas.admission import Limits, TreeNode
 from quotas.effective import Limits as BaseLimits
 from quotas.effective import LoanSpan, Window, effective_limits
-from quotas.fairtree import shares_of
+from quotas.fair_shares import shares_of
 from quotas.models import LoanState, NodeState
 from quotas.selectors import site_zone
 

@@ -46,6 +46,9 @@ def change_label(key: str, value, bounds: Mapping) -> str:
     if key.startswith("queueing:"):
         return _("Queueing of project %(project)s: %(v)s") % {
             "project": key.split(":", 1)[1], "v": _(_QUEUEING.get(value, value))}
+    if key.startswith("fair_weight:"):
+        return _("Fair-share weight of department %(department)s: %(r)s × its shares") % {
+            "department": key.split(":", 1)[1], "r": _ratio(value)}
     return f"{key} = {value}"  # a dimension without a label yet: its key, as before
 
 
@@ -86,6 +89,8 @@ def change_name(key: str) -> str:
     """A dimension or rule-change type by name, in the reader's language."""
     if key.startswith("queueing:"):
         return _("Queueing of project %(project)s") % {"project": key.split(":", 1)[1]}
+    if key.startswith("fair_weight:"):
+        return _("Fair-share weight of department %(department)s") % {"department": key.split(":", 1)[1]}
     return _(_NAMES[key]) if key in _NAMES else key
 
 

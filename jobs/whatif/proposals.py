@@ -256,6 +256,11 @@ def _rule_changes(changes: dict, bounds: dict) -> tuple[list[dict], list[dict]]:
         if value is not None and int(value) != fair_share_settings()[0]:
             entries.append({"type": "scheduler_fair_share", "fair_share_half_life_seconds": int(value)})
     _queueing(changes, entries, unmapped)
+    for key in sorted(k for k in changes if k.startswith("fair_weight:")):
+        # A weight is a platform admin's direct edit (quotas.FairShareWeight), not a rule change.
+        unmapped.append({"change": key, "reason": _(
+            "a fair-share weight is not a rule change: set it on the quota tree page (“Edit weight”) "
+            "as the department's shares × %(r)s") % {"r": f"{changes.pop(key):.3g}"}})
     for key in sorted(changes):
         unmapped.append({"change": key, "reason": _("no rule of this portal corresponds to it")})
     return entries, unmapped

@@ -253,6 +253,7 @@ SPECTACULAR_SETTINGS = {
         "LoanStateEnum": "quotas.models.LoanState",
         "ClusterKindEnum": "quotas.models.ClusterKind",
         "JobKindEnum": "jobs.models.JobKind",
+        "IdleActionEnum": "jobs.idle_models.IdleAction",
         "SubmittableKindEnum": "jobs.models.SUBMITTABLE_KINDS",
         "ApprovalKindEnum": "portal.models.ApprovalKind",
         "ApprovalStateEnum": "portal.models.ApprovalState",

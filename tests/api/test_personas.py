@@ -246,6 +246,9 @@ OTHER |= {"baseline-list", "baseline-detail", "node-drift"}
 # Fair share (issue 34): a node's weight and the report, every persona in
 # tests/api/test_fair_share_api.py and tests/billing/test_fairshare_report.py.
 OTHER |= {"quota-fair-share", "fair-share"}
+# A project's idle-policy override (issue 34): every persona in
+# tests/api/test_idle_policy_api.py::test_who_reads_and_who_writes.
+OTHER |= {"project-idle-policy"}
 
 
 def _api_route_names():

@@ -96,7 +96,7 @@ def world(site, settings):
         min_runtime_seconds=EXEMPT_SECONDS
     )
     yield {
-        "cluster": portal_cluster, "lender_project": lender_project,
+        "cluster": portal_cluster, "lender_project": lender_project, "borrower_project": borrower_project,
         "lender_account": f"{PREFIX}pl{TAG}", "borrow_account": f"{PREFIX}borrow.pb{TAG}",
     }
     for user in (LENDER, BORROWER):
@@ -188,24 +188,60 @@ def test_a_lenders_jobs_take_their_gpus_back_from_borrowers_but_spare_a_borrower
     assert (young_now["JobState"], young_now["Restarts"]) == ("RUNNING", "0")
 
 
-def test_a_spent_budget_refuses_new_native_jobs_until_a_top_up(site, world):
+def _as_user(site, user: str, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["runuser", "-u", user, "--", "env", f"SLURM_CONF={site.conf}", *argv],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_a_spent_budget_refuses_new_native_jobs_and_holds_queued_ones_until_a_top_up(site, world):
     from jobs.scheduling import config
 
     _sync(world)
+    account = world["lender_account"]
+    running = _submitted(_sbatch(site, LENDER, 4))  # all 4 GPUs: the next one queues
+    wait_until(lambda: _squeue(site, running, "%T") == "RUNNING", "the lender's first job to run")
+    queued = _submitted(_sbatch(site, LENDER, 2))
     spent = {f"p{world['lender_project'].pk}"}
     config.over_budget_providers.append(lambda _now: sorted(spent))
     try:
         run = _sync(world)
-        [change] = [c for c in run.drift if c["name"] == world["lender_account"]]
+        [change] = [c for c in run.drift if c["name"] == account]
         assert (change["before"]["grp_submit_jobs"], change["after"]["grp_submit_jobs"]) == (None, 0)
+        assert f"scontrol hold {queued}" in run.commands
+        # A new job is refused with Slurm's generic text; the reason is on the account, which the
+        # user may read, and on the queued job, held with an AdminComment the user reads too.
         refused = _sbatch(site, LENDER, 1)
-        assert refused.returncode != 0
-        assert "job submit limit" in refused.stderr
+        assert refused.returncode != 0 and "job submit limit" in refused.stderr
+        descr = _as_user(site, LENDER, "sacctmgr", "-n", "-P", "show", "account", account, "format=descr")
+        # (sacctmgr lowercases a description it modifies)
+        assert descr.stdout.strip() == f"gpupool project pl{TAG} - budget spent (no new jobs until a top-up)"
+        assert _squeue(site, queued, "%T|%r") == "PENDING|JobHeldAdmin"
+        shown = _as_user(site, LENDER, "scontrol", "show", "job", queued).stdout
+        assert f"AdminComment=gpupool: the budget of account {account} is spent: held until a top-up" in shown
+        assert _squeue(site, running, "%T") == "RUNNING"  # what runs keeps running
+        assert f"scontrol hold {queued}" not in _sync(world).commands  # held once
+
         spent.clear()  # a top-up: the budget allows again
-        _sync(world)
+        run = _sync(world)
+        assert f"scontrol release {queued}" in run.commands
+        assert _squeue(site, queued, "%r") != "JobHeldAdmin"
+        assert "AdminComment= " in _as_user(site, LENDER, "scontrol", "show", "job", queued).stdout + " "
+        descr = _as_user(site, LENDER, "sacctmgr", "-n", "-P", "show", "account", account, "format=descr")
+        assert descr.stdout.strip() == f"gpupool project pl{TAG}"
         _submitted(_sbatch(site, LENDER, 1))
     finally:
         config.over_budget_providers.pop()
+
+
+def test_the_sync_never_releases_a_hold_an_operator_placed(site, world):
+    _sync(world)
+    running = _submitted(_sbatch(site, LENDER, 4))
+    wait_until(lambda: _squeue(site, running, "%T") == "RUNNING", "the lender's first job to run")
+    queued = _submitted(_sbatch(site, LENDER, 2))
+    _sh(["scontrol", "hold", queued], site.env)
+    run = _sync(world)
+    assert f"scontrol release {queued}" not in run.commands
+    assert _squeue(site, queued, "%T|%r") == "PENDING|JobHeldAdmin"
 
 
 def test_a_user_over_the_per_user_caps_waits_with_slurms_reason(site, world):
@@ -232,6 +268,31 @@ def test_a_user_over_the_per_user_caps_waits_with_slurms_reason(site, world):
     third = _submitted(_sbatch(site, LENDER, 1))
     wait_until(lambda: _squeue(site, third, "%T|%r") == "PENDING|AssocGrpGRES",
                "the third job to wait for the GPU cap", about=lambda: _squeue(site, third, "%T|%r"))
+
+
+def test_the_per_user_caps_are_counted_apart_in_the_owner_and_the_borrow_association(site, world):
+    """What Slurm cannot express, held as documented (docs/backends.md, the caps' row): a per-user
+    cap is a limit of each association, and a borrowing job runs in another account (and QOS)
+    than a job within the quota, so a user may hold the cap in each — never more in either."""
+    from quotas.models import QuotaNode
+
+    project = world["borrower_project"]
+    QuotaNode.objects.filter(department=project.department).update(quota=1, borrow_limit=3)
+    QuotaNode.objects.filter(project=project).update(quota=1, borrow_limit=3)
+    project.user_running_jobs_cap = 1
+    project.save()
+    run = _sync(world)
+    caps = {c["name"]: c["after"]["max_jobs"] for c in run.drift if c["kind"] == "association"}
+    own, borrow = f"{PREFIX}pb{TAG}", world["borrow_account"]
+    assert caps[f"{own}/{BORROWER}"] == caps[f"{borrow}/{BORROWER}"] == 1
+    mine = _submitted(_sbatch(site, BORROWER, 1))
+    wait_until(lambda: _squeue(site, mine, "%T") == "RUNNING", "the job within the quota to run")
+    lent = _submitted(_sbatch(site, BORROWER, 1, f"--account={borrow}"))
+    wait_until(lambda: _squeue(site, lent, "%T") == "RUNNING", "the borrowing job to run beside it",
+               about=lambda: _squeue(site, lent, "%T|%r"))
+    more = _submitted(_sbatch(site, BORROWER, 1, f"--account={borrow}"))
+    wait_until(lambda: _squeue(site, more, "%T|%r") == "PENDING|AssocMaxJobsLimit",
+               "a second borrowing job to wait for the cap", about=lambda: _squeue(site, more, "%T|%r"))
 
 
 def test_sshare_shows_the_trees_shares_and_the_dev_class_its_max_wall(site, world, settings):

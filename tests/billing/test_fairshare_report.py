@@ -12,7 +12,11 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from quotas.models import FairShareWeight
+from billing.fairshare_report import fair_share_report
+from jobs.scheduler.engine.state import State
+from jobs.scheduling.snapshot import build_snapshot
+from portal.models import Project
+from quotas.models import FairShareWeight, QuotaNode
 
 pytestmark = pytest.mark.django_db
 HOUR = timedelta(hours=1)
@@ -41,9 +45,10 @@ def test_the_api_ranks_the_unused_side_first_with_its_figures(ran, api):
     assert body["half_life_seconds"] == 7 * 86400
     assert set(nodes) == {"A", "A1", "B", "pa", "pa1", "pb"}
     # A (8 shares, no usage) before B (8 shares, all the usage): A's projects first; A1 and pa tie
-    # (4 shares each, no usage) and the department comes first.
-    assert [nodes[c]["rank"] for c in ("pa1", "pa", "pb")] == [1, 2, 3]
-    factors = [nodes[c]["factor"] for c in ("pa1", "pa", "pb")]
+    # (4 shares each, no usage) and the project comes first, as in the engine's key (a prefix of
+    # pa1's: jobs/scheduler/fairshare.py).
+    assert [nodes[c]["rank"] for c in ("pa", "pa1", "pb")] == [1, 2, 3]
+    factors = [nodes[c]["factor"] for c in ("pa", "pa1", "pb")]
     assert factors == [1.0, pytest.approx(2 / 3), pytest.approx(1 / 3)]
     assert nodes["A"]["rank"] is None and nodes["A"]["level_fs"] is None  # no usage: goes first
     assert nodes["pb"]["usage_card_hours"] == pytest.approx(8, rel=1e-3)
@@ -130,3 +135,31 @@ def test_sshare_prints_the_same_figures(ran, api):
     lines = table.getvalue().splitlines()
     assert lines[0].split()[:3] == ["Account", "RawShares", "NormShares"]
     assert any(line.strip().startswith("pb") for line in lines)
+
+
+def _engine_ranks(now) -> dict[str, int]:
+    """Projects ranked by the scheduling cycle's own Fair Tree keys (the engine's state built from
+    the snapshot the cycle reads): 1 first, equal keys share a rank."""
+    state = State(build_snapshot(now))
+    keys = {pid: state.fair_key(state.tree.index[pid]) for pid in state.tree.ids if pid.startswith("p")}
+    return {pid: 1 + sum(1 for other in keys.values() if other < key) for pid, key in keys.items()}
+
+
+def test_the_reports_ranks_and_factors_are_the_engines_on_a_tree_with_ties(world, history, api):
+    # Ties everywhere: pa and the department A1 beside it have no usage (both go first among A's
+    # children); pb and pb2 (8 shares each, under B) ran the very same job hours; A1's pa1 too.
+    pb2 = Project.objects.create(code="pb2", name="Project b2", department=world.B)
+    QuotaNode.objects.create(project=pb2, flavor=world.F, quota=8)
+    now = timezone.now()
+    for project in (world.pb, pb2):
+        history.run(project, world.F, now - 3 * HOUR, now - 2 * HOUR, gpus=4, submitted=now - 4 * HOUR)
+    engine = _engine_ranks(now)
+    report = {row.tree_id: row.fair for row in fair_share_report(None, now).rows}
+    projects = [pid for pid in report if pid.startswith("p")]
+    assert {pid: report[pid].rank for pid in projects} == engine
+    assert {pid: report[pid].factor for pid in projects} == {
+        pid: (len(projects) - engine[pid] + 1) / len(projects) for pid in projects}
+    nodes = _nodes(api(world.users["platform"]).get(reverse("api:fair-share")).json())  # what users read
+    assert engine[f"p{world.pb.pk}"] == engine[f"p{pb2.pk}"] == 3  # the tie is one rank for both
+    assert nodes["pb"]["factor"] == nodes["pb2"]["factor"] == pytest.approx(2 / 4)
+    assert [nodes[c]["rank"] for c in ("pa", "pa1")] == [1, 2]

@@ -1,12 +1,20 @@
-"""quotas/fairtree.py: the report's Fair Tree (DESIGN §16) — level fair share among siblings,
-ranks level by level from the root, factor = (leaves − rank + 1) / leaves."""
+"""The report's figures from the one Fair Tree (jobs/scheduler/fairshare.py ``fair_figures``, DESIGN
+§16) — level fair share among siblings, ranks level by level from the root, factor = (projects −
+rank + 1) / projects — and the shares (quotas/fair_shares.py)."""
 
 import math
 from decimal import Decimal
 
-from quotas.fairtree import fair_tree, shares_of
+from jobs.scheduler.fairshare import fair_figures
+from quotas.admission import TreeNode
+from quotas.fair_shares import shares_of
 
 TREE = {"d1": None, "d2": None, "p1": "d1", "p2": "d1", "p3": "d2"}
+NODES = [TreeNode(k, up, "project" if k[0] == "p" else "department") for k, up in TREE.items()]
+
+
+def fair_tree(_parents, shares, usage):
+    return fair_figures(NODES, usage, shares)
 
 
 def test_shares_are_normalised_quota_unless_weighted():
@@ -32,3 +40,13 @@ def test_twice_the_shares_may_use_twice_as_much_for_the_same_place():
     assert math.isclose(even["d1"].level_fs, 1.0) and math.isclose(even["d2"].level_fs, 1.0)
     more = fair_tree(TREE, shares, {"p1": 2.1, "p3": 1.0})
     assert more["p3"].rank == 1  # d1 a little over its 2:1 share: d2 goes first
+
+
+def test_tied_projects_share_a_rank_and_the_next_rank_skips():
+    shares = {"d1": 1, "d2": 1, "p1": 1, "p2": 1, "p3": 1}
+    # d1 and d2 tie (each 2 of 4 with half the shares); then the merged children by usage per share:
+    # p1 = p2 (1 each) before p3 (2). Slurm would tie all three (each LF 1 inside its department):
+    # the engine's order, which the report follows, compares u/s (jobs/scheduler/fairshare.py).
+    fair = fair_tree(TREE, shares, {"p1": 1.0, "p2": 1.0, "p3": 2.0})
+    assert [fair[p].rank for p in ("p1", "p2", "p3")] == [1, 1, 3]
+    assert [fair[p].factor for p in ("p1", "p2", "p3")] == [1.0, 1.0, 1 / 3]

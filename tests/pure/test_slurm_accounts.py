@@ -14,11 +14,15 @@ from quotas.slurm_accounts import (
     ClassRef,
     Member,
     Naming,
+    PendingJob,
     PortalState,
     QuotaLimit,
     SlurmState,
+    blocked_accounts,
+    budget_holds,
     desired_state,
     flat_file,
+    hold_comment,
     parse_current,
     parse_flat_file,
     parse_tracked,
@@ -448,18 +452,40 @@ def test_a_spent_budget_blocks_new_submissions_on_the_account_and_its_borrow_mir
     assert d.accounts["gp_vision1"].grp_submit_jobs is None
     open_ = desired_state(state(), N)
     p = plan(d, _matching(open_), "c1", N)
+    # The description says why (Slurm's refusal only says "job submit limit").
     assert sorted(p.commands) == [
-        "modify account where name=gp_borrow.chat cluster=c1 set grpsubmitjobs=0",
-        "modify account where name=gp_chat cluster=c1 set grpsubmitjobs=0",
+        "modify account where name=gp_borrow.chat cluster=c1 set grpsubmitjobs=0 description='gpupool"
+        " borrowing project chat - budget spent (no new jobs until a top-up)'",
+        "modify account where name=gp_chat cluster=c1 set grpsubmitjobs=0 description='gpupool project chat"
+        " - budget spent (no new jobs until a top-up)'",
     ]
     assert {(c.name, c.before["grp_submit_jobs"], c.after["grp_submit_jobs"]) for c in p.changes} == {
         ("gp_chat", None, 0), ("gp_borrow.chat", None, 0)
     }
     # The budget allows again: the limit is cleared (-1), not left at 0.
     assert sorted(plan(open_, _matching(d), "c1", N).commands) == [
-        "modify account where name=gp_borrow.chat cluster=c1 set grpsubmitjobs=-1",
-        "modify account where name=gp_chat cluster=c1 set grpsubmitjobs=-1",
+        "modify account where name=gp_borrow.chat cluster=c1 set grpsubmitjobs=-1"
+        " description='gpupool borrowing project chat'",
+        "modify account where name=gp_chat cluster=c1 set grpsubmitjobs=-1"
+        " description='gpupool project chat'",
     ]
+
+
+def test_a_spent_departments_accounts_below_it_are_blocked_and_their_queued_jobs_held_then_released():
+    d = desired_state(state(blocked=frozenset({("department", "nlp")})), N)
+    blocked = blocked_accounts(d)
+    # each with the account whose budget is spent (what the held job's comment names)
+    assert {a: blocked[a] for a in ("gp_nlp", "gp_chat", "gp_borrow.nlp", "gp_borrow.chat")} == {
+        "gp_nlp": "gp_nlp", "gp_chat": "gp_nlp", "gp_borrow.nlp": "gp_borrow.nlp",
+        "gp_borrow.chat": "gp_borrow.nlp"}
+    assert "gp_vision1" not in blocked and "gp_ai" not in blocked
+    mine = hold_comment("gp_chat")
+    pending = [PendingJob("1", "gp_chat", False), PendingJob("2", "gp_chat", True, mine),
+               PendingJob("3", "gp_vision1", True, mine), PendingJob("4", "gp_vision1", True, "maintenance"),
+               PendingJob("5", "gp_vision1", False)]
+    # 1 is held; 2 stays held; 3 was held by the sync and its budget allows: released; 4 is an
+    # operator's hold: never released by the sync; 5 is not touched.
+    assert budget_holds(blocked, pending) == (["1"], ["3"])
 
 
 def test_per_user_caps_go_on_each_members_associations_and_a_cap_lifted_is_cleared():

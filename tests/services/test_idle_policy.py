@@ -10,6 +10,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 from django.utils import translation
+from django.utils.dateparse import parse_datetime
 
 from jobs.clusters import dispatch
 from jobs.clusters.backends import base
@@ -69,8 +70,8 @@ def test_the_centre_policy_has_its_defaults_with_or_without_its_row():
     assert (row.threshold_pct, row.idle_minutes, row.grace_minutes) == (5, T, GRACE)
     assert (row.dev_action, row.training_action, row.inference_action) == ("stop", "preemptible", "warn")
     IdlePolicy.objects.filter(priority_class=None).delete()
-    centre, by_class = policies()
-    assert centre == as_policy(IdlePolicy()) and by_class == {}
+    rules = policies()
+    assert rules.centre == as_policy(IdlePolicy()) and rules.by_class == {} and rules.by_project == {}
 
 
 def test_an_idle_dev_job_is_warned_then_stopped_and_both_show_on_its_page(pool, monkeypatch):
@@ -143,6 +144,11 @@ def test_an_idle_training_job_becomes_preemptible_and_the_snapshot_sees_it(pool,
     client.force_login(job.submitted_by)
     page = client.get(reverse("job-detail", args=[job.pk]), HTTP_ACCEPT_LANGUAGE="en").content.decode()
     assert "made so by the idle policy" in page and "Made preemptible by the idle policy" in page
+    shown = client.get(f"/api/v1/jobs/{job.pk}/").json()  # the job's API object says when
+    assert parse_datetime(shown["idle_warned_at"]) == job.idle_warned_at == now + timedelta(minutes=T)
+    assert parse_datetime(shown["idle_preemptible_at"]) == at
+    [listed] = client.get("/api/v1/jobs/", {"state": "running"}).json()["results"]  # the list's rows too
+    assert parse_datetime(listed["idle_preemptible_at"]) == at
 
 
 def test_an_exempted_job_is_left_alone_until_its_exemption_ends(pool, monkeypatch):
@@ -335,7 +341,7 @@ def test_two_workers_with_the_same_read_warn_once_and_stop_once(pool):
 
     f, proj, now = pool
     job = _running(proj, f, kind="dev", name="raced", at=now)
-    policy, _ = idle_service.policies()
+    policy = idle_service.policies().centre
     [read] = idle_service._running_jobs()
     assert idle_service._warn(read, policy, Decision(Step.WARN, T), now) is True
     assert idle_service._warn(read, policy, Decision(Step.WARN, T), now) is False
@@ -346,3 +352,30 @@ def test_two_workers_with_the_same_read_warn_once_and_stop_once(pool):
     assert idle_service._preemptible(read, policy, Decision(Step.PREEMPTIBLE, T + GRACE), later) is False
     assert [len(_events(job, k)) for k in ("idle_warned", "idle_stopped", "cancel_requested")] == [1, 1, 1]
     assert Notification.objects.filter(recipient=job.submitted_by).count() == 2
+
+
+def test_a_projects_override_replaces_its_class_and_the_centre_for_its_jobs_only(pool, monkeypatch):
+    """The job's class has an override (stop after T); its project's own (warn only, after 30 min)
+    wins for its jobs; a job of another project keeps the class's."""
+    f, proj, now = pool
+    other = fx.project("other-idle", proj.department)
+    fx.quota(f, other, 8)
+    mine = _running(proj, f, kind="dev", name="mine", at=now)
+    theirs = _running(other, f, kind="dev", name="theirs", at=now)
+    IdlePolicy.objects.create(priority_class=mine.priority_class, idle_minutes=T, grace_minutes=GRACE,
+                              dev_action="stop")
+    IdlePolicy.objects.create(project=proj, idle_minutes=30, grace_minutes=GRACE, dev_action="warn")
+    for job in (mine, theirs):
+        _samples(job, now, T + GRACE + 1)
+    assert run_idle_policy(now + timedelta(minutes=29))["warn"] == 1  # 30 idle minutes: mine only
+    mine.refresh_from_db()
+    assert mine.idle_warned_at == now + timedelta(minutes=29)
+    assert [e.reason for e in _events(mine, "idle_warned")] == [
+        "warned by the idle policy: GPU utilisation under 5% for 30 min"]
+    later = now + timedelta(minutes=T + GRACE)
+    assert run_idle_policy(now + timedelta(minutes=T - 1))["warn"] == 1  # theirs, at the class's T
+    assert run_idle_policy(later) == {"warn": 0, "clear": 0, "stop": 1, "preemptible": 0}  # theirs
+    mine.refresh_from_db()
+    theirs.refresh_from_db()
+    assert mine.cancel_requested_at is None and mine.idle_acted_at is None  # warned only
+    assert theirs.cancel_requested_at is not None

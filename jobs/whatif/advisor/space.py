@@ -19,6 +19,10 @@ dimension                  bounds (default)           replay input
 ``fair_half_life_s``       choices [null]             ``policy.fair_half_life_s`` (null: as the
                            (whole s, 3,600–365 days;  input has it — no key); a value turns fair
                            not searched)              share on with that half-life (DESIGN §16)
+``fair_weight``            choices [1] (factors > 0,  ``policy.fair_share_factors``, one
+                           ≤ 100; not searched)       dimension per department
+                                                      (``fair_weight:<d>``): its shares × the
+                                                      factor (1: no key); turns fair share on
 =========================  =========================  ========================================
 
 The replay honours ``queueing`` through ``Options.queueing_by_tenant`` (jobs/scheduler/engine/fifo.py).
@@ -42,6 +46,7 @@ CHOICES = {
     "packing": ("fragmentation_aware", "best_fit"),
     "queueing": ("best_effort", "strict_fifo"),
     "fair_half_life_s": "seconds_or_null",
+    "fair_weight": "factor",
 }
 # The portal's half-life setting's range (jobs/rule_models.py), so that "apply" can set what is found.
 FAIR_MIN_S, FAIR_MAX_S = 3600, 365 * 86_400
@@ -58,12 +63,15 @@ DEFAULT_BOUNDS = {
     # Pinned by default (existing studies search what they did); e.g. [null, 86400, 604800, 2592000]
     # lets the advisor weigh a day, Slurm's week and a month against the input's own.
     "fair_half_life_s": [None],
+    # Pinned too; e.g. [0.5, 1, 2] weighs halving and doubling each department's shares.
+    "fair_weight": [1.0],
 }
 TODAY = {
     "overcommit_ratio": 1.0, "borrow_limit_ratio": None, "lend_limit_ratio": None,
     "night_lend_limit_ratio": None, "grace_s": 0, "backfill": True, "packing": "fragmentation_aware",
-    "queueing": "best_effort", "fair_half_life_s": None,
+    "queueing": "best_effort", "fair_half_life_s": None, "fair_weight": 1.0,
 }
+PER_NODE = ("queueing", "fair_weight")  # one dimension per project / per department
 
 
 @dataclass(frozen=True)
@@ -121,6 +129,8 @@ def _choices(name: str, value, allowed) -> list:
             ok, what = ratio, "null or ratios from 0 to 100"
         elif allowed == "seconds_or_null":
             ok, what = seconds, f"null or whole seconds from {FAIR_MIN_S} to {FAIR_MAX_S}"
+        elif allowed == "factor":
+            ok, what = number and 0 < v <= 100, "numbers above 0, at most 100"
         else:
             ok, what = v in allowed, ", ".join(map(str, allowed))
         if not ok:
@@ -130,9 +140,15 @@ def _choices(name: str, value, allowed) -> list:
     return list(value)
 
 
+def departments(projects: Sequence[str]) -> list[str]:
+    """The departments of the replay's tree: every proper prefix of a project's path (``a/b/c``:
+    ``a`` and ``a/b``; a one-part path is a project under the root), sorted."""
+    return sorted({"/".join(p.split("/")[:k]) for p in projects for k in range(1, len(p.split("/")))})
+
+
 def dimensions(bounds: Mapping, projects: Sequence[str]) -> list[Dimension]:
     """The searched dimensions of checked ``bounds`` (pinned ones included, as fixed), the
-    queueing strategy once per project (sorted)."""
+    queueing strategy once per project and the fair-share weight once per department (sorted)."""
     out = []
     for name in ("overcommit_ratio", "grace_s"):
         low, high = bounds[name]
@@ -141,13 +157,16 @@ def dimensions(bounds: Mapping, projects: Sequence[str]) -> list[Dimension]:
                  "fair_half_life_s"):
         out.append(Dimension(name, choices=tuple(bounds[name])))
     out.extend(Dimension(f"queueing:{p}", choices=tuple(bounds["queueing"])) for p in sorted(projects))
+    out.extend(Dimension(f"fair_weight:{d}", choices=tuple(bounds["fair_weight"]))
+               for d in departments(projects))
     return out
 
 
 def today(projects: Sequence[str]) -> dict:
     """Today's settings as a candidate's params (the baseline every candidate is judged against)."""
-    params = {k: v for k, v in TODAY.items() if k != "queueing"}
+    params = {k: v for k, v in TODAY.items() if k not in PER_NODE}
     params.update({f"queueing:{p}": TODAY["queueing"] for p in sorted(projects)})
+    params.update({f"fair_weight:{d}": TODAY["fair_weight"] for d in departments(projects)})
     return params
 
 
@@ -169,6 +188,10 @@ def replay_inputs(params: Mapping, bounds: Mapping) -> dict:
                            "lend_limit_ratio": float(params["night_lend_limit_ratio"])}
     if params.get("fair_half_life_s") is not None:
         policy["fair_half_life_s"] = int(params["fair_half_life_s"])
+    factors = {k.split(":", 1)[1]: float(v) for k, v in sorted(params.items())
+               if k.startswith("fair_weight:") and v != TODAY["fair_weight"]}
+    if factors:
+        policy["fair_share_factors"] = factors
     queueing = {k.split(":", 1)[1]: v for k, v in sorted(params.items())
                 if k.startswith("queueing:") and v == "strict_fifo"}
     return {"policy": policy, "queueing": queueing}
@@ -177,4 +200,8 @@ def replay_inputs(params: Mapping, bounds: Mapping) -> dict:
 def changes(params: Mapping, projects: Sequence[str]) -> dict:
     """The params that differ from today's (what "apply" turns into requests)."""
     base = today(projects)
-    return {k: v for k, v in sorted(params.items()) if base.get(k) != v}
+
+    def was(key: str):  # a weight of a department the projects no longer name: today's is 1
+        return base.get(key, TODAY["fair_weight"] if key.startswith("fair_weight:") else None)
+
+    return {k: v for k, v in sorted(params.items()) if was(k) != v}

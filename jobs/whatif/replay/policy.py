@@ -14,7 +14,8 @@ key is optional and an absent key keeps what the replay does today::
         "backfill": true,               # EASY backfill on / off
         "packing": "fragmentation_aware" | "best_fit",
         "fair_half_life_s": 86400,      # fair share on, usage decaying with this half-life (0: none)
-        "fair_entry_s": 3600}}          # what an admission charges at once (with fair share)
+        "fair_entry_s": 3600,           # what an admission charges at once (with fair share)
+        "fair_share_factors": {"ai": 2}}}  # a department's shares × this (fair share on)
 
 Decisions (docs/advisor.md):
 
@@ -32,6 +33,10 @@ Decisions (docs/advisor.md):
   tree node's quota (the portal's default shares). They win over a history export's own settings,
   so the advisor can ask "what if the centre's half-life were a day?". From 0 (no decay / no
   entry charge) to 3,650 days.
+* ``fair_share_factors`` (department tree id → a number > 0, at most 100) multiplies those
+  departments' shares — what a platform admin's weight does in the portal, as a factor of the
+  default so that one advisor dimension means the same for every department. It turns fair share
+  on too; a name that is not a department of the replay's tree is an error.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from jobs.scheduler.scheduler import Limits, TreeNode
 
 PACKING = {"fragmentation_aware": True, "best_fit": False}
 KEYS = ("overcommit_ratio", "borrow_limit_ratio", "lend_limit_ratio", "night", "grace_s", "backfill",
-        "packing", "fair_half_life_s", "fair_entry_s")
+        "packing", "fair_half_life_s", "fair_entry_s", "fair_share_factors")
 DAY = 86_400.0
 FAIR_MAX_S = 3650 * DAY  # ten years: longer is no decay at all, which 0 says
 
@@ -73,7 +78,18 @@ def check(policy: Mapping) -> dict:
     for key in ("fair_half_life_s", "fair_entry_s"):
         if key in out:
             _number(out, key, low=0.0, high=FAIR_MAX_S)
+    if "fair_share_factors" in out:
+        out["fair_share_factors"] = _factors(out["fair_share_factors"])
     return out
+
+
+def _factors(factors) -> dict[str, float]:
+    if not isinstance(factors, Mapping) or not all(isinstance(k, str) for k in factors):
+        raise ValueError("policy.fair_share_factors: an object of department → number")
+    for node, v in factors.items():
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not 0 < v <= 100:
+            raise ValueError(f"policy.fair_share_factors[{node}]: a number above 0, at most 100, not {v!r}")
+    return {k: float(v) for k, v in factors.items()}
 
 
 def _number(d: Mapping, key: str, *, low: float, high: float) -> float:
@@ -117,6 +133,9 @@ def engine_settings(policy: Mapping, options):
         changes.update(fair_share=True, fair_shares_from_quotas=True, fair_from_spec=False)
         changes["fair_half_life_s"] = float(policy.get("fair_half_life_s", options.fair_half_life_s))
         changes["fair_entry_s"] = float(policy.get("fair_entry_s", options.fair_entry_s))
+    if policy.get("fair_share_factors"):
+        changes.update(fair_share=True, fair_shares_from_quotas=True,
+                       fair_share_factors=dict(policy["fair_share_factors"]))
     return replace(options, **changes)
 
 

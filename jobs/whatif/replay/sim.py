@@ -132,6 +132,9 @@ class Options:
     # False: the half-life and entry charge above win over a history export's own (the replay
     # command's --half-life / --fair-entry).
     fair_from_spec: bool = True
+    # Department tree id → a factor on its shares (the policy's ``fair_share_factors``, the
+    # advisor's per-department weight); absent: 1.
+    fair_share_factors: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -367,6 +370,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     shares = dict(world.fair_shares) if world is not None and options.fair_share else {}
     if options.fair_share and not shares and options.fair_shares_from_quotas:
         shares = quota_shares(limits)
+    if shares and options.fair_share_factors:
+        shares = weighted_shares(shares, options.fair_share_factors, tree)
     half_life, entry, norms = _fair_settings(world, options)
     meter = DecayedUsage(half_life, t_first) if shares else None
     if meter is not None:
@@ -611,6 +616,17 @@ def _fair_settings(world: World | None, options: Options) -> tuple[float, float,
     half_life = world.fair_half_life_s if world.fair_half_life_s is not None else options.fair_half_life_s
     entry = world.fair_entry_s if world.fair_entry_s is not None else options.fair_entry_s
     return half_life, entry, world.fair_norms
+
+
+def weighted_shares(shares: Mapping[str, float], factors: Mapping[str, float],
+                    tree: Sequence[TreeNode]) -> dict[str, float]:
+    """``shares`` with each named department's multiplied by its factor (a factor naming anything
+    but a department of ``tree`` is an error, not ignored)."""
+    departments = {n.id for n in tree if n.kind == "department"}
+    unknown = sorted(set(factors) - departments)
+    if unknown:
+        raise ValueError(f"policy.fair_share_factors: not a department of the replay: {', '.join(unknown)}")
+    return {node: value * factors.get(node, 1.0) for node, value in shares.items()}
 
 
 def quota_shares(limits: Mapping[tuple[str, str], Limits]) -> dict[str, float]:
