@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0029_fair_share_settings'),
+        ('jobs', '0030_retries'),
         ('portal', '0015_approval_kind_idle_exemption'),
     ]
 
