@@ -56,6 +56,7 @@ TARGET = pgettext_noop("job event", "target %(before)s→%(after)s")
 SCALED_BY_AUTOSCALER = pgettext_noop("job event", "scaled %(before)s→%(after)s by the autoscaler")
 TARGET_BY_AUTOSCALER = pgettext_noop("job event", "target %(before)s→%(after)s by the autoscaler")
 NODE_DRAINED = pgettext_noop("job event", "requeued off node %(node)s (drained: %(reason)s)")
+QUEUE_DRAINED = pgettext_noop("job event", "requeued: the queue of %(queue)s is draining (%(reason)s)")
 PREEMPTED_FOR = {
     "reclaim": pgettext_noop("job event", "reclaim for job %(job)s"),
     "priority": pgettext_noop("job event", "priority for job %(job)s"),

@@ -10,6 +10,7 @@ from billing import views_fairshare as billing_fairshare_views
 from jobs import api as jobs_api
 from jobs import api_approvals as jobs_approvals_api
 from jobs import api_autoscale as jobs_autoscale_api
+from jobs import api_reservations as jobs_reservations_api
 from jobs import api_templates as jobs_templates_api
 from jobs import views as jobs_views
 from jobs import views_policies as policy_views
@@ -171,6 +172,17 @@ api_v1 = [
         jobs_approvals_api.ApprovalPolicyDetailApi.as_view(),
         name="approvalpolicy-detail",
     ),
+    # Reservations, maintenance windows and queue states (issue 35, DESIGN §17).
+    path("reservations/", jobs_reservations_api.ReservationListApi.as_view(), name="reservation-list"),
+    path("reservations/<int:pk>/cancel/", jobs_reservations_api.ReservationCancelApi.as_view(),
+         name="reservation-cancel"),
+    path("maintenance/", jobs_reservations_api.MaintenanceApi.as_view(), name="maintenance"),
+    path("projects/<int:pk>/reservation-requests/",
+         jobs_reservations_api.ProjectReservationRequestApi.as_view(), name="project-reservation-request"),
+    path("projects/<int:pk>/queue-state/", jobs_reservations_api.ProjectQueueStateApi.as_view(),
+         name="project-queue-state"),
+    path("departments/<int:pk>/queue-state/", jobs_reservations_api.DepartmentQueueStateApi.as_view(),
+         name="department-queue-state"),
     # The node / GPU map (issue 24).
     path("nodes/occupancy/", jobs_nodes_api.NodeOccupancyApi.as_view(), name="node-occupancy"),
     path("nodes/<int:pk>/cordon/", jobs_nodes_api.NodeCordonApi.as_view(), name="node-cordon"),
