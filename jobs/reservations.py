@@ -181,7 +181,7 @@ def reservation_request_apply(request: ApprovalRequest, actor: User) -> None:
     resv.nodes.set(nodes)
     ApprovalRequest.objects.filter(pk=request.pk).update(subject_id=resv.pk)
     request.subject_id = resv.pk
-    transaction.on_commit(lambda: enqueue("jobs.sync_slurm_reservations"))
+    enqueue("jobs.sync_slurm_reservations")
 
 
 def reservation_request_close(request, outcome, actor, comment) -> None:
@@ -207,7 +207,7 @@ def maintenance_create(*, actor: User, nodes: list[Node], starts_at: datetime, e
         resv = Reservation.objects.create(starts_at=starts_at, ends_at=ends_at, reason=text,
                                           requested_by=actor, created_at=now)
         resv.nodes.set(nodes)
-        transaction.on_commit(lambda: enqueue("jobs.sync_slurm_reservations"))
+        enqueue("jobs.sync_slurm_reservations")
     return resv
 
 
@@ -221,7 +221,7 @@ def reservation_cancel(*, actor: User, reservation: Reservation) -> bool:
         done = Reservation.objects.filter(pk=reservation.pk, state=ReservationState.ACTIVE).update(
             state=ReservationState.CANCELLED)
         if done:
-            transaction.on_commit(lambda: enqueue("jobs.sync_slurm_reservations"))
+            enqueue("jobs.sync_slurm_reservations")
     return bool(done)
 
 
@@ -312,7 +312,10 @@ def _stop(jobs: list[Job], owner, text: str, now: datetime) -> list[int]:
     from jobs.scheduling.cycle import preemption_signal
 
     why = reasons.reason(reasons.QUEUE_DRAINED, queue=str(owner), reason=text)
-    stopped = preemption_signal([(job.pk, why) for job in jobs], now, data={"queue": str(owner)})
-    transaction.on_commit(lambda: enqueue("jobs.backend_work"))
+    # One at a time, in the order given: the checkpointing jobs are signalled (and their events
+    # written) first.
+    data = {"queue": str(owner)}
+    stopped = [pk for job in jobs for pk in preemption_signal([(job.pk, why)], now, data=data)]
+    enqueue("jobs.backend_work")
     return stopped
 
