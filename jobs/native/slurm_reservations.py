@@ -33,8 +33,8 @@ from jobs.reservations import live_windows
 from quotas.models import Cluster, Node
 
 log = logging.getLogger(__name__)
-FLAGS_MAINT = "MAINT,IGNORE_JOBS,SPEC_NODES"
-FLAGS_PROJECT = "IGNORE_JOBS,SPEC_NODES"
+FLAGS_MAINT = "MAINT,IGNORE_JOBS"
+FLAGS_PROJECT = "IGNORE_JOBS"
 
 
 @dataclass(frozen=True, slots=True)
