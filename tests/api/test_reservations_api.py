@@ -199,3 +199,39 @@ def test_a_department_hold_covers_its_projects(world, api):
         == {"state": "hold"}
     assert build_snapshot(timezone.now()).queues_held == frozenset({f"d{world.A.pk}"})
     assert api(world.users["pb_member"]).get(url).status_code == 404
+
+
+def _submit(api, world, runtime):
+    PriorityClass.objects.get_or_create(name="training", defaults={"value": 100})
+    body = {"name": "waits", "project": world.pa1.pk, "kind": "training", "flavor": "F",
+            "priority": "training", "image": "img", "gpus_per_worker": 1, "max_runtime_seconds": runtime}
+    response = api(world.users["pa1_member"]).post(reverse("api:job-list"), body, format="json")
+    assert response.status_code == 201, response.content
+    return response.json()["id"]
+
+
+def _explain(api, world, job_id):
+    return api(world.users["pa1_member"]).get(reverse("api:job-explain", args=[job_id])).json()
+
+
+def test_explain_says_queue_on_hold(world, api):
+    job_id = _submit(api, world, 3600)
+    url = reverse("api:project-queue-state", args=[world.pa1.pk])
+    api(world.users["a_admin"]).put(url, {"state": "hold", "reason": "review"}, format="json")
+    out = _explain(api, world, job_id)
+    assert out["reason"] == "queue_hold" and out["text"].startswith("Queue on hold: ")
+
+
+def test_explain_names_the_nodes_and_the_start_of_a_maintenance_the_job_would_cross(world, api):
+    start = timezone.now() + timedelta(hours=2)
+    body = {"nodes": ["n0", "n1"], "reason": "power work", "starts_at": start.isoformat(),
+            "ends_at": (start + timedelta(hours=2)).isoformat()}
+    made = api(world.users["platform"]).post(reverse("api:maintenance"), body, format="json")
+    assert made.status_code == 201
+    crossing = _explain(api, world, _submit(api, world, 4 * 3600))
+    assert crossing["reason"] == "maintenance", crossing
+    assert crossing["text"].startswith(
+        "Not placed on n0, n1: its maximum runtime crosses the maintenance at ")
+    assert crossing["window"]["maintenance"] is True
+    # A job that ends before the start is not held by it.
+    assert _explain(api, world, _submit(api, world, 3600))["reason"] != "maintenance"

@@ -62,7 +62,7 @@ def test_named_nodes_reserved_for_a_project_are_its_own_and_nobody_else_s():
     assert _placed(result) == {"q1": {"n001"}}
     e = result.explanations["q2"]
     assert e.reason == "reserved" and e.node_id is None  # the other project is not named to it
-    assert "not placed on n000: its maximum runtime crosses the reservation of p" in e.message
+    assert "not placed on n000: its maximum runtime crosses another project's reservation" in e.message
 
 
 def test_a_reserved_count_is_not_given_to_another_project_during_the_window():

@@ -271,7 +271,8 @@ def _windowed(s, p: Pending, pool, owed: str, holders, own, position: int) -> Ex
     if barred and not plan_fits(rest, p.min_workers, p.pmilli):
         w = barred[0][1]
         names = tuple(pool.ids[j] for j, x in barred if x is w)
-        what = "the maintenance" if w.project_id is None else f"the reservation of {w.project_id}"
+        # Another project's reservation is not named: it may be another tenant's.
+        what = "the maintenance" if w.project_id is None else "another project's reservation"
         return Explain(position, "maintenance" if w.project_id is None else "reserved", p.flavor, None,
                        (("workers", p.min_workers), ("per_worker", p.milli)), holders,
                        f"{owed}; not placed on {', '.join(names)}: its maximum runtime crosses "
@@ -280,7 +281,7 @@ def _windowed(s, p: Pending, pool, owed: str, holders, own, position: int) -> Ex
     if held and not plan_fits(hold_back(rest, held), p.min_workers, p.pmilli):
         return Explain(position, "reserved", p.flavor, None,
                        (("reserved", held * FULL), ("workers", p.min_workers), ("per_worker", p.milli)),
-                       holders, f"{owed}; {held} GPU(s) of {p.flavor} are reserved for {w.project_id} "
+                       holders, f"{owed}; {held} GPU(s) of {p.flavor} are reserved for another project "
                                 f"from {w.start.isoformat()}", own, window=w)
     return None
 
