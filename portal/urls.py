@@ -14,6 +14,7 @@ from jobs import api_reservations as jobs_reservations_api
 from jobs import api_templates as jobs_templates_api
 from jobs import views as jobs_views
 from jobs import views_policies as policy_views
+from jobs import views_reservations as jobs_reservation_views
 from jobs import views_templates as job_template_views
 from jobs.clusters import api_logs as jobs_logs_api
 from jobs.clusters import api_nodes as jobs_nodes_api
@@ -271,6 +272,7 @@ urlpatterns = [
     path("jobs/<int:pk>/access/auth/", log_views.job_access_auth, name="job-access-auth"),
     path("jobs/<int:pk>/save-template/", job_template_views.template_from_job, name="job-template-from-job"),
     path("quotas/loans/", quotas_views.loan_list, name="loan-list"),
+    path("reservations/", jobs_reservation_views.reservations_page, name="reservations"),
     path("external-sources/", external_views.external_source_list, name="external-source-list"),
     path("external-sources/<int:pk>/map/", external_views.external_source_map, name="external-source-map"),
     path("priority-classes/", jobs_views.priority_class_list, name="priority-class-list"),
