@@ -61,7 +61,7 @@ class ReservationRequestForm(ServiceErrorsMixin, forms.Form):
     flavor = forms.ModelChoiceField(queryset=Flavor.objects.none(), label=_("Flavor"), required=False)
     gpus = forms.IntegerField(label=_("GPUs"), min_value=1, max_value=1_000_000, required=False,
                               help_text=_("A number of whole GPUs of the flavor, on any nodes."))
-    nodes = _NodesField(label=_("Nodes"), required=False,
+    nodes = _NodesField(label=_("Node names"), required=False,
                         help_text=_("Or named nodes instead of a number, separated by commas."))
     starts_at = _datetime_field(_("Starts at"))
     ends_at = _datetime_field(_("Ends at"))
@@ -82,7 +82,7 @@ class ReservationRequestForm(ServiceErrorsMixin, forms.Form):
 
 
 class MaintenanceForm(ServiceErrorsMixin, forms.Form):
-    nodes = _NodesField(label=_("Nodes"), help_text=_("Node names, separated by commas."))
+    nodes = _NodesField(label=_("Node names"), help_text=_("Node names, separated by commas."))
     starts_at = _datetime_field(_("Starts at"))
     ends_at = _datetime_field(_("Ends at"))
     reason = forms.CharField(label=_("Reason"), max_length=300)
