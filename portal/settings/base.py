@@ -268,6 +268,8 @@ SPECTACULAR_SETTINGS = {
         "WebhookKindEnum": "portal.models.WebhookKind",
         "WebhookDeliveryStatusEnum": "portal.models.DeliveryStatus",
         "NotificationTopicEnum": "portal.models.NotificationTopic",
+        "QueueStateEnum": "jobs.reservation_models.QueueState",
+        "ReservationStateEnum": "jobs.reservation_models.ReservationState",
     },
 }
 
