@@ -6,9 +6,11 @@ run there), a project's reservation is its nodes for the project's Slurm account
 flavor's nodes on the cluster that cover it, by name — since slurmctld reserves nodes, not GPUs.
 
 The portal is the source: a reservation under the portal's names (``<prefix>resv_<id>``,
-``<prefix>maint_<id>``) that the portal no longer has is deleted, one that differs is replaced;
-the changes are returned (and logged) as the drift found. Both sides compare the same way:
-``StartTime``/``EndTime`` in the local time both this process and scontrol read them in.
+``<prefix>maint_<id>``) that the portal no longer has is deleted; one that differs in time or
+nodes is updated in place (jobs running in it stay); the changes are returned (and logged) as the
+drift found. Both sides compare ``StartTime``/``EndTime`` in the local time both this process and
+scontrol read them in. A project's reservation has ``Flags=MAGNETIC``: the project's jobs, native
+or the portal's, run in it without asking for it.
 
 Which clusters: every active, not simulated Slurm cluster (as the account sync,
 ``jobs.native.slurm_accounts.accounts_clusters``). When: after every reservation change
@@ -34,13 +36,15 @@ from quotas.models import Cluster, Node
 
 log = logging.getLogger(__name__)
 FLAGS_MAINT = "MAINT,IGNORE_JOBS"
-FLAGS_PROJECT = "IGNORE_JOBS"
+# MAGNETIC: the project's jobs (native ones and the portal's, which name no reservation) run in
+# it without asking for it (``--reservation``); others cannot.
+FLAGS_PROJECT = "IGNORE_JOBS,MAGNETIC"
 
 
 @dataclass(frozen=True, slots=True)
 class SlurmReservation:
     name: str
-    start: str  # scontrol's form, local time: 2026-12-07T20:00:00
+    start: str  # scontrol's form, local time: 2026-12-07T20:00:00; "now" once it has started
     end: str
     nodes: tuple[str, ...]
     maint: bool
@@ -61,8 +65,10 @@ def _names(resv: Reservation, prefix: str) -> str:
     return f"{prefix}maint_{resv.pk}" if resv.maintenance else f"{prefix}resv_{resv.pk}"
 
 
-def desired(cluster: Cluster, windows: list[Reservation], prefix: str) -> dict[str, SlurmReservation]:
-    """The Slurm reservations ``cluster`` should hold for ``windows`` (those with nodes there)."""
+def desired(cluster: Cluster, windows: list[Reservation], prefix: str,
+            now: datetime) -> dict[str, SlurmReservation]:
+    """The Slurm reservations ``cluster`` should hold for ``windows`` (those with nodes there). One
+    that has started is created from "now" (slurmctld refuses a start in the past)."""
     nodes = list(Node.objects.filter(cluster=cluster).order_by("name"))
     out: dict[str, SlurmReservation] = {}
     taken: set[str] = {n.name for w in windows for n in w.nodes.all() if n.cluster_id == cluster.pk}
@@ -76,8 +82,8 @@ def desired(cluster: Cluster, windows: list[Reservation], prefix: str) -> dict[s
             continue
         name = _names(w, prefix)
         account = "" if w.maintenance else f"{prefix}{w.project.code.lower()}"
-        out[name] = SlurmReservation(name, slurm_time(w.starts_at), slurm_time(w.ends_at), names,
-                                     w.maintenance, account)
+        start = "now" if w.starts_at <= now else slurm_time(w.starts_at)
+        out[name] = SlurmReservation(name, start, slurm_time(w.ends_at), names, w.maintenance, account)
     return out
 
 
@@ -106,7 +112,8 @@ def parse_shown(text: str, prefix: str) -> dict[str, dict[str, str]]:
 def plan(want: dict[str, SlurmReservation], shown: dict[str, dict[str, str]],
          hostnames) -> list[tuple[str, str, list[list[str]]]]:
     """(change, name, commands): delete what the portal no longer has, create what is missing,
-    replace what differs (``hostnames`` expands Slurm's node list: ``node[1-2]``)."""
+    update what differs in time or nodes (in place: jobs running in it stay), replace one whose
+    kind changed (``hostnames`` expands Slurm's node list: ``node[1-2]``)."""
     changes = []
     for name in sorted(set(shown) - set(want)):
         changes.append(("delete", name, [["scontrol", "delete", f"ReservationName={name}"]]))
@@ -114,12 +121,26 @@ def plan(want: dict[str, SlurmReservation], shown: dict[str, dict[str, str]],
         have = shown.get(name)
         if have is None:
             changes.append(("create", name, [spec.create_args()]))
-        elif (have.get("StartTime"), have.get("EndTime")) != (spec.start, spec.end) or \
-                tuple(sorted(hostnames(have.get("Nodes", "")))) != spec.nodes or \
-                ("MAINT" in have.get("Flags", "").split(",")) != spec.maint:
+        elif ("MAINT" in have.get("Flags", "").split(",")) != spec.maint:
             changes.append(("replace", name, [["scontrol", "delete", f"ReservationName={name}"],
                                               spec.create_args()]))
+        else:
+            fields = _differing(spec, have, hostnames)
+            if fields:
+                changes.append(("update", name, [["scontrol", "update", f"ReservationName={name}", *fields]]))
     return changes
+
+
+def _differing(spec: SlurmReservation, have: dict[str, str], hostnames) -> list[str]:
+    """The ``Field=value`` settings that bring ``have`` to ``spec`` (a started one keeps its start)."""
+    fields = []
+    if spec.start != "now" and have.get("StartTime") != spec.start:
+        fields.append(f"StartTime={spec.start}")
+    if have.get("EndTime") != spec.end:
+        fields.append(f"EndTime={spec.end}")
+    if tuple(sorted(hostnames(have.get("Nodes", "")))) != spec.nodes:
+        fields.append(f"Nodes={','.join(spec.nodes)}")
+    return fields
 
 
 def _run(env: dict, args: Sequence[str]) -> str:
@@ -140,7 +161,7 @@ def sync_cluster_reservations(cluster: Cluster, *, now: datetime | None = None) 
     conf = (cluster.config or {}).get("slurm_conf") or os.environ["SLURM_CONF"]
     env = {**os.environ, "SLURM_CONF": conf}
     prefix = naming().prefix
-    want = desired(cluster, live_windows(now), prefix)
+    want = desired(cluster, live_windows(now), prefix, now)
     shown = parse_shown(_run(env, ["scontrol", "-o", "show", "reservation"]), prefix)
 
     def hostnames(nodes: str) -> list[str]:
@@ -151,7 +172,15 @@ def sync_cluster_reservations(cluster: Cluster, *, now: datetime | None = None) 
     drift = []
     for change, name, commands in plan(want, shown, hostnames):
         for args in commands:
-            _run(env, args)
+            try:
+                _run(env, args)
+            except BackendError as exc:
+                # slurmctld keeps a reservation its jobs run in ("in use"): it is ended instead;
+                # the jobs run on, and it goes when they end.
+                if args[1] != "delete" or "in use" not in str(exc):
+                    raise
+                _run(env, ["scontrol", "update", f"ReservationName={name}", "EndTime=now"])
+                change = "end"
         drift.append({"change": change, "name": name})
         log.info("slurm reservation %s on %s: %s", name, cluster.name, change)
     return drift

@@ -156,20 +156,37 @@ def test_a_maintenance_appears_in_slurm_and_holds_back_a_native_job_whose_limit_
                about=lambda: _squeue(site, crossing, "%T|%r"))
 
 
-def test_a_project_reservation_is_written_for_its_account_and_replaced_when_it_changes(site, world):
+def test_a_project_reservation_is_its_accounts_alone_and_follows_the_portal(site, world):
+    """Written for the project's account with MAGNETIC: the project's native job runs in it without
+    naming it; changed in the portal it is updated in place, cancelled it is deleted."""
     from jobs.native.slurm_reservations import sync_cluster_reservations
     from jobs.reservation_models import Reservation
 
     now = timezone.now()
     resv = Reservation.objects.create(project=world["project"], flavor=world["node"].flavor, gpus=2,
-                                      starts_at=now + timedelta(hours=2), ends_at=now + timedelta(hours=4))
+                                      starts_at=now - timedelta(minutes=1), ends_at=now + timedelta(hours=4))
     name = f"{PREFIX}resv_{resv.pk}"
     assert sync_cluster_reservations(world["cluster"]) == [{"change": "create", "name": name}]
     shown = _reservations(site)[name]
-    assert shown["Accounts"] == f"{PREFIX}pm{TAG}" and "MAINT" not in shown["Flags"].split(",")
+    assert shown["Accounts"] == f"{PREFIX}pm{TAG}" and "MAGNETIC" in shown["Flags"].split(",")
+    assert "MAINT" not in shown["Flags"].split(",")
     assert shown["Nodes"] == site.node  # a count is written as the nodes that cover it
+    assert sync_cluster_reservations(world["cluster"]) == []  # started: "now" is not drift
+
+    mine = _sbatch(site, 30)
+    wait_until(lambda: _squeue(site, mine, "%T") == "RUNNING", "the project's job to run in its reservation",
+               about=lambda: _squeue(site, mine, "%T|%r"))
+    assert _squeue(site, mine, "%v") == name
+
     Reservation.objects.filter(pk=resv.pk).update(ends_at=now + timedelta(hours=5))
-    assert sync_cluster_reservations(world["cluster"]) == [{"change": "replace", "name": name}]
+    assert sync_cluster_reservations(world["cluster"]) == [{"change": "update", "name": name}]
     assert _reservations(site)[name]["EndTime"] != shown["EndTime"]
+    # Cancelled while the project's job runs in it: slurmctld keeps a reservation in use, so it is
+    # ended now; the job runs on.
     Reservation.objects.filter(pk=resv.pk).update(state="cancelled")
-    assert sync_cluster_reservations(world["cluster"]) == [{"change": "delete", "name": name}]
+    assert sync_cluster_reservations(world["cluster"]) == [{"change": "end", "name": name}]
+    assert _squeue(site, mine, "%T") == "RUNNING"
+    subprocess.run(["scancel", mine], env=site.env, check=True)
+    wait_until(lambda: not _jobs(site), "the project's job to leave the queue")
+    sync_cluster_reservations(world["cluster"])  # gone by itself, or deleted now that it is free
+    assert _reservations(site) == {}
