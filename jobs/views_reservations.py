@@ -79,9 +79,13 @@ def reservations_page(request):
         for name in f.errors:
             if name in f.fields:
                 f.fields[name].widget.attrs["aria-invalid"] = "true"
+    scope = scope_for(user)
+    mine = {p.pk for p in editable_projects(user)}
+    cancellable = {r.pk for r in rows if scope.platform_admin or r.project_id in mine}
     return render(request, "jobs/reservations.html", {
         "reservations": rows, "now": now, "held": held.select_related("project", "department"),
+        "cancellable": cancellable,
         "ask": ask if editable_projects(user) else None,
-        "maint": maint if scope_for(user).platform_admin else None,
+        "maint": maint if scope.platform_admin else None,
         "queue": queue if queue_targets(user) else None,
     })

@@ -56,6 +56,9 @@ def test_a_reservation_request_approved(world, browser_for, shot, lang):
     other = _login(browser_for, world, "pb_member", lang)
     other.goto(other.base + "/reservations/")
     assert "camera-ready deadline" not in other.inner_text("table.reservations")
+    asker.click("table.reservations tbody tr:has-text('camera-ready deadline') button[type=submit]")
+    asker.wait_for_selector("table.reservations tbody tr:has-text('camera-ready deadline')", state="detached")
+    assert Reservation.objects.get().state == "cancelled"
 
 
 def test_maintenance_and_a_queue_hold_from_the_page(world, browser_for, shot):
@@ -70,6 +73,11 @@ def test_maintenance_and_a_queue_hold_from_the_page(world, browser_for, shot):
         admin.click("form.maintenance button[type=submit]")
     row = admin.locator("table.reservations tbody tr", has_text="PSU swap").inner_text()
     assert "Maintenance" in row and "n0" in row
+    # A member sees the maintenance, without a way to cancel it.
+    member = _login(browser_for, world, "pa1_member", "en")
+    member.goto(member.base + "/reservations/")
+    member_row = member.locator("table.reservations tbody tr", has_text="PSU swap")
+    assert member_row.count() == 1 and member_row.locator("button").count() == 0
     admin.select_option("form.queue-state #id_queue", label=f"{world.pa1.name} ({world.pa1.code})")
     admin.select_option("form.queue-state #id_state", value="hold")
     admin.fill("form.queue-state #id_reason", "budget review")
