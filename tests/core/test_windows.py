@@ -5,6 +5,7 @@ window while its owner may use it; backfill respects both; a held queue admits n
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from coresnap import NOW, cluster, queued, running, snapshot, tree
@@ -137,3 +138,36 @@ def test_a_held_queue_admits_nothing_and_explain_says_queue_on_hold():
     assert e.reason == "queue_hold" and e.node_id == "p" and "queue on hold" in e.message
     result = schedule(snapshot(cluster(1), TL, (), jobs, queues_held=frozenset({"D"})))
     assert _placed(result) == {} and result.explanations["q1"].node_id == "D"
+
+
+def _elastic(runtime):
+    """Elastic job e of q: 2 workers of 1 GPU on n000 (of 4), target 6; started 1 h ago."""
+    job = running("e", "q", "n000", 2, age_s=H, runtime=runtime)
+    return replace(job, worker_milli=1000, grow_to=6)
+
+
+def test_the_grow_pass_respects_a_maintenance_its_new_workers_would_cross():
+    maint = Window("m2", NOW + timedelta(hours=2), NOW + timedelta(hours=3), nodes=("n001",))
+    nodes = cluster(2, per_node=4)
+    grown = {g.job_id: g.workers for g in schedule(snapshot(nodes, TL, [_elastic(None)])).growths}
+    assert grown == {"e": 6}  # without the maintenance: n000's 2 free GPUs and n001's
+    result = schedule(snapshot(nodes, TL, [_elastic(None)], windows=(maint,)))
+    assert {g.job_id: g.workers for g in result.growths} == {"e": 4}
+    assert all(node == "n000" for g in result.growths for w in g.added for node, _, _ in w)
+    # A job that ends (in 1 h) before the maintenance starts grows onto n001 too.
+    ending = schedule(snapshot(nodes, TL, [_elastic(2 * H)], windows=(maint,)))
+    assert {g.job_id: g.workers for g in ending.growths} == {"e": 6}
+
+
+def test_a_warm_engine_applies_windows_by_its_clock():
+    """The windows are compared with the cycle's ``now``: once the maintenance is over, the same
+    engine places the job it held back; a cold engine at that instant decides the same."""
+    both = Window("m3", NOW + timedelta(hours=1), NOW + timedelta(hours=2), nodes=("n000", "n001"))
+    job = queued("j", "q", 8, runtime=4 * H)
+    snap = snapshot(cluster(2), TL, (), [job], windows=(both,))
+    engine = Engine(snap)
+    assert engine.cycle().admissions == () and engine.state.windows
+    later = NOW + timedelta(hours=2)
+    assert [a.job_id for a in engine.cycle(later).admissions] == ["j"]
+    cold = schedule(snapshot(cluster(2), TL, (), [job], windows=(both,), now=later))
+    assert [a.job_id for a in cold.admissions] == ["j"]
