@@ -246,6 +246,11 @@ OTHER |= {"baseline-list", "baseline-detail", "node-drift"}
 # Fair share (issue 34): a node's weight and the report, every persona in
 # tests/api/test_fair_share_api.py and tests/billing/test_fairshare_report.py.
 OTHER |= {"quota-fair-share", "fair-share"}
+# Reservations, maintenance and queue states (issue 35 item 6): every persona in
+# tests/api/test_reservations_api.py::test_every_persona_sees_maintenance_and_its_own_projects_reservations
+# and ::test_every_persona_and_the_queue_state_endpoints.
+OTHER |= {"reservation-list", "reservation-cancel", "maintenance", "project-reservation-request",
+          "project-queue-state", "department-queue-state"}
 
 
 def _api_route_names():

@@ -235,3 +235,53 @@ def test_explain_names_the_nodes_and_the_start_of_a_maintenance_the_job_would_cr
     assert crossing["window"]["maintenance"] is True
     # A job that ends before the start is not held by it.
     assert _explain(api, world, _submit(api, world, 3600))["reason"] != "maintenance"
+
+
+def _expected(name, sees, may, ok=200):
+    """404 for whom cannot see it, ``ok`` for whom may act, 403 for the others."""
+    return 404 if name not in sees else ok if name in may else 403
+
+
+PERSONAS = ("platform", "auditor", "a_admin", "b_admin", "a_finance", "b_finance", "pa1_admin", "pa1_member",
+            "pb_member", "outsider")
+
+
+def test_every_persona_sees_maintenance_and_its_own_projects_reservations(world, api):
+    now = timezone.now()
+    maint = Reservation.objects.create(starts_at=now, ends_at=now + timedelta(hours=1), reason="m")
+    for_pa1 = Reservation.objects.create(project=world.pa1, flavor=world.F, gpus=2, starts_at=now,
+                                         ends_at=now + timedelta(hours=1))
+    for_pb = Reservation.objects.create(project=world.pb, flavor=world.F, gpus=2, starts_at=now,
+                                        ends_at=now + timedelta(hours=1))
+    sees_pa1 = {"platform", "auditor", "a_admin", "a_finance", "pa1_admin", "pa1_member"}
+    sees_pb = {"platform", "auditor", "b_admin", "b_finance", "pb_member"}
+    for name in PERSONAS:
+        client = api(world.users[name])
+        listed = {r["id"] for r in client.get(reverse("api:reservation-list")).json()["results"]}
+        expected = {maint.pk} | ({for_pa1.pk} if name in sees_pa1 else set()) | (
+            {for_pb.pk} if name in sees_pb else set())
+        assert listed == expected, name
+        # Cancelling: an invisible one is a 404; a visible one is the project's editors' or the platform's.
+        answer = client.post(reverse("api:reservation-cancel", args=[for_pb.pk])).status_code
+        assert answer == _expected(name, sees_pb, {"platform", "b_admin"}), name
+        Reservation.objects.filter(pk=for_pb.pk).update(state="active")
+        answer = client.post(reverse("api:reservation-cancel", args=[maint.pk])).status_code
+        assert answer == (200 if name == "platform" else 403), name
+        Reservation.objects.filter(pk=maint.pk).update(state="active")
+
+
+def test_every_persona_and_the_queue_state_endpoints(world, api):
+    url = reverse("api:project-queue-state", args=[world.pa1.pk])
+    sees = {"platform", "auditor", "a_admin", "a_finance", "pa1_admin", "pa1_member"}
+    for name in PERSONAS:
+        client = api(world.users[name])
+        assert client.get(url).status_code == (200 if name in sees else 404), name
+        answer = client.put(url, {"state": "hold", "reason": name}, format="json").status_code
+        assert answer == _expected(name, sees, {"platform", "a_admin"}), name
+        ask = client.post(reverse("api:project-reservation-request", args=[world.pa1.pk]),
+                          {"flavor": "F", "gpus": 1, **_window()}, format="json").status_code
+        assert ask == _expected(name, sees, {"platform", "a_admin", "pa1_admin"}, 201), name
+        maint = client.post(reverse("api:maintenance"), {"nodes": ["n1"], "reason": "r", **_window()},
+                            format="json")
+        assert maint.status_code == (201 if name == "platform" else 403), name
+    assert [e.reason for e in QueueStateEvent.objects.order_by("id")] == ["platform"]  # a_admin's: no change
