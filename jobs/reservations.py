@@ -236,17 +236,19 @@ def visible_reservations(user: User) -> QuerySet[Reservation]:
 
 
 def live_windows(now: datetime) -> list[Reservation]:
-    """The active reservations and maintenance windows not yet over (the engine's input)."""
+    """The active reservations and maintenance windows not yet over (what the Slurm sync writes;
+    the engine reads the same rows through ``jobs.scheduling.config.engine_windows``)."""
     return list(Reservation.objects.filter(state=ReservationState.ACTIVE, ends_at__gt=now)
-                .select_related("flavor").prefetch_related("nodes").order_by("starts_at", "id"))
+                .select_related("project", "flavor").prefetch_related("nodes").order_by("starts_at", "id"))
 
 
 # --- queue states -----------------------------------------------------------------------------------
 
 
 def queue_state_of(*, project: Project | None = None, department: Department | None = None) -> str:
-    row = QueueSetting.objects.filter(project=project, department=department).first() \
-        if project is not None else QueueSetting.objects.filter(department=department).first()
+    """The queue's own state (no row: open); a department above may hold it too."""
+    owner = {"project": project} if project is not None else {"department": department}
+    row = QueueSetting.objects.filter(**owner).first()
     return row.state if row else QueueState.OPEN
 
 
