@@ -561,6 +561,11 @@ class ExplainOut(serializers.Serializer):
         required=False, allow_null=True, help_text="Set when the job is over its aging bound: seconds waited."
     )
     aging_bound_seconds = serializers.IntegerField(required=False, allow_null=True)
+    window = serializers.DictField(
+        required=False, allow_null=True,
+        help_text="Reasons maintenance and reserved (DESIGN §17): the window's nodes (ids and names), its "
+        "start, and whether it is a maintenance; another project's reservation is not named.",
+    )
     computed_at = serializers.CharField(required=False)
     start_estimate = StartEstimateOut(required=False, allow_null=True,
                                       help_text="Estimated start (issue 24).")

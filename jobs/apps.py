@@ -19,6 +19,10 @@ class JobsConfig(AppConfig):
 
         register_idle_exemption_kind()
 
+        from jobs.api_reservations import register as register_reservation_kind
+
+        register_reservation_kind()
+
         from jobs.approval_context import approval_context
         from portal.approvals import context_providers
 

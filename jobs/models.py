@@ -698,5 +698,12 @@ class JobTemplate(models.Model):
 
 
 from jobs.idle_models import IdleAction, IdleExemption, IdlePolicy  # noqa: E402,F401  (issue 34)
+from jobs.reservation_models import (  # noqa: E402,F401  (issue 35)
+    QueueSetting,
+    QueueState,
+    QueueStateEvent,
+    Reservation,
+    ReservationState,
+)
 from jobs.retry_models import RetryPolicy  # noqa: E402,F401  (issue 35)
 from jobs.rule_models import Packing, RuleChangeEvent, SchedulerSettings  # noqa: E402,F401  (issue 25)

@@ -60,6 +60,7 @@ START_TIMEOUT = pgettext_noop("job event", "not running after the start timeout 
 START_TIMEOUTS_EXHAUSTED = pgettext_noop(
     "job event", "not running after %(count)s start timeouts: %(why)s")
 NODE_DRAINED = pgettext_noop("job event", "requeued off node %(node)s (drained: %(reason)s)")
+QUEUE_DRAINED = pgettext_noop("job event", "requeued: the queue of %(queue)s is draining (%(reason)s)")
 PREEMPTED_FOR = {
     "reclaim": pgettext_noop("job event", "reclaim for job %(job)s"),
     "priority": pgettext_noop("job event", "priority for job %(job)s"),

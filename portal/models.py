@@ -327,6 +327,7 @@ class ApprovalKind(models.TextChoices):
     LOAN = "loan", _("Loan request")
     POLICY = "policy", _("Rule change")
     IDLE_EXEMPTION = "idle_exemption", _("Idle-policy exemption")
+    RESERVATION = "reservation", _("Reservation request")
 
 
 class ApprovalState(models.TextChoices):

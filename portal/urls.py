@@ -11,9 +11,11 @@ from jobs import api as jobs_api
 from jobs import api_approvals as jobs_approvals_api
 from jobs import api_autoscale as jobs_autoscale_api
 from jobs import api_idle_policy as jobs_idle_policy_api
+from jobs import api_reservations as jobs_reservations_api
 from jobs import api_templates as jobs_templates_api
 from jobs import views as jobs_views
 from jobs import views_policies as policy_views
+from jobs import views_reservations as jobs_reservation_views
 from jobs import views_templates as job_template_views
 from jobs.clusters import api_logs as jobs_logs_api
 from jobs.clusters import api_nodes as jobs_nodes_api
@@ -174,6 +176,17 @@ api_v1 = [
         jobs_approvals_api.ApprovalPolicyDetailApi.as_view(),
         name="approvalpolicy-detail",
     ),
+    # Reservations, maintenance windows and queue states (issue 35, DESIGN §17).
+    path("reservations/", jobs_reservations_api.ReservationListApi.as_view(), name="reservation-list"),
+    path("reservations/<int:pk>/cancel/", jobs_reservations_api.ReservationCancelApi.as_view(),
+         name="reservation-cancel"),
+    path("maintenance/", jobs_reservations_api.MaintenanceApi.as_view(), name="maintenance"),
+    path("projects/<int:pk>/reservation-requests/",
+         jobs_reservations_api.ProjectReservationRequestApi.as_view(), name="project-reservation-request"),
+    path("projects/<int:pk>/queue-state/", jobs_reservations_api.ProjectQueueStateApi.as_view(),
+         name="project-queue-state"),
+    path("departments/<int:pk>/queue-state/", jobs_reservations_api.DepartmentQueueStateApi.as_view(),
+         name="department-queue-state"),
     # The node / GPU map (issue 24).
     path("nodes/occupancy/", jobs_nodes_api.NodeOccupancyApi.as_view(), name="node-occupancy"),
     path("nodes/<int:pk>/cordon/", jobs_nodes_api.NodeCordonApi.as_view(), name="node-cordon"),
@@ -262,6 +275,7 @@ urlpatterns = [
     path("jobs/<int:pk>/access/auth/", log_views.job_access_auth, name="job-access-auth"),
     path("jobs/<int:pk>/save-template/", job_template_views.template_from_job, name="job-template-from-job"),
     path("quotas/loans/", quotas_views.loan_list, name="loan-list"),
+    path("reservations/", jobs_reservation_views.reservations_page, name="reservations"),
     path("external-sources/", external_views.external_source_list, name="external-source-list"),
     path("external-sources/<int:pk>/map/", external_views.external_source_map, name="external-source-map"),
     path("priority-classes/", jobs_views.priority_class_list, name="priority-class-list"),

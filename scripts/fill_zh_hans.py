@@ -647,6 +647,77 @@ GLOSSARY = {
     '%(used)s of %(most)s used': '已用 %(used)s 次，共 %(most)s 次',
     '%(n)s start timeout': '%(n)s 次启动超时',
     'Waits out its backoff before it runs again': '退避等待中，之后再次运行',
+    # Reservations, maintenance windows and queue states (issue 35 item 6, DESIGN §17).
+    'Reservations': '资源预留',
+    'Reservation request': '资源预留申请',
+    'reservation': '资源预留',
+    'reservations': '资源预留',
+    'Reservation of %(what)s for %(project)s, %(start)s – %(end)s': '为 %(project)s 预留 %(what)s，%(start)s – %(end)s',
+    'Reservation request #%(id)d was sent for approval.': '资源预留申请 #%(id)d 已提交审批。',
+    'Ask for a reservation': '申请资源预留',
+    'A platform admin decides. A reservation holds capacity; the project\'s jobs still run within its quota.':
+        '由平台管理员审批。资源预留只保留资源，项目的任务仍在其配额内运行。',
+    "GPUs held for a project over a window, and maintenance windows on nodes. During a reservation the "
+    "project's jobs may use the reserved GPUs and no other job is placed there; no job is placed on a node "
+    "whose maximum runtime would cross the start of its maintenance. Native Slurm users see both as Slurm "
+    "reservations. Times are in %(zone)s.":
+        '为项目在一段时间内保留的 GPU，以及节点的维护窗口。预留期间，项目的任务可以使用预留的 GPU，其他任务不会被放置在其上；'
+        '最长运行时间会跨过维护开始时间的任务不会被放置在该节点上。原生 Slurm 用户会看到对应的 Slurm 预留。时间按 %(zone)s 显示。',
+    'No reservation or maintenance to come.': '没有即将到来的资源预留或维护。',
+    'For': '对象',
+    'What': '内容',
+    'Maintenance': '维护',
+    'Schedule a maintenance': '安排维护',
+    'Schedule': '安排',
+    'The maintenance window was scheduled.': '维护窗口已安排。',
+    'Empty: a maintenance window.': '留空：维护窗口。',
+    'Node names': '节点名称',
+    'Node names, separated by commas.': '节点名称，以逗号分隔。',
+    'No such node: %(names)s.': '没有这些节点：%(names)s。',
+    'A number of whole GPUs of the flavor, on any nodes.': '该资源规格的整卡数量，可在任意节点上。',
+    'Or named nodes instead of a number, separated by commas.': '或者指定节点（代替数量），以逗号分隔。',
+    'The window must end after it starts.': '结束时间必须晚于开始时间。',
+    'The window is already over.': '该时间段已经结束。',
+    'A window lasts at most %(n)d days.': '时间段最长 %(n)d 天。',
+    'Already reserved or under maintenance then: %(nodes)s.': '这些节点在该时间段已被预留或在维护中：%(nodes)s。',
+    '%(flavor)s has %(total)d GPUs in all; ask for at most that many.': '%(flavor)s 共有 %(total)d 块 GPU；申请数量不能超过此数。',
+    '%(flavor)s has %(total)d GPUs, %(held)d of them reserved in this window already; at most %(left)d more can '
+    'be reserved.': '%(flavor)s 共有 %(total)d 块 GPU，其中 %(held)d 块在该时间段已被预留；最多还能预留 %(left)d 块。',
+    'Give either a number of GPUs of a flavor, or nodes.': '请给出某资源规格的 GPU 数量，或者指定节点（二选一）。',
+    'Name the flavor of the GPUs.': '请指定 GPU 的资源规格。',
+    'Ask for at least one GPU.': '至少申请一块 GPU。',
+    'Reserve whole GPUs: %(flavor)s is a shared flavor.': '请预留整卡：%(flavor)s 是共享资源规格。',
+    'Say why (the reason is kept with the history).': '请说明原因（原因会随历史记录保存）。',
+    'Only platform admins schedule maintenance.': '只有平台管理员可以安排维护。',
+    'Name the nodes under maintenance.': '请指定要维护的节点。',
+    'You may not do this.': '您无权执行此操作。',
+    'You may not cancel this reservation.': '您无权取消此资源预留。',
+    'On hold': '暂停',
+    'queue state': '队列状态',
+    'queue states': '队列状态',
+    'queue state change': '队列状态变更',
+    'queue state changes': '队列状态变更',
+    'Queue state': '队列状态',
+    'Queue of': '队列所属',
+    'Queues on hold': '暂停的队列',
+    'Set': '设置',
+    'One of: open, hold, drain.': '只能是：open、hold、drain 之一。',
+    "Only platform admins and the department's admins set its queues.": '只有平台管理员和该部门的管理员可以设置其队列。',
+    'The queue state was set.': '队列状态已设置。',
+    'The queue already was in that state.': '队列已处于该状态。',
+    'Hold: nothing new is admitted, queued jobs wait. Drain: hold, and the running jobs are stopped and '
+    'requeued (checkpointing ones first).':
+        '暂停：不再准入新任务，排队中的任务继续等待。排空：暂停，并停止运行中的任务、将其重新排队（先停启用断点(checkpoint)的任务）。',
+    'Queue on hold: %(node)s admits no new jobs until its queue is opened again.':
+        '队列已暂停：在 %(node)s 的队列重新开放之前，不会准入新任务。',
+    'Not placed on %(window_nodes)s: its maximum runtime crosses the maintenance at %(window_start)s.':
+        '未放置在 %(window_nodes)s 上：其最长运行时间会跨过 %(window_start)s 开始的维护。',
+    "Not placed on %(window_nodes)s: its maximum runtime crosses another project's reservation from "
+    "%(window_start)s.": '未放置在 %(window_nodes)s 上：其最长运行时间会跨过其他项目自 %(window_start)s 起的资源预留。',
+    '%(reserved)s GPUs of %(flavor)s are reserved for another project from %(window_start)s while it would '
+    'run; the rest has no room for %(workers)s × %(per_worker)s.':
+        '在它运行期间，%(flavor)s 有 %(reserved)s 块 GPU 自 %(window_start)s 起为其他项目预留；'
+        '其余资源没有容纳 %(workers)s × %(per_worker)s 的空间。',
 }
 
 # Messages with a context (msgctxt) that the glossary above does not fill: (context, msgid) → 中文.
@@ -666,6 +737,7 @@ GLOSSARY_IN_CONTEXT = {
         "超过 %(timeout)s 秒启动超时仍未运行：%(why)s",
     ("job event", "not running after %(count)s start timeouts: %(why)s"): "%(count)s 次启动超时后仍未运行：%(why)s",
     ("retries", "none"): "不重试",
+    ("job event", "requeued: the queue of %(queue)s is draining (%(reason)s)"): "已重新排队：%(queue)s 的队列正在排空（%(reason)s）",
 }
 
 

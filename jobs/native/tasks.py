@@ -41,6 +41,15 @@ def sync_slurm_accounts() -> int:
     return len(sync_all())
 
 
+@shared_task(name="jobs.sync_slurm_reservations", ignore_result=True)
+def sync_slurm_reservations() -> int:
+    """Reservations and maintenance windows as Slurm reservations (jobs.native.slurm_reservations):
+    after every change, and from beat."""
+    from jobs.native.slurm_reservations import sync_all
+
+    return len(sync_all())
+
+
 @shared_task(name="jobs.native_import", ignore_result=True)
 def native_import() -> None:
     """Fan out from beat: one import per cluster that governs native submissions (DESIGN §11;

@@ -76,12 +76,13 @@ from jobs.scheduler.engine.model import (
     RunningJob,
     Snapshot,
     TreeNode,
+    Window,
 )
 from jobs.scheduler.engine.state import State
 
 __all__ = [
     "Admission", "CycleResult", "Engine", "Explain", "Growth", "Holder", "Limits", "Node", "Preemption",
-    "PriorityClass", "QueuedJob", "Reservation", "RunningJob", "Snapshot", "TreeNode",
+    "PriorityClass", "QueuedJob", "Reservation", "RunningJob", "Snapshot", "TreeNode", "Window",
     "schedule",
 ]
 

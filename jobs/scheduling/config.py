@@ -30,6 +30,7 @@ from django.db import connection
 from jobs.rule_models import FAIR_ENTRY_DEFAULT_SECONDS, FAIR_HALF_LIFE_DEFAULT_SECONDS, Packing
 from jobs.scheduler.engine.model import Node as CoreNode
 from jobs.scheduler.engine.model import PriorityClass as CorePriorityClass
+from jobs.scheduler.engine.model import Window as CoreWindow
 from portal.models import Queueing
 from quotas.admission import Limits, TreeNode
 from quotas.effective import Limits as BaseLimits
@@ -86,6 +87,10 @@ class Config:
     fair_half_life_s: int = FAIR_HALF_LIFE_DEFAULT_SECONDS
     fair_entry_s: int = FAIR_ENTRY_DEFAULT_SECONDS
     fair_shares: dict = field(default_factory=dict)
+    # Reservations and maintenance windows not yet over, and the queues on hold or draining
+    # (DESIGN §17): one starting, ending or set rebuilds a warm engine.
+    windows: tuple[CoreWindow, ...] = ()
+    queues_held: frozenset[str] = frozenset()
 
 
 # The configuration's parts, in the order Rows.parse reads them: (columns, rows, order). Numbers
@@ -307,6 +312,7 @@ class ConfigReader:
             settings.GPUPOOL["AGING_BOUND_SECONDS"] or None,
             user_caps=rows.user_caps, fragmentation_aware=fragmentation_aware, backfill=backfill,
             fair_half_life_s=rows.fair[0], fair_entry_s=rows.fair[1], fair_shares=rows.shares,
+            windows=engine_windows(now), queues_held=held_queues(),
         )
 
     def _limits_at(self, now: datetime) -> dict[tuple[str, str], Limits]:
@@ -323,6 +329,36 @@ class ConfigReader:
                 self._limits[row.key] = Limits(milli(e.quota), milli(e.borrow_limit), milli(e.lend_limit))
             self._limits_key = key
         return self._limits
+
+
+_WINDOWS_SQL = """
+    SELECT r.id, r.project_id, f.name, r.gpus, r.starts_at, r.ends_at,
+           ARRAY(SELECT rn.node_id FROM jobs_reservation_nodes rn WHERE rn.reservation_id = r.id
+                 ORDER BY rn.node_id)
+    FROM jobs_reservation r LEFT JOIN quotas_flavor f ON f.id = r.flavor_id
+    WHERE r.state = 'active' AND r.ends_at > %s
+    ORDER BY r.starts_at, r.id
+"""
+
+
+def engine_windows(now: datetime) -> tuple[CoreWindow, ...]:
+    """The active reservations and maintenance windows not over at ``now`` (jobs.reservation_models),
+    as the engine takes them: tree ids of projects, node ids, a count of a flavor."""
+    with connection.cursor() as cursor:
+        cursor.execute(_WINDOWS_SQL, [now])
+        rows = cursor.fetchall()
+    return tuple(
+        CoreWindow(str(pk), start, end, None if project is None else f"p{project}",
+                   tuple(f"n{n}" for n in nodes), flavor or "", gpus or 0)
+        for pk, project, flavor, gpus, start, end, nodes in rows
+    )
+
+
+def held_queues() -> frozenset[str]:
+    """Tree ids of the projects and departments whose queue is on hold or draining."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT project_id, department_id FROM jobs_queuesetting WHERE state <> 'open'")
+        return frozenset(f"p{p}" if p is not None else f"d{d}" for p, d in cursor.fetchall())
 
 
 def _digest() -> str:

@@ -425,6 +425,13 @@ def explain_to_dict(e: Explain, at: datetime) -> dict:
         "resource": e.resource or None,
         "waited_seconds": e.waited_s,
         "aging_bound_seconds": e.aging_bound_s,
+        # Reasons "maintenance" and "reserved" (DESIGN §17): the window's nodes and start; the
+        # project it is reserved for is not named (it may be another tenant's).
+        "window": None if e.window is None else {
+            "nodes": [int(n[1:]) for n in e.window.nodes],
+            "starts_at": e.window.start.isoformat(),
+            "maintenance": e.window.project_id is None,
+        },
     }
 
 

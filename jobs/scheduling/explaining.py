@@ -12,11 +12,13 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
+from django.utils import timezone
 from django.utils.timezone import localtime
 from django.utils.translation import gettext_lazy
 
 from jobs.selectors import tree_node_names
 from portal.models import User
+from quotas.models import Node
 
 HIDDEN_LEVEL = gettext_lazy("a department above your project")
 
@@ -88,6 +90,18 @@ _TEXTS = {
         "An external job: it waits in its cluster's own queue, not the portal's. The cluster's "
         "reason: %(message)s."
     ),
+    "queue_hold": gettext_lazy("Queue on hold: %(node)s admits no new jobs until its queue is opened again."),
+    "maintenance": gettext_lazy(
+        "Not placed on %(window_nodes)s: its maximum runtime crosses the maintenance at %(window_start)s."
+    ),
+    "reserved": gettext_lazy(
+        "Not placed on %(window_nodes)s: its maximum runtime crosses another project's reservation from "
+        "%(window_start)s."
+    ),
+    "reserved_count": gettext_lazy(
+        "%(reserved)s GPUs of %(flavor)s are reserved for another project from %(window_start)s while it "
+        "would run; the rest has no room for %(workers)s × %(per_worker)s."
+    ),
 }
 # DESIGN §17: a requeued job waiting out its backoff (``jobs.scheduling.cycle.explain_backoff``).
 BACKOFF_RETRY = gettext_lazy("Retry %(retry)s of %(max_retries)s after backoff until %(until)s.")
@@ -131,6 +145,11 @@ def _duration(seconds) -> str:
     return str(duration(int(Decimal(seconds or 0))))
 
 
+def _local(iso: str) -> str:
+    """An instant in the reader's zone, to the minute."""
+    return timezone.localtime(datetime.fromisoformat(iso)).strftime("%Y-%m-%d %H:%M")
+
+
 def _hours(seconds) -> str:
     return format(Decimal(seconds / 3600).quantize(Decimal("0.1")).normalize(), "f")
 
@@ -162,6 +181,8 @@ def _reason_text(explain: dict, node_name: str | None) -> str:
         reason = "invalid_resource"
     if reason == "user_cap" and "cap_jobs" in (explain.get("numbers") or {}):
         reason = "user_cap_jobs"
+    if reason == "reserved" and "reserved" in (explain.get("numbers") or {}):
+        reason = "reserved_count"
     if reason not in _TEXTS:
         return ""
     values = {key: quantity(v) for key, v in (explain.get("numbers") or {}).items()}
@@ -176,6 +197,10 @@ def _reason_text(explain: dict, node_name: str | None) -> str:
     if reason == "min_runtime":  # seconds, for people
         values["min_runtime"] = _duration(values.get("min_runtime_s"))
         values["exempt_for"] = _duration(values.get("exempt_for_s"))
+    window = explain.get("window") or {}
+    if window:
+        values["window_nodes"] = ", ".join(window.get("node_names") or ()) or "?"
+        values["window_start"] = _local(window["starts_at"])
     reservation = explain.get("reservation") or {}
     if reservation.get("job"):
         values["job"] = reservation["job"]
@@ -193,8 +218,14 @@ def for_reader(explains: list[dict], user: User) -> list[dict]:
     ids = sorted({e["blocking_node"] for e in every if e.get("blocking_node")})
     names = tree_node_names(user, ids) if ids else {}
 
+    node_ids = sorted({n for e in every for n in ((e.get("window") or {}).get("nodes") or ())})
+    node_names = dict(Node.objects.filter(pk__in=node_ids).values_list("pk", "name")) if node_ids else {}
+
     def one(e: dict) -> dict:
         name = names.get(e.get("blocking_node") or "")
+        if e.get("window"):
+            e = {**e, "window": {**e["window"], "node_names": [node_names.get(n, str(n))
+                                                                for n in e["window"]["nodes"]]}}
         return {**e, "blocking_node_name": name, "text": explain_text(e, name)}
 
     out = []

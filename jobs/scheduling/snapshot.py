@@ -184,7 +184,7 @@ def _snapshot(now: datetime, config: Config | None, holding: list[tuple]) -> Sna
         aging_bound_s=dict(config.aging_bounds), default_aging_bound_s=config.default_aging_bound,
         fair_usage=fair_usage(now, config.fair_half_life_s), fair_shares=dict(config.fair_shares),
         fair_entry_s=float(config.fair_entry_s),
-        user_caps=dict(config.user_caps),
+        user_caps=dict(config.user_caps), windows=config.windows, queues_held=config.queues_held,
     )
 
 

@@ -168,6 +168,11 @@ CELERY_BEAT_SCHEDULE = {
     "slurm-accounts": {"task": "jobs.sync_slurm_accounts",
                        "schedule": env_int("SLURM_ACCOUNTS_INTERVAL_SECONDS", 300, min_value=10),
                        "options": {"expires": env_int("SLURM_ACCOUNTS_INTERVAL_SECONDS", 300, min_value=10)}},
+    # DESIGN §17: reservations and maintenance windows as Slurm reservations (also on every change).
+    "slurm-reservations": {"task": "jobs.sync_slurm_reservations",
+                           "schedule": env_int("SLURM_ACCOUNTS_INTERVAL_SECONDS", 300, min_value=10),
+                           "options": {"expires": env_int("SLURM_ACCOUNTS_INTERVAL_SECONDS", 300,
+                                                          min_value=10)}},
     # DESIGN §11: jobs submitted to the clusters directly (sbatch: jobs.native.native_slurm; Kubernetes
     # pods: jobs.native.native_k8s), and the ResourceQuotas that cap pods, which windows and loans
     # change on the clock.
@@ -266,6 +271,8 @@ SPECTACULAR_SETTINGS = {
         "WebhookKindEnum": "portal.models.WebhookKind",
         "WebhookDeliveryStatusEnum": "portal.models.DeliveryStatus",
         "NotificationTopicEnum": "portal.models.NotificationTopic",
+        "QueueStateEnum": "jobs.reservation_models.QueueState",
+        "ReservationStateEnum": "jobs.reservation_models.ReservationState",
     },
 }
 

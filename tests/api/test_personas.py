@@ -249,6 +249,11 @@ OTHER |= {"quota-fair-share", "fair-share"}
 # A project's idle-policy override (issue 34): every persona in
 # tests/api/test_idle_policy_api.py::test_who_reads_and_who_writes.
 OTHER |= {"project-idle-policy"}
+# Reservations, maintenance and queue states (issue 35 item 6): every persona in
+# tests/api/test_reservations_api.py::test_every_persona_sees_maintenance_and_its_own_projects_reservations
+# and ::test_every_persona_and_the_queue_state_endpoints.
+OTHER |= {"reservation-list", "reservation-cancel", "maintenance", "project-reservation-request",
+          "project-queue-state", "department-queue-state"}
 
 
 def _api_route_names():

@@ -101,6 +101,8 @@ RULES: dict[str, Page] = {
     "job-log-download": Page({p: (302 if A_OBJECT[p] == A else 404) for p in PERSONAS}),
     "job-open": Page({p: (302 if A_OBJECT[p] == A else 404) for p in PERSONAS}),
     "loan-list": Page(STD, ("loan:a", "loan:b")),
+    # Reservations (issue 35 item 6): the reservations of the projects one sees (maintenance: all).
+    "reservations": Page(STD, ("resv:a", "resv:b")),
     "priority-class-list": Page(GLOBAL, (NAMES["A1"], NAMES["B"])),
     "priority-class-new": Page(PLATFORM_ONLY),
     "priority-class-edit": Page(PLATFORM_ONLY),
@@ -350,6 +352,14 @@ def _api_tokens(world):
                                        ("token:b", "pb_member", "zz-token-bravo"))}
 
 
+def _reservation(project, flavor, reason):
+    from jobs.reservation_models import Reservation
+
+    now = timezone.now()
+    return Reservation.objects.create(project=project, flavor=flavor, gpus=1, reason=reason,
+                                      starts_at=now + timedelta(hours=1), ends_at=now + timedelta(hours=2))
+
+
 def _build():
     world = build_world()
     prio = fx.priority("training", 100)  # as tests/pages/conftest.py's prio
@@ -407,6 +417,8 @@ def _objs(world, prio):
         "rule:b": DirectoryRule.objects.create(directory="oidc", group="zz-rule-bravo", role="member",
                                                project=world.pb),
         "user:a": world.users["pa1_member"],
+        "resv:a": _reservation(world.pa1, world.F, "zz-resv-alpha"),
+        "resv:b": _reservation(world.pb, world.F, "zz-resv-bravo"),
         "member:a": world.users["pa1_member"].memberships.get(),
         **_sources(world),
         **_templates(world),

@@ -213,8 +213,14 @@ def reserve(cycle, p: Pending) -> None:
     g = max(1, p.pmilli // FULL)  # its footprint on the nodes (its GPUs, or more: docs/resources.md)
     # Nodes below its CUDA version are never its (DESIGN §15): reserving them would block GPUs
     # it cannot use, and start it no earlier.
-    skip = frozenset(pool.below_cuda(p.min_cuda)) if p.min_cuda else frozenset()
-    start = timeline.earliest(p.min_workers, g, s.now, skip)
+    # So are nodes a reservation or maintenance bars to it over its runtime (DESIGN §17).
+    skip = frozenset(s.skipped(p, pool))
+    # The timeline does not know what a reserved count of another project holds: a head that
+    # such a count holds back is planned from the end of that window (conservative: it may
+    # start earlier, never later), so its reservation never takes the owner's GPUs now.
+    after = s.windows.held_until(p.project_id, p.runtime, p.flavor, s.now,
+                                 lambda pid: s.used_by(pid, p.flavor)) if s.windows else None
+    start = timeline.earliest(p.min_workers, g, max(s.now, after or s.now), skip)
     if start is None:
         return
     placement = plan_at(pool, timeline.caps_at(start, g, skip), lambda i: timeline.gpus_at(i, start),

@@ -503,11 +503,9 @@ class Cycle:
     def place(self, p: Pending, w: int) -> list | None:
         """``w`` workers of ``p`` on its flavor's nodes: each on a node with room for its
         footprint (:meth:`Pending.pmilli`), taking its own GPUs there."""
-        pool = self.s.pools[p.flavor]
-        if p.min_cuda:
-            below = pool.below_cuda(p.min_cuda)
-            if below:  # nodes below the job's CUDA version are never chosen (DESIGN §15)
-                pool = pool.without(below)
+        # Nodes below the job's CUDA version (DESIGN §15) and those a reservation or
+        # maintenance bars to it (DESIGN §17) are never chosen.
+        pool = self.s.placeable(p)
         pm = p.pmilli
         # ``req``: a shared worker's, on a node that can feed it (a whole worker's is in ``pm``).
         found = plan(pool, w, pm, frag=self.frag, req=p.req)

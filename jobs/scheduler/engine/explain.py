@@ -22,6 +22,7 @@ from jobs.scheduler.engine.model import Explain, Holder
 from jobs.scheduler.engine.pool import FULL
 from jobs.scheduler.engine.preempt import reclaim_order
 from jobs.scheduler.engine.state import Pending
+from jobs.scheduler.engine.windows import hold_back
 from jobs.scheduler.placement import plan_fits
 
 MAX_HOLDERS = 20
@@ -132,6 +133,10 @@ def _user_cap(p: Pending, position: int, kind: str, cap: int, used: int) -> Expl
 
 def _explain(cycle, p: Pending, position: int) -> Explain:
     s, f = cycle.s, p.flavor
+    if s.queue_held(p):
+        node = next(n for n in p.path if n in s.on_hold)
+        return Explain(position, "queue_hold", f, s.tree.ids[node],
+                       message=f"queue on hold: {s.tree.ids[node]} admits nothing new")
     if s.budget_held(p):
         node = next(n for n in p.path if n in s.over_budget)
         return Explain(position, "budget", f, s.tree.ids[node],
@@ -224,6 +229,9 @@ def _physical(cycle, p: Pending, r: int, mode: str, position: int) -> Explain:
         return Explain(position, "cuda", f, None, nums, holders,
                        f"{owed}; nodes of {f} below CUDA {version} are never chosen "
                        f"({len(below)} node(s)); the others have no room now", own, resource=version)
+    windowed = _windowed(s, p, pool, owed, holders, own, position) if s.windows else None
+    if windowed is not None:
+        return windowed
     if not plan_fits(pool, p.min_workers, p.pmilli):
         res = _blocking_reservation(cycle, p)
         if res is not None:
@@ -251,6 +259,31 @@ def _physical(cycle, p: Pending, r: int, mode: str, position: int) -> Explain:
                        f"{owed}; waits behind {cycle.closed_by} (backfill off)")
     return Explain(position, "capacity", f, None, (("request", r),), holders,
                    f"{owed}; capacity freed during this cycle; considered next cycle", own)
+
+
+def _windowed(s, p: Pending, pool, owed: str, holders, own, position: int) -> Explain | None:
+    """Room there is, but a maintenance or another project's reservation it would meet over its
+    maximum runtime bars it (DESIGN §17); None when the windows are not why it waits."""
+    if not plan_fits(pool, p.min_workers, p.pmilli):
+        return None
+    barred = s.windows.barred(p.project_id, p.runtime, pool, s.now)
+    rest = pool.without([i for i, _ in barred]) if barred else pool
+    if barred and not plan_fits(rest, p.min_workers, p.pmilli):
+        w = barred[0][1]
+        names = tuple(pool.ids[j] for j, x in barred if x is w)
+        # Another project's reservation is not named: it may be another tenant's.
+        what = "the maintenance" if w.project_id is None else "another project's reservation"
+        return Explain(position, "maintenance" if w.project_id is None else "reserved", p.flavor, None,
+                       (("workers", p.min_workers), ("per_worker", p.milli)), holders,
+                       f"{owed}; not placed on {', '.join(names)}: its maximum runtime crosses "
+                       f"{what} at {w.start.isoformat()}", own, window=w)
+    held, w = s.windows.held(p.project_id, p.runtime, p.flavor, s.now, lambda pid: s.used_by(pid, p.flavor))
+    if held and not plan_fits(hold_back(rest, held), p.min_workers, p.pmilli):
+        return Explain(position, "reserved", p.flavor, None,
+                       (("reserved", held * FULL), ("workers", p.min_workers), ("per_worker", p.milli)),
+                       holders, f"{owed}; {held} GPU(s) of {p.flavor} are reserved for another project "
+                                f"from {w.start.isoformat()}", own, window=w)
+    return None
 
 
 DIMENSION_NAMES = ("CPU", "memory", "local disk")

@@ -87,7 +87,9 @@ def _one_more(cycle, b: Run) -> tuple | None:
     near = {i for run in (b, *b.units) for i, _, _ in run.slots}
     if not near:
         return None  # every node it runs on is cordoned or down: its cluster is unknown here
-    placement = plan_grow(pool, _footprint(s, b) // FULL, near, pool.cluster[min(near)], frag=cycle.frag)
+    # A reservation or maintenance its new worker would meet bars its room (DESIGN §17).
+    placement = plan_grow(s.growable(b, pool), _footprint(s, b) // FULL, near, pool.cluster[min(near)],
+                          frag=cycle.frag)
     if placement is None:
         return None
     slots = placement[0][:d // FULL]  # beyond its own GPUs: what its request strands

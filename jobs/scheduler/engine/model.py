@@ -38,7 +38,7 @@ from quotas.admission import Limits, TreeNode
 
 __all__ = [
     "Admission", "CycleResult", "Explain", "Growth", "Holder", "Limits", "Node", "Preemption",
-    "PriorityClass", "QueuedJob", "Reservation", "RunningJob", "Snapshot", "TreeNode",
+    "PriorityClass", "QueuedJob", "Reservation", "RunningJob", "Snapshot", "TreeNode", "Window",
 ]
 
 Slot = tuple[str, int, int]  # (node id, GPU index on the node, milli)
@@ -138,6 +138,25 @@ class QueuedJob:
 
 
 @dataclass(frozen=True, slots=True)
+class Window:
+    """A reservation or a maintenance window over ``[start, end)`` (DESIGN §17).
+
+    ``project_id`` None: maintenance (a reservation for nobody). It holds either named ``nodes``
+    or ``gpus`` whole GPUs of ``flavor`` (any nodes). A job *meets* a window when its run, from
+    now to now + its maximum runtime (no limit: forever), overlaps it; a job that meets a window
+    of another project (or a maintenance) is never placed on its nodes, nor on the GPUs its
+    count still holds (see :mod:`jobs.scheduler.engine.windows`)."""
+
+    id: str
+    start: datetime
+    end: datetime
+    project_id: str | None = None
+    nodes: tuple[str, ...] = ()
+    flavor: str = ""
+    gpus: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: datetime
     nodes: tuple[Node, ...]
@@ -166,6 +185,11 @@ class Snapshot:
     fair_usage: Mapping[str, float] = field(default_factory=dict)
     fair_shares: Mapping[str, float] = field(default_factory=dict)
     fair_entry_s: float = 3600.0
+    # Reservations and maintenance windows (DESIGN §17) not yet over.
+    windows: tuple[Window, ...] = ()
+    # Tree ids (projects, departments) whose queue is on hold or draining (DESIGN §17): their
+    # queued jobs are not admitted.
+    queues_held: frozenset[str] = frozenset()
 
 
 # -- results ---------------------------------------------------------------------------
@@ -251,6 +275,8 @@ class Explain:
     aging_bound_s: int | None = None
     # Reason "resources": the dimension its workers' nodes lack — "CPU", "memory", "local disk".
     resource: str = ""
+    # Reasons "maintenance" and "reserved": the window that bars the room (its nodes, its start).
+    window: Window | None = None
 
 
 REASONS = (
@@ -268,6 +294,9 @@ REASONS = (
     "invalid",       # can never run here (e.g. worker larger than any node of the flavor)
     "fifo",          # an earlier job of its project blocks it (strict FIFO, or over its aging bound)
     "min_runtime",   # the jobs it could preempt have not yet run their class's minimum runtime
+    "queue_hold",    # its project's or a department's queue is on hold (or draining)
+    "maintenance",   # room only on nodes whose maintenance its maximum runtime would cross
+    "reserved",      # room only in capacity reserved for another project over its runtime
 )
 
 

@@ -15,6 +15,7 @@ from datetime import datetime
 from jobs.scheduler.engine.model import QueuedJob, RunningJob, Snapshot
 from jobs.scheduler.engine.pool import FULL, Pool
 from jobs.scheduler.engine.timeline import Timeline
+from jobs.scheduler.engine.windows import Windows, hold_back
 from jobs.scheduler.fairshare import cost
 from quotas.admission import Ledger, QuotaTree
 
@@ -211,6 +212,9 @@ class State:
         self.over_budget = {self.tree.index[t] for t in snap.over_budget_tenants
                             if t in self.tree.index}
         self.budget_exempt = {self.tree.index[t] for t in snap.budget_exempt if t in self.tree.index}
+        # Queues on hold or draining (DESIGN §17), and reservations / maintenance windows.
+        self.on_hold = {self.tree.index[t] for t in snap.queues_held if t in self.tree.index}
+        self.windows = Windows(snap.windows, self.now)
         # Queueing strategies (jobs/scheduler/engine/fifo.py): projects under strict FIFO, aging bounds.
         self.strict = {self.tree.index[t] for t in snap.strict_fifo if t in self.tree.index}
         self.bounds = {self.tree.index[t]: float(b) for t, b in snap.aging_bound_s.items()
@@ -729,7 +733,54 @@ class State:
     def held(self, p: Pending) -> bool:
         """Not considered at all now: held by a spent budget, or its user is at a cap. Either
         only tightens as the cycle admits jobs, so a held job blocks nobody and heads no level."""
-        return self.budget_held(p) or (bool(self.caps) and self.capped(p) is not None)
+        return self.queue_held(p) or self.budget_held(p) or (bool(self.caps) and self.capped(p) is not None)
+
+    def queue_held(self, p: Pending) -> bool:
+        """Its project's queue, or a department's above it, is on hold or draining."""
+        return bool(self.on_hold) and any(n in self.on_hold for n in p.path)
+
+    def placeable(self, p: Pending) -> Pool:
+        """The pool of ``p``'s flavor as ``p`` may use it: without the nodes below its CUDA
+        version (DESIGN §15) or barred to it by a window, and with the GPUs a reserved count
+        holds for another project taken (jobs/scheduler/engine/windows.py). The live pool when
+        nothing applies; otherwise a copy."""
+        pool = self.pools[p.flavor]
+        skip = self.skipped(p, pool)
+        if skip:
+            pool = pool.without(skip)
+        return self.held_back(pool, p.project_id, p.runtime) if self.windows else pool
+
+    def held_back(self, pool: Pool, project_id: str, runtime: float) -> Pool:
+        """``pool`` less the GPUs reserved counts of other projects hold over ``runtime``."""
+        f = pool.flavor
+        held, _ = self.windows.held(project_id, runtime, f, self.now, lambda pid: self.used_by(pid, f))
+        return hold_back(pool, held) if held else pool
+
+    def growable(self, base: Run, pool: Pool) -> Pool:
+        """The pool one more worker of running job ``base`` may take: it runs until the job's
+        end, so the windows it would meet by then bar their room to it."""
+        if not self.windows:
+            return pool
+        runtime = base.end - self.now
+        barred = [i for i, _ in self.windows.barred(base.project_id, runtime, pool, self.now)]
+        if barred:
+            pool = pool.without(barred)
+        return self.held_back(pool, base.project_id, runtime)
+
+    def skipped(self, p: Pending, pool: Pool) -> list[int]:
+        """Nodes of ``pool`` never chosen for ``p`` now: below its CUDA version, or in a window."""
+        skip = pool.below_cuda(p.min_cuda) if p.min_cuda else []
+        if self.windows:
+            barred = [i for i, _ in self.windows.barred(p.project_id, p.runtime, pool, self.now)]
+            skip = sorted(set(skip) | set(barred)) if skip else barred
+        return skip
+
+    def used_by(self, project_id: str, flavor: str) -> int:
+        """The milli the running jobs of a project hold of ``flavor``."""
+        proj = self.tree.index.get(project_id)
+        if proj is None:
+            return 0
+        return sum(run.r for run in self.by_proj.get((proj, flavor), {}).values())
 
     def budget_held(self, p: Pending) -> bool:
         """Budget hold (§3 rule 9): the tenant or an ancestor is over budget, not approved."""
