@@ -57,6 +57,23 @@ class Intervals(sim.Observer):
         self.runs[job_id][-1][1] = t
 
 
+def thin_nodes(nodes: list, fraction: float) -> list:
+    """``fraction`` of each GPU model's nodes, evenly spread over the list (node i is kept when
+    ⌊(i+1)·f⌋ > ⌊i·f⌋), at least one per model: the same arrivals on a smaller pool, so they
+    contend — the trace's flavor mix and node shapes stay, quotas are derived from what is kept."""
+    if fraction >= 1:
+        return list(nodes)
+    by_model: dict[str, list] = defaultdict(list)
+    for n in nodes:
+        by_model[n.model].append(n)
+    kept = []
+    for group in by_model.values():
+        take = [n for i, n in enumerate(group) if int((i + 1) * fraction) > int(i * fraction)]
+        kept.extend(take or group[:1])
+    order = {n.name: i for i, n in enumerate(nodes)}
+    return sorted(kept, key=lambda n: order[n.name])
+
+
 def department(tenant: str) -> str:
     return tenant.split("/")[0]
 
@@ -182,6 +199,10 @@ def main() -> None:
     ap.add_argument("--overlay", type=int, default=None, help="copies over the same window (10)")
     ap.add_argument("--scale", type=float, default=100.0)
     ap.add_argument("--tenants", default="hash:16", help="hash:16 = four departments of four projects")
+    ap.add_argument("--nodes", type=float, default=1.0,
+                    help="fraction of each GPU model's nodes to keep (1: all; 0.25: a contended pool)")
+    ap.add_argument("--quotas", choices=("demand", "equal"), default="demand",
+                    help="derived quotas: proportional to demand, or equal per tenant")
     ap.add_argument("--settings", default="604800:3600",
                     help="fair-share runs, comma-separated HALF_LIFE_S:ENTRY_S (default the centre's)")
     args = ap.parse_args()
@@ -193,20 +214,22 @@ def main() -> None:
         settings.append((float(h), float(e or 3600)))
     t0 = time.perf_counter()
     jobs, nodes, quotas = sim.load(None, alibaba_dir=args.alibaba)
+    nodes = thin_nodes(nodes, args.nodes)
     jobs = sim.prepare(jobs, tenants=args.tenants, start=args.start, overlay=args.overlay,
                        repeat=1, scale=args.scale)
     periods = {"weekly": WEEK, "trace_weekly": WEEK / args.scale}
-    base_opts = sim.Options(policy="pooled", quota_split="demand", fair_share=False, progress_every=30.0)
+    base_opts = sim.Options(policy="pooled", quota_split=args.quotas, fair_share=False, progress_every=30.0)
     runs = {"today": run(jobs, nodes, quotas, base_opts, periods)}
     for h, e in settings:
-        opts = sim.Options(policy="pooled", quota_split="demand", fair_share=True,
+        opts = sim.Options(policy="pooled", quota_split=args.quotas, fair_share=True,
                            fair_shares_from_quotas=True, fair_half_life_s=h, fair_entry_s=e,
                            progress_every=30.0)
         runs[f"fair h={h:g}s entry={e:g}s"] = run(jobs, nodes, quotas, opts, periods)
     base = runs["today"]
     bars = {k: {name: bar(base, r, name) for name in periods} for k, r in runs.items() if k != "today"}
     print(json.dumps({"jobs": len(jobs), "quick": args.quick, "start": args.start, "overlay": args.overlay,
-                      "scale": args.scale, "tenants": args.tenants, "quota_split": "demand",
+                      "scale": args.scale, "tenants": args.tenants, "quota_split": args.quotas,
+                      "node_fraction": args.nodes, "nodes": len(nodes), "gpus": sum(n.gpus for n in nodes),
                       "policy": "pooled", "period_s": periods, "runs": runs, "bar": bars,
                       "wall_seconds": round(time.perf_counter() - t0, 1)}))
 
