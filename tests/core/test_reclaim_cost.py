@@ -250,7 +250,7 @@ LEND_SEEDS = range(10)
 def test_a_lend_limit_of_0_never_makes_a_lender_within_its_quota_wait_longer():
     """Training never borrows (borrow limit 0): with its lend limit 0 no training job, in any of
     ten seeds, waits longer than without one. What a lend limit guarantees — the lender's own
-    quota — is never worse for it (the old engine: +89 % from reservations of borrowers)."""
+    quota — is never worse for it (issue 34 saw +89 % when borrowers' reservations bound it)."""
     for seed in LEND_SEEDS:
         with_limit, without = _training_waits(seed, 0, 0), _training_waits(seed, None, 0)
         assert with_limit.keys() == without.keys()
