@@ -10,8 +10,8 @@ object. Not a timed test.
 spread over the node list, at least one per model; quotas are derived from the nodes kept), so
 the departments are backlogged for hours — fair share only decides anything among departments
 that wait together. ``--overlay 2 --nodes 0.2`` (240 of 1,213 nodes) offers the load per GPU of
-``--overlay 10`` on every node (2 copies on 1,226 GPUs, 10 on 6,212) but replays in 70–100 s
-instead of > 15 min (2 shared cores).
+``--overlay 10`` on every node (2 copies on 1,226 GPUs, 10 on 6,212) but a replay takes 70–300 s
+on 2 shared cores (depending on what else runs) instead of > 15 min.
 ``--quotas equal``: every project the same quota per GPU model (spec.derive_quotas), instead of
 quotas proportional to demand.
 
