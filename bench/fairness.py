@@ -4,6 +4,16 @@ object. Not a timed test.
     python bench/fairness.py            # --start 10013436 --overlay 10 --scale 100 --tenants hash:16
     python bench/fairness.py --quick    # the same with --overlay 3: a look in a few minutes
     python bench/fairness.py --settings 604800:3600,6048:36   # fair runs (half-life s : entry s)
+    python bench/fairness.py --overlay 2 --nodes 0.2   # contended: 14,042 jobs on 1,226 GPUs
+
+**Contended protocol** (``--nodes F``): the same arrivals on ``F`` of each GPU model's nodes (evenly
+spread over the node list, at least one per model; quotas are derived from the nodes kept), so
+the departments are backlogged for hours — fair share only decides anything among departments
+that wait together. ``--overlay 2 --nodes 0.2`` (240 of 1,213 nodes) offers the load per GPU of
+``--overlay 10`` on every node (2 copies on 1,226 GPUs, 10 on 6,212) but a replay takes 70–300 s
+on 2 shared cores (depending on what else runs) instead of > 15 min.
+``--quotas equal``: every project the same quota per GPU model (spec.derive_quotas), instead of
+quotas proportional to demand.
 
 The same jobs (demand-derived quotas, pooled) replay once with fair share off (today's ordering:
 dominant share only) and once per ``--settings`` pair with fair share on, shares = each tree node's
@@ -17,7 +27,8 @@ are left out (J ≡ 1). Periods: calendar weeks of the virtual clock (``weekly``
 trace's own arrival clock (``trace_weekly``: 604,800 s ÷ ``--scale``, since arrivals are compressed
 ``--scale`` times but durations are not), each also over the arrival window alone (``*_window``:
 periods starting before the last submit — after it only the longest pods run out, which no ordering
-changes). Also: the largest job's wait and idle-quota reuse.
+changes). Also: the largest job's wait, idle-quota reuse, and per department its part of the
+GPU-seconds held in the arrival window ÷ its share (``window_usage_over_share``: 1 = its share).
 ``bar`` says whether fair share raised the lowest J and kept every department's p95 within +10 %
 (both p95s under the 1 s coalescing window count as unchanged). Progress lines go to stderr.
 """
@@ -57,6 +68,23 @@ class Intervals(sim.Observer):
         self.runs[job_id][-1][1] = t
 
 
+def thin_nodes(nodes: list, fraction: float) -> list:
+    """``fraction`` of each GPU model's nodes, evenly spread over the list (node i is kept when
+    ⌊(i+1)·f⌋ > ⌊i·f⌋), at least one per model: the same arrivals on a smaller pool, so they
+    contend — the trace's flavor mix and node shapes stay, quotas are derived from what is kept."""
+    if fraction >= 1:
+        return list(nodes)
+    by_model: dict[str, list] = defaultdict(list)
+    for n in nodes:
+        by_model[n.model].append(n)
+    kept = []
+    for group in by_model.values():
+        take = [n for i, n in enumerate(group) if int((i + 1) * fraction) > int(i * fraction)]
+        kept.extend(take or group[:1])
+    order = {n.name: i for i, n in enumerate(nodes)}
+    return sorted(kept, key=lambda n: order[n.name])
+
+
 def department(tenant: str) -> str:
     return tenant.split("/")[0]
 
@@ -92,6 +120,8 @@ def figures(jobs: list, obs: Intervals, result: dict, period: float) -> dict:
     never: dict[str, int] = defaultdict(int)
     usage: dict = defaultdict(float)
     present: dict = defaultdict(float)
+    last = max(j.submit_time for j in by_id.values())
+    in_window: dict[str, float] = defaultdict(float)  # GPU-seconds held between t0 and the last submit
     for jid, j in by_id.items():
         d = department(j.tenant)
         runs = obs.runs.get(jid, [])
@@ -104,6 +134,7 @@ def figures(jobs: list, obs: Intervals, result: dict, period: float) -> dict:
             wait += a - since
             since = end if b is None else b
             _spread(usage, d, a, since, period, t0, demand_milli(j) / 1000)
+            in_window[d] += demand_milli(j) / 1000 * max(0.0, min(since, last) - a)
         waits[d].append(wait)
         _spread(present, d, j.submit_time, since, period, t0, 1.0)
     periods = sorted({k for k, _ in present})
@@ -117,7 +148,7 @@ def figures(jobs: list, obs: Intervals, result: dict, period: float) -> dict:
     js = [p["jain"] for p in per if p["jain"] is not None]
     # the arrival window (first to last submit): where departments compete; after it only the
     # longest pods run out, which no ordering changes
-    last = max(j.submit_time for j in by_id.values())
+    held = sum(in_window.values()) or 1.0
     jw = [p["jain"] for p in per if p["jain"] is not None and p["period"] * period < last - t0]
     largest = max(by_id.values(), key=lambda j: (demand_milli(j), j.duration or 0.0, j.job_id))
     lw = [r[0] for r in obs.runs.get(largest.job_id, [])]
@@ -125,7 +156,9 @@ def figures(jobs: list, obs: Intervals, result: dict, period: float) -> dict:
         "departments": {d: {"share": round(share[d], 4), "jobs": len(waits[d]) + never[d],
                             "never_started": never[d],
                             "avg_queue_s": round(sum(waits[d]) / len(waits[d]), 1) if waits[d] else 0.0,
-                            "p95_queue_s": round(percentile(waits[d], 95), 1)}
+                            "p95_queue_s": round(percentile(waits[d], 95), 1),
+                            # its part of the GPU-seconds held in the arrival window ÷ its share
+                            "window_usage_over_share": round(in_window[d] / held / share[d], 3)}
                         for d in sorted(share)},
         "periods_counted": len(js),
         "jain_min": round(min(js), 4) if js else None,
@@ -182,6 +215,10 @@ def main() -> None:
     ap.add_argument("--overlay", type=int, default=None, help="copies over the same window (10)")
     ap.add_argument("--scale", type=float, default=100.0)
     ap.add_argument("--tenants", default="hash:16", help="hash:16 = four departments of four projects")
+    ap.add_argument("--nodes", type=float, default=1.0,
+                    help="fraction of each GPU model's nodes to keep (1: all; 0.25: a contended pool)")
+    ap.add_argument("--quotas", choices=("demand", "equal"), default="demand",
+                    help="derived quotas: proportional to demand, or equal per tenant")
     ap.add_argument("--settings", default="604800:3600",
                     help="fair-share runs, comma-separated HALF_LIFE_S:ENTRY_S (default the centre's)")
     args = ap.parse_args()
@@ -193,20 +230,22 @@ def main() -> None:
         settings.append((float(h), float(e or 3600)))
     t0 = time.perf_counter()
     jobs, nodes, quotas = sim.load(None, alibaba_dir=args.alibaba)
+    nodes = thin_nodes(nodes, args.nodes)
     jobs = sim.prepare(jobs, tenants=args.tenants, start=args.start, overlay=args.overlay,
                        repeat=1, scale=args.scale)
     periods = {"weekly": WEEK, "trace_weekly": WEEK / args.scale}
-    base_opts = sim.Options(policy="pooled", quota_split="demand", fair_share=False, progress_every=30.0)
+    base_opts = sim.Options(policy="pooled", quota_split=args.quotas, fair_share=False, progress_every=30.0)
     runs = {"today": run(jobs, nodes, quotas, base_opts, periods)}
     for h, e in settings:
-        opts = sim.Options(policy="pooled", quota_split="demand", fair_share=True,
+        opts = sim.Options(policy="pooled", quota_split=args.quotas, fair_share=True,
                            fair_shares_from_quotas=True, fair_half_life_s=h, fair_entry_s=e,
                            progress_every=30.0)
         runs[f"fair h={h:g}s entry={e:g}s"] = run(jobs, nodes, quotas, opts, periods)
     base = runs["today"]
     bars = {k: {name: bar(base, r, name) for name in periods} for k, r in runs.items() if k != "today"}
     print(json.dumps({"jobs": len(jobs), "quick": args.quick, "start": args.start, "overlay": args.overlay,
-                      "scale": args.scale, "tenants": args.tenants, "quota_split": "demand",
+                      "scale": args.scale, "tenants": args.tenants, "quota_split": args.quotas,
+                      "node_fraction": args.nodes, "nodes": len(nodes), "gpus": sum(n.gpus for n in nodes),
                       "policy": "pooled", "period_s": periods, "runs": runs, "bar": bars,
                       "wall_seconds": round(time.perf_counter() - t0, 1)}))
 

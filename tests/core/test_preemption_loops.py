@@ -41,16 +41,37 @@ def test_preempted_job_does_not_reclaim_its_higher_priority_preemptor_of_the_sam
     assert explain.reason == "capacity"  # it waits for G (or for X) to end
 
 
-def test_same_project_equal_or_lower_priority_on_loan_jobs_are_still_reclaimed():
-    """The shield is only for higher priorities: a's in-quota job still reclaims a's own
-    on-loan job of the same priority first (nearest in the tree, DESIGN §3 rule 5)."""
+def test_same_project_lower_priority_on_loan_jobs_are_still_reclaimed():
+    """The shield stops at lower priorities: a's in-quota job reclaims a's own on-loan job of a
+    lower priority first (nearest in the tree, DESIGN §3 rule 5; rule 6 could take it too)."""
     tl = tree({"D": (16, {"a": 8, "b": 0})})
     run = [running("a_in", "a", "n000", 4, age_s=7200),
-           running("a_loan", "a", "n001", 8, age_s=3600),  # 4 + 8 > 8: on loan
+           running("a_loan", "a", "n001", 8, priority=50, age_s=3600),  # 4 + 8 > 8: on loan
            running("b_loan", "b", "n000", 4, first_gpu=4, priority=10, age_s=60)]
     result = schedule(snapshot(cluster(2), tl, run, [queued("a2", "a", 4)]))
     assert result.on_loan["b_loan"] is True  # lowest priority, newest: but not as near
     assert [(p.victim_id, p.reason) for p in result.preemptions] == [("a_loan", "reclaim")]
+
+
+def test_a_reclaim_never_takes_its_own_projects_on_loan_job_of_equal_priority():
+    """a runs 4 in quota and an 8-GPU job on loan (4 + 8 > 8), both of the reclaimer's priority.
+    Taking a's own job gives nobody the quota back — a only swaps 8 running GPUs for 4 and loses
+    the victim's work (issue 34: a 64-GPU gang reclaimed four times by its project's 8-GPU jobs).
+    Another tenant's on-loan job is reclaimed instead; with none, a2 waits."""
+    tl = tree({"D": (16, {"a": 8, "b": 0})})
+    run = [running("a_in", "a", "n000", 4, age_s=7200),
+           running("a_loan", "a", "n001", 8, age_s=3600),
+           running("b_loan", "b", "n000", 4, first_gpu=4, priority=10, age_s=60)]
+    result = schedule(snapshot(cluster(2), tl, run, [queued("a2", "a", 4)]))
+    assert [(p.victim_id, p.reason) for p in result.preemptions] == [("b_loan", "reclaim")]
+    assert [a.job_id for a in result.admissions] == ["a2"]
+
+    tl = tree({"D": (16, {"a": 8, "b": 4})})
+    run[2] = running("b_in", "b", "n000", 4, first_gpu=4)  # b's own quota: nobody's victim
+    result = schedule(snapshot(cluster(2), tl, run, [queued("a2", "a", 4)]))
+    assert result.on_loan["a_loan"] is True
+    assert not result.preemptions and not result.admissions
+    assert result.explanations["a2"].reason == "capacity"
 
 
 @pytest.mark.parametrize(("runtime_h", "head_in_quota", "reclaims"), [

@@ -176,7 +176,9 @@ def test_only_on_loan_jobs_are_preempted_across_tenants(world):
         for p in result.preemptions:
             victim, job = runs[p.victim_id], queued[p.for_job_id]
             if victim.project_id != job.project_id:
-                assert p.reason == "reclaim" and split[victim.id] is True
+                # reclaim (rule 5), or borrowing within the cohort: a lower priority on loan
+                assert p.reason in ("reclaim", "borrow") and split[victim.id] is True
+                assert p.reason == "reclaim" or victim.priority < job.priority
             if p.reason == "priority":
                 assert victim.project_id == job.project_id
                 assert victim.preemptible and victim.priority < job.priority

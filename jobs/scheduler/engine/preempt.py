@@ -11,7 +11,7 @@ A victim that was itself admitted earlier in this same cycle never started: it i
 (explanation "reclaimed") instead of preempted.
 
 Two limits keep preemption from going round in circles (docs/scheduling.md, *Preemption
-without loops*): a reclaim never takes a higher-priority job of the reclaimer's own project
+without loops*): a reclaim never takes an equal- or higher-priority job of the reclaimer's own project
 (:func:`reclaim_order`), and a job behind a reservation never takes victims on the GPUs that
 reservation counts on unless it ends before it starts (:func:`_reserved`).
 
@@ -81,7 +81,7 @@ def reclaim(cycle, p: Pending) -> bool:
     s = cycle.s
     if s.ledgers[p.flavor].loan <= 0 or _shape(p) in cycle.no_reclaim:
         return False
-    shielded: list[Run] = []  # filled by the order too (higher priorities of p's project)
+    shielded: list[Run] = []  # filled by the order too (equal and higher priorities of p's project)
     return _take_on_loan(cycle, p, reclaim_order(cycle, p, shielded), _shape(p), "reclaim", shielded)
 
 
@@ -470,13 +470,15 @@ def reclaim_order(cycle, p: Pending, shielded: list[Run] | None = None) -> Itera
     """Rule 5 order: same project, then each enclosing department outwards, then the rest;
     inside a level by :func:`victim_key` (lowest priority first, then what costs least).
 
-    A job of ``p``'s own project with a higher priority is never a victim (it goes to
-    ``shielded``): inside a project rule 6 ranks jobs by priority, and that job may well have
-    preempted ``p`` by rule 6 — it is on loan whenever it is larger than the project's quota,
-    e.g. a gang. Reclaiming it would let it preempt ``p`` back, and so on for ever (soak:
-    pairs of jobs preempting each other 17 times). The project's equal and lower priorities
-    stay its nearest victims: they cannot preempt ``p`` back (rule 6 needs a higher priority,
-    and ``p`` comes first in rule 1 once it runs)."""
+    A job of ``p``'s own project with an equal or higher priority is never a victim (it goes
+    to ``shielded``). Higher: inside a project rule 6 ranks jobs by priority, and that job may
+    well have preempted ``p`` by rule 6 — it is on loan whenever it is larger than the project's
+    quota, e.g. a gang. Reclaiming it would let it preempt ``p`` back, and so on for ever (soak:
+    pairs of jobs preempting each other 17 times). Equal: the project's own on-loan GPUs were
+    borrowed from others, so taking them gives nobody quota back — the project only swaps a
+    running job for a waiting one of the same priority and loses the victim's work (replay: a
+    64-GPU gang reclaimed four times by its own project's 8-GPU jobs, docs/scheduling.md). The
+    project's lower priorities stay its nearest victims, as rule 6 would take them anyway."""
     s = cycle.s
     need, now = p.min_workers * p.milli, s.now
 
@@ -491,7 +493,7 @@ def reclaim_order(cycle, p: Pending, shielded: list[Run] | None = None) -> Itera
         for e in s.loan_sub.get((p.flavor, anc), ()):
             v = e[3]
             if inner is None:  # p's own project
-                if v.priority > p.priority:
+                if v.priority >= p.priority:
                     if shielded is not None:
                         shielded.append(v)
                     continue
