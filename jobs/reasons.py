@@ -36,6 +36,7 @@ FIXED = (
     pgettext_noop("job event", "preempted before it started"),
     pgettext_noop("job event", "requeued after preemption"),
     pgettext_noop("job event", "requeued from its checkpoint"),
+    pgettext_noop("job event", "requeued after node failure"),
     pgettext_noop("job event", "lifetime ended"),
     pgettext_noop("job event", "max runtime exceeded"),
     pgettext_noop("job event", "max runtime reached"),
@@ -56,6 +57,7 @@ TARGET = pgettext_noop("job event", "target %(before)s→%(after)s")
 SCALED_BY_AUTOSCALER = pgettext_noop("job event", "scaled %(before)s→%(after)s by the autoscaler")
 TARGET_BY_AUTOSCALER = pgettext_noop("job event", "target %(before)s→%(after)s by the autoscaler")
 NODE_DRAINED = pgettext_noop("job event", "requeued off node %(node)s (drained: %(reason)s)")
+NODE_UNHEALTHY = pgettext_noop("job event", "requeued off node %(node)s (unhealthy: %(reason)s)")
 PREEMPTED_FOR = {
     "reclaim": pgettext_noop("job event", "reclaim for job %(job)s"),
     "priority": pgettext_noop("job event", "priority for job %(job)s"),
