@@ -733,7 +733,8 @@ def node_problem(sinfo_state: str, reason: str) -> str:
     if not (state.endswith("*") or base.startswith(("down", "fail", "drain"))):
         return ""
     why = " ".join(reason.split())
-    return f"Slurm {state}" if why in UNSET else f"Slurm {state}: {why}"
+    # sinfo prints "none" where no reason is set
+    return f"Slurm {state}" if why in UNSET or why.lower() == "none" else f"Slurm {state}: {why}"
 
 
 def expand_hostlist(text: str) -> tuple[str, ...]:
