@@ -75,7 +75,7 @@ def prometheus_signals() -> dict[str, list[str]] | None:
                 host = series["metric"].get("Hostname", "")
                 value = float(series["value"][1])
                 found[host].append(words.format(value=f"{value:g}", gpu=series["metric"].get("gpu", "?")))
-    except Exception as exc:  # noqa: BLE001 — any failure of the source: no verdict this poll
+    except Exception as exc:  # any failure of the source: no verdict this poll
         log.warning("node health: Prometheus did not answer: %s", exc)
         return None
     return dict(found)
@@ -140,7 +140,9 @@ def cordon_unhealthy(node_id: int, why: str, now: datetime) -> list[int] | None:
         node = Node.objects.select_for_update().select_related("cluster").get(pk=node_id)
         if node.health_reason or node.hold:
             return None  # cordoned by the health check already, or held by an admin
-        recent = NodeEvent.objects.filter(node=node, action=NodeAction.HEALTH, at__gt=now - FLAP_WINDOW).count()
+        recent = NodeEvent.objects.filter(
+            node=node, action=NodeAction.HEALTH, at__gt=now - FLAP_WINDOW
+        ).count()
         node.health_damped = recent + 1 >= FLAP_LIMIT
         node.health_reason, node.hold, before = why, NodeHold.CORDONED, node.state
         if before != NodeState.DOWN:

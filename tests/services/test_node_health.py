@@ -60,13 +60,14 @@ def test_an_xid_error_cordons_the_node_in_one_poll_and_its_jobs_move(sim_pool, p
         assert dispatch.dispatch_job(job.pk) == "dispatched"
         settle(cluster, job, {"running"})
     directory = Path(ckpt.checkpoint["mount"]["host_path"]) / ckpt.checkpoint["subdir"]
-    wait_until(lambda: (dispatch.sync_cluster(cluster.pk), _step(directory))[1] >= 2, "a checkpoint at step 2")
+    wait_until(lambda: (dispatch.sync_cluster(cluster.pk), _step(directory))[1] >= 2,
+               "a checkpoint at step 2")
 
     bad = Node.objects.get(pk=bad_id)
     sim.set_xid(bad.name, 3, 79)  # XID 79: the GPU has fallen off the bus
     prom = prometheus_for([simserver.url.removeprefix("http://")])
     prom.wait_for_scrapes(2)
-    assert prom.query('DCGM_FI_DEV_XID_ERRORS{Hostname="%s",gpu="3"} == 79' % bad.name)
+    assert prom.query(f'DCGM_FI_DEV_XID_ERRORS{{Hostname="{bad.name}",gpu="3"}} == 79')
     with override_settings(GPUPOOL={**_gpupool(), "PROMETHEUS_URL": prom.url}):
         tasks.poll_metrics.apply()  # one poll
         bad.refresh_from_db()
@@ -136,7 +137,7 @@ def test_flapping_is_damped_and_an_operator_returns_the_node(sim_pool):
 
 def test_a_lost_node_requeues_every_job_on_it(sim_pool):
     """Not only the checkpointing ones: the plain job and the service are requeued, not failed."""
-    f, cluster, pa, pb, simserver = sim_pool
+    f, cluster, _pa, pb, simserver = sim_pool
     plain = fx.submit(pb, f, gpus=4, name="plain", sim_duration_seconds=LONG)
     service = fx.submit(pb, f, gpus=4, name="svc", kind="inference", sim_duration_seconds=LONG)
     assert schedule_once().admitted == 2

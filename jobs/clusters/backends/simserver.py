@@ -804,13 +804,16 @@ DEFAULT_MEMORY_MIB = 80 * 1024
 def render_metrics(nodes: list[dict], usage, now: float, xids: dict[str, int] | None = None) -> str:
     """Prometheus text exposition as dcgm-exporter writes it. A GPU shared by several jobs has
     one series per job (each with its part of the device's utilisation and memory), so a query
-    by ``job`` label finds every job; their GPU_UTIL values sum to the device's."""
+    by ``job`` label finds every job; their GPU_UTIL values sum to the device's. ``xids``: the
+    last XID error per ``"<node>/<gpu>"`` (injected, ``set_xid``); 0 elsewhere."""
     xids = xids or {}
     rows = [
         row
         for node in nodes
         for i in range(node["gpus"])
-        for row in _gpu_rows(node, i, usage.get((node["name"], i), []), now, xids.get(f"{node['name']}/{i}", 0))
+        for row in _gpu_rows(
+            node, i, usage.get((node["name"], i), []), now, xids.get(f"{node['name']}/{i}", 0)
+        )
     ]
     out = []
     for metric, help_text in DCGM_METRICS:
