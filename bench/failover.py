@@ -36,7 +36,7 @@ Measured (simulated time for work, real seconds for the ledger, which bills by t
 
 Prints one JSON object. Needs DATABASE_URL, REDIS_URL and Debian's ``prometheus``.
 
-    python bench/failover.py                      # 40 nodes (320 GPUs), 200 jobs, 8 services, 6 failures
+    python bench/failover.py                      # 40 nodes (320 GPUs), 200 jobs, 8 services, 8 failures
 """
 
 from __future__ import annotations
@@ -202,6 +202,7 @@ class Driver:
         self.hit: dict[int, dict] = {}  # job → what it was when its node failed (first failure only)
         self.failures: list[dict] = []
         self.free: list[tuple[float, int]] = []
+        self.peak = {"jobs_holding": 0, "gpus_busy": 0}
         self.cordoned_in_one_poll = 0
 
     def sim_now(self) -> float:
@@ -225,6 +226,9 @@ class Driver:
             dispatch.stop_job(pk)
         dispatch.sync_cluster(self.cluster.pk)
         self.free.append((self.sim_now(), free_gpus(self.cluster)))
+        holding = list(Job.objects.filter(state__in=list(HOLDING)).values_list("workers", "gpus_per_worker"))
+        self.peak["jobs_holding"] = max(self.peak["jobs_holding"], len(holding))
+        self.peak["gpus_busy"] = max(self.peak["gpus_busy"], sum(w * g for w, g in holding))
 
     def _snapshot(self, pk: int) -> None:
         """The run a failure ended, before the next run replaces it in the simulator: where it
@@ -350,6 +354,8 @@ def run(args) -> dict:
                 for back in [o for o in outages if o[0] <= now]:
                     outages.remove(back)
                     driver.recover(back[1])
+                    driver.step()  # the node in service again, the queue placed
+                    back[1]["free_after"] = free_gpus(cluster)
                 if not due and not outages and not Job.objects.filter(
                         pk__in=training, state__in=["queued", "admitted", "running"]).exists():
                     break
@@ -388,7 +394,7 @@ def report(args, driver: Driver, ids, services, services_back, busy, free_after)
     ckpt = {pk for pk, h in hit_training.items() if h["checkpointing"]}
     migrated = {pk for pk in hit_training if final[pk].state == "succeeded"}
     elsewhere = {pk for pk in migrated if driver.hit[pk]["node"] not in _nodes_of(final[pk])}
-    lost_seconds, later_than_saved, over_interval = Decimal(0), [], []
+    lost_seconds, lost_ckpt, later_than_saved, over_interval = Decimal(0), Decimal(0), [], []
     for pk, runs in driver.runs.items():
         if not runs:
             continue
@@ -398,7 +404,9 @@ def report(args, driver: Driver, ids, services, services_back, busy, free_after)
             ran = Decimal(str(real * args.speed))
             kept = Decimal((resumed - run_["resumed_from"]) * STEP_SECONDS) if final[pk].checkpointing else 0
             lost = max(Decimal(0), ran - kept)
-            lost_seconds += lost * final[pk].gpus_per_worker * final[pk].workers
+            gpu_seconds = lost * final[pk].gpus_per_worker * final[pk].workers
+            lost_seconds += gpu_seconds
+            lost_ckpt += gpu_seconds if final[pk].checkpointing else 0
             if run_["saved"] is not None and resumed > run_["saved"]:
                 later_than_saved.append(pk)
             if final[pk].checkpointing and lost > STEP_SECONDS:
@@ -409,6 +417,7 @@ def report(args, driver: Driver, ids, services, services_back, busy, free_after)
     usage_meter(now=timezone.now() + timedelta(hours=2))
     overlap, excess = ledger_double_counting(ids)
     xids = sum(1 for f in driver.failures if f["how"] == "xid")
+    last = driver.failures[-1] if driver.failures else {}
     during = [free for at, free in driver.free if driver.failures and at >= driver.failures[0]["at"]]
     return {
         "bench": "failover",
@@ -429,12 +438,17 @@ def report(args, driver: Driver, ids, services, services_back, busy, free_after)
         "service_replicas_replaced": replicas_back,
         "service_replica_migration_rate": _rate(replicas_back, replicas_hit),
         "work_lost_gpu_hours": round(float(lost_seconds) / 3600, 3),
+        "work_lost_gpu_hours_checkpointing": round(float(lost_ckpt) / 3600, 3),
         "checkpoint": {"resumed_later_than_saved": later_than_saved,
                        "lost_more_than_one_interval": over_interval, "interval_seconds": STEP_SECONDS},
         "card_hours_double_counted": round((overlap + excess) / 3600, 6),
         "ledger": {"overlapping_card_seconds": overlap, "card_seconds_beyond_events": excess},
         "free_gpus": {"before_first_failure": driver.failures[0]["free_before"] if driver.failures else None,
-                      "lowest_during": min(during) if during else None, "after_recovery": free_after},
+                      "lowest_during": min(during) if during else None,
+                      # the last node to come back is the last to fail (one outage length for all)
+                      "after_last_recovery": last.get("free_after"),
+                      "at_the_end": free_after},
+        "peak": driver.peak,
         "final_states": _count(final[pk].state for pk in ids if pk not in services),
     }
 
@@ -487,11 +501,11 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=40)
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--services", type=int, default=8)
-    parser.add_argument("--failures", type=int, default=6)
-    parser.add_argument("--every", type=float, default=600, help="simulated seconds between failures")
-    parser.add_argument("--outage", type=float, default=900, help="simulated seconds a failed node stays out")
-    parser.add_argument("--shortest", type=int, default=2400, help="shortest training job, simulated seconds")
-    parser.add_argument("--longest", type=int, default=7200)
+    parser.add_argument("--failures", type=int, default=8)
+    parser.add_argument("--every", type=float, default=500, help="simulated seconds between failures")
+    parser.add_argument("--outage", type=float, default=1500, help="simulated seconds a node stays out")
+    parser.add_argument("--shortest", type=int, default=4800, help="shortest training job, simulated seconds")
+    parser.add_argument("--longest", type=int, default=12000)
     parser.add_argument("--speed", type=float, default=100)
     parser.add_argument("--seed", type=int, default=35)
     parser.add_argument("--timeout", type=float, default=1800, help="real seconds")

@@ -44,7 +44,8 @@ class NodeOccupancyOut(serializers.Serializer):
     cluster = serializers.CharField()
     flavor = serializers.CharField()
     state = serializers.ChoiceField(choices=NodeState.choices)
-    hold = serializers.CharField(help_text="A platform admin's hold: cordoned, draining or empty.")
+    hold = serializers.CharField(
+        help_text="A hold: cordoned (by a platform admin or the health check), draining, or empty.")
     health = serializers.ChoiceField(
         choices=["ok", "down", "unhealthy"],
         help_text="down: the backend says the node does not answer; unhealthy: cordoned by the health check.")

@@ -10,7 +10,8 @@ Signals, read at every metrics poll (``jobs.poll_metrics``):
 
 A node with a signal and no health hold is cordoned — ``Node.hold`` cordoned, ``health_reason``
 the signal's words, a ``health`` NodeEvent without actor, the cordon written to the backend
-(drained on Slurm, ``unschedulable`` on Kubernetes) — and every job holding its GPUs is sent back
+(drained on Slurm, ``unschedulable`` on Kubernetes) unless the backend reported the problem
+itself — and every job holding its GPUs is sent back
 to the queue through the preemption path (``preemption_signal``): a checkpointing job is stopped
 with its grace period and resumes elsewhere from its checkpoint, the others start again, a
 service's replicas are placed again. None of it is a retry (DESIGN §17).
@@ -94,10 +95,12 @@ def backend_signals(cluster: Cluster) -> dict[str, str] | None:
     return {n.name: n.problem for n in listed if n.problem and MARK.strip() not in n.problem}
 
 
-def gather() -> tuple[dict[int, str], bool]:
-    """Node id → its signals' words (joined), and whether every source answered."""
+def gather() -> tuple[dict[int, str], set[int], bool]:
+    """Node id → its signals' words (joined); the nodes whose backend itself reports the problem;
+    and whether every source answered."""
     complete = True
     by_node: dict[int, list[str]] = defaultdict(list)
+    backend_knows: set[int] = set()
     clusters = list(Cluster.objects.filter(active=True))
     nodes = list(Node.objects.filter(cluster__in=clusters).values_list("pk", "name", "cluster_id"))
     host = prometheus_signals()
@@ -110,16 +113,18 @@ def gather() -> tuple[dict[int, str], bool]:
         for pk, name, cluster_id in nodes:
             if cluster_id == cluster.pk and (said or {}).get(name):
                 by_node[pk].append(said[name])
-    return {pk: "; ".join(words)[:REASON_MAX] for pk, words in by_node.items() if words}, complete
+                backend_knows.add(pk)
+    signals = {pk: "; ".join(words)[:REASON_MAX] for pk, words in by_node.items() if words}
+    return signals, backend_knows, complete
 
 
 def poll_node_health(now: datetime | None = None) -> dict[str, int]:
     """Cordon the nodes with a health signal, return the ones whose signals all cleared."""
     now = now or timezone.now()
-    signals, complete = gather()
+    signals, backend_knows, complete = gather()
     counts = {"cordoned": 0, "requeued": 0, "recovered": 0}
     for node_id, why in sorted(signals.items()):
-        requeued = cordon_unhealthy(node_id, why, now)
+        requeued = cordon_unhealthy(node_id, why, now, tell_backend=node_id not in backend_knows)
         if requeued is not None:
             counts["cordoned"] += 1
             counts["requeued"] += len(requeued)
@@ -133,9 +138,12 @@ def poll_node_health(now: datetime | None = None) -> dict[str, int]:
     return counts
 
 
-def cordon_unhealthy(node_id: int, why: str, now: datetime) -> list[int] | None:
+def cordon_unhealthy(node_id: int, why: str, now: datetime, *, tell_backend: bool = True) -> list[int] | None:
     """Cordon the node for ``why`` and signal its jobs to go; None when it was cordoned already (or
-    is an admin's)."""
+    is an admin's). ``tell_backend`` False: the backend reported the problem itself (Slurm has
+    the node down or drained, Kubernetes its condition), so the portal writes nothing there —
+    overwriting Slurm's reason would lose it, and returning the node would undo a drain the
+    cluster's own admin placed."""
     with transaction.atomic():
         node = Node.objects.select_for_update().select_related("cluster").get(pk=node_id)
         if node.health_reason or node.hold:
@@ -154,9 +162,11 @@ def cordon_unhealthy(node_id: int, why: str, now: datetime) -> list[int] | None:
         NodeEvent.objects.create(
             node=node, action=NodeAction.HEALTH, from_state=before, to_state=node.state, reason=why,
             actor=None, at=now,
-            data={"jobs": [j.pk for j in on_node], "requeued": requeued, "damped": node.health_damped},
+            data={"jobs": [j.pk for j in on_node], "requeued": requeued, "damped": node.health_damped,
+                  "written_to_backend": tell_backend},
         )
-    _tell_backend(node, schedulable=False, why=why)
+    if tell_backend:
+        _tell_backend(node, schedulable=False, why=why)
     return requeued
 
 
@@ -176,7 +186,9 @@ def recover(node_id: int, now: datetime) -> int:
             node=node, action=NodeAction.RECOVERED, from_state=before, to_state=node.state,
             reason=was, actor=None, at=now,
         )
-    _tell_backend(node, schedulable=True, why=was)
+        cordon = NodeEvent.objects.filter(node=node, action=NodeAction.HEALTH).order_by("-at", "-id").first()
+    if cordon is None or cordon.data.get("written_to_backend", True):
+        _tell_backend(node, schedulable=True, why=was)  # lift what the health check wrote there
     return 1
 
 
