@@ -12,7 +12,7 @@ the run is reproducible (no Celery timing).
 The pool: ``--nodes`` × 8 simulated GPUs; ``--jobs`` training jobs of 1 or 2 GPUs (every other one
 checkpointing, its checkpoint every simulated step of 10 s) and ``--services`` inference services
 of 2 replicas. ``--failures`` nodes fail over the run, one every ``--every`` simulated seconds, each
-the busiest node still in service, alternately
+the busiest node still in service (one with a service replica first), alternately
 
 - an XID error on one of its GPUs, scraped by Prometheus: one ``poll_node_health`` cordons the
   node and sends its jobs back (their grace period, then requeued);
@@ -287,12 +287,13 @@ class Driver:
         record["back_at"] = round(self.sim_now())
 
 
-def _busiest(node) -> tuple[int, bool]:
-    """The node to fail: the most jobs on it, then one with a service replica."""
+def _busiest(node) -> tuple[bool, int]:
+    """The node to fail: one with a service replica (while any is left on a node in service), then
+    the one with the most jobs."""
     from jobs.clusters.nodes import jobs_on_node
 
     jobs = jobs_on_node(node)
-    return len(jobs), any(j.kind == "inference" for j in jobs)
+    return any(j.kind == "inference" for j in jobs), len(jobs)
 
 
 def _within(started: float, seconds: float) -> bool:
@@ -337,9 +338,11 @@ def run(args) -> dict:
             started = time.monotonic()
             while _within(started, 120) and Job.objects.filter(pk__in=ids, state="queued").exists():
                 driver.step()
-            driver.t0 = time.monotonic()  # the schedule of failures counts from a busy pool
+            # The schedule of failures counts from a busy pool (dispatching every job takes a while:
+            # the simulator's clock runs meanwhile, so the shortest jobs are partly done by then).
+            driver.t0, driver.free = time.monotonic(), []
             busy = {"jobs_holding": Job.objects.filter(pk__in=ids, state__in=["admitted", "running"]).count(),
-                    "free_gpus": free_gpus(cluster)}
+                    "free_gpus": free_gpus(cluster), "dispatch_real_seconds": round(driver.t0 - started, 1)}
             due = [(args.every * (k + 1), "xid" if k % 2 == 0 else "down") for k in range(args.failures)]
             outages: list[tuple[float, dict]] = []
             services = [pk for pk in ids if Job.objects.get(pk=pk).kind == "inference"]
@@ -502,10 +505,10 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--services", type=int, default=8)
     parser.add_argument("--failures", type=int, default=8)
-    parser.add_argument("--every", type=float, default=500, help="simulated seconds between failures")
+    parser.add_argument("--every", type=float, default=600, help="simulated seconds between failures")
     parser.add_argument("--outage", type=float, default=1500, help="simulated seconds a node stays out")
-    parser.add_argument("--shortest", type=int, default=4800, help="shortest training job, simulated seconds")
-    parser.add_argument("--longest", type=int, default=12000)
+    parser.add_argument("--shortest", type=int, default=9600, help="shortest training job, simulated seconds")
+    parser.add_argument("--longest", type=int, default=16000)
     parser.add_argument("--speed", type=float, default=100)
     parser.add_argument("--seed", type=int, default=35)
     parser.add_argument("--timeout", type=float, default=1800, help="real seconds")
