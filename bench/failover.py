@@ -12,7 +12,7 @@ the run is reproducible (no Celery timing).
 The pool: ``--nodes`` × 8 simulated GPUs; ``--jobs`` training jobs of 1 or 2 GPUs (every other one
 checkpointing, its checkpoint every simulated step of 10 s) and ``--services`` inference services
 of 2 replicas. ``--failures`` nodes fail over the run, one every ``--every`` simulated seconds, each
-the busiest node still in service (one with a service replica first), alternately
+the busiest node still in service (every other one a node with a service replica), alternately
 
 - an XID error on one of its GPUs, scraped by Prometheus: one ``poll_node_health`` cordons the
   node and sends its jobs back (their grace period, then requeued);
@@ -25,7 +25,8 @@ Measured (simulated time for work, real seconds for the ledger, which bills by t
 
 - migration: of the training jobs on a failed node, the share that later succeeded — overall and
   for the checkpointing ones; for services, the replicas on failed nodes that were placed again;
-- work lost: GPU-hours run on a failed node and not kept (for a checkpointing job the time since
+- work lost (training jobs; a service has no work to lose): GPU-hours run on a failed node and not
+  kept (for a checkpointing job the time since
   its last saved step, for the others the whole interrupted run);
 - checkpoint consistency: no run resumed from a step later than the one saved when its predecessor
   stopped, and no checkpointing job lost more than one checkpoint interval;
@@ -251,7 +252,8 @@ class Driver:
 
         failed = {f["node"] for f in self.failures}
         ready = Node.objects.filter(cluster=self.cluster, state=NodeState.READY).exclude(name__in=failed)
-        node = max(ready, key=_busiest)
+        # Every other failure takes a node with a service replica (while one is left in service).
+        node = max(ready, key=lambda n: _busiest(n, len(self.failures) % 2 == 0))
         on_node = jobs_on_node(node)
         for job in on_node:
             replicas = sum(1 for w in job.placement if any(s[0] == node.pk for s in w))
@@ -287,13 +289,14 @@ class Driver:
         record["back_at"] = round(self.sim_now())
 
 
-def _busiest(node) -> tuple[bool, int]:
-    """The node to fail: one with a service replica (while any is left on a node in service), then
-    the one with the most jobs."""
+def _busiest(node, services_first: bool) -> tuple[int, ...]:
+    """How much failing ``node`` hits: its jobs, and whether it holds a service replica (first when
+    ``services_first``)."""
     from jobs.clusters.nodes import jobs_on_node
 
     jobs = jobs_on_node(node)
-    return any(j.kind == "inference" for j in jobs), len(jobs)
+    service = int(any(j.kind == "inference" for j in jobs))
+    return (service, len(jobs)) if services_first else (len(jobs), service)
 
 
 def _within(started: float, seconds: float) -> bool:
@@ -399,7 +402,7 @@ def report(args, driver: Driver, ids, services, services_back, busy, free_after)
     elsewhere = {pk for pk in migrated if driver.hit[pk]["node"] not in _nodes_of(final[pk])}
     lost_seconds, lost_ckpt, later_than_saved, over_interval = Decimal(0), Decimal(0), [], []
     for pk, runs in driver.runs.items():
-        if not runs:
+        if not runs or pk in services:  # a service's replicas are counted apart
             continue
         nxt = [r["resumed_from"] for r in runs[1:]] + [driver.sim.view(f"gp-{pk}")["resumed_from"]]
         for run_, resumed in zip(runs, nxt, strict=True):
