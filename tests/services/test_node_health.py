@@ -176,3 +176,25 @@ def test_kubernetes_node_conditions():
     assert k8s_problem([C("Ready", "Unknown", "Kubelet stopped posting node status"),
                         C("DiskPressure", "True")]) == (
         "Kubernetes Ready=Unknown: Kubelet stopped posting node status; DiskPressure=True")
+
+
+def test_an_outage_of_a_source_is_no_all_clear_and_an_admins_hold_is_the_admins(sim_pool):
+    from jobs.clusters.nodes import node_cordon
+
+    _f, _cluster, _pa, _pb, _sim = sim_pool
+    sick, held = Node.objects.order_by("name")
+    assert health.cordon_unhealthy(sick.pk, "XID 79 on GPU 3", timezone.now()) == []
+    unreachable = {**_gpupool(), "PROMETHEUS_URL": "http://127.0.0.1:9"}  # nothing listens there
+    with override_settings(GPUPOOL=unreachable):
+        assert health.poll_node_health() == {"cordoned": 0, "requeued": 0, "recovered": 0}
+    sick.refresh_from_db()
+    assert sick.health_reason == "XID 79 on GPU 3"  # Prometheus did not answer: not "healthy"
+
+    node_cordon(actor=fx.platform_admin(), node=held, reason="BIOS update")
+    assert health.cordon_unhealthy(held.pk, "XID 48 on GPU 0", timezone.now()) is None
+    with override_settings(GPUPOOL={**_gpupool(), "PROMETHEUS_URL": ""}):  # every source answered
+        assert health.poll_node_health()["recovered"] == 1
+    sick.refresh_from_db()
+    held.refresh_from_db()
+    assert (sick.state, sick.health_reason) == ("ready", "")
+    assert (held.state, held.hold, held.health_reason) == ("cordoned", "cordoned", "")  # still the admin's
