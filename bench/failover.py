@@ -438,7 +438,6 @@ def report(args, driver: Driver, ids, services, services_back, busy, free_after)
         "migration_success_rate_checkpointing": _rate(len(migrated & ckpt), len(ckpt)),
         "migration_success_rate_plain": _rate(len(migrated - ckpt), len(hit_training) - len(ckpt)),
         "finished_on_another_node": len(elsewhere),
-        "retries_counted": 0,  # a requeue after a node failure is no retry: requeue_count only
         "requeues": sum(final[pk].requeue_count for pk in ids),
         "service_replicas_on_failed_nodes": replicas_hit,
         "service_replicas_replaced": replicas_back,
