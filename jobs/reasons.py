@@ -36,6 +36,7 @@ FIXED = (
     pgettext_noop("job event", "preempted before it started"),
     pgettext_noop("job event", "requeued after preemption"),
     pgettext_noop("job event", "requeued from its checkpoint"),
+    pgettext_noop("job event", "requeued after node failure"),
     pgettext_noop("job event", "lifetime ended"),
     pgettext_noop("job event", "max runtime exceeded"),
     pgettext_noop("job event", "max runtime reached"),
@@ -61,6 +62,7 @@ START_TIMEOUTS_EXHAUSTED = pgettext_noop(
     "job event", "not running after %(count)s start timeouts: %(why)s")
 NODE_DRAINED = pgettext_noop("job event", "requeued off node %(node)s (drained: %(reason)s)")
 QUEUE_DRAINED = pgettext_noop("job event", "requeued: the queue of %(queue)s is draining (%(reason)s)")
+NODE_UNHEALTHY = pgettext_noop("job event", "requeued off node %(node)s (unhealthy: %(reason)s)")
 PREEMPTED_FOR = {
     "reclaim": pgettext_noop("job event", "reclaim for job %(job)s"),
     "priority": pgettext_noop("job event", "priority for job %(job)s"),

@@ -297,6 +297,12 @@ class Node(models.Model):
     driver_version = models.CharField(_("driver version"), max_length=40, blank=True)
     cuda_version = models.CharField(_("CUDA version"), max_length=20, blank=True)
     labels = models.JSONField(_("labels"), default=dict, blank=True)
+    # Node health (DESIGN §17, jobs.clusters.health): why the health check cordoned the node (an
+    # XID error, Slurm's reason, a Kubernetes condition); empty when it did not. ``health_damped``:
+    # it went bad too often (FLAP_LIMIT in FLAP_WINDOW), so it stays cordoned until an operator
+    # returns it, healthy or not.
+    health_reason = models.CharField(_("health"), max_length=300, blank=True)
+    health_damped = models.BooleanField(_("held after flapping"), default=False)
 
     class Meta:
         ordering = ["cluster_id", "zone", "spine", "leaf", "name"]
@@ -351,19 +357,25 @@ class NodeAction(models.TextChoices):
     CORDON = "cordon", _("Cordon")
     DRAIN = "drain", _("Drain")
     RETURN = "return", _("Return to service")
+    # The portal's own, by the health check (no actor): cordoned on a health signal, and returned
+    # when every signal has cleared (unless it flapped: then only an operator returns it).
+    HEALTH = "health", _("Cordoned by the health check")
+    RECOVERED = "recovered", _("Healthy again")
 
 
 class NodeEvent(models.Model):
-    """Append-only: what a platform admin did to a node (cordon, drain, return to service), why,
-    and the jobs it touched (``data``: ``jobs`` on the node then, ``requeued`` the ones sent back
-    to the queue)."""
+    """Append-only: what a platform admin did to a node (cordon, drain, return to service), or the
+    health check (cordoned, healthy again: no actor), why, and the jobs it touched (``data``:
+    ``jobs`` on the node then, ``requeued`` the ones sent back to the queue)."""
 
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="events", verbose_name=_("node"))
     action = models.CharField(_("action"), max_length=10, choices=NodeAction.choices)
     from_state = models.CharField(_("from"), max_length=10, choices=NodeState.choices)
     to_state = models.CharField(_("to"), max_length=10, choices=NodeState.choices)
     reason = models.CharField(_("reason"), max_length=300)
-    actor = models.ForeignKey(User, on_delete=models.PROTECT, related_name="+", verbose_name=_("by"))
+    actor = models.ForeignKey(
+        User, on_delete=models.PROTECT, related_name="+", verbose_name=_("by"), null=True, blank=True
+    )
     at = models.DateTimeField(_("at"), default=timezone.now)
     data = models.JSONField(default=dict, blank=True)
 

@@ -10,6 +10,15 @@ import sys
 import polib
 
 GLOSSARY = {
+    # Node health (issue 35 item 5).
+    'Cordoned by the health check': '已被健康检查隔离',
+    'Healthy again': '已恢复健康',
+    'health': '健康状况',
+    'held after flapping': '反复故障后保持隔离',
+    'health check': '健康检查',
+    'unhealthy': '不健康',
+    'Cordoned by the health check: %(reason)s': '已被健康检查隔离：%(reason)s',
+    'it went bad too often: it stays cordoned until an operator returns it': '故障过于频繁：保持隔离，直到运维人员将其恢复服务',
     "The per-user cap of %(cap)s GPUs in %(node)s is reached: its submitter's running jobs hold %(usage)s + %(request)s requested.": '已达到 %(node)s 的每用户上限 %(cap)s 卡：提交者的运行中作业占用 %(usage)s，再申请 %(request)s 将超出。',
     'The per-user cap of %(cap_jobs)s running jobs in %(node)s is reached: its submitter runs %(running_jobs)s.': '已达到 %(node)s 的每用户运行作业上限 %(cap_jobs)s 个：提交者正在运行 %(running_jobs)s 个。',
     'GPUs per user': '每用户 GPU 上限',
@@ -722,6 +731,10 @@ GLOSSARY = {
 
 # Messages with a context (msgctxt) that the glossary above does not fill: (context, msgid) → 中文.
 GLOSSARY_IN_CONTEXT = {
+    # Node health (issue 35 item 5).
+    ("job event", "requeued after node failure"): "节点故障后重新排队",
+    ("job event", "requeued off node %(node)s (unhealthy: %(reason)s)"):
+        "已从节点 %(node)s 重新排队（不健康：%(reason)s）",
     ("job event", "borrowed capacity for job %(job)s of a higher priority"): "借用的资源被更高优先级的任务 #%(job)s 抢占",
     # The idle policy (issue 34 item 2).
     ("job event", "warned by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s"):

@@ -44,8 +44,16 @@ class NodeOccupancyOut(serializers.Serializer):
     cluster = serializers.CharField()
     flavor = serializers.CharField()
     state = serializers.ChoiceField(choices=NodeState.choices)
-    hold = serializers.CharField(help_text="A platform admin's hold: cordoned, draining or empty.")
-    health = serializers.ChoiceField(choices=["ok", "down"])
+    hold = serializers.CharField(
+        help_text="A hold: cordoned (by a platform admin or the health check), draining, or empty.")
+    health = serializers.ChoiceField(
+        choices=["ok", "down", "unhealthy"],
+        help_text="down: the backend says the node does not answer; unhealthy: cordoned by the health check.")
+    health_reason = serializers.CharField(
+        help_text="Why the health check cordoned the node (an XID error, Slurm's reason, a Kubernetes "
+        "condition); empty when it did not.")
+    health_damped = serializers.BooleanField(
+        help_text="It went bad too often: it stays cordoned until an operator returns it.")
     zone = serializers.CharField()
     spine = serializers.CharField()
     leaf = serializers.CharField()
@@ -71,6 +79,8 @@ def node_out(view: node_map.NodeView) -> dict:
         "state": n.state,
         "hold": n.hold,
         "health": view.health,
+        "health_reason": n.health_reason,
+        "health_damped": n.health_damped,
         "zone": n.zone,
         "spine": n.spine,
         "leaf": n.leaf,

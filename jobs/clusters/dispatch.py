@@ -21,7 +21,7 @@ from jobs import environment
 from jobs.clusters.backends import base
 from jobs.clusters.backends.registry import backend_for
 from jobs.clusters.inventory import refresh_node_states
-from jobs.models import Job, JobEvent, backend_name
+from jobs.models import Job, JobEvent, JobKind, backend_name
 from jobs.reasons import RETRY, SECRET_UNDECLARED, SUBMITTED_TO, event_reason, reason
 from jobs.requests import effective_request
 from jobs.retries import backoff, retry_policy, retryable
@@ -357,9 +357,9 @@ def _finish(job: Job, st: base.JobStatus) -> str:
     if st.phase == base.SUCCEEDED:
         job_transition(job, JobState.SUCCEEDED, reason="completed", **ended)
         return "succeeded"
-    if (st.node_failure or st.phase == base.LOST) and job.checkpointing:
+    if _requeued_when_lost(job, st):
         job_transition(job, JobState.LOST, reason=st.message or "node failure", **ended)
-        _requeue(job, "requeued from its checkpoint")
+        _requeue(job, "requeued from its checkpoint" if job.checkpointing else "requeued after node failure")
         return "requeued"
     if not (st.node_failure or st.phase == base.LOST) and _retry(job, st, ended):
         return "retried"
@@ -382,6 +382,17 @@ def _retry(job: Job, st: base.JobStatus, ended: dict) -> bool:
         job, JobState.QUEUED, reason=reason(RETRY, retry=attempt, of=job.max_retries, exit_code=code),
         data=data, **ended, **RELEASED, retries=attempt, not_before=not_before,
     )
+
+
+def _requeued_when_lost(job: Job, st: base.JobStatus) -> bool:
+    """A job its node took down is not at fault (DESIGN §17): every one is requeued — a
+    checkpointing job resumes from its checkpoint, the others start again, a service's replicas
+    are placed again — and the requeue is no retry (it counts in ``requeue_count`` only). A job
+    the backend merely no longer knows (no node failure reported) is requeued where that loses
+    nothing: it checkpoints, or it is a service."""
+    if st.node_failure:
+        return True
+    return st.phase == base.LOST and (job.checkpointing or job.kind == JobKind.INFERENCE)
 
 
 def _overran(job: Job, st: base.JobStatus) -> bool:

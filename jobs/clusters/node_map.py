@@ -116,8 +116,11 @@ class NodeView:
 
     @property
     def health(self) -> str:
-        """ok | down (the backend says the node does not answer)."""
-        return "down" if self.node.state == NodeState.DOWN else "ok"
+        """ok | down (the backend says the node does not answer) | unhealthy (cordoned by the
+        health check, ``node.health_reason`` says why)."""
+        if self.node.state == NodeState.DOWN:
+            return "down"
+        return "unhealthy" if self.node.health_reason else "ok"
 
 
 @dataclass(slots=True)
@@ -257,5 +260,5 @@ def node_events(user: User, *, cluster: Cluster | None = None, node: Node | None
             event.actor_shown = ""
     else:
         for event in shown:
-            event.actor_shown = event.actor.get_username()
+            event.actor_shown = event.actor.get_username() if event.actor else _("health check")
     return shown

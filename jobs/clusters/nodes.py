@@ -114,7 +114,11 @@ def _change(actor: User, node: Node, action: str, reason: str, *, requeue: bool 
         locked.hold = hold
         if before != NodeState.DOWN:
             locked.state = hold or NodeState.READY
-        locked.save(update_fields=["hold", "state"])
+        if action == NodeAction.RETURN:
+            # Repaired: the health check's hold (flapping damped or not) ends with the operator's
+            # word; a signal still there cordons it again at the next poll (jobs.clusters.health).
+            locked.health_reason, locked.health_damped = "", False
+        locked.save(update_fields=["hold", "state", "health_reason", "health_damped"])
         requeued = _signal_requeue(to_requeue, locked, text, now)
         event = NodeEvent.objects.create(
             node=locked,

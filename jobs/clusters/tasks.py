@@ -105,8 +105,13 @@ def _guard_key(step: str, job_id: int, submitted_at) -> str:
 
 @shared_task(name="jobs.poll_metrics", ignore_result=True)
 def poll_metrics() -> None:
+    """The minute's GPU samples, and node health from the same sources (jobs.clusters.health):
+    health first, so a Prometheus outage that stops the samples never delays a cordon by the
+    backends' signals."""
+    from jobs.clusters.health import poll_node_health
     from jobs.clusters.metrics import poll_gpu_metrics
 
+    poll_node_health()
     poll_gpu_metrics()
 
 

@@ -428,7 +428,8 @@ def test_list_nodes(k8s_api, backend):
             {"nvidia.com/gpu": "8"},
             {"topology.kubernetes.io/zone": "z1", "gpupool.io/spine": "s1", "gpupool.io/leaf": "l1"},
         ),
-        node("gpu-b", {"nvidia.com/gpu": "8"}, unschedulable=True),
+        node("gpu-b", {"nvidia.com/gpu": "8"}, unschedulable=True, conditions=[
+            *ready, {"type": "DiskPressure", "status": "True", "message": "ephemeral storage low"}]),
         node("gpu-c", {"nvidia.com/gpu": "4"}, conditions=[{"type": "Ready", "status": "Unknown"}]),
         node("mig-a", {"nvidia.com/gpu": "0", "nvidia.com/mig-1g.10gb": "7"}),
         node("npu-1", {"huawei.com/Ascend910": "8"}),
@@ -449,6 +450,10 @@ def test_list_nodes(k8s_api, backend):
     )
     assert by_name["gpu-b"].state == "cordoned"
     assert by_name["gpu-c"].state == "down"
+    # Node conditions are health signals (jobs.clusters.health), in Kubernetes' words.
+    assert by_name["gpu-a"].problem == ""
+    assert by_name["gpu-b"].problem == "Kubernetes DiskPressure=True: ephemeral storage low"
+    assert by_name["gpu-c"].problem == "Kubernetes Ready=Unknown"
     assert (by_name["mig-a"].flavor_hint, by_name["mig-a"].gpus) == ("nvidia.com/mig-1g.10gb", 7)
     assert (by_name["npu-1"].flavor_hint, by_name["npu-1"].gpus) == ("huawei.com/Ascend910", 8)
 

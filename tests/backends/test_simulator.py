@@ -37,6 +37,7 @@ METRIC_NAMES = {
     "DCGM_FI_DEV_FB_FREE",
     "DCGM_FI_DEV_GPU_TEMP",
     "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_XID_ERRORS",
 }
 SLACK = timedelta(milliseconds=2)  # microsecond rounding of timestamps on both sides
 
@@ -340,3 +341,20 @@ def test_resize_of_a_finished_or_unknown_job(sim):
     assert sim.view("gp-74")["workers"] == 1
     with pytest.raises(BackendError, match="404"):
         sim.resize(spec("gp-75"))
+
+
+def test_an_injected_xid_error_is_the_gpus_last_xid_until_cleared(sim):
+    sim.submit(spec("gp-xid", workers=(("n1", (3,)),)))
+    sim.set_xid("n1", 3, 79)
+
+    def xids():
+        return {(labels["Hostname"], labels["gpu"]): value
+                for labels, value in series(parse_exposition(sim.metrics())[2], "DCGM_FI_DEV_XID_ERRORS")}
+
+    assert xids()[("n1", "3")] == 79
+    assert {key: v for key, v in xids().items() if v} == {("n1", "3"): 79}  # that GPU only
+    assert sim.status(["gp-xid"])["gp-xid"].phase == "running"  # the job runs on: the portal decides
+    with pytest.raises(BackendError):
+        sim.set_xid("n1", 9, 79)  # no such GPU
+    sim.set_xid("n1", 3, 0)
+    assert not any(xids().values())

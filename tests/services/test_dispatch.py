@@ -151,7 +151,7 @@ def test_cancelling_a_running_job_stops_it_before_releasing_its_gpus(sim_pool):
     assert _transitions(job)[-1] == "cancelled"
 
 
-def test_node_failure_requeues_checkpointing_jobs_and_fails_the_others(sim_pool):
+def test_node_failure_requeues_every_job_on_the_node(sim_pool):
     f, cluster, pa, pb, sim = sim_pool
     plain = fx.submit(pa, f, gpus=8, sim_duration_seconds=100000, name="plain")
     ckpt = fx.submit(pb, f, gpus=8, sim_duration_seconds=100000, name="ckpt", checkpointing=True)
@@ -161,9 +161,9 @@ def test_node_failure_requeues_checkpointing_jobs_and_fails_the_others(sim_pool)
         settle(cluster, job, {"running"})
     for node in Node.objects.filter(cluster=cluster):
         sim.backend().set_node_state(node.name, "down")
-    settle(cluster, plain, {"failed"})
+    settle(cluster, plain, {"queued"})  # not its fault: started again, not failed (DESIGN §17)
     settle(cluster, ckpt, {"queued"})
-    assert _transitions(ckpt)[-2:] == ["lost", "queued"]
+    assert _transitions(ckpt)[-2:] == _transitions(plain)[-2:] == ["lost", "queued"]
     assert not Job.objects.filter(state__in=["admitted", "running"]).exists()  # quota usage released
 
 

@@ -178,6 +178,9 @@ class NodeInfo:
     driver_version: str = ""
     cuda_version: str = ""
     labels: tuple[tuple[str, str], ...] = ()  # sorted (key, value) pairs: features, node labels
+    # What the backend says is wrong with the node, in its words (Slurm's DOWN/FAIL/DRAIN with its
+    # reason, a Kubernetes node condition); empty: nothing. A health signal (jobs.clusters.health).
+    problem: str = ""
 
 
 @dataclass(frozen=True, slots=True)

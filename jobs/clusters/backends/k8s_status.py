@@ -287,8 +287,25 @@ def node_info(node: Any) -> NodeInfo | None:
         zone=labels.get("topology.kubernetes.io/zone", ""),
         spine=labels.get("gpupool.io/spine", ""),
         leaf=labels.get("gpupool.io/leaf", ""),
+        problem=node_problem(node.status.conditions if node.status else None),
         **machine,
     )
+
+
+# Conditions that mean trouble when True (the kubelet's pressure conditions, a node without its
+# network); Ready means trouble when not True.
+TROUBLE_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
+
+
+def node_problem(conditions) -> str:
+    """The node's troubled conditions in Kubernetes' words ("Ready=Unknown: Kubelet stopped posting
+    node status", "DiskPressure=True"): a health signal (jobs.clusters.health); empty when none."""
+    out = []
+    for c in conditions or ():
+        bad = c.status != "True" if c.type == "Ready" else c.type in TROUBLE_CONDITIONS and c.status == "True"
+        if bad:
+            out.append(f"{c.type}={c.status}" + (f": {c.message}" if c.message else ""))
+    return "Kubernetes " + "; ".join(out) if out else ""
 
 
 # GPU Feature Discovery's software labels: the driver's and the CUDA runtime's versions, whole

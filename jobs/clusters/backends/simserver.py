@@ -104,12 +104,14 @@ class SimCluster:
                 "jobs": {},
                 "armed": {},
                 "logs": {},
+                "xid": {},
             }
         # A corrupt state file stops the server instead of silently starting an empty cluster.
         state = json.loads(self.path.read_text())
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"{self.path}: unsupported state version {state.get('version')!r}")
         state.setdefault("logs", {})
+        state.setdefault("xid", {})  # injected XID errors, "<node>/<gpu>" → the last XID
         for job in state["jobs"].values():
             self._with_defaults(job)
         return state
@@ -355,6 +357,27 @@ class SimCluster:
         if state == "down":
             self._fail_jobs_on(name, now, f"node {name} down")
         return node
+
+    def set_xid(self, name: str, gpu, xid) -> dict:
+        """The last XID error of one GPU, as DCGM reports it (``DCGM_FI_DEV_XID_ERRORS``); 0
+        clears it (a repaired card, a restarted exporter). The jobs on the GPU run on: what a
+        broken card means for them is the portal's to decide (node health, DESIGN §17)."""
+        try:
+            gpu, xid = int(gpu), int(xid)
+        except (TypeError, ValueError):
+            raise ApiError(400, "gpu and xid must be integers") from None
+        return self._run(self._set_xid, name, gpu, xid)
+
+    def _set_xid(self, now, name, gpu, xid):
+        node = self._node(name)
+        if not 0 <= gpu < node["gpus"] or xid < 0:
+            raise ApiError(400, f"node {name} has no GPU {gpu}, or the XID is negative")
+        key = f"{name}/{gpu}"
+        if xid:
+            self.state["xid"][key] = xid
+        else:
+            self.state["xid"].pop(key, None)
+        return {"node": name, "gpu": gpu, "xid": xid}
 
     def _node(self, name: str) -> dict:
         if name not in self.state["nodes"]:
@@ -625,7 +648,8 @@ class SimCluster:
         usage = self._gpu_usage()
         live = [n for n in nodes.values() if n["state"] != "down"]
         loaded = [j for j in self._active() if j["phase"] == RUNNING and j["load_rps"] is not None]
-        return render_metrics(live, usage, now) + render_load(loaded, {n["name"] for n in live})
+        xids = self.state["xid"]
+        return render_metrics(live, usage, now, xids) + render_load(loaded, {n["name"] for n in live})
 
 
 def _rendezvous(job: dict) -> list[dict[str, str]]:
@@ -778,6 +802,7 @@ DCGM_METRICS = (
     ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)."),
     ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C)."),
     ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)."),
+    ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered."),
 )
 DRIVER_VERSION = "535.161.08"
 MODEL_NAMES = {
@@ -790,15 +815,19 @@ MODEL_NAMES = {
 DEFAULT_MEMORY_MIB = 80 * 1024
 
 
-def render_metrics(nodes: list[dict], usage, now: float) -> str:
+def render_metrics(nodes: list[dict], usage, now: float, xids: dict[str, int] | None = None) -> str:
     """Prometheus text exposition as dcgm-exporter writes it. A GPU shared by several jobs has
     one series per job (each with its part of the device's utilisation and memory), so a query
-    by ``job`` label finds every job; their GPU_UTIL values sum to the device's."""
+    by ``job`` label finds every job; their GPU_UTIL values sum to the device's. ``xids``: the
+    last XID error per ``"<node>/<gpu>"`` (injected, ``set_xid``); 0 elsewhere."""
+    xids = xids or {}
     rows = [
         row
         for node in nodes
         for i in range(node["gpus"])
-        for row in _gpu_rows(node, i, usage.get((node["name"], i), []), now)
+        for row in _gpu_rows(
+            node, i, usage.get((node["name"], i), []), now, xids.get(f"{node['name']}/{i}", 0)
+        )
     ]
     out = []
     for metric, help_text in DCGM_METRICS:
@@ -807,7 +836,7 @@ def render_metrics(nodes: list[dict], usage, now: float) -> str:
     return "\n".join(out) + "\n"
 
 
-def _gpu_rows(node: dict, index: int, holders: list[tuple[dict, int]], now: float):
+def _gpu_rows(node: dict, index: int, holders: list[tuple[dict, int]], now: float, xid: int = 0):
     base = {
         "gpu": str(index),
         "UUID": gpu_uuid(node["name"], index),
@@ -827,6 +856,7 @@ def _gpu_rows(node: dict, index: int, holders: list[tuple[dict, int]], now: floa
         "DCGM_FI_DEV_FB_FREE": free,
         "DCGM_FI_DEV_GPU_TEMP": round(31 + device_util * 0.45),
         "DCGM_FI_DEV_POWER_USAGE": f"{62.5 + device_util * 3.3:.3f}",
+        "DCGM_FI_DEV_XID_ERRORS": xid,
     }
     if not parts:
         return [
@@ -915,6 +945,7 @@ ROUTES = [
     ("GET", r"/nodes", "get_nodes"),
     ("PUT", r"/inventory", "put_inventory"),
     ("POST", r"/nodes/([^/]+)/state", "post_node_state"),
+    ("POST", r"/nodes/([^/]+)/xid", "post_node_xid"),
     ("POST", r"/jobs", "post_job"),
     ("GET", r"/jobs", "get_jobs"),
     ("GET", r"/jobs/([^/]+)", "get_job"),
@@ -1021,6 +1052,11 @@ class Handler(BaseHTTPRequestHandler):
         body = self._body()
         state = body.get("state") if isinstance(body, dict) else None
         self._json(200, self.cluster.set_node_state(name, state))
+
+    def post_node_xid(self, name):
+        body = self._body()
+        body = body if isinstance(body, dict) else {}
+        self._json(200, self.cluster.set_xid(name, body.get("gpu"), body.get("xid")))
 
     def post_job(self):
         body = self._body()

@@ -5,7 +5,7 @@ Logs: ``GET /jobs/<name>/log?tail_bytes=N`` (the tail, JSON) and ``/log/raw`` (t
 chunked); a dev job's exposed port is a small page the simulator itself serves.
 
 Besides the backend protocol it offers the failure-injection calls the tests and the demo use:
-``set_inventory``, ``set_node_state``, ``crash``, ``slow_start``, ``metrics``, and ``view`` (the
+``set_inventory``, ``set_node_state``, ``set_xid``, ``crash``, ``slow_start``, ``metrics``, and ``view`` (the
 simulator's record of one job, placement and worker count included).
 """
 
@@ -129,6 +129,10 @@ class SimulatorBackend:
 
     def set_node_state(self, name: str, state: str) -> NodeInfo:
         return _node_info(self._call("POST", f"/nodes/{quote(name, safe='')}/state", {"state": state}))
+
+    def set_xid(self, node: str, gpu: int, xid: int) -> None:
+        """Report XID ``xid`` as the last error of GPU ``gpu`` of ``node`` (0 clears it)."""
+        self._call("POST", f"/nodes/{quote(node, safe='')}/xid", {"gpu": gpu, "xid": xid})
 
     def crash(self, name: str, exit_code: int = 137) -> JobStatus:
         """The job's program dies: by signal 9 (137), or exiting with ``exit_code``."""

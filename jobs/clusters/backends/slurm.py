@@ -624,7 +624,7 @@ class SlurmBackend:
     # ---- inventory -------------------------------------------------------------------------------
 
     def _node(self, line: str) -> NodeInfo:
-        name, gres, state, features, _reason = line.split("|", 4)
+        name, gres, state, features, reason = line.split("|", 4)
         gres_type, count = _gpu_gres(gres)
         topo = dict(f.split("-", 1) for f in features.split(",") if "-" in f)
         return NodeInfo(
@@ -635,6 +635,7 @@ class SlurmBackend:
             zone=topo.get("zone", ""),
             spine=topo.get("spine", ""),
             leaf=topo.get("leaf", ""),
+            problem=node_problem(state, reason),
         )
 
     def _flavor_hint(self, gres_type: str) -> str:
@@ -727,6 +728,18 @@ def node_state(sinfo_state: str) -> str:
     if base.startswith(("drain", "fail", "maint", "reboot")):
         return "cordoned"
     return "ready"
+
+
+def node_problem(sinfo_state: str, reason: str) -> str:
+    """A node DOWN, FAILing or DRAINed, with Slurm's reason (``sinfo %E``): a health signal
+    (jobs.clusters.health); empty for a node in service or merely powered down."""
+    state = sinfo_state.strip().lower()
+    base = state.rstrip("~#%$@^-!+*").split("+")[0]
+    if not (state.endswith("*") or base.startswith(("down", "fail", "drain"))):
+        return ""
+    why = " ".join(reason.split())
+    # sinfo prints "none" where no reason is set
+    return f"Slurm {state}" if why in UNSET or why.lower() == "none" else f"Slurm {state}: {why}"
 
 
 def expand_hostlist(text: str) -> tuple[str, ...]:
