@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.conf import settings
+from django.utils import translation
 
 from jobs.models import Job
 from jobs.retries import retry_policy
@@ -24,5 +26,8 @@ def test_submit_with_max_retries_and_one_too_many(portal, cli, capsys):
     assert Job.objects.get(pk=json.loads(out)["id"]).max_retries == 2
     limit = retry_policy().max_retries_limit
     code, _, err = run(cli, capsys, url, *base, "--max-retries", str(limit + 1), token=key)
-    assert code == 1 and "max_retries" in err and f"Between 0 and {limit}" in err
+    # The CLI sends no Accept-Language: the portal answers in its default language.
+    with translation.override(settings.LANGUAGE_CODE):
+        said = translation.gettext("Between 0 and %(limit)s (the centre's maximum).") % {"limit": limit}
+    assert code == 1 and "max_retries" in err and said in err
     assert Job.objects.count() == 1
