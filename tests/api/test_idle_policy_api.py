@@ -61,7 +61,7 @@ def test_who_reads_and_who_writes(world, api, persona, read, write):
 
 
 def test_the_admin_page_edits_a_projects_override_beside_the_classes(world):
-    page = Client()
+    page = Client(HTTP_ACCEPT_LANGUAGE="en")  # the message is read in English below
     page.force_login(world.users["platform"])
     prio = fx.priority("training", 100, True)
     add = reverse("admin:jobs_idlepolicy_add")

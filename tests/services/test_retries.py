@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from jobs.clusters import dispatch
 from jobs.models import Job, backend_name
@@ -82,12 +82,13 @@ def test_a_node_failure_is_not_a_retry(sim_pool):
 def test_max_retries_is_checked_against_the_centres_limit_and_the_kind(sim_pool):
     f, _cluster, pa, _, _sim = sim_pool
     limit = retry_policy().max_retries_limit
-    with pytest.raises(ValidationError) as over:
-        fx.submit(pa, f, gpus=1, max_retries=limit + 1)
-    assert over.value.message_dict == {"max_retries": [f"Between 0 and {limit} (the centre's maximum)."]}
-    with pytest.raises(ValidationError) as kind:
-        fx.submit(pa, f, gpus=1, kind="inference", max_retries=1)
-    assert kind.value.message_dict == {"max_retries": ["Only training jobs are retried."]}
+    with translation.override("en"):  # the messages are read in English below
+        with pytest.raises(ValidationError) as over:
+            fx.submit(pa, f, gpus=1, max_retries=limit + 1)
+        assert over.value.message_dict == {"max_retries": [f"Between 0 and {limit} (the centre's maximum)."]}
+        with pytest.raises(ValidationError) as kind:
+            fx.submit(pa, f, gpus=1, kind="inference", max_retries=1)
+        assert kind.value.message_dict == {"max_retries": ["Only training jobs are retried."]}
     assert not Job.objects.exists()
     assert fx.submit(pa, f, gpus=1, max_retries=limit).max_retries == limit
 
