@@ -103,7 +103,7 @@ def test_a_portal_job_of_two_workers_gets_its_headless_service_and_loses_it_with
 
 
 def test_a_job_whose_image_does_not_pull_is_requeued_after_the_start_timeout_with_the_reason(k8s_api, on_k8s):
-    from django.utils import timezone
+    from django.utils import timezone, translation
 
     from jobs.clusters.start_timeout import requeue_unstarted
     from jobs.models import Job
@@ -138,7 +138,8 @@ def test_a_job_whose_image_does_not_pull_is_requeued_after_the_start_timeout_wit
     assert schedule_once(now=at).admitted == 0
     Job.objects.filter(pk=job.pk).update(not_before=timezone.now() + timedelta(minutes=1))
     job.refresh_from_db()
-    text = readable(explain_job(job), fx.platform_admin())["text"]
+    with translation.override("en"):  # the text is read in English below
+        text = readable(explain_job(job), fx.platform_admin())["text"]
     until = timezone.localtime(job.not_before).strftime("%H:%M")
     assert text == (f"It did not start within the start timeout ({why}): requeued, it waits out its "
                     f"backoff until {until}.")

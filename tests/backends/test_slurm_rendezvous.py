@@ -98,7 +98,7 @@ def test_four_workers_meet_worker_0_over_tcp_with_the_rendezvous_variables(porta
 
 def test_a_failed_run_is_retried_after_its_backoff_and_each_run_is_billed_once(portal_on_slurm, cluster):
     from django.db.models import Sum
-    from django.utils import timezone
+    from django.utils import timezone, translation
 
     from billing.meter import usage_meter
     from billing.models import UsageRecord
@@ -124,7 +124,8 @@ def test_a_failed_run_is_retried_after_its_backoff_and_each_run_is_billed_once(p
     assert job.placement == [] and job.dispatched_at is None  # its GPUs are given back
     # In its backoff it is not admitted, and explain says until when.
     assert schedule_once().admitted == 0
-    explain = readable(explain_job(job), fx.platform_admin())
+    with translation.override("en"):  # the text is read in English below
+        explain = readable(explain_job(job), fx.platform_admin())
     until = timezone.localtime(job.not_before).strftime("%H:%M")
     assert explain["reason"] == "backoff"
     assert explain["text"] == f"Retry 1 of 2 after backoff until {until}."
