@@ -247,6 +247,8 @@ class JobOut(serializers.ModelSerializer):
             "framework",
             "min_operator_coverage",
             "start_estimate",
+            "array",
+            "array_index",
         ]
 
 
@@ -408,6 +410,20 @@ class JobIn(serializers.Serializer):
         'replica, "cooldown_seconds": 30–86400, default 300} — the settings of PUT '
         '/api/v1/jobs/{id}/autoscale/, given with the job; omitted or null: off. A refusal names the '
         'field under autoscale (e.g. {"autoscale": {"target": [...]}}) and creates no job.',
+    )
+
+
+    array = serializers.CharField(
+        max_length=200, required=False, allow_blank=True, allow_null=True,
+        help_text='Training jobs: submit an array (DESIGN §17), e.g. "0-99%10" — one task per index '
+        "(ranges a-b, a-b:step, commas), each a job with GPUPOOL_ARRAY_INDEX; %K: at most K tasks "
+        "running at once. At most 1000 tasks, indices up to 99999. The response is the first task; its "
+        "`array` is the array's id (GET /api/v1/arrays/{id}/).",
+    )
+    dependencies = serializers.ListField(
+        child=serializers.DictField(), required=False, max_length=100, default=list,
+        help_text='Jobs it waits for: [{"condition": "after_ok" | "after_any" | "after_not_ok", "job": 12}]. '
+        "Each a job you can see; a dependency that can no longer be met cancels the job, with that reason.",
     )
 
 

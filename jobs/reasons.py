@@ -44,6 +44,7 @@ FIXED = (
     pgettext_noop("job event", "head of its priority level"),
     pgettext_noop("job event", "in-quota / on-loan split recomputed"),
     pgettext_noop("job event", "over budget"),
+    pgettext_noop("job event", "array cancelled by user"),
 )
 
 # The reasons with parameters (their English text is the msgid with the parameters filled in).
@@ -55,6 +56,10 @@ SCALED_FOR = pgettext_noop("job event", "scaled %(before)s→%(after)s: %(why)s"
 TARGET = pgettext_noop("job event", "target %(before)s→%(after)s")
 SCALED_BY_AUTOSCALER = pgettext_noop("job event", "scaled %(before)s→%(after)s by the autoscaler")
 TARGET_BY_AUTOSCALER = pgettext_noop("job event", "target %(before)s→%(after)s by the autoscaler")
+# DESIGN §17: the dependency (after_ok, after_not_ok) that can no longer be met, and why.
+DEPENDENCY_NEVER_MET = pgettext_noop(
+    "job event", "dependency %(condition)s on job %(job)s can no longer be met: it is %(state)s"
+)
 NODE_DRAINED = pgettext_noop("job event", "requeued off node %(node)s (drained: %(reason)s)")
 PREEMPTED_FOR = {
     "reclaim": pgettext_noop("job event", "reclaim for job %(job)s"),

@@ -17,7 +17,7 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from jobs import rules
-from jobs.models import Job, JobEvent, JobGpuSample, JobKind
+from jobs.models import Job, JobArray, JobDependency, JobEvent, JobGpuSample, JobKind
 from jobs.scheduling.cache_keys import EXPLAIN_KEY, QUEUE_KEY
 from jobs.states import HOLDING, TERMINAL, JobState
 from portal import permissions as perm
@@ -40,6 +40,21 @@ def visible_jobs(user: User) -> QuerySet[Job]:
     jobs = Job.objects.select_related("project", "flavor", "priority_class", "submitted_by")
     projects = visible_project_ids(user)
     return jobs if projects is None else jobs.filter(project_id__in=projects)
+
+
+def visible_arrays(user: User) -> QuerySet[JobArray]:
+    """Arrays of the projects ``user`` sees (another tenant's is a 404, as its jobs are)."""
+    arrays = JobArray.objects.select_related("project", "submitted_by")
+    projects = visible_project_ids(user)
+    return arrays if projects is None else arrays.filter(project_id__in=projects)
+
+
+def array_tasks(array: JobArray) -> QuerySet[Job]:
+    return array.tasks.select_related("flavor").order_by("array_index", "id")
+
+
+def job_dependencies(job: Job) -> QuerySet[JobDependency]:
+    return job.dependencies.select_related("depends_on").order_by("depends_on_id")
 
 
 def job_events(job: Job) -> QuerySet[JobEvent]:

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from jobs import environment, flavor_choice, submission
+from jobs import environment, flavor_choice, submission, workflows
 from jobs.approvals import job_approval_open, job_approval_withdraw
 from jobs.models import (
     Job,
@@ -112,6 +112,8 @@ def job_submit(
     memory_mib: int | None = None,
     local_disk_gib: int | None = None,
     min_cuda_version: str = "",
+    array: str | None = None,
+    dependencies=None,
 ) -> Job:
     """``flavor``: one flavor, or the acceptable flavors in order of preference (DESIGN §14);
     the job is checked against each, and runs on the first the scheduler can place.
@@ -119,6 +121,10 @@ def job_submit(
     "cooldown_seconds"}`` (docs/scheduling.md "Autoscaling"), set with the job.
     ``cpu_millicores``, ``memory_mib``, ``local_disk_gib``: what each worker asks of its node
     besides its GPUs (None: its GPUs' share, docs/resources.md); ``min_cuda_version``: "12.4".
+
+    ``array``: "0-99%10" submits one task per index (DESIGN §17; the first task is returned, its
+    ``array`` the whole); ``dependencies``: ``[{"condition": "after_ok", "job": 12}, …]`` or the
+    text ``after_ok:12`` (``jobs.workflows``), on every task.
 
     One way down (``jobs.submission``): gather what the submission needs to know once, check it,
     decide the approval from it, create."""
@@ -138,6 +144,10 @@ def job_submit(
         sub, image=image, command=command, mounts=mounts, env=env, expose_port=expose_port,
         autoscale=autoscale,
     )
+    spec = workflows.parse_array(array) if array not in (None, "") else None
+    if spec is not None and kind != JobKind.TRAINING:
+        raise ValidationError({"array": [_("Only training jobs come in arrays.")]})
+    depends = workflows.check_dependencies(actor, workflows.parse_dependencies(dependencies))
     if kind == JobKind.DEV:
         _check_dev_limit(actor)
     # DESIGN §6: a job over its department's policy waits in pending_approval for a decision.
@@ -145,6 +155,31 @@ def job_submit(
     decision = submission.approval(sub, class_needs_approval=checked.class_needs_approval)
     state = JobState.PENDING_APPROVAL if decision.needed else JobState.QUEUED
     now = timezone.now()
+    fields = dict(
+        project=project, actor=actor, name=name, kind=kind, choices=choices, framework=framework,
+        min_operator_coverage=min_operator_coverage, priority_class=priority_class, image=image,
+        command=command, shape=sub.shape.fields(), checked=checked, checkpointing=checkpointing,
+        sim_duration_seconds=sim_duration_seconds, state=state, now=now, decision=decision,
+        depends=depends,
+    )
+    if spec is None:
+        job = _create(**fields)
+    else:
+        with transaction.atomic():  # all the tasks or none
+            whole = workflows.array_create(actor=actor, project=project, name=name, spec=spec, at=now)
+            tasks = [_create(**fields, array=whole, index=index) for index in spec.indices]
+        job = tasks[0]
+    if not decision.needed:
+        request_cycle()
+    return job
+
+
+def _create(
+    *, project, actor, name, kind, choices, framework, min_operator_coverage, priority_class, image,
+    command, shape, checked, checkpointing, sim_duration_seconds, state, now, decision, depends,
+    array=None, index=None,
+) -> Job:
+    """One job (or task of an array) of a checked submission, its event and its approval request."""
     job = Job(
         name=name,
         project=project,
@@ -157,13 +192,15 @@ def job_submit(
         priority_class=priority_class,
         image=image,
         command=command,
-        **sub.shape.fields(),
+        **shape,
         max_runtime_seconds=checked.runtime_seconds,
         checkpointing=checkpointing,
         sim_duration_seconds=_sim_duration(kind, sim_duration_seconds, checked.runtime_seconds),
         state=state,
         state_changed_at=now,
         submitted_at=now,
+        array=array,
+        array_index=index,
         **checked.job_fields,
     )
     job.full_clean(validate_constraints=False)
@@ -176,10 +213,9 @@ def job_submit(
     JobEvent.objects.create(
         job=job, from_state="", to_state=state, reason="submitted", actor=actor, occurred_at=now
     )
+    workflows.dependencies_create(job, depends)
     if decision.needed:  # the scheduler ignores it until approved
         job_approval_open(job=job, actor=actor, decision=decision)
-    else:
-        request_cycle()
     return job
 
 
@@ -217,6 +253,11 @@ def job_cancel(*, actor: User, job: Job) -> Job:
         # The portal did not start it and has no right to stop it: its owner uses scancel/kubectl.
         raise ValidationError(_("An external job is stopped on its cluster (scancel, kubectl), not here."))
     return _cancel(job, actor, "cancelled by user")
+
+
+def job_cancel_as_user(job: Job, actor: User, reason: str = "array cancelled by user") -> Job:
+    """Cancel a task of an array its owner cancels (``jobs.workflows.array_cancel`` checked who)."""
+    return _cancel(job, actor, reason)
 
 
 def _cancel(job: Job, actor: User | None, reason: str | Message) -> Job:

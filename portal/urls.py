@@ -11,6 +11,7 @@ from jobs import api as jobs_api
 from jobs import api_approvals as jobs_approvals_api
 from jobs import api_autoscale as jobs_autoscale_api
 from jobs import api_templates as jobs_templates_api
+from jobs import api_workflows as jobs_workflows_api
 from jobs import views as jobs_views
 from jobs import views_policies as policy_views
 from jobs import views_templates as job_template_views
@@ -91,6 +92,10 @@ api_v1 = [
     path("jobs/<int:pk>/autoscale/", jobs_autoscale_api.JobAutoscaleApi.as_view(), name="job-autoscale"),
     path("jobs/<int:pk>/events/", jobs_api.JobEventsApi.as_view(), name="job-events"),
     path("jobs/<int:pk>/explain/", jobs_api.JobExplainApi.as_view(), name="job-explain"),
+    path("jobs/<int:pk>/dependencies/", jobs_workflows_api.JobDependenciesApi.as_view(),
+         name="job-dependencies"),
+    path("arrays/<int:pk>/", jobs_workflows_api.ArrayDetailApi.as_view(), name="array-detail"),
+    path("arrays/<int:pk>/cancel/", jobs_workflows_api.ArrayCancelApi.as_view(), name="array-cancel"),
     path("jobs/<int:pk>/utilisation/", jobs_api.JobUtilisationApi.as_view(), name="job-utilisation"),
     path("jobs/<int:pk>/log/", jobs_logs_api.JobLogApi.as_view(), name="job-log"),
     path("jobs/<int:pk>/log/download/", jobs_logs_api.JobLogDownloadApi.as_view(), name="job-log-download"),

@@ -25,7 +25,7 @@ from django.core.cache import cache
 from django.db import connection, transaction
 from django.utils import timezone
 
-from jobs import reasons
+from jobs import reasons, workflows
 from jobs.models import Job, JobKind
 from jobs.resize import drop_workers, record_scaled, request_resize
 from jobs.scheduler.engine.model import CycleResult, Explain, Preemption
@@ -63,6 +63,9 @@ def schedule_once(now: datetime | None = None, *, wait: bool = True, warm: bool 
     """One scheduling cycle. With ``wait=False`` it returns None at once if another cycle holds
     the lock (the periodic task uses that: a cycle already running will see the new jobs).
     ``warm=False`` builds the engine from a full snapshot instead of the process's warm one."""
+    # DESIGN §17: jobs whose dependency can no longer be met are cancelled first (their own
+    # transactions); the snapshot then holds back the ones whose dependencies are still unmet.
+    workflows.cancel_unmet()
     engine = warm_engine()
     with transaction.atomic():
         if not _lock(wait):
@@ -468,6 +471,9 @@ def explain_job(job: Job) -> dict:
         return {"position": None, "reason": job.state, "message": "the job is not waiting"}
     if job.kind == JobKind.EXTERNAL:
         return explain_external(job)
+    held = workflows.held_back(job)  # never in the engine's queue: it says why itself
+    if held is not None:
+        return {**held, "computed_at": timezone.now().isoformat()}
     key = EXPLAIN_KEY.format(job.pk)
     cached = cache.get(key)
     if cached:

@@ -13,6 +13,7 @@ from decimal import Decimal
 
 from django.utils.translation import gettext_lazy
 
+from jobs.models import DependencyCondition
 from jobs.selectors import tree_node_names
 from portal.models import User
 
@@ -86,6 +87,11 @@ _TEXTS = {
         "An external job: it waits in its cluster's own queue, not the portal's. The cluster's "
         "reason: %(message)s."
     ),
+    # DESIGN §17: held back before the engine (jobs.workflows.held_back).
+    "dependency": gettext_lazy("It waits for job #%(job)s (%(condition)s)."),
+    "array_cap": gettext_lazy(
+        "It waits: array cap of %(cap)s running tasks (%(running_tasks)s of its array's tasks hold GPUs)."
+    ),
 }
 _OTHERWISE = {
     "external": gettext_lazy(
@@ -158,6 +164,10 @@ def _reason_text(explain: dict, node_name: str | None) -> str:
     if reason == "min_runtime":  # seconds, for people
         values["min_runtime"] = _duration(values.get("min_runtime_s"))
         values["exempt_for"] = _duration(values.get("exempt_for_s"))
+    dependency = explain.get("dependency") or {}
+    if dependency:
+        values["job"] = dependency["job"]
+        values["condition"] = str(DependencyCondition(dependency["condition"]).label)
     reservation = explain.get("reservation") or {}
     if reservation.get("job"):
         values["job"] = reservation["job"]

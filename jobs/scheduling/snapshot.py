@@ -14,7 +14,7 @@ from django.db import connection
 from jobs.scheduler.engine.model import QueuedJob, RunningJob, Snapshot
 from jobs.scheduler.footprint import Request, filled, share_from
 from jobs.scheduling.config import MILLI, Config, cuda_version, fair_usage, read_config
-from jobs.states import HOLDING, JobState
+from jobs.states import HOLDING, TERMINAL, JobState
 
 # A job's acceptable flavors in its order, the still-active ones (None: only its flavor).
 _CHOICES_SQL = """
@@ -31,6 +31,30 @@ _USER = -_REQUEST_COLUMNS - 2
 _CHECKPOINTING = _USER - 1
 # Preemptible by its class, or made so by the idle policy (jobs.idle_service) whatever its class says.
 _PREEMPTIBLE_SQL = "(pc.preemptible OR j.idle_preemptible_at IS NOT NULL)"
+# DESIGN §17: a queued job the engine may see — every dependency met (after_ok: its job succeeded;
+# after_not_ok: it ended otherwise; after_any: it ended), and, for a task of an array with a cap,
+# fewer than the cap of its tasks holding GPUs or queued at a lower index (the lowest-indexed
+# queued tasks fill the room the cap leaves). The others are held back (jobs.workflows.held_back
+# says why); the engine never sees them, cold or warm (``live_job_states``).
+_TERMINAL_SQL = "(" + ", ".join(f"'{s.value}'" for s in sorted(TERMINAL)) + ")"
+ELIGIBLE_SQL = f"""
+    NOT EXISTS (
+        SELECT 1 FROM jobs_jobdependency d JOIN jobs_job p ON p.id = d.depends_on_id
+        WHERE d.job_id = j.id AND NOT CASE d.condition
+            WHEN 'after_ok' THEN p.state = 'succeeded'
+            WHEN 'after_not_ok' THEN p.state IN {_TERMINAL_SQL} AND p.state <> 'succeeded'
+            ELSE p.state IN {_TERMINAL_SQL} END
+    )
+    AND (j.array_id IS NULL OR EXISTS (
+        SELECT 1 FROM jobs_jobarray a WHERE a.id = j.array_id AND (a.max_running IS NULL OR (
+            SELECT count(*) FROM (
+                SELECT 1 FROM jobs_job t WHERE t.array_id = j.array_id
+                  AND (t.state IN ('admitted', 'running')
+                       OR (t.state = 'queued' AND t.array_index < j.array_index))
+                LIMIT a.max_running
+            ) ahead) < a.max_running)
+    ))
+"""  # noqa: S608 - constants only
 # Raw SQL rather than the ORM: at 50,000 queued jobs the ORM's per-row converters cost ~1 s a cycle.
 _JOBS_SQL = f"""
     SELECT j.id, j.project_id, f.name, pc.value, {_PREEMPTIBLE_SQL}, j.workers, j.min_workers,
@@ -40,7 +64,7 @@ _JOBS_SQL = f"""
     FROM jobs_job j
     JOIN quotas_flavor f ON f.id = j.flavor_id
     JOIN jobs_priorityclass pc ON pc.id = j.priority_class_id
-    WHERE j.state = ANY(%s) AND j.kind <> 'external'
+    WHERE j.state = ANY(%s) AND j.kind <> 'external' AND {ELIGIBLE_SQL}
 """  # noqa: S608 - constants only, no user input
 # External jobs (DESIGN §11) wait in their backend's queue, not the portal's: never in the engine's
 # queue. Running, they hold GPUs and count like any job, but are pinned (never a victim).
@@ -206,16 +230,20 @@ def elastic_job_states() -> list[tuple[int, int, int, int, int | None, datetime]
         return cursor.fetchall()
 
 
+# A queued job the engine may not see (external, or held back: ELIGIBLE_SQL) is not live to it.
+_LIVE_SQL = f"""
+    SELECT j.id, j.state, j.terminating_since IS NOT NULL, j.admitted_at, j.approved,
+           j.idle_preemptible_at IS NOT NULL
+    FROM jobs_job j
+    WHERE j.state = ANY(%s) AND NOT (j.state = 'queued' AND (j.kind = 'external' OR NOT ({ELIGIBLE_SQL})))
+"""  # noqa: S608 - constants only
+
+
 def live_job_states() -> list[tuple[int, str, bool, datetime | None, bool, bool]]:
     """(id, state, terminating, admitted_at, approved, made preemptible by the idle policy) of every
     queued or GPU-holding job: the cheap per-cycle read from which a warm engine derives what
     changed since its last cycle (the admission time tells one run of a job from the next;
     ``approved`` a queued job that went to approval and came back between two cycles)."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id, state, terminating_since IS NOT NULL, admitted_at, approved,"
-            " idle_preemptible_at IS NOT NULL FROM jobs_job"
-            " WHERE state = ANY(%s) AND NOT (state = 'queued' AND kind = 'external')",
-            [[JobState.QUEUED.value, *(s.value for s in HOLDING)]],
-        )
+        cursor.execute(_LIVE_SQL, [[JobState.QUEUED.value, *(s.value for s in HOLDING)]])
         return cursor.fetchall()

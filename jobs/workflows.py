@@ -1,0 +1,353 @@
+"""Arrays and dependencies (DESIGN §17): the rules and writes of both, below ``jobs.services``.
+
+* An **array** is one submission of N tasks; each task is a job with its index (``Job.array_index``,
+  ``GPUPOOL_ARRAY_INDEX`` on every backend), billed as any job. At most ``max_running`` tasks hold
+  GPUs at once: the scheduler's snapshot offers the engine only the lowest-indexed queued tasks
+  that fit under the cap (``jobs.scheduling.snapshot.ELIGIBLE_SQL``), so the engine never sees the
+  others. Cancelling the array cancels every task not yet finished.
+* A **dependency** (``after_ok``, ``after_any``, ``after_not_ok``) is on a job the submitter can see;
+  the dependent job is not offered to the engine before it is met, and it is cancelled (an event
+  with the reason) once it can no longer be met (``cancel_unmet``, run before every scheduling
+  cycle). A job's dependencies may be replaced while it waits: one that would close a cycle is
+  refused, like one on a job the submitter cannot see — a 400 that changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+from django.utils.translation import gettext as _
+
+from jobs import reasons
+from jobs.models import DependencyCondition, Job, JobArray, JobDependency, JobKind
+from jobs.selectors import visible_jobs
+from jobs.states import HOLDING, TERMINAL, JobState
+from portal import permissions as perm
+from portal.models import User
+from portal.selectors import scope_for
+from portal.texts import message
+
+# At most this many tasks in one array (Slurm's default MaxArraySize is 1001) and this highest index.
+ARRAY_MAX_TASKS = 1000
+ARRAY_MAX_INDEX = 99_999
+# At most this many dependencies per job.
+MAX_DEPENDENCIES = 100
+WAITING = (JobState.QUEUED.value, JobState.PENDING_APPROVAL.value)
+
+_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """``0-99%10`` read: the task indices in order and the cap on tasks running at once."""
+
+    text: str
+    indices: tuple[int, ...]
+    max_running: int | None
+
+
+def parse_array(text: str) -> ArraySpec:
+    """Slurm's ``--array`` grammar: comma-separated indices and ranges (``a-b``, ``a-b:step``),
+    then optionally ``%K``. Refused, never clamped: an empty or reversed range (``5-2``), a
+    duplicate index, ``%0``, more than ARRAY_MAX_TASKS tasks or an index over ARRAY_MAX_INDEX."""
+    text = (text or "").strip()
+    body, percent, cap_text = text.partition("%")
+    error = _("An array such as 0-99%10: indices and ranges (a-b, a-b:step) separated by commas, "
+              "then %K for at most K tasks running at once.")
+    if not body:
+        raise ValidationError({"array": [error]})
+    indices: list[int] = []
+    for item in body.split(","):
+        match = _RANGE.fullmatch(item.strip())
+        if not match:
+            raise ValidationError({"array": [error]})
+        lo, hi, step = int(match[1]), int(match[2] or match[1]), int(match[3] or 1)
+        if hi < lo or step < 1:
+            raise ValidationError({"array": [_("The range %(r)s is empty: its end is before its start, or "
+                                               "its step is 0.") % {"r": item.strip()}]})
+        if hi > ARRAY_MAX_INDEX:
+            raise ValidationError({"array": [_("Indices go up to %(n)d.") % {"n": ARRAY_MAX_INDEX}]})
+        indices.extend(range(lo, hi + 1, step))
+        if len(indices) > ARRAY_MAX_TASKS:
+            too_many = _("At most %(n)d tasks in one array.") % {"n": ARRAY_MAX_TASKS}
+            raise ValidationError({"array": [too_many]})
+    if len(set(indices)) != len(indices):
+        raise ValidationError({"array": [_("An index appears twice.")]})
+    max_running = None
+    if percent:
+        if not cap_text.isdigit() or int(cap_text) < 1:
+            raise ValidationError({"array": [_("%%K: at least 1 task running at once.")]})
+        max_running = int(cap_text)
+    return ArraySpec(text, tuple(sorted(indices)), max_running)
+
+
+def array_create(*, actor: User, project, name: str, spec: ArraySpec, at) -> JobArray:
+    return JobArray.objects.create(
+        name=name, project=project, submitted_by=actor, spec=spec.text, size=len(spec.indices),
+        max_running=spec.max_running, submitted_at=at,
+    )
+
+
+# --- dependencies ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Dependency:
+    condition: str
+    job_id: int
+
+
+def parse_dependencies(value) -> list[Dependency]:
+    """``[{"condition": "after_ok", "job": 12}, …]`` (the API), or the text ``after_ok:12,after_any:13``
+    (the form, the command line; Slurm's ``afterok:12:13`` too)."""
+    if value in (None, "", []):
+        return []
+    pairs: list[tuple[object, object]] = []
+    if isinstance(value, str):
+        for item in value.split(","):
+            condition, _sep, ids = item.strip().partition(":")
+            condition = _SLURM_NAMES.get(condition.strip().lower(), condition.strip().lower())
+            pairs.extend((condition, job) for job in (ids.split(":") if ids else [""]))
+    elif isinstance(value, list):
+        pairs = [(d.get("condition"), d.get("job")) if isinstance(d, dict) else (None, None) for d in value]
+    else:
+        raise ValidationError({"dependencies": [_DEPENDENCY_FORMAT()]})
+    out = []
+    for condition, job in pairs:
+        if condition not in DependencyCondition.values:
+            raise ValidationError({"dependencies": [_DEPENDENCY_FORMAT()]})
+        job_id = _job_id(job)
+        if job_id is None:
+            raise ValidationError({"dependencies": [_DEPENDENCY_FORMAT()]})
+        out.append(Dependency(str(condition), job_id))
+    if len(out) > MAX_DEPENDENCIES:
+        raise ValidationError({"dependencies": [_("At most %(n)d dependencies.") % {"n": MAX_DEPENDENCIES}]})
+    if len({d.job_id for d in out}) != len(out):
+        raise ValidationError({"dependencies": [_("A job is named twice.")]})
+    return out
+
+
+_SLURM_NAMES = {"afterok": "after_ok", "afterany": "after_any", "afternotok": "after_not_ok"}
+
+
+def _DEPENDENCY_FORMAT() -> str:
+    return _("Dependencies such as after_ok:12,after_any:13 (after_ok, after_any or after_not_ok, then a "
+             "job number).")
+
+
+def _job_id(value) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value > 0 else None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip()) or None
+    return None
+
+
+def check_dependencies(
+    actor: User, deps: list[Dependency], *, job: Job | None = None
+) -> list[tuple[Job, str]]:
+    """The jobs ``deps`` name, each one the submitter can see, none already impossible to meet,
+    none the job itself or waiting (through others) for it. Every error at once."""
+    if not deps:
+        return []
+    found = {j.pk: j for j in visible_jobs(actor).filter(pk__in=[d.job_id for d in deps])}
+    errors = []
+    for d in deps:
+        parent = found.get(d.job_id)
+        if parent is None or parent.kind == JobKind.EXTERNAL:
+            # The same words whether it does not exist or is another tenant's: nothing leaks.
+            errors.append(_("Job %(n)d does not exist or you cannot see it.") % {"n": d.job_id})
+        elif job is not None and parent.pk == job.pk:
+            errors.append(_("A job cannot depend on itself."))
+        elif unmet_never(d.condition, parent.state):
+            errors.append(_("Job %(n)d is already %(state)s: %(condition)s can never be met.")
+                          % {"n": parent.pk, "state": parent.state, "condition": d.condition})
+    if job is not None and not errors:
+        cycle = _closes_cycle(job.pk, [d.job_id for d in deps])
+        if cycle:
+            path = " → ".join(f"#{n}" for n in cycle)
+            errors.append(_("This would make a cycle: %(path)s.") % {"path": path})
+    if errors:
+        raise ValidationError({"dependencies": errors})
+    return [(found[d.job_id], d.condition) for d in deps]
+
+
+def unmet_never(condition: str, state: str) -> bool:
+    """Whether a dependency on a job in ``state`` can no longer be met."""
+    if condition == DependencyCondition.AFTER_OK:
+        return state in TERMINAL and state != JobState.SUCCEEDED
+    if condition == DependencyCondition.AFTER_NOT_OK:
+        return state == JobState.SUCCEEDED
+    return False
+
+
+def met(condition: str, state: str) -> bool:
+    if state not in TERMINAL:
+        return False
+    if condition == DependencyCondition.AFTER_OK:
+        return state == JobState.SUCCEEDED
+    if condition == DependencyCondition.AFTER_NOT_OK:
+        return state != JobState.SUCCEEDED
+    return True
+
+
+def _closes_cycle(job_id: int, targets: list[int]) -> list[int] | None:
+    """The path target → … → job when ``job`` already is (transitively) a dependency of one of
+    ``targets``: depending on them would close a cycle. One recursive query."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH RECURSIVE reach(id, path) AS (
+                SELECT t, ARRAY[t] FROM unnest(%s::bigint[]) AS t
+                UNION
+                SELECT d.depends_on_id, r.path || d.depends_on_id::bigint
+                FROM jobs_jobdependency d JOIN reach r ON d.job_id = r.id
+                WHERE NOT d.depends_on_id = ANY(r.path) AND cardinality(r.path) < 10000
+            )
+            SELECT path FROM reach WHERE id = %s LIMIT 1
+            """,
+            [targets, job_id],
+        )
+        row = cursor.fetchone()
+    return [job_id, *row[0]] if row else None
+
+
+def dependencies_create(job: Job, checked: list[tuple[Job, str]]) -> None:
+    JobDependency.objects.bulk_create(
+        [JobDependency(job=job, depends_on=parent, condition=condition) for parent, condition in checked]
+    )
+
+
+def dependencies_set(*, actor: User, job: Job, deps: list[Dependency]) -> Job:
+    """Replace the dependencies of a job that still waits (queued or pending approval). The job's
+    row is locked, so two calls cannot each add half of a cycle."""
+    scope = scope_for(actor)
+    perm.require(job.submitted_by_id == actor.pk or perm.can_edit_project(scope, job.project))
+    with transaction.atomic():
+        # One lock for every dependency change: two jobs made to depend on each other at the same
+        # moment would otherwise each see no cycle.
+        cursor = connection.cursor()
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [DEPENDENCY_LOCK])
+        job = Job.objects.select_for_update().get(pk=job.pk)
+        if job.state not in WAITING:
+            raise ValidationError(_("Only a waiting job's dependencies can change; this one is %(state)s.")
+                                  % {"state": job.state})
+        checked = check_dependencies(actor, deps, job=job)
+        JobDependency.objects.filter(job=job).delete()
+        dependencies_create(job, checked)
+    from jobs.transitions import request_cycle
+
+    request_cycle()
+    return job
+
+
+DEPENDENCY_LOCK = 0x6770_7017  # "gp" + §17: dependency changes, one at a time
+
+
+def cancel_unmet() -> int:
+    """Cancel every waiting job with a dependency that can no longer be met, with that reason
+    (its event row); repeated until none is left, since a cancelled job may be another's
+    ``after_ok``. Idempotent; run before each scheduling cycle."""
+    from jobs.services import job_cancel_by_centre
+
+    cancelled = 0
+    while True:
+        found = _unmet()
+        if not found:
+            return cancelled
+        progress = 0
+        for job_id, parent_id, condition, state in found:
+            job = Job.objects.filter(pk=job_id).first()
+            if job is None or job.state not in WAITING:
+                continue
+            why = message(reasons.DEPENDENCY_NEVER_MET, job=parent_id, condition=condition, state=state)
+            try:
+                job_cancel_by_centre(job, why)
+            except ValidationError:
+                continue  # it moved on meanwhile
+            progress += 1
+        cancelled += progress
+        if not progress:
+            return cancelled
+
+
+_UNMET_SQL = """
+    SELECT DISTINCT ON (d.job_id) d.job_id, p.id, d.condition, p.state
+    FROM jobs_jobdependency d
+    JOIN jobs_job j ON j.id = d.job_id
+    JOIN jobs_job p ON p.id = d.depends_on_id
+    WHERE j.state = ANY(%s)
+      AND ((d.condition = 'after_ok' AND p.state = ANY(%s) AND p.state <> 'succeeded')
+           OR (d.condition = 'after_not_ok' AND p.state = 'succeeded'))
+    ORDER BY d.job_id, p.id
+"""
+
+
+def _unmet() -> list[tuple[int, int, str, str]]:
+    with connection.cursor() as cursor:
+        cursor.execute(_UNMET_SQL, [list(WAITING), sorted(s.value for s in TERMINAL)])
+        return cursor.fetchall()
+
+
+# --- why a job is held back before the engine sees it (explain) --------------------------------
+
+
+def held_back(job: Job) -> dict | None:
+    """Why a queued job is not offered to the engine, as an explain answer: an unmet dependency
+    (``reason`` "dependency", the job it waits for) or its array's cap (``reason`` "array_cap");
+    None when neither holds it."""
+    for dep in job.dependencies.select_related("depends_on").order_by("depends_on_id"):
+        if not met(dep.condition, dep.depends_on.state):
+            return {"position": None, "reason": "dependency", "flavor": job.flavor.name,
+                    "numbers": {}, "message": f"waits for job {dep.depends_on_id} ({dep.condition})",
+                    "dependency": {"job": dep.depends_on_id, "condition": dep.condition}}
+    if job.array_id is None:
+        return None
+    array = job.array
+    if array.max_running is None:
+        return None
+    tasks = Job.objects.filter(array_id=array.pk)
+    running = tasks.filter(state__in=[s.value for s in HOLDING]).count()
+    ahead = tasks.filter(state=JobState.QUEUED, array_index__lt=job.array_index).count()
+    if running + ahead < array.max_running:
+        return None
+    return {"position": None, "reason": "array_cap", "flavor": job.flavor.name,
+            "numbers": {"cap": array.max_running, "running_tasks": running},
+            "message": f"waits: array cap of {array.max_running} running tasks"}
+
+
+# --- the array ---------------------------------------------------------------------------------
+
+
+def array_states(array: JobArray) -> dict[str, int]:
+    """How many of its tasks are in each state."""
+    counts: dict[str, int] = {}
+    for state in array.tasks.values_list("state", flat=True):
+        counts[state] = counts.get(state, 0) + 1
+    return counts
+
+
+def array_cancel(*, actor: User, array: JobArray) -> int:
+    """Cancel every task not yet finished (running ones are asked to stop, as ``job_cancel``
+    does); returns how many were cancelled or asked to stop. Finished tasks stay as they are."""
+    from jobs.services import job_cancel_as_user
+
+    scope = scope_for(actor)
+    perm.require(array.submitted_by_id == actor.pk or perm.can_edit_project(scope, array.project))
+    if array.backend_id:
+        raise ValidationError(_("A native array is cancelled on its cluster (scancel), not here."))
+    done = 0
+    for job in array.tasks.exclude(state__in=[s.value for s in TERMINAL]).filter(
+        cancel_requested_at__isnull=True
+    ).order_by("array_index"):
+        try:
+            job_cancel_as_user(job, actor)
+        except ValidationError:
+            continue  # it finished meanwhile
+        done += 1
+    return done
