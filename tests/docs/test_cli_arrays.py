@@ -49,7 +49,7 @@ def test_the_cli_prints_the_portals_refusals(portal, cli, capsys):
     before = Job.objects.count()
     code, _out, err = run(cli, capsys, url, *SUBMIT, "--name", "bad", "--array", "5-2", token=key)
     assert code == 1 and "400" in err and "is empty" in err
-    code, _out, err = run(cli, capsys, url, *SUBMIT, "--name", "bad", "--dependency", f"after_ok:{foreign.pk}",
-                         token=key)
+    code, _out, err = run(cli, capsys, url, *SUBMIT, "--name", "bad",
+                          "--dependency", f"after_ok:{foreign.pk}", token=key)
     assert code == 1 and "you cannot see it" in err
     assert Job.objects.count() == before
