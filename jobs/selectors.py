@@ -253,6 +253,14 @@ def can_cancel(user: User, job: Job) -> bool:
     return job.submitted_by_id == user.pk or perm.can_edit_project(scope_for(user), job.project)
 
 
+def can_cancel_array(user: User, array: JobArray, tasks: list[Job]) -> bool:
+    """Whether the array page offers "cancel all": ``array_cancel``'s permission and a task left
+    to cancel (a native array is cancelled on its cluster)."""
+    if array.backend_id or all(t.state in TERMINAL or t.cancel_requested_at is not None for t in tasks):
+        return False
+    return array.submitted_by_id == user.pk or perm.can_edit_project(scope_for(user), array.project)
+
+
 def job_devices(workers: int, gpus_per_worker: int, gpu_milli: int | None) -> Decimal:
     """Devices of the flavor a request asks for (a shared request is a fraction of one)."""
     devices = Decimal(workers * gpus_per_worker)

@@ -49,6 +49,7 @@ from jobs.scheduler.footprint import Request
 from jobs.scheduling import autoscale, explaining, start_estimates
 from jobs.scheduling.cycle import explain_job
 from jobs.states import JobState
+from jobs.views_workflows import job_workflow_context
 from portal.approvals.selectors import visible_approval_requests
 from portal.db import one_snapshot
 from portal.selectors import get_visible, scope_for
@@ -210,6 +211,7 @@ def job_detail(request, pk: int):
             "cost": estimates.job_cost(job, timezone.now()),
             "asks": _job_asks(job),
             **job_page_context(job, request.user),
+            **job_workflow_context(job, request.user),
         },
     )
 
@@ -486,6 +488,10 @@ def job_new(request):
         except PermissionDenied as exc:
             form.add_error("project", str(exc))
         else:
+            if job.array_id is not None:
+                messages.success(request, _("Array %(name)s of %(n)d tasks was submitted.")
+                                 % {"name": job.name, "n": job.array.size})
+                return redirect("array-detail", pk=job.array_id)
             messages.success(request, _("Job %(name)s was submitted.") % {"name": job.name})
             return redirect("job-detail", pk=job.pk)
     return render(

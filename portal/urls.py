@@ -15,6 +15,7 @@ from jobs import api_workflows as jobs_workflows_api
 from jobs import views as jobs_views
 from jobs import views_policies as policy_views
 from jobs import views_templates as job_template_views
+from jobs import views_workflows as workflow_views
 from jobs.clusters import api_logs as jobs_logs_api
 from jobs.clusters import api_nodes as jobs_nodes_api
 from jobs.clusters import views_logs as log_views
@@ -254,6 +255,9 @@ urlpatterns = [
     path("jobs/queue/table/", jobs_views.job_queue_table, name="job-queue-table"),
     path("jobs/<int:pk>/", jobs_views.job_detail, name="job-detail"),
     path("jobs/<int:pk>/cancel/", jobs_views.job_cancel, name="job-cancel"),
+    # An array of tasks (DESIGN §17): its tasks' states, and cancel all.
+    path("arrays/<int:pk>/", workflow_views.array_detail, name="array-detail"),
+    path("arrays/<int:pk>/cancel/", workflow_views.array_cancel, name="array-cancel"),
     path("jobs/<int:pk>/idle-exemption/", jobs_views.job_idle_exemption, name="job-idle-exemption"),
     path("jobs/<int:pk>/autoscale/", jobs_views.job_autoscale, name="job-autoscale-form"),
     # The job's log and a dev job's port (DESIGN §13, issue 22).

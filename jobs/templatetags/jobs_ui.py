@@ -53,6 +53,8 @@ REASON_LABELS = {
     "min_runtime": _("The jobs it may preempt have not run their minimum runtime yet"),
     "admissible": _("Admitted at the next cycle"),
     "external": _("Waiting in its cluster's own queue"),
+    "dependency": _("Waits for another job (dependency)"),
+    "array_cap": _("Its array's cap on running tasks is reached"),
 }
 
 NUMBER_LABELS = {
@@ -73,6 +75,8 @@ NUMBER_LABELS = {
     "largest_free_cluster": _("largest free room in one cluster"),
     "min_runtime_s": _("minimum runtime (s)"),
     "exempt_for_s": _("preemptible in (s)"),
+    "cap": _("tasks running at once, at most"),
+    "running_tasks": _("tasks holding GPUs"),
 }
 
 
