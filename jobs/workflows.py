@@ -79,7 +79,7 @@ def parse_array(text: str) -> ArraySpec:
     max_running = None
     if percent:
         if not cap_text.isdigit() or int(cap_text) < 1:
-            raise ValidationError({"array": [_("%%K: at least 1 task running at once.")]})
+            raise ValidationError({"array": [_("After %%: at least 1 task running at once.") % {}]})
         max_running = int(cap_text)
     return ArraySpec(text, tuple(sorted(indices)), max_running)
 
