@@ -8,7 +8,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from jobs import selectors, workflows
+from jobs import selectors, services, workflows
 from jobs.models import JobArray, JobDependency
 from portal.selectors import get_visible
 
@@ -73,7 +73,7 @@ class ArrayCancelApi(APIView):
     @extend_schema(request=None, responses=ArrayCancelOut)
     def post(self, request, pk):
         array = get_visible(selectors.visible_arrays(request.user), pk=pk)
-        done = workflows.array_cancel(actor=request.user, array=array)
+        done = services.array_cancel(actor=request.user, array=array)
         return Response({"cancelled": done, "array": ArrayOut(array).data})
 
 

@@ -15,10 +15,11 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from jobs import environment, flavor_choice, submission, workflows
+from jobs import environment, flavor_choice, reasons, submission, workflows
 from jobs.approvals import job_approval_open, job_approval_withdraw
 from jobs.models import (
     Job,
+    JobArray,
     JobEvent,
     JobKind,
     PriorityClass,
@@ -31,7 +32,7 @@ from portal import permissions as perm
 from portal.enqueue import enqueue
 from portal.models import Project, User
 from portal.selectors import scope_for
-from portal.texts import Message
+from portal.texts import Message, message
 from quotas.models import Flavor
 
 __all__ = ["job_transition"]  # re-exported: the transition primitive lives in jobs.transitions
@@ -255,9 +256,47 @@ def job_cancel(*, actor: User, job: Job) -> Job:
     return _cancel(job, actor, "cancelled by user")
 
 
-def job_cancel_as_user(job: Job, actor: User, reason: str = "array cancelled by user") -> Job:
-    """Cancel a task of an array its owner cancels (``jobs.workflows.array_cancel`` checked who)."""
-    return _cancel(job, actor, reason)
+# --- arrays and dependencies (DESIGN §17; their rules: jobs.workflows) -----------------------
+
+
+def array_cancel(*, actor: User, array: JobArray) -> int:
+    """Cancel every task not yet finished (one on the cluster is asked to stop, as ``job_cancel``
+    does); returns how many were cancelled or asked to stop. Finished tasks stay as they are."""
+    scope = scope_for(actor)
+    perm.require(array.submitted_by_id == actor.pk or perm.can_edit_project(scope, array.project))
+    if array.backend_id:
+        raise ValidationError(_("A native array is cancelled on its cluster (scancel), not here."))
+    done = 0
+    live = array.tasks.exclude(state__in=[s.value for s in TERMINAL]).filter(cancel_requested_at__isnull=True)
+    for job in live.order_by("array_index"):
+        try:
+            _cancel(job, actor, "array cancelled by user")
+        except ValidationError:
+            continue  # it finished meanwhile
+        done += 1
+    return done
+
+
+def cancel_unmet_dependents() -> int:
+    """Cancel every waiting job with a dependency that can no longer be met, with that reason
+    (its event row, no actor); repeated until none is left, since a cancelled job may be
+    another's ``after_ok``. Idempotent; run before each scheduling cycle."""
+    cancelled = 0
+    while True:
+        progress = 0
+        for job_id, parent_id, condition, state in workflows.unmet_never_rows():
+            job = Job.objects.filter(pk=job_id, state__in=workflows.WAITING).first()
+            if job is None:
+                continue
+            why = message(reasons.DEPENDENCY_NEVER_MET, job=parent_id, condition=condition, state=state)
+            try:
+                _cancel(job, None, why)
+            except ValidationError:
+                continue  # it moved on meanwhile
+            progress += 1
+        cancelled += progress
+        if not progress:
+            return cancelled
 
 
 def _cancel(job: Job, actor: User | None, reason: str | Message) -> Job:

@@ -9,7 +9,7 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from jobs import selectors, workflows
+from jobs import selectors, services, workflows
 from jobs.models import DependencyCondition, Job
 from portal.selectors import get_visible
 
@@ -35,7 +35,7 @@ def array_detail(request, pk: int):
 def array_cancel(request, pk: int):
     array = get_visible(selectors.visible_arrays(request.user), pk=pk)
     try:
-        done = workflows.array_cancel(actor=request.user, array=array)
+        done = services.array_cancel(actor=request.user, array=array)
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
     else:

@@ -1,4 +1,5 @@
-"""Arrays and dependencies (DESIGN §17): the rules and writes of both, below ``jobs.services``.
+"""Arrays and dependencies (DESIGN §17): their rules and the writes of dependencies; the
+cancellations (cancel all, a dependency that can no longer be met) are ``jobs.services``'.
 
 * An **array** is one submission of N tasks; each task is a job with its index (``Job.array_index``,
   ``GPUPOOL_ARRAY_INDEX`` on every backend), billed as any job. At most ``max_running`` tasks hold
@@ -7,9 +8,10 @@
   others. Cancelling the array cancels every task not yet finished.
 * A **dependency** (``after_ok``, ``after_any``, ``after_not_ok``) is on a job the submitter can see;
   the dependent job is not offered to the engine before it is met, and it is cancelled (an event
-  with the reason) once it can no longer be met (``cancel_unmet``, run before every scheduling
-  cycle). A job's dependencies may be replaced while it waits: one that would close a cycle is
-  refused, like one on a job the submitter cannot see — a 400 that changes nothing.
+  with the reason) once it can no longer be met (``jobs.services.cancel_unmet_dependents``, run
+  before every scheduling cycle). A job's dependencies may be replaced while it waits: one that
+  would close a cycle is refused, like one on a job the submitter cannot see — a 400 that changes
+  nothing.
 """
 
 from __future__ import annotations
@@ -21,14 +23,12 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils.translation import gettext as _
 
-from jobs import reasons
 from jobs.models import DependencyCondition, Job, JobArray, JobDependency, JobKind
 from jobs.selectors import visible_jobs
 from jobs.states import HOLDING, TERMINAL, JobState
 from portal import permissions as perm
 from portal.models import User
 from portal.selectors import scope_for
-from portal.texts import message
 
 # At most this many tasks in one array (Slurm's default MaxArraySize is 1001) and this highest index.
 ARRAY_MAX_TASKS = 1000
@@ -249,33 +249,6 @@ def dependencies_set(*, actor: User, job: Job, deps: list[Dependency]) -> Job:
 DEPENDENCY_LOCK = 0x6770_7017  # "gp" + §17: dependency changes, one at a time
 
 
-def cancel_unmet() -> int:
-    """Cancel every waiting job with a dependency that can no longer be met, with that reason
-    (its event row); repeated until none is left, since a cancelled job may be another's
-    ``after_ok``. Idempotent; run before each scheduling cycle."""
-    from jobs.services import job_cancel_by_centre
-
-    cancelled = 0
-    while True:
-        found = _unmet()
-        if not found:
-            return cancelled
-        progress = 0
-        for job_id, parent_id, condition, state in found:
-            job = Job.objects.filter(pk=job_id).first()
-            if job is None or job.state not in WAITING:
-                continue
-            why = message(reasons.DEPENDENCY_NEVER_MET, job=parent_id, condition=condition, state=state)
-            try:
-                job_cancel_by_centre(job, why)
-            except ValidationError:
-                continue  # it moved on meanwhile
-            progress += 1
-        cancelled += progress
-        if not progress:
-            return cancelled
-
-
 _UNMET_SQL = """
     SELECT DISTINCT ON (d.job_id) d.job_id, p.id, d.condition, p.state
     FROM jobs_jobdependency d
@@ -288,7 +261,9 @@ _UNMET_SQL = """
 """
 
 
-def _unmet() -> list[tuple[int, int, str, str]]:
+def unmet_never_rows() -> list[tuple[int, int, str, str]]:
+    """(dependent job, job it depends on, condition, that job's state) of each waiting job with a
+    dependency that can no longer be met (the first such dependency of each)."""
     with connection.cursor() as cursor:
         cursor.execute(_UNMET_SQL, [list(WAITING), sorted(s.value for s in TERMINAL)])
         return cursor.fetchall()
@@ -330,24 +305,3 @@ def array_states(array: JobArray) -> dict[str, int]:
     for state in array.tasks.values_list("state", flat=True):
         counts[state] = counts.get(state, 0) + 1
     return counts
-
-
-def array_cancel(*, actor: User, array: JobArray) -> int:
-    """Cancel every task not yet finished (running ones are asked to stop, as ``job_cancel``
-    does); returns how many were cancelled or asked to stop. Finished tasks stay as they are."""
-    from jobs.services import job_cancel_as_user
-
-    scope = scope_for(actor)
-    perm.require(array.submitted_by_id == actor.pk or perm.can_edit_project(scope, array.project))
-    if array.backend_id:
-        raise ValidationError(_("A native array is cancelled on its cluster (scancel), not here."))
-    done = 0
-    for job in array.tasks.exclude(state__in=[s.value for s in TERMINAL]).filter(
-        cancel_requested_at__isnull=True
-    ).order_by("array_index"):
-        try:
-            job_cancel_as_user(job, actor)
-        except ValidationError:
-            continue  # it finished meanwhile
-        done += 1
-    return done

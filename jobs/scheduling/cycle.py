@@ -25,7 +25,7 @@ from django.core.cache import cache
 from django.db import connection, transaction
 from django.utils import timezone
 
-from jobs import reasons, workflows
+from jobs import reasons, services, workflows
 from jobs.models import Job, JobKind
 from jobs.resize import drop_workers, record_scaled, request_resize
 from jobs.scheduler.engine.model import CycleResult, Explain, Preemption
@@ -65,7 +65,7 @@ def schedule_once(now: datetime | None = None, *, wait: bool = True, warm: bool 
     ``warm=False`` builds the engine from a full snapshot instead of the process's warm one."""
     # DESIGN §17: jobs whose dependency can no longer be met are cancelled first (their own
     # transactions); the snapshot then holds back the ones whose dependencies are still unmet.
-    workflows.cancel_unmet()
+    services.cancel_unmet_dependents()
     engine = warm_engine()
     with transaction.atomic():
         if not _lock(wait):
