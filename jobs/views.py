@@ -364,6 +364,8 @@ def _copy_initial(request) -> dict:
     initial["env_text"] = environment.env_lines(source.env or (), secrets=False)
     initial["secret_env_text"] = environment.env_lines(source.env or (), secrets=True)
     initial |= views_templates.autoscale_initial({"autoscale": templates_service.autoscale_values(source)})
+    if source.array_id is not None:  # a copy of a task is a copy of its array (DESIGN §17)
+        initial["array"] = source.array.spec
     return initial
 
 

@@ -34,6 +34,9 @@ def test_the_form_submits_an_array_and_shows_its_page(world, prio, page_client):
     assert "array cap of 2 running tasks" in detail
     assert f'href="/arrays/{array.pk}/"' in detail and "task 2" in detail
 
+    copy = client.get(f"/jobs/new/?copy={waiting.pk}").content.decode()
+    assert 'name="array" value="0-5%2"' in copy  # a copy of a task is a copy of its array
+
     response = client.post(f"/arrays/{array.pk}/cancel/")
     assert response.status_code == 302
     assert set(array.tasks.values_list("state", flat=True)) == {"cancelled"}
