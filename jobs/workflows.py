@@ -24,6 +24,7 @@ from django.db import connection, transaction
 from django.utils.translation import gettext as _
 
 from jobs.models import DependencyCondition, Job, JobArray, JobDependency, JobKind
+from jobs.scheduling.snapshot import ELIGIBLE_SQL, TERMINAL_SQL
 from jobs.selectors import visible_jobs
 from jobs.states import HOLDING, TERMINAL, JobState
 from portal import permissions as perm
@@ -278,9 +279,7 @@ def held_back(job: Job) -> dict | None:
     None when neither holds it."""
     for dep in job.dependencies.select_related("depends_on").order_by("depends_on_id"):
         if not met(dep.condition, dep.depends_on.state):
-            return {"position": None, "reason": "dependency", "flavor": job.flavor.name,
-                    "numbers": {}, "message": f"waits for job {dep.depends_on_id} ({dep.condition})",
-                    "dependency": {"job": dep.depends_on_id, "condition": dep.condition}}
+            return _dependency_answer(job.flavor.name, dep.depends_on_id, dep.condition)
     if job.array_id is None:
         return None
     array = job.array
@@ -291,9 +290,58 @@ def held_back(job: Job) -> dict | None:
     ahead = tasks.filter(state=JobState.QUEUED, array_index__lt=job.array_index).count()
     if running + ahead < array.max_running:
         return None
-    return {"position": None, "reason": "array_cap", "flavor": job.flavor.name,
-            "numbers": {"cap": array.max_running, "running_tasks": running},
-            "message": f"waits: array cap of {array.max_running} running tasks"}
+    return _cap_answer(job.flavor.name, array.max_running, running)
+
+
+# Every held-back queued job at once, for the queue page (the cycle caches these beside the
+# engine's answers): the first unmet dependency of each, then the capped tasks without one.
+_HELD_BY_DEPENDENCY_SQL = f"""
+    SELECT DISTINCT ON (d.job_id) d.job_id, d.depends_on_id, d.condition, f.name
+    FROM jobs_jobdependency d
+    JOIN jobs_job j ON j.id = d.job_id
+    JOIN jobs_job p ON p.id = d.depends_on_id
+    JOIN quotas_flavor f ON f.id = j.flavor_id
+    WHERE j.state = 'queued' AND NOT CASE d.condition
+        WHEN 'after_ok' THEN p.state = 'succeeded'
+        WHEN 'after_not_ok' THEN p.state IN {TERMINAL_SQL} AND p.state <> 'succeeded'
+        ELSE p.state IN {TERMINAL_SQL} END
+    ORDER BY d.job_id, d.depends_on_id
+"""  # noqa: S608 - constants only
+_HELD_BY_CAP_SQL = f"""
+    SELECT j.id, a.max_running, COALESCE(h.holding, 0), f.name
+    FROM jobs_job j
+    JOIN jobs_jobarray a ON a.id = j.array_id
+    JOIN quotas_flavor f ON f.id = j.flavor_id
+    LEFT JOIN (SELECT array_id, count(*) AS holding FROM jobs_job
+               WHERE array_id IS NOT NULL AND state IN ('admitted', 'running') GROUP BY array_id) h
+        ON h.array_id = j.array_id
+    WHERE j.state = 'queued' AND a.max_running IS NOT NULL AND NOT ({ELIGIBLE_SQL})
+"""  # noqa: S608 - constants only
+
+
+def held_back_all() -> dict[int, dict]:
+    """``held_back`` of every queued job the snapshot holds back, in two queries."""
+    out: dict[int, dict] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(_HELD_BY_DEPENDENCY_SQL)
+        for job_id, parent, condition, flavor in cursor.fetchall():
+            out[job_id] = _dependency_answer(flavor, parent, condition)
+        cursor.execute(_HELD_BY_CAP_SQL)
+        for job_id, cap, holding, flavor in cursor.fetchall():
+            out.setdefault(job_id, _cap_answer(flavor, cap, holding))
+    return out
+
+
+def _dependency_answer(flavor: str, parent: int, condition: str) -> dict:
+    return {"position": None, "reason": "dependency", "flavor": flavor, "numbers": {},
+            "message": f"waits for job {parent} ({condition})",
+            "dependency": {"job": parent, "condition": condition}}
+
+
+def _cap_answer(flavor: str, cap: int, holding: int) -> dict:
+    return {"position": None, "reason": "array_cap", "flavor": flavor,
+            "numbers": {"cap": cap, "running_tasks": holding},
+            "message": f"waits: array cap of {cap} running tasks"}
 
 
 # --- the array ---------------------------------------------------------------------------------

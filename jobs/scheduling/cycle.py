@@ -45,6 +45,7 @@ EXPLAIN_ALL_KEY = "explain:all-cached-at"
 DRY_TTL = 30  # explanations from a dry cycle (explain_job) live this long
 DRY_LOCK_KEY = "explain:dry-running"
 DRY_WAIT_SECONDS = 5  # how long a request waits for another request's dry cycle
+HELD_REASONS = ("dependency", "array_cap")  # answers of jobs.workflows.held_back, not the engine's
 
 
 @dataclass(frozen=True)
@@ -446,6 +447,9 @@ def _cache_explanations(result: CycleResult, now: datetime) -> int:
     }
     # The order as packed 64-bit ids: a 30,000-entry dict took ~5 ms to unpickle on every queue page.
     head[QUEUE_KEY] = {"at": now.isoformat(), "ranked": array("q", [int(j) for j in waiting]).tobytes()}
+    # Held back before the engine (DESIGN §17): why, for the queue page, as the engine's answers are.
+    head |= {EXPLAIN_KEY.format(jid): {**e, "computed_at": now.isoformat()}
+             for jid, e in workflows.held_back_all().items()}
     cache.set_many(head, timeout=EXPLAIN_TTL)
     rest = waiting[EXPLAIN_HEAD:]
     if rest and cache.add(EXPLAIN_ALL_KEY, now.isoformat(), timeout=EXPLAIN_ALL_EVERY):
@@ -476,7 +480,7 @@ def explain_job(job: Job) -> dict:
         return {**held, "computed_at": timezone.now().isoformat()}
     key = EXPLAIN_KEY.format(job.pk)
     cached = cache.get(key)
-    if cached:
+    if cached and cached.get("reason") not in HELD_REASONS:  # held no more: that answer is stale
         return cached
     if cache.add(DRY_LOCK_KEY, 1, timeout=DRY_TTL):
         try:
@@ -487,7 +491,7 @@ def explain_job(job: Job) -> dict:
     while time.monotonic() < deadline:  # another request's dry cycle is running
         time.sleep(0.05)
         cached = cache.get(key)
-        if cached:
+        if cached and cached.get("reason") not in HELD_REASONS:
             return cached
         if cache.get(DRY_LOCK_KEY) is None:
             break  # it finished without this job: admissible now, or it failed

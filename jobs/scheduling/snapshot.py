@@ -36,14 +36,14 @@ _PREEMPTIBLE_SQL = "(pc.preemptible OR j.idle_preemptible_at IS NOT NULL)"
 # fewer than the cap of its tasks holding GPUs or queued at a lower index (the lowest-indexed
 # queued tasks fill the room the cap leaves). The others are held back (jobs.workflows.held_back
 # says why); the engine never sees them, cold or warm (``live_job_states``).
-_TERMINAL_SQL = "(" + ", ".join(f"'{s.value}'" for s in sorted(TERMINAL)) + ")"
+TERMINAL_SQL = "(" + ", ".join(f"'{s.value}'" for s in sorted(TERMINAL)) + ")"
 ELIGIBLE_SQL = f"""
     NOT EXISTS (
         SELECT 1 FROM jobs_jobdependency d JOIN jobs_job p ON p.id = d.depends_on_id
         WHERE d.job_id = j.id AND NOT CASE d.condition
             WHEN 'after_ok' THEN p.state = 'succeeded'
-            WHEN 'after_not_ok' THEN p.state IN {_TERMINAL_SQL} AND p.state <> 'succeeded'
-            ELSE p.state IN {_TERMINAL_SQL} END
+            WHEN 'after_not_ok' THEN p.state IN {TERMINAL_SQL} AND p.state <> 'succeeded'
+            ELSE p.state IN {TERMINAL_SQL} END
     )
     AND (j.array_id IS NULL OR EXISTS (
         SELECT 1 FROM jobs_jobarray a WHERE a.id = j.array_id AND (a.max_running IS NULL OR (

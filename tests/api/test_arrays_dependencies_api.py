@@ -173,3 +173,17 @@ def test_after_ok_on_a_failed_job_is_refused_at_submission(world, member):
 def test_the_dependency_text_of_the_command_line_reads_slurm_names_too():
     deps = workflows.parse_dependencies("afterok:12:13,after_any:14")
     assert [(d.condition, d.job_id) for d in deps] == [("after_ok", 12), ("after_ok", 13), ("after_any", 14)]
+
+
+def test_a_released_job_no_longer_explains_itself_by_its_dependency(world, member):
+    first = _submit(member, world, name="first").json()["id"]
+    then = _submit(member, world, name="then", dependencies=[{"condition": "after_any", "job": first}])
+    then = then.json()["id"]
+    schedule_once()  # caches why "then" waits, as the engine's answers are cached
+    url = reverse("api:job-explain", args=[then])
+    assert member.get(url).json()["reason"] == "dependency"
+    assert job_transition(Job.objects.get(pk=first), JobState.CANCELLED, reason="cancelled by user")
+    # No cycle yet: the cached "dependency" answer is stale and not given; the engine's is.
+    assert member.get(url).json()["reason"] == "admissible"
+    schedule_once()
+    assert Job.objects.get(pk=then).state == "admitted"

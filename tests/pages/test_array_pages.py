@@ -33,6 +33,8 @@ def test_the_form_submits_an_array_and_shows_its_page(world, prio, page_client):
     detail = client.get(f"/jobs/{waiting.pk}/").content.decode()
     assert "array cap of 2 running tasks" in detail
     assert f'href="/arrays/{array.pk}/"' in detail and "task 2" in detail
+    queue = client.get("/jobs/queue/").content.decode()  # the cycle cached why the held tasks wait
+    assert queue.count("array cap of 2 running tasks") == 4, queue
 
     copy = client.get(f"/jobs/new/?copy={waiting.pk}").content.decode()
     assert 'name="array" value="0-5%2"' in copy  # a copy of a task is a copy of its array
@@ -59,6 +61,8 @@ def test_a_job_waiting_on_a_dependency_says_so_in_both_languages(world, prio, pa
     page = client.get(f"/jobs/{then.pk}/").content.decode()
     assert f"It waits for job #{pa1_job.pk} (after it succeeds)." in page
     assert f'<a href="/jobs/{pa1_job.pk}/">#{pa1_job.pk}</a>' in page
+    schedule_once()
+    assert f"It waits for job #{pa1_job.pk}" in client.get("/jobs/queue/").content.decode()
     zh = page_client("pa1_member", "zh-hans").get(f"/jobs/{then.pk}/").content.decode()
     assert f"#{pa1_job.pk}" in zh and 'lang="zh-hans"' in zh
 
