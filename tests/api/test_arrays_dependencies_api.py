@@ -187,3 +187,22 @@ def test_a_released_job_no_longer_explains_itself_by_its_dependency(world, membe
     assert member.get(url).json()["reason"] == "admissible"
     schedule_once()
     assert Job.objects.get(pk=then).state == "admitted"
+
+
+def test_a_template_keeps_an_array_checks_it_and_submits_it(world, member):
+    values = {"kind": "training", "flavor": "F", "priority": "training", "image": "pytorch:2",
+              "gpus_per_worker": 1, "max_runtime_seconds": 3600}
+    url = reverse("api:jobtemplate-list")
+    before = _rows()
+    bad = member.post(url, {"name": "bad", "project": world.pa1.pk, "values": {**values, "array": "5-2"}},
+                      format="json")
+    assert bad.status_code == 400 and "is empty" in str(bad.json()), bad.content
+    assert _rows() == before
+    body = {"name": "sweep", "project": world.pa1.pk, "values": {**values, "array": "0-3%2"}}
+    made = member.post(url, body, format="json")
+    assert made.status_code == 201, made.content
+    submitted = member.post(reverse("api:jobtemplate-submit", args=[made.json()["id"]]), {"name": "sweep"},
+                            format="json")
+    assert submitted.status_code == 201, submitted.content
+    array = JobArray.objects.get(pk=submitted.json()["array"])
+    assert (array.spec, array.size, array.max_running) == ("0-3%2", 4, 2)
