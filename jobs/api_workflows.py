@@ -92,7 +92,7 @@ class DependencyOut(serializers.ModelSerializer):
 
 class DependencyIn(serializers.Serializer):
     condition = serializers.ChoiceField(choices=["after_ok", "after_any", "after_not_ok"])
-    job = serializers.IntegerField(min_value=1)
+    job = serializers.IntegerField(min_value=1, max_value=workflows.MAX_JOB_ID)
 
 
 class DependenciesIn(serializers.Serializer):

@@ -139,14 +139,15 @@ def _DEPENDENCY_FORMAT() -> str:
              "job number).")
 
 
+MAX_JOB_ID = 2**63 - 1  # a bigint: a larger number names no job (and would not fit the query)
+
+
 def _job_id(value) -> int | None:
-    if isinstance(value, bool):
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 19:
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int):
         return None
-    if isinstance(value, int):
-        return value if value > 0 else None
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip()) or None
-    return None
+    return value if 0 < value <= MAX_JOB_ID else None
 
 
 def check_dependencies(

@@ -206,3 +206,16 @@ def test_a_template_keeps_an_array_checks_it_and_submits_it(world, member):
     assert submitted.status_code == 201, submitted.content
     array = JobArray.objects.get(pk=submitted.json()["array"])
     assert (array.spec, array.size, array.max_running) == ("0-3%2", 4, 2)
+
+
+@pytest.mark.parametrize("job", [2**63, "9" * 5000, -1, True, None, "12a"])
+def test_a_dependency_that_names_no_job_is_a_400(world, member, job):
+    before = _rows()
+    response = _submit(member, world, dependencies=[{"condition": "after_ok", "job": job}])
+    assert response.status_code == 400, response.content
+    assert "such as after_ok:12" in response.json()["dependencies"][0]
+    first = _submit(member, world, name="first").json()["id"]
+    url = reverse("api:job-dependencies", args=[first])
+    assert member.post(url, {"dependencies": [{"condition": "after_ok", "job": job}]},
+                       format="json").status_code == 400
+    assert Job.objects.count() == before[0] + 1 and JobDependency.objects.count() == before[2]
