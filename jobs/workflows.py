@@ -27,6 +27,7 @@ from jobs.models import DependencyCondition, Job, JobArray, JobDependency, JobKi
 from jobs.scheduling.snapshot import ELIGIBLE_SQL, TERMINAL_SQL
 from jobs.selectors import visible_jobs
 from jobs.states import HOLDING, TERMINAL, JobState
+from jobs.transitions import request_cycle
 from portal import permissions as perm
 from portal.models import User
 from portal.selectors import scope_for
@@ -37,6 +38,7 @@ ARRAY_MAX_INDEX = 99_999
 # At most this many dependencies per job.
 MAX_DEPENDENCIES = 100
 WAITING = (JobState.QUEUED.value, JobState.PENDING_APPROVAL.value)
+DEPENDENCY_LOCK = 0x6770_7017  # "gp" + §17: the advisory lock of dependency changes, one at a time
 
 _RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
 
@@ -233,8 +235,8 @@ def dependencies_set(*, actor: User, job: Job, deps: list[Dependency]) -> Job:
     with transaction.atomic():
         # One lock for every dependency change: two jobs made to depend on each other at the same
         # moment would otherwise each see no cycle.
-        cursor = connection.cursor()
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [DEPENDENCY_LOCK])
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [DEPENDENCY_LOCK])
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.state not in WAITING:
             raise ValidationError(_("Only a waiting job's dependencies can change; this one is %(state)s.")
@@ -242,13 +244,8 @@ def dependencies_set(*, actor: User, job: Job, deps: list[Dependency]) -> Job:
         checked = check_dependencies(actor, deps, job=job)
         JobDependency.objects.filter(job=job).delete()
         dependencies_create(job, checked)
-    from jobs.transitions import request_cycle
-
-    request_cycle()
+    request_cycle()  # released now, perhaps
     return job
-
-
-DEPENDENCY_LOCK = 0x6770_7017  # "gp" + §17: dependency changes, one at a time
 
 
 _UNMET_SQL = """
