@@ -86,7 +86,8 @@ class StartEstimateOut(serializers.Serializer):
     unknown_reason = serializers.CharField(
         allow_null=True,
         help_text="Why there is no estimate: unlimited (it waits for jobs without a maximum runtime), "
-        "beyond_horizon (not within 7 days), budget, approval, not_computed.",
+        "beyond_horizon (not within 7 days), budget, approval, not_computed; on /explain/ also dependency "
+        "and array_cap (held back until another job or a task of its array ends, DESIGN §17).",
     )
     unknown_text = serializers.CharField(help_text="The reason in the language of Accept-Language.")
     computed_at = serializers.CharField(allow_null=True)

@@ -675,6 +675,8 @@ GLOSSARY = {
     'Index': '下标',
     'task %(i)s': '子任务 %(i)s',
     'met': '已满足',
+    'it waits for another job to end': '它在等待另一个任务结束',
+    'it waits for a task of its array to end': '它在等待所属任务数组中的子任务结束',
 }
 
 # Messages with a context (msgctxt) that the glossary above does not fill: (context, msgid) → 中文.

@@ -151,6 +151,7 @@ def test_a_dependent_waits_for_its_job_and_is_cancelled_when_after_ok_fails(worl
     explain = member.get(reverse("api:job-explain", args=[then])).json()
     assert explain["reason"] == "dependency"
     assert f"It waits for job #{first}" in explain["text"]
+    assert explain["start_estimate"]["unknown_reason"] == "dependency"  # no forecast places it
     assert job_transition(Job.objects.get(pk=first), JobState.FAILED, reason="node failure")
     schedule_once()
     dependent = Job.objects.get(pk=then)
