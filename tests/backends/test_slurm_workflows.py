@@ -95,11 +95,14 @@ def test_an_array_of_20_with_a_cap_of_4_never_runs_more_than_4_tasks(portal_on_s
         assert f"task index {task.array_index}\n" in text, (task.array_index, text)
     assert Job.objects.filter(pk__in=ids).values("array_index").distinct().count() == 20
 
-    # Billed per task: each task is a job, metered from its recorded start and end (DESIGN §7).
+    # Billed per task: each task is a job, metered from its own events into and out of running
+    # (DESIGN §7), one GPU each.
     usage_meter(now=timezone.now() + timedelta(hours=2))
     for task in Job.objects.filter(pk__in=ids):
         billed = UsageRecord.objects.filter(job=task).aggregate(s=Sum("card_seconds"))["s"]
-        assert billed == Decimal(str((task.finished_at - task.started_at).total_seconds())), task.array_index
+        start = task.events.get(kind="transition", to_state="running").occurred_at
+        end = task.events.get(kind="transition", from_state="running").occurred_at
+        assert billed == Decimal(str((end - start).total_seconds())), task.array_index
 
 
 def test_after_ok_on_a_failing_job_cancels_the_dependent(portal_on_slurm):  # noqa: F811
