@@ -87,7 +87,8 @@ class StartEstimateOut(serializers.Serializer):
     unknown_reason = serializers.CharField(
         allow_null=True,
         help_text="Why there is no estimate: unlimited (it waits for jobs without a maximum runtime), "
-        "beyond_horizon (not within 7 days), budget, approval, not_computed.",
+        "beyond_horizon (not within 7 days), budget, approval, not_computed; on /explain/ also dependency "
+        "and array_cap (held back until another job or a task of its array ends, DESIGN §17).",
     )
     unknown_text = serializers.CharField(help_text="The reason in the language of Accept-Language.")
     computed_at = serializers.CharField(allow_null=True)
@@ -263,6 +264,8 @@ class JobOut(serializers.ModelSerializer):
             "start_estimate",
             "idle_warned_at",
             "idle_preemptible_at",
+            "array",
+            "array_index",
         ]
 
 
@@ -430,6 +433,20 @@ class JobIn(serializers.Serializer):
         'replica, "cooldown_seconds": 30–86400, default 300} — the settings of PUT '
         '/api/v1/jobs/{id}/autoscale/, given with the job; omitted or null: off. A refusal names the '
         'field under autoscale (e.g. {"autoscale": {"target": [...]}}) and creates no job.',
+    )
+
+
+    array = serializers.CharField(
+        max_length=200, required=False, allow_blank=True, allow_null=True,
+        help_text='Training jobs: submit an array (DESIGN §17), e.g. "0-99%10" — one task per index '
+        "(ranges a-b, a-b:step, commas), each a job with GPUPOOL_ARRAY_INDEX; %K: at most K tasks "
+        "running at once. At most 1000 tasks, indices up to 99999. The response is the first task; its "
+        "`array` is the array's id (GET /api/v1/arrays/{id}/).",
+    )
+    dependencies = serializers.ListField(
+        child=serializers.DictField(), required=False, max_length=100, default=list,
+        help_text='Jobs it waits for: [{"condition": "after_ok" | "after_any" | "after_not_ok", "job": 12}]. '
+        "Each a job you can see; a dependency that can no longer be met cancels the job, with that reason.",
     )
 
 

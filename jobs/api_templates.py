@@ -32,6 +32,8 @@ class TemplateValues(JobIn):
     flavor = serializers.SlugRelatedField(slug_field="name", queryset=Flavor.objects.all())
     framework = None
     min_operator_coverage = None
+    # Dependencies name jobs, which change from one submission to the next: given per job.
+    dependencies = None
 
 
 def body(values: dict) -> dict:

@@ -159,6 +159,21 @@ class JobForm(forms.Form):
         required=False,
         help_text=_("86400 s = 24 hours. Development jobs default to their lifetime."),
     )
+    # DESIGN §17: an array of tasks and the jobs this one waits for (jobs.workflows reads both).
+    array = forms.CharField(
+        label=_("Array"),
+        max_length=200,
+        required=False,
+        help_text=_("Training jobs: e.g. 0-99%10 submits 100 tasks (GPUPOOL_ARRAY_INDEX 0–99), at most 10 "
+                    "running at once. Empty: one job."),
+    )
+    dependencies = forms.CharField(
+        label=_("Dependencies"),
+        max_length=2000,
+        required=False,
+        help_text=_("Jobs it waits for, e.g. after_ok:12,after_any:13 — after_ok (succeeded), after_any "
+                    "(ended), after_not_ok (failed or cancelled). Empty: none."),
+    )
     checkpointing = forms.BooleanField(
         label=_("Checkpointing: the job saves a checkpoint and resumes after preemption"), required=False
     )

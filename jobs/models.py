@@ -296,6 +296,13 @@ class Job(models.Model):
     )
     autoscale_scaled_at = models.DateTimeField(null=True, blank=True)
     autoscale_status = models.JSONField(default=dict, blank=True)
+    # DESIGN §17: a task of an array (one submission, N jobs) and its index, GPUPOOL_ARRAY_INDEX in
+    # the job's environment. An imported Slurm array task (123_4) belongs to the array 123.
+    array = models.ForeignKey(
+        "JobArray", null=True, blank=True, on_delete=models.PROTECT, related_name="tasks",
+        verbose_name=_("array"),
+    )
+    array_index = models.PositiveIntegerField(_("array index"), null=True, blank=True)
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
@@ -326,6 +333,7 @@ class Job(models.Model):
                 condition=Q(gpu_milli__isnull=True) | (Q(gpu_milli__gte=1) & Q(gpu_milli__lt=1000)),
                 name="job_gpu_milli_range",
             ),
+            models.UniqueConstraint(fields=["array", "array_index"], name="job_array_index_once"),
             # An external job is recorded once per backend job, however often it is seen.
             models.UniqueConstraint(
                 fields=["cluster", "backend_id"], condition=Q(kind="external"), name="job_external_once"
@@ -334,6 +342,73 @@ class Job(models.Model):
 
     def __str__(self):
         return f"{self.name} #{self.pk}"
+
+
+class JobArray(models.Model):
+    """One submission of N tasks (DESIGN §17), each a job with its index; at most
+    ``max_running`` of them hold GPUs at once (None: no cap). ``spec`` is what was asked
+    ("0-99%10"). A native Slurm array (``backend_id``: its array job id on ``cluster``) groups the
+    tasks the importer records (jobs.native)."""
+
+    name = models.CharField(_("name"), max_length=63)
+    project = models.ForeignKey(
+        Project, on_delete=models.PROTECT, related_name="job_arrays", verbose_name=_("project")
+    )
+    submitted_by = models.ForeignKey(User, on_delete=models.PROTECT, related_name="job_arrays")
+    spec = models.CharField(_("array"), max_length=200)
+    size = models.PositiveIntegerField(_("tasks"))
+    max_running = models.PositiveIntegerField(_("tasks running at once"), null=True, blank=True)
+    submitted_at = models.DateTimeField(_("submitted"))
+    cluster = models.ForeignKey(
+        Cluster, null=True, blank=True, on_delete=models.PROTECT, related_name="job_arrays"
+    )
+    backend_id = models.CharField(max_length=100, blank=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        verbose_name = _("job array")
+        verbose_name_plural = _("job arrays")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(max_running__isnull=True) | Q(max_running__gte=1),
+                name="jobarray_max_running_ge_1",
+            ),
+            models.UniqueConstraint(
+                fields=["cluster", "backend_id"], condition=~Q(backend_id=""), name="jobarray_native_once"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.name} [{self.spec}] #{self.pk}"
+
+
+class DependencyCondition(models.TextChoices):
+    """Slurm's afterok / afterany / afternotok (DESIGN §17)."""
+
+    AFTER_OK = "after_ok", _("after it succeeds")
+    AFTER_ANY = "after_any", _("after it ends")
+    AFTER_NOT_OK = "after_not_ok", _("after it fails or is cancelled")
+
+
+class JobDependency(models.Model):
+    """``job`` is not admitted before ``depends_on`` has ended as ``condition`` asks; when that
+    can no longer happen, ``job`` is cancelled (jobs.workflows)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="dependencies")
+    depends_on = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="dependents")
+    condition = models.CharField(_("condition"), max_length=20, choices=DependencyCondition.choices)
+
+    class Meta:
+        ordering = ["depends_on_id"]
+        verbose_name = _("job dependency")
+        verbose_name_plural = _("job dependencies")
+        constraints = [
+            models.UniqueConstraint(fields=["job", "depends_on"], name="jobdependency_once"),
+            models.CheckConstraint(condition=~Q(job=models.F("depends_on")), name="jobdependency_not_self"),
+        ]
+
+    def __str__(self):
+        return f"{self.job_id} {self.condition} {self.depends_on_id}"
 
 
 # Gap between an event's two clocks above which the job page shows the recorded time too.

@@ -45,6 +45,7 @@ FIXED = (
     pgettext_noop("job event", "head of its priority level"),
     pgettext_noop("job event", "in-quota / on-loan split recomputed"),
     pgettext_noop("job event", "over budget"),
+    pgettext_noop("job event", "array cancelled by user"),
 )
 
 # The reasons with parameters (their English text is the msgid with the parameters filled in).
@@ -60,6 +61,10 @@ RETRY = pgettext_noop("job event", "retry %(retry)s of %(of)s after exit code %(
 START_TIMEOUT = pgettext_noop("job event", "not running after the start timeout of %(timeout)s s: %(why)s")
 START_TIMEOUTS_EXHAUSTED = pgettext_noop(
     "job event", "not running after %(count)s start timeouts: %(why)s")
+# DESIGN §17: the dependency (after_ok, after_not_ok) that can no longer be met, and why.
+DEPENDENCY_NEVER_MET = pgettext_noop(
+    "job event", "dependency %(condition)s on job %(job)s can no longer be met: it is %(state)s"
+)
 NODE_DRAINED = pgettext_noop("job event", "requeued off node %(node)s (drained: %(reason)s)")
 QUEUE_DRAINED = pgettext_noop("job event", "requeued: the queue of %(queue)s is draining (%(reason)s)")
 NODE_UNHEALTHY = pgettext_noop("job event", "requeued off node %(node)s (unhealthy: %(reason)s)")

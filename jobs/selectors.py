@@ -17,7 +17,7 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from jobs import rules
-from jobs.models import Job, JobEvent, JobGpuSample, JobKind
+from jobs.models import Job, JobArray, JobDependency, JobEvent, JobGpuSample, JobKind
 from jobs.scheduling.cache_keys import EXPLAIN_KEY, QUEUE_KEY
 from jobs.states import HOLDING, TERMINAL, JobState
 from portal import permissions as perm
@@ -40,6 +40,21 @@ def visible_jobs(user: User) -> QuerySet[Job]:
     jobs = Job.objects.select_related("project", "flavor", "priority_class", "submitted_by")
     projects = visible_project_ids(user)
     return jobs if projects is None else jobs.filter(project_id__in=projects)
+
+
+def visible_arrays(user: User) -> QuerySet[JobArray]:
+    """Arrays of the projects ``user`` sees (another tenant's is a 404, as its jobs are)."""
+    arrays = JobArray.objects.select_related("project", "submitted_by")
+    projects = visible_project_ids(user)
+    return arrays if projects is None else arrays.filter(project_id__in=projects)
+
+
+def array_tasks(array: JobArray) -> QuerySet[Job]:
+    return array.tasks.select_related("flavor").order_by("array_index", "id")
+
+
+def job_dependencies(job: Job) -> QuerySet[JobDependency]:
+    return job.dependencies.select_related("depends_on").order_by("depends_on_id")
 
 
 def job_events(job: Job) -> QuerySet[JobEvent]:
@@ -236,6 +251,14 @@ def can_cancel(user: User, job: Job) -> bool:
     if job.state in TERMINAL or job.cancel_requested_at is not None or job.kind == JobKind.EXTERNAL:
         return False  # an external job is stopped on its cluster (``services.job_cancel``)
     return job.submitted_by_id == user.pk or perm.can_edit_project(scope_for(user), job.project)
+
+
+def can_cancel_array(user: User, array: JobArray, tasks: list[Job]) -> bool:
+    """Whether the array page offers "cancel all": ``array_cancel``'s permission and a task left
+    to cancel (a native array is cancelled on its cluster)."""
+    if array.backend_id or all(t.state in TERMINAL or t.cancel_requested_at is not None for t in tasks):
+        return False
+    return array.submitted_by_id == user.pk or perm.can_edit_project(scope_for(user), array.project)
 
 
 def job_devices(workers: int, gpus_per_worker: int, gpu_milli: int | None) -> Decimal:

@@ -15,10 +15,11 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from jobs import environment, flavor_choice, submission
+from jobs import environment, flavor_choice, reasons, submission, workflows
 from jobs.approvals import job_approval_open, job_approval_withdraw
 from jobs.models import (
     Job,
+    JobArray,
     JobEvent,
     JobKind,
     PriorityClass,
@@ -31,7 +32,7 @@ from portal import permissions as perm
 from portal.enqueue import enqueue
 from portal.models import Project, User
 from portal.selectors import scope_for
-from portal.texts import Message
+from portal.texts import Message, message
 from quotas.models import Flavor
 
 __all__ = ["job_transition"]  # re-exported: the transition primitive lives in jobs.transitions
@@ -115,6 +116,8 @@ def job_submit(
     local_disk_gib: int | None = None,
     min_cuda_version: str = "",
     max_retries: int = 0,
+    array: str | None = None,
+    dependencies=None,
 ) -> Job:
     """``flavor``: one flavor, or the acceptable flavors in order of preference (DESIGN §14);
     the job is checked against each, and runs on the first the scheduler can place.
@@ -123,6 +126,10 @@ def job_submit(
     ``cpu_millicores``, ``memory_mib``, ``local_disk_gib``: what each worker asks of its node
     besides its GPUs (None: its GPUs' share, docs/resources.md); ``min_cuda_version``: "12.4";
     ``max_retries``: how often a failed run is retried (DESIGN §17, ``jobs.retries``).
+
+    ``array``: "0-99%10" submits one task per index (DESIGN §17; the first task is returned, its
+    ``array`` the whole); ``dependencies``: ``[{"condition": "after_ok", "job": 12}, …]`` or the
+    text ``after_ok:12`` (``jobs.workflows``), on every task.
 
     One way down (``jobs.submission``): gather what the submission needs to know once, check it,
     decide the approval from it, create."""
@@ -143,6 +150,10 @@ def job_submit(
         autoscale=autoscale,
     )
     submission.check_retries(kind, max_retries)
+    spec = workflows.parse_array(array) if array not in (None, "") else None
+    if spec is not None and kind != JobKind.TRAINING:
+        raise ValidationError({"array": [_("Only training jobs come in arrays.")]})
+    depends = workflows.check_dependencies(actor, workflows.parse_dependencies(dependencies))
     if kind == JobKind.DEV:
         _check_dev_limit(actor)
     # DESIGN §6: a job over its department's policy waits in pending_approval for a decision.
@@ -150,6 +161,31 @@ def job_submit(
     decision = submission.approval(sub, class_needs_approval=checked.class_needs_approval)
     state = JobState.PENDING_APPROVAL if decision.needed else JobState.QUEUED
     now = timezone.now()
+    fields = dict(
+        project=project, actor=actor, name=name, kind=kind, choices=choices, framework=framework,
+        min_operator_coverage=min_operator_coverage, priority_class=priority_class, image=image,
+        command=command, shape=sub.shape.fields(), checked=checked, checkpointing=checkpointing,
+        sim_duration_seconds=sim_duration_seconds, state=state, now=now, decision=decision,
+        depends=depends, max_retries=max_retries,
+    )
+    if spec is None:
+        job = _create(**fields)
+    else:
+        with transaction.atomic():  # all the tasks or none
+            whole = workflows.array_create(actor=actor, project=project, name=name, spec=spec, at=now)
+            tasks = [_create(**fields, array=whole, index=index) for index in spec.indices]
+        job = tasks[0]
+    if not decision.needed:
+        request_cycle()
+    return job
+
+
+def _create(
+    *, project, actor, name, kind, choices, framework, min_operator_coverage, priority_class, image,
+    command, shape, checked, checkpointing, sim_duration_seconds, state, now, decision, depends,
+    max_retries=0, array=None, index=None,
+) -> Job:
+    """One job (or task of an array) of a checked submission, its event and its approval request."""
     job = Job(
         name=name,
         project=project,
@@ -162,7 +198,7 @@ def job_submit(
         priority_class=priority_class,
         image=image,
         command=command,
-        **sub.shape.fields(),
+        **shape,
         max_runtime_seconds=checked.runtime_seconds,
         checkpointing=checkpointing,
         max_retries=max_retries,
@@ -170,6 +206,8 @@ def job_submit(
         state=state,
         state_changed_at=now,
         submitted_at=now,
+        array=array,
+        array_index=index,
         **checked.job_fields,
     )
     job.full_clean(validate_constraints=False)
@@ -182,10 +220,9 @@ def job_submit(
     JobEvent.objects.create(
         job=job, from_state="", to_state=state, reason="submitted", actor=actor, occurred_at=now
     )
+    workflows.dependencies_create(job, depends)
     if decision.needed:  # the scheduler ignores it until approved
         job_approval_open(job=job, actor=actor, decision=decision)
-    else:
-        request_cycle()
     return job
 
 
@@ -223,6 +260,49 @@ def job_cancel(*, actor: User, job: Job) -> Job:
         # The portal did not start it and has no right to stop it: its owner uses scancel/kubectl.
         raise ValidationError(_("An external job is stopped on its cluster (scancel, kubectl), not here."))
     return _cancel(job, actor, "cancelled by user")
+
+
+# --- arrays and dependencies (DESIGN §17; their rules: jobs.workflows) -----------------------
+
+
+def array_cancel(*, actor: User, array: JobArray) -> int:
+    """Cancel every task not yet finished (one on the cluster is asked to stop, as ``job_cancel``
+    does); returns how many were cancelled or asked to stop. Finished tasks stay as they are."""
+    scope = scope_for(actor)
+    perm.require(array.submitted_by_id == actor.pk or perm.can_edit_project(scope, array.project))
+    if array.backend_id:
+        raise ValidationError(_("A native array is cancelled on its cluster (scancel), not here."))
+    done = 0
+    live = array.tasks.exclude(state__in=[s.value for s in TERMINAL]).filter(cancel_requested_at__isnull=True)
+    for job in live.order_by("array_index"):
+        try:
+            _cancel(job, actor, "array cancelled by user")
+        except ValidationError:
+            continue  # it finished meanwhile
+        done += 1
+    return done
+
+
+def cancel_unmet_dependents() -> int:
+    """Cancel every waiting job with a dependency that can no longer be met, with that reason
+    (its event row, no actor); repeated until none is left, since a cancelled job may be
+    another's ``after_ok``. Idempotent; run before each scheduling cycle."""
+    cancelled = 0
+    while True:
+        progress = 0
+        for job_id, parent_id, condition, state in workflows.unmet_never_rows():
+            job = Job.objects.filter(pk=job_id, state__in=workflows.WAITING).first()
+            if job is None:
+                continue
+            why = message(reasons.DEPENDENCY_NEVER_MET, job=parent_id, condition=condition, state=state)
+            try:
+                _cancel(job, None, why)
+            except ValidationError:
+                continue  # it moved on meanwhile
+            progress += 1
+        cancelled += progress
+        if not progress:
+            return cancelled
 
 
 def _cancel(job: Job, actor: User | None, reason: str | Message) -> Job:

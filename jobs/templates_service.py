@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 from django.utils.translation import gettext as _
 
-from jobs import selectors, services
+from jobs import selectors, services, workflows
 from jobs.models import Job, JobTemplate, PriorityClass, name_validator
 from portal import permissions as perm
 from portal.models import Project, User
@@ -46,6 +46,9 @@ VALUE_TYPES = {
     "local_disk_gib": _OPT_INT,
     "min_cuda_version": _STR,
     "autoscale": _OPT_DICT,  # {"query", "target", "cooldown_seconds"}: checked by jobs.scheduling.autoscale
+    # DESIGN §17: an array spec ("0-99%10"; empty: one job). Dependencies name jobs, which change
+    # from one submission to the next: they are given with each submission, never kept in a template.
+    "array": _STR,
 }
 REQUIRED = ("kind", "flavor", "priority", "image")
 _STR_MAX = 20_000  # above the command's limit: a longer string is refused before any other check
@@ -145,7 +148,10 @@ def _check(actor: User, project: Project, values) -> dict:
             raise ValidationError({"name": exc.messages}) from exc
     kwargs = submit_kwargs(project, values)
     kwargs.pop("checkpointing", None)
+    array = kwargs.pop("array", "")
     try:
+        if array:
+            workflows.parse_array(array)
         services.job_submit_check(actor=actor, **kwargs)
     except ValidationError as exc:
         raise _renamed(exc) from exc
@@ -187,6 +193,8 @@ def job_values(job: Job) -> tuple[dict, list[str]]:
     }
     if job.autoscale_query:
         values["autoscale"] = autoscale_values(job)
+    if job.array_id is not None and not job.array.backend_id:
+        values["array"] = job.array.spec
     return values, [n for n in names if n not in active]
 
 

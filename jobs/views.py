@@ -49,6 +49,7 @@ from jobs.scheduler.footprint import Request
 from jobs.scheduling import autoscale, explaining, start_estimates
 from jobs.scheduling.cycle import explain_backoffs, explain_job
 from jobs.states import JobState
+from jobs.views_workflows import job_workflow_context
 from portal.approvals.selectors import visible_approval_requests
 from portal.db import one_snapshot
 from portal.selectors import get_visible, scope_for
@@ -212,6 +213,7 @@ def job_detail(request, pk: int):
             "cost": estimates.job_cost(job, timezone.now()),
             "asks": _job_asks(job),
             **job_page_context(job, request.user),
+            **job_workflow_context(job, request.user),
         },
     )
 
@@ -365,6 +367,8 @@ def _copy_initial(request) -> dict:
     initial["env_text"] = environment.env_lines(source.env or (), secrets=False)
     initial["secret_env_text"] = environment.env_lines(source.env or (), secrets=True)
     initial |= views_templates.autoscale_initial({"autoscale": templates_service.autoscale_values(source)})
+    if source.array_id is not None:  # a copy of a task is a copy of its array (DESIGN §17)
+        initial["array"] = source.array.spec
     return initial
 
 
@@ -489,6 +493,10 @@ def job_new(request):
         except PermissionDenied as exc:
             form.add_error("project", str(exc))
         else:
+            if job.array_id is not None:
+                messages.success(request, _("Array %(name)s of %(n)d tasks was submitted.")
+                                 % {"name": job.name, "n": job.array.size})
+                return redirect("array-detail", pk=job.array_id)
             messages.success(request, _("Job %(name)s was submitted.") % {"name": job.name})
             return redirect("job-detail", pk=job.pk)
     return render(

@@ -21,6 +21,7 @@ from quotas.models import Flavor
 # Fields of the values that the form takes as they are.
 _PLAIN = (
     "name",
+    "array",
     "kind",
     "workers",
     "gpus_per_worker",

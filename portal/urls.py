@@ -13,10 +13,12 @@ from jobs import api_autoscale as jobs_autoscale_api
 from jobs import api_idle_policy as jobs_idle_policy_api
 from jobs import api_reservations as jobs_reservations_api
 from jobs import api_templates as jobs_templates_api
+from jobs import api_workflows as jobs_workflows_api
 from jobs import views as jobs_views
 from jobs import views_policies as policy_views
 from jobs import views_reservations as jobs_reservation_views
 from jobs import views_templates as job_template_views
+from jobs import views_workflows as workflow_views
 from jobs.clusters import api_logs as jobs_logs_api
 from jobs.clusters import api_nodes as jobs_nodes_api
 from jobs.clusters import views_logs as log_views
@@ -96,6 +98,10 @@ api_v1 = [
     path("jobs/<int:pk>/autoscale/", jobs_autoscale_api.JobAutoscaleApi.as_view(), name="job-autoscale"),
     path("jobs/<int:pk>/events/", jobs_api.JobEventsApi.as_view(), name="job-events"),
     path("jobs/<int:pk>/explain/", jobs_api.JobExplainApi.as_view(), name="job-explain"),
+    path("jobs/<int:pk>/dependencies/", jobs_workflows_api.JobDependenciesApi.as_view(),
+         name="job-dependencies"),
+    path("arrays/<int:pk>/", jobs_workflows_api.ArrayDetailApi.as_view(), name="array-detail"),
+    path("arrays/<int:pk>/cancel/", jobs_workflows_api.ArrayCancelApi.as_view(), name="array-cancel"),
     path("jobs/<int:pk>/utilisation/", jobs_api.JobUtilisationApi.as_view(), name="job-utilisation"),
     path("jobs/<int:pk>/log/", jobs_logs_api.JobLogApi.as_view(), name="job-log"),
     path("jobs/<int:pk>/log/download/", jobs_logs_api.JobLogDownloadApi.as_view(), name="job-log-download"),
@@ -265,6 +271,9 @@ urlpatterns = [
     path("jobs/queue/table/", jobs_views.job_queue_table, name="job-queue-table"),
     path("jobs/<int:pk>/", jobs_views.job_detail, name="job-detail"),
     path("jobs/<int:pk>/cancel/", jobs_views.job_cancel, name="job-cancel"),
+    # An array of tasks (DESIGN §17): its tasks' states, and cancel all.
+    path("arrays/<int:pk>/", workflow_views.array_detail, name="array-detail"),
+    path("arrays/<int:pk>/cancel/", workflow_views.array_cancel, name="array-cancel"),
     path("jobs/<int:pk>/idle-exemption/", jobs_views.job_idle_exemption, name="job-idle-exemption"),
     path("jobs/<int:pk>/autoscale/", jobs_views.job_autoscale, name="job-autoscale-form"),
     # The job's log and a dev job's port (DESIGN §13, issue 22).

@@ -727,6 +727,68 @@ GLOSSARY = {
     'run; the rest has no room for %(workers)s × %(per_worker)s.':
         '在它运行期间，%(flavor)s 有 %(reserved)s 块 GPU 自 %(window_start)s 起为其他项目预留；'
         '其余资源没有容纳 %(workers)s × %(per_worker)s 的空间。',
+    # Issue 35 items 1–2 (DESIGN §17): arrays and dependencies.
+    'Array': '任务数组',
+    'Training jobs: e.g. 0-99%10 submits 100 tasks (GPUPOOL_ARRAY_INDEX 0–99), at most 10 running at once. '
+    'Empty: one job.':
+        '仅限训练任务：例如 0-99%10 提交 100 个子任务（GPUPOOL_ARRAY_INDEX 为 0–99），最多同时运行 10 个。留空：单个任务。',
+    'Dependencies': '依赖',
+    'Jobs it waits for, e.g. after_ok:12,after_any:13 — after_ok (succeeded), after_any (ended), after_not_ok '
+    '(failed or cancelled). Empty: none.':
+        '它要等待的任务，例如 after_ok:12,after_any:13 —— after_ok（成功）、after_any（结束）、after_not_ok（失败或取消）。留空：无。',
+    'array': '任务数组',
+    'array index': '数组下标',
+    'tasks': '子任务数',
+    'tasks running at once': '同时运行的子任务数',
+    'job array': '任务数组',
+    'job arrays': '任务数组',
+    'after it succeeds': '在其成功之后',
+    'after it ends': '在其结束之后',
+    'after it fails or is cancelled': '在其失败或被取消之后',
+    'condition': '条件',
+    'job dependency': '任务依赖',
+    'job dependencies': '任务依赖',
+    'It waits for job #%(job)s (%(condition)s).': '它在等待任务 #%(job)s（%(condition)s）。',
+    "It waits: array cap of %(cap)s running tasks (%(running_tasks)s of its array's tasks hold GPUs).":
+        '它在等待：任务数组最多同时运行 %(cap)s 个子任务（该数组已有 %(running_tasks)s 个子任务占用 GPU）。',
+    'Only training jobs come in arrays.': '只有训练任务可以作为任务数组提交。',
+    'Waits for another job (dependency)': '等待另一个任务（依赖）',
+    "Its array's cap on running tasks is reached": '已达到任务数组同时运行子任务的上限',
+    'tasks running at once, at most': '最多同时运行的子任务数',
+    'tasks holding GPUs': '占用 GPU 的子任务数',
+    'Array %(name)s of %(n)d tasks was submitted.': '已提交任务数组 %(name)s，共 %(n)d 个子任务。',
+    '%(n)d tasks of %(name)s were cancelled or asked to stop.': '%(name)s 的 %(n)d 个子任务已取消或已请求停止。',
+    'An array such as 0-99%10: indices and ranges (a-b, a-b:step) separated by commas, then %K for at most K '
+    'tasks running at once.':
+        '任务数组的写法如 0-99%10：以逗号分隔的下标和范围（a-b、a-b:step），再加 %K 表示最多同时运行 K 个子任务。',
+    'The range %(r)s is empty: its end is before its start, or its step is 0.': '范围 %(r)s 为空：其结束小于开始，或步长为 0。',
+    'Indices go up to %(n)d.': '下标最大为 %(n)d。',
+    'At most %(n)d tasks in one array.': '一个任务数组最多 %(n)d 个子任务。',
+    'An index appears twice.': '有下标重复出现。',
+    'After %%: at least 1 task running at once.': '%% 之后：至少同时运行 1 个子任务。',
+    'At most %(n)d dependencies.': '最多 %(n)d 个依赖。',
+    'A job is named twice.': '同一任务出现了两次。',
+    'Dependencies such as after_ok:12,after_any:13 (after_ok, after_any or after_not_ok, then a job number).':
+        '依赖的写法如 after_ok:12,after_any:13（after_ok、after_any 或 after_not_ok，后接任务编号）。',
+    'Job %(n)d does not exist or you cannot see it.': '任务 %(n)d 不存在，或您无权查看。',
+    'A job cannot depend on itself.': '任务不能依赖自身。',
+    'Job %(n)d is already %(state)s: %(condition)s can never be met.': '任务 %(n)d 已是 %(state)s 状态：%(condition)s 永远无法满足。',
+    'This would make a cycle: %(path)s.': '这会形成循环依赖：%(path)s。',
+    "Only a waiting job's dependencies can change; this one is %(state)s.": '只能修改等待中任务的依赖；此任务为 %(state)s 状态。',
+    'A native array is cancelled on its cluster (scancel), not here.': '原生任务数组需在其集群上取消（scancel），不能在此取消。',
+    'Arrays and dependencies': '任务数组与依赖',
+    'Tasks': '子任务',
+    'Tasks running at once': '同时运行的子任务',
+    'at most %(n)s': '最多 %(n)s 个',
+    'Slurm array job %(id)s': 'Slurm 数组作业 %(id)s',
+    'States': '状态',
+    'Cancel every task not yet finished?': '取消所有尚未结束的子任务？',
+    'Cancel all unfinished tasks': '取消所有未结束的子任务',
+    'Index': '下标',
+    'task %(i)s': '子任务 %(i)s',
+    'met': '已满足',
+    'it waits for another job to end': '它在等待另一个任务结束',
+    'it waits for a task of its array to end': '它在等待所属任务数组中的子任务结束',
 }
 
 # Messages with a context (msgctxt) that the glossary above does not fill: (context, msgid) → 中文.
@@ -735,6 +797,10 @@ GLOSSARY_IN_CONTEXT = {
     ("job event", "requeued after node failure"): "节点故障后重新排队",
     ("job event", "requeued off node %(node)s (unhealthy: %(reason)s)"):
         "已从节点 %(node)s 重新排队（不健康：%(reason)s）",
+    # DESIGN §17: arrays and dependencies.
+    ("job event", "array cancelled by user"): "任务数组被用户取消",
+    ("job event", "dependency %(condition)s on job %(job)s can no longer be met: it is %(state)s"):
+        "对任务 %(job)s 的依赖 %(condition)s 已无法满足：它已是 %(state)s 状态",
     ("job event", "borrowed capacity for job %(job)s of a higher priority"): "借用的资源被更高优先级的任务 #%(job)s 抢占",
     # The idle policy (issue 34 item 2).
     ("job event", "warned by the idle policy: GPU utilisation under %(threshold)s%% for %(minutes)s"):

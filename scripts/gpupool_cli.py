@@ -10,6 +10,9 @@ Standard library only: copy this one file anywhere with Python 3.10+.
     python3 gpupool_cli.py jobs --state queued
     python3 gpupool_cli.py status 42 --wait 300          # position and "why pending" while queued
     python3 gpupool_cli.py cancel 42
+    python3 gpupool_cli.py submit ... --array 0-99%10     # 100 tasks, at most 10 running at once
+    python3 gpupool_cli.py submit ... --dependency after_ok:42   # waits until job 42 succeeds
+    python3 gpupool_cli.py array 7                        # an array's tasks; --cancel cancels them
     python3 gpupool_cli.py submit --kind inference --workers 4 --min-workers 1 ... \\
         --autoscale-query 'avg(rps{job="{job}"})' --autoscale-target 10   # scales from load
     python3 gpupool_cli.py scale 42 3                    # an inference service to 3 replicas
@@ -228,8 +231,11 @@ def submission(client: Client, args) -> dict:
         "memory_mib": args.memory_mib,
         "local_disk_gib": args.local_disk_gib,
         "min_cuda_version": args.min_cuda_version,
+        "array": args.array,
     }
     body.update({k: v for k, v in flags.items() if v is not None})
+    if args.dependency is not None:
+        body["dependencies"] = dependencies(args.dependency)
     if args.checkpointing:
         body["checkpointing"] = True
     autoscale = {
@@ -251,9 +257,45 @@ def submission(client: Client, args) -> dict:
     return body
 
 
+# Slurm's names of the dependency conditions, read as the portal's (--dependency afterok:12).
+SLURM_CONDITIONS = {"afterok": "after_ok", "afterany": "after_any", "afternotok": "after_not_ok"}
+
+
+def dependencies(text: str) -> list[dict]:
+    """``after_ok:12,after_any:13`` (or Slurm's ``afterok:12:13``) as the API's list; the portal
+    checks the conditions and the jobs."""
+    out = []
+    for item in text.split(","):
+        condition, _sep, ids = item.strip().partition(":")
+        condition = SLURM_CONDITIONS.get(condition.lower(), condition.lower())
+        out.extend({"condition": condition, "job": job} for job in (ids.split(":") if ids else [""]))
+    return out
+
+
 def cmd_submit(client: Client, args) -> int:
     job = client.post("/api/v1/jobs/", submission(client, args))
+    if job.get("array") is not None:
+        array = client.get(f"/api/v1/arrays/{job['array']}/")
+        first, last = array["tasks"][0]["id"], array["tasks"][-1]["id"]
+        cap = f", at most {array['max_running']} running at once" if array["max_running"] else ""
+        text = f"array {array['id']} {array['name']}: {array['size']} tasks{cap} (jobs {first}–{last})"
+        show(args, job, text)
+        return 0
     show(args, job, f"job {job['id']} {job['name']}: {job['state']}")
+    return 0
+
+
+def cmd_array(client: Client, args) -> int:
+    if args.cancel:
+        answer = client.post(f"/api/v1/arrays/{args.id}/cancel/", {})
+        show(args, answer, f"array {args.id}: {answer['cancelled']} tasks cancelled")
+        return 0
+    array = client.get(f"/api/v1/arrays/{args.id}/")
+    states = ", ".join(f"{state} {n}" for state, n in sorted(array["states"].items()))
+    rows = [[t["index"], t["id"], t["state"], t["exit_code"] if t["exit_code"] is not None else "—"]
+            for t in array["tasks"]]
+    text = f"array {array['id']} {array['name']} [{array['spec']}]: {states}\n"
+    show(args, array, text + table(rows, ["index", "job", "state", "exit"]))
     return 0
 
 
@@ -803,7 +845,20 @@ def parser() -> argparse.ArgumentParser:
     submit.add_argument(
         "--autoscale-cooldown", type=int, help="inference: seconds without a change after one (default 300)"
     )
+    submit.add_argument(
+        "--array", help="an array of tasks, e.g. 0-99%%10: one job per index (GPUPOOL_ARRAY_INDEX), "
+        "at most 10 running at once"
+    )
+    submit.add_argument(
+        "--dependency", help="jobs to wait for, e.g. after_ok:12,after_any:13 (after_ok, after_any, "
+        "after_not_ok; Slurm's afterok:12 too)"
+    )
     submit.set_defaults(func=cmd_submit)
+
+    arr = sub.add_parser("array", help="an array's tasks and their states; --cancel cancels the unfinished")
+    arr.add_argument("id", type=int)
+    arr.add_argument("--cancel", action="store_true", help="cancel every task not yet finished")
+    arr.set_defaults(func=cmd_array)
 
     jobs = sub.add_parser("jobs", help="list the jobs you can see, newest first")
     jobs.add_argument("--state")

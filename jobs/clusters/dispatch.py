@@ -68,6 +68,7 @@ def job_spec(job: Job, node_names: dict[int, str]) -> base.JobSpec:
         sharing_mode=job.flavor.sharing_mode,
         gpu_memory_mib=job.flavor.memory_mib,
         cpu_only=job.flavor.kind == FlavorKind.CPU,
+        array_index=job.array_index,
         **request_fields(job),
         **spec_fields(job),
     )

@@ -32,7 +32,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from jobs.clusters.backends.base import CANCELLED, FAILED, RUNNING, SUCCEEDED
-from jobs.models import Job, JobKind, PriorityClass
+from jobs.models import Job, JobArray, JobKind, PriorityClass
 from jobs.native.backends.external import ENDED, UNKNOWN_DEVICE, ExternalRecord, job_name
 from jobs.native.models import ExternalObservation, ExternalSource
 from jobs.states import HOLDING, JobState
@@ -250,6 +250,30 @@ def _record(ctx: _Context, project_id: int, records: list[ExternalRecord], out: 
         with transaction.atomic():
             if _advance(ctx, job, record):
                 out.counts["changed"] += 1
+    _link_arrays(ctx, project_id, [r for r in records if r.array_id])
+
+
+def _link_arrays(ctx: _Context, project_id: int, records: list[ExternalRecord]) -> None:
+    """Native array tasks (Slurm ``123_4``) become tasks of one array per array job (DESIGN §17),
+    with their index; the record of the array's unstarted tasks joins it without one until it
+    starts as a task of its own. Idempotent: a task already linked is left alone."""
+    by_array: dict[str, list[ExternalRecord]] = defaultdict(list)
+    for record in records:
+        by_array[record.array_id].append(record)
+    for array_id, recs in by_array.items():
+        first = min(recs, key=lambda r: r.submitted_at)
+        ctx.user_ids([first.user])
+        array, _created = JobArray.objects.get_or_create(
+            cluster=ctx.cluster, backend_id=array_id,
+            defaults={"name": job_name(first.name.rsplit(" ", 1)[0], f"slurm-array-{array_id}"),
+                      "project_id": project_id, "submitted_by_id": ctx.users[first.user], "spec": "",
+                      "size": 0, "submitted_at": first.submitted_at},
+        )
+        for r in recs:
+            Job.objects.filter(cluster=ctx.cluster, kind=JobKind.EXTERNAL, backend_id=r.backend_id).exclude(
+                array=array, array_index=r.array_index).update(array=array, array_index=r.array_index)
+        size = array.tasks.exclude(array_index=None).count()
+        JobArray.objects.filter(pk=array.pk).exclude(size=size).update(size=size)
 
 
 def _flavor(ctx: _Context, record: ExternalRecord, out: Outcome) -> Flavor | None:

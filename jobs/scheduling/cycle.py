@@ -25,7 +25,7 @@ from django.core.cache import cache
 from django.db import connection, transaction
 from django.utils import timezone
 
-from jobs import reasons
+from jobs import reasons, services, workflows
 from jobs.models import Job, JobEvent, JobKind
 from jobs.resize import drop_workers, record_scaled, request_resize
 from jobs.retries import waiting_out_backoff
@@ -46,6 +46,7 @@ EXPLAIN_ALL_KEY = "explain:all-cached-at"
 DRY_TTL = 30  # explanations from a dry cycle (explain_job) live this long
 DRY_LOCK_KEY = "explain:dry-running"
 DRY_WAIT_SECONDS = 5  # how long a request waits for another request's dry cycle
+HELD_REASONS = ("dependency", "array_cap")  # answers of jobs.workflows.held_back, not the engine's
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ def schedule_once(now: datetime | None = None, *, wait: bool = True, warm: bool 
     """One scheduling cycle. With ``wait=False`` it returns None at once if another cycle holds
     the lock (the periodic task uses that: a cycle already running will see the new jobs).
     ``warm=False`` builds the engine from a full snapshot instead of the process's warm one."""
+    # DESIGN §17: jobs whose dependency can no longer be met are cancelled first (their own
+    # transactions); the snapshot then holds back the ones whose dependencies are still unmet.
+    services.cancel_unmet_dependents()
     engine = warm_engine()
     with transaction.atomic():
         if not _lock(wait):
@@ -451,6 +455,9 @@ def _cache_explanations(result: CycleResult, now: datetime) -> int:
     }
     # The order as packed 64-bit ids: a 30,000-entry dict took ~5 ms to unpickle on every queue page.
     head[QUEUE_KEY] = {"at": now.isoformat(), "ranked": array("q", [int(j) for j in waiting]).tobytes()}
+    # Held back before the engine (DESIGN §17): why, for the queue page, as the engine's answers are.
+    head |= {EXPLAIN_KEY.format(jid): {**e, "computed_at": now.isoformat()}
+             for jid, e in workflows.held_back_all().items()}
     cache.set_many(head, timeout=EXPLAIN_TTL)
     rest = waiting[EXPLAIN_HEAD:]
     if rest and cache.add(EXPLAIN_ALL_KEY, now.isoformat(), timeout=EXPLAIN_ALL_EVERY):
@@ -478,9 +485,12 @@ def explain_job(job: Job) -> dict:
         return explain_external(job)
     if waiting_out_backoff(job, timezone.now()):
         return explain_backoff(job)
+    held = workflows.held_back(job)  # never in the engine's queue: it says why itself
+    if held is not None:
+        return {**held, "computed_at": timezone.now().isoformat()}
     key = EXPLAIN_KEY.format(job.pk)
     cached = cache.get(key)
-    if cached:
+    if cached and cached.get("reason") not in HELD_REASONS:  # held no more: that answer is stale
         return cached
     if cache.add(DRY_LOCK_KEY, 1, timeout=DRY_TTL):
         try:
@@ -491,7 +501,7 @@ def explain_job(job: Job) -> dict:
     while time.monotonic() < deadline:  # another request's dry cycle is running
         time.sleep(0.05)
         cached = cache.get(key)
-        if cached:
+        if cached and cached.get("reason") not in HELD_REASONS:
             return cached
         if cache.get(DRY_LOCK_KEY) is None:
             break  # it finished without this job: admissible now, or it failed

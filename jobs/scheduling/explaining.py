@@ -16,6 +16,7 @@ from django.utils import timezone
 from django.utils.timezone import localtime
 from django.utils.translation import gettext_lazy
 
+from jobs.models import DependencyCondition
 from jobs.selectors import tree_node_names
 from portal.models import User
 from quotas.models import Node
@@ -101,6 +102,11 @@ _TEXTS = {
     "reserved_count": gettext_lazy(
         "%(reserved)s GPUs of %(flavor)s are reserved for another project from %(window_start)s while it "
         "would run; the rest has no room for %(workers)s × %(per_worker)s."
+    ),
+    # DESIGN §17: held back before the engine (jobs.workflows.held_back).
+    "dependency": gettext_lazy("It waits for job #%(job)s (%(condition)s)."),
+    "array_cap": gettext_lazy(
+        "It waits: array cap of %(cap)s running tasks (%(running_tasks)s of its array's tasks hold GPUs)."
     ),
 }
 # DESIGN §17: a requeued job waiting out its backoff (``jobs.scheduling.cycle.explain_backoff``).
@@ -201,6 +207,10 @@ def _reason_text(explain: dict, node_name: str | None) -> str:
     if window:
         values["window_nodes"] = ", ".join(window.get("node_names") or ()) or "?"
         values["window_start"] = _local(window["starts_at"])
+    dependency = explain.get("dependency") or {}
+    if dependency:
+        values["job"] = dependency["job"]
+        values["condition"] = str(DependencyCondition(dependency["condition"]).label)
     reservation = explain.get("reservation") or {}
     if reservation.get("job"):
         values["job"] = reservation["job"]

@@ -53,6 +53,9 @@ UNKNOWN_LABELS = {
     "budget": _("held by a spent budget until approved"),
     "approval": _("it waits for approval"),
     "not_computed": _("not estimated yet"),
+    # DESIGN §17: held back before the engine, so the forecast never places it (explain says why).
+    "dependency": _("it waits for another job to end"),
+    "array_cap": _("it waits for a task of its array to end"),
 }
 
 
@@ -159,6 +162,8 @@ def with_reservation(
     the engine holds now, at the latest. A forecast time, when there is one, is kept."""
     if estimate is None or estimate.estimated_start is not None or not explain:
         return estimate
+    if explain.get("reason") in ("dependency", "array_cap"):  # held back: no forecast can place it
+        return StartEstimate(None, explain["reason"], estimate.computed_at)
     reservation = explain.get("reservation") or {}
     at = reservation.get("earliest_start")
     if reservation.get("job") != job_id or not at:

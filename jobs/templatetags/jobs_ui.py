@@ -54,6 +54,8 @@ REASON_LABELS = {
     "admissible": _("Admitted at the next cycle"),
     "external": _("Waiting in its cluster's own queue"),
     "backoff": _("Waits out its backoff before it runs again"),
+    "dependency": _("Waits for another job (dependency)"),
+    "array_cap": _("Its array's cap on running tasks is reached"),
 }
 
 NUMBER_LABELS = {
@@ -74,6 +76,8 @@ NUMBER_LABELS = {
     "largest_free_cluster": _("largest free room in one cluster"),
     "min_runtime_s": _("minimum runtime (s)"),
     "exempt_for_s": _("preemptible in (s)"),
+    "cap": _("tasks running at once, at most"),
+    "running_tasks": _("tasks holding GPUs"),
 }
 
 

@@ -254,6 +254,8 @@ OTHER |= {"project-idle-policy"}
 # and ::test_every_persona_and_the_queue_state_endpoints.
 OTHER |= {"reservation-list", "reservation-cancel", "maintenance", "project-reservation-request",
           "project-queue-state", "department-queue-state"}
+# Arrays and a job's dependencies (DESIGN §17): test_arrays_and_dependencies_follow_visibility below.
+OTHER |= {"array-detail", "array-cancel", "job-dependencies"}
 
 
 def _api_route_names():
@@ -423,7 +425,7 @@ def _approval_requests(world):
             "loan_pa1_b": loan.pk, "rule_change": rule.pk}
 
 
-def _job(world, project):
+def _job(world, project, **kw):
     from jobs.models import PriorityClass
     from jobs.services import job_submit
 
@@ -437,6 +439,7 @@ def _job(world, project):
         priority_class=prio,
         image="img",
         gpus_per_worker=1,
+        **kw,
     )
 
 
@@ -595,3 +598,26 @@ def test_token_endpoint_issues_a_working_token(world, api):
     assert client.get(reverse("api:me")).json()["username"] == "pa1_member"
     bad = api(None).post(reverse("api:token"), {"username": "pa1_member", "password": "nope"}, format="json")
     assert bad.status_code in (401, 403)
+
+
+@pytest.mark.parametrize("persona", ALL)
+def test_arrays_and_dependencies_follow_visibility(world, objects, api, persona):
+    """An array and a job's dependencies: 200 for whoever sees the job (as ``job-list``), 404 for
+    the others; cancel all: the owner (the platform admin submitted both) and the project's
+    admins, 403 for the others who see it — and then nothing changed."""
+    from jobs.models import Job
+
+    arrays = {}
+    for name, project in (("job_pa1", world.pa1), ("job_pb", world.pb)):
+        arrays[name] = _job(world, project, array="0-1").array_id
+    client = api(world.users[persona])
+    for name, pk in objects["job-list"].items():
+        seen = name in VISIBLE["job-list"][persona]
+        assert client.get(reverse("api:job-dependencies", args=[pk])).status_code == (200 if seen else 404)
+        detail = client.get(reverse("api:array-detail", args=[arrays[name]]))
+        assert detail.status_code == (200 if seen else 404)
+        response = client.post(reverse("api:array-cancel", args=[arrays[name]]))
+        expected = 200 if name in SCALERS.get(persona, set()) else 403 if seen else 404
+        assert response.status_code == expected, (persona, name, response.status_code)
+        states = set(Job.objects.filter(array_id=arrays[name]).values_list("state", flat=True))
+        assert states == ({"cancelled"} if expected == 200 else {"queued"}), (persona, name, states)

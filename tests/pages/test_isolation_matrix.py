@@ -95,6 +95,8 @@ RULES: dict[str, Page] = {
     "job-queue": Page(STD, ("job:a", "job:b")),
     "job-queue-table": Page(STD, ("job:a", "job:b")),
     "job-detail": Page(A_OBJECT, ("job:a", "job:b")),
+    # An array (DESIGN §17): an object of its tenant, as its tasks are.
+    "array-detail": Page(A_OBJECT, ("arr:a", "arr:b")),
     # The log panel of job:a (not started: it says so); its download and its dev port have
     # nothing to give yet, so whoever sees the job is sent back to its page, the others get 404.
     "job-log": Page({p: (NONE if A_OBJECT[p] == A else 404) for p in PERSONAS}),
@@ -189,6 +191,8 @@ NOT_SEEN = {p: (404, False) for p in ("outsider", "pb_member", "b_admin", "b_fin
 ACTIONS: dict[str, dict] = {
     "job-cancel": {**NOT_SEEN, "auditor": (403, False), "a_finance": (403, False),
                    "pa1_member": (302, True), "a_admin": (302, True), "platform": (302, True)},
+    "array-cancel": {**NOT_SEEN, "auditor": (403, False), "a_finance": (403, False),
+                     "pa1_member": (302, True), "a_admin": (302, True), "platform": (302, True)},
     # Asking for an exemption from the idle policy: the job's owner or whoever may edit its project.
     "job-idle-exemption": {**NOT_SEEN, "auditor": (403, False), "a_finance": (403, False),
                            "pa1_member": (302, True), "a_admin": (302, True), "platform": (302, True)},
@@ -284,10 +288,10 @@ def test_item14_every_listed_name_resolves():
 # --- the objects ----------------------------------------------------------------------------------
 
 
-def _job(world, prio, project, name, persona):
+def _job(world, prio, project, name, persona, **kw):
     return job_submit(actor=world.users[persona], project=project, name=name, kind="training",
                       flavor=world.F, priority_class=prio, image="img", workers=1, gpus_per_worker=1,
-                      max_runtime_seconds=3600)
+                      max_runtime_seconds=3600, **kw)
 
 
 def _request(world, persona, project, summary):
@@ -394,6 +398,8 @@ def _objs(world, prio):
     found = {
         "job:a": _job(world, prio, world.pa1, "zz-job-alpha", "pa1_member"),
         "job:b": _job(world, prio, world.pb, "zz-job-bravo", "pb_member"),
+        "arr:a": _job(world, prio, world.pa1, "zz-arr-alpha", "pa1_member", array="0-1").array,
+        "arr:b": _job(world, prio, world.pb, "zz-arr-bravo", "pb_member", array="0-1").array,
         "req:a": _request(world, "pa1_member", world.pa1, "zz-req-alpha"),
         "req:b": _request(world, "pb_member", world.pb, "zz-req-bravo"),
         "loan:a": _loan(world, "pa", "pa1", "zz-loan-alpha"),
@@ -442,6 +448,7 @@ def _objs(world, prio):
 # The A-side object each object page and action is about.
 SUBJECT = {
     "job-detail": "job:a", "job-cancel": "job:a", "job-idle-exemption": "job:a",
+    "array-detail": "arr:a", "array-cancel": "arr:a",
     "job-log": "job:a", "job-log-download": "job:a",
     "job-open": "job:a", "quota-borrowers": "qn:a",
     "priority-class-edit": "prio",
@@ -557,6 +564,8 @@ def _state(name, objs):
     """What the action would change, read back from the database."""
     if name == "job-cancel":
         return Job.objects.get(pk=objs["job:a"].pk).state
+    if name == "array-cancel":
+        return sorted(objs["arr:a"].tasks.values_list("state", flat=True))
     if name == "job-idle-exemption":
         return ApprovalRequest.objects.filter(kind="idle_exemption", subject_id=objs["job:a"].pk).count()
     if name in ("approval-decide", "approval-cancel", "approval-bulk-decide"):

@@ -113,6 +113,8 @@ class JobSpec:
     # A job of a ``cpu`` flavor (DESIGN §15): its units are cores, asked as CPU (Slurm
     # --cpus-per-task, Kubernetes ``cpu``) and never as a device (no --gres, no device resource).
     cpu_only: bool = False
+    # A task of an array (DESIGN §17): its index, GPUPOOL_ARRAY_INDEX in every worker's environment.
+    array_index: int | None = None
 
 
 # Backend-neutral job phases reported by status().
@@ -127,6 +129,8 @@ PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST = (
 
 # Whose clock a status's ``started_at`` / ``finished_at`` are (``JobEvent.time_source``).
 PORTAL_CLOCK = "portal"
+# The variable that gives a task of an array its index, on every backend (DESIGN §17).
+ARRAY_INDEX_ENV = "GPUPOOL_ARRAY_INDEX"
 
 
 @dataclass(frozen=True, slots=True)

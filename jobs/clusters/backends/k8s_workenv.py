@@ -21,7 +21,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from jobs.clusters.backends.base import Checkpoint, EnvVar, JobSpec, Mount
+from jobs.clusters.backends.base import ARRAY_INDEX_ENV, Checkpoint, EnvVar, JobSpec, Mount
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 NAME_LABEL = "gpupool.io/name"
@@ -122,6 +122,8 @@ def env_for(spec: JobSpec) -> list[dict[str, Any]]:
         {"name": "GPUPOOL_JOB_ID", "value": str(spec.job_id)},
         {"name": "GPUPOOL_WORKERS", "value": str(spec.workers)},
     ]
+    if spec.array_index is not None:
+        env.append({"name": ARRAY_INDEX_ENV, "value": str(spec.array_index)})
     if spec.checkpoint is not None:
         env.append({"name": CHECKPOINT_ENV, "value": literal(spec.checkpoint.container_dir)})
     reserved = {e["name"] for e in env}

@@ -711,6 +711,7 @@ def _environment(spec: dict) -> dict:
         "checkpoint_dir": _checkpoint_dir(spec.get("checkpoint")),
         "checkpointing": bool(spec.get("checkpointing")),
         "expose_port": int(port) if isinstance(port, int) and 0 < port < 65536 else None,
+        "array_index": index if isinstance(index := spec.get("array_index"), int) else None,
     }
 
 
@@ -759,6 +760,8 @@ def _describe(job: dict) -> str:
         parts.append(f"GPUPOOL_CHECKPOINT_DIR={job['checkpoint_dir']}")
     if job["expose_port"]:
         parts.append(f"port={job['expose_port']}")
+    if job.get("array_index") is not None:  # a task of an array: its GPUPOOL_ARRAY_INDEX
+        parts.append(f"GPUPOOL_ARRAY_INDEX={job['array_index']}")
     return " ".join(parts)
 
 

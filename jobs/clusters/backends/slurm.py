@@ -56,6 +56,7 @@ from pathlib import Path
 
 from jobs.clusters.backends import rendezvous
 from jobs.clusters.backends.base import (
+    ARRAY_INDEX_ENV,
     CANCELLED,
     CPU_HINT,
     FAILED,
@@ -478,6 +479,8 @@ class SlurmBackend:
             "GPUPOOL_GPUS_PER_WORKER": spec.gpus_per_worker,
             **{f"GPUPOOL_{env_key(k)}": v for k, v in spec.labels.items()},
         }
+        if spec.array_index is not None:
+            env[ARRAY_INDEX_ENV] = spec.array_index
         if spec.expose_port:  # a dev job serves its port on its first node (see access)
             env["GPUPOOL_PORT"] = int(spec.expose_port)
         exports = [f"export {k}={shlex.quote(str(v))}" for k, v in env.items()]

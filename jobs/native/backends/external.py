@@ -48,6 +48,10 @@ class ExternalRecord:
     # One external job is one worker: these are its Job.cpu_millicores / memory_mib.
     cpu_millicores: int | None = None
     memory_mib: int | None = None
+    # A task of a native array (Slurm ``123_4``, DESIGN §17): the array's backend id and the task's
+    # index; the unstarted tasks of a pending array (``123_[5-9]``) have the array and no index yet.
+    array_id: str = ""
+    array_index: int | None = None
 
     def problem(self) -> str | None:
         """Why the record cannot be recorded as it is, or None. Times must be aware, ordered

@@ -344,6 +344,7 @@ def to_record(job: NativeJob, slots: tuple[tuple[str, int], ...] = ()) -> Extern
         return None
     ended = phase in ENDED
     name = job.name if job.display_id == job.job_id else f"{job.name} {job.display_id}"
+    array_id, array_index = array_task(job.display_id)
     return ExternalRecord(
         backend_id=job.job_id,
         name=name,
@@ -362,7 +363,23 @@ def to_record(job: NativeJob, slots: tuple[tuple[str, int], ...] = ()) -> Extern
         gpu_milli=job.gpu_milli if job.gpu_milli and job.gpu_milli < 1000 else None,
         cpu_millicores=job.cpu_millicores,
         memory_mib=job.memory_mib,
+        array_id=array_id,
+        array_index=array_index,
     )
+
+
+_ARRAY_TASK = re.compile(r"(\d+)_(\d+)")
+_ARRAY_PENDING = re.compile(r"(\d+)_\[.*\]")
+
+
+def array_task(display_id: str) -> tuple[str, int | None]:
+    """``123_4`` → ("123", 4); a pending array's unstarted tasks ``123_[5-9%2]`` → ("123", None);
+    any other id (not an array task) → ("", None)."""
+    match = _ARRAY_TASK.fullmatch(display_id.strip())
+    if match:
+        return match[1], int(match[2])
+    match = _ARRAY_PENDING.fullmatch(display_id.strip())
+    return (match[1], None) if match else ("", None)
 
 
 _PLAIN_ENDS = {"COMPLETED", "FAILED", "CANCELLED"}
