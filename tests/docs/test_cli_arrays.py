@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.conf import settings
+from django.utils import translation
 
 from jobs.models import Job, JobArray, JobDependency
 from tests import factories as fx
@@ -48,8 +50,12 @@ def test_the_cli_prints_the_portals_refusals(portal, cli, capsys):
     foreign = fx.submit(world.pb, world.F, gpus=1, name="theirs")
     before = Job.objects.count()
     code, _out, err = run(cli, capsys, url, *SUBMIT, "--name", "bad", "--array", "5-2", token=key)
-    assert code == 1 and "400" in err and "is empty" in err
+    with translation.override(settings.LANGUAGE_CODE):  # the CLI sends no Accept-Language
+        empty = translation.gettext(
+            "The range %(r)s is empty: its end is before its start, or its step is 0.") % {"r": "5-2"}
+        unseen = translation.gettext("Job %(n)d does not exist or you cannot see it.") % {"n": foreign.pk}
+    assert code == 1 and "400" in err and empty in err
     code, _out, err = run(cli, capsys, url, *SUBMIT, "--name", "bad",
                           "--dependency", f"after_ok:{foreign.pk}", token=key)
-    assert code == 1 and "you cannot see it" in err
+    assert code == 1 and unseen in err
     assert Job.objects.count() == before
