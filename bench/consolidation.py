@@ -31,12 +31,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fairness import thin_nodes  # noqa: E402  (bench/ is the script's folder)
+from fairness import thin_nodes
 
-from jobs.whatif.replay import sim  # noqa: E402
-from jobs.whatif.replay.metrics import percentile  # noqa: E402
-from jobs.whatif.replay.paths import alibaba_dir  # noqa: E402
-from jobs.whatif.replay.trace import TraceJob  # noqa: E402
+from jobs.whatif.replay import sim
+from jobs.whatif.replay.metrics import percentile
+from jobs.whatif.replay.paths import alibaba_dir
+from jobs.whatif.replay.trace import TraceJob
 
 BIG = 32  # GPUs: the jobs the issue asks about
 GANG_MODEL = "G2"

@@ -82,7 +82,8 @@ from jobs.scheduler.engine.model import (
 from jobs.scheduler.engine.state import State
 
 __all__ = [
-    "Admission", "Consolidation", "CycleResult", "Engine", "Explain", "Growth", "Holder", "Limits", "Node", "Preemption",
+    "Admission", "Consolidation", "CycleResult", "Engine", "Explain", "Growth", "Holder", "Limits", "Node",
+    "Preemption",
     "PriorityClass", "QueuedJob", "Reservation", "RunningJob", "Snapshot", "TreeNode", "Window",
     "schedule",
 ]

@@ -101,7 +101,8 @@ class Config:
 _PARTS = (
     ("name, value, preemptible, grace_seconds, min_runtime_seconds", "jobs_priorityclass", "id"),
     ("name", "quotas_flavor WHERE active", "name"),
-    ("backfill, packing, fair_share_half_life_seconds, fair_share_entry_seconds, consolidation_moves_per_hour",
+    ("backfill, packing, fair_share_half_life_seconds, fair_share_entry_seconds, "
+     "consolidation_moves_per_hour",
      "jobs_schedulersettings WHERE id = 1", "id"),
     ("n.id, f.name, n.gpu_count, n.zone, n.spine, n.leaf, n.state, n.cluster_id, n.cpu_millicores, "
      "n.memory_mib, n.local_disk_gib, n.cuda_version",

@@ -83,4 +83,5 @@ def test_no_budget_no_moves():
     report = schedule_once(t0 + timedelta(hours=1))
     assert report.admitted == 0 and report.preempted == 0
     assert explain_job(gang)["reason"] == "placement"
-    assert set(Job.objects.filter(pk__in=[j.pk for j in small]).values_list("state", flat=True)) == {"admitted"}
+    states = Job.objects.filter(pk__in=[j.pk for j in small]).values_list("state", flat=True)
+    assert set(states) == {"admitted"}

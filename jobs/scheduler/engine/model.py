@@ -37,7 +37,8 @@ from datetime import datetime
 from quotas.admission import Limits, TreeNode
 
 __all__ = [
-    "Admission", "Consolidation", "CycleResult", "Explain", "Growth", "Holder", "Limits", "Node", "Preemption",
+    "Admission", "Consolidation", "CycleResult", "Explain", "Growth", "Holder", "Limits", "Node",
+    "Preemption",
     "PriorityClass", "QueuedJob", "Reservation", "RunningJob", "Snapshot", "TreeNode", "Window",
 ]
 
