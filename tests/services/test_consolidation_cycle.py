@@ -9,10 +9,14 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone, translation
 
-from jobs.models import Job, JobEvent, SchedulerSettings
+from jobs.models import Job, JobEvent, RuleChangeEvent, SchedulerSettings
+from jobs.rule_changes import ChangesRefused, rule_change_request_create
 from jobs.scheduling.cycle import explain_job, schedule_once
 from jobs.scheduling.explaining import explain_text
 from jobs.scheduling.snapshot import build_snapshot
+from portal.approvals import approval_decide
+from portal.models import Membership, Role, User
+from portal.texts import render_data
 from quotas.models import Node, NodeState
 from tests import factories as fx
 
@@ -85,3 +89,35 @@ def test_no_budget_no_moves():
     assert explain_job(gang)["reason"] == "placement"
     states = Job.objects.filter(pk__in=[j.pk for j in small]).values_list("state", flat=True)
     assert set(states) == {"admitted"}
+
+
+def _admins() -> tuple[User, User]:
+    out = []
+    for name in ("root-a", "root-b"):
+        user = User.objects.create_user(username=name)
+        Membership.objects.create(user=user, role=Role.PLATFORM_ADMIN)
+        out.append(user)
+    return out[0], out[1]
+
+
+def test_the_budget_is_a_rule_change_and_the_next_configuration_sees_it():
+    from jobs.scheduling.config import ConfigReader
+
+    SchedulerSettings.objects.get_or_create(pk=1)
+    asker, decider = _admins()
+    reader = ConfigReader()
+    now = timezone.now()
+    assert reader.read(now).consolidation_moves_per_hour == 0
+    for bad in (-1, 10_001, 2.5, "six", True):
+        with pytest.raises(ChangesRefused):
+            rule_change_request_create(actor=asker, changes=[
+                {"type": "scheduler_consolidation", "consolidation_moves_per_hour": bad}])
+    assert SchedulerSettings.objects.get().consolidation_moves_per_hour == 0  # nothing changed
+    req = rule_change_request_create(actor=asker, changes=[
+        {"type": "scheduler_consolidation", "consolidation_moves_per_hour": 6}])
+    assert render_data(req.payload)["lines"] == ["Consolidation moves per hour: 0 → 6"]
+    approval_decide(actor=decider, step_or_request=req, approve=True)
+    assert SchedulerSettings.objects.get().consolidation_moves_per_hour == 6
+    event = RuleChangeEvent.objects.get(type="scheduler_consolidation")
+    assert event.old == {"consolidation_moves_per_hour": 0}
+    assert reader.read(now).consolidation_moves_per_hour == 6
