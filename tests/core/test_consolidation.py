@@ -259,3 +259,19 @@ def test_moves_only_when_the_gang_is_admitted(world):
         assert [a.job_id for a in result.admissions] == ["gang"]
     else:
         assert all(not a.moved for a in result.admissions)
+
+
+def test_a_warm_engine_counts_its_own_moves_for_an_hour():
+    from jobs.scheduler.scheduler import Engine
+
+    # Nodes 4 and 5 half used by jobs that do not checkpoint: room for the moved jobs.
+    keep = [run(f"k{i}", "pb", f"n{i}", range(4), ckpt=False) for i in (4, 5)]
+    engine = Engine(snap(SCATTERED + keep, [gang()], budget=2, n=6, qa=48, qb=48))
+    first = engine.cycle(NOW)
+    assert len(moves(first)) == 2
+    engine.finish(moves(first))  # the moved jobs exited (requeued, they would start again)
+    engine.submit([QueuedJob("gang2", "pa", F, NOW, workers=2, gpus_per_worker=8, priority=100)])
+    later = engine.cycle(NOW + timedelta(minutes=30))
+    assert moves(later) == [] and later.admissions == ()  # the budget of 2 is spent this hour
+    again = engine.cycle(NOW + timedelta(minutes=61))
+    assert [a.job_id for a in again.admissions] == ["gang2"] and len(moves(again)) == 2

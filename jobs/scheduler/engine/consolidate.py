@@ -45,8 +45,10 @@ def budget_left(s) -> int:
     if pol is None:
         return 0
     since = s.now - HOUR
-    recent = sum(1 for t in s.moves if t > since)
-    return max(0, pol.max_moves_per_hour - recent)
+    moves = s.moves  # in time order: the snapshot's, then the engine's own as they are made
+    if moves and moves[0] <= since:  # a warm engine forgets what the hour no longer counts
+        s.moves = moves = [t for t in moves if t > since]
+    return max(0, pol.max_moves_per_hour - len(moves))
 
 
 def applies(s, p: Pending) -> bool:

@@ -257,7 +257,7 @@ class State:
         # Consolidation (jobs/scheduler/engine/consolidate.py): the policy and the times of moves
         # (the snapshot's last hour, then the engine's own).
         self.consolidation = snap.consolidation
-        self.moves: list[float] = [t.timestamp() for t in snap.recent_moves]
+        self.moves: list[float] = sorted(t.timestamp() for t in snap.recent_moves)
         self._ingest([j for j in snap.running if not j.terminating])
         for job in sorted((j for j in snap.running if j.terminating), key=lambda j: j.id):
             since = job.terminating_since.timestamp() if job.terminating_since else self.now
