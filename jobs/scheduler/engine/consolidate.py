@@ -58,6 +58,23 @@ def applies(s, p: Pending) -> bool:
         and p.min_workers * p.milli >= pol.min_gang_gpus * FULL and budget_left(s) > 0
 
 
+def _key(cycle, p: Pending, mode: str) -> tuple | None:
+    """What a failed search depends on besides the state, when the pool ``p`` plans on is the
+    live one (no window, no CUDA floor); None: not cached."""
+    if cycle.s.windows or p.min_cuda:
+        return None
+    loan_path = p.path if mode == "loan" else None  # a borrower's room depends on its path
+    return (p.flavor, p.pmilli, p.min_workers, p.priority, mode, p.runtime, loan_path)
+
+
+def failed(cycle, p: Pending, mode: str) -> bool:
+    """Did a search for the same shape fail earlier in this cycle? Within a cycle free GPUs,
+    candidates, the budget and the room to re-place only shrink, except when a preemption gives
+    quota back (``cycle.loosen``), so the answer stands until then (cycle.py's pass-over)."""
+    key = _key(cycle, p, mode)
+    return key is not None and cycle.no_consolidate.get(key) == cycle.loosen
+
+
 def movable(cycle, v: Run, p: Pending, reserved: set) -> bool:
     s = cycle.s
     return (v.preemptible and not v.pinned and not v.terminating and not v.fresh
@@ -69,9 +86,18 @@ def movable(cycle, v: Run, p: Pending, reserved: set) -> bool:
 
 def consolidate(cycle, p: Pending, mode: str) -> bool:
     """Admit ``p`` after moving jobs out of its way; False (state untouched) when it cannot."""
-    s = cycle.s
-    if not applies(s, p):
+    if not applies(cycle.s, p) or failed(cycle, p, mode):
         return False
+    if _consolidate(cycle, p, mode):
+        return True
+    key = _key(cycle, p, mode)
+    if key is not None:
+        cycle.no_consolidate[key] = cycle.loosen
+    return False
+
+
+def _consolidate(cycle, p: Pending, mode: str) -> bool:
+    s = cycle.s
     ledger = s.ledgers[p.flavor]
     need = p.min_workers * p.milli
     root = ledger.root_room()

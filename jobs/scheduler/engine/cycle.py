@@ -57,6 +57,7 @@ class Cycle:
         self.growths: list[Growth] = []
         self.tried: dict[str, Pending] = {}  # jobs with alternatives evaluated in this cycle
         self.moved: dict[str, tuple[str, ...]] = {}  # job -> jobs moved for it (consolidate.py)
+        self.no_consolidate: dict[tuple, int] = {}  # shapes whose search failed (consolidate.failed)
         self.blockers = fifo.Blockers()  # strict FIFO / aging (jobs/scheduler/engine/fifo.py)
         self.own_reservations = 0  # of blockers that are not their level's head (capped)
         # Jobs that wait only for victims within their class's minimum runtime (preempt.py):
@@ -412,7 +413,9 @@ class Cycle:
             return None
         if backfill.short_for(self, p, mode == "in") or preempt.possible(self, p, mode):
             return None
-        return None if consolidate.applies(self.s, p) else "capacity"
+        if consolidate.applies(self.s, p) and not consolidate.failed(self, p, mode):
+            return None
+        return "capacity"
 
     def evaluate(self, p: Pending) -> str:
         """Full evaluation at the job's turn: "admitted" | "quota" | "capacity"."""
