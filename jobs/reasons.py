@@ -73,6 +73,8 @@ PREEMPTED_FOR = {
     "priority": pgettext_noop("job event", "priority for job %(job)s"),
     # Borrowing within the cohort: a higher-priority borrower took this borrower's GPUs.
     "borrow": pgettext_noop("job event", "borrowed capacity for job %(job)s of a higher priority"),
+    # Consolidation (issue 36): moved out of a fragmented gang's way; it resumes from its checkpoint.
+    "consolidate": pgettext_noop("job event", "moved for consolidation, to make room for job %(job)s"),
 }
 IDLE = pgettext_noop("job event", "GPU utilisation below %(threshold)s%% for %(window)s")
 

@@ -24,6 +24,7 @@ scheduler_backfill    —                                        backfill
 scheduler_packing     —                                        packing
 scheduler_fair_share  —                                        fair_share_half_life_seconds,
                                                                fair_share_entry_seconds
+scheduler_consolidation  —                                     consolidation_moves_per_hour (0: off)
 ====================  =======================================  =====================================
 """
 
@@ -82,7 +83,9 @@ TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "scheduler_backfill": ((), ("backfill",)),
     "scheduler_packing": ((), ("packing",)),
     "scheduler_fair_share": ((), ("fair_share_half_life_seconds", "fair_share_entry_seconds")),
+    "scheduler_consolidation": ((), ("consolidation_moves_per_hour",)),
 }
+MAX_MOVES_PER_HOUR = 10_000
 _REQUIRED_VALUES = {"quota_window": ("start_hour", "end_hour")}
 
 
@@ -198,7 +201,7 @@ def current(entry: dict, *, lock: bool = False) -> dict | None:
     if kind == "priority_grace":
         return {"grace_seconds": _class(entry, lock).grace_seconds}
     row = _settings(lock)
-    if kind == "scheduler_fair_share":
+    if kind in ("scheduler_fair_share", "scheduler_consolidation"):
         return {k: getattr(row, k) for k in keys}
     return {"backfill": row.backfill} if kind == "scheduler_backfill" else {"packing": row.packing}
 
@@ -291,6 +294,9 @@ def _clean_entry(raw) -> dict:
         if "fair_share_entry_seconds" in raw:
             out["fair_share_entry_seconds"] = _whole(
                 "fair_share_entry_seconds", raw["fair_share_entry_seconds"], 0, FAIR_ENTRY_MAX_SECONDS)
+    elif kind == "scheduler_consolidation":
+        out["consolidation_moves_per_hour"] = _whole(
+            "consolidation_moves_per_hour", raw["consolidation_moves_per_hour"], 0, MAX_MOVES_PER_HOUR)
     else:
         if raw["packing"] not in Packing.values:
             raise _Bad(_("packing: one of %(c)s") % {"c": ", ".join(Packing.values)})
@@ -450,6 +456,9 @@ def lines(entry: dict, depts: dict[str, str] | None = None) -> list[dict]:
             out.append(_m(gettext_noop("Fair-share entry time: %(old)s s → %(new)s s"),
                           old=before["fair_share_entry_seconds"], new=entry["fair_share_entry_seconds"]))
         return out
+    if kind == "scheduler_consolidation":
+        return [_m(gettext_noop("Consolidation moves per hour: %(old)s → %(new)s"),
+                   old=before["consolidation_moves_per_hour"], new=entry["consolidation_moves_per_hour"])]
     return [_m(gettext_noop("Scheduler packing: %(old)s → %(new)s"),
                old=_m(_PACKING[before["packing"]]), new=_m(_PACKING[entry["packing"]]))]
 

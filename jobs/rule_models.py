@@ -40,6 +40,11 @@ class SchedulerSettings(models.Model):
         _("fair-share entry time (s)"), default=FAIR_ENTRY_DEFAULT_SECONDS,
         db_default=FAIR_ENTRY_DEFAULT_SECONDS,
         validators=[MaxValueValidator(FAIR_ENTRY_MAX_SECONDS)])
+    # Consolidation (issue 36, docs/scheduling.md): at most this many jobs moved out of a
+    # fragmented gang's way in any hour; 0: consolidation is off.
+    consolidation_moves_per_hour = models.PositiveIntegerField(
+        _("consolidation moves per hour"), default=0, db_default=0,
+        help_text=_("Checkpointing jobs moved to make room for a gang, at most this many per hour; 0: off."))
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -789,6 +789,12 @@ GLOSSARY = {
     'met': '已满足',
     'it waits for another job to end': '它在等待另一个任务结束',
     'it waits for a task of its array to end': '它在等待所属任务数组中的子任务结束',
+    # Consolidation (issue 36 item 2); the plural entry: Chinese has one form.
+    "Placed after moving %(moved)s job out of its way (consolidation).": "已迁移 %(moved)s 个任务腾出空间后放置（碎片整理）。",
+    "consolidation moves per hour": "每小时碎片整理迁移上限",
+    "Consolidation moves per hour: %(old)s → %(new)s": "每小时碎片整理迁移上限：%(old)s → %(new)s",
+    "Checkpointing jobs moved to make room for a gang, at most this many per hour; 0: off.":
+        "为整组任务腾出空间而迁移的检查点任务，每小时最多迁移此数量；0：关闭。",
 }
 
 # Messages with a context (msgctxt) that the glossary above does not fill: (context, msgid) → 中文.
@@ -817,6 +823,7 @@ GLOSSARY_IN_CONTEXT = {
     ("job event", "not running after %(count)s start timeouts: %(why)s"): "%(count)s 次启动超时后仍未运行：%(why)s",
     ("retries", "none"): "不重试",
     ("job event", "requeued: the queue of %(queue)s is draining (%(reason)s)"): "已重新排队：%(queue)s 的队列正在排空（%(reason)s）",
+    ("job event", "moved for consolidation, to make room for job %(job)s"): "为任务 #%(job)s 腾出空间进行碎片整理而迁移",
 }
 
 

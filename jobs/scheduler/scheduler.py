@@ -63,6 +63,7 @@ from jobs.scheduler.engine.cycle import Cycle
 from jobs.scheduler.engine.explain import Explanations
 from jobs.scheduler.engine.model import (
     Admission,
+    Consolidation,
     CycleResult,
     Explain,
     Growth,
@@ -81,7 +82,8 @@ from jobs.scheduler.engine.model import (
 from jobs.scheduler.engine.state import State
 
 __all__ = [
-    "Admission", "CycleResult", "Engine", "Explain", "Growth", "Holder", "Limits", "Node", "Preemption",
+    "Admission", "Consolidation", "CycleResult", "Engine", "Explain", "Growth", "Holder", "Limits", "Node",
+    "Preemption",
     "PriorityClass", "QueuedJob", "Reservation", "RunningJob", "Snapshot", "TreeNode", "Window",
     "schedule",
 ]

@@ -91,6 +91,8 @@ class Config:
     # (DESIGN §17): one starting, ending or set rebuilds a warm engine.
     windows: tuple[CoreWindow, ...] = ()
     queues_held: frozenset[str] = frozenset()
+    # Consolidation (jobs/scheduler/engine/consolidate.py): the centre's hourly budget of moves, 0: off.
+    consolidation_moves_per_hour: int = 0
 
 
 # The configuration's parts, in the order Rows.parse reads them: (columns, rows, order). Numbers
@@ -99,7 +101,8 @@ class Config:
 _PARTS = (
     ("name, value, preemptible, grace_seconds, min_runtime_seconds", "jobs_priorityclass", "id"),
     ("name", "quotas_flavor WHERE active", "name"),
-    ("backfill, packing, fair_share_half_life_seconds, fair_share_entry_seconds",
+    ("backfill, packing, fair_share_half_life_seconds, fair_share_entry_seconds, "
+     "consolidation_moves_per_hour",
      "jobs_schedulersettings WHERE id = 1", "id"),
     ("n.id, f.name, n.gpu_count, n.zone, n.spine, n.leaf, n.state, n.cluster_id, n.cpu_millicores, "
      "n.memory_mib, n.local_disk_gib, n.cuda_version",
@@ -202,14 +205,15 @@ class Rows:
     parents: dict[int, int | None]
     projects: tuple[tuple[int, int], ...]  # (id, department id)
     user_caps: tuple[tuple[str, tuple[int | None, int | None]], ...] = ()
+    moves_per_hour: int = 0  # consolidation's hourly budget (0: off)
     exempt: frozenset[str] | None = field(default=None)  # computed when first needed
 
     @classmethod
     def parse(cls, doc: str) -> Rows:
         (classes, active, flags, nodes, departments, projects, quota, windows, loans, policies, norms,
          weights) = json.loads(doc)
-        backfill, packing, half_life, entry = flags[0] if flags else (
-            True, Packing.FRAGMENTATION_AWARE, FAIR_HALF_LIFE_DEFAULT_SECONDS, FAIR_ENTRY_DEFAULT_SECONDS)
+        backfill, packing, half_life, entry, moves = flags[0] if flags else (
+            True, Packing.FRAGMENTATION_AWARE, FAIR_HALF_LIFE_DEFAULT_SECONDS, FAIR_ENTRY_DEFAULT_SECONDS, 0)
         by_node = _windows(windows)
         spans, out_of, into = _loans(loans)
         return cls(
@@ -217,6 +221,7 @@ class Rows:
             active=frozenset(name for (name,) in active),
             flags=(packing == Packing.FRAGMENTATION_AWARE, backfill),
             fair=(half_life, entry),
+            moves_per_hour=moves,
             shares=fair_shares(departments, projects, quota, norms, weights),
             nodes=tuple(
                 CoreNode(f"n{pk}", flavor, gpus, zone, spine, leaf, schedulable=(state == NodeState.READY),
@@ -313,6 +318,7 @@ class ConfigReader:
             user_caps=rows.user_caps, fragmentation_aware=fragmentation_aware, backfill=backfill,
             fair_half_life_s=rows.fair[0], fair_entry_s=rows.fair[1], fair_shares=rows.shares,
             windows=engine_windows(now), queues_held=held_queues(),
+            consolidation_moves_per_hour=rows.moves_per_hour,
         )
 
     def _limits_at(self, now: datetime) -> dict[tuple[str, str], Limits]:

@@ -161,7 +161,8 @@ def _apply_admissions(result: CycleResult, now: datetime) -> int:
     if not result.admissions:
         return 0
     rows = [
-        (int(a.job_id), a.workers, _placement_json(a), not a.in_quota, json.dumps(list(a.preempts)), a.flavor)
+        (int(a.job_id), a.workers, _placement_json(a), not a.in_quota, json.dumps(list(a.preempts)), a.flavor,
+         json.dumps([int(v) for v in a.moved]))
         for a in result.admissions
     ]
     with connection.cursor() as cursor:
@@ -172,8 +173,9 @@ def _apply_admissions(result: CycleResult, now: datetime) -> int:
         # (``was``, read before the update): an event log never has an admission before it.
         cursor.execute(
             """
-            WITH v(id, workers, placement, on_loan, preempts, flavor) AS (
-                SELECT * FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::bool[], %s::text[], %s::text[])
+            WITH v(id, workers, placement, on_loan, preempts, flavor, moved) AS (
+                SELECT * FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::bool[], %s::text[], %s::text[],
+                                     %s::text[])
             ), was AS (
                 SELECT id, state_changed_at FROM jobs_job WHERE id IN (SELECT id FROM v)
             ), moved AS (
@@ -185,13 +187,14 @@ def _apply_admissions(result: CycleResult, now: datetime) -> int:
                        flavor_id = COALESCE((SELECT f.id FROM quotas_flavor f WHERE f.name = v.flavor),
                                             j.flavor_id)
                 FROM v JOIN was ON was.id = v.id WHERE j.id = v.id AND j.state = 'queued'
-                RETURNING j.id, v.workers, v.on_loan, v.preempts, v.placement, v.flavor,
+                RETURNING j.id, v.workers, v.on_loan, v.preempts, v.placement, v.flavor, v.moved,
                           GREATEST(j.admitted_at, was.state_changed_at) AS occurred_at
             )
             INSERT INTO jobs_jobevent (job_id, kind, from_state, to_state, reason, occurred_at, data)
             SELECT id, 'transition', 'queued', 'admitted', 'admitted by the scheduler', occurred_at,
                    jsonb_build_object('workers', workers, 'on_loan', on_loan, 'preempts', preempts::jsonb,
-                                      'placement', placement::jsonb, 'flavor', flavor)
+                                      'placement', placement::jsonb, 'flavor', flavor,
+                                      'moved', moved::jsonb)
             FROM moved
             """,
             [
@@ -201,6 +204,7 @@ def _apply_admissions(result: CycleResult, now: datetime) -> int:
                 [r[3] for r in rows],
                 [r[4] for r in rows],
                 [r[5] for r in rows],
+                [r[6] for r in rows],
                 now,
                 now,
             ],
@@ -213,8 +217,12 @@ def _apply_preemptions(result: CycleResult, now: datetime) -> int:
     if not whole:
         return 0
     # The English reason ("reclaim for job 12") and the same as a message for the reader's language.
-    victims = [(int(p.victim_id), reasons.preempted_for(p.reason, int(p.for_job_id))) for p in whole]
-    return len(preemption_signal(victims, now))
+    # Jobs moved for consolidation are marked: the engine's hourly budget counts their events.
+    victims = [(int(p.victim_id), reasons.preempted_for(p.reason, int(p.for_job_id)))
+               for p in whole if p.reason != "consolidate"]
+    moved = [(int(p.victim_id), reasons.preempted_for(p.reason, int(p.for_job_id)))
+             for p in whole if p.reason == "consolidate"]
+    return len(preemption_signal(victims, now)) + len(preemption_signal(moved, now, {"consolidate": True}))
 
 
 def preemption_signal(
@@ -480,6 +488,10 @@ def explain_job(job: Job) -> dict:
     result rather than each repeating it (the load run: status pages of jobs past the cached
     head were the costliest requests)."""
     if job.state != JobState.QUEUED:
+        moved = moved_for(job)
+        if moved:  # placed by consolidation (issue 36): how many jobs were moved for it
+            return {"position": None, "reason": "consolidated", "numbers": {"moved": moved},
+                    "message": f"placed after moving {moved} jobs"}
         return {"position": None, "reason": job.state, "message": "the job is not waiting"}
     if job.kind == JobKind.EXTERNAL:
         return explain_external(job)
@@ -506,6 +518,16 @@ def explain_job(job: Job) -> dict:
         if cache.get(DRY_LOCK_KEY) is None:
             break  # it finished without this job: admissible now, or it failed
     return _dry_explanations(job)
+
+
+def moved_for(job: Job) -> int:
+    """How many jobs were moved for consolidation to admit ``job`` (its last admission), while it
+    holds GPUs; 0 otherwise."""
+    if job.state not in HOLDING:
+        return 0
+    data = (JobEvent.objects.filter(job=job, kind="transition", to_state=JobState.ADMITTED)
+            .order_by("-occurred_at", "-id").values_list("data", flat=True).first())
+    return len((data or {}).get("moved") or ())
 
 
 def explain_backoff(job: Job) -> dict:

@@ -14,7 +14,7 @@ from decimal import Decimal
 
 from django.utils import timezone
 from django.utils.timezone import localtime
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, ngettext
 
 from jobs.models import DependencyCondition
 from jobs.selectors import tree_node_names
@@ -179,6 +179,11 @@ def _backoff_text(explain: dict) -> str:
 
 def _reason_text(explain: dict, node_name: str | None) -> str:
     reason = explain.get("reason") or ""
+    if reason == "consolidated":  # admitted after jobs were moved out of its way (issue 36)
+        moved = int((explain.get("numbers") or {}).get("moved") or 0)
+        return ngettext("Placed after moving %(moved)s job out of its way (consolidation).",
+                        "Placed after moving %(moved)s jobs out of its way (consolidation).", moved) % {
+            "moved": moved}
     if reason == "backoff" and explain.get("until"):
         return _backoff_text(explain)
     if reason == "fifo" and explain.get("behind_why") == "aging":

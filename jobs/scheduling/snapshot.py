@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import connection
 from django.utils import timezone
 
-from jobs.scheduler.engine.model import QueuedJob, RunningJob, Snapshot
+from jobs.scheduler.engine.model import Consolidation, QueuedJob, RunningJob, Snapshot
 from jobs.scheduler.footprint import Request, filled, share_from
 from jobs.scheduling.config import MILLI, Config, cuda_version, fair_usage, read_config
 from jobs.states import HOLDING, TERMINAL, JobState
@@ -214,7 +214,21 @@ def _snapshot(now: datetime, config: Config | None, holding: list[tuple]) -> Sna
         fair_usage=fair_usage(now, config.fair_half_life_s), fair_shares=dict(config.fair_shares),
         fair_entry_s=float(config.fair_entry_s),
         user_caps=dict(config.user_caps), windows=config.windows, queues_held=config.queues_held,
+        consolidation=Consolidation(config.consolidation_moves_per_hour)
+        if config.consolidation_moves_per_hour else None,
+        recent_moves=recent_moves(now) if config.consolidation_moves_per_hour else (),
     )
+
+
+def recent_moves(now: datetime) -> tuple[datetime, ...]:
+    """When each job moved for consolidation in the hour before ``now`` was signalled (the
+    engine's hourly budget counts them; their events carry ``data.consolidate``)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT occurred_at FROM jobs_jobevent WHERE kind = 'preemption_signal' AND occurred_at > %s "
+            "AND (data->>'consolidate')::boolean ORDER BY occurred_at",
+            [now - timedelta(hours=1)])
+        return tuple(row[0] for row in cursor.fetchall())
 
 
 def _requeued(row: tuple) -> QueuedJob:

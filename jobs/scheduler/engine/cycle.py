@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
 
-from jobs.scheduler.engine import backfill, fifo, grow, preempt
+from jobs.scheduler.engine import backfill, consolidate, fifo, grow, preempt
 from jobs.scheduler.engine.borrow import Tentative
 from jobs.scheduler.engine.model import Admission, Growth, Preemption
 from jobs.scheduler.engine.pool import FULL
@@ -56,6 +56,8 @@ class Cycle:
         self.level_queues: dict[int, list[SubQueue]] = {}
         self.growths: list[Growth] = []
         self.tried: dict[str, Pending] = {}  # jobs with alternatives evaluated in this cycle
+        self.moved: dict[str, tuple[str, ...]] = {}  # job -> jobs moved for it (consolidate.py)
+        self.no_consolidate: dict[tuple, int] = {}  # shapes whose search failed (consolidate.failed)
         self.blockers = fifo.Blockers()  # strict FIFO / aging (jobs/scheduler/engine/fifo.py)
         self.own_reservations = 0  # of blockers that are not their level's head (capped)
         # Jobs that wait only for victims within their class's minimum runtime (preempt.py):
@@ -411,6 +413,8 @@ class Cycle:
             return None
         if backfill.short_for(self, p, mode == "in") or preempt.possible(self, p, mode):
             return None
+        if consolidate.applies(self.s, p) and not consolidate.failed(self, p, mode):
+            return None
         return "capacity"
 
     def evaluate(self, p: Pending) -> str:
@@ -428,6 +432,8 @@ class Cycle:
             if mode == "loan" and preempt.borrow(self, p):
                 return "admitted"
         if preempt.by_priority(self, p):
+            return "admitted"
+        if mode is not None and consolidate.consolidate(self, p, mode):
             return "admitted"
         return "quota" if mode is None else "capacity"
 
@@ -547,5 +553,7 @@ class Cycle:
 
     # -- output --------------------------------------------------------------------------
     def admissions(self) -> tuple[Admission, ...]:
-        return tuple(Admission(p.id, len(workers), workers, run.in_quota, preempts, run.flavor)
+        moved = self.moved
+        return tuple(Admission(p.id, len(workers), workers, run.in_quota, preempts, run.flavor,
+                               moved.get(p.id, ()))
                      for p, run, workers, preempts in self.admitted.values())

@@ -37,7 +37,8 @@ from datetime import datetime
 from quotas.admission import Limits, TreeNode
 
 __all__ = [
-    "Admission", "CycleResult", "Explain", "Growth", "Holder", "Limits", "Node", "Preemption",
+    "Admission", "Consolidation", "CycleResult", "Explain", "Growth", "Holder", "Limits", "Node",
+    "Preemption",
     "PriorityClass", "QueuedJob", "Reservation", "RunningJob", "Snapshot", "TreeNode", "Window",
 ]
 
@@ -157,6 +158,18 @@ class Window:
 
 
 @dataclass(frozen=True, slots=True)
+class Consolidation:
+    """The centre's consolidation policy (jobs/scheduler/engine/consolidate.py): a queued job of at
+    least ``min_gang_gpus`` GPUs that only fragmentation keeps out may have running
+    checkpointing jobs of at most ``max_job_gpus`` GPUs moved out of its way, at most
+    ``max_moves_per_hour`` moves in any hour (counted with ``Snapshot.recent_moves``)."""
+
+    max_moves_per_hour: int
+    min_gang_gpus: int = 16
+    max_job_gpus: int = 8
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: datetime
     nodes: tuple[Node, ...]
@@ -190,6 +203,10 @@ class Snapshot:
     # Tree ids (projects, departments) whose queue is on hold or draining (DESIGN §17): their
     # queued jobs are not admitted.
     queues_held: frozenset[str] = frozenset()
+    # Consolidation (issue 36): None = off. ``recent_moves``: when each job moved for
+    # consolidation in the last hour was signalled (the hourly budget counts them).
+    consolidation: Consolidation | None = None
+    recent_moves: tuple[datetime, ...] = ()
 
 
 # -- results ---------------------------------------------------------------------------
@@ -204,6 +221,7 @@ class Admission:
     in_quota: bool
     preempts: tuple[str, ...] = ()
     flavor: str = ""  # the flavor it runs on: one of the job's alternatives (QueuedJob.flavors)
+    moved: tuple[str, ...] = ()  # jobs moved for consolidation to make its room (in ``preempts``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +232,7 @@ class Preemption:
     preemptor's ``preempts`` does not name it."""
 
     victim_id: str
-    reason: str  # "reclaim" (rule 5) | "priority" (rule 6)
+    reason: str  # "reclaim" (rule 5) | "priority" (rule 6) | "borrow" | "consolidate" (moved)
     for_job_id: str
     worker: int | None = None
 

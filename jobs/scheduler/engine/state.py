@@ -254,6 +254,10 @@ class State:
         self.caps = {self.tree.index[t]: cap for t, cap in snap.user_caps.items()
                      if t in self.tree.index and cap != (None, None)}
         self.user_used: dict[tuple[int, str], list[int]] = {}
+        # Consolidation (jobs/scheduler/engine/consolidate.py): the policy and the times of moves
+        # (the snapshot's last hour, then the engine's own).
+        self.consolidation = snap.consolidation
+        self.moves: list[float] = sorted(t.timestamp() for t in snap.recent_moves)
         self._ingest([j for j in snap.running if not j.terminating])
         for job in sorted((j for j in snap.running if j.terminating), key=lambda j: j.id):
             since = job.terminating_since.timestamp() if job.terminating_since else self.now

@@ -99,6 +99,8 @@ class Recorder:
         self.ever: set[str] = set()
         self.preemptions = 0
         self.lost_s = 0.0  # milli-seconds of victims' work lost (restarted from zero)
+        self.moves = 0  # preemptions that moved a job for consolidation (issue 36)
+        self.move_lost_s = 0.0  # milli-seconds the moved jobs spent saving instead of working
         self.window: tuple[float, float] | None = None  # (t, alloc integral) at the window's end
         # Stranded GPUs (free, but their node's free CPU / memory cannot feed them), set after every
         # cycle by a replay with resources: now, the most seen, and their time integral (GPU-seconds).
@@ -190,6 +192,14 @@ class Recorder:
     def preempted(self) -> None:
         self.preemptions += 1
 
+    def moved(self) -> None:
+        """One of the preemptions moved a checkpointing job for consolidation."""
+        self.moves += 1
+
+    def move_lost(self, job: str, seconds: float) -> None:
+        """A moved job's work lost: its GPUs over ``seconds`` (signal to exit) did no work."""
+        self.move_lost_s += self.held[job][2] * seconds
+
     # -- summary --------------------------------------------------------------------------
     def summary(self, end: float | None = None, *, detail: bool = False) -> dict:
         end = self.t_last if end is None else end
@@ -225,6 +235,8 @@ class Recorder:
             "borrowed_gpu_s": self.reuse.excess_int / 1000,
             "preemptions": self.preemptions,
             "preempted_gpu_hours_lost": self.lost_s / 1000 / 3600,
+            "consolidation_moves": self.moves,
+            "consolidation_gpu_hours_lost": self.move_lost_s / 1000 / 3600,
             "makespan_s": span,
             "stranded_gpus_mean": self.stranded_int / span if span > 0 else 0.0,
             "stranded_gpus_max": self.stranded_max,

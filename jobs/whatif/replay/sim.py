@@ -56,6 +56,7 @@ from datetime import UTC, datetime
 
 from jobs.scheduler.footprint import NodeSize, Request, footprint_units, share_of
 from jobs.scheduler.scheduler import (
+    Consolidation,
     Engine,
     Limits,
     Node,
@@ -135,6 +136,16 @@ class Options:
     # Department tree id → a factor on its shares (the policy's ``fair_share_factors``, the
     # advisor's per-department weight); absent: 1.
     fair_share_factors: Mapping[str, float] = field(default_factory=dict)
+    # Consolidation (issue 36, jobs/scheduler/engine/consolidate.py): the centre's hourly budget of
+    # moves (0: off), the smallest gang it serves and the largest job it moves. Only
+    # checkpointing jobs move (``checkpointing``). A moved job's GPUs from its signal to its exit
+    # (``grace``: writing its checkpoint) are the work it loses: it resumes from that checkpoint.
+    consolidation_moves_per_hour: int = 0
+    consolidation_min_gang_gpus: int = 16
+    consolidation_max_job_gpus: int = 8
+    # Every priority class's minimum runtime (PriorityClass.min_runtime_seconds): never a victim
+    # (nor moved) before it has run this long.
+    min_runtime_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -337,6 +348,13 @@ class Observer:
         pass
 
 
+def _consolidation(options: Options) -> Consolidation | None:
+    if options.consolidation_moves_per_hour <= 0:
+        return None
+    return Consolidation(options.consolidation_moves_per_hour, options.consolidation_min_gang_gpus,
+                         options.consolidation_max_job_gpus)
+
+
 def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quotas | None = None,
              options: Options = Options(), engine_factory: Callable[..., Engine] = Engine,
              world: World | None = None, observer: Observer | None = None) -> dict:
@@ -365,7 +383,9 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     enodes = world.nodes if world is not None and world.nodes else engine_nodes(nodes)
     if not options.resources:
         enodes = tuple(replace(n, cpu_millicores=None, memory_mib=None, local_disk_gib=None) for n in enodes)
-    classes = tuple(PriorityClass(str(p), p, True, math.ceil(options.grace)) for p in priorities)
+    classes = tuple(PriorityClass(str(p), p, True, math.ceil(options.grace), math.ceil(options.min_runtime_s))
+                    for p in priorities)
+    policy = _consolidation(options)
     strategies = _queueing(tree, options)
     shares = dict(world.fair_shares) if world is not None and options.fair_share else {}
     if options.fair_share and not shares and options.fair_shares_from_quotas:
@@ -378,7 +398,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         strategies = {**strategies, "fair_shares": shares, "fair_entry_s": entry}
         for project, value in (world.fair_usage_at_start if world is not None else {}).items():
             meter.seed(project, value, t_first)
-    snap = Snapshot(_dt(t_first), enodes, tree, limits, priority_classes=classes, **strategies)
+    snap = Snapshot(_dt(t_first), enodes, tree, limits, priority_classes=classes, consolidation=policy,
+                    **strategies)
     borrowing = options.policy == "pooled" and options.borrowing
     flags = {"fragmentation_aware": options.fragmentation_aware, "backfill": options.backfill,
              "borrowing": borrowing}
@@ -414,6 +435,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
     # admitted -> (job, admitted at, slots, per worker (node, cpu, memory, disk) when it asks any)
     holding: dict[str, tuple[QueuedJob, float, tuple, tuple]] = {}
     signalled: dict[str, float] = {}  # preemption victims not yet exited -> signal time
+    moving: set[str] = set()  # of them, the ones moved for consolidation
+    move_times: list[float] = []  # when each move was signalled (the engine's hourly budget)
     loan_flag: dict[str, bool] = {}
     ran_on: dict[str, str] = {}  # admitted job -> the flavor the engine chose for it
 
@@ -432,7 +455,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
         return QueuedJob(jid, j.tenant, flavors[jid], _dt(j.submit_time), j.workers, None,
                          j.num_gpus, j.gpu_milli if shared else None, j.priority, True,
                          None if rem is None else max(1, math.ceil(rem * options.limit_factor)), False,
-                         choices.get(jid, ()), cpu_millicores=j.cpu_milli, memory_mib=j.memory_mib)
+                         choices.get(jid, ()), cpu_millicores=j.cpu_milli, memory_mib=j.memory_mib,
+                         checkpointing=options.checkpointing)
 
     def world_snapshot(t: float) -> Snapshot:
         running = tuple(
@@ -442,8 +466,10 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
                        submitted_at=q.submitted_at, requests=reqs)
             for jid, (q, at, slots, reqs) in holding.items())
         usage = {"fair_usage": meter.at(t)} if meter is not None else {}
+        recent = tuple(_dt(m) for m in move_times if m > t - 3600.0)
         return Snapshot(_dt(t), enodes, tree, limits, running, tuple(waiting.values()),
-                        priority_classes=classes, **strategies, **usage)
+                        priority_classes=classes, consolidation=policy, recent_moves=recent,
+                        **strategies, **usage)
 
     def begin(jid: str, t: float) -> None:
         started[jid] = t
@@ -501,11 +527,16 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
                     meter.end(jid, t)
                 if jid in started:
                     ran = t - started.pop(jid)
+                    if jid in moving:  # from its signal on it wrote its checkpoint: no progress
+                        saving = min(ran, t - signalled[jid])
+                        rec.move_lost(jid, saving)
+                        ran -= saving
                     rec.released(jid, t, finished=False, lost=not options.checkpointing)
                     if observer is not None:
                         observer.released(jid, t, False)
                     if options.checkpointing and remaining[jid] is not None:
                         remaining[jid] = max(0.0, remaining[jid] - ran)
+                moving.discard(jid)
                 ends.pop(jid, None)
                 admitted_at.pop(jid, None)
                 holding.pop(jid, None)
@@ -538,9 +569,14 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[TraceNode], quotas: Quota
                 raise RuntimeError("replay jobs are not elastic; a grown worker was preempted")
             rec.preempted()
             v = p.victim_id
+            if p.reason == "consolidate":
+                rec.moved()
+                move_times.append(batch_t)
             out = batch_t + options.grace
             if v in ends and ends[v] <= out:
                 continue  # ends on its own within the grace period: a normal finish
+            if p.reason == "consolidate":
+                moving.add(v)
             token[v] += 1  # its pending start / finish no longer happens
             push(out, EXIT, v)
             signalled[v] = batch_t
