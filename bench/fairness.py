@@ -31,7 +31,7 @@ changes). Also: the largest job's wait, idle-quota reuse, and per department its
 GPU-seconds held in the arrival window ÷ its share (``window_usage_over_share``: 1 = its share),
 and ``sampled_waits``: every 300 virtual s, per department, the job-seconds of waiting and of
 waiting *in quota* (``Engine.waiting_in_quota``: the quota had room for the job; fair share orders
-borrowers, so it should not add to these).
+borrowers, so it should not add to these), and the preemptions each department suffered.
 ``bar`` says whether fair share raised the lowest J and kept every department's p95 within +10 %
 (both p95s under the 1 s coalescing window count as unchanged). Progress lines go to stderr.
 """
@@ -77,13 +77,15 @@ class SampledWaits:
     """Every ``SAMPLE_S`` virtual seconds, after a cycle: per department, the jobs waiting and
     those of them in quota (``Engine.waiting_in_quota``), each counted for ``SAMPLE_S`` — job-
     seconds of waiting, and of waiting while the quota had room for the job (fair share orders
-    borrowers; in-quota demand should not wait behind it)."""
+    borrowers; in-quota demand should not wait behind it). Also the preemptions each department
+    suffered (every cycle)."""
 
     def __init__(self, tenant_of: dict[str, str]) -> None:
         self.tenant_of = tenant_of
         self.next = float("-inf")
         self.waiting: dict[str, float] = defaultdict(float)
         self.in_quota: dict[str, float] = defaultdict(float)
+        self.victims: dict[str, int] = defaultdict(int)  # preemptions suffered, every cycle
 
     def factory(self, *args, **kwargs) -> Engine:
         outer = self
@@ -91,6 +93,8 @@ class SampledWaits:
         class Sampling(Engine):
             def cycle(self, now=None):
                 result = super().cycle(now)
+                for pre in result.preemptions:
+                    outer.victims[department(outer.tenant_of[pre.victim_id])] += 1
                 t = now.timestamp()
                 if t >= outer.next:
                     outer.next = t + SAMPLE_S
@@ -103,8 +107,8 @@ class SampledWaits:
         return Sampling(*args, **kwargs)
 
     def report(self) -> dict:
-        return {d: {"waiting_job_s": self.waiting[d], "in_quota_waiting_job_s": self.in_quota[d]}
-                for d in sorted(self.waiting)}
+        return {d: {"waiting_job_s": self.waiting[d], "in_quota_waiting_job_s": self.in_quota[d],
+                    "preempted": self.victims[d]} for d in sorted(set(self.waiting) | set(self.victims))}
 
 
 def thin_nodes(nodes: list, fraction: float) -> list:
