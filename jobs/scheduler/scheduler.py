@@ -151,6 +151,17 @@ class Engine:
         ``fair_shares``): the caller refreshes them between cycles. Both empty: fair share off."""
         self.state.set_fair(usage, shares)
 
+    def waiting_in_quota(self) -> list[str]:
+        """Jobs still waiting after the last cycle, not held, whose request fits their quota on
+        the whole path (rule 3): in-quota demand that waits for capacity or placement — what
+        fair share must not delay (DESIGN §16: quota is a guarantee; bench/fairness.py)."""
+        c = self._last
+        if c is None:
+            return []
+        s = c.s
+        return [p.id for p in s.pending.values() if p.id not in c.admitted and not s.held(p)
+                and c.gate(p.flavor, p.path, p.min_workers * p.milli)[0] == "in"]
+
     def cycle(self, now: datetime | None = None) -> CycleResult:
         with _no_cyclic_gc():
             return self._cycle(now)
