@@ -69,6 +69,7 @@ from jobs.scheduler.engine.model import (
     Holder,
     Limits,
     Node,
+    NodePower,
     Preemption,
     PriorityClass,
     QueuedJob,
@@ -81,8 +82,8 @@ from jobs.scheduler.engine.model import (
 from jobs.scheduler.engine.state import State
 
 __all__ = [
-    "Admission", "CycleResult", "Engine", "Explain", "Growth", "Holder", "Limits", "Node", "Preemption",
-    "PriorityClass", "QueuedJob", "Reservation", "RunningJob", "Snapshot", "TreeNode", "Window",
+    "Admission", "CycleResult", "Engine", "Explain", "Growth", "Holder", "Limits", "Node", "NodePower",
+    "Preemption", "PriorityClass", "QueuedJob", "Reservation", "RunningJob", "Snapshot", "TreeNode", "Window",
     "schedule",
 ]
 
