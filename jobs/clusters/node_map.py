@@ -19,6 +19,7 @@ from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
 from jobs import stranding
+from jobs.clusters.power import RackPower, rack_power
 from jobs.models import Job
 from jobs.scheduler.footprint import Held, Stranding
 from jobs.states import HOLDING
@@ -142,6 +143,7 @@ class NodeMap:
     spines: list[Spine]
     nodes: list[NodeView]
     totals: dict[str, int]
+    racks: list[RackPower] = field(default_factory=list)  # DESIGN §18, jobs.clusters.power
 
 
 def map_clusters() -> QuerySet[Cluster]:
@@ -241,7 +243,7 @@ def node_map(
         "used": sum(v.used for v in views),
         "idle": sum(v.idle for v in views),
     }
-    return NodeMap(cluster, grouped, views, totals)
+    return NodeMap(cluster, grouped, views, totals, rack_power(cluster))
 
 
 def node_events(user: User, *, cluster: Cluster | None = None, node: Node | None = None) -> list[NodeEvent]:

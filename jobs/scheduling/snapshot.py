@@ -214,6 +214,7 @@ def _snapshot(now: datetime, config: Config | None, holding: list[tuple]) -> Sna
         fair_usage=fair_usage(now, config.fair_half_life_s), fair_shares=dict(config.fair_shares),
         fair_entry_s=float(config.fair_entry_s),
         user_caps=dict(config.user_caps), windows=config.windows, queues_held=config.queues_held,
+        rack_caps=config.rack_caps, node_power=config.node_power,
     )
 
 
