@@ -89,14 +89,15 @@ class RackPower:
         return None if watts is None else (Decimal(watts) / 1000).quantize(Decimal("0.01"))
 
 
-def busy_units(cluster: Cluster) -> dict[int, int]:
-    """Per node id of ``cluster``, its units any job holds part of (one read of the holding jobs)."""
+def busy_units(node_ids: set[int], flavor_ids: set[int]) -> dict[int, int]:
+    """Per node id of ``node_ids``, its units any job holds part of (one read of the jobs holding
+    GPUs of ``flavor_ids``: a job admitted but not yet dispatched has no cluster yet)."""
     units: set[tuple[int, int]] = set()
-    for placement in Job.objects.filter(state__in=list(HOLDING), cluster=cluster).values_list(
+    for placement in Job.objects.filter(state__in=list(HOLDING), flavor_id__in=flavor_ids).values_list(
         "placement", flat=True
     ):
         for worker in placement or ():
-            units.update((node_id, gpu) for node_id, gpu, _milli in worker)
+            units.update((node_id, gpu) for node_id, gpu, _milli in worker if node_id in node_ids)
     out: dict[int, int] = {}
     for node_id, _ in units:
         out[node_id] = out.get(node_id, 0) + 1
@@ -105,10 +106,10 @@ def busy_units(cluster: Cluster) -> dict[int, int]:
 
 def rack_power(cluster: Cluster, now: datetime | None = None) -> list[RackPower]:
     """Each rack of ``cluster`` with nodes, with its planned and measured draw."""
-    busy = busy_units(cluster)
     fresh = (now or timezone.now()) - timedelta(seconds=MEASURED_FRESH_SECONDS)
-    nodes = (Node.objects.filter(cluster=cluster, rack__isnull=False).select_related("flavor", "rack")
-             .order_by("rack__name", "name"))
+    nodes = list(Node.objects.filter(cluster=cluster, rack__isnull=False).select_related("flavor", "rack")
+                 .order_by("rack__name", "name"))
+    busy = busy_units({n.pk for n in nodes}, {n.flavor_id for n in nodes}) if nodes else {}
     out: dict[int, RackPower] = {}
     for node in nodes:
         board = _board(node)
