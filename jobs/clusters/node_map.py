@@ -213,7 +213,7 @@ def node_map(
     if cluster is None:
         return NodeMap(None, [], [], {"nodes": 0, "gpus": 0, "free": 0, "usable": 0, "stranded": 0,
                                       "used": 0, "idle": 0})
-    nodes_qs = Node.objects.filter(cluster=cluster).select_related("flavor")
+    nodes_qs = Node.objects.filter(cluster=cluster).select_related("flavor", "rack")
     if flavor is not None:
         nodes_qs = nodes_qs.filter(flavor=flavor)
     if state:
