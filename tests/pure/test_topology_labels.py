@@ -39,9 +39,9 @@ def test_the_backends_read_them():
     slurm.gres_map = {}
     info = slurm._node("gb1|gpu:gb200:4|idle|zone-a,block-b1,rack-r1,nvl-r1|none")
     assert (info.zone, info.spine, info.leaf, info.rack) == ("a", "b1", "r1", "r1")
+    labels = {"topology.kubernetes.io/zone": "z", "gpupool.io/rack": "r2", "nvidia.com/gpu.clique": "c.1"}
     node = SimpleNamespace(
-        metadata=SimpleNamespace(name="gb2", labels={"topology.kubernetes.io/zone": "z", "gpupool.io/rack": "r2",
-                                                     "nvidia.com/gpu.clique": "c.1"}),
+        metadata=SimpleNamespace(name="gb2", labels=labels),
         status=SimpleNamespace(capacity={"nvidia.com/gpu": "4"}, allocatable={"nvidia.com/gpu": "4"},
                                conditions=[SimpleNamespace(type="Ready", status="True", message="")],
                                node_info=None),
