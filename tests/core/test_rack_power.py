@@ -93,3 +93,12 @@ def test_racks_without_a_cap_and_nodes_in_none_are_not_limited():
     snap = snapshot(nodes, TL, [], [queued("g", "q", 8, workers=2)], rack_caps={"r9": 1},
                     node_power={"n000": NodePower("r1", IDLE, BOARD)})
     assert _placed(schedule(snap)) == {"g": {"n000", "n001"}}
+
+
+def test_explain_says_the_power_caps_hold_the_job():
+    nodes = cluster(2)
+    result = schedule(_one_rack(nodes, 2 * IDLE + 8 * BOARD, [running("r", "p", "n000", 8)],
+                                [queued("j", "q", 2)]))
+    e = result.explanations["j"]
+    assert e.reason == "power" and dict(e.numbers)["racks_at_cap"] == 1
+    assert "at their cap: r1" in e.message

@@ -12,7 +12,8 @@ from django.test import override_settings
 
 from jobs.clusters import tasks
 from jobs.clusters.power import rack_power
-from jobs.scheduling.cycle import schedule_once
+from jobs.scheduling.cycle import explain_job, schedule_once
+from jobs.scheduling.explaining import explain_text
 from quotas.models import Node, Rack
 from tests import factories as fx
 from tests.services.test_gpu_metrics import _gpupool
@@ -51,6 +52,9 @@ def test_a_rack_at_its_cap_takes_no_job_until_the_cap_is_raised(sim_pool):
     assert schedule_once().admitted == 0  # 8 GPUs free on the other node
     small.refresh_from_db()
     assert small.state == "queued"
+    why = explain_job(small)
+    assert why["reason"] == "power" and why["numbers"]["racks_at_cap"] == 1
+    assert explain_text(why, None).startswith(f"GPUs of {f.name} are free, but only in racks at or near")
     [row] = rack_power(cluster)
     assert row.at_cap and not row.over_cap
 

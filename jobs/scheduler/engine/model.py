@@ -314,6 +314,7 @@ REASONS = (
     "queue_hold",    # its project's or a department's queue is on hold (or draining)
     "maintenance",   # room only on nodes whose maintenance its maximum runtime would cross
     "reserved",      # room only in capacity reserved for another project over its runtime
+    "power",         # GPUs free only in racks at their power cap (DESIGN §18)
 )
 
 
