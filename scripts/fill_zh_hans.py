@@ -35,6 +35,8 @@ GLOSSARY = {
     'idle draw (W)': '空载功耗（W）',
     'measured GPU power (W)': 'GPU 实测功耗（W）',
     'power measured at': '功耗测量时间',
+    'GPUs free, but only in racks at their power cap': '有空闲 GPU，但只在已达功耗上限的机架中',
+    'racks at their cap': '已达功耗上限的机架',
     'GPUs of %(flavor)s are free, but only in racks at or near their power cap: no room under the caps for %(workers)s × %(per_worker)s (%(racks_at_cap)s rack(s) at their cap take no new job).':
         '%(flavor)s 有空闲 GPU，但只在已达或接近功耗上限的机架中：功耗上限内没有容纳 %(workers)s × %(per_worker)s 的余量'
         '（%(racks_at_cap)s 个已达上限的机架不再接收新任务）。',
