@@ -102,3 +102,16 @@ def test_explain_says_the_power_caps_hold_the_job():
     e = result.explanations["j"]
     assert e.reason == "power" and dict(e.numbers)["racks_at_cap"] == 1
     assert "at their cap: r1" in e.message
+
+
+def test_a_preemption_frees_power_as_well_as_gpus():
+    """At its cap, the rack still takes a higher-priority job when preempting a lower one frees
+    both the GPUs and their boards' power; never when the victims' power would not be enough."""
+    nodes = cluster(2)
+    low = running("low", "p", "n000", 8, priority=10)
+    at_cap = 2 * IDLE + 8 * BOARD
+    result = schedule(_one_rack(nodes, at_cap, [low], [queued("hi", "p", 8, priority=1000)]))
+    assert [v.victim_id for v in result.preemptions] == ["low"]
+    assert len(result.admissions) == 1
+    big = schedule(_one_rack(nodes, at_cap, [low], [queued("hi", "p", 8, workers=2, priority=1000)]))
+    assert big.preemptions == () and big.admissions == ()  # 16 boards: over the cap even without low
