@@ -4,6 +4,8 @@ replaces the estimate; lowering a cap stops new placements there and stops nothi
 
 from __future__ import annotations
 
+import random
+
 from coresnap import cluster, queued, running, snapshot, tree
 
 from jobs.scheduler.scheduler import NodePower, schedule
@@ -115,3 +117,42 @@ def test_a_preemption_frees_power_as_well_as_gpus():
     assert len(result.admissions) == 1
     big = schedule(_one_rack(nodes, at_cap, [low], [queued("hi", "p", 8, workers=2, priority=1000)]))
     assert big.preemptions == () and big.admissions == ()  # 16 boards: over the cap even without low
+
+
+def test_no_cycle_plans_a_rack_above_its_cap():
+    """Random racks, caps, running and queued jobs (whole cards, shared parts and gangs): after a
+    cycle every rack at or under its cap before stays under it, and a rack over it gets no unit."""
+    rng = random.Random(18)
+    many = tree({"D": (10_000, {"p": 5000, "q": 5000})})
+    checked = 0
+    for _ in range(80):
+        nodes = cluster(8, per_leaf=2)
+        rack_of = {n.id: f"r{k // 3}" for k, n in enumerate(nodes)}  # racks of 3, 3 and 2 nodes
+        run, used = [], {}
+        for n in nodes:
+            k = rng.choice([0, 0, 2, 5, 8])
+            if k:
+                run.append(running(f"run-{n.id}", "p", n.id, k))
+                used[n.id] = k
+        racks = sorted(set(rack_of.values()))
+        caps = {r: rng.randint(1, 3) * IDLE + rng.randint(0, 24) * BOARD for r in racks}
+        jobs = [queued(f"j{k}", "q", rng.choice([1, 2, 4, 8]), workers=rng.choice([1, 1, 2, 3]),
+                       age_s=1000 - k) for k in range(8)]
+        jobs.append(queued("shared", "q", 0, milli=300, age_s=1))
+        snap = snapshot(nodes, many, run, jobs, rack_caps=caps, node_power=_power(nodes, rack_of.get))
+        result = schedule(snap)
+        assert result.preemptions == ()
+        new: dict[str, set] = {r: set() for r in racks}
+        for a in result.admissions:
+            for worker in a.placement:
+                new[rack_of[worker[0][0]]].update((node, g) for node, g, _ in worker)
+        for r in racks:
+            members = [n.id for n in nodes if rack_of[n.id] == r]
+            before = sum(IDLE + used.get(m, 0) * BOARD for m in members)
+            fresh = {(node, g) for node, g in new[r] if g >= used.get(node, 0)}  # cards not busy before
+            if before > caps[r]:
+                assert not fresh, (r, caps[r], before)
+            else:
+                assert before + len(fresh) * BOARD <= caps[r], (r, caps[r], before, fresh)
+            checked += bool(fresh)
+    assert checked > 20  # racks did take new cards under their caps
