@@ -8,7 +8,17 @@ from django.utils.translation import gettext_lazy as _
 from portal.admin_site import PlatformModelAdmin
 
 from .baselines import baseline_check
-from .models import Cluster, Flavor, Loan, Node, QuotaNode, QuotaWindow, SlurmSyncRun, SoftwareBaseline
+from .models import (
+    Cluster,
+    Flavor,
+    Loan,
+    Node,
+    QuotaNode,
+    QuotaWindow,
+    Rack,
+    SlurmSyncRun,
+    SoftwareBaseline,
+)
 from .selectors import measured_throughput
 from .services import card_fraction_from_input
 
@@ -31,7 +41,7 @@ class FlavorAdminForm(forms.ModelForm):
             "k8s_resource_name", "slurm_gres", "pool_overcommit_ratio", "active",
             # The profile (DESIGN §14): Flavor.clean() checks it (quotas.profiles).
             "sharing_mode", "relative_throughput", "relative_throughput_source", "relative_throughput_date",
-            "operator_coverage",
+            "operator_coverage", "board_watts",
         ]
 
     def __init__(self, *args, **kwargs):
@@ -87,11 +97,21 @@ class ClusterAdmin(PlatformModelAdmin):
 
 @admin.register(Node)
 class NodeAdmin(PlatformModelAdmin):
-    list_display = ["name", "cluster", "flavor", "gpu_count", "state", "hold", "zone", "spine", "leaf"]
+    list_display = ["name", "cluster", "flavor", "gpu_count", "state", "hold", "zone", "spine", "leaf",
+                    "rack"]
     list_filter = ["cluster", "flavor", "state", "zone"]
     # Cordon, drain and return to service are the node map's (jobs.clusters.nodes): they reach the backend
-    # and leave a NodeEvent; a hold edited here would do neither.
-    readonly_fields = ["hold"]
+    # and leave a NodeEvent; a hold edited here would do neither. Measured power is the metrics poll's.
+    readonly_fields = ["hold", "measured_watts", "measured_at"]
+
+
+@admin.register(Rack)
+class RackAdmin(PlatformModelAdmin):
+    """Racks come from the inventory (a rack label or feature); the admin sets their power cap.
+    Lowering it stops new placements there at the next cycle; nothing running is stopped."""
+
+    list_display = ["name", "cluster", "power_cap_kw"]
+    list_filter = ["cluster"]
 
 
 class SoftwareBaselineAdminForm(forms.ModelForm):

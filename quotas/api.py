@@ -82,6 +82,7 @@ class FlavorOut(serializers.ModelSerializer):
             "relative_throughput_source",
             "relative_throughput_date",
             "operator_coverage",
+            "board_watts",
             "measured_throughput",
         ]
 

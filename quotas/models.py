@@ -137,6 +137,12 @@ class Flavor(models.Model):
     local_disk_gib_per_unit = models.PositiveIntegerField(
         _("local disk per unit (GiB)"), null=True, blank=True, validators=[MaxValueValidator(10**7)]
     )
+    # Rack power (DESIGN §18): what one busy card of the flavor draws (its board power, the
+    # profile's figure; a slice draws its fraction of it). Empty: not known, its nodes' racks count
+    # only their idle draw and measured power for it.
+    board_watts = models.PositiveIntegerField(
+        _("board power (W per card)"), null=True, blank=True, validators=[MaxValueValidator(100_000)]
+    )
 
     class Meta:
         ordering = ["name"]
@@ -269,8 +275,31 @@ def held_state(reported: str, hold: str) -> str:
     return hold
 
 
+class Rack(models.Model):
+    """A rack of nodes with its power cap (DESIGN §18): placement never plans its draw above the
+    cap. Created by the inventory sync when a node label or Slurm feature names the rack
+    (jobs.clusters.topology); the cap is a platform admin's. Empty cap: not limited."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="racks")
+    name = models.CharField(_("name"), max_length=40, validators=[name_validator])
+    power_cap_kw = models.DecimalField(
+        _("power cap (kW)"), max_digits=8, decimal_places=2, null=True, blank=True,
+        validators=[MinValueValidator(Decimal(0)), MaxValueValidator(Decimal(100_000))],
+    )
+
+    class Meta:
+        ordering = ["cluster_id", "name"]
+        verbose_name = _("rack")
+        verbose_name_plural = _("racks")
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="rack_unique_name")]
+
+    def __str__(self):
+        return f"{self.cluster.name}/{self.name}"
+
+
 class Node(models.Model):
-    """A GPU server. Its GPUs share one NVLink domain; topology is zone/spine/leaf/node."""
+    """A GPU server. Topology is zone/spine/leaf/node (a leaf may be a multi-node NVLink domain,
+    jobs.clusters.topology); it may sit in a power-capped rack."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
     name = models.CharField(_("name"), max_length=63, validators=[name_validator])
@@ -303,6 +332,17 @@ class Node(models.Model):
     # returns it, healthy or not.
     health_reason = models.CharField(_("health"), max_length=300, blank=True)
     health_damped = models.BooleanField(_("held after flapping"), default=False)
+    # Rack power (DESIGN §18): its rack, its draw besides its GPU boards (watts, an admin's figure),
+    # and its GPUs' DCGM power (DCGM_FI_DEV_POWER_USAGE summed) at the last metrics poll, which
+    # replaces the estimate from its busy cards while it is recent (jobs.clusters.power).
+    rack = models.ForeignKey(
+        Rack, on_delete=models.SET_NULL, null=True, blank=True, related_name="nodes", verbose_name=_("rack")
+    )
+    idle_watts = models.PositiveIntegerField(
+        _("idle draw (W)"), null=True, blank=True, validators=[MaxValueValidator(1_000_000)]
+    )
+    measured_watts = models.PositiveIntegerField(_("measured GPU power (W)"), null=True, blank=True)
+    measured_at = models.DateTimeField(_("power measured at"), null=True, blank=True)
 
     class Meta:
         ordering = ["cluster_id", "zone", "spine", "leaf", "name"]

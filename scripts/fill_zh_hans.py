@@ -10,6 +10,36 @@ import sys
 import polib
 
 GLOSSARY = {
+    # Racks and power (issue 36 item 3, DESIGN §18).
+    'Rack power': '机架功耗',
+    'Rack': '机架',
+    'rack': '机架',
+    'racks': '机架',
+    'Power cap': '功耗上限',
+    'Planned': '计划功耗',
+    'Measured': '实测功耗',
+    'no cap': '无上限',
+    'not limited': '不受限',
+    'open': '可放置',
+    '%(measured)s of %(nodes)s node measured by DCGM': '%(nodes)s 个节点中 %(measured)s 个由 DCGM 实测',
+    'At its power cap: no new placements here': '已达功耗上限：此处不再放置新任务',
+    'Over its power cap: no new placements here; nothing running is stopped':
+        '超出功耗上限：此处不再放置新任务；运行中的任务不受影响',
+    "Planned: each node's idle draw plus the board power of every card a job holds. Measured: the idle draw "
+    "plus the GPUs' DCGM power where measured in the last five minutes, the planned figure elsewhere; "
+    "placement counts this one and never plans a rack above its cap.":
+        '计划功耗：每个节点的空载功耗加上任务占用的每块卡的板卡功耗。实测功耗：空载功耗加上最近五分钟内 DCGM '
+        '实测的 GPU 功耗，未实测的节点取计划功耗；放置按实测功耗计算，绝不会让机架的计划功耗超过其上限。',
+    'board power (W per card)': '板卡功耗（W/卡）',
+    'power cap (kW)': '功耗上限（kW）',
+    'idle draw (W)': '空载功耗（W）',
+    'measured GPU power (W)': 'GPU 实测功耗（W）',
+    'power measured at': '功耗测量时间',
+    'GPUs free, but only in racks at their power cap': '有空闲 GPU，但只在已达功耗上限的机架中',
+    'racks at their cap': '已达功耗上限的机架',
+    'GPUs of %(flavor)s are free, but only in racks at or near their power cap: no room under the caps for %(workers)s × %(per_worker)s (%(racks_at_cap)s rack(s) at their cap take no new job).':
+        '%(flavor)s 有空闲 GPU，但只在已达或接近功耗上限的机架中：功耗上限内没有容纳 %(workers)s × %(per_worker)s 的余量'
+        '（%(racks_at_cap)s 个已达上限的机架不再接收新任务）。',
     # Node health (issue 35 item 5).
     'Cordoned by the health check': '已被健康检查隔离',
     'Healthy again': '已恢复健康',

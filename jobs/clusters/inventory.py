@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from jobs.clusters.backends.base import CPU_HINT, NodeInfo
 from jobs.clusters.backends.registry import backend_for, is_simulated, simulator_url
-from quotas.models import Cluster, Flavor, FlavorKind, Node, NodeState, held_state
+from quotas.models import Cluster, Flavor, FlavorKind, Node, NodeState, Rack, held_state
 
 # How a GPU-less node names its cpu flavor where there are several: a Slurm feature, a node label.
 FLAVOR_FEATURE = "flavor-"
@@ -129,6 +129,7 @@ def sync_inventory(cluster: Cluster) -> dict[str, int]:
     now, counts = timezone.now(), {"created": 0, "updated": 0, "missing": 0, "unknown_flavor": 0}
     with transaction.atomic():
         holds = dict(cluster.nodes.exclude(hold="").select_for_update().values_list("name", "hold"))
+        racks: dict[str, Rack] = {}
         seen = set()
         for info in listed:
             flavor = _flavor_for(info, flavors)
@@ -147,9 +148,20 @@ def sync_inventory(cluster: Cluster) -> dict[str, int]:
                     "leaf": info.leaf or "default",
                     "last_seen_at": now,
                     **machine_fields(info),
+                    **_rack_field(cluster, info, racks),
                 },
             )
             counts["created" if created else "updated"] += 1
             seen.add(info.name)
         counts["missing"] = cluster.nodes.exclude(name__in=seen).exclude(state="down").update(state="down")
     return counts
+
+
+def _rack_field(cluster: Cluster, info: NodeInfo, racks: dict[str, Rack]) -> dict:
+    """The node's rack when a label or feature names one (jobs.clusters.topology), created without
+    a cap the first time; nothing when none does, so a rack an admin assigned stays."""
+    if not info.rack:
+        return {}
+    if info.rack not in racks:
+        racks[info.rack], _ = Rack.objects.get_or_create(cluster=cluster, name=info.rack)
+    return {"rack": racks[info.rack]}

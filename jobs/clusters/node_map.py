@@ -19,6 +19,7 @@ from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
 from jobs import stranding
+from jobs.clusters.power import RackPower, rack_power
 from jobs.models import Job
 from jobs.scheduler.footprint import Held, Stranding
 from jobs.states import HOLDING
@@ -142,6 +143,7 @@ class NodeMap:
     spines: list[Spine]
     nodes: list[NodeView]
     totals: dict[str, int]
+    racks: list[RackPower] = field(default_factory=list)  # DESIGN §18, jobs.clusters.power
 
 
 def map_clusters() -> QuerySet[Cluster]:
@@ -211,7 +213,7 @@ def node_map(
     if cluster is None:
         return NodeMap(None, [], [], {"nodes": 0, "gpus": 0, "free": 0, "usable": 0, "stranded": 0,
                                       "used": 0, "idle": 0})
-    nodes_qs = Node.objects.filter(cluster=cluster).select_related("flavor")
+    nodes_qs = Node.objects.filter(cluster=cluster).select_related("flavor", "rack")
     if flavor is not None:
         nodes_qs = nodes_qs.filter(flavor=flavor)
     if state:
@@ -241,7 +243,7 @@ def node_map(
         "used": sum(v.used for v in views),
         "idle": sum(v.idle for v in views),
     }
-    return NodeMap(cluster, grouped, views, totals)
+    return NodeMap(cluster, grouped, views, totals, rack_power(cluster))
 
 
 def node_events(user: User, *, cluster: Cluster | None = None, node: Node | None = None) -> list[NodeEvent]:

@@ -107,12 +107,14 @@ def _guard_key(step: str, job_id: int, submitted_at) -> str:
 def poll_metrics() -> None:
     """The minute's GPU samples, and node health from the same sources (jobs.clusters.health):
     health first, so a Prometheus outage that stops the samples never delays a cordon by the
-    backends' signals."""
+    backends' signals. Then each node's DCGM power (jobs.clusters.power, DESIGN §18)."""
     from jobs.clusters.health import poll_node_health
     from jobs.clusters.metrics import poll_gpu_metrics
+    from jobs.clusters.power import poll_node_power
 
     poll_node_health()
     poll_gpu_metrics()
+    poll_node_power()
 
 
 @shared_task(name="jobs.expire_jobs", ignore_result=True)

@@ -70,6 +70,7 @@ from jobs.scheduler.engine.model import (
     Holder,
     Limits,
     Node,
+    NodePower,
     Preemption,
     PriorityClass,
     QueuedJob,
@@ -83,8 +84,8 @@ from jobs.scheduler.engine.state import State
 
 __all__ = [
     "Admission", "Consolidation", "CycleResult", "Engine", "Explain", "Growth", "Holder", "Limits", "Node",
-    "Preemption",
-    "PriorityClass", "QueuedJob", "Reservation", "RunningJob", "Snapshot", "TreeNode", "Window",
+    "NodePower", "Preemption", "PriorityClass", "QueuedJob", "Reservation", "RunningJob", "Snapshot",
+    "TreeNode", "Window",
     "schedule",
 ]
 

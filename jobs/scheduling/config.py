@@ -29,8 +29,10 @@ from django.db import connection
 
 from jobs.rule_models import FAIR_ENTRY_DEFAULT_SECONDS, FAIR_HALF_LIFE_DEFAULT_SECONDS, Packing
 from jobs.scheduler.engine.model import Node as CoreNode
+from jobs.scheduler.engine.model import NodePower
 from jobs.scheduler.engine.model import PriorityClass as CorePriorityClass
 from jobs.scheduler.engine.model import Window as CoreWindow
+from jobs.scheduling import rack_power
 from portal.models import Queueing
 from quotas.admission import Limits, TreeNode
 from quotas.effective import Limits as BaseLimits
@@ -93,6 +95,9 @@ class Config:
     queues_held: frozenset[str] = frozenset()
     # Consolidation (jobs/scheduler/engine/consolidate.py): the centre's hourly budget of moves, 0: off.
     consolidation_moves_per_hour: int = 0
+    # Rack power (DESIGN §18, jobs.scheduling.rack_power): capped racks and their nodes.
+    rack_caps: dict = field(default_factory=dict)
+    node_power: dict = field(default_factory=dict)
 
 
 # The configuration's parts, in the order Rows.parse reads them: (columns, rows, order). Numbers
@@ -123,6 +128,7 @@ _PARTS = (
     ("name, (relative_throughput * fraction_numerator / fraction_denominator)::text", "quotas_flavor",
      "name"),
     ("department_id, project_id, weight::text", "quotas_fairshareweight", "id"),
+    rack_power.PART,  # capped racks and their nodes' power (DESIGN §18)
 )
 
 
@@ -206,12 +212,15 @@ class Rows:
     projects: tuple[tuple[int, int], ...]  # (id, department id)
     user_caps: tuple[tuple[str, tuple[int | None, int | None]], ...] = ()
     moves_per_hour: int = 0  # consolidation's hourly budget (0: off)
+    rack_caps: dict[str, int] = field(default_factory=dict)
+    node_power: dict[str, NodePower] = field(default_factory=dict)
     exempt: frozenset[str] | None = field(default=None)  # computed when first needed
 
     @classmethod
     def parse(cls, doc: str) -> Rows:
         (classes, active, flags, nodes, departments, projects, quota, windows, loans, policies, norms,
-         weights) = json.loads(doc)
+         weights, power) = json.loads(doc)
+        rack_caps, node_power = rack_power.parse(power)
         backfill, packing, half_life, entry, moves = flags[0] if flags else (
             True, Packing.FRAGMENTATION_AWARE, FAIR_HALF_LIFE_DEFAULT_SECONDS, FAIR_ENTRY_DEFAULT_SECONDS, 0)
         by_node = _windows(windows)
@@ -251,6 +260,7 @@ class Rows:
             user_caps=tuple((f"p{pk}", (None if gpus is None else gpus * MILLI, jobs))
                             for pk, _d, _q, _b, gpus, jobs in projects
                             if gpus is not None or jobs is not None),
+            rack_caps=rack_caps, node_power=node_power,
         )
 
     def budget_exempt(self) -> frozenset[str]:
@@ -319,6 +329,7 @@ class ConfigReader:
             fair_half_life_s=rows.fair[0], fair_entry_s=rows.fair[1], fair_shares=rows.shares,
             windows=engine_windows(now), queues_held=held_queues(),
             consolidation_moves_per_hour=rows.moves_per_hour,
+            rack_caps=rows.rack_caps, node_power=rows.node_power,
         )
 
     def _limits_at(self, now: datetime) -> dict[tuple[str, str], Limits]:

@@ -402,7 +402,7 @@ def _apply_on_loan(result: CycleResult, now: datetime) -> None:
 # Figures of an explanation that count things rather than milli-units of a flavor.
 # Counts and seconds: as they are (the other numbers are milli-units).
 EXPLAIN_COUNTS = frozenset({"workers", "nodes_with_gpus", "nodes_below", "cap_jobs", "running_jobs",
-                            "min_runtime_s", "exempt_for_s"})
+                            "min_runtime_s", "exempt_for_s", "racks_at_cap"})
 
 
 def explain_to_dict(e: Explain, at: datetime) -> dict:

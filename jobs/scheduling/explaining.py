@@ -99,6 +99,10 @@ _TEXTS = {
         "Not placed on %(window_nodes)s: its maximum runtime crosses another project's reservation from "
         "%(window_start)s."
     ),
+    "power": gettext_lazy(
+        "GPUs of %(flavor)s are free, but only in racks at or near their power cap: no room under the "
+        "caps for %(workers)s × %(per_worker)s (%(racks_at_cap)s rack(s) at their cap take no new job)."
+    ),
     "reserved_count": gettext_lazy(
         "%(reserved)s GPUs of %(flavor)s are reserved for another project from %(window_start)s while it "
         "would run; the rest has no room for %(workers)s × %(per_worker)s."

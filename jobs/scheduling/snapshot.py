@@ -217,6 +217,7 @@ def _snapshot(now: datetime, config: Config | None, holding: list[tuple]) -> Sna
         consolidation=Consolidation(config.consolidation_moves_per_hour)
         if config.consolidation_moves_per_hour else None,
         recent_moves=recent_moves(now) if config.consolidation_moves_per_hour else (),
+        rack_caps=config.rack_caps, node_power=config.node_power,
     )
 
 

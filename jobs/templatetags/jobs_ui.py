@@ -56,6 +56,7 @@ REASON_LABELS = {
     "backoff": _("Waits out its backoff before it runs again"),
     "dependency": _("Waits for another job (dependency)"),
     "array_cap": _("Its array's cap on running tasks is reached"),
+    "power": _("GPUs free, but only in racks at their power cap"),
 }
 
 NUMBER_LABELS = {
@@ -78,6 +79,7 @@ NUMBER_LABELS = {
     "exempt_for_s": _("preemptible in (s)"),
     "cap": _("tasks running at once, at most"),
     "running_tasks": _("tasks holding GPUs"),
+    "racks_at_cap": _("racks at their cap"),
 }
 
 

@@ -165,3 +165,17 @@ def test_the_admin_form_checks_the_profile_too(world):
     assert "0 到 1 之间的小数字符串" in str(bad.errors["operator_coverage"])  # the site language
     with translation.override("en"):
         assert "decimal string from 0 to 1" in str(FlavorAdminForm(data=bad.data).errors["operator_coverage"])
+
+
+
+def test_board_power_is_part_of_the_profile(world, api):
+    """DESIGN §18: a flavor's board power (W per card) is read and set with its profile; a
+    negative value is a 400 and changes nothing."""
+    client = api(world.users["platform"])
+    assert client.get(_url(world.F)).json()["board_watts"] is None
+    assert client.patch(_url(world.F), {"board_watts": 700}, format="json").status_code == 200
+    world.F.refresh_from_db()
+    assert world.F.board_watts == 700
+    assert client.patch(_url(world.F), {"board_watts": -5}, format="json").status_code == 400
+    world.F.refresh_from_db()
+    assert world.F.board_watts == 700

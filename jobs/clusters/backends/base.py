@@ -170,6 +170,7 @@ class NodeInfo:
     zone: str = ""
     spine: str = ""
     leaf: str = ""
+    rack: str = ""  # its power rack when a label or feature names one (jobs.clusters.topology)
     # The whole machine (DESIGN §15) as the backend reports it; None: not reported. Allocatable is
     # capacity minus what the node keeps for itself (Slurm MemSpecLimit/CoreSpecCount, kubelet's
     # reservations).

@@ -15,6 +15,7 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
+from jobs.clusters import topology
 from jobs.clusters.backends.base import (
     CANCELLED,
     CPU_HINT,
@@ -284,12 +285,17 @@ def node_info(node: Any) -> NodeInfo | None:
         flavor_hint=resource,
         gpus=count,
         state=state,
-        zone=labels.get("topology.kubernetes.io/zone", ""),
-        spine=labels.get("gpupool.io/spine", ""),
-        leaf=labels.get("gpupool.io/leaf", ""),
+        **_levels(labels),
         problem=node_problem(node.status.conditions if node.status else None),
         **machine,
     )
+
+
+def _levels(labels: dict) -> dict[str, str]:
+    """zone, spine, leaf and rack from the node's topology labels (jobs.clusters.topology)."""
+    levels = topology.from_node_labels(labels)
+    zone, spine, leaf = levels.engine()
+    return {"zone": zone, "spine": spine, "leaf": leaf, "rack": levels.rack}
 
 
 # Conditions that mean trouble when True (the kubelet's pressure conditions, a node without its

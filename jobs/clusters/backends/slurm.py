@@ -54,6 +54,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from jobs.clusters import topology
 from jobs.clusters.backends import rendezvous
 from jobs.clusters.backends.base import (
     ARRAY_INDEX_ENV,
@@ -629,15 +630,17 @@ class SlurmBackend:
     def _node(self, line: str) -> NodeInfo:
         name, gres, state, features, reason = line.split("|", 4)
         gres_type, count = _gpu_gres(gres)
-        topo = dict(f.split("-", 1) for f in features.split(",") if "-" in f)
+        levels = topology.from_slurm_features(features.split(","))
+        zone, spine, leaf = levels.engine()
         return NodeInfo(
             name=name,
             flavor_hint=self._flavor_hint(gres_type),
             gpus=count,
             state=node_state(state),
-            zone=topo.get("zone", ""),
-            spine=topo.get("spine", ""),
-            leaf=topo.get("leaf", ""),
+            zone=zone,
+            spine=spine,
+            leaf=leaf,
+            rack=levels.rack,
             problem=node_problem(state, reason),
         )
 

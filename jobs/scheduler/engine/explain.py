@@ -232,6 +232,13 @@ def _physical(cycle, p: Pending, r: int, mode: str, position: int) -> Explain:
     windowed = _windowed(s, p, pool, owed, holders, own, position) if s.windows else None
     if windowed is not None:
         return windowed
+    if s.power is not None and plan_fits(pool, p.min_workers, p.pmilli) and not plan_fits(
+            s.power.limit(pool), p.min_workers, p.pmilli):
+        racks = s.power.at_cap(f)
+        nums = (("workers", p.min_workers), ("per_worker", p.milli), ("racks_at_cap", len(racks)))
+        return Explain(position, "power", f, None, nums, holders,
+                       f"{owed}; GPUs of {f} are free, but the racks' power caps leave no room for "
+                       f"{p.min_workers} × {_u(p.milli)} (at their cap: {', '.join(racks) or 'none'})", own)
     if not plan_fits(pool, p.min_workers, p.pmilli):
         res = _blocking_reservation(cycle, p)
         if res is not None:

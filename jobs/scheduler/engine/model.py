@@ -38,7 +38,7 @@ from quotas.admission import Limits, TreeNode
 
 __all__ = [
     "Admission", "Consolidation", "CycleResult", "Explain", "Growth", "Holder", "Limits", "Node",
-    "Preemption",
+    "NodePower", "Preemption",
     "PriorityClass", "QueuedJob", "Reservation", "RunningJob", "Snapshot", "TreeNode", "Window",
 ]
 
@@ -64,6 +64,19 @@ class Node:
     memory_mib: int | None = None
     local_disk_gib: int | None = None
     cuda: tuple[int, ...] = ()  # the node's CUDA version, (12, 4); (): not reported
+
+
+@dataclass(frozen=True, slots=True)
+class NodePower:
+    """A node's power in its rack (DESIGN §18), watts: ``idle_w`` its draw besides its GPU
+    boards, ``board_w`` what one busy unit of its flavor draws (a card's board power, a slice's
+    share of it), ``measured_w`` the DCGM power of its GPUs now (None: not measured, then its
+    draw is estimated from the units in use)."""
+
+    rack: str
+    idle_w: int = 0
+    board_w: int = 0
+    measured_w: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +220,10 @@ class Snapshot:
     # consolidation in the last hour was signalled (the hourly budget counts them).
     consolidation: Consolidation | None = None
     recent_moves: tuple[datetime, ...] = ()
+    # Rack power (DESIGN §18, jobs/scheduler/engine/power.py): rack id -> its power cap in watts
+    # (capped racks only), and node id -> the power figures of each node in one of them.
+    rack_caps: Mapping[str, int] = field(default_factory=dict)
+    node_power: Mapping[str, NodePower] = field(default_factory=dict)
 
 
 # -- results ---------------------------------------------------------------------------
@@ -315,6 +332,7 @@ REASONS = (
     "queue_hold",    # its project's or a department's queue is on hold (or draining)
     "maintenance",   # room only on nodes whose maintenance its maximum runtime would cross
     "reserved",      # room only in capacity reserved for another project over its runtime
+    "power",         # GPUs free only in racks at their power cap (DESIGN §18)
 )
 
 

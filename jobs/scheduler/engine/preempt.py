@@ -463,7 +463,10 @@ def _fits(cycle, p: Pending, *, in_quota: bool) -> bool:
             return False
     elif cycle.gate(p.flavor, p.path, r)[0] is None:
         return False
-    return plan_fits(cycle.s.pools[p.flavor], p.min_workers, p.pmilli)
+    pool = cycle.s.pools[p.flavor]
+    if cycle.s.power is not None:  # the victims' boards count as given back (DESIGN §18)
+        pool = cycle.s.power.limit(pool)
+    return plan_fits(pool, p.min_workers, p.pmilli)
 
 
 def reclaim_order(cycle, p: Pending, shielded: list[Run] | None = None) -> Iterator[Run]:

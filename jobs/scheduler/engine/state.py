@@ -14,6 +14,7 @@ from datetime import datetime
 
 from jobs.scheduler.engine.model import QueuedJob, RunningJob, Snapshot
 from jobs.scheduler.engine.pool import FULL, Pool
+from jobs.scheduler.engine.power import Power
 from jobs.scheduler.engine.timeline import Timeline
 from jobs.scheduler.engine.windows import Windows, hold_back
 from jobs.scheduler.fairshare import cost
@@ -263,6 +264,8 @@ class State:
             since = job.terminating_since.timestamp() if job.terminating_since else self.now
             self.add_terminating(self.make_run(job), since)
         self.submit(snap.queued)
+        # Rack power caps (DESIGN §18): None when no rack of the snapshot has one.
+        self.power = Power(snap, self.pools) if snap.rack_caps else None
         # Fair share (DESIGN §16, jobs/scheduler/fairshare.py): per tree node index the usage given
         # (subtree sums) and shares; ``fair_u`` is that usage plus this cycle's entry charges.
         self.fair = False
@@ -752,6 +755,8 @@ class State:
         skip = self.skipped(p, pool)
         if skip:
             pool = pool.without(skip)
+        if self.power is not None:  # and without the units no rack's power cap lets it take
+            pool = self.power.limit(pool)
         return self.held_back(pool, p.project_id, p.runtime) if self.windows else pool
 
     def held_back(self, pool: Pool, project_id: str, runtime: float) -> Pool:
@@ -762,7 +767,10 @@ class State:
 
     def growable(self, base: Run, pool: Pool) -> Pool:
         """The pool one more worker of running job ``base`` may take: it runs until the job's
-        end, so the windows it would meet by then bar their room to it."""
+        end, so the windows it would meet by then bar their room to it; nor may it take a unit no
+        rack's power cap lets it (DESIGN §18)."""
+        if self.power is not None:
+            pool = self.power.limit(pool)
         if not self.windows:
             return pool
         runtime = base.end - self.now
