@@ -9,6 +9,7 @@ from decimal import Decimal
 
 import pytest
 from django.test import override_settings
+from django.utils import translation
 
 from jobs.clusters import tasks
 from jobs.clusters.power import rack_power
@@ -54,7 +55,8 @@ def test_a_rack_at_its_cap_takes_no_job_until_the_cap_is_raised(sim_pool):
     assert small.state == "queued"
     why = explain_job(small)
     assert why["reason"] == "power" and why["numbers"]["racks_at_cap"] == 1
-    assert explain_text(why, None).startswith(f"GPUs of {f.name} are free, but only in racks at or near")
+    with translation.override("en"):  # the text is read in English here
+        assert explain_text(why, None).startswith(f"GPUs of {f.name} are free, but only in racks at or near")
     [row] = rack_power(cluster)
     assert row.at_cap and not row.over_cap
 
