@@ -48,7 +48,9 @@ def plan(pool: Pool, workers: int, milli: int, *, frag: bool = True, typical=Non
     """Place ``workers`` workers of ``milli`` each (a multiple of 1000, or < 1000 shared).
     ``typical`` given: FGD placement (:func:`plan_fgd`) instead of ``frag``. ``req``: a shared
     worker's CPU, memory and disk, which its node must have free (None: its part's share of
-    the node's; a whole-GPU worker's are in ``milli``, its footprint: :meth:`Pool.demand`)."""
+    the node's; a whole-GPU worker's are in ``milli``, its footprint: :meth:`Pool.demand`). A single
+    whole-GPU worker with ``req`` (``frag``) best-fits among the nodes its request strands no
+    other GPU on (:func:`_best_unstranding_node`)."""
     if workers <= 0 or milli <= 0:
         return None
     if typical is not None:
@@ -69,6 +71,8 @@ def plan(pool: Pool, workers: int, milli: int, *, frag: bool = True, typical=Non
         return None  # enough only split across clusters
     if workers == 1:
         i = _best_node(pool, g, frag)
+        if frag and req is not None and pool.whole is not None and not _keeps_usable(pool, i, g, req):
+            i = _best_unstranding_node(pool, g, req, i)
         return [tuple((i, x, FULL) for x in pool.free_gpus(i, g))]
     if frag:
         return _plan_topology(pool, workers, g)
@@ -195,6 +199,24 @@ def _best_node(pool: Pool, g: int, frag: bool) -> int:
                 if free[i] == k:
                     return i
     raise AssertionError("whole_capacity said a node fits")
+
+
+def _keeps_usable(pool: Pool, i: int, g: int, req) -> bool:
+    """Does a worker of footprint ``g`` asking ``req`` leave node ``i``'s other usable GPUs usable
+    (its CPU, memory and disk strand none of them)?"""
+    return usable_after(pool, i, g, req) >= pool.free[i] - g
+
+
+def _best_unstranding_node(pool: Pool, g: int, req, fallback: int) -> int:
+    """Best fit among the nodes a worker strands no GPU on (issue 36, docs/scheduling.md "Packing"):
+    the fewest usable free GPUs first, fullest leaf first, as :func:`_best_node`; ``fallback``
+    (the plain best fit) when every node that fits would strand one."""
+    for k in range(g, pool.maxg + 1):
+        for li in sorted(pool.bucket[k], key=pool.leaf_rank.__getitem__):
+            for i in pool.leaf_nodes[li]:
+                if pool.free[i] == k and _keeps_usable(pool, i, g, req):
+                    return i
+    return fallback
 
 
 def _plan_shared(pool: Pool, milli: int, frag: bool) -> Plan | None:

@@ -9,7 +9,7 @@ import pytest
 
 from jobs.scheduler.engine.model import Node
 from jobs.scheduler.engine.pool import Pool
-from jobs.scheduler.placement import frag_amount, plan_fgd, usable_after
+from jobs.scheduler.placement import frag_amount, plan, plan_fgd, usable_after
 from jobs.whatif.replay import packing
 from jobs.whatif.replay.alibaba import NodeRow, PodRow
 
@@ -85,3 +85,17 @@ def test_fgd_res_strands_no_gpu_where_fgd_does_in_the_engine_packing():
     for order in (nodes, nodes[::-1]):
         res = packing.simulate(order, pods, policy="fgd-res", seed=None)
         assert (res["allocation_at_100pct"], res["stranded_gpus_at_100pct"], res["failed"]) == (100.0, 0, 0)
+
+
+def test_the_engines_best_fit_skips_a_node_it_would_strand():
+    """``plan`` (the live engine's placement): a 1-GPU worker asking 3 cores. Both nodes have two
+    usable GPUs (a best-fit tie, pool order: "a"), but on "a" it would strand the other GPU; it goes
+    to "b". Without a request (a default job takes its GPUs' share) or in plain best fit: "a"."""
+    pool = _pool()
+    assert plan(pool, 1, 1000, req=(3000, 0, 0)) == [((1, 0, 1000),)]
+    assert plan(pool, 1, 1000) == [((0, 0, 1000),)]
+    assert plan(pool, 1, 1000, frag=False, req=(3000, 0, 0)) == [((0, 0, 1000),)]
+    # every node would strand one: the plain best fit stands
+    pool.take(1, (5000, 0, 0))  # "b": 3 cores left, usable 0 -> it no longer fits at all
+    assert pool.free == [2, 0]
+    assert plan(pool, 1, 1000, req=(3000, 0, 0)) == [((0, 0, 1000),)]

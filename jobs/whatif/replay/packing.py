@@ -8,6 +8,9 @@ Contract (the ``replay --mode packing`` command calls this)::
     policy    "fgd"     fragmentation gradient descent (jobs.scheduler.placement.plan_fgd) as the paper's
                         simulator runs it: its target workload, integer scores, ties by one
                         random node order per run, CPU-only pods scored too
+              "fgd-res" resource-aware FGD (issue 36): the same, with ``plan_fgd(req=...)`` — a
+                        node's fragmentation also counts the GPUs its free CPU or memory can no
+                        longer feed (engine modes; elsewhere the same as "fgd")
               "bestfit" the production plain best fit  (jobs.scheduler.placement.plan, frag=False)
               "ours"    the production default         (jobs.scheduler.placement.plan, frag=True)
               "random"  a uniformly random node that fits
