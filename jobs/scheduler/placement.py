@@ -28,7 +28,11 @@ Rules:
   that workload: ``(probability, gpus, milli, tag)`` pod shapes (see :func:`frag_amount`,
   :func:`plan_fgd`); a gang is tried in each cluster that can host it and goes where the
   increase is least. Not the scheduler's default (it ignores leaves and spines); packing replays
-  and callers that know their pod-size distribution select it.
+  and callers that know their pod-size distribution select it. With ``req`` (a worker's CPU,
+  memory and disk) on a pool with resources it is resource-aware: GPUs a node's free CPU, memory
+  or disk can no longer feed (*stranded*, :func:`usable_after`) count as fragment too;
+* stranding in the default placement: a single whole-GPU worker with ``req`` best-fits among the
+  nodes it strands no other GPU on (issue 36, docs/scheduling.md "Packing").
 """
 
 from __future__ import annotations
