@@ -243,13 +243,23 @@ def _plan_shared_res(pool: Pool, milli: int, req) -> Plan | None:
     def fits(i):
         return pool.fits_res(i, req if req is not None else pool.share_of(i, milli))
 
+    # First pass: only where its request strands no usable GPU (issue 36); then anywhere it fits.
+    for strict in ((True, False) if req is not None else (False,)):
+        found = _shared_res_pass(pool, milli, req, fits, strict)
+        if found is not None:
+            return found
+    return None
+
+
+def _shared_res_pass(pool: Pool, milli: int, req, fits, strict: bool) -> Plan | None:
     for key in pool.pkeys[bisect_left(pool.pkeys, milli):]:
         for i, g in sorted(pool.part[key]):
-            if fits(i):
+            if fits(i) and (not strict or _keeps_usable(pool, i, 0, req)):
                 return [((i, g, milli),)]
     best = None
     for i, usable in enumerate(pool.free):
-        if usable and fits(i) and (best is None or (usable, i) < best):
+        if usable and fits(i) and (best is None or (usable, i) < best) and (
+                not strict or _keeps_usable(pool, i, 1, req)):
             best = (usable, i)
     if best is None:
         return None

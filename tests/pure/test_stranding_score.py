@@ -99,3 +99,14 @@ def test_the_engines_best_fit_skips_a_node_it_would_strand():
     pool.take(1, (5000, 0, 0))  # "b": 3 cores left, usable 0 -> it no longer fits at all
     assert pool.free == [2, 0]
     assert plan(pool, 1, 1000, req=(3000, 0, 0)) == [((0, 0, 1000),)]
+
+
+def test_a_shared_worker_breaks_a_gpu_only_where_its_request_strands_none():
+    """A 500-milli worker asking 3 cores breaks a whole GPU: on "a" (first in pool order, the same
+    usable GPUs as "b") its CPU would leave 1 core and strand "a"'s other GPU, so it goes to "b".
+    When no node keeps its GPUs usable, the first fit stands."""
+    pool = _pool()
+    assert plan(pool, 1, 500, req=(3000, 0, 0)) == [((1, 0, 500),)]
+    assert plan(pool, 1, 500, req=(1000, 0, 0)) == [((0, 0, 500),)]  # nothing stranded: pool order
+    pool.take(1, (5000, 0, 0))  # "b": 3 cores, usable 0: no whole GPU of "b" may be broken
+    assert plan(pool, 1, 500, req=(3000, 0, 0)) == [((0, 0, 500),)]
