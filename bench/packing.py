@@ -2,7 +2,8 @@
 experiment on the Alibaba GPU 2023 "openb" trace, through the production placement. Prints ONE
 JSON object.
 
-    python bench/packing.py                 # 4 policies x 10 seeds (42-51), with CPU and memory
+    python bench/packing.py                 # 5 policies x 10 seeds (42-51), with CPU and memory
+    python bench/packing.py --policies fgd-res   # resource-aware FGD (issue 36 item 1)
     python bench/packing.py --quick         # 2 seeds (42, 43)
     python bench/packing.py --policies fgd --resources engine,none   # both, in one run
     python bench/packing.py --no-resources  # GPUs only (= --resources none)

@@ -28,7 +28,11 @@ Rules:
   that workload: ``(probability, gpus, milli, tag)`` pod shapes (see :func:`frag_amount`,
   :func:`plan_fgd`); a gang is tried in each cluster that can host it and goes where the
   increase is least. Not the scheduler's default (it ignores leaves and spines); packing replays
-  and callers that know their pod-size distribution select it.
+  and callers that know their pod-size distribution select it. With ``req`` (a worker's CPU,
+  memory and disk) on a pool with resources it is resource-aware: GPUs a node's free CPU, memory
+  or disk can no longer feed (*stranded*, :func:`usable_after`) count as fragment too;
+* stranding in the default placement: a single whole-GPU worker with ``req`` best-fits among the
+  nodes it strands no other GPU on (issue 36, docs/scheduling.md "Packing").
 """
 
 from __future__ import annotations
@@ -48,7 +52,9 @@ def plan(pool: Pool, workers: int, milli: int, *, frag: bool = True, typical=Non
     """Place ``workers`` workers of ``milli`` each (a multiple of 1000, or < 1000 shared).
     ``typical`` given: FGD placement (:func:`plan_fgd`) instead of ``frag``. ``req``: a shared
     worker's CPU, memory and disk, which its node must have free (None: its part's share of
-    the node's; a whole-GPU worker's are in ``milli``, its footprint: :meth:`Pool.demand`)."""
+    the node's; a whole-GPU worker's are in ``milli``, its footprint: :meth:`Pool.demand`). A single
+    whole-GPU worker with ``req`` (``frag``) best-fits among the nodes its request strands no
+    other GPU on (:func:`_best_unstranding_node`)."""
     if workers <= 0 or milli <= 0:
         return None
     if typical is not None:
@@ -69,6 +75,8 @@ def plan(pool: Pool, workers: int, milli: int, *, frag: bool = True, typical=Non
         return None  # enough only split across clusters
     if workers == 1:
         i = _best_node(pool, g, frag)
+        if frag and req is not None and pool.whole is not None and not _keeps_usable(pool, i, g, req):
+            i = _best_unstranding_node(pool, g, req, i)
         return [tuple((i, x, FULL) for x in pool.free_gpus(i, g))]
     if frag:
         return _plan_topology(pool, workers, g)
@@ -197,6 +205,24 @@ def _best_node(pool: Pool, g: int, frag: bool) -> int:
     raise AssertionError("whole_capacity said a node fits")
 
 
+def _keeps_usable(pool: Pool, i: int, g: int, req) -> bool:
+    """Does a worker of footprint ``g`` asking ``req`` leave node ``i``'s other usable GPUs usable
+    (its CPU, memory and disk strand none of them)?"""
+    return usable_after(pool, i, g, req) >= pool.free[i] - g
+
+
+def _best_unstranding_node(pool: Pool, g: int, req, fallback: int) -> int:
+    """Best fit among the nodes a worker strands no GPU on (issue 36, docs/scheduling.md "Packing"):
+    the fewest usable free GPUs first, fullest leaf first, as :func:`_best_node`; ``fallback``
+    (the plain best fit) when every node that fits would strand one."""
+    for k in range(g, pool.maxg + 1):
+        for li in sorted(pool.bucket[k], key=pool.leaf_rank.__getitem__):
+            for i in pool.leaf_nodes[li]:
+                if pool.free[i] == k and _keeps_usable(pool, i, g, req):
+                    return i
+    return fallback
+
+
 def _plan_shared(pool: Pool, milli: int, frag: bool) -> Plan | None:
     if not frag:
         return _plan_shared_plain(pool, milli)
@@ -217,13 +243,23 @@ def _plan_shared_res(pool: Pool, milli: int, req) -> Plan | None:
     def fits(i):
         return pool.fits_res(i, req if req is not None else pool.share_of(i, milli))
 
+    # First pass: only where its request strands no usable GPU (issue 36); then anywhere it fits.
+    for strict in ((True, False) if req is not None else (False,)):
+        found = _shared_res_pass(pool, milli, req, fits, strict)
+        if found is not None:
+            return found
+    return None
+
+
+def _shared_res_pass(pool: Pool, milli: int, req, fits, strict: bool) -> Plan | None:
     for key in pool.pkeys[bisect_left(pool.pkeys, milli):]:
         for i, g in sorted(pool.part[key]):
-            if fits(i):
+            if fits(i) and (not strict or _keeps_usable(pool, i, 0, req)):
                 return [((i, g, milli),)]
     best = None
     for i, usable in enumerate(pool.free):
-        if usable and fits(i) and (best is None or (usable, i) < best):
+        if usable and fits(i) and (best is None or (usable, i) < best) and (
+                not strict or _keeps_usable(pool, i, 1, req)):
             best = (usable, i)
     if best is None:
         return None
@@ -411,7 +447,7 @@ def _workers_on_nodes(pool: Pool, taken, g: int) -> Plan:
 
 
 # -- fragmentation gradient descent (FGD) ------------------------------------------------
-def frag_amount(free, typical, side=None, host_ok=None) -> float:
+def frag_amount(free, typical, side=None, host_ok=None, usable=None) -> float:
     """A node's fragmentation for a workload (FGD, ATC'23 §4): the expected free GPU milli that
     a pod drawn from ``typical`` cannot use. ``free`` lists the free milli of each GPU;
     ``typical`` is ``[(probability, gpus, milli, tag), ...]`` (``milli`` per GPU, < 1000 only
@@ -419,10 +455,18 @@ def frag_amount(free, typical, side=None, host_ok=None) -> float:
     with ``milli`` free, or ``host_ok(side, tag)`` is False — e.g. CPU or GPU model), every
     free milli is fragment; otherwise the free milli of the GPUs with less than ``milli`` free.
     A CPU-only shape (``gpus == 0``) that fits counts all free GPU milli too, as in the paper's
-    simulator (its free GPUs are of no use to it)."""
+    simulator (its free GPUs are of no use to it).
+
+    ``usable`` (resource-aware FGD, issue 36): how many of the node's whole free GPUs its free CPU,
+    memory and disk can still feed (``Pool.free``); the others are *stranded* — no pod shape can
+    take them, so they count as fragment for every shape, and a shape fits only on usable ones."""
     total = sum(free)
     if total == 0:
         return 0.0
+    dead = 0
+    if usable is not None:
+        whole = sum(1 for f in free if f >= FULL)
+        dead = max(whole - usable, 0)
     out = 0.0
     for p, g, m, tag in typical:
         if host_ok is not None and not host_ok(side, tag):
@@ -431,8 +475,8 @@ def frag_amount(free, typical, side=None, host_ok=None) -> float:
         if g == 0:
             out += p * total
             continue
-        fits = 0
-        short = 0
+        fits = -dead
+        short = dead * FULL
         for f in free:
             if f >= m:
                 fits += 1
@@ -443,7 +487,7 @@ def frag_amount(free, typical, side=None, host_ok=None) -> float:
 
 
 def plan_fgd(pool: Pool, workers: int, milli: int, *, typical, side=None, host_ok=None,
-             cache: dict | None = None, rng=None, rank=None) -> tuple[float, Plan] | None:
+             cache: dict | None = None, rng=None, rank=None, req=None) -> tuple[float, Plan] | None:
     """FGD placement: ``(fragmentation increase, plan)`` or ``None`` when nothing fits.
 
     Each worker in turn goes to the node and GPUs whose fragmentation (:func:`frag_amount`)
@@ -462,6 +506,11 @@ def plan_fgd(pool: Pool, workers: int, milli: int, *, typical, side=None, host_o
     With ``rank`` (a number per node of the pool, lower first) the best-scoring node of lowest
     rank wins instead of a random one: the simulator names every node with a random-permutation
     prefix per run, and its results match a fixed order of that kind (docs/replay.md).
+
+    ``req`` given ((cpu, memory, disk) of one worker) on a pool with resources: resource-aware FGD
+    (issue 36, docs/scheduling.md "Packing"): a node's fragmentation also counts its *stranded*
+    GPUs — whole free GPUs its free CPU, memory or disk can no longer feed (:func:`usable_after`)
+    — so a worker goes where it strands the fewest GPUs as well as where it fragments least.
     """
     if workers <= 0 or milli <= 0 or (milli < FULL and workers != 1) or (milli > FULL and milli % FULL):
         return None
@@ -471,40 +520,57 @@ def plan_fgd(pool: Pool, workers: int, milli: int, *, typical, side=None, host_o
     m = min(milli, FULL)
     plan_fgd.ties = 0
     if workers == 1 or pool.chist is None:
-        return _fgd_gang(pool, workers, g, m, typical, side, host_ok, cache, rng, rank, None)
+        return _fgd_gang(pool, workers, g, m, typical, side, host_ok, cache, rng, rank, None, req)
     # A gang stays in one cluster: try each that has room, keep the least increase.
     best = None
     for c, cap in enumerate(pool.cluster_capacities(g)):
         if cap >= workers:
-            found = _fgd_gang(pool, workers, g, m, typical, side, host_ok, cache, rng, rank, c)
+            found = _fgd_gang(pool, workers, g, m, typical, side, host_ok, cache, rng, rank, c, req)
             if found is not None and (best is None or found[0] < best[0]):
                 best = found
     return best
 
 
 def _fgd_gang(pool: Pool, workers: int, g: int, m: int, typical, side, host_ok, cache, rng, rank,
-              cluster: int | None) -> tuple[float, Plan] | None:
+              cluster: int | None, req=None) -> tuple[float, Plan] | None:
     """FGD for ``workers`` workers in turn, on nodes of ``cluster`` (a number; None: any)."""
     placement: Plan = []
     total = 0.0
     for _ in range(workers):
-        best = _fgd_worker(pool, g, m, typical, side, host_ok, cache, rng, rank, cluster)
+        best = _fgd_worker(pool, g, m, typical, side, host_ok, cache, rng, rank, cluster, req)
         if best is None:
-            uncommit(pool, placement)
+            _undo(pool, placement, req)
             return None
         total += best[0]
         placement.append(best[1])
         pool.occupy_slots(best[1])
-    uncommit(pool, placement)
+        if req is not None:  # the next worker sees this one's CPU and memory taken
+            pool.take(best[1][0][0], req)
+    _undo(pool, placement, req)
     return total, placement
 
 
-def frag_cached(free, state, typical, host_ok, cache) -> float:
-    key = (tuple(sorted(free)), state)
+def frag_cached(free, state, typical, host_ok, cache, usable=None) -> float:
+    key = (tuple(sorted(free)), state, usable)
     hit = cache.get(key)
     if hit is None:
-        hit = cache[key] = frag_amount(key[0], typical, state, host_ok)
+        hit = cache[key] = frag_amount(key[0], typical, state, host_ok, usable)
     return hit
+
+
+def usable_after(pool: Pool, i: int, broken: int, req) -> int | None:
+    """Node ``i``'s usable whole GPUs (``Pool.free``) once a worker breaks ``broken`` whole free
+    GPUs and takes ``req`` ((cpu, memory, disk) or None) of its resources; None when the pool has no
+    resources (then every whole free GPU is usable). The same rule as ``Pool._usable``."""
+    if pool.whole is None:
+        return None
+    usable = pool.whole[i] - broken
+    free = pool.res[i]
+    for d, s in pool.rdims[i]:
+        q = (free[d] - (req[d] if req else 0)) // s if s else 0
+        if q < usable:
+            usable = q
+    return usable if usable > 0 else 0
 
 
 def fgd_score(increase: float) -> int:
@@ -533,13 +599,28 @@ def _fgd_nodes(pool: Pool, g: int, m: int, side, cluster: int | None = None):
         yield i, [FULL - u for u in row], states[0], states[1]
 
 
+def _undo(pool: Pool, placement: Plan, req) -> None:
+    for worker in placement:
+        pool.release_slots(worker)
+        if req is not None:
+            pool.take(worker[0][0], req, -1)
+
+
+def _usable_pair(pool: Pool, i: int, free, gpus, req):
+    """(usable whole GPUs now, after the worker takes ``gpus`` of ``free`` and ``req``), or
+    (None, None) when scoring ignores resources (no ``req``, or a pool without them)."""
+    if req is None or pool.whole is None:
+        return None, None
+    broken = sum(1 for x in gpus if free[x] >= FULL)
+    return pool.free[i], usable_after(pool, i, broken, req)
+
+
 def _fgd_worker(pool: Pool, g: int, m: int, typical, side, host_ok, cache, rng=None, rank=None,
-                cluster: int | None = None):
+                cluster: int | None = None, req=None):
     if rng is not None:
-        return _fgd_worker_sim(pool, g, m, typical, side, host_ok, cache, rng, rank, cluster)
+        return _fgd_worker_sim(pool, g, m, typical, side, host_ok, cache, rng, rank, cluster, req)
     best = None
     for i, free, before_state, after_state in _fgd_nodes(pool, g, m, side, cluster):
-        before = frag_cached(free, before_state, typical, host_ok, cache)
         if m == FULL:
             gpus = [x for x, f in enumerate(free) if f == FULL][:g]
             choices = [gpus]
@@ -552,10 +633,12 @@ def _fgd_worker(pool: Pool, g: int, m: int, typical, side, host_ok, cache, rng=N
                     seen.add(f)
                     choices.append([x])
         for gpus in choices:
+            now, then = _usable_pair(pool, i, free, gpus, req)
+            before = frag_cached(free, before_state, typical, host_ok, cache, now)
             after = free[:]
             for x in gpus:
                 after[x] -= m
-            delta = frag_cached(after, after_state, typical, host_ok, cache) - before
+            delta = frag_cached(after, after_state, typical, host_ok, cache, then) - before
             key = (round(delta, 6), sum(after))  # ties: the fuller node (best fit), then pool order
             if best is None or key < best[2]:
                 best = (delta, tuple((i, x, m) for x in gpus), key)
@@ -563,24 +646,25 @@ def _fgd_worker(pool: Pool, g: int, m: int, typical, side, host_ok, cache, rng=N
 
 
 def _fgd_worker_sim(pool: Pool, g: int, m: int, typical, side, host_ok, cache, rng, rank=None,
-                    cluster: int | None = None):
+                    cluster: int | None = None, req=None):
     """As the paper's simulator: integer scores, the first best GPU on a node, and among the
     best nodes the one of lowest ``rank``, or without ranks a uniformly random one (reservoir
     sampling, one ``rng.random()`` per tied node)."""
     best = None
     ties = 0
     for i, free, before_state, after_state in _fgd_nodes(pool, g, m, side, cluster):
-        before = frag_cached(free, before_state, typical, host_ok, cache)
         node_best = None
         if m == FULL:
             candidates = [[x for x, f in enumerate(free) if f == FULL][:g]]
         else:
             candidates = [[x] for x, f in enumerate(free) if f >= m and (f < FULL or pool.free[i])]
         for gpus in candidates:
+            now, then = _usable_pair(pool, i, free, gpus, req)
+            before = frag_cached(free, before_state, typical, host_ok, cache, now)
             after = free[:]
             for x in gpus:
                 after[x] -= m
-            score = fgd_score(frag_cached(after, after_state, typical, host_ok, cache) - before)
+            score = fgd_score(frag_cached(after, after_state, typical, host_ok, cache, then) - before)
             if node_best is None or score > node_best[0]:  # strict: the first GPU wins ties
                 node_best = (score, gpus)
         score, gpus = node_best
@@ -594,3 +678,4 @@ def _fgd_worker_sim(pool: Pool, g: int, m: int, typical, side, host_ok, cache, r
         return None
     plan_fgd.ties = ties
     return -best[0], tuple((best[2], x, m) for x in best[1])
+

@@ -8,6 +8,9 @@ Contract (the ``replay --mode packing`` command calls this)::
     policy    "fgd"     fragmentation gradient descent (jobs.scheduler.placement.plan_fgd) as the paper's
                         simulator runs it: its target workload, integer scores, ties by one
                         random node order per run, CPU-only pods scored too
+              "fgd-res" resource-aware FGD (issue 36): the same, with ``plan_fgd(req=...)`` — a
+                        node's fragmentation also counts the GPUs its free CPU or memory can no
+                        longer feed (engine modes; elsewhere the same as "fgd")
               "bestfit" the production plain best fit  (jobs.scheduler.placement.plan, frag=False)
               "ours"    the production default         (jobs.scheduler.placement.plan, frag=True)
               "random"  a uniformly random node that fits
@@ -64,13 +67,13 @@ from pathlib import Path
 
 from jobs.scheduler.engine.model import Node
 from jobs.scheduler.engine.pool import FULL, Pool
-from jobs.scheduler.placement import commit, fgd_score, frag_cached, plan, plan_fgd
+from jobs.scheduler.placement import commit, fgd_score, frag_cached, plan, plan_fgd, usable_after
 from jobs.whatif.replay.alibaba import NodeRow, PodRow, read_node_rows, read_pod_rows
 from jobs.whatif.replay.paths import published_fgd_csv
 
 __all__ = ["POLICIES", "RESOURCES", "has_resources", "published", "run", "simulate", "typical_of"]
 
-POLICIES = ("fgd", "bestfit", "ours", "random")
+POLICIES = ("fgd", "fgd-res", "bestfit", "ours", "random")
 RESOURCES = ("engine", "engine-by-size", "fit", "none")
 NODES_PER_LEAF, LEAVES_PER_SPINE = 16, 8
 
@@ -250,7 +253,8 @@ def _better(best, pool: Pool, model: str, found, milli: int):
     return (key, model, found) if best is None or key < best[0] else best
 
 
-def _place_fgd(cl: _Cluster, pod: PodRow, milli: int, typical, rng: random.Random | None = None):
+def _place_fgd(cl: _Cluster, pod: PodRow, milli: int, typical, rng: random.Random | None = None,
+               res_aware: bool = False):
     """FGD over the pools of the pod's models. ``rng`` given: the simulator's rule (integer
     scores; among the best of all pools the node of lowest rank when the cluster has ranks,
     else a uniformly random one); else the least increase, ties to the fullest node."""
@@ -270,7 +274,8 @@ def _place_fgd(cl: _Cluster, pod: PodRow, milli: int, typical, rng: random.Rando
 
         rank = None if cl.rank is None else cl.rank[model]
         found = plan_fgd(cl.pools[model], 1, milli, typical=typical, side=side, host_ok=_host_ok,
-                         cache=cl.frag_cache, rng=rng, rank=rank)
+                         cache=cl.frag_cache, rng=rng, rank=rank,
+                         req=_req(pod) if res_aware and cl.engine else None)
         if found is None:
             continue
         if rank is not None:  # across pools too: the best score, then the lowest rank
@@ -331,22 +336,29 @@ def _place_cpu_only(cl: _Cluster, pod: PodRow, policy: str, typical, rng: random
         m, i = opt
         return sum(FULL - u for u in cl.pools[m].used[i]), cl.cpu_left(m, i)
 
-    if policy == "fgd" and cl.rank is not None:
+    res_aware = policy == "fgd-res"
+    if policy.startswith("fgd") and cl.rank is not None:
         rank = cl.rank
-        return min(options, key=lambda o: (-fgd_score(_cpu_pod_increase(cl, pod, typical, *o)),
+        return min(options, key=lambda o: (-fgd_score(_cpu_pod_increase(cl, pod, typical, *o, res_aware)),
                                            rank[o[0]][o[1]]))
-    if policy == "fgd":
-        return min(options, key=lambda o: (round(_cpu_pod_increase(cl, pod, typical, *o), 6), *fit(o)))
+    if policy.startswith("fgd"):
+        return min(options, key=lambda o: (round(_cpu_pod_increase(cl, pod, typical, *o, res_aware), 6),
+                                           *fit(o)))
     return min(options, key=fit)
 
 
-def _cpu_pod_increase(cl: _Cluster, pod: PodRow, typical, m: str, i: int) -> float:
-    """How much node ``i`` of pool ``m`` fragments when a CPU-only pod takes its CPU."""
-    free = tuple(sorted(FULL - u for u in cl.pools[m].used[i]))
+def _cpu_pod_increase(cl: _Cluster, pod: PodRow, typical, m: str, i: int, res_aware: bool = False) -> float:
+    """How much node ``i`` of pool ``m`` fragments when a CPU-only pod takes its CPU (``res_aware``
+    and engine mode: the GPUs it strands count too)."""
+    pool = cl.pools[m]
+    free = tuple(sorted(FULL - u for u in pool.used[i]))
     cpu = cl.cpu_left(m, i)
     gpu_model = cl.model_of[m]
-    before = frag_cached(free, (gpu_model, cpu), typical, _host_ok, cl.frag_cache)
-    after = frag_cached(free, (gpu_model, cpu - pod.cpu_milli), typical, _host_ok, cl.frag_cache)
+    now = then = None
+    if res_aware and cl.engine:
+        now, then = pool.free[i], usable_after(pool, i, 0, _req(pod))
+    before = frag_cached(free, (gpu_model, cpu), typical, _host_ok, cl.frag_cache, now)
+    after = frag_cached(free, (gpu_model, cpu - pod.cpu_milli), typical, _host_ok, cl.frag_cache, then)
     return after - before
 
 
@@ -363,7 +375,7 @@ def simulate(nodes: list[NodeRow], pods: list[PodRow], *, policy: str = "fgd", s
     if policy not in POLICIES:
         raise ValueError(f"unknown packing policy {policy!r} (one of {', '.join(POLICIES)})")
     cl = _Cluster(nodes, resources)
-    fgd_sim = policy == "fgd" and sim_rule
+    fgd_sim = policy.startswith("fgd") and sim_rule
     if fgd_sim:
         cl.shuffle_ranks(random.Random((seed or 0) * 7919 + 13))  # noqa: S311 (simulation)
     if typical is None:
@@ -393,8 +405,8 @@ def simulate(nodes: list[NodeRow], pods: list[PodRow], *, policy: str = "fgd", s
             if spot is not None:
                 cl.take_side(*spot, pod)
             continue
-        if policy == "fgd":
-            got = _place_fgd(cl, pod, milli, typical, place_rng if sim_rule else None)
+        if policy.startswith("fgd"):
+            got = _place_fgd(cl, pod, milli, typical, place_rng if sim_rule else None, policy == "fgd-res")
         elif policy == "random":
             got = _place_random(cl, pod, milli, place_rng)
         else:
@@ -454,7 +466,7 @@ def run(pods_csv, nodes_csv, *, policy: str = "fgd", seeds=tuple(range(42, 52)),
     pods = read_pod_rows(pods_csv)
     if resources is None:  # with resources when the trace has them
         resources = "engine" if has_resources(nodes) else "none"
-    typical = simulator_typical(pods) if policy == "fgd" else typical_of(pods)
+    typical = simulator_typical(pods) if policy.startswith("fgd") else typical_of(pods)
     runs = []
     for seed in ([None] if seeds is None else list(seeds)):
         runs.append(simulate(nodes, pods, policy=policy, seed=seed, upto=upto, resources=resources,

@@ -47,7 +47,8 @@ class Command(BaseCommand):
         parser.add_argument("--cluster", help="SPEC.json: nodes and tenant quotas")
         parser.add_argument("--alibaba", metavar="DIR", help="folder of the Alibaba GPU 2023 openb_* files")
         parser.add_argument("--mode", choices=("dynamic", "packing"), default="dynamic")
-        parser.add_argument("--packing-policy", default="fgd", help="packing mode: fgd|bestfit|ours|random")
+        parser.add_argument("--packing-policy", default="fgd",
+                            help="packing mode: fgd|fgd-res|bestfit|ours|random")
         parser.add_argument(
             "--seeds",
             default=",".join(str(s) for s in range(42, 52)),
