@@ -67,7 +67,7 @@ from pathlib import Path
 
 from jobs.scheduler.engine.model import Node
 from jobs.scheduler.engine.pool import FULL, Pool
-from jobs.scheduler.placement import commit, fgd_score, frag_cached, plan, plan_fgd, usable_after
+from jobs.scheduler.placement import commit, fgd_score, frag_cached, free_share, plan, plan_fgd, usable_after
 from jobs.whatif.replay.alibaba import NodeRow, PodRow, read_node_rows, read_pod_rows
 from jobs.whatif.replay.paths import published_fgd_csv
 
@@ -278,8 +278,8 @@ def _place_fgd(cl: _Cluster, pod: PodRow, milli: int, typical, rng: random.Rando
                          req=_req(pod) if res_aware and cl.engine else None)
         if found is None:
             continue
-        if rank is not None:  # across pools too: the best score, then the lowest rank
-            key = (found[0], rank[found[1][0][0][0]])
+        if rank is not None:  # across pools too: the best score, (fgd-res) the emptier model, the rank
+            key = (found[0], -free_share(pool) if res_aware else 0, rank[found[1][0][0][0]])
             if best is None or key < best[0]:
                 best = (key, model, found[1])
             continue
