@@ -10,7 +10,9 @@ Contract (the ``replay --mode packing`` command calls this)::
                         random node order per run, CPU-only pods scored too
               "fgd-res" resource-aware FGD (issue 36): the same, with ``plan_fgd(req=...)`` — a
                         node's fragmentation also counts the GPUs its free CPU or memory can no
-                        longer feed (engine modes; elsewhere the same as "fgd")
+                        longer feed, and a tie between GPU models goes to the one with the
+                        larger free share (``free_share``) (engine modes; elsewhere the
+                        fragmentation is the same as "fgd")
               "bestfit" the production plain best fit  (jobs.scheduler.placement.plan, frag=False)
               "ours"    the production default         (jobs.scheduler.placement.plan, frag=True)
               "random"  a uniformly random node that fits
