@@ -573,6 +573,15 @@ def usable_after(pool: Pool, i: int, broken: int, req) -> int | None:
     return usable if usable > 0 else 0
 
 
+def free_share(pool: Pool) -> float:
+    """The share of a pool's GPUs that are usable whole free GPUs (``Pool.free``). Resource-aware
+    FGD (issue 36) breaks a tie of equal scores between GPU models toward the larger share: a pod
+    that may run on several models goes to the emptier one, which keeps the fuller model's last
+    whole GPUs for the pods that can run only there."""
+    gpus = sum(len(row) for row in pool.used)
+    return sum(pool.free) / gpus if gpus else 0.0
+
+
 def fgd_score(increase: float) -> int:
     """The paper simulator's FGD node score (0-100): ``int(100 * sigmoid(-increase / 1000))``
     with ``increase`` in milli-GPU; 50 when fragmentation does not change, so increases that

@@ -9,7 +9,7 @@ import pytest
 
 from jobs.scheduler.engine.model import Node
 from jobs.scheduler.engine.pool import Pool
-from jobs.scheduler.placement import frag_amount, plan, plan_fgd, usable_after
+from jobs.scheduler.placement import frag_amount, free_share, plan, plan_fgd, usable_after
 from jobs.whatif.replay import packing
 from jobs.whatif.replay.alibaba import NodeRow, PodRow
 
@@ -110,3 +110,27 @@ def test_a_shared_worker_breaks_a_gpu_only_where_its_request_strands_none():
     assert plan(pool, 1, 500, req=(1000, 0, 0)) == [((0, 0, 500),)]  # nothing stranded: pool order
     pool.take(1, (5000, 0, 0))  # "b": 3 cores, usable 0: no whole GPU of "b" may be broken
     assert plan(pool, 1, 500, req=(3000, 0, 0)) == [((0, 0, 500),)]
+
+
+def test_free_share_counts_usable_whole_gpus():
+    pool = _pool()
+    assert free_share(pool) == 1.0
+    pool.take(0, (3000, 0, 0))  # "a" keeps 1 core: its two free GPUs are stranded, not usable
+    assert free_share(pool) == 0.5
+    pool.occupy_slots([(1, 0, 1000)])
+    assert free_share(pool) == 0.25
+    assert free_share(Pool("A", [])) == 0.0
+
+
+def test_fgd_res_breaks_a_tie_between_models_toward_the_emptier_one():
+    """A 1-GPU pod allowed on A or B: each model has one 2-GPU node with the same free GPUs, so
+    both score alike. Model A's other node is full; fgd-res picks B (the larger free share),
+    even where A's node ranks first."""
+    nodes = [NodeRow(f"{m}{k}", 64000, 262144, 2, m) for m, k in (("A", 0), ("A", 1), ("B", 0))]
+    cl = packing._Cluster(nodes, "engine")
+    cl.pools["A"].occupy_slots([(1, 0, 1000), (1, 1, 1000)])
+    cl.rank = {"A": [0, 1], "B": [2]}
+    pod = PodRow("p", 1000, 1024, 1, 1000, ("A", "B"), "", "Running", None, None)
+    typical = [(1.0, 1, 1000, (0, ()))]
+    assert packing._place_fgd(cl, pod, 1000, typical, random.Random(0), res_aware=True)[0] == "B"
+    assert packing._place_fgd(cl, pod, 1000, typical, random.Random(0))[0] == "A"  # rank

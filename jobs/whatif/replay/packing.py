@@ -10,7 +10,9 @@ Contract (the ``replay --mode packing`` command calls this)::
                         random node order per run, CPU-only pods scored too
               "fgd-res" resource-aware FGD (issue 36): the same, with ``plan_fgd(req=...)`` — a
                         node's fragmentation also counts the GPUs its free CPU or memory can no
-                        longer feed (engine modes; elsewhere the same as "fgd")
+                        longer feed, and a tie between GPU models goes to the one with the
+                        larger free share (``free_share``) (engine modes; elsewhere the
+                        fragmentation is the same as "fgd")
               "bestfit" the production plain best fit  (jobs.scheduler.placement.plan, frag=False)
               "ours"    the production default         (jobs.scheduler.placement.plan, frag=True)
               "random"  a uniformly random node that fits
@@ -67,7 +69,7 @@ from pathlib import Path
 
 from jobs.scheduler.engine.model import Node
 from jobs.scheduler.engine.pool import FULL, Pool
-from jobs.scheduler.placement import commit, fgd_score, frag_cached, plan, plan_fgd, usable_after
+from jobs.scheduler.placement import commit, fgd_score, frag_cached, free_share, plan, plan_fgd, usable_after
 from jobs.whatif.replay.alibaba import NodeRow, PodRow, read_node_rows, read_pod_rows
 from jobs.whatif.replay.paths import published_fgd_csv
 
@@ -278,8 +280,8 @@ def _place_fgd(cl: _Cluster, pod: PodRow, milli: int, typical, rng: random.Rando
                          req=_req(pod) if res_aware and cl.engine else None)
         if found is None:
             continue
-        if rank is not None:  # across pools too: the best score, then the lowest rank
-            key = (found[0], rank[found[1][0][0][0]])
+        if rank is not None:  # across pools too: the best score, (fgd-res) the emptier model, the rank
+            key = (found[0], -free_share(pool) if res_aware else 0, rank[found[1][0][0][0]])
             if best is None or key < best[0]:
                 best = (key, model, found[1])
             continue
