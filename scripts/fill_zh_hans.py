@@ -18,7 +18,7 @@ GLOSSARY = {
     'Power cap': '功耗上限',
     'Planned': '计划功耗',
     'Measured': '实测功耗',
-    'no cap': '无上限',
+    'no cap': '不设上限',
     'not limited': '不受限',
     'open': '可放置',
     '%(measured)s of %(nodes)s node measured by DCGM': '%(nodes)s 个节点中 %(measured)s 个由 DCGM 实测',

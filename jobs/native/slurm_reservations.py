@@ -176,10 +176,12 @@ def sync_cluster_reservations(cluster: Cluster, *, now: datetime | None = None) 
                 _run(env, args)
             except BackendError as exc:
                 # slurmctld keeps a reservation its jobs run in ("in use"): it is ended instead;
-                # the jobs run on, and it goes when they end.
+                # the jobs run on, and it goes when they end. One second ahead, not "now": a
+                # reservation created with StartTime=now in this same second would otherwise end
+                # where it starts, which slurmctld refuses ("Invalid time specified").
                 if args[1] != "delete" or "in use" not in str(exc):
                     raise
-                _run(env, ["scontrol", "update", f"ReservationName={name}", "EndTime=now"])
+                _run(env, ["scontrol", "update", f"ReservationName={name}", "EndTime=now+1"])
                 change = "end"
         drift.append({"change": change, "name": name})
         log.info("slurm reservation %s on %s: %s", name, cluster.name, change)
