@@ -39,6 +39,7 @@ from django.utils import timezone
 from jobs import reasons
 from jobs.clusters.backends.base import BackendError
 from jobs.clusters.backends.registry import backend_for, is_simulated
+from jobs.clusters.metrics import prometheus
 from jobs.clusters.nodes import jobs_on_node
 from jobs.scheduling.cycle import preemption_signal
 from portal.enqueue import enqueue
@@ -57,11 +58,6 @@ PROMETHEUS_SIGNALS = (
 )
 
 
-def _prometheus():
-    from prometheus_api_client import PrometheusConnect
-
-    return PrometheusConnect(url=settings.GPUPOOL["PROMETHEUS_URL"], disable_ssl=True)
-
 
 def prometheus_signals() -> dict[str, list[str]] | None:
     """Host name → the words of its GPUs' problems; None when Prometheus did not answer."""
@@ -69,7 +65,7 @@ def prometheus_signals() -> dict[str, list[str]] | None:
         return {}
     found: dict[str, list[str]] = defaultdict(list)
     try:
-        client = _prometheus()
+        client = prometheus()
         for query, words in PROMETHEUS_SIGNALS:
             for series in sorted(client.custom_query(query), key=lambda r: (
                     r["metric"].get("Hostname", ""), r["metric"].get("gpu", "").zfill(4))):

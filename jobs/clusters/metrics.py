@@ -24,7 +24,8 @@ from quotas.queues import JOBS_NAMESPACE
 log = logging.getLogger(__name__)
 
 
-def _prometheus():
+def prometheus():
+    """The client for the centre's Prometheus (GPU metrics, node health, measured power)."""
     from prometheus_api_client import PrometheusConnect
 
     return PrometheusConnect(url=settings.GPUPOOL["PROMETHEUS_URL"], disable_ssl=True)
@@ -54,7 +55,7 @@ _POD_QUERIES = (
 
 
 def _per_pod_owner(query: str) -> dict[tuple[str, str], float]:
-    result = _prometheus().custom_query(query)
+    result = prometheus().custom_query(query)
     return {
         (r["metric"].get("namespace", ""), r["metric"].get("gp_job", "")): float(r["value"][1])
         for r in result
@@ -73,7 +74,7 @@ def _kubernetes_jobs(running: list[tuple[int, str | None, dict | None]]) -> dict
 
 def _per_job(query: str) -> dict[str, float]:
     label = settings.GPUPOOL["METRICS_JOB_LABEL"]
-    result = _prometheus().custom_query(query.format(label=label, selector=f'{{{label}=~"gp-[0-9]+"}}'))
+    result = prometheus().custom_query(query.format(label=label, selector=f'{{{label}=~"gp-[0-9]+"}}'))
     return {r["metric"].get(label, ""): float(r["value"][1]) for r in result}
 
 

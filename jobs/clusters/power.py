@@ -20,6 +20,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.utils import timezone
 
+from jobs.clusters.metrics import prometheus
 from jobs.models import Job
 from jobs.scheduling.rack_power import MEASURED_FRESH_SECONDS
 from jobs.states import HOLDING
@@ -30,11 +31,6 @@ log = logging.getLogger(__name__)
 POWER_QUERY = "sum by (Hostname) (DCGM_FI_DEV_POWER_USAGE)"
 
 
-def _prometheus():
-    from prometheus_api_client import PrometheusConnect
-
-    return PrometheusConnect(url=settings.GPUPOOL["PROMETHEUS_URL"], disable_ssl=True)
-
 
 def poll_node_power(now: datetime | None = None) -> int:
     """Store each measured node's GPU power; the number of nodes updated (0 when Prometheus is
@@ -43,7 +39,7 @@ def poll_node_power(now: datetime | None = None) -> int:
         return 0
     now = now or timezone.now()
     try:
-        series = _prometheus().custom_query(POWER_QUERY)
+        series = prometheus().custom_query(POWER_QUERY)
     except Exception as exc:  # any failure of the source: keep the last figures (they grow stale)
         log.warning("rack power: Prometheus did not answer: %s", exc)
         return 0
